@@ -1,0 +1,202 @@
+// The public contract of the copy-on-write extent store.
+//
+// A Pool lives in one regular file (sparse, growable up to a declared size)
+// or block device and holds many named LUNs. A LUN maps its logical blocks,
+// in allocation units (AUs), onto reference-counted physical AUs of the pool.
+// Cloning, zeroing and unmapping are metadata operations whose cost grows
+// with the number of extents touched, not with the bytes.
+//
+// Thread safety: Pool and Lun are safe for concurrent use from many threads.
+// Operations on disjoint ranges proceed in parallel. Every write-class
+// operation (Write, CompareAndWrite, ZeroRange, Unmap, CloneRange destination)
+// is atomic with respect to every other operation on overlapping blocks.
+//
+// Durability: an operation called with Durability::kDurable returns only when
+// its data and metadata are on stable storage. A kBuffered one becomes
+// durable at the next Flush() (or at any later durable operation's commit).
+// After power loss the pool opens without manual repair, with every durable
+// operation present and nothing visible that was never written.
+//
+// This header knows nothing of SCSI: LBAs are in the LUN's logical blocks.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+class Env;
+class Lun;
+
+using Uuid = std::array<uint8_t, 16>;
+
+enum class Durability : uint8_t {
+  kBuffered,  // write cache on: durable at the next Flush()
+  kDurable,   // write cache off: durable when the call returns
+};
+
+struct PoolOptions {
+  // Declared maximum size of the pool. A regular file starts small and sparse
+  // and grows up to this; for a block device 0 means "the whole device".
+  uint64_t size_bytes = 0;
+  // Power of two, 64 KiB .. 1 MiB, so it always divides 1 MiB (ESXi aligns
+  // XCOPY and UNMAP to 1 MiB and requires the advertised optimal unmap
+  // granularity to divide it).
+  uint32_t allocation_unit = 1u << 20;
+  // Percentage of the pool's data units; crossing it upward bumps
+  // Pool::soft_threshold_generation(). 0 disables the signal.
+  uint32_t soft_threshold_percent = 80;
+};
+
+struct OpenOptions {
+  bool read_only = false;  // for offline inspection (check, show)
+};
+
+struct LunInfo {
+  std::string name;
+  Uuid id{};                     // unique 128-bit identity (clones get a fresh one)
+  uint64_t size_bytes = 0;
+  uint32_t block_size = 512;     // 512 or 4096
+  uint64_t mapped_bytes = 0;     // bytes backed by an AU (whole AUs)
+  uint64_t exclusive_bytes = 0;  // mapped AUs referenced by this LUN only
+  uint64_t shared_bytes = 0;     // mapped AUs also referenced elsewhere
+};
+
+struct SpaceInfo {
+  uint64_t pool_size_bytes = 0;    // declared size
+  uint32_t allocation_unit = 0;
+  uint64_t total_units = 0;        // data AUs the pool can ever hold
+  uint64_t allocated_units = 0;    // AUs with refcount > 0 (data + metadata)
+  uint64_t metadata_units = 0;     // AUs holding metadata (checkpoints)
+  uint64_t shared_units = 0;       // AUs with refcount > 1
+  uint64_t free_units = 0;         // allocatable now
+  uint64_t mapped_bytes = 0;       // sum of every LUN's mapped_bytes
+  uint64_t saved_bytes = 0;        // mapped_bytes - bytes of distinct data AUs
+  uint64_t soft_threshold_units = 0;
+  std::vector<LunInfo> luns;
+};
+
+// One run of GetAllocationStatus: [lba, lba+count) all mapped or all not.
+struct AllocationRun {
+  uint64_t lba = 0;
+  uint64_t count = 0;
+  bool mapped = false;
+};
+
+struct CheckReport {
+  bool clean = true;
+  std::vector<std::string> problems;  // one human-readable line each
+  uint64_t luns = 0, extents = 0, allocated_units = 0, leaked_units = 0;
+};
+
+// Progress callback for long operations (check, grow): done/total in units.
+using ProgressFn = void (*)(void* ctx, uint64_t done, uint64_t total);
+
+class Pool {
+ public:
+  // Creates a new pool at `path` (fails with kAlreadyExists if a pool is
+  // there) and returns it open. `env` must outlive the pool.
+  static Result<std::unique_ptr<Pool>> Create(Env* env, const std::string& path,
+                                              const PoolOptions& options);
+  // Opens an existing pool, replaying its journal (automatic recovery).
+  // kBusy if another process holds it; kCorruption / kUnsupported on bad or
+  // unknown metadata, without modifying anything.
+  static Result<std::unique_ptr<Pool>> Open(Env* env, const std::string& path,
+                                            const OpenOptions& options = {});
+  // Full offline invariant check of a pool that is not open anywhere.
+  static Result<CheckReport> CheckOffline(Env* env, const std::string& path,
+                                          ProgressFn progress = nullptr, void* ctx = nullptr);
+
+  // Flushes and releases the pool. Open Lun handles become kClosed.
+  virtual ~Pool() = default;
+  virtual Status Close() = 0;
+
+  virtual Uuid uuid() const = 0;
+  virtual uint32_t allocation_unit() const = 0;
+
+  // LUN names: 1..64 chars of [A-Za-z0-9_.-], not starting with '.' or '-'.
+  virtual Result<LunInfo> CreateLun(const std::string& name, uint64_t size_bytes,
+                                    uint32_t block_size) = 0;
+  // kBusy while a Lun handle to it is open.
+  virtual Status DeleteLun(const std::string& name) = 0;
+  // Growing exposes zeros; shrinking releases the AUs beyond the new end.
+  // Size must be a multiple of the block size.
+  virtual Status ResizeLun(const std::string& name, uint64_t new_size_bytes) = 0;
+  // A whole-LUN clone (also used as a snapshot): O(extents) metadata, fresh
+  // identity, the source stays writable. Durable when it returns.
+  virtual Result<LunInfo> CloneLun(const std::string& src, const std::string& dst) = 0;
+  virtual std::vector<LunInfo> ListLuns() const = 0;
+  virtual Result<LunInfo> GetLun(const std::string& name) const = 0;
+  virtual Result<std::shared_ptr<Lun>> OpenLun(const std::string& name) = 0;
+
+  // Copies `count` blocks from src@src_lba to dst@dst_lba inside this pool.
+  // Whole AUs are shared by reference (metadata only); partial AUs at the
+  // edges (or misaligned source/destination) are copied as data. src and dst
+  // may be the same LUN; overlapping ranges behave like memmove. Both LUNs
+  // must have the same block size.
+  virtual Status CloneRange(Lun& src, uint64_t src_lba, Lun& dst, uint64_t dst_lba,
+                            uint64_t count, Durability durability) = 0;
+
+  // Makes every buffered operation durable.
+  virtual Status Flush() = 0;
+  // Grows the declared size (regular files; block devices to the device size).
+  virtual Status Grow(uint64_t new_size_bytes) = 0;
+  virtual SpaceInfo Space() const = 0;
+  // Increments each time allocation rises across the soft threshold; a
+  // caller remembers the last value it saw to signal the crossing once.
+  virtual uint64_t soft_threshold_generation() const = 0;
+  // Online invariant check (takes the metadata lock; I/O may stall briefly).
+  virtual CheckReport Check(ProgressFn progress = nullptr, void* ctx = nullptr) = 0;
+};
+
+class Lun {
+ public:
+  virtual ~Lun() = default;
+  virtual const std::string& name() const = 0;
+  virtual Uuid id() const = 0;
+  virtual uint32_t block_size() const = 0;
+  virtual uint64_t block_count() const = 0;  // current size, changes on resize
+  virtual Pool& pool() = 0;
+
+  // All ranges are [lba, lba+count) in logical blocks; kOutOfRange past the
+  // end (nothing done). Never-written and unmapped blocks read as zeros.
+  virtual Status Read(uint64_t lba, uint64_t count, std::span<const iovec> iov) = 0;
+  virtual Status Write(uint64_t lba, uint64_t count, std::span<const iovec> iov,
+                       Durability durability) = 0;
+  // Atomically: if the blocks equal `compare`, replace them with `write`.
+  // On difference returns kMiscompare with miscompare_offset() = the byte
+  // offset of the first differing byte, and writes nothing. Both buffers hold
+  // count * block_size bytes.
+  virtual Status CompareAndWrite(uint64_t lba, uint64_t count, const void* compare,
+                                 const void* write, Durability durability) = 0;
+  // Afterwards the range reads as zeros: whole AUs are deallocated, partial
+  // AUs at the edges get zeros written.
+  virtual Status ZeroRange(uint64_t lba, uint64_t count, Durability durability) = 0;
+  // Deallocates the whole AUs inside the range (they then read as zeros);
+  // blocks of partially covered AUs are left as they are (SBC allows this).
+  virtual Status Unmap(uint64_t lba, uint64_t count, Durability durability) = 0;
+  virtual Status Flush() = 0;
+  // Mapped/deallocated runs covering [lba, lba+count), in order, merged.
+  virtual Result<std::vector<AllocationRun>> GetAllocationStatus(uint64_t lba,
+                                                                 uint64_t count) = 0;
+
+  // Contiguous-buffer conveniences.
+  Status Read(uint64_t lba, uint64_t count, void* buf) {
+    iovec v{buf, count * block_size()};
+    return Read(lba, count, std::span<const iovec>(&v, 1));
+  }
+  Status Write(uint64_t lba, uint64_t count, const void* buf, Durability d) {
+    iovec v{const_cast<void*>(buf), count * block_size()};
+    return Write(lba, count, std::span<const iovec>(&v, 1), d);
+  }
+};
+
+}  // namespace cowstore::store

@@ -1,0 +1,73 @@
+// Errors are values, never exceptions: every store call returns a Status (or
+// a Result<T>) and the caller decides. Codes are storage-domain, not SCSI: the
+// SCSI layer maps them to sense data.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace cowstore::store {
+
+enum class Code : uint8_t {
+  kOk = 0,
+  kNotFound,         // unknown LUN (or pool file missing)
+  kAlreadyExists,    // LUN name clash, pool already present
+  kInvalidArgument,  // bad name, size, block size, alignment, option
+  kOutOfRange,       // LBA/count beyond the end of the LUN
+  kNoSpace,          // the pool cannot allocate; nothing was changed
+  kMiscompare,       // compare_and_write: data differed; nothing written
+  kCorruption,       // bad magic/checksum/invariant in on-disk metadata
+  kUnsupported,      // unsupported format version or feature
+  kBusy,             // pool locked by another process, or LUN in use
+  kIOError,          // the device failed (EIO and friends)
+  kClosed,           // pool or LUN handle already closed
+};
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+
+  bool ok() const { return code_ == Code::kOk; }
+  Code code() const { return code_; }
+  const std::string& message() const { return message_; }
+  // For kMiscompare: byte offset (from the start of the compared range) of the
+  // first differing byte. Zero otherwise.
+  uint64_t miscompare_offset() const { return miscompare_offset_; }
+  Status& with_miscompare_offset(uint64_t off) { miscompare_offset_ = off; return *this; }
+  std::string ToString() const;
+
+ private:
+  Code code_ = Code::kOk;
+  std::string message_;
+  uint64_t miscompare_offset_ = 0;
+};
+
+const char* CodeName(Code code);
+
+// Either a value or a non-OK Status.
+template <typename T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : v_(std::move(value)) {}          // NOLINT(implicit)
+  Result(Status status) : v_(std::move(status)) {}   // NOLINT(implicit); must not be ok()
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
+  T& value() & { return std::get<T>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace cowstore::store
