@@ -1,0 +1,99 @@
+#!/bin/bash
+# The project's test command (README, .ci/run). Installs what is needed,
+# builds every configuration and runs every suite CI gates on:
+#   unit     GCC RelWithDebInfo build: unit + crash tests (ctest -L 'unit|crash')
+#   asan     clang ASan+UBSan build: unit + crash tests, then each libFuzzer
+#            target for FUZZ_SECONDS (ctest -L fuzz)
+#   tsan     clang TSan build: concurrency tests (ctest -L concurrency)
+#   e2e      real kernel in qemu: LIO + stock tcmu-runner + our handler
+#   package  Debian package build, installed into a scratch root
+# usage: sudo tools/run-tests.sh            (all stages)
+#        STAGES="unit tsan" tools/run-tests.sh
+# env:   JOBS (default: nproc), FUZZ_SECONDS (default 60), SKIP_APT=1
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+STAGES=${STAGES:-unit asan tsan e2e package}
+JOBS=${JOBS:-$(nproc)}
+export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+LOGS=$ROOT/build/test-logs
+mkdir -p "$LOGS"
+T0=$(date +%s)
+
+say() { printf '[run-tests %5ds] %s\n' $(( $(date +%s) - T0 )) "$*"; }
+
+if [ -z "${SKIP_APT:-}" ]; then
+  bash tools/install-deps.sh all || { say "dependency install failed"; exit 1; }
+fi
+
+total_pass=0; total_fail=0; failed_stages=()
+
+# Adds the counts from a ctest or e2e log ("x% tests passed, F tests failed out of N"
+# or "P passed, F failed") to the totals.
+count() {
+  local log=$1 line p f n
+  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
+  if [ -n "$line" ]; then
+    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+    n=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+    total_pass=$((total_pass + n - f)); total_fail=$((total_fail + f)); return
+  fi
+  line=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  if [ -n "$line" ]; then
+    p=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed.*/\2/' <<<"$line")
+    f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  fi
+}
+
+# stage NAME CMD... : runs CMD with its output teed into build/test-logs/NAME.log
+stage() {
+  local name=$1; shift
+  local t=$(date +%s)
+  say "stage $name: start"
+  "$@" 2>&1 | tee "$LOGS/$name.log"
+  local rc=${PIPESTATUS[0]}
+  count "$LOGS/$name.log"
+  if [ "$rc" -ne 0 ]; then failed_stages+=("$name"); fi
+  say "stage $name: rc=$rc in $(( $(date +%s) - t ))s"
+  return 0
+}
+
+build() { # build PRESET
+  cmake --preset "$1" >/dev/null && cmake --build --preset "$1" -j "$JOBS"
+}
+
+ctest_labels() { # ctest_labels PRESET REGEX
+  ctest --test-dir "build/$1" -L "$2" --output-on-failure -j "$JOBS" --timeout 1200
+}
+
+run_unit()  { build default && ctest_labels default 'unit|crash'; }
+run_asan()  {
+  build fuzz || return 1
+  ctest_labels fuzz 'unit|crash' || return 1
+  if ctest --test-dir build/fuzz -N -L fuzz | grep -q 'Total Tests: [1-9]'; then
+    ctest --test-dir build/fuzz -L fuzz --output-on-failure --timeout $((FUZZ_SECONDS * 3 + 60))
+  fi
+}
+run_tsan()  { build tsan && ctest_labels tsan 'concurrency'; }
+run_e2e()   {
+  [ -x tests/e2e/run-e2e.sh ] || { echo "no e2e suite yet"; return 1; }
+  [ -f build/default/build.ninja ] || build default || return 1
+  SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --handler-dir "$ROOT/build/default/handler/plugin"
+}
+run_package() {
+  [ -x packaging/build-deb.sh ] || { echo "no packaging yet"; return 1; }
+  packaging/build-deb.sh --install-root "$ROOT/build/pkgroot"
+}
+
+for s in $STAGES; do
+  case $s in
+    unit|asan|tsan|e2e|package) stage "$s" "run_$s" ;;
+    *) say "unknown stage $s"; failed_stages+=("$s") ;;
+  esac
+done
+
+say "done in $(( $(date +%s) - T0 ))s; logs in $LOGS"
+[ ${#failed_stages[@]} -eq 0 ] || say "FAILED stages: ${failed_stages[*]}"
+echo "${total_pass} passed, ${total_fail} failed"
+[ ${#failed_stages[@]} -eq 0 ]
