@@ -1,0 +1,118 @@
+#include "tools/cowctl/config.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/cowctl/fake_tree.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+const char* kGood = R"(version: 1
+pools:
+  - name: tank
+    size: 100G
+    allocation_unit: 1M
+    soft_threshold: 75
+    luns:
+      - name: vm1
+        size: 10G
+        block_size: 512
+        backstore: tank-vm1
+        wwn: 00112233-4455-6677-8899-aabbccddeeff
+        copy_group: esx
+        wce: false
+      - name: vm2
+        size: 1G
+        block_size: 4096
+  - name: disk
+    device: /dev/sdb
+iscsi:
+  - target: iqn.2024-01.io.cowstore:nas.tank
+    portals: [0.0.0.0:3260]
+    acls:
+      - initiator: iqn.1998-01.com.vmware:esx1
+        chap_user: esx
+        chap_password: secret123456
+    luns:
+      - {lun: 0, pool: tank, name: vm1}
+loopback:
+  - wwn: naa.5001405123456789
+    luns: [{lun: 0, pool: tank, name: vm2}]
+)";
+
+TEST(Config, ParsesEveryField) {
+  Config c = ParseConfig(kGood, "t.yaml");
+  ASSERT_EQ(c.pools.size(), 2u);
+  EXPECT_EQ(c.pools[0].size, 100ull << 30);
+  EXPECT_EQ(c.pools[0].soft_threshold, 75u);
+  ASSERT_EQ(c.pools[0].luns.size(), 2u);
+  EXPECT_EQ(c.pools[0].luns[0].copy_group, "esx");
+  EXPECT_EQ(c.pools[0].luns[0].wce, false);
+  EXPECT_EQ(c.pools[0].luns[1].block_size, 4096u);
+  EXPECT_EQ(c.pools[1].device, "/dev/sdb");
+  ASSERT_EQ(c.iscsi.size(), 1u);
+  EXPECT_EQ(c.iscsi[0].acls[0].chap_password, "secret123456");
+  EXPECT_EQ(c.iscsi[0].luns[0].name, "vm1");
+  EXPECT_EQ(c.loopback[0].luns[0].name, "vm2");
+}
+
+TEST(Config, DumpThenParseIsTheSame) {
+  Config c = ParseConfig(kGood, "t.yaml");
+  Config d = ParseConfig(DumpConfig(c), "dump");
+  EXPECT_EQ(DumpConfig(d), DumpConfig(c));
+  EXPECT_EQ(d.pools[0].luns[0].wwn, c.pools[0].luns[0].wwn);
+  EXPECT_EQ(d.iscsi[0].portals, c.iscsi[0].portals);
+}
+
+TEST(Config, EmptyFileIsAnEmptyConfig) {
+  Config c = ParseConfig("", "e.yaml");
+  EXPECT_TRUE(c.pools.empty());
+}
+
+std::string ErrorOf(const std::string& text) {
+  try {
+    ParseConfig(text, "c.yaml");
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ErrorsNameFileLineAndField) {
+  EXPECT_EQ(ErrorOf("pools:\n  - name: tank\n    size: lots\n"),
+            "c.yaml:3: pools[0].size: invalid size 'lots': expected a size such as 4096, 64K, 10G or 1.5T "
+            "(binary units)");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: tank\n    size: 1G\n    colour: red\n"),
+            "c.yaml:4: pools[0].colour: unknown field");
+  EXPECT_EQ(ErrorOf("pools:\n  - size: 1G\n"), "c.yaml:2: pools[0].name: missing");
+  EXPECT_NE(ErrorOf("pools:\n  - name: .bad\n    size: 1G\n").find("c.yaml:2: pools[0].name: invalid pool name"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n    luns:\n      - name: a\n        size: 1000\n"),
+            "c.yaml:6: pools[0].luns[0].size: must be a non-zero multiple of the block size");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n    luns:\n      - name: a\n        size: 1M\n"
+                    "        block_size: 1024\n"),
+            "c.yaml:7: pools[0].luns[0].block_size: must be 512 or 4096");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n    allocation_unit: 3M\n"),
+            "c.yaml:4: pools[0].allocation_unit: must be a power of two from 64K to 1M");
+  EXPECT_EQ(ErrorOf("iscsi:\n  - target: nope\n"), "c.yaml:2: iscsi[0].target: not a valid IQN");
+  EXPECT_EQ(ErrorOf("iscsi:\n  - target: iqn.2024-01.io.x:y\n    luns:\n      - {lun: 0, pool: t, name: a}\n"),
+            "c.yaml:4: iscsi[0].luns[0]: LUN t/a is not in pools");
+  EXPECT_EQ(ErrorOf("version: 2\n"), "c.yaml:1: version: unsupported version (this cowctl reads version 1)");
+  EXPECT_EQ(ErrorOf("pools: [\n"), "c.yaml:2: (syntax): end of sequence flow not found");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n  - name: t\n    size: 1G\n"),
+            "c.yaml:4: pools[1].name: pool 't' listed twice");
+}
+
+TEST(Config, WriteIsAtomicAndPrivate) {
+  testing::TempDir d;
+  std::string p = d.path() + "/etc/cowstore.yaml";
+  WriteConfig(p, ParseConfig(kGood, "t"));
+  struct stat st;
+  ASSERT_EQ(::stat(p.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(LoadConfig(p).pools.size(), 2u);
+  EXPECT_THROW(LoadConfig(d.path() + "/missing.yaml"), UserError);
+}
+
+}  // namespace
+}  // namespace cowstore::cowctl

@@ -1,0 +1,286 @@
+#include "tools/cowctl/lio.h"
+
+#include <gtest/gtest.h>
+
+#include "tests/cowctl/fake_tree.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+using testing::Exists;
+using testing::FakeHost;
+using testing::ReadText;
+using testing::WriteText;
+
+BackstoreSpec Spec(const std::string& pool, const std::string& lun, uint32_t bs = 512) {
+  BackstoreSpec s;
+  s.name = pool + "-" + lun;
+  s.config = {pool, lun, {}};
+  s.size = 1ull << 30;
+  s.block_size = bs;
+  s.wwn = "00112233-4455-6677-8899-aabbccddeeff";
+  return s;
+}
+
+class LioTest : public ::testing::Test {
+ protected:
+  FakeHost host;
+  Lio lio{LioOptions{host.configfs, host.proc, nullptr}};
+};
+
+TEST_F(LioTest, CreatesAUserBackstoreTheWayRtslibDoes) {
+  auto spec = Spec("tank", "vm1");
+  spec.config.options["copy_group"] = "esx";
+  Backstore b = lio.CreateBackstore(spec);
+  EXPECT_EQ(b.hba, "user_0");
+  EXPECT_EQ(b.name, "tank-vm1");
+  std::string p = host.T("core/user_0/tank-vm1");
+  EXPECT_EQ(ReadText(p + "/control"),
+            "dev_config=cowstore/tank/vm1:copy_group=esx\ndev_size=1073741824\nhw_block_size=512\n"
+            "hw_max_sectors=32768\n");
+  EXPECT_EQ(ReadText(p + "/enable"), "1");
+  EXPECT_EQ(ReadText(p + "/wwn/vpd_unit_serial"), spec.wwn);
+  EXPECT_EQ(b.config.options["copy_group"], "esx");
+  EXPECT_EQ(b.size, 1ull << 30);
+  EXPECT_EQ(b.wwn, spec.wwn);
+  EXPECT_TRUE(b.enabled);
+  // Never an emulate_* attribute: user backstores have none.
+  EXPECT_FALSE(Exists(p + "/attrib"));
+}
+
+TEST_F(LioTest, MaxSectorsCover16MiBAt4KBlocks) {
+  lio.CreateBackstore(Spec("tank", "vm4k", 4096));
+  EXPECT_NE(ReadText(host.T("core/user_0/tank-vm4k/control")).find("hw_max_sectors=4096\n"), std::string::npos);
+}
+
+TEST_F(LioTest, PicksAFreeHbaIndexAcrossPlugins) {
+  std::filesystem::create_directories(host.T("core/fileio_0/other"));
+  std::filesystem::create_directories(host.T("core/user_1/fbo-disk"));
+  WriteText(host.T("core/user_1/fbo-disk/control"), "dev_config=fbo//var/disk.img\n");
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  EXPECT_EQ(b.hba, "user_2");
+  // Only cowstore backstores are listed as ours.
+  ASSERT_EQ(lio.Backstores().size(), 1u);
+  EXPECT_EQ(lio.Backstores()[0].key(), "user_2/tank-vm1");
+}
+
+TEST_F(LioTest, ReadsTheKernelsFilesWhenPresent) {
+  std::string p = host.T("core/user_5/x");
+  WriteText(p + "/attrib/dev_config", "cowstore/tank/vm9:wce=1\n");
+  WriteText(p + "/attrib/dev_size", "4096\n");
+  WriteText(p + "/attrib/hw_block_size", "4096\n");
+  WriteText(p + "/wwn/vpd_unit_serial", "T10 VPD Unit Serial Number: abc-def\n");
+  WriteText(p + "/enable", "1\n");
+  auto b = lio.FindBackstore("tank", "vm9");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->size, 4096u);
+  EXPECT_EQ(b->block_size, 4096u);
+  EXPECT_EQ(b->wwn, "abc-def");
+  EXPECT_EQ(b->config.options["wce"], "1");
+}
+
+TEST_F(LioTest, RefusesNameClashAndSecondBackstoreForALun) {
+  lio.CreateBackstore(Spec("tank", "vm1"));
+  auto again = Spec("tank", "vm1");
+  again.name = "other";
+  EXPECT_THROW(lio.CreateBackstore(again), UserError);
+  auto clash = Spec("tank", "vm2");
+  clash.name = "tank-vm1";
+  EXPECT_THROW(lio.CreateBackstore(clash), UserError);
+  EXPECT_FALSE(Exists(host.T("core/user_1")));  // nothing half-made
+}
+
+TEST_F(LioTest, MissingModuleSaysWhatToDo) {
+  std::filesystem::remove_all(host.T(""));
+  try {
+    lio.CreateBackstore(Spec("tank", "vm1"));
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("modprobe target_core_user"), std::string::npos);
+  }
+}
+
+TEST_F(LioTest, FindsTheRunnerOrSaysToStartIt) {
+  EXPECT_NO_THROW(lio.RequireRunner());
+  std::filesystem::remove_all(host.proc + "/4242");
+  try {
+    lio.RequireRunner();
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("systemctl start tcmu-runner"), std::string::npos);
+  }
+}
+
+TEST_F(LioTest, RefusedEnableRollsBackTheBackstore) {
+  // The kernel refuses enable when tcmu-runner's handler fails to open.
+  LioOptions o{host.configfs, host.proc, [](const std::string& p, const std::string&) {
+                 return p.ends_with("/enable") ? EIO : 0;
+               }};
+  Lio refusing(o);
+  EXPECT_THROW(refusing.CreateBackstore(Spec("tank", "vm1")), UserError);
+  EXPECT_TRUE(refusing.Backstores().empty());
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+}
+
+TEST_F(LioTest, InvalidNameIsRefusedBeforeAnythingIsMade) {
+  auto spec = Spec("tank", "vm1");
+  spec.name = "bad/name";
+  EXPECT_THROW(lio.CreateBackstore(spec), UserError);
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+}
+
+TEST_F(LioTest, RefusedTpgEnableRollsBackTheTarget) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  LioOptions o{host.configfs, host.proc, [](const std::string& p, const std::string&) {
+                 return p.find("/tpgt_1/enable") != std::string::npos ? EINVAL : 0;
+               }};
+  Lio refusing(o);
+  EXPECT_THROW(refusing.ExportIscsi(b, {"iqn.2024-01.io.cowstore:nas.tank", {}, {}, std::nullopt}), UserError);
+  EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank")));
+  EXPECT_TRUE(lio.LinksTo(b).empty());
+}
+
+TEST_F(LioTest, DeleteRemovesTheHbaDirToo) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  lio.DeleteBackstore(b);
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+  EXPECT_TRUE(lio.Backstores().empty());
+}
+
+TEST_F(LioTest, ExportsOverIscsiWithAclsAndChap) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  IscsiSpec s;
+  s.target = "iqn.2024-01.io.cowstore:nas.tank";
+  s.portals = {"192.168.1.10:3260"};
+  s.acls = {{"iqn.1998-01.com.vmware:esx1", "esxuser", "secret123456"}};
+  FabricLun l = lio.ExportIscsi(b, s);
+  EXPECT_EQ(l.lun, 0u);
+  std::string tpg = host.T("iscsi/" + s.target + "/tpgt_1");
+  EXPECT_TRUE(Exists(tpg + "/np/192.168.1.10:3260"));
+  EXPECT_EQ(ReadText(tpg + "/enable"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/authentication"), "1");
+  std::string acl = tpg + "/acls/iqn.1998-01.com.vmware:esx1";
+  EXPECT_EQ(ReadText(acl + "/auth/userid"), "esxuser");
+  EXPECT_EQ(ReadText(acl + "/auth/password"), "secret123456");
+  EXPECT_TRUE(Exists(acl + "/lun_0"));
+  auto links = lio.LinksTo(b);
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].fabric, "iscsi");
+  // Idempotent: exporting again changes nothing and keeps LUN 0.
+  EXPECT_EQ(lio.ExportIscsi(b, s).lun, 0u);
+  EXPECT_EQ(lio.LinksTo(b).size(), 1u);
+  // A second LUN lands on lun_1 of the same target.
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  EXPECT_EQ(lio.ExportIscsi(b2, s).lun, 1u);
+  auto targets = lio.IscsiTargets();
+  ASSERT_EQ(targets.size(), 1u);
+  EXPECT_EQ(targets[0].luns.size(), 2u);
+  EXPECT_EQ(targets[0].acls.size(), 1u);
+  EXPECT_EQ(targets[0].acls[0].chap_user, "esxuser");
+}
+
+TEST_F(LioTest, NoInitiatorMeansDemoModeOnDefaultPortal) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  lio.ExportIscsi(b, {"iqn.2024-01.io.cowstore:nas.tank", {}, {}, std::nullopt});
+  std::string tpg = host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank/tpgt_1");
+  EXPECT_TRUE(Exists(tpg + "/np/0.0.0.0:3260"));
+  EXPECT_EQ(ReadText(tpg + "/attrib/generate_node_acls"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/demo_mode_write_protect"), "0");
+  EXPECT_TRUE(lio.IscsiTargets()[0].demo_mode);
+}
+
+TEST_F(LioTest, BadExportInputIsRefusedBeforeAnythingIsMade) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  EXPECT_THROW(lio.ExportIscsi(b, {"notaniqn", {}, {}, std::nullopt}), UserError);
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {"1.2.3.4"}, {}, std::nullopt}), UserError);
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {"1.2.3.400:3260"}, {}, std::nullopt}), UserError);
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"bad initiator", "", ""}}, std::nullopt}),
+               UserError);
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "u", ""}}, std::nullopt}),
+               UserError);
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "u", "short"}}, std::nullopt}),
+               UserError);
+  EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.x:y")));
+}
+
+TEST_F(LioTest, TakenLunNumberRollsBackTheNewTarget) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {}, 3};
+  lio.ExportIscsi(b, s);
+  EXPECT_THROW(lio.ExportIscsi(b2, s), UserError);
+  EXPECT_TRUE(lio.LinksTo(b2).empty());
+}
+
+TEST_F(LioTest, NeverTouchesATargetcliTarget) {
+  // targetcli made a target with a fileio LUN.
+  std::string tpg = host.T("iscsi/iqn.2003-01.org.linux-iscsi.nas:sn.1/tpgt_1");
+  std::filesystem::create_directories(host.T("core/fileio_0/disk"));
+  std::filesystem::create_directories(tpg + "/lun/lun_0");
+  std::filesystem::create_symlink(host.T("core/fileio_0/disk"), tpg + "/lun/lun_0/abcdef0123");
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2003-01.org.linux-iscsi.nas:sn.1", {}, {}, std::nullopt}), UserError);
+  EXPECT_TRUE(lio.IscsiTargets().empty());
+  EXPECT_EQ(lio.FabricLuns().size(), 1u);
+}
+
+TEST_F(LioTest, DeleteRefusedWhileExportedAndUnexportCleansUp) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt};
+  lio.ExportIscsi(b, s);
+  lio.ExportLoopback(b);
+  EXPECT_THROW(lio.DeleteBackstore(b), UserError);
+  lio.Unexport(b);
+  EXPECT_TRUE(lio.LinksTo(b).empty());
+  EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank")));
+  EXPECT_TRUE(lio.LoopbackTargets().empty());
+  lio.DeleteBackstore(b);
+  EXPECT_TRUE(lio.Backstores().empty());
+}
+
+TEST_F(LioTest, UnexportKeepsTheTargetWhileOtherLunsRemain) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt};
+  lio.ExportIscsi(b, s);
+  lio.ExportIscsi(b2, s);
+  lio.Unexport(b);
+  EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank/tpgt_1/lun/lun_0")));
+  EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank/tpgt_1/acls/iqn.1998-01.com.vmware:esx1/lun_0")));
+  EXPECT_TRUE(Exists(host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank/tpgt_1/lun/lun_1")));
+}
+
+TEST_F(LioTest, LoopbackExportHasANexus) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  FabricLun l = lio.ExportLoopback(b);
+  EXPECT_EQ(l.fabric, "loopback");
+  EXPECT_EQ(l.target.size(), 20u);
+  std::string nexus = ReadText(host.T("loopback/" + l.target + "/tpgt_1/nexus"));
+  EXPECT_EQ(nexus.rfind("naa.5001405", 0), 0u);
+  EXPECT_EQ(lio.ExportLoopback(b).target, l.target);  // idempotent
+  ASSERT_EQ(lio.LoopbackTargets().size(), 1u);
+  EXPECT_EQ(lio.LoopbackTargets()[0].nexus, nexus);
+}
+
+TEST_F(LioTest, OtherFabricsBlockUnexport) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  std::string lun = host.T("vhost/naa.5001405aaaaaaaaa/tpgt_1/lun/lun_0");
+  std::filesystem::create_directories(lun);
+  std::filesystem::create_symlink(b.path, lun + "/0123456789");
+  EXPECT_THROW(lio.Unexport(b), UserError);
+  EXPECT_TRUE(Exists(lun + "/0123456789"));
+}
+
+TEST(Iqn, Validation) {
+  EXPECT_TRUE(ValidIqn("iqn.2003-01.org.linux-iscsi.host:sn.1234"));
+  EXPECT_TRUE(ValidIqn("naa.5001405abcdef012"));
+  EXPECT_FALSE(ValidIqn("iqn.bad"));
+  EXPECT_FALSE(ValidIqn("iqn.2003-01.org x"));
+  EXPECT_TRUE(ValidPortal("[::]:3260"));
+  EXPECT_FALSE(ValidPortal("0.0.0.0:0"));
+  EXPECT_EQ(DefaultIscsiTarget("Tank_1").find("iqn.2024-01.io.cowstore:"), 0u);
+  EXPECT_TRUE(ValidIqn(DefaultIscsiTarget("Tank_1")));
+}
+
+}  // namespace
+}  // namespace cowstore::cowctl

@@ -1,0 +1,70 @@
+// The saved configuration: every pool, LUN, backstore and export in one YAML
+// file (default /etc/cowstore/cowstore.yaml). `cowctl save` writes it from
+// what exists; `cowctl restore` makes what exists match it, idempotently.
+// Every load error names the file, the line and the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/cowctl/lio.h"
+
+namespace cowstore::cowctl {
+
+inline constexpr const char* kDefaultConfigPath = "/etc/cowstore/cowstore.yaml";
+
+struct LunConfig {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t block_size = 512;
+  // Present when the LUN has a user:cowstore backstore.
+  std::string backstore;   // rtslib storage object name
+  std::string wwn;         // vpd_unit_serial
+  std::string copy_group;  // cfgstring option
+  std::optional<bool> wce;
+};
+
+struct PoolConfig {
+  std::string name;
+  std::string device;  // block device (the pool dir entry is a symlink to it)
+  std::string file;    // pool file when it is not <pool_dir>/<name> itself
+  uint64_t size = 0;
+  uint32_t allocation_unit = 1u << 20;
+  uint32_t soft_threshold = 80;
+  std::vector<LunConfig> luns;
+};
+
+struct ExportLun {
+  uint32_t lun = 0;
+  std::string pool;
+  std::string name;
+};
+
+struct IscsiConfig {
+  std::string target;
+  std::vector<std::string> portals;
+  std::vector<AclSpec> acls;  // empty: any initiator (demo mode)
+  std::vector<ExportLun> luns;
+};
+
+struct LoopbackConfig {
+  std::string wwn;
+  std::vector<ExportLun> luns;
+};
+
+struct Config {
+  std::vector<PoolConfig> pools;
+  std::vector<IscsiConfig> iscsi;
+  std::vector<LoopbackConfig> loopback;
+};
+
+// Throws UserError "<file>:<line>: <field>: <problem>".
+Config LoadConfig(const std::string& path);
+Config ParseConfig(const std::string& text, const std::string& name);
+std::string DumpConfig(const Config& config);
+// Atomically replaces `path` (mode 0600: it may hold CHAP secrets).
+void WriteConfig(const std::string& path, const Config& config);
+
+}  // namespace cowstore::cowctl

@@ -1,0 +1,666 @@
+#include "tools/cowctl/lio.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace cowstore::cowctl {
+namespace {
+
+std::string Errno() { return std::strerror(errno); }
+
+bool IsDir(const std::string& p) {
+  struct stat st;
+  return ::stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+bool Exists(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0;
+}
+bool IsLink(const std::string& p) {
+  struct stat st;
+  return ::lstat(p.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+std::vector<std::string> List(const std::string& dir) {
+  std::vector<std::string> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (auto* e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream f(p);
+  if (!f) return {};
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& p, const std::string& value, bool append = false,
+               const LioOptions* opt = nullptr) {
+  if (opt && opt->refuse_write) {
+    if (int err = opt->refuse_write(p, value)) {
+      errno = err;
+      throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
+                      " (see dmesg for the kernel's reason)");
+    }
+  }
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
+  int fd = ::open(p.c_str(), flags, 0644);
+  if (fd < 0 && errno == ENOENT) {
+    // A plain tree lacks configfs's default groups (wwn/, attrib/, auth/).
+    ::mkdir(p.substr(0, p.rfind('/')).c_str(), 0755);
+    fd = ::open(p.c_str(), flags, 0644);
+  }
+  if (fd < 0) throw UserError("cannot open " + p + ": " + Errno());
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n != static_cast<ssize_t>(value.size())) {
+    errno = err;
+    throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
+                    " (see dmesg for the kernel's reason)");
+  }
+}
+
+void MkDir(const std::string& p) {
+  if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw UserError("cannot create " + p + ": " + Errno());
+  }
+}
+
+// Removes a tree made in configfs (or its plain-directory imitation): links
+// are unlinked, directories removed deepest first. Attribute files cannot be
+// unlinked in configfs (EPERM) and default groups cannot be rmdir'ed; both
+// go away with their parent. Inside a TPG, ACLs go before LUNs before portals.
+void RemoveTree(const std::string& p) {
+  if (IsLink(p)) {
+    ::unlink(p.c_str());
+    return;
+  }
+  auto kids = List(p);
+  auto rank = [](const std::string& n) {
+    if (n == "acls") return 0;
+    if (n == "lun") return 1;
+    if (n == "np") return 2;
+    return 3;
+  };
+  std::stable_sort(kids.begin(), kids.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  for (const auto& k : kids) {
+    std::string c = p + "/" + k;
+    struct stat st;
+    if (::lstat(c.c_str(), &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) ::unlink(c.c_str());
+    else if (S_ISDIR(st.st_mode)) RemoveTree(c);
+    else ::unlink(c.c_str());  // EPERM on configfs: fine
+  }
+  ::rmdir(p.c_str());  // default groups: EPERM, removed with the parent
+}
+
+// Undo log: what a command made, removed in reverse unless Commit()ed.
+class Undo {
+ public:
+  ~Undo() {
+    if (committed_) return;
+    for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+      try { (*it)(); } catch (...) {}
+    }
+  }
+  void Add(std::function<void()> f) { steps_.push_back(std::move(f)); }
+  void MkDir(const std::string& p) {
+    if (Exists(p)) return;
+    cowctl::MkDir(p);
+    Add([p] { RemoveTree(p); });
+  }
+  void Symlink(const std::string& target, const std::string& link) {
+    if (::symlink(target.c_str(), link.c_str()) != 0) {
+      throw UserError("cannot link " + link + " -> " + target + ": " + Errno());
+    }
+    Add([link] { ::unlink(link.c_str()); });
+  }
+  void Commit() { committed_ = true; }
+
+ private:
+  std::vector<std::function<void()>> steps_;
+  bool committed_ = false;
+};
+
+// "key=value" lines a plain tree accumulated in a control file.
+std::map<std::string, std::string> ControlHistory(const std::string& path) {
+  std::map<std::string, std::string> m;
+  for (const auto& line : Split(ReadFile(path), '\n')) {
+    for (const auto& kv : Split(line, '\n')) {
+      auto eq = kv.find('=');
+      if (eq != std::string::npos) m[kv.substr(0, eq)] = kv.substr(eq + 1);
+    }
+  }
+  return m;
+}
+
+std::string AfterColon(const std::string& s) {
+  std::string t = Trim(s);
+  auto c = t.find(": ");
+  return c == std::string::npos ? t : Trim(t.substr(c + 2));
+}
+
+uint64_t ToU64(const std::string& s) {
+  try {
+    return std::stoull(Trim(s));
+  } catch (...) {
+    return 0;
+  }
+}
+
+// lun_<N> / tpgt_<N> -> N
+std::optional<uint32_t> Suffix(const std::string& name, const std::string& prefix) {
+  if (name.compare(0, prefix.size(), prefix) != 0 || name.size() == prefix.size()) return std::nullopt;
+  uint64_t v = 0;
+  for (size_t i = prefix.size(); i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+    v = v * 10 + static_cast<uint64_t>(name[i] - '0');
+    if (v > 0xffffffffu) return std::nullopt;
+  }
+  return static_cast<uint32_t>(v);
+}
+
+// The "user_3/<name>" a fabric LUN's link points at (absolute or relative).
+std::string LinkKey(const std::string& link) {
+  char buf[4096];
+  ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+  if (n <= 0) return {};
+  buf[n] = 0;
+  auto parts = Split(buf, '/');
+  while (!parts.empty() && parts.back().empty()) parts.pop_back();
+  if (parts.size() < 2) return {};
+  return parts[parts.size() - 2] + "/" + parts.back();
+}
+
+std::string LinkName(const std::string& seed) { return Hex(Hash64(seed), 10); }
+
+}  // namespace
+
+Lio::Lio(LioOptions options) : opt_(std::move(options)) {}
+
+bool Lio::Available() const { return IsDir(T("core")); }
+
+void Lio::RequireCore() const {
+  if (!IsDir(opt_.configfs_root)) {
+    throw UserError("configfs is not mounted at " + opt_.configfs_root +
+                    ": run 'mount -t configfs none /sys/kernel/config' (or pass --configfs-root)");
+  }
+  if (!IsDir(T("core"))) {
+    throw UserError("LIO is not loaded (no " + T("core") +
+                    "): run 'modprobe target_core_user' and start tcmu-runner");
+  }
+}
+
+void Lio::RequireRunner() const {
+  for (const auto& pid : List(opt_.proc_root)) {
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
+    if (Trim(ReadFile(opt_.proc_root + "/" + pid + "/comm")) == "tcmu-runner") return;
+  }
+  throw UserError("tcmu-runner is not running: run 'systemctl start tcmu-runner' and retry");
+}
+
+std::vector<Backstore> Lio::Backstores() const {
+  std::vector<Backstore> out;
+  for (const auto& hba : List(T("core"))) {
+    if (!Suffix(hba, "user_")) continue;
+    for (const auto& name : List(T("core/" + hba))) {
+      std::string p = T("core/" + hba + "/" + name);
+      if (!IsDir(p) || name == "hba_info" || name == "hba_mode") continue;
+      auto hist = ControlHistory(p + "/control");
+      std::string cfg = Trim(ReadFile(p + "/attrib/dev_config"));
+      if (cfg.empty()) {
+        std::string info = ReadFile(p + "/info");
+        auto at = info.find("Config: ");
+        if (at != std::string::npos) {
+          auto end = info.find_first_of(" \n", at + 8);
+          cfg = info.substr(at + 8, end == std::string::npos ? std::string::npos : end - at - 8);
+        }
+      }
+      if (cfg.empty()) cfg = hist["dev_config"];
+      auto parsed = ParseCfgstring(cfg);
+      if (!parsed) continue;  // not ours
+      Backstore b;
+      b.name = name;
+      b.hba = hba;
+      b.path = p;
+      b.config = *parsed;
+      std::string size = ReadFile(p + "/attrib/dev_size");
+      b.size = ToU64(size.empty() ? hist["dev_size"] : size);
+      std::string bsz = ReadFile(p + "/attrib/hw_block_size");
+      b.block_size = static_cast<uint32_t>(ToU64(bsz.empty() ? hist["hw_block_size"] : bsz));
+      if (b.block_size == 0) b.block_size = 512;
+      b.wwn = AfterColon(ReadFile(p + "/wwn/vpd_unit_serial"));
+      b.enabled = Trim(ReadFile(p + "/enable")) == "1";
+      out.push_back(std::move(b));
+    }
+  }
+  return out;
+}
+
+std::optional<Backstore> Lio::FindBackstore(const std::string& pool, const std::string& lun) const {
+  for (auto& b : Backstores()) {
+    if (b.config.pool == pool && b.config.lun == lun) return b;
+  }
+  return std::nullopt;
+}
+
+std::optional<Backstore> Lio::FindBackstoreByKey(const std::string& key) const {
+  for (auto& b : Backstores()) {
+    if (b.key() == key) return b;
+  }
+  return std::nullopt;
+}
+
+Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
+  RequireCore();
+  RequireName(spec.name, "backstore");
+  if (spec.block_size != 512 && spec.block_size != 4096) {
+    throw UserError("block size must be 512 or 4096");
+  }
+  if (auto b = FindBackstore(spec.config.pool, spec.config.lun)) {
+    throw UserError("LUN " + spec.config.pool + "/" + spec.config.lun +
+                    " already has the backstore " + b->key());
+  }
+  // Storage object names are unique per plugin in rtslib/targetcli.
+  std::vector<uint32_t> used;
+  for (const auto& hba : List(T("core"))) {
+    auto idx = hba.rfind('_');
+    if (idx != std::string::npos) {
+      if (auto n = Suffix(hba.substr(idx), "_")) used.push_back(*n);
+    }
+    if (hba.compare(0, 5, "user_") == 0 && Exists(T("core/" + hba + "/" + spec.name))) {
+      throw UserError("a user backstore named '" + spec.name +
+                      "' already exists: pick another name with --backstore-name");
+    }
+  }
+  uint32_t index = 0;
+  while (std::find(used.begin(), used.end(), index) != used.end()) ++index;
+  std::string hba = "user_" + std::to_string(index);
+
+  Undo undo;
+  undo.MkDir(T("core/" + hba));
+  std::string p = T("core/" + hba + "/" + spec.name);
+  undo.MkDir(p);
+  // Each control write separately, like rtslib: the kernel splits one write
+  // at ',' and dev_config may hold commas.
+  WriteFile(p + "/control", "dev_config=" + spec.config.str() + "\n", true, &opt_);
+  WriteFile(p + "/control", "dev_size=" + std::to_string(spec.size) + "\n", true, &opt_);
+  WriteFile(p + "/control", "hw_block_size=" + std::to_string(spec.block_size) + "\n", true, &opt_);
+  // 16 MiB per command (ESXi's largest XCOPY/WRITE transfer), in blocks.
+  WriteFile(p + "/control",
+            "hw_max_sectors=" + std::to_string((16u << 20) / spec.block_size) + "\n", true, &opt_);
+  WriteFile(p + "/enable", "1", false, &opt_);  // tcmu-runner opens the LUN here
+  if (!spec.wwn.empty()) WriteFile(p + "/wwn/vpd_unit_serial", spec.wwn, false, &opt_);
+  undo.Commit();
+  auto b = FindBackstoreByKey(hba + "/" + spec.name);
+  if (!b) throw UserError("backstore " + p + " did not take its configuration");
+  return *b;
+}
+
+void Lio::DeleteBackstore(const Backstore& bs) {
+  auto links = LinksTo(bs);
+  if (!links.empty()) {
+    throw UserError("backstore " + bs.key() + " is exported (" + links[0].fabric + " " +
+                    links[0].target + " lun " + std::to_string(links[0].lun) +
+                    "): unexport it first");
+  }
+  RemoveTree(bs.path);
+  if (Exists(bs.path)) throw UserError("cannot remove " + bs.path + ": " + Errno());
+  std::string hba = T("core/" + bs.hba);
+  bool empty = true;
+  for (const auto& k : List(hba)) {
+    if (IsDir(hba + "/" + k)) empty = false;
+  }
+  if (empty) RemoveTree(hba);
+}
+
+std::vector<FabricLun> Lio::FabricLuns() const {
+  std::vector<FabricLun> out;
+  for (const auto& fabric : List(T(""))) {
+    if (fabric == "core" || !IsDir(T(fabric))) continue;
+    for (const auto& target : List(T(fabric))) {
+      std::string tp = T(fabric + "/" + target);
+      if (!IsDir(tp)) continue;
+      for (const auto& tpg : List(tp)) {
+        auto tpgn = Suffix(tpg, "tpgt_");
+        if (!tpgn) continue;
+        for (const auto& lun : List(tp + "/" + tpg + "/lun")) {
+          auto ln = Suffix(lun, "lun_");
+          if (!ln) continue;
+          std::string lp = tp + "/" + tpg + "/lun/" + lun;
+          for (const auto& k : List(lp)) {
+            if (!IsLink(lp + "/" + k)) continue;
+            out.push_back({fabric, target, *tpgn, *ln, lp, LinkKey(lp + "/" + k)});
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<FabricLun> Lio::LinksTo(const Backstore& bs) const {
+  std::vector<FabricLun> out;
+  for (auto& l : FabricLuns()) {
+    if (l.backstore_key == bs.key()) out.push_back(l);
+  }
+  return out;
+}
+
+bool Lio::OwnedTarget(const std::string& fabric, const std::string& target) const {
+  bool any = false;
+  auto ours = Backstores();
+  for (const auto& l : FabricLuns()) {
+    if (l.fabric != fabric || l.target != target) continue;
+    any = true;
+    bool found = std::any_of(ours.begin(), ours.end(),
+                             [&](const Backstore& b) { return b.key() == l.backstore_key; });
+    if (!found) return false;
+  }
+  return any;
+}
+
+void Lio::EnsureFabric(const std::string& fabric, const char* module) const {
+  if (IsDir(T(fabric))) return;
+  // configfs loads the fabric module on mkdir, as rtslib relies on.
+  if (::mkdir(T(fabric).c_str(), 0755) != 0 && errno != EEXIST) {
+    throw UserError(std::string("the ") + fabric + " fabric is not available: run 'modprobe " +
+                    module + "'");
+  }
+}
+
+bool ValidIqn(const std::string& iqn) {
+  if (iqn.size() < 5 || iqn.size() > 223) return false;
+  if (iqn.compare(0, 4, "iqn.") != 0 && iqn.compare(0, 4, "eui.") != 0 &&
+      iqn.compare(0, 4, "naa.") != 0) {
+    return false;
+  }
+  for (unsigned char c : iqn) {
+    if (!(std::isalnum(c) || c == '.' || c == '-' || c == ':')) return false;
+  }
+  if (iqn[0] == 'i') {
+    // iqn.YYYY-MM.reverse.domain[:unique]
+    if (iqn.size() < 12 || !std::isdigit(static_cast<unsigned char>(iqn[4])) || iqn[8] != '-' ||
+        iqn[11] != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool ValidPortal(const std::string& portal) {
+  auto colon = portal.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  std::string host = portal.substr(0, colon), port = portal.substr(colon + 1);
+  if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit)) return false;
+  if (std::stoul(port) == 0 || std::stoul(port) > 65535) return false;
+  if (host.front() == '[') return host.back() == ']' && host.size() > 2;
+  auto parts = Split(host, '.');
+  if (parts.size() != 4) return false;
+  for (const auto& p : parts) {
+    if (p.empty() || p.size() > 3 || !std::all_of(p.begin(), p.end(), ::isdigit) || std::stoi(p) > 255) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string DefaultIscsiTarget(const std::string& pool) {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::string h;
+  for (char c : std::string(host)) {
+    unsigned char u = static_cast<unsigned char>(c);
+    h += std::isalnum(u) || c == '-' || c == '.' ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  if (h.empty()) h = "localhost";
+  std::string p;
+  for (char c : pool) {
+    unsigned char u = static_cast<unsigned char>(c);
+    p += std::isalnum(u) || c == '-' || c == '.' ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  return "iqn.2024-01.io.cowstore:" + h + "." + p;
+}
+
+FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
+  RequireCore();
+  if (!ValidIqn(spec.target)) {
+    throw UserError("invalid target IQN '" + spec.target + "': expected iqn.YYYY-MM.domain:name");
+  }
+  for (const auto& p : spec.portals) {
+    if (!ValidPortal(p)) {
+      throw UserError("invalid portal '" + p + "': expected IPv4:port or [IPv6]:port");
+    }
+  }
+  for (const auto& a : spec.acls) {
+    if (!ValidIqn(a.initiator)) throw UserError("invalid initiator name '" + a.initiator + "'");
+    if (a.chap_user.empty() != a.chap_password.empty()) {
+      throw UserError("CHAP needs both --chap-user and --chap-password");
+    }
+    if (!a.chap_password.empty() && (a.chap_password.size() < 12 || a.chap_password.size() > 16)) {
+      // Microsoft and ESXi initiators insist on 12-16 characters.
+      throw UserError("CHAP password must be 12 to 16 characters long");
+    }
+  }
+  std::string tdir = T("iscsi/" + spec.target);
+  bool target_exists = IsDir(tdir);
+  if (target_exists && !OwnedTarget("iscsi", spec.target)) {
+    throw UserError("iSCSI target " + spec.target +
+                    " was not made by cowctl (it holds other LUNs or none): "
+                    "pick another --target or manage it with targetcli");
+  }
+  EnsureFabric("iscsi", "iscsi_target_mod");
+  std::string tpg = tdir + "/tpgt_1";
+
+  Undo undo;
+  undo.MkDir(tdir);
+  bool new_tpg = !IsDir(tpg);
+  undo.MkDir(tpg);
+
+  // The LUN: reuse an existing link to this backstore in this target.
+  std::optional<FabricLun> have;
+  for (auto& l : LinksTo(bs)) {
+    if (l.fabric == "iscsi" && l.target == spec.target && l.tpg == 1) have = l;
+  }
+  uint32_t lun;
+  if (have) {
+    lun = have->lun;
+    if (spec.lun && *spec.lun != lun) {
+      throw UserError(bs.config.pool + "/" + bs.config.lun + " is already LUN " +
+                      std::to_string(lun) + " of " + spec.target);
+    }
+  } else {
+    if (spec.lun) {
+      lun = *spec.lun;
+      if (lun > 65535) throw UserError("LUN number must be 0..65535");
+      if (Exists(tpg + "/lun/lun_" + std::to_string(lun))) {
+        throw UserError("LUN " + std::to_string(lun) + " of " + spec.target + " is taken");
+      }
+    } else {
+      lun = 0;
+      while (Exists(tpg + "/lun/lun_" + std::to_string(lun))) ++lun;
+    }
+    undo.MkDir(tpg + "/lun");
+    std::string ld = tpg + "/lun/lun_" + std::to_string(lun);
+    undo.MkDir(ld);
+    undo.Symlink(bs.path, ld + "/" + LinkName(bs.key()));
+  }
+  std::string lundir = tpg + "/lun/lun_" + std::to_string(lun);
+
+  std::vector<std::string> portals = spec.portals;
+  if (portals.empty() && new_tpg) portals.push_back("0.0.0.0:3260");
+  if (!portals.empty()) undo.MkDir(tpg + "/np");
+  for (const auto& p : portals) undo.MkDir(tpg + "/np/" + p);
+
+  bool chap = false;
+  if (spec.acls.empty()) {
+    if (new_tpg) {
+      // No initiator named: any initiator may log in (targetcli's demo mode).
+      undo.MkDir(tpg + "/attrib");
+      WriteFile(tpg + "/attrib/generate_node_acls", "1", false, &opt_);
+      WriteFile(tpg + "/attrib/cache_dynamic_acls", "1", false, &opt_);
+      WriteFile(tpg + "/attrib/demo_mode_write_protect", "0", false, &opt_);
+    }
+  } else {
+    undo.MkDir(tpg + "/acls");
+    for (const auto& a : spec.acls) {
+      std::string ad = tpg + "/acls/" + a.initiator;
+      undo.MkDir(ad);
+      std::string ml = ad + "/lun_" + std::to_string(lun);
+      if (!Exists(ml)) {
+        undo.MkDir(ml);
+        undo.Symlink(lundir, ml + "/" + LinkName(a.initiator + lundir));
+      }
+      if (!a.chap_user.empty()) {
+        chap = true;
+        undo.MkDir(ad + "/auth");
+        WriteFile(ad + "/auth/userid", a.chap_user, false, &opt_);
+        WriteFile(ad + "/auth/password", a.chap_password, false, &opt_);
+      }
+    }
+  }
+  if (new_tpg) {
+    undo.MkDir(tpg + "/attrib");
+    WriteFile(tpg + "/attrib/authentication", chap ? "1" : "0", false, &opt_);
+    WriteFile(tpg + "/enable", "1", false, &opt_);
+  } else if (chap) {
+    WriteFile(tpg + "/attrib/authentication", "1", false, &opt_);
+  }
+  undo.Commit();
+  return {"iscsi", spec.target, 1, lun, lundir, bs.key()};
+}
+
+FabricLun Lio::ExportLoopback(const Backstore& bs, const std::string& wwn_in) {
+  RequireCore();
+  for (auto& l : LinksTo(bs)) {
+    if (l.fabric == "loopback") return l;
+  }
+  // rtslib's loopback WWNs: naa.5001405 + 9 hex digits.
+  std::string wwn = wwn_in.empty() ? "naa.5001405" + Hex(Hash64("t" + bs.wwn + bs.key()), 9) : wwn_in;
+  std::string nexus = "naa.5001405" + Hex(Hash64("i" + bs.wwn + bs.key()), 9);
+  if (wwn.size() != 20 || wwn.compare(0, 4, "naa.") != 0) {
+    throw UserError("invalid loopback WWN '" + wwn + "': expected naa. and 16 hex digits");
+  }
+  std::string tdir = T("loopback/" + wwn);
+  if (IsDir(tdir) && !OwnedTarget("loopback", wwn)) {
+    throw UserError("loopback target " + wwn + " was not made by cowctl");
+  }
+  EnsureFabric("loopback", "tcm_loop");
+  Undo undo;
+  undo.MkDir(tdir);
+  std::string tpg = tdir + "/tpgt_1";
+  undo.MkDir(tpg);
+  if (Trim(ReadFile(tpg + "/nexus")).empty()) WriteFile(tpg + "/nexus", nexus, false, &opt_);
+  uint32_t lun = 0;
+  while (Exists(tpg + "/lun/lun_" + std::to_string(lun))) ++lun;
+  undo.MkDir(tpg + "/lun");
+  std::string ld = tpg + "/lun/lun_" + std::to_string(lun);
+  undo.MkDir(ld);
+  undo.Symlink(bs.path, ld + "/" + LinkName(bs.key()));
+  undo.Commit();
+  return {"loopback", wwn, 1, lun, ld, bs.key()};
+}
+
+void Lio::RemoveTarget(const std::string& fabric, const std::string& target) const {
+  std::string tdir = T(fabric + "/" + target);
+  for (const auto& tpg : List(tdir)) {
+    if (!Suffix(tpg, "tpgt_")) continue;
+    if (Exists(tdir + "/" + tpg + "/enable")) {
+      try { WriteFile(tdir + "/" + tpg + "/enable", "0", false, &opt_); } catch (const UserError&) {}
+    }
+  }
+  RemoveTree(tdir);
+}
+
+void Lio::Unexport(const Backstore& bs) {
+  auto links = LinksTo(bs);
+  for (const auto& l : links) {
+    if (l.fabric != "iscsi" && l.fabric != "loopback") {
+      throw UserError(bs.config.pool + "/" + bs.config.lun + " is exported over " + l.fabric +
+                      " by another tool: remove that with targetcli first");
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> touched;
+  for (const auto& l : links) {
+    std::string tpg = T(l.fabric + "/" + l.target + "/tpgt_" + std::to_string(l.tpg));
+    // Mapped LUNs pointing at this TPG LUN first.
+    for (const auto& acl : List(tpg + "/acls")) {
+      std::string ml = tpg + "/acls/" + acl + "/lun_" + std::to_string(l.lun);
+      if (IsDir(ml)) RemoveTree(ml);
+    }
+    RemoveTree(l.path);
+    if (Exists(l.path)) throw UserError("cannot remove " + l.path + ": " + Errno());
+    touched.emplace_back(l.fabric, l.target);
+  }
+  for (const auto& [fabric, target] : touched) {
+    bool any = false;
+    for (const auto& l : FabricLuns()) {
+      if (l.fabric == fabric && l.target == target) any = true;
+    }
+    if (!any) RemoveTarget(fabric, target);
+  }
+}
+
+std::vector<IscsiTarget> Lio::IscsiTargets() const {
+  std::vector<IscsiTarget> out;
+  for (const auto& iqn : List(T("iscsi"))) {
+    if (!IsDir(T("iscsi/" + iqn)) || !OwnedTarget("iscsi", iqn)) continue;
+    for (const auto& tpgname : List(T("iscsi/" + iqn))) {
+      auto tpgn = Suffix(tpgname, "tpgt_");
+      if (!tpgn) continue;
+      std::string tpg = T("iscsi/" + iqn + "/" + tpgname);
+      IscsiTarget t;
+      t.iqn = iqn;
+      t.tpg = *tpgn;
+      for (const auto& np : List(tpg + "/np")) t.portals.push_back(np);
+      for (const auto& l : FabricLuns()) {
+        if (l.fabric == "iscsi" && l.target == iqn && l.tpg == *tpgn) t.luns.emplace_back(l.lun, l.backstore_key);
+      }
+      for (const auto& acl : List(tpg + "/acls")) {
+        AclSpec a{acl, AfterColon(ReadFile(tpg + "/acls/" + acl + "/auth/userid")),
+                  AfterColon(ReadFile(tpg + "/acls/" + acl + "/auth/password"))};
+        t.acls.push_back(a);
+      }
+      t.demo_mode = Trim(ReadFile(tpg + "/attrib/generate_node_acls")) == "1";
+      out.push_back(std::move(t));
+    }
+  }
+  return out;
+}
+
+std::vector<LoopbackTarget> Lio::LoopbackTargets() const {
+  std::vector<LoopbackTarget> out;
+  for (const auto& wwn : List(T("loopback"))) {
+    if (!IsDir(T("loopback/" + wwn)) || !OwnedTarget("loopback", wwn)) continue;
+    LoopbackTarget t;
+    t.wwn = wwn;
+    t.nexus = Trim(ReadFile(T("loopback/" + wwn + "/tpgt_1/nexus")));
+    for (const auto& l : FabricLuns()) {
+      if (l.fabric == "loopback" && l.target == wwn) t.luns.emplace_back(l.lun, l.backstore_key);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace cowstore::cowctl

@@ -1,0 +1,141 @@
+// LIO through configfs, following rtslib's layout so that what cowctl makes
+// shows in `targetcli ls` and survives saveconfig/restoreconfig:
+//
+//   target/core/user_<N>/<name>            user:cowstore backstore (one per HBA dir)
+//   target/iscsi/<iqn>/tpgt_1/{lun/lun_<L>/<link>, np/<ip>:<port>, acls/<iqn>/lun_<L>/<link>}
+//   target/loopback/<naa>/tpgt_1/{nexus, lun/lun_<L>/<link>}
+//
+// The root is a parameter: tests point it at a plain directory tree. Writes
+// work on both: attributes are opened with O_CREAT (a no-op on configfs,
+// where they already exist) and "control" is appended to, so a plain tree
+// records every control write. Reads prefer the kernel's files (attrib/,
+// info) and fall back to what the control writes recorded.
+//
+// cowctl owns a backstore whose dev_config starts with "cowstore/", and a
+// fabric target whose LUNs all link to such backstores. It never changes
+// anything else (no emulate_* attribute either: user backstores have none).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tools/cowctl/util.h"
+
+namespace cowstore::cowctl {
+
+struct LioOptions {
+  std::string configfs_root = "/sys/kernel/config";
+  std::string proc_root = "/proc";  // where to look for a running tcmu-runner
+  // Tests only: called before each attribute write; a non-zero errno makes
+  // the write fail as the kernel would refuse it.
+  std::function<int(const std::string& path, const std::string& value)> refuse_write;
+};
+
+struct Backstore {
+  std::string name;   // rtslib storage object name
+  std::string hba;    // "user_3"
+  std::string path;   // <root>/target/core/user_3/<name>
+  Cfgstring config;
+  uint64_t size = 0;
+  uint32_t block_size = 0;
+  std::string wwn;    // vpd_unit_serial
+  bool enabled = false;
+  std::string key() const { return hba + "/" + name; }
+};
+
+struct BackstoreSpec {
+  std::string name;
+  Cfgstring config;
+  uint64_t size = 0;
+  uint32_t block_size = 512;
+  std::string wwn;
+};
+
+// One LUN of a fabric TPG.
+struct FabricLun {
+  std::string fabric;  // "iscsi", "loopback", ...
+  std::string target;  // IQN / NAA
+  uint32_t tpg = 1;
+  uint32_t lun = 0;
+  std::string path;    // the lun_<L> directory
+  std::string backstore_key;  // "user_3/<name>" it links to
+};
+
+struct AclSpec {
+  std::string initiator;
+  std::string chap_user;
+  std::string chap_password;
+};
+
+struct IscsiSpec {
+  std::string target;                // IQN
+  std::vector<std::string> portals;  // "ip:port"; empty: 0.0.0.0:3260 on a new TPG
+  std::vector<AclSpec> acls;         // empty: demo mode (any initiator)
+  std::optional<uint32_t> lun;       // TPG LUN number; default: lowest free
+};
+
+struct IscsiTarget {
+  std::string iqn;
+  uint32_t tpg = 1;
+  std::vector<std::string> portals;
+  std::vector<std::pair<uint32_t, std::string>> luns;  // lun number, backstore key
+  std::vector<AclSpec> acls;
+  bool demo_mode = false;
+};
+
+struct LoopbackTarget {
+  std::string wwn;
+  std::string nexus;
+  std::vector<std::pair<uint32_t, std::string>> luns;
+};
+
+class Lio {
+ public:
+  explicit Lio(LioOptions options);
+
+  const std::string& root() const { return opt_.configfs_root; }
+  // Both throw a UserError that says what to do.
+  void RequireCore() const;    // target_core_user loaded, configfs mounted
+  void RequireRunner() const;  // a tcmu-runner process is running
+  bool Available() const;      // target/core exists
+
+  std::vector<Backstore> Backstores() const;  // cowstore ones only
+  std::optional<Backstore> FindBackstore(const std::string& pool, const std::string& lun) const;
+  std::optional<Backstore> FindBackstoreByKey(const std::string& key) const;
+  // Creates, configures and enables the backstore; removes it again on error.
+  Backstore CreateBackstore(const BackstoreSpec& spec);
+  // Refuses while a fabric LUN links to it.
+  void DeleteBackstore(const Backstore& bs);
+
+  std::vector<FabricLun> FabricLuns() const;  // every fabric, every owner
+  std::vector<FabricLun> LinksTo(const Backstore& bs) const;
+
+  // Exports over iSCSI (idempotent: an existing link in that target is
+  // kept, missing portals and ACLs are added). Rolls back what it made.
+  FabricLun ExportIscsi(const Backstore& bs, const IscsiSpec& spec);
+  FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "");
+  // Removes every iSCSI/loopback LUN linking to `bs` and the cowctl targets
+  // this leaves empty. Throws (and changes nothing) if another fabric links.
+  void Unexport(const Backstore& bs);
+
+  std::vector<IscsiTarget> IscsiTargets() const;      // cowctl-owned only
+  std::vector<LoopbackTarget> LoopbackTargets() const;  // cowctl-owned only
+
+ private:
+  std::string T(const std::string& rel) const { return opt_.configfs_root + "/target/" + rel; }
+  bool OwnedTarget(const std::string& fabric, const std::string& target) const;
+  void EnsureFabric(const std::string& fabric, const char* module) const;
+  void RemoveTarget(const std::string& fabric, const std::string& target) const;
+
+  LioOptions opt_;
+};
+
+// Default target name for a pool: iqn.2024-01.io.cowstore:<host>.<pool>
+std::string DefaultIscsiTarget(const std::string& pool);
+bool ValidIqn(const std::string& iqn);
+bool ValidPortal(const std::string& portal);
+
+}  // namespace cowstore::cowctl
