@@ -54,6 +54,9 @@ struct PoolOptions {
   // Percentage of the pool's data units; crossing it upward bumps
   // Pool::soft_threshold_generation(). 0 disables the signal.
   uint32_t soft_threshold_percent = 80;
+  // Bytes of the journal region (4 KiB multiple, 64 KiB .. 1 GiB); 0 = 16 MiB.
+  // A full journal triggers a checkpoint; small values exercise that in tests.
+  uint64_t journal_bytes = 0;
 };
 
 struct OpenOptions {
@@ -187,6 +190,13 @@ class Lun {
   // Mapped/deallocated runs covering [lba, lba+count), in order, merged.
   virtual Result<std::vector<AllocationRun>> GetAllocationStatus(uint64_t lba,
                                                                  uint64_t count) = 0;
+  // Thick provisioning: backs every unmapped AU touching the range with a
+  // fresh (zero) AU, without changing what the range reads. kNoSpace if the
+  // pool cannot hold them (nothing changed).
+  virtual Status Allocate(uint64_t lba, uint64_t count, Durability durability) {
+    (void)lba; (void)count; (void)durability;
+    return Status(Code::kUnsupported, "Allocate not supported");
+  }
 
   // Contiguous-buffer conveniences.
   Status Read(uint64_t lba, uint64_t count, void* buf) {

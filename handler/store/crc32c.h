@@ -1,0 +1,12 @@
+// CRC32C (Castagnoli), the checksum of every on-disk metadata structure.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cowstore::store {
+
+// Extends `crc` (0 to start) over `n` bytes.
+uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
+
+}  // namespace cowstore::store

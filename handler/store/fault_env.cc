@@ -1,0 +1,211 @@
+#include "handler/store/fault_env.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace cowstore::store {
+
+class FaultFile final : public File {
+ public:
+  FaultFile(FaultInjectionEnv* env, std::shared_ptr<FaultInjectionEnv::Image> im, bool shared)
+      : env_(env), im_(std::move(im)), shared_(shared) {}
+  ~FaultFile() override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    if (shared_) im_->shared_locks--; else im_->exclusive = false;
+  }
+
+  Status Read(uint64_t off, size_t n, void* buf) override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kRead);
+    if (!s.ok()) return s;
+    auto* p = static_cast<uint8_t*>(buf);
+    const auto& cur = im_->current;
+    uint64_t have = off < cur.size() ? std::min<uint64_t>(n, cur.size() - off) : 0;
+    if (have) std::memcpy(p, cur.data() + off, have);
+    if (have < n) std::memset(p + have, 0, n - have);
+    return Status::Ok();
+  }
+
+  Status Write(uint64_t off, size_t n, const void* buf) override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kWrite);
+    if (!s.ok()) return s;
+    if (off + n > im_->current.size()) FaultInjectionEnv::Resize(*im_, off + n);
+    std::memcpy(im_->current.data() + off, buf, n);
+    Dirty(off, n);
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kSync);
+    if (!s.ok()) return s;
+    constexpr uint64_t S = FaultInjectionEnv::kSector;
+    for (uint64_t sec : im_->dirty) {
+      uint64_t off = sec * S;
+      uint64_t n = std::min<uint64_t>(S, im_->current.size() - off);
+      std::memcpy(im_->durable.data() + off, im_->current.data() + off, n);
+    }
+    im_->dirty.clear();
+    return Status::Ok();
+  }
+
+  Result<uint64_t> Size() override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    return static_cast<uint64_t>(im_->current.size());
+  }
+
+  Status Truncate(uint64_t size) override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kTruncate);
+    if (!s.ok()) return s;
+    FaultInjectionEnv::Resize(*im_, size);
+    return Status::Ok();
+  }
+
+  Status PunchHole(uint64_t off, uint64_t n) override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kPunch);
+    if (!s.ok()) return s;
+    uint64_t size = im_->current.size();
+    if (off >= size) return Status::Ok();
+    n = std::min<uint64_t>(n, size - off);
+    std::memset(im_->current.data() + off, 0, n);
+    Dirty(off, n);
+    return Status::Ok();
+  }
+
+  bool IsBlockDevice() const override { return false; }
+
+ private:
+  void Dirty(uint64_t off, uint64_t n) {
+    constexpr uint64_t S = FaultInjectionEnv::kSector;
+    if (n == 0) return;
+    for (uint64_t sec = off / S; sec <= (off + n - 1) / S; sec++) im_->dirty.insert(sec);
+  }
+  FaultInjectionEnv* env_;
+  std::shared_ptr<FaultInjectionEnv::Image> im_;
+  bool shared_;
+};
+
+void FaultInjectionEnv::Resize(Image& im, uint64_t size) {
+  im.current.resize(size, 0);
+  im.durable.resize(size, 0);
+  // Sectors past the end are gone; a partly cut sector keeps its dirty mark.
+  im.dirty.erase(im.dirty.lower_bound((size + kSector - 1) / kSector), im.dirty.end());
+}
+
+Status FaultInjectionEnv::Gate(Op op) {
+  uint64_t nth = op_counts_[static_cast<int>(op)]++;
+  if (op != Op::kRead) {
+    if (crashed_) return Status(Code::kIOError, "injected: disk is dead (power cut)");
+    if (crash_countdown_ == 0) {
+      crashed_ = true;
+      return Status(Code::kIOError, "injected: disk is dead (power cut)");
+    }
+    if (crash_countdown_ > 0) crash_countdown_--;
+    mutating_++;
+  }
+  for (size_t i = 0; i < faults_.size(); i++) {
+    if (faults_[i].op == op && faults_[i].nth == nth) {
+      Code c = faults_[i].code;
+      faults_.erase(faults_.begin() + static_cast<long>(i));
+      return Status(c, c == Code::kNoSpace ? "injected ENOSPC" : "injected EIO");
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<File>> FaultInjectionEnv::OpenLocked(const std::string& path, Mode mode) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) {
+    if (mode != Mode::kCreate) return Status(Code::kNotFound, "no pool at " + path);
+    it = files_.emplace(path, std::make_shared<Image>()).first;
+  }
+  Image& im = *it->second;
+  bool shared = mode == Mode::kReadOnly;
+  if (im.exclusive || (!shared && im.shared_locks > 0))
+    return Status(Code::kBusy, path + " is in use by another process");
+  if (shared) im.shared_locks++; else im.exclusive = true;
+  return std::unique_ptr<File>(new FaultFile(this, it->second, shared));
+}
+
+bool FaultInjectionEnv::Exists(const std::string& path) {
+  std::lock_guard<std::mutex> g(mu_);
+  return files_.count(path) > 0;
+}
+
+void FaultInjectionEnv::CrashAfter(int64_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  crash_countdown_ = n;
+}
+
+bool FaultInjectionEnv::crashed() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return crashed_;
+}
+
+uint64_t FaultInjectionEnv::mutating_calls() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return mutating_;
+}
+
+void FaultInjectionEnv::FailAt(Op op, uint64_t nth, Code code) {
+  std::lock_guard<std::mutex> g(mu_);
+  faults_.push_back({op, op_counts_[static_cast<int>(op)] + nth, code});
+}
+
+void FaultInjectionEnv::ClearFaults() {
+  std::lock_guard<std::mutex> g(mu_);
+  faults_.clear();
+  crash_countdown_ = -1;
+  crashed_ = false;
+}
+
+void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
+  std::lock_guard<std::mutex> g(mu_);
+  std::mt19937_64 rng(seed);
+  for (auto& [path, imp] : files_) {
+    Image& im = *imp;
+    for (uint64_t sec : im.dirty) {
+      uint64_t off = sec * kSector;
+      uint64_t n = std::min<uint64_t>(kSector, im.current.size() - off);
+      bool keep = loss == Loss::kKeepAll || ((loss == Loss::kRandom || loss == Loss::kTear) && (rng() & 1));
+      if (keep) {
+        std::memcpy(im.durable.data() + off, im.current.data() + off, n);
+      } else if (loss == Loss::kTear && rng() % 4 == 0) {
+        uint64_t cut = rng() % n;  // first `cut` bytes made it
+        std::memcpy(im.durable.data() + off, im.current.data() + off, cut);
+      }
+      std::memcpy(im.current.data() + off, im.durable.data() + off, n);
+    }
+    im.dirty.clear();
+  }
+  crashed_ = false;
+  crash_countdown_ = -1;
+}
+
+void FaultInjectionEnv::Delete(const std::string& path) {
+  std::lock_guard<std::mutex> g(mu_);
+  files_.erase(path);
+}
+
+void FaultInjectionEnv::Corrupt(const std::string& path, uint64_t off, size_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  if (it == files_.end()) return;
+  Image& im = *it->second;
+  for (uint64_t i = off; i < off + n && i < im.current.size(); i++) {
+    im.current[i] ^= 0x5a;
+    im.durable[i] ^= 0x5a;
+  }
+}
+
+uint64_t FaultInjectionEnv::unsynced_sectors(const std::string& path) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? 0 : it->second->dirty.size();
+}
+
+}  // namespace cowstore::store

@@ -1,0 +1,88 @@
+// An in-memory Env for tests that models a disk with a volatile write cache.
+//
+// Every file keeps two images: what the OS would return now (`current`) and
+// what is on stable storage (`durable`). Write/PunchHole change `current` and
+// mark the 512-byte sectors they touch as unsynced; Sync() makes them durable.
+// PowerLoss() then decides, per unsynced sector, whether it reached the media
+// (kept), did not (dropped), or was torn inside the sector. File sizes and
+// locks are not cached: they change at once.
+//
+// Faults: Crash-after-N makes the N+1-th mutating call (and all later ones)
+// fail with kIOError and change nothing, as if the machine had died there;
+// FailAt injects one error (EIO or ENOSPC) at a chosen call.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "handler/store/env.h"
+
+namespace cowstore::store {
+
+class FaultInjectionEnv final : public Env {
+ public:
+  static constexpr uint64_t kSector = 512;
+  enum class Loss : uint8_t {
+    kDropAll,   // no unsynced sector survives
+    kKeepAll,   // every unsynced sector survives (the OS flushed it just in time)
+    kRandom,    // each unsynced sector independently survives or not
+    kTear,      // kRandom, and some sectors survive only in part
+  };
+  enum class Op : uint8_t { kWrite, kSync, kPunch, kTruncate, kRead };
+
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override;
+  bool Exists(const std::string& path) override;
+
+  // After `n` more mutating calls (Write, Sync, PunchHole, Truncate) the disk
+  // is dead: later calls fail with kIOError and have no effect. A negative n
+  // disarms it.
+  void CrashAfter(int64_t n);
+  bool crashed() const;
+  // Number of mutating calls so far (to pick crash points).
+  uint64_t mutating_calls() const;
+  // The `nth` (0 = next) call of kind `op` fails with `code` (kIOError or
+  // kNoSpace) without effect.
+  void FailAt(Op op, uint64_t nth, Code code);
+  void ClearFaults();
+
+  // Cuts power: unsynced sectors are dropped, kept or torn per `loss`, using
+  // `seed`. Also clears the crashed state. Files must not be open.
+  void PowerLoss(Loss loss, uint64_t seed);
+
+  // Test helpers.
+  void Delete(const std::string& path);
+  // Flips bytes in the current and durable images (simulated media rot).
+  void Corrupt(const std::string& path, uint64_t off, size_t n);
+  uint64_t unsynced_sectors(const std::string& path) const;
+
+ private:
+  friend class FaultFile;
+  struct Image {
+    std::vector<uint8_t> current, durable;
+    std::set<uint64_t> dirty;  // sector indexes written since the last sync
+    int shared_locks = 0;
+    bool exclusive = false;
+  };
+  // Returns a status if this call must fail (consuming a fault), else ok.
+  Status Gate(Op op);
+  static void Resize(Image& im, uint64_t size);
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Image>> files_;
+  int64_t crash_countdown_ = -1;
+  bool crashed_ = false;
+  uint64_t mutating_ = 0;
+  struct Fault { Op op; uint64_t nth; Code code; };
+  std::vector<Fault> faults_;
+  uint64_t op_counts_[5] = {};
+};
+
+}  // namespace cowstore::store

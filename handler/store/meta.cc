@@ -1,0 +1,350 @@
+#include "handler/store/meta.h"
+
+#include <cstring>
+
+#include "handler/store/crc32c.h"
+
+namespace cowstore::store {
+namespace {
+constexpr char kSbMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};
+constexpr uint32_t kStateMagic = 0x54534b43;  // "CKST"
+constexpr size_t kMaxName = 64;
+}  // namespace
+
+bool Decoder::U32(uint32_t* v) {
+  if (n_ < 4) return false;
+  *v = 0;
+  for (int i = 0; i < 4; i++) *v |= uint32_t(p_[i]) << (8 * i);
+  p_ += 4; n_ -= 4;
+  return true;
+}
+bool Decoder::U64(uint64_t* v) {
+  if (n_ < 8) return false;
+  *v = 0;
+  for (int i = 0; i < 8; i++) *v |= uint64_t(p_[i]) << (8 * i);
+  p_ += 8; n_ -= 8;
+  return true;
+}
+bool Decoder::Bytes(void* out, size_t n) {
+  if (n_ < n) return false;
+  std::memcpy(out, p_, n);
+  p_ += n; n_ -= n;
+  return true;
+}
+bool Decoder::Str(std::string* s, size_t max) {
+  uint32_t len;
+  if (!U32(&len) || len > max || n_ < len) return false;
+  s->assign(reinterpret_cast<const char*>(p_), len);
+  p_ += len; n_ -= len;
+  return true;
+}
+
+std::string Superblock::Encode() const {
+  std::string s;
+  Encoder e(&s);
+  e.Bytes(kSbMagic, 8);
+  e.U32(version);
+  e.Bytes(uuid.data(), uuid.size());
+  e.U32(au);
+  e.U64(size_bytes);
+  e.U64(journal_bytes);
+  e.U64(data_offset);
+  e.U64(seq);
+  e.U64(ckpt_first);
+  e.U64(ckpt_bytes);
+  e.U32(ckpt_crc);
+  e.U64(journal_start_lsn);
+  e.U32(soft_threshold_percent);
+  e.U32(Crc32c(0, s.data(), s.size()));
+  s.resize(kSuperblockSlot, '\0');
+  return s;
+}
+
+Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
+  Decoder d(p, n);
+  char magic[8];
+  if (!d.Bytes(magic, 8) || std::memcmp(magic, kSbMagic, 8) != 0)
+    return Status(Code::kCorruption, "no cowstore superblock (bad magic)");
+  bool ok = d.U32(&sb->version) && d.Bytes(sb->uuid.data(), 16) && d.U32(&sb->au) &&
+            d.U64(&sb->size_bytes) && d.U64(&sb->journal_bytes) && d.U64(&sb->data_offset) &&
+            d.U64(&sb->seq) && d.U64(&sb->ckpt_first) && d.U64(&sb->ckpt_bytes) &&
+            d.U32(&sb->ckpt_crc) && d.U64(&sb->journal_start_lsn) &&
+            d.U32(&sb->soft_threshold_percent);
+  size_t body = n - d.left();
+  uint32_t crc;
+  if (!ok || !d.U32(&crc) || crc != Crc32c(0, p, body))
+    return Status(Code::kCorruption, "superblock checksum mismatch");
+  if (sb->version != kFormatVersion)
+    return Status(Code::kUnsupported, "pool format version " + std::to_string(sb->version) +
+                                          " (this build reads version " +
+                                          std::to_string(kFormatVersion) + ")");
+  bool pow2 = sb->au && (sb->au & (sb->au - 1)) == 0;
+  if (!pow2 || sb->au < (64u << 10) || sb->au > (1u << 20) || sb->journal_bytes < kMinJournalBytes ||
+      sb->data_offset < kJournalOffset + sb->journal_bytes || sb->data_offset % sb->au != 0 ||
+      sb->size_bytes < sb->data_offset)
+    return Status(Code::kCorruption, "superblock geometry is inconsistent");
+  return Status::Ok();
+}
+
+LunState* MetaState::FindName(const std::string& name) const {
+  for (const auto& [id, l] : luns)
+    if (l->name == name) return l.get();
+  return nullptr;
+}
+
+uint64_t MetaState::extents() const {
+  uint64_t n = 0;
+  for (const auto& [id, l] : luns) n += l->map.extents();
+  return n;
+}
+
+void Record::EncodePayload(std::string* out) const {
+  Encoder e(out);
+  switch (type) {
+    case RecType::kCreateLun:
+    case RecType::kCloneLun:
+      e.U32(lun);
+      e.U32(lun2);
+      e.Bytes(uuid.data(), 16);
+      e.U64(a);
+      e.U32(bs);
+      e.Str(name);
+      break;
+    case RecType::kDeleteLun:
+      e.U32(lun);
+      break;
+    case RecType::kResizeLun:
+      e.U32(lun);
+      e.U64(a);
+      break;
+    case RecType::kMap:
+      e.U32(lun);
+      e.U32(static_cast<uint32_t>(runs.size()));
+      for (const Run& r : runs) { e.U64(r.lba); e.U64(r.phys); e.U64(r.len); }
+      break;
+    case RecType::kUnmap:
+      e.U32(lun);
+      e.U64(a);
+      e.U64(n);
+      break;
+    case RecType::kClone:
+      e.U32(lun);
+      e.U32(lun2);
+      e.U64(a);
+      e.U64(b);
+      e.U64(n);
+      break;
+  }
+}
+
+bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
+  Decoder d(p, len);
+  r->type = t;
+  bool ok = false;
+  switch (t) {
+    case RecType::kCreateLun:
+    case RecType::kCloneLun:
+      ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
+           d.U32(&r->bs) && d.Str(&r->name, kMaxName);
+      break;
+    case RecType::kDeleteLun:
+      ok = d.U32(&r->lun);
+      break;
+    case RecType::kResizeLun:
+      ok = d.U32(&r->lun) && d.U64(&r->a);
+      break;
+    case RecType::kMap: {
+      uint32_t cnt;
+      ok = d.U32(&r->lun) && d.U32(&cnt) && d.left() == size_t{cnt} * 24;
+      if (ok) {
+        r->runs.resize(cnt);
+        for (Run& x : r->runs) ok = ok && d.U64(&x.lba) && d.U64(&x.phys) && d.U64(&x.len);
+      }
+      break;
+    }
+    case RecType::kUnmap:
+      ok = d.U32(&r->lun) && d.U64(&r->a) && d.U64(&r->n);
+      break;
+    case RecType::kClone:
+      ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.U64(&r->a) && d.U64(&r->b) && d.U64(&r->n);
+      break;
+  }
+  return ok && d.left() == 0;
+}
+
+void FrameRecord(const Record& r, uint64_t lsn, std::string* out) {
+  size_t start = out->size();
+  out->append(kRecordHeader, '\0');
+  r.EncodePayload(out);
+  uint32_t plen = static_cast<uint32_t>(out->size() - start - kRecordHeader);
+  std::string hdr;
+  Encoder e(&hdr);
+  e.U32(0);
+  e.U32(plen);
+  e.U64(lsn);
+  e.U8(static_cast<uint8_t>(r.type));
+  std::memcpy(out->data() + start, hdr.data(), kRecordHeader);
+  uint32_t crc = Crc32c(0, out->data() + start + 4, out->size() - start - 4);
+  for (int i = 0; i < 4; i++) (*out)[start + i] = static_cast<char>(crc >> (8 * i));
+}
+
+size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r) {
+  Decoder d(p, n);
+  uint32_t crc, plen;
+  uint64_t lsn;
+  uint8_t type;
+  if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U8(&type)) return 0;
+  if (lsn != expect_lsn || plen > n - kRecordHeader) return 0;
+  if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
+  if (type < 1 || type > static_cast<uint8_t>(RecType::kCloneLun)) return 0;
+  if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
+  return kRecordHeader + plen;
+}
+
+namespace {
+Status Bad(const std::string& what) { return Status(Code::kCorruption, "journal replay: " + what); }
+uint64_t Units(uint64_t bytes, uint32_t au) { return (bytes + au - 1) / au; }
+}  // namespace
+
+Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
+  switch (r.type) {
+    case RecType::kCreateLun: {
+      if (st->Find(r.lun) || st->FindName(r.name)) return Bad("LUN created twice");
+      auto l = std::make_shared<LunState>();
+      l->id = r.lun;
+      l->name = r.name;
+      l->uuid = r.uuid;
+      l->size = r.a;
+      l->bs = r.bs;
+      st->luns.emplace(r.lun, std::move(l));
+      st->next_lun_id = std::max(st->next_lun_id, r.lun + 1);
+      return Status::Ok();
+    }
+    case RecType::kCloneLun: {
+      LunState* src = st->Find(r.lun);
+      if (!src || st->Find(r.lun2) || st->FindName(r.name)) return Bad("bad LUN clone");
+      auto l = std::make_shared<LunState>();
+      l->id = r.lun2;
+      l->name = r.name;
+      l->uuid = r.uuid;
+      l->size = src->size;
+      l->bs = src->bs;
+      for (const auto& [lba, e] : src->map.runs()) {
+        l->map.Insert(lba, e.phys, e.len);
+        if (sink) sink->Inc(e.phys, e.len);
+      }
+      st->luns.emplace(r.lun2, std::move(l));
+      st->next_lun_id = std::max(st->next_lun_id, r.lun2 + 1);
+      return Status::Ok();
+    }
+    case RecType::kDeleteLun: {
+      LunState* l = st->Find(r.lun);
+      if (!l) return Bad("delete of unknown LUN");
+      if (sink)
+        for (const auto& [lba, e] : l->map.runs()) sink->Dec(e.phys, e.len);
+      l->deleted = true;
+      st->luns.erase(r.lun);
+      return Status::Ok();
+    }
+    case RecType::kResizeLun: {
+      LunState* l = st->Find(r.lun);
+      if (!l) return Bad("resize of unknown LUN");
+      uint64_t keep = Units(r.a, st->au);
+      std::vector<Run> removed;
+      l->map.Remove(keep, kNone - keep, &removed);
+      if (sink)
+        for (const Run& x : removed) sink->Dec(x.phys, x.len);
+      l->size = r.a;
+      return Status::Ok();
+    }
+    case RecType::kMap: {
+      LunState* l = st->Find(r.lun);
+      if (!l) return Bad("map on unknown LUN");
+      std::vector<Run> removed;
+      for (const Run& x : r.runs) {
+        if (sink) sink->Inc(x.phys, x.len);
+        removed.clear();
+        l->map.Remove(x.lba, x.len, &removed);
+        l->map.Insert(x.lba, x.phys, x.len);
+        if (sink)
+          for (const Run& y : removed) sink->Dec(y.phys, y.len);
+      }
+      return Status::Ok();
+    }
+    case RecType::kUnmap: {
+      LunState* l = st->Find(r.lun);
+      if (!l) return Bad("unmap on unknown LUN");
+      std::vector<Run> removed;
+      l->map.Remove(r.a, r.n, &removed);
+      if (sink)
+        for (const Run& y : removed) sink->Dec(y.phys, y.len);
+      return Status::Ok();
+    }
+    case RecType::kClone: {
+      LunState* src = st->Find(r.lun);
+      LunState* dst = st->Find(r.lun2);
+      if (!src || !dst) return Bad("clone between unknown LUNs");
+      std::vector<Run> pieces, removed;
+      src->map.Lookup(r.a, r.n, &pieces);
+      if (sink)  // increments first: an AU both dropped and re-added never hits zero
+        for (const Run& x : pieces) sink->Inc(x.phys, x.len);
+      dst->map.Remove(r.b, r.n, &removed);
+      for (const Run& x : pieces) dst->map.Insert(x.lba - r.a + r.b, x.phys, x.len);
+      if (sink)
+        for (const Run& y : removed) sink->Dec(y.phys, y.len);
+      return Status::Ok();
+    }
+  }
+  return Bad("unknown record type");
+}
+
+void EncodeState(const MetaState& st, std::string* out) {
+  Encoder e(out);
+  e.U32(kStateMagic);
+  e.U32(st.next_lun_id);
+  e.U32(static_cast<uint32_t>(st.luns.size()));
+  for (const auto& [id, l] : st.luns) {
+    e.U32(l->id);
+    e.Bytes(l->uuid.data(), 16);
+    e.U64(l->size);
+    e.U32(l->bs);
+    e.Str(l->name);
+    e.U64(l->map.extents());
+    for (const auto& [lba, x] : l->map.runs()) {
+      e.U64(lba);
+      e.U64(x.phys);
+      e.U64(x.len);
+    }
+  }
+}
+
+Status DecodeState(const std::string& in, MetaState* st) {
+  Decoder d(in.data(), in.size());
+  uint32_t magic, nluns;
+  Status bad(Code::kCorruption, "checkpoint does not decode");
+  if (!d.U32(&magic) || magic != kStateMagic || !d.U32(&st->next_lun_id) || !d.U32(&nluns))
+    return bad;
+  for (uint32_t i = 0; i < nluns; i++) {
+    auto l = std::make_shared<LunState>();
+    uint64_t next;
+    if (!d.U32(&l->id) || !d.Bytes(l->uuid.data(), 16) || !d.U64(&l->size) || !d.U32(&l->bs) ||
+        !d.Str(&l->name, kMaxName) || !d.U64(&next) || next > d.left() / 24)
+      return bad;
+    uint64_t prev_end = 0;
+    for (uint64_t k = 0; k < next; k++) {
+      uint64_t lba, phys, len;
+      if (!d.U64(&lba) || !d.U64(&phys) || !d.U64(&len)) return bad;
+      if (len == 0 || lba < prev_end || lba + len < lba || phys + len < phys)
+        return Status(Code::kCorruption, "checkpoint: overlapping or empty extent");
+      prev_end = lba + len;
+      l->map.Insert(lba, phys, len);
+    }
+    if (st->luns.count(l->id) || st->FindName(l->name))
+      return Status(Code::kCorruption, "checkpoint: duplicate LUN");
+    st->luns.emplace(l->id, std::move(l));
+  }
+  if (d.left() != 0) return bad;
+  return Status::Ok();
+}
+
+}  // namespace cowstore::store

@@ -1,0 +1,150 @@
+// The store's metadata, its on-disk encodings and the one function that
+// changes it.
+//
+// On disk (see docs/design/store.md):
+//   [0, 4K)      superblock copy 0      [4K, 8K)  superblock copy 1
+//   [64K, 64K+J) journal: records {crc32c, len, lsn, type, payload}
+//   [data_offset + i*AU) allocation unit i (data, or a checkpoint chunk)
+//
+// ApplyRecord is used both at run time and by journal replay, so replay
+// reproduces exactly what the running pool did.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "handler/store/extent_map.h"
+#include "handler/store/pool.h"
+#include "handler/store/range_lock.h"
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+constexpr uint32_t kFormatVersion = 1;
+constexpr uint64_t kSuperblockSlot = 4096;
+constexpr uint64_t kJournalOffset = 64 * 1024;
+constexpr uint64_t kDefaultJournalBytes = 16ull << 20;
+constexpr uint64_t kMinJournalBytes = 64 * 1024;
+constexpr uint64_t kNone = ~uint64_t{0};
+
+// Little-endian encoder/decoder with bounds checks.
+class Encoder {
+ public:
+  explicit Encoder(std::string* out) : out_(out) {}
+  void U8(uint8_t v) { out_->push_back(static_cast<char>(v)); }
+  void U32(uint32_t v) { for (int i = 0; i < 4; i++) U8(static_cast<uint8_t>(v >> (8 * i))); }
+  void U64(uint64_t v) { for (int i = 0; i < 8; i++) U8(static_cast<uint8_t>(v >> (8 * i))); }
+  void Bytes(const void* p, size_t n) { out_->append(static_cast<const char*>(p), n); }
+  void Str(const std::string& s) { U32(static_cast<uint32_t>(s.size())); Bytes(s.data(), s.size()); }
+
+ private:
+  std::string* out_;
+};
+
+class Decoder {
+ public:
+  Decoder(const void* p, size_t n) : p_(static_cast<const uint8_t*>(p)), n_(n) {}
+  bool U8(uint8_t* v) { if (n_ < 1) return false; *v = *p_++; n_--; return true; }
+  bool U32(uint32_t* v);
+  bool U64(uint64_t* v);
+  bool Bytes(void* out, size_t n);
+  bool Str(std::string* s, size_t max);
+  size_t left() const { return n_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+};
+
+struct Superblock {
+  uint32_t version = kFormatVersion;
+  Uuid uuid{};
+  uint32_t au = 0;
+  uint64_t size_bytes = 0;       // declared size
+  uint64_t journal_bytes = 0;
+  uint64_t data_offset = 0;
+  uint64_t seq = 0;              // higher wins; copies alternate slots seq % 2
+  uint64_t ckpt_first = kNone;   // first AU of the checkpoint chain (kNone: empty pool)
+  uint64_t ckpt_bytes = 0;
+  uint32_t ckpt_crc = 0;
+  uint64_t journal_start_lsn = 1;
+  uint32_t soft_threshold_percent = 0;
+
+  std::string Encode() const;  // exactly kSuperblockSlot bytes
+  // kCorruption (bad magic/crc), kUnsupported (version), or ok.
+  static Status Decode(const void* p, size_t n, Superblock* sb);
+};
+
+// Header of each checkpoint chunk (one per AU).
+constexpr size_t kChunkHeader = 64;
+
+struct LunState {
+  uint32_t id = 0;
+  std::string name;
+  Uuid uuid{};
+  uint64_t size = 0;
+  uint32_t bs = 512;
+  ExtentMap map;
+  // Run-time only.
+  RangeLock lock;
+  int open_handles = 0;
+  bool deleted = false;
+};
+
+struct MetaState {
+  uint32_t au = 0;
+  uint32_t next_lun_id = 1;
+  std::map<uint32_t, std::shared_ptr<LunState>> luns;
+  LunState* Find(uint32_t id) const {
+    auto it = luns.find(id);
+    return it == luns.end() ? nullptr : it->second.get();
+  }
+  LunState* FindName(const std::string& name) const;
+  uint64_t extents() const;
+};
+
+enum class RecType : uint8_t {
+  kCreateLun = 1, kDeleteLun, kResizeLun, kMap, kUnmap, kClone, kCloneLun,
+};
+
+struct Record {
+  RecType type = RecType::kMap;
+  uint32_t lun = 0, lun2 = 0;  // kClone: lun = src, lun2 = dst; kCloneLun: lun = src, lun2 = new
+  uint64_t a = 0, b = 0, n = 0;  // kUnmap [a,a+n); kClone src a, dst b, n AUs; kResize: a = size
+  Uuid uuid{};
+  std::string name;
+  uint32_t bs = 0;
+  std::vector<Run> runs;  // kMap
+
+  void EncodePayload(std::string* out) const;
+  static bool DecodePayload(RecType t, const void* p, size_t n, Record* r);
+};
+
+// Journal framing: crc32c(4) | payload len(4) | lsn(8) | type(1) | payload.
+constexpr size_t kRecordHeader = 17;
+void FrameRecord(const Record& r, uint64_t lsn, std::string* out);
+// Parses the record at p[0..n); returns its total size, or 0 if it is not a
+// valid record with the expected lsn (which ends replay).
+size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r);
+
+// Receives reference count changes from ApplyRecord (null during replay:
+// counts are rebuilt from the maps afterwards).
+class RefSink {
+ public:
+  virtual ~RefSink() = default;
+  virtual void Inc(uint64_t phys, uint64_t n) = 0;
+  virtual void Dec(uint64_t phys, uint64_t n) = 0;
+};
+
+// Applies a record; kCorruption if it does not fit the state (replay of
+// inconsistent metadata). At run time records are built to fit.
+Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink);
+
+// Checkpoint payload: the LUN table and every extent map.
+void EncodeState(const MetaState& st, std::string* out);
+Status DecodeState(const std::string& in, MetaState* st);
+
+}  // namespace cowstore::store

@@ -1,0 +1,181 @@
+// Pool and Lun: thin handles over Core; every entry point turns exceptions
+// (std::bad_alloc and friends) into a Status so none escapes the API.
+#include <new>
+
+#include "handler/store/pool_impl.h"
+
+namespace cowstore::store {
+namespace {
+
+template <typename F>
+auto Guard(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "out of memory");
+  } catch (const std::exception& e) {
+    return Status(Code::kIOError, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return Status(Code::kIOError, "internal error");
+  }
+}
+
+class LunImpl final : public Lun {
+ public:
+  LunImpl(std::shared_ptr<Core> core, std::shared_ptr<LunState> l, Pool* pool)
+      : core_(std::move(core)), l_(std::move(l)), pool_(pool), name_(l_->name) {}
+  ~LunImpl() override { core_->ReleaseHandle(l_.get()); }
+
+  const std::string& name() const override { return name_; }
+  Uuid id() const override { return l_->uuid; }
+  uint32_t block_size() const override { return l_->bs; }
+  uint64_t block_count() const override { return core_->BlockCount(l_.get()); }
+  Pool& pool() override { return *pool_; }
+
+  Status Read(uint64_t lba, uint64_t count, std::span<const iovec> iov) override {
+    return Guard([&] { return core_->Read(l_.get(), lba, count, iov); });
+  }
+  Status Write(uint64_t lba, uint64_t count, std::span<const iovec> iov, Durability d) override {
+    return Guard([&] { return core_->Write(l_.get(), lba, count, iov, d); });
+  }
+  Status CompareAndWrite(uint64_t lba, uint64_t count, const void* compare, const void* write,
+                         Durability d) override {
+    return Guard([&] { return core_->CompareAndWrite(l_.get(), lba, count, compare, write, d); });
+  }
+  Status ZeroRange(uint64_t lba, uint64_t count, Durability d) override {
+    return Guard([&] { return core_->ZeroRange(l_.get(), lba, count, d, false); });
+  }
+  Status Unmap(uint64_t lba, uint64_t count, Durability d) override {
+    return Guard([&] { return core_->ZeroRange(l_.get(), lba, count, d, true); });
+  }
+  Status Flush() override {
+    return Guard([&] { return core_->Flush(); });
+  }
+  Result<std::vector<AllocationRun>> GetAllocationStatus(uint64_t lba, uint64_t count) override {
+    return Guard([&] { return core_->AllocationStatus(l_.get(), lba, count); });
+  }
+  Status Allocate(uint64_t lba, uint64_t count, Durability d) override {
+    return Guard([&] { return core_->Allocate(l_.get(), lba, count, d); });
+  }
+
+  Core* core() const { return core_.get(); }
+  LunState* state() const { return l_.get(); }
+
+  using Lun::Read;
+  using Lun::Write;
+
+ private:
+  std::shared_ptr<Core> core_;
+  std::shared_ptr<LunState> l_;
+  Pool* pool_;
+  std::string name_;
+};
+
+class PoolImpl final : public Pool {
+ public:
+  explicit PoolImpl(std::shared_ptr<Core> core) : core_(std::move(core)) { core_->owner = this; }
+  ~PoolImpl() override { (void)Close(); }
+
+  Status Close() override { return Guard([&] { return core_->Close(); }); }
+  Uuid uuid() const override { return core_->uuid(); }
+  uint32_t allocation_unit() const override { return core_->au(); }
+
+  Result<LunInfo> CreateLun(const std::string& name, uint64_t size, uint32_t bs) override {
+    return Guard([&] { return core_->CreateLun(name, size, bs); });
+  }
+  Status DeleteLun(const std::string& name) override {
+    return Guard([&] { return core_->DeleteLun(name); });
+  }
+  Status ResizeLun(const std::string& name, uint64_t size) override {
+    return Guard([&] { return core_->ResizeLun(name, size); });
+  }
+  Result<LunInfo> CloneLun(const std::string& src, const std::string& dst) override {
+    return Guard([&] { return core_->CloneLun(src, dst); });
+  }
+  std::vector<LunInfo> ListLuns() const override {
+    try {
+      return core_->ListLuns();
+    } catch (...) {
+      return {};
+    }
+  }
+  Result<LunInfo> GetLun(const std::string& name) const override {
+    return Guard([&] { return core_->GetLun(name); });
+  }
+  Result<std::shared_ptr<Lun>> OpenLun(const std::string& name) override {
+    return Guard([&]() -> Result<std::shared_ptr<Lun>> {
+      auto l = core_->Acquire(name);
+      if (!l.ok()) return l.status();
+      return std::shared_ptr<Lun>(std::make_shared<LunImpl>(core_, l.value(), this));
+    });
+  }
+  Status CloneRange(Lun& src, uint64_t src_lba, Lun& dst, uint64_t dst_lba, uint64_t count,
+                    Durability d) override {
+    auto* s = dynamic_cast<LunImpl*>(&src);
+    auto* t = dynamic_cast<LunImpl*>(&dst);
+    if (!s || !t || s->core() != core_.get() || t->core() != core_.get())
+      return Status(Code::kInvalidArgument, "clone between LUNs of different pools");
+    return Guard([&] { return core_->CloneRange(s->state(), src_lba, t->state(), dst_lba, count, d); });
+  }
+  Status Flush() override { return Guard([&] { return core_->Flush(); }); }
+  Status Grow(uint64_t new_size) override { return Guard([&] { return core_->Grow(new_size); }); }
+  SpaceInfo Space() const override {
+    try {
+      return core_->Space();
+    } catch (...) {
+      return {};
+    }
+  }
+  uint64_t soft_threshold_generation() const override { return core_->soft_generation(); }
+  CheckReport Check(ProgressFn progress, void* ctx) override {
+    try {
+      return core_->Check(progress, ctx, true);
+    } catch (...) {
+      CheckReport r;
+      r.clean = false;
+      r.problems.push_back("check ran out of memory");
+      return r;
+    }
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Pool>> Pool::Create(Env* env, const std::string& path,
+                                           const PoolOptions& options) {
+  return Guard([&]() -> Result<std::unique_ptr<Pool>> {
+    auto c = Core::Create(env, path, options);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<Pool>(new PoolImpl(c.value()));
+  });
+}
+
+Result<std::unique_ptr<Pool>> Pool::Open(Env* env, const std::string& path,
+                                         const OpenOptions& options) {
+  return Guard([&]() -> Result<std::unique_ptr<Pool>> {
+    auto c = Core::Open(env, path, options.read_only);
+    if (!c.ok()) return c.status();
+    return std::unique_ptr<Pool>(new PoolImpl(c.value()));
+  });
+}
+
+Result<CheckReport> Pool::CheckOffline(Env* env, const std::string& path, ProgressFn progress,
+                                       void* ctx) {
+  return Guard([&]() -> Result<CheckReport> {
+    auto c = Core::Open(env, path, true);
+    if (!c.ok()) {
+      if (c.status().code() != Code::kCorruption && c.status().code() != Code::kUnsupported)
+        return c.status();
+      CheckReport r;
+      r.clean = false;
+      r.problems.push_back(c.status().ToString());
+      return r;
+    }
+    return c.value()->Check(progress, ctx, true);
+  });
+}
+
+}  // namespace cowstore::store

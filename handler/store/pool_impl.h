@@ -1,0 +1,166 @@
+// The pool's engine. Private to handler/store; callers use pool.h.
+//
+// Locking, outermost first:
+//   LunState::lock (range locks, in (LUN id, lba) order)
+//   Core::commit_mu_ (one committer at a time: journal tail, superblock)
+//   Core::meta_mu_   (maps, refcounts, free space, the journal buffer)
+// Data I/O never happens under meta_mu_.
+//
+// Cancellation: none of these functions is a cancellation-safe region. A
+// caller that may be cancelled (tcmu-runner threads) must disable
+// cancellation around every store call (pthread_setcancelstate), or a
+// cancelled commit would leave commit_mu_ held.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "handler/store/env.h"
+#include "handler/store/meta.h"
+#include "handler/store/pool.h"
+
+namespace cowstore::store {
+
+// Free allocation units as runs; every free AU reads as zeros.
+class FreeSpace {
+ public:
+  void Add(uint64_t p, uint64_t n);
+  // Takes n AUs (next-fit from a cursor, preferring contiguity); false if
+  // fewer than n are free (then nothing is taken).
+  bool Take(uint64_t n, std::vector<uint64_t>* out);
+  uint64_t count() const { return count_; }
+  const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
+  void Clear() { runs_.clear(); count_ = 0; cursor_ = 0; }
+
+ private:
+  std::map<uint64_t, uint64_t> runs_;
+  uint64_t count_ = 0;
+  uint64_t cursor_ = 0;
+};
+
+// What each AU is, besides "mapped" (refs > 0).
+enum class AuState : uint8_t {
+  kNone = 0,     // mapped by some LUN (refs > 0), or leaked if refs == 0
+  kFree,         // on the free list, reads as zeros
+  kMeta,         // part of the current checkpoint
+  kPending,      // unmapped; reusable once the freeing record is durable
+  kReserved,     // allocated to an operation still writing its data
+  kQuarantine,   // could not be zeroed; reclaimed at the next open
+};
+
+class Core final : public RefSink, public std::enable_shared_from_this<Core> {
+ public:
+  Core(Env* env, std::unique_ptr<File> file, bool read_only)
+      : env_(env), file_(std::move(file)), read_only_(read_only) {}
+
+  static Result<std::shared_ptr<Core>> Create(Env* env, const std::string& path,
+                                              const PoolOptions& o);
+  static Result<std::shared_ptr<Core>> Open(Env* env, const std::string& path, bool read_only);
+
+  Status Close();
+  Status CheckUsable() const;
+
+  // Pool operations.
+  Result<LunInfo> CreateLun(const std::string& name, uint64_t size, uint32_t bs);
+  Status DeleteLun(const std::string& name);
+  Status ResizeLun(const std::string& name, uint64_t size);
+  Result<LunInfo> CloneLun(const std::string& src, const std::string& dst);
+  std::vector<LunInfo> ListLuns();
+  Result<LunInfo> GetLun(const std::string& name);
+  Result<std::shared_ptr<LunState>> Acquire(const std::string& name);
+  void ReleaseHandle(LunState* l);
+  Status CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t dst_lba,
+                    uint64_t count, Durability d);
+  Status Flush();
+  Status Grow(uint64_t new_size);
+  SpaceInfo Space();
+  uint64_t soft_generation() const { return soft_gen_.load(); }
+  CheckReport Check(ProgressFn progress, void* ctx, bool compare_disk);
+
+  // LUN operations (lba/count in the LUN's blocks).
+  Status Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov);
+  Status Write(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov,
+               Durability d);
+  Status CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const void* cmp,
+                         const void* data, Durability d);
+  Status ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, bool unmap_only);
+  Status Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d);
+  Result<std::vector<AllocationRun>> AllocationStatus(LunState* l, uint64_t lba, uint64_t count);
+  uint64_t BlockCount(LunState* l);
+  uint32_t au() const { return au_; }
+  Uuid uuid() const { return sb_uuid_; }
+
+  Pool* owner = nullptr;
+
+  // RefSink (under meta_mu_).
+  void Inc(uint64_t phys, uint64_t n) override;
+  void Dec(uint64_t phys, uint64_t n) override;
+
+ private:
+  Status Load();
+  Status Commit(uint64_t ticket);
+  Status CheckpointLocked(uint64_t* target);  // REQUIRES commit_mu_
+  void ReleasePending(uint64_t target);       // REQUIRES commit_mu_
+  uint64_t AppendLocked(const Record& r);     // REQUIRES meta_mu_; returns ticket
+  uint64_t CkptUnits(uint64_t extents) const;
+  uint64_t CurrentSeq() { std::lock_guard<std::mutex> g(meta_mu_); return seq_; }
+  bool AffordableLocked(uint64_t need, uint64_t extra_extents) const;
+  // Takes `need` AUs for an operation (REQUIRES meta_mu_). kNoSpace if the
+  // pool cannot give them while keeping room for a checkpoint.
+  Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out);
+  // Returns reserved AUs that may hold data: zero them, then free them.
+  void Unreserve(const std::vector<uint64_t>& aus, bool dirty);
+  void SetStateLocked(uint64_t p, uint64_t n, AuState s);
+  void NoteAllocationLocked(uint64_t before);
+  uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
+  Status CheckRange(LunState* l, uint64_t lba, uint64_t count);
+  LunInfo InfoLocked(const LunState& l) const;
+  // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
+  // writes) covering the AUs touched. Write returns a commit ticket.
+  Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst);
+  Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket);
+  Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
+                         uint64_t* ticket);
+  Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket);
+  Status WriteSuperblockLocked(const Superblock& sb);
+
+  Env* env_;
+  std::unique_ptr<File> file_;
+  bool read_only_;
+  std::atomic<bool> closed_{false};
+
+  // Geometry (fixed after open, except total_units_ on Grow under both locks).
+  uint32_t au_ = 0;
+  uint64_t data_offset_ = 0, journal_bytes_ = 0;
+  uint64_t total_units_ = 0;
+  uint64_t size_bytes_ = 0;  // declared size (under meta_mu_)
+  Uuid sb_uuid_{};
+
+  std::mutex commit_mu_;
+  Superblock sb_;          // the newest durable superblock
+  uint64_t jtail_ = 0;     // journal bytes in use
+  Status failed_;          // sticky: a commit failed, the pool must be reopened
+  std::atomic<uint64_t> durable_seq_{0};
+
+  mutable std::mutex meta_mu_;
+  MetaState st_;
+  std::vector<uint32_t> refs_;
+  std::vector<AuState> state_;
+  FreeSpace free_;
+  std::vector<uint64_t> ckpt_aus_;
+  struct Pending { uint64_t phys, n, tag; };
+  std::vector<Pending> pending_;
+  uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
+  std::string jbuf_;
+  uint64_t next_lsn_ = 1;
+  uint64_t seq_ = 0;
+  bool data_dirty_ = false;
+  uint32_t soft_percent_ = 0;
+  std::atomic<uint64_t> soft_gen_{0};
+};
+
+}  // namespace cowstore::store

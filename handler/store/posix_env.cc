@@ -1,0 +1,152 @@
+// POSIX implementation of Env for regular files and block devices.
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "handler/store/env.h"
+
+namespace cowstore::store {
+namespace {
+
+Status Errno(const char* what, const std::string& path, int err) {
+  Code code = (err == ENOSPC || err == EDQUOT) ? Code::kNoSpace : Code::kIOError;
+  return Status(code, std::string(what) + " " + path + ": " + std::strerror(err));
+}
+
+class PosixFile final : public File {
+ public:
+  PosixFile(int fd, std::string path, bool blockdev)
+      : fd_(fd), path_(std::move(path)), blockdev_(blockdev) {}
+  ~PosixFile() override { ::close(fd_); }  // also drops the flock
+
+  Status Read(uint64_t off, size_t n, void* buf) override {
+    auto* p = static_cast<char*>(buf);
+    while (n > 0) {
+      ssize_t r = ::pread(fd_, p, n, static_cast<off_t>(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("pread", path_, errno);
+      }
+      if (r == 0) {  // past EOF: a sparse tail reads as zeros
+        std::memset(p, 0, n);
+        return Status::Ok();
+      }
+      p += r;
+      off += static_cast<uint64_t>(r);
+      n -= static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  Status Write(uint64_t off, size_t n, const void* buf) override {
+    const auto* p = static_cast<const char*>(buf);
+    while (n > 0) {
+      ssize_t r = ::pwrite(fd_, p, n, static_cast<off_t>(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("pwrite", path_, errno);
+      }
+      p += r;
+      off += static_cast<uint64_t>(r);
+      n -= static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  Status Sync() override {
+    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_, errno);
+    return Status::Ok();
+  }
+
+  Result<uint64_t> Size() override {
+    if (blockdev_) {
+      uint64_t sz = 0;
+      if (::ioctl(fd_, BLKGETSIZE64, &sz) != 0) return Errno("BLKGETSIZE64", path_, errno);
+      return sz;
+    }
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return Errno("fstat", path_, errno);
+    return static_cast<uint64_t>(st.st_size);
+  }
+
+  Status Truncate(uint64_t size) override {
+    if (blockdev_) return Status(Code::kUnsupported, "cannot resize a block device");
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0) return Errno("ftruncate", path_, errno);
+    return Status::Ok();
+  }
+
+  Status PunchHole(uint64_t off, uint64_t n) override {
+    if (n == 0) return Status::Ok();
+    if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+                    static_cast<off_t>(n)) == 0)
+      return Status::Ok();
+    int err = errno;
+    if (err != EOPNOTSUPP && err != ENOSYS && err != EINVAL) return Errno("fallocate", path_, err);
+    if (::fallocate(fd_, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
+                    static_cast<off_t>(n)) == 0)
+      return Status::Ok();
+    // Last resort: write zeros.
+    std::vector<char> zeros(std::min<uint64_t>(n, 1u << 20));
+    while (n > 0) {
+      size_t k = static_cast<size_t>(std::min<uint64_t>(n, zeros.size()));
+      Status s = Write(off, k, zeros.data());
+      if (!s.ok()) return s;
+      off += k;
+      n -= k;
+    }
+    return Status::Ok();
+  }
+
+  bool IsBlockDevice() const override { return blockdev_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  bool blockdev_;
+};
+
+class PosixEnv final : public Env {
+ public:
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
+    int flags = O_CLOEXEC | (mode == Mode::kReadOnly ? O_RDONLY : O_RDWR);
+    if (mode == Mode::kCreate) flags |= O_CREAT;
+    int fd = ::open(path.c_str(), flags, 0600);
+    if (fd < 0) {
+      int err = errno;
+      if (err == ENOENT) return Status(Code::kNotFound, "no pool at " + path);
+      return Errno("open", path, err);
+    }
+    if (::flock(fd, (mode == Mode::kReadOnly ? LOCK_SH : LOCK_EX) | LOCK_NB) != 0) {
+      int err = errno;
+      ::close(fd);
+      if (err == EWOULDBLOCK) return Status(Code::kBusy, path + " is in use by another process");
+      return Errno("flock", path, err);
+    }
+    struct stat st;
+    if (::fstat(fd, &st) != 0) {
+      int err = errno;
+      ::close(fd);
+      return Errno("fstat", path, err);
+    }
+    return std::unique_ptr<File>(new PosixFile(fd, path, S_ISBLK(st.st_mode)));
+  }
+
+  bool Exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+};
+
+}  // namespace
+
+Env* DefaultEnv() {
+  static PosixEnv env;
+  return &env;
+}
+
+}  // namespace cowstore::store
