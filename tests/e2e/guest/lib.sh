@@ -160,6 +160,13 @@ stop_runner() {
     RUNNER_PID=
     return 0
 }
+# stop_pid PID SECS : SIGTERM a process we started, SIGKILL after SECS, reap it
+stop_pid() {
+    kill "$1" 2>/dev/null
+    local i; for i in $(seq 1 $(( $2 * 5 ))); do kill -0 "$1" 2>/dev/null || break; sleep 0.2; done
+    kill -0 "$1" 2>/dev/null && { echo "pid $1 still alive after $2 s, SIGKILL"; kill -KILL "$1"; }
+    wait "$1" 2>/dev/null
+}
 runner_alive() { [ -n "$RUNNER_PID" ] && kill -0 $RUNNER_PID 2>/dev/null; }
 
 # cleanup : save logs, stop what we started (by PID). Idempotent.

@@ -10,10 +10,16 @@ per-command figures; this tool sends many commands from one process.
       --info:   additionally require the sense INFORMATION field to equal N.
       --in LEN: data-in length; the data is written to stdout as hex (first 64 bytes).
   sgio.py loop DEV OP N [LBA BLOCKS] [--unmap]
-      OP: tur | ws16 | write16 | read16 | caw. Sends N commands, each BLOCKS
-      blocks starting at LBA + i*BLOCKS (caw: always at LBA, 1 block, comparing
-      with what it wrote last). Prints one line with the loop's elapsed time
-      and milliseconds per command; exit 1 if any command failed.
+      OP: tur | ws16 | write16 | read16 | caw | xcopy. Sends N commands, each
+      BLOCKS blocks starting at LBA + i*BLOCKS (caw: always at LBA, 1 block,
+      comparing with what it wrote last; xcopy: LID1, one 0x02 segment from
+      DEV to --dst DEV2 (default DEV) at --dst-lba + i*BLOCKS). Prints one line
+      with the loop's elapsed time and milliseconds per command; exit 1 if any
+      command failed.
+  sgio.py vaai DEV [--require]
+      What an ESXi host would conclude (ATS, Clone, Zero, Delete) and every
+      VAAI-relevant field (INQUIRY 3PC, VPD B0/B2/83/8F, READ CAPACITY 16).
+      --require: exit 1 unless every field meets what initiators need.
 """
 import argparse
 import ctypes
@@ -136,8 +142,64 @@ def cmd_one(a):
     return 0 if ok else 1
 
 
+def naa_designator(dev):
+    """The 16-byte NAA (type 6) LU designator from VPD 0x83, or None."""
+    r = dev.send(bytes([0x12, 1, 0x83, 0x10, 0x00, 0]), in_len=4096)
+    if not r.good:
+        return None
+    d = r.data
+    i = 4
+    while i + 4 <= len(d):
+        code_set, assoc_type, ln = d[i] & 0xf, d[i + 1], d[i + 3]
+        if code_set == 1 and (assoc_type & 0x30) == 0 and (assoc_type & 0xf) == 3 and ln == 16:
+            return bytes(d[i + 4:i + 20])
+        i += 4 + ln
+    return None
+
+
+def xcopy_params(src_naa, dst_naa, src_lba, dst_lba, nblk, bs, list_id=0, id_usage=3):
+    """LID1 EXTENDED COPY parameter list: 0xE4 CSCDs naming LUs by NAA, one
+    block-to-block (0x02) segment."""
+    def cscd(naa):
+        c = bytearray(32)
+        c[0] = 0xe4
+        c[4], c[5], c[7] = 0x01, 0x03, 16          # binary, LU assoc, NAA, length 16
+        c[8:24] = naa
+        c[29:32] = bs.to_bytes(3, "big")           # disk block length
+        return c
+    cscds = cscd(src_naa) + (cscd(dst_naa) if dst_naa != src_naa else b"")
+    dst_idx = 1 if dst_naa != src_naa else 0
+    seg = bytearray(28)
+    seg[0] = 0x02
+    seg[2:4] = (24).to_bytes(2, "big")
+    seg[4:6] = (0).to_bytes(2, "big")
+    seg[6:8] = dst_idx.to_bytes(2, "big")
+    seg[10:12] = nblk.to_bytes(2, "big")
+    seg[12:20] = src_lba.to_bytes(8, "big")
+    seg[20:28] = dst_lba.to_bytes(8, "big")
+    hdr = bytearray(16)
+    hdr[0] = list_id & 0xff
+    hdr[1] = (id_usage & 3) << 3
+    hdr[2:4] = len(cscds).to_bytes(2, "big")
+    hdr[8:12] = len(seg).to_bytes(4, "big")
+    return bytes(hdr + cscds + seg)
+
+
+def xcopy_cdb(plen):
+    c = bytearray(16)
+    c[0] = 0x83
+    c[10:14] = plen.to_bytes(4, "big")
+    return c
+
+
 def cmd_loop(a):
     dev = Device(a.dev)
+    if a.op == "xcopy":
+        dst = Device(a.dst) if a.dst else dev
+        src_naa, dst_naa = naa_designator(dev), naa_designator(dst)
+        if src_naa is None or dst_naa is None:
+            print("sgio: no NAA designator in VPD 0x83")
+            return 1
     bs = a.block_size
     fails, first = 0, ""
     blk = bytes([0xa5]) * bs
@@ -162,6 +224,9 @@ def cmd_loop(a):
             c[13] = 1
             r = dev.send(c, out=prev + new)
             prev = new
+        elif a.op == "xcopy":
+            p = xcopy_params(src_naa, dst_naa, lba, a.dst_lba + i * a.blocks, a.blocks, bs)
+            r = dev.send(xcopy_cdb(len(p)), out=p)
         else:
             raise SystemExit("unknown op " + a.op)
         if not r.good:
@@ -172,6 +237,70 @@ def cmd_loop(a):
     print("sgio op=%s n=%d blocks_per_cmd=%d loop_secs=%.3f per_cmd_ms=%.3f fails=%d %s"
           % (a.op, a.n, a.blocks, el, 1000 * el / max(a.n, 1), fails, first))
     return 1 if fails else 0
+
+
+def u(b, lo, hi):
+    return int.from_bytes(b[lo:hi], "big")
+
+
+def cmd_vaai(a):
+    dev = Device(a.dev)
+    out, bad = [], []
+
+    def check(name, value, ok, want):
+        out.append("  %-44s %-12s %s" % (name, value, "ok" if ok else "BAD (want %s)" % want))
+        if not ok:
+            bad.append(name)
+
+    inq = dev.send(bytes([0x12, 0, 0, 0, 96, 0]), in_len=96).data
+    tpc = bool(len(inq) > 5 and inq[5] & 0x08)
+    vpds = dev.send(bytes([0x12, 1, 0, 0, 255, 0]), in_len=255).data
+    pages = set(vpds[4:4 + (vpds[3] if len(vpds) > 3 else 0)])
+    b0 = dev.send(bytes([0x12, 1, 0xb0, 0, 255, 0]), in_len=255)
+    b2 = dev.send(bytes([0x12, 1, 0xb2, 0, 255, 0]), in_len=255)
+    rc = dev.send(bytes([0x9e, 0x10]) + bytes(8) + (32).to_bytes(4, "big") + bytes(2), in_len=32)
+    naa = naa_designator(dev)
+    bl = b0.data if b0.good else bytes(64)
+    lb = b2.data if b2.good else bytes(8)
+    cap = rc.data if rc.good else bytes(32)
+    bs = u(cap, 8, 12) or 512
+    one_mib = (1 << 20) // bs
+    print("VAAI-relevant fields of %s (block size %d):" % (a.dev, bs))
+    check("INQUIRY 3PC", int(tpc), tpc, 1)
+    check("VPD pages 83 B0 B2 8F", " ".join("%02X" % p for p in sorted(pages) if p >= 0x80),
+          {0x83, 0xb0, 0xb2}.issubset(pages), "83 B0 B2")
+    check("VPD 83 NAA type 6 designator", naa.hex() if naa else "none",
+          bool(naa) and (naa[0] >> 4) == 6, "16-byte NAA 6")
+    check("READ CAPACITY(16) LBPME", int(bool(cap[14] & 0x80)), bool(cap[14] & 0x80), 1)
+    check("READ CAPACITY(16) LBPRZ", int(bool(cap[14] & 0x40)), bool(cap[14] & 0x40), 1)
+    check("B0 WSNZ", bl[4] & 1, True, "-")
+    check("B0 MAXIMUM COMPARE AND WRITE LENGTH", bl[5], bl[5] >= 1, ">= 1")
+    check("B0 MAXIMUM TRANSFER LENGTH", u(bl, 8, 12), True, "-")
+    check("B0 OPTIMAL TRANSFER LENGTH", u(bl, 12, 16), True, "-")
+    check("B0 MAXIMUM UNMAP LBA COUNT", u(bl, 20, 24), u(bl, 20, 24) > 0, "> 0")
+    check("B0 MAXIMUM UNMAP BLOCK DESCRIPTOR COUNT", u(bl, 24, 28), u(bl, 24, 28) > 0, "> 0")
+    g = u(bl, 28, 32)
+    check("B0 OPTIMAL UNMAP GRANULARITY", g, g > 0 and one_mib % g == 0, "divides 1 MiB")
+    check("B0 UGAVALID", int(bool(bl[32] & 0x80)), True, "-")
+    check("B0 MAXIMUM WRITE SAME LENGTH", u(bl, 36, 44), u(bl, 36, 44) >= one_mib, ">= 1 MiB")
+    check("B2 LBPU", int(bool(lb[5] & 0x80)), bool(lb[5] & 0x80), 1)
+    check("B2 LBPWS", int(bool(lb[5] & 0x40)), bool(lb[5] & 0x40), 1)
+    check("B2 LBPWS10", int(bool(lb[5] & 0x20)), bool(lb[5] & 0x20), 1)
+    check("B2 LBPRZ", int(bool(lb[5] & 0x04)), bool(lb[5] & 0x04), 1)
+    check("B2 PROVISIONING TYPE", lb[6] & 7, (lb[6] & 7) == 2, "2 (thin)")
+    f = dev.send(bytes([0x12, 1, 0x8f, 0, 255, 0]), in_len=255)
+    check("VPD 8F page length (ODX needs >= 0x24)", u(f.data, 2, 4) if f.good else "absent", True, "-")
+    for line in out:
+        print(line)
+    ats = bl[5] >= 1
+    clone = tpc
+    zero = u(bl, 36, 44) > 0
+    delete = bool(cap[14] & 0x80) and bool(lb[5] & 0xc0)
+    print("As esxcli would list it: ATS Status: %s  Clone Status: %s  Zero Status: %s  Delete Status: %s"
+          % tuple("supported" if x else "unsupported" for x in (ats, clone, zero, delete)))
+    if bad:
+        print("NOT MET: " + ", ".join(bad))
+    return 1 if (a.require and bad) else 0
 
 
 def main():
@@ -192,8 +321,13 @@ def main():
     lp.add_argument("blocks", type=int, nargs="?", default=1)
     lp.add_argument("--unmap", action="store_true")
     lp.add_argument("--block-size", type=int, default=512)
+    lp.add_argument("--dst", help="xcopy: destination device (default DEV)")
+    lp.add_argument("--dst-lba", type=int, default=0)
+    v = sub.add_parser("vaai")
+    v.add_argument("dev")
+    v.add_argument("--require", action="store_true")
     a = p.parse_args()
-    return cmd_one(a) if a.what == "cmd" else cmd_loop(a)
+    return {"cmd": cmd_one, "loop": cmd_loop, "vaai": cmd_vaai}[a.what](a)
 
 
 if __name__ == "__main__":

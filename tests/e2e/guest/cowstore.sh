@@ -1,0 +1,62 @@
+# cowstore specifics for guest suites (sourced after lib.sh).
+#
+# The ONE place that knows how cowstore names LUNs (the cfgstring) and how
+# pools are made and inspected. When the handler's cfgstring format or
+# cowctl's command line changes, change it here only.
+#
+# cfgstring (docs/design/plugin.md, handler/plugin/cfgstring.h):
+#     cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1]
+# <pool> is the file $COWSTORE_POOL_DIR/<pool> in tcmu-runner's environment;
+# the handler creates <lun> with the backstore's size if it does not exist.
+# We use the ';' option separator: the kernel's configfs parser splits
+# "dev_config=..." at ',' and rtslib/targetcli refuses ':'.
+
+COWSTORE_POOL_DIR=${COWSTORE_POOL_DIR:-$W/pools}
+export COWSTORE_POOL_DIR                      # for tcmu-runner and cowctl
+# The build tree that holds the handler: <build>/handler/plugin -> <build>
+COW_HANDLER_DIR=${E2E_HANDLER_DIR:-}
+COW_BUILD_DIR=$(cd "$COW_HANDLER_DIR/../.." 2>/dev/null && pwd)
+COW_SO=$COW_HANDLER_DIR/handler_cowstore.so
+
+# cow_cfgstring POOL LUN [COPY_GROUP] : the text after "dev_config=cowstore/"
+# is what targetcli calls cfgstring; this returns the whole dev_config value.
+cow_cfgstring() { echo "cowstore/$1/$2${3:+;copy_group=$3}"; }
+# cow_tcli_cfgstring POOL LUN [COPY_GROUP] : the same for targetcli's cfgstring= (no subtype)
+cow_tcli_cfgstring() { local c; c=$(cow_cfgstring "$@"); echo "${c#cowstore/}"; }
+
+# cow_tool : path of cowctl (the build's, else an installed one), or nothing
+cow_tool() {
+    local c
+    for c in "$COW_BUILD_DIR/tools/cowctl/cowctl" "$COW_BUILD_DIR/tools/cowctl" ; do
+        [ -f "$c" ] && [ -x "$c" ] && { echo "$c"; return 0; }
+    done
+    command -v cowctl
+}
+
+# cow_pool_create NAME SIZE : a pool file $COWSTORE_POOL_DIR/NAME (sparse)
+cow_pool_create() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
+    mkdir -p "$COWSTORE_POOL_DIR"
+    echo "+ $tool pool create $1 --size $2"
+    "$tool" pool create "$1" --size "$2"
+}
+# cow_pool_check NAME : the store's offline invariant checker (runner stopped)
+cow_pool_check() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
+    "$tool" pool check "$1"
+}
+# cow_pool_show NAME : space figures as cowctl reports them
+cow_pool_show() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
+    "$tool" pool show "$1"
+}
+# cow_pool_bytes NAME : bytes the pool file occupies on the scratch file
+# system (physical, from st_blocks): the space consumption figure that does
+# not depend on any cowstore tool.
+cow_pool_bytes() { echo $(( $(stat -c %b "$COWSTORE_POOL_DIR/$1") * 512 )); }
+
+# cow_bs HBA NAME SIZE POOL LUN [COPY_GROUP] : a user:cowstore backstore via configfs,
+# 512-byte blocks, 1 MiB max transfer (the kernel's default 64 KiB is slow).
+cow_bs() {
+    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" 512 2048
+}

@@ -1,0 +1,233 @@
+#!/bin/bash
+# Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner 1.5.4,
+# through real LIO (target_core_user), tcm_loop and iSCSI on 127.0.0.1.
+#
+#  1. every VAAI primitive with sg3_utils on tcm_loop disks, data verified
+#     afterwards: sg_vpd (bl, lbpv, di, tpc), sg_readcap -l, sg_write_same
+#     (pattern, --unmap, --16/--10, NDOB), sg_unmap, sg_get_lba_status,
+#     sg_compare_and_write (success; miscompare with the byte offset in the
+#     sense INFORMATION field), sg_xcopy inside one LUN and across two LUNs of
+#     one copy group (refused outside it), sg_copy_results, sg_opcodes
+#  2. per-command figures from one process (guest/sgio.py)
+#  3. targetcli /backstores/user:cowstore over the guest's system D-Bus
+#  4. persistence: restart tcmu-runner; SIGKILL it mid-write; every
+#     acknowledged write must read back; the pool checks clean
+#  5. iscsi-test-cu families on cowstore and on LIO fileio side by side,
+#     cowstore gated on tests/e2e/icu-baseline-cowstore.txt
+# Exits 77 (skipped, with the reason) when handler_cowstore.so is not built.
+. "$(dirname "$0")/../guest/lib.sh"
+. "$E2E_DIR/guest/icu.sh"
+. "$E2E_DIR/guest/cowstore.sh"
+SGIO="python3 $E2E_DIR/guest/sgio.py"
+ACKW="python3 $E2E_DIR/guest/ackwriter.py"
+CAW_50000=8900000000000000c350000000010000        # COMPARE AND WRITE, LBA 50000, 1 block
+
+# zeros_at DEV LBA COUNT [LBA COUNT...] : every range reads back as zeros
+zeros_at() { local d=$1; shift; while [ $# -ge 2 ]; do zeros $d $1 $2 || { echo "not zeros: $1+$2"; return 1; }; shift 2; done; }
+# same_as_pat DEV FILE SRC_LBA COUNT [SRC_LBA COUNT...] [--at DST_LBA...] : the device's
+# ranges equal the FILE's blocks (at the same LBAs, or at the --at LBAs, in order)
+same_as_pat() {
+    local d=$1 f=$2 src=() cnt=() dst=() i; shift 2
+    while [ $# -ge 2 ] && [ "$1" != --at ]; do src+=($1); cnt+=($2); shift 2; done
+    [ "${1:-}" = --at ] && { shift; dst=("$@"); }
+    for i in "${!src[@]}"; do
+        same_as $d ${dst[$i]:-${src[$i]}} ${cnt[$i]} <(dd if=$f bs=512 skip=${src[$i]} count=${cnt[$i]} status=none) \
+            || { echo "differs: ${cnt[$i]} blocks at ${dst[$i]:-${src[$i]}} (file block ${src[$i]})"; return 1; }
+    done
+}
+
+[ -f "$COW_SO" ] || skip_suite "handler_cowstore.so not found in ${COW_HANDLER_DIR:-?} (build it: cmake --preset default && cmake --build --preset default, or pass --handler-dir)"
+say "suite cowstore: handler $COW_SO, pool dir $COWSTORE_POOL_DIR"
+
+# ------------------------------------------------------------ set-up
+step scratch        mk_scratch 1500M
+step dbus           start_dbus
+step runner-start   start_runner --handler-path "$COW_HANDLER_DIR"
+step handler-on-bus shows "user:cowstore" targetcli ls /backstores
+step pool-create    cow_pool_create p0 8G
+GIB=1073741824
+step bs-a           cow_bs 1 a $GIB p0 a g1
+step bs-b           cow_bs 1 b $GIB p0 b g1
+step bs-c           cow_bs 1 c $((256 << 20)) p0 c          # no copy group
+# one tcm_loop target, three LUNs (the nexus does not matter to TCMU: the
+# handler sees no initiator; the copy group alone decides)
+LW=naa.50014059c0000a00
+step loop-a         mk_loop_lun $CFS/core/user_1/a $LW 0
+step loop-b         mk_loop_lun $CFS/core/user_1/b $LW 1
+step loop-c         mk_loop_lun $CFS/core/user_1/c $LW 2
+A=$(loop_dev $LW 0); SA=$(loop_dev $LW 0 scsi_generic)
+B=$(loop_dev $LW 1); SB=$(loop_dev $LW 1 scsi_generic)
+C=$(loop_dev $LW 2); SC=$(loop_dev $LW 2 scsi_generic)
+say "LUN a=$A ($SA) b=$B ($SB) c=$C ($SC)"
+if [ -z "$A" ] || [ -z "$B" ] || [ -z "$C" ]; then
+    say "LUNs did not appear; nothing else can run"; finish
+fi
+
+# ------------------------------------------------------------ what initiators see
+step sg_inq-3pc     shows "3PC=1" sg_inq $A
+step vaai-fields    $SGIO vaai $SA --require
+step sg_vpd-bl      shows "Maximum compare and write length: [1-9]" sg_vpd -p bl $A
+step sg_vpd-lbpv    bash -c "out=\$(sg_vpd -p lbpv $A); echo \"\$out\"
+                      for f in 'LBPU\): 1' 'LBPWS\): 1' 'LBPWS10\): 1' 'LBPRZ\): 1' 'Provisioning type: 2'; do
+                        grep -qE \"\$f\" <<< \"\$out\" || { echo \"missing: \$f\"; exit 1; }; done"
+step sg_vpd-di      shows "designator type: NAA" sg_vpd -p di $A
+step sg_vpd-tpc     sg_vpd -p tpc $A
+step sg_readcap     shows "lbpme=1, lbprz=1" sg_readcap -l $A
+step sg_readcap-a   shows "Last LBA=2097151" sg_readcap -l $A
+step sg_opcodes     bash -c "out=\$(sg_opcodes $A); echo \"\$out\"
+                      for op in '^ *83 ' '^ *84 ' '^ *89 ' '^ *93 ' '^ *41 ' '^ *42 ' '^ *9e +12'; do
+                        grep -qiE \"\$op\" <<< \"\$out\" || { echo \"opcode not listed: \$op\"; exit 1; }; done"
+
+# ------------------------------------------------------------ data path
+step mk-pattern     dd if=/dev/urandom of=$W/pat bs=1M count=8 status=none
+step dd-write       dd if=$W/pat of=$A bs=1M oflag=direct status=none
+step dd-verify      same_as $A 0 16384 $W/pat
+step fresh-zeros    zeros $A 16384 2048
+
+# ------------------------------------------------------------ WRITE SAME
+pattern_file $W/blk-ab 253 512
+pattern_file $W/blk-cd 315 512
+head -c 512 /dev/zero > $W/blk-00
+step ws16-pattern   sg_write_same --16 --lba=40960 --num=2048 --in=$W/blk-ab $A
+step ws16-verify    all_bytes $A 40960 2048 253
+step ws16-edges     zeros_at $A 40959 1 43008 1
+step ws10-pattern   sg_write_same --10 --lba=45056 --num=8 --in=$W/blk-cd $A
+step ws10-verify    all_bytes $A 45056 8 315
+# UNMAP bit over data written by dd: whole allocation units and unaligned ends
+step ws16-unmap     sg_write_same --16 --unmap --lba=0 --num=2048 --in=$W/blk-00 $A
+step ws16-unmap-z   zeros $A 0 2048
+step ws16-unmap-odd sg_write_same --16 --unmap --lba=4097 --num=100 --in=$W/blk-00 $A
+step ws16-odd-z     zeros $A 4097 100
+step ws16-odd-keep  same_as_pat $A $W/pat 4096 1 4197 1
+step ws10-unmap     sg_write_same --10 --unmap --lba=6144 --num=2048 --in=$W/blk-00 $A
+step ws10-unmap-z   zeros $A 6144 2048
+step ws16-ndob      sg_write_same --16 --ndob --lba=8192 --num=2048 $A
+step ws16-ndob-z    zeros $A 8192 2048
+step ws16-rest      same_as_pat $A $W/pat 10240 6144
+
+# ------------------------------------------------------------ UNMAP, GET LBA STATUS
+step sg_unmap       sg_unmap --force --lba=10240 --num=2048 $A
+step unmap-z        zeros $A 10240 2048
+step sg_unmap-odd   sg_unmap --force --lba=12289,12400 --num=10,3 $A
+step unmap-odd-z    zeros_at $A 12289 10 12400 3
+step unmap-keep     same_as_pat $A $W/pat 12299 101 12403 1981
+step lba-status-dealloc shows "deallocated|unmapped" sg_get_lba_status --lba=10240 $A
+step lba-status-mapped  shows "(^|[^a-z])mapped" sg_get_lba_status --lba=14336 $A
+
+# ------------------------------------------------------------ COMPARE AND WRITE
+# LBA 50000 was never written: it compares equal to zeros
+cat $W/blk-00 $W/blk-ab > $W/caw-1
+step caw-unwritten  sg_compare_and_write --in=$W/caw-1 --lba=50000 --num=1 $A
+step caw-verify     all_bytes $A 50000 1 253
+# miscompare: the compare half differs from the block (0xAB) at byte 100
+cp $W/blk-ab $W/cmp-bad; printf '\x00' | dd of=$W/cmp-bad bs=1 seek=100 conv=notrunc status=none
+cat $W/cmp-bad $W/blk-cd > $W/caw-bad
+step caw-miscompare fails_with "miscompare" sg_compare_and_write --in=$W/caw-bad --lba=50000 --num=1 $A
+step caw-sense-100  $SGIO cmd $SA $CAW_50000 --out $W/caw-bad --expect 0e/1d/00 --info 100
+cp $W/blk-ab $W/cmp-bad2; printf '\x00' | dd of=$W/cmp-bad2 bs=1 seek=511 conv=notrunc status=none
+cat $W/cmp-bad2 $W/blk-cd > $W/caw-bad2
+step caw-sense-511  $SGIO cmd $SA $CAW_50000 --out $W/caw-bad2 --expect 0e/1d/00 --info 511
+step caw-unchanged  all_bytes $A 50000 1 253
+cat $W/blk-ab $W/blk-cd > $W/caw-2
+step caw-success    $SGIO cmd $SA $CAW_50000 --out $W/caw-2 --expect GOOD
+step caw-written    all_bytes $A 50000 1 315
+
+# ------------------------------------------------------------ EXTENDED COPY
+step mk-pattern2    dd if=/dev/urandom of=$W/pat2 bs=1M count=8 status=none
+step pat2-write     dd if=$W/pat2 of=$A bs=1M seek=$((200000 * 512)) oflag=direct,seek_bytes status=none
+step xcopy-same     sg_xcopy if=$SA of=$SA bs=512 bpt=8192 skip=200000 seek=300000 count=16384 id_usage=disable
+step xcopy-same-v   same_as $A 300000 16384 $W/pat2
+step xcopy-src-kept same_as $A 200000 16384 $W/pat2
+# LIST ID USAGE: as sg_xcopy chooses from our limits, 10b (discard), 00b (hold, then
+# RECEIVE COPY RESULTS COPY STATUS for that list ID)
+step xcopy-default  sg_xcopy if=$SA of=$SA bs=512 skip=200000 seek=320000 count=2048
+step xcopy-discard  sg_xcopy if=$SA of=$SA bs=512 skip=200000 seek=322048 count=2048 id_usage=discard list_id=6
+step xcopy-hold     sg_xcopy if=$SA of=$SA bs=512 skip=200000 seek=324096 count=2048 id_usage=hold list_id=7
+step xcopy-listid-v same_as_pat $A $W/pat2 0 2048 0 2048 0 2048 --at 320000 322048 324096
+step copy-results-params shows "CSCD|target descriptor" sg_copy_results --params $SA
+step copy-results-status shows "completed|status" sg_copy_results --status --list_id=7 $SA
+# unaligned to the allocation unit, overlapping ranges inside one LUN
+step xcopy-odd      sg_xcopy if=$SA of=$SA bs=512 skip=200001 seek=340003 count=3001 id_usage=disable
+step xcopy-odd-v    same_as_pat $A $W/pat2 1 3001 --at 340003
+# across LUNs of copy group g1
+step xcopy-a-to-b   sg_xcopy if=$SA of=$SB bs=512 bpt=8192 skip=200000 seek=0 count=16384 id_usage=disable
+step xcopy-a-to-b-v same_as $B 0 16384 $W/pat2
+step xcopy-b-to-a   sg_xcopy if=$SB of=$SA bs=512 skip=0 seek=360000 count=2048 id_usage=disable
+step xcopy-b-to-a-v same_as $A 360000 2048 <(head -c $((2048 * 512)) $W/pat2)
+# c is in no copy group: refused both ways, with COPY TARGET DEVICE NOT REACHABLE
+step xcopy-a-to-c-refused fails sg_xcopy if=$SA of=$SC bs=512 skip=200000 seek=0 count=2048 id_usage=disable
+step xcopy-refused-sense  shows "asc=0x0d ascq=0x02" fails $SGIO loop $SA xcopy 1 200000 2048 --dst $SC --dst-lba 0
+step xcopy-c-to-a-refused fails sg_xcopy if=$SC of=$SA bs=512 skip=0 seek=380000 count=2048 id_usage=disable
+step xcopy-c-untouched    zeros $C 0 2048
+skip ddpt-xcopy     "ddpt 0.97 oflag=xcopy is broken (every XCOPY it sends starts at LBA 0); sg_xcopy covers XCOPY"
+
+# ------------------------------------------------------------ per-command figures (one process)
+step sgio-tur       $SGIO loop $SA tur 200
+step sgio-write16   $SGIO loop $SA write16 100 500000 8
+step sgio-caw       $SGIO loop $SA caw 100 52000
+step sgio-ws16-unmap $SGIO loop $SA ws16 100 1048576 2048 --unmap
+step sgio-ws16-zero $SGIO loop $SA ws16 100 1048576 2048
+step sgio-xcopy-1m  $SGIO loop $SA xcopy 100 200000 2048 --dst-lba 1300000
+step sgio-xcopy-ab  $SGIO loop $SA xcopy 100 200000 2048 --dst $SB --dst-lba 300000
+grep -h "^sgio " $LOGDIR/*-sgio-*.log 2>/dev/null | sed 's/^/E2E-NOTE /' >> $RESULTS
+
+# ------------------------------------------------------------ targetcli (system D-Bus)
+step tcli-bs        targetcli /backstores/user:cowstore create name=t0 size=64M cfgstring="$(cow_tcli_cfgstring p0 t0 g1)"
+step tcli-bad-path  fails_with "." targetcli /backstores/user:cowstore create name=tbad size=64M cfgstring=../../etc/passwd
+step tcli-bad-pool  fails_with "." targetcli /backstores/user:cowstore create name=tbad2 size=64M cfgstring="$(cow_tcli_cfgstring nosuchpool x)"
+TW=naa.50014059c0000b00
+step tcli-loop      targetcli /loopback create $TW
+step tcli-looplun   targetcli /loopback/$TW/luns create /backstores/user:cowstore/t0
+step tcli-disk      wait_for 20 loop_dev $TW
+step tcli-readcap   shows "Last LBA=131071" sg_readcap $(loop_dev $TW)
+step tcli-ls        shows "t0" targetcli ls /backstores/user:cowstore
+step tcli-xcopy-a-to-t0 sg_xcopy if=$SA of=$(loop_dev $TW 0 scsi_generic) bs=512 skip=200000 seek=0 count=2048 id_usage=disable
+step tcli-xcopy-v   same_as $(loop_dev $TW) 0 2048 <(head -c $((2048 * 512)) $W/pat2)
+
+# ------------------------------------------------------------ persistence
+step mk-pattern3    dd if=/dev/urandom of=$W/pat3 bs=1M count=4 status=none
+step pat3-write     dd if=$W/pat3 of=$A bs=1M seek=$((400000 * 512)) oflag=direct,seek_bytes status=none
+step runner-stop    stop_runner TERM
+step runner-restart start_runner --handler-path "$COW_HANDLER_DIR"
+step reopen-pat3    wait_for 30 same_as $A 400000 8192 $W/pat3
+step reopen-xcopy   same_as $A 300000 16384 $W/pat2
+step reopen-b       same_as $B 0 16384 $W/pat2
+step reopen-caw     all_bytes $A 50000 1 315
+step reopen-unmap   zeros $A 10240 2048
+# SIGKILL while a writer is mid-stream; acknowledged writes must survive
+: > $W/ack.log
+$ACKW write $A 600000 4000 $W/ack.log --seconds 60 > $LOGDIR/ackwriter.out 2>&1 &
+ACKW_PID=$!
+sleep 4
+say "acknowledged before SIGKILL: $(wc -l < $W/ack.log)"
+step runner-kill9   stop_runner KILL
+step runner-after-kill start_runner --handler-path "$COW_HANDLER_DIR"
+sleep 3
+stop_pid $ACKW_PID 90
+say "acknowledged in total: $(wc -l < $W/ack.log); $(cat $LOGDIR/ackwriter.out)"
+step kill9-acked    $ACKW verify $A 600000 4000 $W/ack.log
+step kill9-older    same_as $A 400000 8192 $W/pat3
+step kill9-b        same_as $B 0 16384 $W/pat2
+
+# ------------------------------------------------------------ iscsi-test-cu, cowstore vs LIO fileio
+ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow}
+IQN_COW=iqn.2003-01.org.cowstore.e2e:cowstore
+IQN_FIO=iqn.2003-01.org.cowstore.e2e:fileio
+step bs-icu         cow_bs 1 icu $((256 << 20)) p0 icu
+step iscsi-cowstore mk_iscsi_lun $CFS/core/user_1/icu $IQN_COW
+step bs-fileio      mk_fileio_bs 2 fio $W/fileio.img $((256 << 20)) emulate_tpu=1 emulate_tpws=1
+step iscsi-fileio   mk_iscsi_lun $CFS/core/fileio_2/fio $IQN_FIO
+step icu-cowstore   icu_run cowstore $(iscsi_url $IQN_COW) "$ICU_FAMILIES"
+step icu-fileio     icu_run fileio $(iscsi_url $IQN_FIO) "$ICU_FAMILIES"
+step icu-baseline   icu_gate cowstore $E2E_DIR/icu-baseline-cowstore.txt
+icu_table cowstore fileio
+step icu-not-worse-than-fileio bash -c "join <(sort $E2E_OUT/icu-cowstore.tsv) <(sort $E2E_OUT/icu-fileio.tsv) |
+    awk '\$2==\"FAIL\" && \$3==\"PASS\" {print \"fileio passes, cowstore fails: \" \$1; n++} END {exit n>0}'"
+
+# ------------------------------------------------------------ shut down, check the pool offline
+step runner-alive   runner_alive
+step runner-stop-final stop_runner TERM
+step pool-check     cow_pool_check p0
+step pool-show      cow_pool_show p0
+note "pool p0 file occupies $(cow_pool_bytes p0) bytes on the scratch fs"
+finish
