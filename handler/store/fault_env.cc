@@ -70,8 +70,19 @@ class FaultFile final : public File {
     uint64_t size = im_->current.size();
     if (off >= size) return Status::Ok();
     n = std::min<uint64_t>(n, size - off);
-    std::memset(im_->current.data() + off, 0, n);
-    Dirty(off, n);
+    // Only sectors that change become unsynced: punching a hole over zeros
+    // (a fresh pool) is free, as on a real file system.
+    constexpr uint64_t S = FaultInjectionEnv::kSector;
+    for (uint64_t pos = off; pos < off + n;) {
+      uint64_t e = std::min(off + n, (pos / S + 1) * S);
+      uint8_t* p = im_->current.data() + pos;
+      bool zero = p[0] == 0 && std::memcmp(p, p + 1, e - pos - 1) == 0;
+      if (!zero) {
+        std::memset(p, 0, e - pos);
+        im_->dirty.insert(pos / S);
+      }
+      pos = e;
+    }
     return Status::Ok();
   }
 

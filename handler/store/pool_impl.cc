@@ -102,7 +102,8 @@ void Core::Inc(uint64_t phys, uint64_t n) {
 void Core::Dec(uint64_t phys, uint64_t n) {
   uint64_t tag = seq_ + 1;  // the ticket AppendLocked is about to hand out
   for (uint64_t p = phys; p < phys + n; p++) {
-    if (--refs_[p] != 0) continue;
+    if (--refs_[p] == 1) unshared_[p] = tag;  // on disk it is still shared until `tag`
+    if (refs_[p] != 0) continue;
     mapped_units_--;
     state_[p] = AuState::kPending;
     if (!pending_.empty() && pending_.back().tag == tag &&
@@ -236,6 +237,8 @@ void Core::ReleasePending(uint64_t target) {
       }
     }
     pending_.erase(keep, pending_.end());
+    for (auto it = unshared_.begin(); it != unshared_.end();)
+      it = it->second <= target ? unshared_.erase(it) : std::next(it);
   }
   if (ready.empty()) return;
   // The freeing records are durable: no recovered state can map these AUs,
@@ -604,7 +607,13 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       for (uint64_t i = 0; i < r.len; i++) plan[r.lba + i - a0].old = r.phys + i;
     uint64_t need = 0;
     for (Plan& p : plan) {
+      // In place only if no durable state can still share the AU: its last
+      // other reference may have gone in a record that is not durable yet.
       p.inplace = p.old != kNone && refs_[p.old] == 1;
+      if (p.inplace) {
+        auto u = unshared_.find(p.old);
+        if (u != unshared_.end() && u->second > durable_seq_.load()) p.inplace = false;
+      }
       if (!p.inplace) need++;
     }
     fresh.clear();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "handler/store/env.h"
@@ -154,6 +155,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   std::vector<uint64_t> ckpt_aus_;
   struct Pending { uint64_t phys, n, tag; };
   std::vector<Pending> pending_;
+  // AUs whose reference count fell to 1 in a record not yet durable, with
+  // that record's ticket: they must not be overwritten in place before it.
+  std::unordered_map<uint64_t, uint64_t> unshared_;
   uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
   std::string jbuf_;
   uint64_t next_lsn_ = 1;

@@ -1,0 +1,474 @@
+// Drives a pool with random operations and keeps a Model in step; shared by
+// the randomized model test and the crash test.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "handler/store/fault_env.h"
+#include "tests/store/model.h"
+
+namespace cowstore::store::testing {
+
+struct DriverOptions {
+  uint32_t au = 64 * 1024;
+  uint64_t pool_units = 48;
+  uint64_t journal = 64 * 1024;
+  uint64_t max_lun_bytes = 1 << 20;
+  int max_luns = 4;
+};
+
+// A LUN-table operation interrupted by a crash: after recovery it either
+// happened or not.
+struct Uncertain {
+  enum Kind { kNone, kCreate, kDelete, kResize, kCloneLun } kind = kNone;
+  std::string name, other;
+  uint64_t bytes = 0;
+  uint32_t bs = 512;
+};
+
+class Driver {
+ public:
+  Driver(FaultInjectionEnv* env, uint64_t seed, DriverOptions o = {})
+      : env_(env), rng_(seed), o_(o) {
+    model_.au = o.au;
+  }
+
+  ::testing::AssertionResult Create() {
+    PoolOptions po;
+    po.allocation_unit = o_.au;
+    po.journal_bytes = o_.journal;
+    uint64_t data_off = ((64 * 1024 + o_.journal + o_.au - 1) / o_.au) * o_.au;
+    po.size_bytes = data_off + o_.pool_units * o_.au;
+    auto p = Pool::Create(env_, "pool", po);
+    if (!p.ok()) return ::testing::AssertionFailure() << p.status().ToString();
+    pool_ = std::move(p.value());
+    return ::testing::AssertionSuccess();
+  }
+
+  Pool* pool() { return pool_.get(); }
+  Model& model() { return model_; }
+  std::mt19937_64& rng() { return rng_; }
+  const Uncertain& uncertain() const { return unc_; }
+  uint64_t ops() const { return ops_; }
+
+  uint64_t R(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
+  bool trace_ = std::getenv("COWSTORE_TRACE") != nullptr;
+  template <typename... A>
+  void T(const A&... a) {
+    if (!trace_) return;
+    ((std::cerr << a << ' '), ...);
+    std::cerr << (env_->crashed() ? " [CRASHED]" : "") << "\n";
+  }
+
+  Lun* Handle(const std::string& name) {
+    auto it = handles_.find(name);
+    if (it != handles_.end()) return it->second.get();
+    auto l = pool_->OpenLun(name);
+    if (!l.ok()) return nullptr;
+    return (handles_[name] = l.value()).get();
+  }
+
+  // One random operation. Returns failure on a model mismatch. A crash of the
+  // fault env shows as env->crashed() afterwards.
+  ::testing::AssertionResult Step() {
+    ops_++;
+    if (model_.luns.empty()) return DoCreate();
+    uint64_t k = R(100);
+    if (k < 30) return DoWrite();
+    if (k < 38) return DoZero(false);
+    if (k < 44) return DoZero(true);
+    if (k < 50) return DoCaw();
+    if (k < 62) return DoClone();
+    if (k < 67) return DoFlush();
+    if (k < 77) return DoVerifyRandom();
+    if (k < 80) return DoAllocStatus();
+    if (k < 82) return DoAllocate();
+    if (k < 87) return DoCreate();
+    if (k < 90) return DoDelete();
+    if (k < 94) return DoResize();
+    return DoCloneLun();
+  }
+
+  // Verifies every LUN against the model (strict unless after a crash, where
+  // each sector may hold any of its candidates; then the model takes what it
+  // saw as the truth).
+  ::testing::AssertionResult VerifyAll(bool after_crash, bool allow_torn) {
+    auto list = pool_->ListLuns();
+    if (list.size() != model_.luns.size())
+      return ::testing::AssertionFailure() << "pool has " << list.size() << " LUNs, model "
+                                           << model_.luns.size();
+    for (const LunInfo& li : list) {
+      auto it = model_.luns.find(li.name);
+      if (it == model_.luns.end()) return ::testing::AssertionFailure() << "unexpected LUN " << li.name;
+      ModelLun& ml = it->second;
+      if (li.size_bytes != ml.sectors * kSec || li.block_size != ml.bs)
+        return ::testing::AssertionFailure() << "LUN " << li.name << " size " << li.size_bytes
+                                             << " model " << ml.sectors * kSec;
+      Lun* h = Handle(li.name);
+      if (!h) return ::testing::AssertionFailure() << "cannot open " << li.name;
+      std::vector<uint64_t> seen;
+      auto r = VerifyRange(*h, ml, 0, ml.sectors, after_crash, allow_torn, &seen);
+      if (!r) return r << " (LUN " << li.name << ")";
+      if (after_crash) {
+        for (uint64_t s = 0; s < ml.sectors; s++) {
+          ml.maybe[s].clear();
+          if (seen[s] == ~uint64_t{0} - 1) {
+            torn_.push_back({li.name, s});
+          } else {
+            ml.cur[s] = seen[s];
+          }
+        }
+      }
+    }
+    // Rewrite torn sectors' blocks with fresh data so the model is exact again.
+    for (auto& [name, s] : torn_) {
+      ModelLun& ml = model_.luns[name];
+      uint64_t spb = ml.bs / kSec, b = s / spb;
+      std::vector<uint8_t> buf;
+      auto tags = MakeData(model_, spb, &buf);
+      Status st = Handle(name)->Write(b, 1, buf.data(), Durability::kDurable);
+      if (!st.ok()) return ::testing::AssertionFailure() << "rewrite torn: " << st.ToString();
+      for (uint64_t i = 0; i < spb; i++) ml.cur[b * spb + i] = tags[i];
+    }
+    torn_.clear();
+    return ::testing::AssertionSuccess();
+  }
+
+  // After a power cut: drop handles and the pool.
+  void Drop() {
+    handles_.clear();
+    pool_.reset();
+  }
+
+  ::testing::AssertionResult Reopen() {
+    auto p = Pool::Open(env_, "pool");
+    if (!p.ok()) return ::testing::AssertionFailure() << "reopen: " << p.status().ToString();
+    pool_ = std::move(p.value());
+    return ::testing::AssertionSuccess();
+  }
+
+  // Settles an interrupted LUN-table operation by looking at the pool.
+  void Reconcile() {
+    if (unc_.kind == Uncertain::kNone) return;
+    auto info = pool_->GetLun(unc_.name);
+    switch (unc_.kind) {
+      case Uncertain::kCreate:
+        if (info.ok()) {
+          model_.MakeDurable();
+          model_.AddLun(unc_.name, unc_.bytes, unc_.bs);
+        }
+        break;
+      case Uncertain::kDelete:
+        if (!info.ok()) {
+          model_.MakeDurable();
+          model_.luns.erase(unc_.name);
+        }
+        break;
+      case Uncertain::kResize:
+        if (info.ok() && info->size_bytes == unc_.bytes) {
+          model_.MakeDurable();
+          model_.Resize(unc_.name, unc_.bytes);
+        }
+        break;
+      case Uncertain::kCloneLun:
+        if (pool_->GetLun(unc_.other).ok()) {
+          model_.MakeDurable();
+          model_.luns[unc_.other] = model_.luns[unc_.name];
+        }
+        break;
+      case Uncertain::kNone:
+        break;
+    }
+    unc_ = {};
+  }
+
+ private:
+  bool Crashed() const { return env_->crashed(); }
+
+  std::string PickLun() {
+    auto it = model_.luns.begin();
+    std::advance(it, static_cast<long>(R(model_.luns.size())));
+    return it->first;
+  }
+  // A random block range [lba, lba+n) inside the LUN, up to ~3 AUs.
+  void PickRange(const ModelLun& ml, uint64_t* lba, uint64_t* n) {
+    uint64_t blocks = ml.sectors * kSec / ml.bs;
+    uint64_t max = std::max<uint64_t>(1, 3 * model_.au / ml.bs);
+    uint64_t len = 1 + R(std::min(max, blocks));
+    if (R(4) == 0) len = std::min<uint64_t>(blocks, 1 + R(8));
+    *lba = R(blocks - len + 1);
+    if (R(3) == 0) *lba -= *lba % (model_.au / ml.bs);  // AU aligned sometimes
+    if (*lba + len > blocks) *lba = blocks - len;
+    *n = len;
+  }
+  Durability PickDurability() { return R(10) < 3 ? Durability::kDurable : Durability::kBuffered; }
+
+  // Applies new per-sector tags for [s, s+n) given the call's outcome.
+  ::testing::AssertionResult Apply(const std::string& name, uint64_t s,
+                                   const std::vector<uint64_t>& tags, const Status& st,
+                                   Durability d, bool nothing_on_error) {
+    ModelLun& ml = model_.luns[name];
+    if (st.ok()) {
+      for (uint64_t i = 0; i < tags.size(); i++) Model::Set(ml, s + i, tags[i]);
+      if (d == Durability::kDurable) model_.MakeDurable();
+      return ::testing::AssertionSuccess();
+    }
+    if (Crashed()) {
+      for (uint64_t i = 0; i < tags.size(); i++) Model::Maybe(ml, s + i, tags[i]);
+      return ::testing::AssertionSuccess();
+    }
+    if (st.code() != Code::kNoSpace && st.code() != Code::kIOError)
+      return ::testing::AssertionFailure() << "unexpected " << st.ToString();
+    // Failed without a crash: each sector is old or new; adopt what is there.
+    std::vector<uint64_t> seen;
+    Lun* h = Handle(name);
+    ModelLun probe = ml;
+    for (uint64_t i = 0; i < tags.size(); i++) Model::Maybe(probe, s + i, tags[i]);
+    auto r = VerifyRange(*h, probe, s, tags.size(), !nothing_on_error, false, &seen);
+    if (!r) return r << " after " << st.ToString();
+    for (uint64_t i = 0; i < tags.size(); i++) Model::Set(ml, s + i, seen[i]);
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoWrite() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t lba, n;
+    PickRange(ml, &lba, &n);
+    std::vector<uint8_t> buf;
+    uint64_t spb = ml.bs / kSec;
+    auto tags = MakeData(model_, n * spb, &buf);
+    Durability d = PickDurability();
+    Lun* h = Handle(name);
+    Status st;
+    if (R(4) == 0 && n > 1) {  // scattered buffers
+      std::vector<iovec> iov;
+      uint64_t cut = 1 + R(buf.size() - 1);
+      iov.push_back({buf.data(), cut});
+      iov.push_back({buf.data() + cut, buf.size() - cut});
+      st = h->Write(lba, n, std::span<const iovec>(iov), d);
+    } else {
+      st = h->Write(lba, n, buf.data(), d);
+    }
+    T("write", name, lba, n, int(d), "tag0", tags[0], st.ToString());
+    return Apply(name, lba * spb, tags, st, d, true);
+  }
+
+  ::testing::AssertionResult DoZero(bool unmap) {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t lba, n;
+    PickRange(ml, &lba, &n);
+    uint64_t spb = ml.bs / kSec, spa = model_.au / kSec;
+    uint64_t s0 = lba * spb, s1 = (lba + n) * spb;
+    std::vector<uint64_t> tags(s1 - s0);
+    for (uint64_t s = s0; s < s1; s++) {
+      bool whole = (s / spa) * spa >= s0 && (s / spa + 1) * spa <= s1;
+      tags[s - s0] = (!unmap || whole) ? 0 : ml.cur[s];
+    }
+    Durability d = PickDurability();
+    Lun* h = Handle(name);
+    Status st = unmap ? h->Unmap(lba, n, d) : h->ZeroRange(lba, n, d);
+    T(unmap ? "unmap" : "zero", name, lba, n, int(d), st.ToString());
+    return Apply(name, s0, tags, st, d, false);
+  }
+
+  ::testing::AssertionResult DoCaw() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t spb = ml.bs / kSec;
+    uint64_t blocks = ml.sectors / spb;
+    uint64_t n = 1 + R(std::min<uint64_t>(4, blocks));
+    uint64_t lba = R(blocks - n + 1);
+    std::vector<uint8_t> cmp(n * ml.bs), data;
+    for (uint64_t i = 0; i < n * spb; i++) FillSector(ml.cur[lba * spb + i], cmp.data() + i * kSec);
+    bool differ = R(2) == 0;
+    uint64_t pos = R(cmp.size());
+    if (differ) cmp[pos] ^= 1;
+    auto tags = MakeData(model_, n * spb, &data);
+    Durability d = PickDurability();
+    Status st = Handle(name)->CompareAndWrite(lba, n, cmp.data(), data.data(), d);
+    T("caw", name, lba, n, int(d), differ, "tag0", tags[0], st.ToString());
+    if (differ && !Crashed()) {
+      if (st.code() != Code::kMiscompare || st.miscompare_offset() != pos)
+        return ::testing::AssertionFailure() << "CAW expected miscompare at " << pos << ", got "
+                                             << st.ToString();
+      return ::testing::AssertionSuccess();
+    }
+    if (differ) return ::testing::AssertionSuccess();  // crashed: nothing written either way
+    return Apply(name, lba * spb, tags, st, d, true);
+  }
+
+  ::testing::AssertionResult DoClone() {
+    std::string sn = PickLun(), dn = PickLun();
+    ModelLun& sm = model_.luns[sn];
+    ModelLun& dm = model_.luns[dn];
+    Durability d = PickDurability();
+    if (sm.bs != dm.bs) {
+      Status st = pool_->CloneRange(*Handle(sn), 0, *Handle(dn), 0, 1, d);
+      if (st.code() != Code::kInvalidArgument && !Crashed())
+        return ::testing::AssertionFailure() << "clone across block sizes: " << st.ToString();
+      return ::testing::AssertionSuccess();
+    }
+    uint64_t spb = sm.bs / kSec;
+    uint64_t sb = sm.sectors / spb, db = dm.sectors / spb;
+    uint64_t max = std::min(sb, db);
+    uint64_t n = 1 + R(std::min<uint64_t>(max, 4 * model_.au / sm.bs));
+    uint64_t sl = R(sb - n + 1), dl = R(db - n + 1);
+    uint64_t bpa = model_.au / sm.bs;
+    if (R(2) == 0) {  // same phase: shares whole AUs
+      dl = dl - dl % bpa + sl % bpa;
+      if (dl + n > db) dl = sl % bpa;
+      if (dl + n > db) dl = R(db - n + 1);
+    }
+    std::vector<uint64_t> tags(sm.cur.begin() + static_cast<long>(sl * spb),
+                               sm.cur.begin() + static_cast<long>((sl + n) * spb));
+    Status st = pool_->CloneRange(*Handle(sn), sl, *Handle(dn), dl, n, d);
+    T("clone", sn, sl, dn, dl, n, int(d), st.ToString());
+    return Apply(dn, dl * spb, tags, st, d, false);
+  }
+
+  ::testing::AssertionResult DoFlush() {
+    Status st = R(2) ? pool_->Flush() : Handle(PickLun())->Flush();
+    T("flush", st.ToString());
+    if (st.ok()) model_.MakeDurable();
+    else if (!Crashed()) return ::testing::AssertionFailure() << "flush: " << st.ToString();
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoVerifyRandom() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t lba, n;
+    PickRange(ml, &lba, &n);
+    uint64_t spb = ml.bs / kSec;
+    return VerifyRange(*Handle(name), ml, lba * spb, n * spb, false, false);
+  }
+
+  ::testing::AssertionResult DoAllocStatus() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t spb = ml.bs / kSec, blocks = ml.sectors / spb;
+    uint64_t lba = R(blocks), n = 1 + R(blocks - lba);
+    auto runs = Handle(name)->GetAllocationStatus(lba, n);
+    if (!runs.ok()) return ::testing::AssertionFailure() << runs.status().ToString();
+    uint64_t pos = lba;
+    for (const AllocationRun& r : *runs) {
+      if (r.lba != pos || r.count == 0) return ::testing::AssertionFailure() << "runs not contiguous";
+      if (!r.mapped)
+        for (uint64_t s = r.lba * spb; s < (r.lba + r.count) * spb; s++)
+          if (ml.cur[s] != 0)
+            return ::testing::AssertionFailure() << "sector " << s << " reported deallocated but holds data";
+      pos += r.count;
+    }
+    if (pos != lba + n) return ::testing::AssertionFailure() << "runs do not cover the range";
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoAllocate() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t lba, n;
+    PickRange(ml, &lba, &n);
+    Status st = Handle(name)->Allocate(lba, n, Durability::kBuffered);
+    T("allocate", name, lba, n, st.ToString());
+    if (!st.ok() && st.code() != Code::kNoSpace && !Crashed())
+      return ::testing::AssertionFailure() << "allocate: " << st.ToString();
+    return ::testing::AssertionSuccess();  // contents unchanged either way
+  }
+
+  std::string NewName() { return "lun" + std::to_string(name_seq_++); }
+
+  ::testing::AssertionResult DoCreate() {
+    if (static_cast<int>(model_.luns.size()) >= o_.max_luns) return DoWrite();
+    uint32_t bs = R(4) == 0 ? 4096 : 512;
+    uint64_t bytes = (1 + R(o_.max_lun_bytes / bs)) * bs;
+    std::string name = NewName();
+    auto r = pool_->CreateLun(name, bytes, bs);
+    T("create", name, bytes, bs, r.status().ToString());
+    if (r.ok()) {
+      model_.AddLun(name, bytes, bs);
+      model_.MakeDurable();
+    } else if (Crashed()) {
+      unc_ = {Uncertain::kCreate, name, "", bytes, bs};
+    } else if (r.status().code() != Code::kNoSpace) {
+      return ::testing::AssertionFailure() << "create: " << r.status().ToString();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoDelete() {
+    if (model_.luns.size() <= 1) return DoWrite();
+    std::string name = PickLun();
+    handles_.erase(name);
+    Status st = pool_->DeleteLun(name);
+    T("delete", name, st.ToString());
+    if (st.ok()) {
+      model_.luns.erase(name);
+      model_.MakeDurable();
+    } else if (Crashed()) {
+      unc_ = {Uncertain::kDelete, name, "", 0, 512};
+    } else {
+      return ::testing::AssertionFailure() << "delete: " << st.ToString();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoResize() {
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t bytes = (1 + R(o_.max_lun_bytes / ml.bs)) * ml.bs;
+    if (bytes == ml.sectors * kSec) return ::testing::AssertionSuccess();
+    uint64_t old_sectors = ml.sectors;
+    Status st = pool_->ResizeLun(name, bytes);
+    T("resize", name, bytes, st.ToString());
+    if (st.ok()) {
+      model_.Resize(name, bytes);
+      model_.MakeDurable();
+    } else if (Crashed()) {
+      unc_ = {Uncertain::kResize, name, "", bytes, ml.bs};
+      // A shrink zeroes the cut-off part of the last AU first.
+      uint64_t spa = model_.au / kSec, ns = bytes / kSec;
+      for (uint64_t s = ns; s < std::min(old_sectors, (ns + spa - 1) / spa * spa); s++)
+        Model::Maybe(ml, s, 0);
+    } else if (st.code() != Code::kNoSpace) {  // a shrink may need to copy a shared AU
+      return ::testing::AssertionFailure() << "resize: " << st.ToString();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  ::testing::AssertionResult DoCloneLun() {
+    if (static_cast<int>(model_.luns.size()) >= o_.max_luns) return DoClone();
+    std::string src = PickLun(), dst = NewName();
+    auto r = pool_->CloneLun(src, dst);
+    T("clonelun", src, dst, r.status().ToString());
+    if (r.ok()) {
+      model_.MakeDurable();
+      model_.luns[dst] = model_.luns[src];
+    } else if (Crashed()) {
+      unc_ = {Uncertain::kCloneLun, src, dst, 0, 512};
+    } else if (r.status().code() != Code::kNoSpace) {
+      return ::testing::AssertionFailure() << "clone LUN: " << r.status().ToString();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  FaultInjectionEnv* env_;
+  std::mt19937_64 rng_;
+  DriverOptions o_;
+  Model model_;
+  std::unique_ptr<Pool> pool_;
+  std::map<std::string, std::shared_ptr<Lun>> handles_;
+  Uncertain unc_;
+  uint64_t ops_ = 0;
+  int name_seq_ = 0;
+  std::vector<std::pair<std::string, uint64_t>> torn_;
+};
+
+}  // namespace cowstore::store::testing
