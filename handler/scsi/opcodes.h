@@ -1,0 +1,46 @@
+// The table of implemented commands: the single source for dispatch and for
+// REPORT SUPPORTED OPERATION CODES (so the report is exactly what runs).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+
+#include "handler/scsi/command.h"
+
+namespace cowstore::scsi {
+
+using CommandHandler = CommandResult (*)(Command&);
+
+enum OpcodeFlags : uint8_t {
+  kWriteClass = 1 << 0,       // may allocate: poll the soft threshold after it
+  kNoUnitAttention = 1 << 1,  // INQUIRY, REQUEST SENSE: pending UAs not reported
+};
+
+struct OpcodeInfo {
+  uint8_t opcode;
+  bool has_service_action;
+  uint16_t service_action;
+  uint8_t cdb_length;
+  uint8_t flags;
+  const char* name;
+  CommandHandler handler;
+  // CDB USAGE DATA (SPC-4 6.35.3): 1 = the bit is evaluated and non-zero
+  // values are supported; byte 0 is the opcode, the service action field
+  // holds the service action.
+  std::array<uint8_t, 16> usage;
+  uint32_t recommended_timeout_s;
+};
+
+std::span<const OpcodeInfo> OpcodeTable();
+
+// The entry for opcode/service action, or null. *opcode_known tells whether
+// the opcode exists at all (for INVALID FIELD IN CDB vs INVALID OPERATION).
+const OpcodeInfo* FindOpcode(uint8_t opcode, uint16_t service_action, bool* opcode_known);
+bool OpcodeHasServiceActions(uint8_t opcode);
+// Service action of a CDB for an opcode that has them (byte 1 bits 4-0).
+inline uint16_t ServiceActionOf(std::span<const uint8_t> cdb) {
+  return cdb.size() > 1 ? (cdb[1] & 0x1F) : 0;
+}
+
+}  // namespace cowstore::scsi
