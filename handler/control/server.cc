@@ -1,0 +1,285 @@
+#include "handler/control/server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "handler/control/protocol.h"
+
+namespace cowstore::control {
+namespace {
+
+using store::Code;
+using store::Status;
+
+std::string Line(const Record& r) { return FormatRecord(r) + "\n"; }
+
+std::string ErrorReply(const Status& s) {
+  Record e("error");
+  e.Set("code", store::CodeName(s.code()));
+  e.Set("message", s.message());
+  return Line(e) + "end\n";
+}
+
+std::string ErrorReply(Code c, const std::string& msg) { return ErrorReply(Status(c, msg)); }
+
+std::string UuidHex(const store::Uuid& id) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : id) {
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
+}
+
+Record LunRecord(const store::LunInfo& l) {
+  Record r("lun");
+  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
+  r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
+  return r;
+}
+
+}  // namespace
+
+struct Server::Impl {
+  std::thread thread;
+};
+
+std::string DefaultRunDir() {
+  const char* e = std::getenv("COWSTORE_RUN_DIR");
+  return e && *e ? e : "/run/cowstore";
+}
+
+store::Result<std::unique_ptr<Server>> Server::Start(store::Pool& pool, ServerOptions options) {
+  if (options.pool_name.empty() || options.pool_name.find('/') != std::string::npos) {
+    return Status(Code::kInvalidArgument, "control socket: bad pool name");
+  }
+  if (::mkdir(options.run_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status(Code::kIOError, "control socket: mkdir " + options.run_dir + ": " + std::strerror(errno));
+  }
+  std::string path = SocketPath(options.run_dir, options.pool_name);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    return Status(Code::kInvalidArgument, "control socket path too long: " + path);
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status(Code::kIOError, std::string("control socket: ") + std::strerror(errno));
+  // We hold the pool's lock, so a socket already there is a dead server's.
+  ::unlink(path.c_str());
+  mode_t old = ::umask(0177);
+  int rc = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  ::umask(old);
+  if (rc != 0 || ::listen(fd, 8) != 0) {
+    Status s(Code::kIOError, "control socket: bind " + path + ": " + std::strerror(errno));
+    ::close(fd);
+    return s;
+  }
+  int pipefd[2];
+  if (::pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) != 0) {
+    ::close(fd);
+    ::unlink(path.c_str());
+    return Status(Code::kIOError, std::string("control socket: pipe: ") + std::strerror(errno));
+  }
+  std::unique_ptr<Server> s(new Server(pool, std::move(options), path, fd, pipefd));
+  try {
+    s->impl_->thread = std::thread([srv = s.get()] { srv->Run(); });
+  } catch (...) {
+    return Status(Code::kIOError, "control socket: cannot start thread");
+  }
+  return s;
+}
+
+Server::Server(store::Pool& pool, ServerOptions options, std::string path, int listen_fd, int stop_fd[2])
+    : pool_(pool),
+      options_(std::move(options)),
+      path_(std::move(path)),
+      listen_fd_(listen_fd),
+      stop_rd_(stop_fd[0]),
+      stop_wr_(stop_fd[1]),
+      impl_(std::make_unique<Impl>()) {}
+
+Server::~Server() {
+  char c = 1;
+  (void)!::write(stop_wr_, &c, 1);
+  if (impl_->thread.joinable()) impl_->thread.join();
+  ::close(listen_fd_);
+  ::close(stop_rd_);
+  ::close(stop_wr_);
+  ::unlink(path_.c_str());
+}
+
+void Server::Run() {
+  for (;;) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_rd_, POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (p[1].revents) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    bool allowed = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+                   (cred.uid == 0 || cred.uid == ::geteuid());
+    if (allowed) {
+      try {
+        Serve(fd);
+      } catch (...) {
+        // Nothing may escape into the handler process.
+      }
+    }
+    ::close(fd);
+  }
+}
+
+void Server::Serve(int fd) {
+  std::string buf;
+  char chunk[4096];
+  for (;;) {
+    size_t nl;
+    while ((nl = buf.find('\n')) != std::string::npos) {
+      std::string reply = Handle(buf.substr(0, nl));
+      buf.erase(0, nl + 1);
+      size_t off = 0;
+      while (off < reply.size()) {
+        ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return;
+        off += static_cast<size_t>(n);
+      }
+    }
+    if (buf.size() > kMaxLine) return;
+    // An idle client is dropped after 60 s so it cannot block the others.
+    pollfd p[2] = {{fd, POLLIN, 0}, {stop_rd_, POLLIN, 0}};
+    int rc = ::poll(p, 2, 60000);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0 || p[1].revents) return;
+    ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    buf.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+std::string Server::Handle(const std::string& line) {
+  auto req = ParseRecord(line);
+  if (!req) return ErrorReply(Code::kInvalidArgument, "malformed request line");
+  const std::string& verb = req->type;
+  auto need = [&](const char* key) -> std::optional<std::string> {
+    if (!req->Has(key)) return std::nullopt;
+    return req->Get(key);
+  };
+  auto need_u64 = [&](const char* key) { return req->GetU64(key); };
+
+  if (verb == "hello") {
+    Record ok("ok");
+    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name);
+    return Line(ok) + "end\n";
+  }
+  if (verb == "space") {
+    store::SpaceInfo s = pool_.Space();
+    Record p("pool");
+    p.Set("name", options_.pool_name).Set("size", s.pool_size_bytes).Set("allocation_unit", s.allocation_unit);
+    p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
+    p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
+    p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
+    p.Set("soft_threshold_units", s.soft_threshold_units);
+    std::string out = Line(Record("ok")) + Line(p);
+    for (const auto& l : s.luns) out += Line(LunRecord(l));
+    return out + "end\n";
+  }
+  if (verb == "lun-get") {
+    auto name = need("name");
+    if (!name) return ErrorReply(Code::kInvalidArgument, "lun-get needs name=");
+    auto r = pool_.GetLun(*name);
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "lun-create") {
+    auto name = need("name");
+    auto size = need_u64("size");
+    auto bs = need_u64("block_size");
+    if (!name || !size || !bs || *bs > UINT32_MAX) {
+      return ErrorReply(Code::kInvalidArgument, "lun-create needs name= size= block_size=");
+    }
+    auto r = pool_.CreateLun(*name, *size, static_cast<uint32_t>(*bs));
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "lun-delete") {
+    auto name = need("name");
+    if (!name) return ErrorReply(Code::kInvalidArgument, "lun-delete needs name=");
+    Status s = pool_.DeleteLun(*name);
+    if (!s.ok()) return ErrorReply(s);
+    return Line(Record("ok")) + "end\n";
+  }
+  if (verb == "lun-resize") {
+    auto name = need("name");
+    auto size = need_u64("size");
+    if (!name || !size) return ErrorReply(Code::kInvalidArgument, "lun-resize needs name= size=");
+    Status s = pool_.ResizeLun(*name, *size);
+    if (!s.ok()) return ErrorReply(s);
+    auto r = pool_.GetLun(*name);
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "lun-clone") {
+    auto src = need("src");
+    auto dst = need("dst");
+    if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-clone needs src= dst=");
+    auto r = pool_.CloneLun(*src, *dst);
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "grow") {
+    auto size = need_u64("size");
+    if (!size) return ErrorReply(Code::kInvalidArgument, "grow needs size=");
+    Status s = pool_.Grow(*size);
+    if (!s.ok()) return ErrorReply(s);
+    return Line(Record("ok")) + "end\n";
+  }
+  if (verb == "flush") {
+    Status s = pool_.Flush();
+    if (!s.ok()) return ErrorReply(s);
+    return Line(Record("ok")) + "end\n";
+  }
+  if (verb == "check") {
+    store::CheckReport rep = pool_.Check();
+    Record ok("ok");
+    ok.Set("clean", rep.clean ? 1 : 0).Set("luns", rep.luns).Set("extents", rep.extents);
+    ok.Set("allocated_units", rep.allocated_units).Set("leaked_units", rep.leaked_units);
+    std::string out = Line(ok);
+    for (const auto& p : rep.problems) out += Line(Record("problem").Set("text", p));
+    return out + "end\n";
+  }
+  if (verb == "counters") {
+    std::string out = Line(Record("ok"));
+    if (options_.counters) {
+      for (const auto& lc : options_.counters()) {
+        Record r("counters");
+        r.Set("lun", lc.lun);
+        for (const auto& [k, v] : lc.counters) {
+          if (k != "lun") r.Set(k, v);
+        }
+        out += Line(r);
+      }
+    }
+    return out + "end\n";
+  }
+  return ErrorReply(Code::kInvalidArgument, "unknown request '" + verb + "'");
+}
+
+}  // namespace cowstore::control

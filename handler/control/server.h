@@ -1,0 +1,74 @@
+// The control socket a handler process serves for each pool it holds open,
+// so that cowctl can create, clone, snapshot, resize and delete LUNs, read
+// space and counters, and run the checker while tcmu-runner serves other
+// LUNs of the pool (the pool's flock keeps cowctl from opening it itself).
+//
+// The plugin starts one Server when it opens the first LUN of a pool and
+// destroys it before closing the pool. Protocol: protocol.h and
+// docs/design/cowctl.md.
+//
+// Thread safety: one background thread serves connections one at a time;
+// every request runs on that thread against the (thread-safe) Pool. No
+// exception leaves the server; SIGPIPE is never raised (MSG_NOSIGNAL).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "handler/store/pool.h"
+
+namespace cowstore::control {
+
+// Per-LUN counters the handler keeps (names are free-form; cowctl shows the
+// ones it knows: commands, read_bytes, write_bytes, ats, ats_miscompares,
+// xcopy, clone_blocks, write_same, zero_blocks, unmap, unmap_blocks).
+struct LunCounters {
+  std::string lun;
+  std::vector<std::pair<std::string, uint64_t>> counters;
+};
+// Called on the server thread; must be thread-safe and must not throw.
+using CountersFn = std::function<std::vector<LunCounters>()>;
+
+struct ServerOptions {
+  std::string run_dir = "/run/cowstore";  // env COWSTORE_RUN_DIR overrides the default
+  std::string pool_name;                  // names the socket: <run_dir>/<pool_name>.sock
+  CountersFn counters;                    // may be empty
+};
+
+class Server {
+ public:
+  // Binds the socket (replacing a stale one) and starts serving. `pool` must
+  // outlive the server.
+  static store::Result<std::unique_ptr<Server>> Start(store::Pool& pool, ServerOptions options);
+  // Stops the thread and removes the socket file.
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // One request line -> the whole reply (exposed for tests).
+  std::string Handle(const std::string& line);
+
+ private:
+  Server(store::Pool& pool, ServerOptions options, std::string path, int listen_fd, int stop_fd[2]);
+  void Run();
+  void Serve(int fd);
+
+  struct Impl;
+  store::Pool& pool_;
+  ServerOptions options_;
+  std::string path_;
+  int listen_fd_;
+  int stop_rd_, stop_wr_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Default run dir honouring COWSTORE_RUN_DIR.
+std::string DefaultRunDir();
+
+}  // namespace cowstore::control

@@ -1,0 +1,495 @@
+// Drives the real cowctl binary against temporary pools, a fake configfs
+// tree and a fake /proc, the way an administrator would.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <thread>
+
+#include "handler/control/client.h"
+#include "handler/control/server.h"
+#include "handler/store/env.h"
+#include "handler/store/pool.h"
+#include "tests/cowctl/fake_tree.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+using testing::Exists;
+using testing::FakeHost;
+using testing::ReadText;
+using testing::WriteText;
+
+struct CmdResult {
+  int rc;
+  std::string out, err;
+};
+
+class Cli : public ::testing::Test {
+ protected:
+  FakeHost host;
+  std::string pools = host.dir.path() + "/pools";
+  std::string run = host.dir.path() + "/run";
+
+  CmdResult Cowctl(const std::string& args) {
+    std::string o = host.dir.path() + "/out", e = host.dir.path() + "/err";
+    std::string cmd = std::string("COWSTORE_POOL_DIR=") + pools + " COWSTORE_RUN_DIR=" + run + " " + COWCTL_BINARY +
+                      " --configfs-root " + host.configfs + " --proc-root " + host.proc + " " + args + " >" + o +
+                      " 2>" + e + " </dev/null";
+    int st = std::system(cmd.c_str());
+    return {WEXITSTATUS(st), ReadText(o), ReadText(e)};
+  }
+  // Succeeds or fails the test with cowctl's stderr.
+  std::string Ok(const std::string& args) {
+    CmdResult r = Cowctl(args);
+    EXPECT_EQ(r.rc, 0) << "cowctl " << args << "\n" << r.err;
+    return r.out;
+  }
+  // Fails with a one-line error containing `want`.
+  void Err(const std::string& args, const std::string& want, int rc = 1) {
+    CmdResult r = Cowctl(args);
+    EXPECT_EQ(r.rc, rc) << "cowctl " << args << "\n" << r.out << r.err;
+    EXPECT_NE(r.err.find(want), std::string::npos) << "cowctl " << args << "\nstderr: " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_EQ(r.err.rfind("cowctl: ", 0), 0u) << r.err;
+  }
+  void Pool(const std::string& name = "tank", const std::string& size = "1G") {
+    Ok("pool create " + name + " --size " + size + " --allocation-unit 64K");
+  }
+  std::string Bs(const std::string& name = "tank-vm1") { return host.T("core/user_0/" + name); }
+};
+
+// ---------------------------------------------------------------- usage
+
+TEST_F(Cli, HelpOnEverySubcommand) {
+  for (const char* sub : {"", "pool", "pool create", "pool list", "pool show", "pool check", "pool grow",
+                          "pool delete", "lun", "lun create", "lun list", "lun show", "lun resize", "lun delete",
+                          "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
+                          "backstore list", "backstore delete", "export iscsi", "export loop", "export list",
+                          "unexport", "vaai status", "top", "save", "restore"}) {
+    CmdResult r = Cowctl(std::string(sub) + " --help");
+    EXPECT_EQ(r.rc, 0) << sub;
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
+  }
+}
+
+TEST_F(Cli, BadUsageIsOneLineAndExit2) {
+  Err("", "A subcommand is required", 2);
+  Err("frobnicate", "", 2);
+  Err("lun create tank/vm1", "--size is required", 2);
+  Err("lun create tank/vm1 --size 1G --block-size x", "block-size", 2);
+}
+
+// ---------------------------------------------------------------- pools
+
+TEST_F(Cli, PoolLifecycle) {
+  Pool();
+  EXPECT_NE(Ok("pool list").find("tank"), std::string::npos);
+  std::string j = Ok("pool show tank --json");
+  EXPECT_NE(j.find("\"size\": 1073741824"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"allocation_unit\": 65536"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"saved_by_clones\""), std::string::npos);
+  EXPECT_NE(Ok("pool check tank").find("clean"), std::string::npos);
+  Ok("pool delete tank");
+  EXPECT_FALSE(Exists(pools + "/tank"));
+  EXPECT_NE(Ok("pool list").find("no pools"), std::string::npos);
+}
+
+TEST_F(Cli, PoolCreateErrors) {
+  Pool();
+  Err("pool create tank --size 1G", "already exists");
+  Err("pool create .x --size 1G", "invalid pool name");
+  Err("pool create p2", "needs --size");
+  Err("pool create p2 --size 1G --allocation-unit 3M", "power of two");
+  Err("pool create p2 --size 1G --allocation-unit 2M", "power of two");
+  Err("pool create p2 --size 1G --soft-threshold 120", "percentage");
+  Err("pool create p2 --size lots", "invalid size 'lots'");
+  Err("pool create p2 --device /dev/does-not-exist", "does not exist");
+  WriteText(host.dir.path() + "/plain", "x");
+  Err("pool create p2 --device " + host.dir.path() + "/plain", "not a block device");
+  Err("pool create p2 --size 1G --file relative.pool", "absolute path");
+  EXPECT_FALSE(Exists(pools + "/p2"));
+}
+
+TEST_F(Cli, PoolOnAnotherFileIsLinked) {
+  std::string f = host.dir.path() + "/elsewhere.pool";
+  Ok("pool create far --size 256M --file " + f);
+  EXPECT_TRUE(Exists(f));
+  EXPECT_NE(Ok("pool show far").find("256 MiB"), std::string::npos);
+  Ok("pool delete far");
+  EXPECT_FALSE(Exists(f));
+}
+
+TEST_F(Cli, PoolErrors) {
+  Err("pool show nope", "pool 'nope' not found");
+  Err("pool check nope", "not found");
+  Pool();
+  Err("pool grow tank --size 512M", "only grows");
+  Ok("lun create tank/vm1 --size 10M");
+  Err("pool delete tank", "still holds 1 LUNs");
+  Ok("pool delete tank --force");
+  ::symlink("/nonexistent/device", (pools + "/ghost").c_str());
+  Err("pool show ghost", "missing device");
+}
+
+TEST_F(Cli, PoolGrow) {
+  Pool();
+  EXPECT_NE(Ok("pool grow tank --size 2G").find("from 1.00 GiB to 2.00 GiB"), std::string::npos);
+}
+
+// Disabled: with the store of 2026-11-30 03:20 a file pool grown offline no
+// longer opens ("checkpoint chunk 0 at AU 1 is damaged"); reported to the
+// store's owner. Enable once the store handles it.
+TEST_F(Cli, DISABLED_PoolGrowThenReopen) {
+  Pool();
+  Ok("pool grow tank --size 2G");
+  EXPECT_NE(Ok("pool show tank").find("2.00 GiB"), std::string::npos);
+  EXPECT_NE(Ok("pool check tank").find("clean"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- LUNs
+
+TEST_F(Cli, LunLifecycle) {
+  Pool();
+  std::string out = Ok("lun create tank/vm1 --size 100M --json");
+  EXPECT_NE(out.find("\"block_size\": 512"), std::string::npos);
+  Ok("lun create tank/vm4k --size 64M --block-size 4096");
+  EXPECT_NE(Ok("lun show tank/vm4k").find("block size: 4096"), std::string::npos);
+  Ok("lun clone tank/vm1 vm2");
+  std::string snap = Ok("lun snapshot tank/vm1");
+  EXPECT_NE(snap.find("tank/vm1.snap-"), std::string::npos);
+  std::string list = Ok("lun list tank");
+  EXPECT_NE(list.find("tank/vm2"), std::string::npos);
+  EXPECT_NE(list.find("vm1.snap-"), std::string::npos);
+  // Clones get a fresh WWN.
+  std::string a = Ok("lun show tank/vm1 --json"), b = Ok("lun show tank/vm2 --json");
+  EXPECT_NE(a.substr(a.find("\"wwn\""), 50), b.substr(b.find("\"wwn\""), 50));
+  EXPECT_NE(Ok("lun resize tank/vm1 --size 200M").find("200 MiB"), std::string::npos);
+  Ok("lun resize tank/vm1 --size 50M --force");
+  Ok("lun delete tank/vm2");
+  EXPECT_EQ(Ok("lun list tank").find("tank/vm2 "), std::string::npos);
+}
+
+TEST_F(Cli, LunErrors) {
+  Err("lun create tank/vm1 --size 1M", "pool 'tank' not found");
+  Pool();
+  Ok("lun create tank/vm1 --size 1M");
+  Err("lun create tank/vm1 --size 1M", "the name is taken");
+  Err("lun create tank --size 1M", "POOL/LUN");
+  Err("lun create tank/-x --size 1M", "invalid LUN name");
+  Err("lun create tank/vm2 --size 1M --block-size 1024", "512 or 4096");
+  Err("lun create tank/vm2 --size 1000", "multiple of the block size");
+  Err("lun create tank/vm2 --size 0", "non-zero");
+  Err("lun create tank/vm2 --size 2T", "larger than pool");
+  Ok("lun create tank/big --size 2G --overcommit");
+  Err("lun show tank/nope", "not found");
+  Err("lun delete tank/nope", "not found");
+  Err("lun clone tank/nope x", "not found");
+  Err("lun clone tank/vm1 big", "the name is taken");
+  Err("lun resize tank/vm1 --size 512K", "pass --force");
+  Err("lun resize tank/vm1 --size 1000", "multiple of the block size");
+  Err("lun create tank/vm2 --size 1M --backstore --copy-group 'a b'", "invalid copy group");
+  Err("lun create tank/vm2 --size 1M --wce 2", "0 or 1");
+  EXPECT_EQ(Ok("lun list tank").find("vm2"), std::string::npos);  // nothing half-made
+}
+
+TEST_F(Cli, ImportLeavesZeroRunsUnmappedAndExportRoundTrips) {
+  Pool();
+  std::string img = host.dir.path() + "/disk.img";
+  {
+    std::ofstream f(img, std::ios::binary);
+    std::string mib(1 << 20, '\0');
+    std::string data(1 << 20, 'A');
+    f << data << mib << mib << data;  // 4 MiB: data, zeros, zeros, data
+    f << "tail";                      // not a whole block: padded
+  }
+  std::string j = Ok("lun import tank/imported --from " + img + " --json");
+  EXPECT_NE(j.find("\"written\": 2097664"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"left_unmapped\": 2097152"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"size\": 4194816"), std::string::npos) << j;  // rounded up to 512
+  std::string back = host.dir.path() + "/back.img";
+  Ok("lun export tank/imported --to " + back);
+  std::string orig = ReadText(img), got = ReadText(back);
+  ASSERT_EQ(got.size(), 4194816u);
+  EXPECT_EQ(got.substr(0, orig.size()), orig);
+  EXPECT_EQ(got.substr(orig.size()), std::string(got.size() - orig.size(), '\0'));
+  struct stat st;
+  ASSERT_EQ(::stat(back.c_str(), &st), 0);
+  EXPECT_LT(static_cast<uint64_t>(st.st_blocks) * 512, 4194816u);  // sparse
+  Err("lun export tank/imported --to " + back, "pass --force");
+  Ok("lun export tank/imported --to " + back + " --force");
+}
+
+TEST_F(Cli, ImportErrorsLeaveNoLun) {
+  Pool();
+  Err("lun import tank/x --from /nonexistent.img", "cannot open");
+  Err("lun import tank/x --from " + host.dir.path(), "neither a regular file nor a block device");
+  WriteText(host.dir.path() + "/small.img", std::string(4096, 'x'));
+  Err("lun import tank/x --from " + host.dir.path() + "/small.img --size 1024", "smaller than");
+  Err("lun import tank/x --from " + host.dir.path() + "/small.img --block-size 1000", "512 or 4096");
+  EXPECT_EQ(Ok("lun list tank").find("tank/x"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- LIO
+
+TEST_F(Cli, LunCreateWithBackstore) {
+  Pool();
+  std::string out = Ok("lun create tank/vm1 --size 64M --copy-group esx --json");
+  std::string control = ReadText(Bs() + "/control");
+  EXPECT_NE(control.find("dev_config=cowstore/tank/vm1:copy_group=esx\n"), std::string::npos);
+  EXPECT_NE(control.find("dev_size=67108864\n"), std::string::npos);
+  EXPECT_NE(control.find("hw_max_sectors=32768\n"), std::string::npos);
+  // The WWN is the LUN's identity.
+  std::string wwn = ReadText(Bs() + "/wwn/vpd_unit_serial");
+  EXPECT_NE(out.find("\"wwn\": \"" + wwn + "\""), std::string::npos) << out;
+  EXPECT_NE(Ok("backstore list").find("cowstore/tank/vm1:copy_group=esx"), std::string::npos);
+  EXPECT_NE(Ok("lun show tank/vm1").find("user:cowstore tank-vm1"), std::string::npos);
+  Err("backstore create tank/vm1", "already has the backstore");
+}
+
+TEST_F(Cli, BackstoreNeedsRunnerAndModuleAndRollsBack) {
+  Pool();
+  std::filesystem::remove_all(host.proc + "/4242");
+  Err("lun create tank/vm1 --size 1M --backstore", "tcmu-runner is not running: run 'systemctl start tcmu-runner'");
+  EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+  WriteText(host.proc + "/4242/comm", "tcmu-runner\n");
+  std::filesystem::remove_all(host.configfs + "/target");
+  Err("lun create tank/vm1 --size 1M --backstore", "modprobe target_core_user");
+  EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+  Ok("lun create tank/vm1 --size 1M");
+  Err("backstore create tank/vm1", "modprobe target_core_user");
+  Err("backstore create tank/nope", "not found");
+  Err("export iscsi tank/vm1", "modprobe target_core_user");
+}
+
+TEST_F(Cli, IscsiExportAndDeleteProtection) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  std::string out = Ok("export iscsi tank/vm1 --target " + tgt +
+                       " --portal 127.0.0.1:3260 --initiator iqn.1998-01.com.vmware:esx1"
+                       " --chap-user esx --chap-password 0123456789ab");
+  EXPECT_NE(out.find("LUN 0 of " + tgt), std::string::npos);
+  std::string tpg = host.T("iscsi/" + tgt + "/tpgt_1");
+  EXPECT_TRUE(Exists(tpg + "/np/127.0.0.1:3260"));
+  EXPECT_EQ(ReadText(tpg + "/acls/iqn.1998-01.com.vmware:esx1/auth/userid"), "esx");
+  EXPECT_NE(Ok("export list").find(tgt), std::string::npos);
+  EXPECT_NE(Ok("lun list").find("tank-vm1"), std::string::npos);
+  Err("lun delete tank/vm1", "is exported");
+  Err("backstore delete tank/vm1", "unexport it first");
+  Ok("lun delete tank/vm1 --force");
+  EXPECT_FALSE(Exists(host.T("iscsi/" + tgt)));
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+  EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+}
+
+TEST_F(Cli, ExportErrorsRollBackTheBackstoreTheyMade) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Err("export iscsi tank/vm1 --target bogus", "invalid target IQN");
+  Err("export iscsi tank/vm1 --portal 1.2.3.4", "invalid portal");
+  Err("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1 --chap-user u --chap-password short",
+      "12 to 16");
+  Err("export iscsi tank/vm1 --chap-user u --chap-password 0123456789ab", "name one with --initiator");
+  Err("export iscsi tank/nope", "not found");
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+  Err("unexport tank/vm1", "has no backstore");
+}
+
+TEST_F(Cli, LoopbackExportAndUnexport) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M --backstore");
+  EXPECT_NE(Ok("export loop tank/vm1").find("naa.5001405"), std::string::npos);
+  EXPECT_NE(Ok("export list --json").find("\"fabric\": \"loopback\""), std::string::npos);
+  Ok("unexport tank/vm1 --backstore");
+  EXPECT_FALSE(Exists(Bs()));
+  EXPECT_NE(Ok("export list").find("no cowstore exports"), std::string::npos);
+}
+
+TEST_F(Cli, VaaiStatusAsEsxiListsIt) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M --copy-group esx");
+  Ok("lun create tank/plain --size 64M");
+  std::string out = Ok("vaai status");
+  EXPECT_NE(out.find("ATS Status: supported"), std::string::npos) << out;
+  EXPECT_NE(out.find("Clone Status: supported (within copy group 'esx')"), std::string::npos) << out;
+  EXPECT_NE(out.find("Delete Status: supported"), std::string::npos);
+  EXPECT_NE(out.find("Handler counters: unavailable"), std::string::npos);
+  EXPECT_NE(Ok("vaai status tank/plain").find("unsupported (not exported)"), std::string::npos);
+  Err("vaai status tank/nope", "not found");
+}
+
+TEST_F(Cli, TopDegradesGracefully) {
+  Pool();
+  CmdResult r = Cowctl("top --count 1 --interval 0.1");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("nothing to show"), std::string::npos) << r.out;
+  Err("top --interval 0", "at least 0.1");
+}
+
+// ---------------------------------------------------------------- save / restore
+
+TEST_F(Cli, SaveClearRestoreIsIdempotent) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M --copy-group esx");
+  Ok("lun create tank/vm2 --size 32M --block-size 4096");
+  Ok("lun create tank/offline --size 8M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  Ok("export iscsi tank/vm1 --target " + tgt + " --initiator iqn.1998-01.com.vmware:esx1");
+  Ok("export iscsi tank/vm2 --target " + tgt + " --initiator iqn.1998-01.com.vmware:esx1");
+  Ok("export loop tank/vm2");
+  std::string file = host.dir.path() + "/etc/cowstore.yaml";
+  Ok("save " + file);
+  std::string yaml = ReadText(file);
+  EXPECT_NE(yaml.find("copy_group: esx"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find(tgt), std::string::npos);
+  std::string wwn = ReadText(Bs() + "/wwn/vpd_unit_serial");
+  // Reboot: LIO's configuration is gone.
+  std::filesystem::remove_all(host.configfs + "/target");
+  std::filesystem::create_directories(host.configfs + "/target/core");
+  EXPECT_NE(Ok("restore " + file + " --dry-run").find("would create backstore tank-vm1"), std::string::npos);
+  EXPECT_FALSE(Exists(Bs()));
+  std::string out = Ok("restore " + file);
+  EXPECT_NE(out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << out;
+  EXPECT_EQ(ReadText(host.FakeHost::T("core/user_0/tank-vm1/wwn/vpd_unit_serial")), wwn);
+  EXPECT_TRUE(Exists(host.T("iscsi/" + tgt + "/tpgt_1/lun/lun_1")));
+  EXPECT_TRUE(Exists(host.T("iscsi/" + tgt + "/tpgt_1/acls/iqn.1998-01.com.vmware:esx1/lun_1")));
+  EXPECT_NE(Ok("export list --json").find("loopback"), std::string::npos);
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  // Saving again gives the same file.
+  std::string again = host.dir.path() + "/again.yaml";
+  Ok("save " + again);
+  EXPECT_EQ(ReadText(again), yaml);
+}
+
+TEST_F(Cli, RestoreCreatesMissingPoolsAndLuns) {
+  std::string file = host.dir.path() + "/c.yaml";
+  WriteText(file, "pools:\n  - name: fresh\n    size: 256M\n    allocation_unit: 64K\n    luns:\n"
+                  "      - {name: a, size: 8M}\n");
+  EXPECT_NE(Ok("restore " + file).find("created LUN fresh/a"), std::string::npos);
+  EXPECT_NE(Ok("lun list").find("fresh/a"), std::string::npos);
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+}
+
+TEST_F(Cli, RestoreErrorsNameFileLineField) {
+  std::string file = host.dir.path() + "/bad.yaml";
+  WriteText(file, "pools:\n  - name: tank\n    size: 1G\n    luns:\n      - name: vm1\n        size: huge\n");
+  Err("restore " + file, file + ":6: pools[0].luns[0].size: invalid size 'huge'");
+  Err("restore " + host.dir.path() + "/missing.yaml", "cannot read");
+  EXPECT_FALSE(Exists(pools + "/tank"));
+  WriteText(file, "pools:\n  - name: tank\n    size: 1G\n    luns:\n      - {name: vm1, size: 1M, backstore: t-vm1}\n");
+  std::filesystem::remove_all(host.proc + "/4242");
+  Err("restore " + file, "tcmu-runner is not running");
+}
+
+// ---------------------------------------------------------------- the control socket
+
+// Plays tcmu-runner: holds the pool open (and so its lock) and serves it.
+class Served : public Cli {
+ protected:
+  std::unique_ptr<store::Pool> pool;
+  std::unique_ptr<control::Server> server;
+  void Serve(bool with_server = true) {
+    Pool();
+    auto r = store::Pool::Open(store::DefaultEnv(), pools + "/tank");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    pool = std::move(r.value());
+    if (!with_server) return;
+    control::ServerOptions o;
+    o.run_dir = run;
+    o.pool_name = "tank";
+    o.counters = [] {
+      return std::vector<control::LunCounters>{{"vm1", {{"commands", 10}, {"ats", 3}, {"ats_miscompares", 1}}}};
+    };
+    auto s = control::Server::Start(*pool, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server = std::move(s.value());
+  }
+  void TearDown() override {
+    server.reset();
+    if (pool) (void)pool->Close();
+  }
+};
+
+TEST_F(Served, LockedPoolWithoutSocketSaysSo) {
+  Serve(false);
+  Err("pool show tank", "held by another process and nothing answers");
+}
+
+TEST_F(Served, CowctlGoesThroughTheSocket) {
+  Serve();
+  struct stat st;
+  ASSERT_EQ(::stat((run + "/tank.sock").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_NE(Ok("pool show tank").find("tcmu-runner"), std::string::npos);
+  Ok("lun create tank/vm1 --size 16M");
+  Ok("lun clone tank/vm1 vm2");
+  Ok("lun snapshot tank/vm1 snap1");
+  Ok("lun resize tank/vm2 --size 32M");
+  Err("lun create tank/vm1 --size 16M", "the name is taken");
+  EXPECT_NE(Ok("pool list").find("tcmu-runner"), std::string::npos);
+  EXPECT_NE(Ok("pool check tank").find("clean"), std::string::npos);
+  Ok("pool grow tank --size 2G");
+  Ok("lun delete tank/vm2");
+  // What cowctl did is what the serving process sees.
+  EXPECT_TRUE(pool->GetLun("vm1").ok());
+  EXPECT_TRUE(pool->GetLun("snap1").ok());
+  EXPECT_FALSE(pool->GetLun("vm2").ok());
+  WriteText(host.dir.path() + "/one.img", std::string(4096, 'x'));
+  Err("lun import tank/x --from " + host.dir.path() + "/one.img", "open in tcmu-runner");
+  Err("lun export tank/vm1 --to " + host.dir.path() + "/x.img", "open in tcmu-runner");
+}
+
+TEST_F(Served, VaaiStatusShowsHandlerCounters) {
+  Serve();
+  Ok("lun create tank/vm1 --size 16M");
+  Ok("backstore create tank/vm1");
+  std::string out = Ok("vaai status tank/vm1");
+  EXPECT_NE(out.find("commands=10 ats=3 ats_miscompares=1"), std::string::npos) << out;
+  std::string top = Ok("top --count 1 --interval 0.1 --json");
+  EXPECT_NE(top.find("\"lun\": \"tank/vm1\""), std::string::npos) << top;
+  EXPECT_NE(top.find("\"ats_miscompares\": 1"), std::string::npos) << top;
+}
+
+TEST_F(Served, ProtocolEdges) {
+  Serve();
+  EXPECT_EQ(server->Handle("hello"), "ok version=1 pool=tank\nend\n");
+  EXPECT_EQ(server->Handle("nonsense"), "error code=InvalidArgument message=unknown%20request%20%27nonsense%27\nend\n");
+  EXPECT_EQ(server->Handle("lun-create name=x"),
+            "error code=InvalidArgument message=lun-create%20needs%20name%3D%20size%3D%20block_size%3D\nend\n");
+  EXPECT_EQ(server->Handle("lun-get name"), "error code=InvalidArgument message=malformed%20request%20line\nend\n");
+  EXPECT_EQ(server->Handle("lun-get name=nope").rfind("error code=NotFound", 0), 0u);
+  EXPECT_EQ(server->Handle("lun-create name=a size=99999999999999999999999 block_size=512").rfind("error", 0), 0u);
+  auto c = control::Client::Connect(run + "/tank.sock");
+  ASSERT_TRUE(c.ok());
+  auto r = c.value()->Call(control::Record("lun-create").Set("name", "a b").Set("size", 1048576).Set("block_size", 512));
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->ok());
+  EXPECT_EQ(r->status().code(), store::Code::kInvalidArgument);
+  // Several requests on one connection.
+  for (int i = 0; i < 3; ++i) {
+    auto s = c.value()->Call(control::Record("space"));
+    ASSERT_TRUE(s.ok());
+    EXPECT_TRUE(s->ok());
+  }
+}
+
+TEST(Protocol, EncodingRoundTrips) {
+  std::string raw = "a b=c\n%\x01/ok:-_.,+";
+  EXPECT_EQ(control::Decode(control::Encode(raw)), raw);
+  EXPECT_EQ(control::Encode("a b"), "a%20b");
+  EXPECT_FALSE(control::Decode("%4"));
+  EXPECT_FALSE(control::Decode("%zz"));
+  auto r = control::ParseRecord("lun name=vm%201 size=10");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->Get("name"), "vm 1");
+  EXPECT_EQ(r->GetU64("size"), 10u);
+  EXPECT_FALSE(control::ParseRecord(""));
+  EXPECT_FALSE(control::ParseRecord("x  y=1"));
+  EXPECT_FALSE(control::ParseRecord("x =1"));
+  EXPECT_FALSE(control::Record().Set("n", "12a").GetU64("n"));
+}
+
+}  // namespace
+}  // namespace cowstore::cowctl

@@ -1,0 +1,1437 @@
+#include "tools/cowctl/commands.h"
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <map>
+#include <thread>
+
+#include "handler/store/env.h"
+#include "tools/cowctl/config.h"
+#include "tools/cowctl/lio.h"
+#include "tools/cowctl/output.h"
+#include "tools/cowctl/pools.h"
+#include "tools/cowctl/util.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+using store::Code;
+
+Lio MakeLio(const Context& ctx) { return Lio(LioOptions{ctx.configfs_root, ctx.proc_root, nullptr}); }
+
+void Emit(const Context& ctx, const Json& j, const std::string& human) {
+  if (ctx.json) std::cout << j.Dump() << "\n";
+  else std::cout << human;
+  std::cout.flush();
+}
+
+std::optional<Backstore> BackstoreOf(const Context& ctx, const LunRef& ref) {
+  Lio lio = MakeLio(ctx);
+  if (!lio.Available()) return std::nullopt;
+  return lio.FindBackstore(ref.pool, ref.lun);
+}
+
+Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
+  Json j = Json::object();
+  j["pool"] = pool;
+  j["name"] = l.name;
+  j["wwn"] = UuidString(l.id);
+  j["size"] = l.size_bytes;
+  j["block_size"] = l.block_size;
+  j["mapped"] = l.mapped_bytes;
+  j["exclusive"] = l.exclusive_bytes;
+  j["shared"] = l.shared_bytes;
+  if (bs) {
+    Json b = Json::object();
+    b["name"] = bs->name;
+    b["path"] = bs->hba + "/" + bs->name;
+    b["dev_config"] = bs->config.str();
+    j["backstore"] = b;
+  } else {
+    j["backstore"] = nullptr;
+  }
+  return j;
+}
+
+std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
+  std::vector<std::pair<std::string, std::string>> kv = {
+      {"LUN", pool + "/" + l.name},
+      {"WWN", UuidString(l.id)},
+      {"size", FormatSize(l.size_bytes) + " (" + std::to_string(l.size_bytes) + " bytes)"},
+      {"block size", std::to_string(l.block_size)},
+      {"mapped", FormatSize(l.mapped_bytes)},
+      {"exclusive", FormatSize(l.exclusive_bytes)},
+      {"shared", FormatSize(l.shared_bytes)},
+      {"backstore", bs ? "user:cowstore " + bs->name + " (" + bs->config.str() + ")" : "none (not exported)"},
+  };
+  return KeyValues(kv);
+}
+
+// Opens a pool, retrying while it is briefly busy (the handler closing it).
+template <typename F>
+auto WithPool(const Context& ctx, const std::string& pool, F&& fn) {
+  for (int attempt = 0;; ++attempt) {
+    auto h = OpenPool(ctx, pool);
+    try {
+      return fn(*h);
+    } catch (const UserError& e) {
+      bool busy = std::string(e.what()).find("in use") != std::string::npos;
+      if (!busy || attempt >= 25) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// ---------------------------------------------------------------- pools
+
+struct PoolCreateArgs {
+  std::string name, size, device, file, au = "1M";
+  uint32_t soft_threshold = 80;
+};
+
+void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
+  RequireName(a.name, "pool");
+  store::PoolOptions po;
+  if (!a.device.empty() && !a.file.empty()) throw UserError("give either --device or --file, not both");
+  if (a.device.empty() && a.size.empty()) throw UserError("a file pool needs --size (e.g. --size 100G)");
+  po.size_bytes = a.size.empty() ? 0 : ParseSize(a.size, "size");
+  uint64_t au = ParseSize(a.au, "allocation unit");
+  if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1))) {
+    throw UserError("allocation unit must be a power of two from 64K to 1M (it must divide 1 MiB)");
+  }
+  po.allocation_unit = static_cast<uint32_t>(au);
+  if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
+  po.soft_threshold_percent = a.soft_threshold;
+  if (::mkdir(ctx.pool_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw UserError("cannot create pool directory " + ctx.pool_dir + ": " + std::strerror(errno));
+  }
+  std::string entry = PoolPath(ctx, a.name);
+  struct stat st;
+  if (::lstat(entry.c_str(), &st) == 0) throw UserError("pool '" + a.name + "' already exists (" + entry + ")");
+  std::string target = entry;
+  bool made_link = false, made_file = false;
+  if (!a.device.empty()) {
+    if (::stat(a.device.c_str(), &st) != 0) {
+      throw UserError("device " + a.device + " does not exist: check the name (lsblk)");
+    }
+    if (!S_ISBLK(st.st_mode)) throw UserError(a.device + " is not a block device (use --file for a file pool)");
+    target = a.device;
+  } else if (!a.file.empty()) {
+    if (a.file.empty() || a.file[0] != '/') throw UserError("--file needs an absolute path");
+    if (::lstat(a.file.c_str(), &st) == 0) throw UserError(a.file + " already exists: pick a new file");
+    target = a.file;
+    made_file = true;
+  } else {
+    made_file = true;
+  }
+  if (target != entry) {
+    if (::symlink(target.c_str(), entry.c_str()) != 0) {
+      throw UserError("cannot create " + entry + ": " + std::strerror(errno));
+    }
+    made_link = true;
+  }
+  auto r = store::Pool::Create(store::DefaultEnv(), target, po);
+  if (!r.ok()) {
+    if (made_file) ::unlink(target.c_str());
+    if (made_link) ::unlink(entry.c_str());
+    Fail(r.status(), "creating pool '" + a.name + "'");
+  }
+  store::SpaceInfo s = r.value()->Space();
+  (void)r.value()->Close();
+  Json j = Json::object();
+  j["pool"] = a.name;
+  j["path"] = entry;
+  j["size"] = s.pool_size_bytes;
+  j["allocation_unit"] = s.allocation_unit;
+  Emit(ctx, j, "created pool " + a.name + " (" + FormatSize(s.pool_size_bytes) + ", allocation unit " +
+                   FormatSize(s.allocation_unit) + ") at " + entry + "\n");
+}
+
+Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) {
+  Json j = Json::object();
+  uint64_t au = s.allocation_unit;
+  j["pool"] = name;
+  j["served_by_handler"] = remote;
+  j["size"] = s.pool_size_bytes;
+  j["allocation_unit"] = s.allocation_unit;
+  j["allocated"] = s.allocated_units * au;
+  j["metadata"] = s.metadata_units * au;
+  j["shared"] = s.shared_units * au;
+  j["free"] = s.free_units * au;
+  j["mapped"] = s.mapped_bytes;
+  j["saved_by_clones"] = s.saved_bytes;
+  j["soft_threshold"] = s.soft_threshold_units * au;
+  Json luns = Json::array();
+  for (const auto& l : s.luns) luns.push_back(LunJson(name, l, std::nullopt));
+  j["luns"] = luns;
+  return j;
+}
+
+void PoolList(const Context& ctx) {
+  Json arr = Json::array();
+  Table t({"POOL", "SIZE", "ALLOCATED", "FREE", "SHARED", "SAVED", "LUNS", "OPEN BY"});
+  for (const auto& name : PoolNames(ctx)) {
+    try {
+      auto h = OpenPool(ctx, name, true);
+      auto s = h->Space();
+      uint64_t au = s.allocation_unit;
+      arr.push_back(SpaceJson(name, s, h->remote()));
+      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.allocated_units * au), FormatSize(s.free_units * au),
+             FormatSize(s.shared_units * au), FormatSize(s.saved_bytes), std::to_string(s.luns.size()),
+             h->remote() ? "tcmu-runner" : "-"});
+    } catch (const UserError& e) {
+      Json j = Json::object();
+      j["pool"] = name;
+      j["error"] = e.what();
+      arr.push_back(j);
+      t.Row({name, "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
+    }
+  }
+  Emit(ctx, arr, t.empty() ? "no pools in " + ctx.pool_dir + "\n" : t.Render());
+}
+
+void PoolShow(const Context& ctx, const std::string& name) {
+  auto h = OpenPool(ctx, name, true);
+  auto s = h->Space();
+  Json j = SpaceJson(name, s, h->remote());
+  uint64_t au = s.allocation_unit;
+  auto pct = [&](uint64_t units) {
+    return s.total_units ? " (" + std::to_string(units * 100 / s.total_units) + "%)" : std::string();
+  };
+  std::string human = KeyValues({
+      {"pool", name},
+      {"path", PoolPath(ctx, name)},
+      {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
+      {"size", FormatSize(s.pool_size_bytes)},
+      {"allocation unit", FormatSize(au)},
+      {"allocated", FormatSize(s.allocated_units * au) + pct(s.allocated_units)},
+      {"metadata", FormatSize(s.metadata_units * au)},
+      {"shared", FormatSize(s.shared_units * au)},
+      {"saved by clones", FormatSize(s.saved_bytes)},
+      {"free", FormatSize(s.free_units * au) + pct(s.free_units)},
+      {"soft threshold", FormatSize(s.soft_threshold_units * au) + pct(s.soft_threshold_units)},
+  });
+  if (!s.luns.empty()) {
+    Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "EXCLUSIVE", "SHARED", "WWN"});
+    for (const auto& l : s.luns) {
+      t.Row({l.name, FormatSize(l.size_bytes), std::to_string(l.block_size), FormatSize(l.mapped_bytes),
+             FormatSize(l.exclusive_bytes), FormatSize(l.shared_bytes), UuidString(l.id)});
+    }
+    human += "\n" + t.Render();
+  }
+  Emit(ctx, j, human);
+}
+
+int PoolCheck(const Context& ctx, const std::string& name) {
+  std::string path = PoolPath(ctx, name);
+  store::CheckReport rep;
+  bool remote = false;
+  {
+    Progress progress("checking " + name);
+    auto r = store::Pool::CheckOffline(
+        store::DefaultEnv(), path, [](void* c, uint64_t d, uint64_t t) { static_cast<Progress*>(c)->Update(d, t); },
+        &progress);
+    progress.Done();
+    if (r.ok()) {
+      rep = r.value();
+    } else if (r.status().code() == Code::kBusy) {
+      auto h = OpenPool(ctx, name, true);
+      rep = h->Check(nullptr);
+      remote = h->remote();
+    } else if (r.status().code() == Code::kNotFound) {
+      OpenPool(ctx, name, true);  // says what is missing
+      Fail(r.status(), "checking pool '" + name + "'");
+    } else {
+      Fail(r.status(), "checking pool '" + name + "'");
+    }
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["online"] = remote;
+  j["clean"] = rep.clean;
+  j["luns"] = rep.luns;
+  j["extents"] = rep.extents;
+  j["allocated_units"] = rep.allocated_units;
+  j["leaked_units"] = rep.leaked_units;
+  Json probs = Json::array();
+  std::string human = std::string("pool ") + name + ": " + (rep.clean ? "clean" : "PROBLEMS FOUND") + " (" +
+                      std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
+                      std::to_string(rep.allocated_units) + " allocated units, " +
+                      std::to_string(rep.leaked_units) + " leaked)\n";
+  for (const auto& p : rep.problems) {
+    probs.push_back(p);
+    human += "  " + p + "\n";
+  }
+  j["problems"] = probs;
+  Emit(ctx, j, human);
+  return rep.clean ? 0 : 1;
+}
+
+void PoolGrow(const Context& ctx, const std::string& name, const std::string& size) {
+  uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
+  auto h = OpenPool(ctx, name);
+  auto before = h->Space();
+  if (bytes && bytes <= before.pool_size_bytes) {
+    throw UserError("pool '" + name + "' is already " + FormatSize(before.pool_size_bytes) +
+                    ": a pool only grows (give a larger --size)");
+  }
+  h->Grow(bytes);
+  auto s = h->Space();
+  Json j = Json::object();
+  j["pool"] = name;
+  j["size"] = s.pool_size_bytes;
+  Emit(ctx, j, "pool " + name + " grown from " + FormatSize(before.pool_size_bytes) + " to " +
+                   FormatSize(s.pool_size_bytes) + "\n");
+}
+
+void PoolDelete(const Context& ctx, const std::string& name, bool force) {
+  std::string entry = PoolPath(ctx, name);
+  Lio lio = MakeLio(ctx);
+  if (lio.Available()) {
+    for (const auto& b : lio.Backstores()) {
+      if (b.config.pool == name) {
+        throw UserError("pool '" + name + "' has the backstore " + b.name + " (LUN " + b.config.lun +
+                        "): delete its exports first");
+      }
+    }
+  }
+  {
+    auto h = OpenPool(ctx, name);
+    if (h->remote()) throw UserError("pool '" + name + "' is open in tcmu-runner: unexport its LUNs first");
+    auto s = h->Space();
+    if (!s.luns.empty() && !force) {
+      throw UserError("pool '" + name + "' still holds " + std::to_string(s.luns.size()) +
+                      " LUNs: delete them or use --force");
+    }
+  }
+  struct stat st;
+  bool link = ::lstat(entry.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+  if (link) {
+    char buf[4096];
+    ssize_t n = ::readlink(entry.c_str(), buf, sizeof buf - 1);
+    if (n > 0) {
+      buf[n] = 0;
+      struct stat t;
+      if (::stat(buf, &t) == 0 && S_ISREG(t.st_mode)) ::unlink(buf);
+    }
+  }
+  ::unlink(entry.c_str());
+  Json j = Json::object();
+  j["deleted"] = name;
+  Emit(ctx, j, "deleted pool " + name + (link ? " (the device keeps its data until overwritten)" : "") + "\n");
+}
+
+// ---------------------------------------------------------------- LUNs
+
+uint32_t CheckBlockSize(uint32_t bs) {
+  if (bs != 512 && bs != 4096) throw UserError("block size must be 512 or 4096");
+  return bs;
+}
+
+struct BackstoreArgs {
+  bool make = false;
+  std::string name, copy_group;
+  std::string wce;  // "", "0", "1"
+};
+
+Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b) {
+  Cfgstring c{ref.pool, ref.lun, {}};
+  if (!b.copy_group.empty()) {
+    RequireName(b.copy_group, "copy group");
+    c.options["copy_group"] = b.copy_group;
+  }
+  if (!b.wce.empty()) {
+    if (b.wce != "0" && b.wce != "1") throw UserError("--wce takes 0 or 1");
+    c.options["wce"] = b.wce;
+  }
+  if (c.str().size() > 250) throw UserError("the cfgstring would pass the kernel's 255-character limit");
+  return c;
+}
+
+// Creates the LIO backstore of an existing LUN. The caller has released
+// its pool handle: tcmu-runner opens the pool when the backstore is enabled.
+Backstore MakeBackstore(const Context& ctx, const LunRef& ref, const store::LunInfo& l, const BackstoreArgs& b) {
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  lio.RequireRunner();
+  BackstoreSpec spec;
+  spec.name = b.name.empty() ? ref.pool + "-" + ref.lun : b.name;
+  if (spec.name.size() > 64) spec.name = ref.lun;
+  spec.config = MakeCfg(ref, b);
+  spec.size = l.size_bytes;
+  spec.block_size = l.block_size;
+  spec.wwn = UuidString(l.id);
+  return lio.CreateBackstore(spec);
+}
+
+void DeleteLunRolledBack(const Context& ctx, const LunRef& ref) {
+  try {
+    WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+      h.DeleteLun(ref.lun);
+      return 0;
+    });
+  } catch (const UserError& e) {
+    std::cerr << "cowctl: warning: could not roll back LUN " << ref.str() << ": " << e.what() << "\n";
+  }
+}
+
+void LunCreate(const Context& ctx, const std::string& refs, const std::string& size, uint32_t bs,
+               bool overcommit, const BackstoreArgs& b) {
+  LunRef ref = ParseLunRef(refs);
+  CheckBlockSize(bs);
+  uint64_t bytes = ParseSize(size, "size");
+  if (bytes == 0 || bytes % bs) {
+    throw UserError("size must be a non-zero multiple of the block size (" + std::to_string(bs) + ")");
+  }
+  if (b.make) MakeCfg(ref, b);  // validate options before making anything
+  store::LunInfo l;
+  {
+    auto h = OpenPool(ctx, ref.pool);
+    auto s = h->Space();
+    if (bytes > s.pool_size_bytes && !overcommit) {
+      throw UserError("LUN size " + FormatSize(bytes) + " is larger than pool '" + ref.pool + "' (" +
+                      FormatSize(s.pool_size_bytes) + "): grow the pool or pass --overcommit");
+    }
+    l = h->CreateLun(ref.lun, bytes, bs);
+  }
+  std::optional<Backstore> made;
+  if (b.make) {
+    try {
+      made = MakeBackstore(ctx, ref, l, b);
+    } catch (const UserError&) {
+      DeleteLunRolledBack(ctx, ref);
+      throw;
+    }
+  }
+  Emit(ctx, LunJson(ref.pool, l, made),
+       "created LUN " + ref.str() + " (" + FormatSize(l.size_bytes) + ", " + std::to_string(l.block_size) +
+           "-byte blocks, WWN " + UuidString(l.id) + ")" +
+           (made ? ", backstore user:cowstore/" + made->name : std::string()) + "\n");
+}
+
+void LunList(const Context& ctx, const std::string& pool) {
+  std::vector<std::string> pools = pool.empty() ? PoolNames(ctx) : std::vector<std::string>{pool};
+  Lio lio = MakeLio(ctx);
+  std::vector<Backstore> bss = lio.Available() ? lio.Backstores() : std::vector<Backstore>{};
+  Json arr = Json::array();
+  Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "SHARED", "BACKSTORE", "WWN"});
+  for (const auto& p : pools) {
+    std::unique_ptr<PoolHandle> h;
+    try {
+      h = OpenPool(ctx, p, true);
+    } catch (const UserError&) {
+      if (!pool.empty()) throw;
+      continue;
+    }
+    for (const auto& l : h->Space().luns) {
+      std::optional<Backstore> bs;
+      for (const auto& b : bss) {
+        if (b.config.pool == p && b.config.lun == l.name) bs = b;
+      }
+      arr.push_back(LunJson(p, l, bs));
+      t.Row({p + "/" + l.name, FormatSize(l.size_bytes), std::to_string(l.block_size), FormatSize(l.mapped_bytes),
+             FormatSize(l.shared_bytes), bs ? bs->name : "-", UuidString(l.id)});
+    }
+  }
+  Emit(ctx, arr, t.empty() ? std::string("no LUNs\n") : t.Render());
+}
+
+void LunShow(const Context& ctx, const std::string& refs) {
+  LunRef ref = ParseLunRef(refs);
+  auto h = OpenPool(ctx, ref.pool, true);
+  auto l = h->GetLun(ref.lun);
+  auto bs = BackstoreOf(ctx, ref);
+  Emit(ctx, LunJson(ref.pool, l, bs), LunHuman(ref.pool, l, bs));
+}
+
+void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  uint64_t bytes = ParseSize(size, "size");
+  auto bs = BackstoreOf(ctx, ref);
+  store::LunInfo l = WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+    auto cur = h.GetLun(ref.lun);
+    if (bytes == 0 || bytes % cur.block_size) {
+      throw UserError("size must be a non-zero multiple of the block size (" + std::to_string(cur.block_size) + ")");
+    }
+    if (bytes < cur.size_bytes && !force) {
+      throw UserError("shrinking " + ref.str() + " from " + FormatSize(cur.size_bytes) + " to " + FormatSize(bytes) +
+                      " discards data: pass --force if you mean it");
+    }
+    return h.ResizeLun(ref.lun, bytes);
+  });
+  if (bs) {
+    // Tell LIO (and through it the handler's reconfig and the initiators).
+    std::string p = bs->path + "/attrib/dev_size";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string v = std::to_string(bytes);
+      bool ok = ::write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
+      ::close(fd);
+      if (!ok) {
+        std::cerr << "cowctl: warning: LIO did not take the new size (" << std::strerror(errno)
+                  << "); initiators see it after the backstore is re-created\n";
+      }
+    }
+  }
+  Emit(ctx, LunJson(ref.pool, l, bs), "LUN " + ref.str() + " is now " + FormatSize(l.size_bytes) + "\n");
+}
+
+void Unexport(const Context& ctx, const LunRef& ref, bool and_backstore);
+
+void LunDelete(const Context& ctx, const std::string& refs, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  if (auto bs = BackstoreOf(ctx, ref)) {
+    if (!force) {
+      throw UserError(ref.str() + " is exported (backstore " + bs->name +
+                      "): run 'cowctl unexport " + ref.str() + " --backstore' first, or use --force");
+    }
+    Unexport(ctx, ref, true);
+  }
+  WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+    h.DeleteLun(ref.lun);
+    return 0;
+  });
+  Json j = Json::object();
+  j["deleted"] = ref.str();
+  Emit(ctx, j, "deleted LUN " + ref.str() + "\n");
+}
+
+void LunClone(const Context& ctx, const std::string& srcs, const std::string& dst, bool snapshot,
+              const BackstoreArgs& b) {
+  LunRef src = ParseLunRef(srcs);
+  std::string name = dst;
+  if (name.empty()) {
+    char ts[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    name = src.lun + ".snap-" + ts;
+    if (name.size() > 64) name = name.substr(name.size() - 64);
+  }
+  RequireName(name, "LUN");
+  LunRef dref{src.pool, name};
+  if (b.make) MakeCfg(dref, b);
+  store::LunInfo l = WithPool(ctx, src.pool, [&](PoolHandle& h) { return h.CloneLun(src.lun, name); });
+  std::optional<Backstore> made;
+  if (b.make) {
+    try {
+      made = MakeBackstore(ctx, dref, l, b);
+    } catch (const UserError&) {
+      DeleteLunRolledBack(ctx, dref);
+      throw;
+    }
+  }
+  Emit(ctx, LunJson(src.pool, l, made),
+       std::string(snapshot ? "snapshot " : "clone ") + dref.str() + " of " + src.str() + " created (WWN " +
+           UuidString(l.id) + ")\n");
+}
+
+bool AllZero(const char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (p[i]) return false;
+  }
+  return true;
+}
+
+uint64_t DeviceOrFileSize(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) throw UserError("cannot stat " + path + ": " + std::strerror(errno));
+  if (S_ISBLK(st.st_mode)) {
+    uint64_t sz = 0;
+    if (::ioctl(fd, BLKGETSIZE64, &sz) != 0) throw UserError("cannot size " + path + ": " + std::strerror(errno));
+    return sz;
+  }
+  if (!S_ISREG(st.st_mode)) throw UserError(path + " is neither a regular file nor a block device");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void LunImport(const Context& ctx, const std::string& refs, const std::string& from, uint32_t bs,
+               const std::string& size) {
+  LunRef ref = ParseLunRef(refs);
+  CheckBlockSize(bs);
+  int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw UserError("cannot open " + from + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  uint64_t src_size = DeviceOrFileSize(fd, from);
+  uint64_t bytes = size.empty() ? (src_size + bs - 1) / bs * bs : ParseSize(size, "size");
+  if (bytes == 0 || bytes % bs) throw UserError("size must be a non-zero multiple of the block size");
+  if (bytes < src_size) throw UserError("--size is smaller than " + from + " (" + FormatSize(src_size) + ")");
+  auto h = OpenPool(ctx, ref.pool);
+  if (!h->local()) {
+    throw UserError("pool '" + ref.pool + "' is open in tcmu-runner: import into a pool it does not serve, "
+                    "then clone, or unexport the pool's LUNs for the import");
+  }
+  store::LunInfo l = h->CreateLun(ref.lun, bytes, bs);
+  uint64_t written = 0, skipped = 0;
+  try {
+    auto lr = h->local()->OpenLun(ref.lun);
+    if (!lr.ok()) Fail(lr.status(), "opening " + ref.str());
+    auto lun = lr.value();
+    const size_t chunk = 1u << 20;
+    std::vector<char> buf(chunk);
+    Progress progress("importing " + ref.str());
+    for (uint64_t off = 0; off < src_size; off += chunk) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, src_size - off));
+      size_t got = 0;
+      while (got < want) {
+        ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(off + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) throw UserError("reading " + from + " failed: " + (n < 0 ? std::strerror(errno) : "short file"));
+        got += static_cast<size_t>(n);
+      }
+      size_t padded = (want + bs - 1) / bs * bs;
+      std::fill(buf.begin() + static_cast<long>(want), buf.begin() + static_cast<long>(padded), 0);
+      if (AllZero(buf.data(), padded)) {
+        skipped += padded;  // a new LUN reads zeros there already: leave it unmapped
+      } else {
+        auto s = lun->Write(off / bs, padded / bs, buf.data(), store::Durability::kBuffered);
+        if (!s.ok()) Fail(s, "writing " + ref.str());
+        written += padded;
+      }
+      progress.Update(off + want, src_size);
+    }
+    progress.Done();
+    auto s = lun->Flush();
+    if (!s.ok()) Fail(s, "flushing " + ref.str());
+  } catch (const UserError&) {
+    try {
+      h->DeleteLun(ref.lun);
+    } catch (const UserError& e) {
+      std::cerr << "cowctl: warning: could not roll back " << ref.str() << ": " << e.what() << "\n";
+    }
+    throw;
+  }
+  l = h->GetLun(ref.lun);
+  Json j = LunJson(ref.pool, l, std::nullopt);
+  j["imported_from"] = from;
+  j["written"] = written;
+  j["left_unmapped"] = skipped;
+  Emit(ctx, j, "imported " + from + " into " + ref.str() + ": " + FormatSize(written) + " written, " +
+                   FormatSize(skipped) + " of zeros left unmapped\n");
+}
+
+void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  auto h = OpenPool(ctx, ref.pool, true);
+  if (!h->local()) {
+    throw UserError("pool '" + ref.pool + "' is open in tcmu-runner: snapshot the LUN, unexport, then export "
+                    "the snapshot while the pool is not served");
+  }
+  auto lr = h->local()->OpenLun(ref.lun);
+  if (!lr.ok()) Fail(lr.status(), "LUN " + ref.str());
+  auto lun = lr.value();
+  const uint32_t bs = lun->block_size();
+  const uint64_t blocks = lun->block_count();
+  const uint64_t bytes = blocks * bs;
+  struct stat st;
+  bool exists = ::stat(to.c_str(), &st) == 0;
+  bool blockdev = exists && S_ISBLK(st.st_mode);
+  if (exists && !blockdev && !force) throw UserError(to + " exists: pass --force to overwrite it");
+  int fd = ::open(to.c_str(), O_WRONLY | O_CLOEXEC | (blockdev ? 0 : O_CREAT | O_TRUNC), 0644);
+  if (fd < 0) throw UserError("cannot open " + to + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (blockdev && DeviceOrFileSize(fd, to) < bytes) {
+    throw UserError(to + " is smaller than " + ref.str() + " (" + FormatSize(bytes) + ")");
+  }
+  auto runs = lun->GetAllocationStatus(0, blocks);
+  if (!runs.ok()) Fail(runs.status(), "reading the allocation of " + ref.str());
+  const uint64_t chunk_blocks = (1u << 20) / bs;
+  std::vector<char> buf(1u << 20);
+  std::vector<char> zeros(1u << 20, 0);
+  uint64_t written = 0, holes = 0;
+  Progress progress("exporting " + ref.str());
+  auto put = [&](const char* p, size_t n, uint64_t off) {
+    size_t done = 0;
+    while (done < n) {
+      ssize_t w = ::pwrite(fd, p + done, n - done, static_cast<off_t>(off + done));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) throw UserError("writing " + to + " failed: " + std::strerror(errno));
+      done += static_cast<size_t>(w);
+    }
+  };
+  for (const auto& run : runs.value()) {
+    for (uint64_t lba = run.lba; lba < run.lba + run.count; lba += chunk_blocks) {
+      uint64_t n = std::min<uint64_t>(chunk_blocks, run.lba + run.count - lba);
+      size_t len = static_cast<size_t>(n * bs);
+      if (run.mapped) {
+        auto s = lun->Read(lba, n, buf.data());
+        if (!s.ok()) Fail(s, "reading " + ref.str());
+        if (!blockdev && AllZero(buf.data(), len)) {
+          holes += len;
+        } else {
+          put(buf.data(), len, lba * bs);
+          written += len;
+        }
+      } else if (blockdev) {
+        put(zeros.data(), len, lba * bs);  // a device keeps old data otherwise
+        written += len;
+      } else {
+        holes += len;
+      }
+      progress.Update(lba + n, blocks);
+    }
+  }
+  progress.Done();
+  if (!blockdev && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
+    throw UserError("cannot size " + to + ": " + std::strerror(errno));
+  }
+  if (::fsync(fd) != 0) throw UserError("fsync " + to + " failed: " + std::strerror(errno));
+  Json j = Json::object();
+  j["lun"] = ref.str();
+  j["to"] = to;
+  j["size"] = bytes;
+  j["written"] = written;
+  j["holes"] = holes;
+  Emit(ctx, j, "exported " + ref.str() + " to " + to + ": " + FormatSize(written) + " written, " +
+                   FormatSize(holes) + " left as holes\n");
+}
+
+// ---------------------------------------------------------------- LIO
+
+Json BackstoreJson(const Backstore& b) {
+  Json j = Json::object();
+  j["name"] = b.name;
+  j["path"] = b.hba + "/" + b.name;
+  j["pool"] = b.config.pool;
+  j["lun"] = b.config.lun;
+  j["dev_config"] = b.config.str();
+  j["size"] = b.size;
+  j["block_size"] = b.block_size;
+  j["wwn"] = b.wwn;
+  j["enabled"] = b.enabled;
+  return j;
+}
+
+store::LunInfo LunInfoOf(const Context& ctx, const LunRef& ref) {
+  auto h = OpenPool(ctx, ref.pool, true);
+  return h->GetLun(ref.lun);
+}
+
+void BackstoreCreate(const Context& ctx, const std::string& refs, const BackstoreArgs& b) {
+  LunRef ref = ParseLunRef(refs);
+  MakeCfg(ref, b);
+  store::LunInfo l = LunInfoOf(ctx, ref);
+  Backstore bs = MakeBackstore(ctx, ref, l, b);
+  Emit(ctx, BackstoreJson(bs), "created backstore user:cowstore/" + bs.name + " for " + ref.str() + "\n");
+}
+
+void BackstoreList(const Context& ctx) {
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  Json arr = Json::array();
+  Table t({"BACKSTORE", "PATH", "LUN", "SIZE", "BLOCK", "CONFIG", "EXPORTS"});
+  for (const auto& b : lio.Backstores()) {
+    arr.push_back(BackstoreJson(b));
+    auto links = lio.LinksTo(b);
+    t.Row({b.name, b.hba + "/" + b.name, b.config.pool + "/" + b.config.lun, FormatSize(b.size),
+           std::to_string(b.block_size), b.config.str(), std::to_string(links.size())});
+  }
+  Emit(ctx, arr, t.empty() ? std::string("no cowstore backstores\n") : t.Render());
+}
+
+void Unexport(const Context& ctx, const LunRef& ref, bool and_backstore) {
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  auto bs = lio.FindBackstore(ref.pool, ref.lun);
+  if (!bs) throw UserError(ref.str() + " has no backstore: nothing to unexport");
+  lio.Unexport(*bs);
+  if (and_backstore) lio.DeleteBackstore(*bs);
+}
+
+struct ExportArgs {
+  std::string target, chap_user, chap_password;
+  std::vector<std::string> portals, initiators;
+  int64_t lun = -1;
+};
+
+void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& a, const BackstoreArgs& b) {
+  LunRef ref = ParseLunRef(refs);
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  IscsiSpec spec;
+  spec.target = a.target.empty() ? DefaultIscsiTarget(ref.pool) : a.target;
+  spec.portals = a.portals;
+  for (const auto& i : a.initiators) spec.acls.push_back({i, a.chap_user, a.chap_password});
+  if (!a.chap_user.empty() && a.initiators.empty()) {
+    throw UserError("CHAP is set per initiator: name one with --initiator");
+  }
+  if (a.lun >= 0) spec.lun = static_cast<uint32_t>(a.lun);
+  auto bs = lio.FindBackstore(ref.pool, ref.lun);
+  bool made = false;
+  if (!bs) {
+    BackstoreArgs bb = b;
+    bs = MakeBackstore(ctx, ref, LunInfoOf(ctx, ref), bb);
+    made = true;
+  }
+  FabricLun l;
+  try {
+    l = lio.ExportIscsi(*bs, spec);
+  } catch (const UserError&) {
+    if (made) {
+      try { lio.DeleteBackstore(*bs); } catch (const UserError&) {}
+    }
+    throw;
+  }
+  Json j = Json::object();
+  j["lun"] = ref.str();
+  j["fabric"] = "iscsi";
+  j["target"] = l.target;
+  j["tpg"] = l.tpg;
+  j["lun_number"] = l.lun;
+  j["backstore"] = bs->name;
+  Emit(ctx, j, "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n");
+}
+
+void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs& b) {
+  LunRef ref = ParseLunRef(refs);
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  auto bs = lio.FindBackstore(ref.pool, ref.lun);
+  bool made = false;
+  if (!bs) {
+    bs = MakeBackstore(ctx, ref, LunInfoOf(ctx, ref), b);
+    made = true;
+  }
+  FabricLun l;
+  try {
+    l = lio.ExportLoopback(*bs);
+  } catch (const UserError&) {
+    if (made) {
+      try { lio.DeleteBackstore(*bs); } catch (const UserError&) {}
+    }
+    throw;
+  }
+  Json j = Json::object();
+  j["lun"] = ref.str();
+  j["fabric"] = "loopback";
+  j["target"] = l.target;
+  j["lun_number"] = l.lun;
+  Emit(ctx, j, "exported " + ref.str() + " over tcm_loop as " + l.target + " LUN " + std::to_string(l.lun) +
+                   " (a local /dev/sdX appears)\n");
+}
+
+void ExportList(const Context& ctx) {
+  Lio lio = MakeLio(ctx);
+  lio.RequireCore();
+  Json arr = Json::array();
+  Table t({"LUN", "FABRIC", "TARGET", "TPG", "LUN#", "BACKSTORE"});
+  for (const auto& b : lio.Backstores()) {
+    for (const auto& l : lio.LinksTo(b)) {
+      Json j = Json::object();
+      j["lun"] = b.config.pool + "/" + b.config.lun;
+      j["fabric"] = l.fabric;
+      j["target"] = l.target;
+      j["tpg"] = l.tpg;
+      j["lun_number"] = l.lun;
+      j["backstore"] = b.name;
+      arr.push_back(j);
+      t.Row({b.config.pool + "/" + b.config.lun, l.fabric, l.target, std::to_string(l.tpg), std::to_string(l.lun),
+             b.name});
+    }
+  }
+  Emit(ctx, arr, t.empty() ? std::string("no cowstore exports\n") : t.Render());
+}
+
+// ---------------------------------------------------------------- VAAI, top
+
+void VaaiStatus(const Context& ctx, const std::string& refs) {
+  Lio lio = MakeLio(ctx);
+  std::vector<Backstore> bss = lio.Available() ? lio.Backstores() : std::vector<Backstore>{};
+  std::vector<LunRef> refs_list;
+  if (!refs.empty()) {
+    LunRef r = ParseLunRef(refs);
+    LunInfoOf(ctx, r);  // exists?
+    refs_list.push_back(r);
+  } else {
+    for (const auto& b : bss) refs_list.push_back({b.config.pool, b.config.lun});
+  }
+  std::map<std::string, std::optional<std::vector<control::LunCounters>>> counters;
+  Json arr = Json::array();
+  std::string human;
+  for (const auto& ref : refs_list) {
+    std::optional<Backstore> bs;
+    for (const auto& b : bss) {
+      if (b.config.pool == ref.pool && b.config.lun == ref.lun) bs = b;
+    }
+    if (!counters.count(ref.pool)) {
+      auto h = ConnectPool(ctx, ref.pool);
+      counters[ref.pool] = h ? h->Counters() : std::nullopt;
+    }
+    std::string group = bs && bs->config.options.count("copy_group") ? bs->config.options.at("copy_group") : "";
+    std::string st = bs ? "supported" : "unsupported (not exported)";
+    Json j = Json::object();
+    j["lun"] = ref.str();
+    j["exported"] = bs.has_value();
+    j["ats"] = st;
+    j["clone"] = st;
+    j["zero"] = st;
+    j["delete"] = st;
+    j["copy_group"] = group;
+    human += ref.str() + (bs ? " (naa from WWN " + bs->wwn + ")" : std::string()) + "\n";
+    human += "   VAAI Plugin Name: (none: VMW_VAAIP_T10, standard T10 commands)\n";
+    human += "   ATS Status: " + st + "\n";
+    human += "   Clone Status: " + st +
+             (bs ? (group.empty() ? " (within this LUN; set a copy group for clones between LUNs)"
+                                  : " (within copy group '" + group + "')")
+                 : std::string()) + "\n";
+    human += "   Zero Status: " + st + "\n";
+    human += "   Delete Status: " + st + "\n";
+    const auto& cs = counters[ref.pool];
+    std::optional<control::LunCounters> mine;
+    if (cs) {
+      for (const auto& c : *cs) {
+        if (c.lun == ref.lun) mine = c;
+      }
+    }
+    if (mine) {
+      Json cj = Json::object();
+      for (const auto& [k, v] : mine->counters) cj[k] = v;
+      j["counters"] = cj;
+      human += "   Handler counters:";
+      for (const auto& [k, v] : mine->counters) human += " " + k + "=" + std::to_string(v);
+      human += "\n";
+    } else {
+      j["counters"] = nullptr;
+      human += "   Handler counters: unavailable (pool not served by a running handler)\n";
+    }
+    arr.push_back(j);
+  }
+  if (refs_list.empty()) human = "no exported cowstore LUNs (export one with 'cowctl export iscsi POOL/LUN')\n";
+  Emit(ctx, arr, human);
+}
+
+void Top(const Context& ctx, double interval, int count) {
+  if (interval < 0.1) throw UserError("--interval must be at least 0.1 seconds");
+  using Snap = std::map<std::string, std::map<std::string, uint64_t>>;  // pool/lun -> counters
+  auto snapshot = [&]() {
+    Snap s;
+    for (const auto& p : PoolNames(ctx)) {
+      auto h = ConnectPool(ctx, p);
+      if (!h) continue;
+      auto cs = h->Counters();
+      if (!cs) continue;
+      for (const auto& c : *cs) {
+        auto& m = s[p + "/" + c.lun];
+        for (const auto& [k, v] : c.counters) m[k] = v;
+      }
+    }
+    return s;
+  };
+  bool tty = ::isatty(1) == 1 && !ctx.json;
+  Snap prev = snapshot();
+  auto t0 = std::chrono::steady_clock::now();
+  if (prev.empty() && count != 0 && !tty) {
+    // Degrade gracefully: nothing serves a pool, so there is nothing to rate.
+  }
+  for (int i = 0; count == 0 || i < count; ++i) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(interval));
+    Snap cur = snapshot();
+    auto t1 = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(t1 - t0).count();
+    t0 = t1;
+    auto rate = [&](const std::string& lun, const char* k) {
+      uint64_t a = prev.count(lun) && prev[lun].count(k) ? prev[lun][k] : 0;
+      uint64_t b = cur[lun].count(k) ? cur[lun][k] : 0;
+      return b >= a ? static_cast<double>(b - a) / dt : 0.0;
+    };
+    Json arr = Json::array();
+    Table t({"LUN", "IOPS", "READ/s", "WRITE/s", "ATS/s", "MISCMP", "XCOPY/s", "CLONED/s", "ZEROED/s", "UNMAPPED/s"});
+    for (const auto& [lun, m] : cur) {
+      Json j = Json::object();
+      j["lun"] = lun;
+      j["iops"] = rate(lun, "commands");
+      j["read_bytes_per_s"] = rate(lun, "read_bytes");
+      j["write_bytes_per_s"] = rate(lun, "write_bytes");
+      j["ats_per_s"] = rate(lun, "ats");
+      j["ats_miscompares"] = m.count("ats_miscompares") ? m.at("ats_miscompares") : 0;
+      j["xcopy_per_s"] = rate(lun, "xcopy");
+      j["clone_blocks_per_s"] = rate(lun, "clone_blocks");
+      j["zero_blocks_per_s"] = rate(lun, "zero_blocks");
+      j["unmap_blocks_per_s"] = rate(lun, "unmap_blocks");
+      arr.push_back(j);
+      char buf[10][32];
+      std::snprintf(buf[0], 32, "%.0f", rate(lun, "commands"));
+      std::snprintf(buf[1], 32, "%s", FormatSize(static_cast<uint64_t>(rate(lun, "read_bytes"))).c_str());
+      std::snprintf(buf[2], 32, "%s", FormatSize(static_cast<uint64_t>(rate(lun, "write_bytes"))).c_str());
+      std::snprintf(buf[3], 32, "%.0f", rate(lun, "ats"));
+      std::snprintf(buf[4], 32, "%llu",
+                    static_cast<unsigned long long>(m.count("ats_miscompares") ? m.at("ats_miscompares") : 0));
+      std::snprintf(buf[5], 32, "%.0f", rate(lun, "xcopy"));
+      std::snprintf(buf[6], 32, "%.0f", rate(lun, "clone_blocks"));
+      std::snprintf(buf[7], 32, "%.0f", rate(lun, "zero_blocks"));
+      std::snprintf(buf[8], 32, "%.0f", rate(lun, "unmap_blocks"));
+      t.Row({lun, buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7], buf[8]});
+    }
+    std::string human;
+    if (tty) human += "\033[H\033[2J";
+    char hdr[64];
+    std::time_t now = std::time(nullptr);
+    std::strftime(hdr, sizeof hdr, "%H:%M:%S", std::localtime(&now));
+    human += std::string("cowctl top - ") + hdr + " (every " + std::to_string(interval).substr(0, 4) + " s)\n";
+    human += cur.empty() ? "no pool is served by a running handler: nothing to show (is tcmu-runner running and "
+                           "a cowstore LUN exported?)\n"
+                         : t.Render();
+    Emit(ctx, arr, human);
+    prev = std::move(cur);
+  }
+}
+
+// ---------------------------------------------------------------- save / restore
+
+Config Gather(const Context& ctx) {
+  Config c;
+  Lio lio = MakeLio(ctx);
+  bool lio_on = lio.Available();
+  std::vector<Backstore> bss = lio_on ? lio.Backstores() : std::vector<Backstore>{};
+  std::map<std::string, std::pair<std::string, std::string>> by_key;  // backstore key -> pool, lun
+  for (const auto& name : PoolNames(ctx)) {
+    auto h = OpenPool(ctx, name, true);
+    auto s = h->Space();
+    PoolConfig p;
+    p.name = name;
+    std::string entry = PoolPath(ctx, name);
+    struct stat st;
+    if (::lstat(entry.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      char buf[4096];
+      ssize_t n = ::readlink(entry.c_str(), buf, sizeof buf - 1);
+      std::string target = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+      struct stat t;
+      if (::stat(entry.c_str(), &t) == 0 && S_ISBLK(t.st_mode)) p.device = target;
+      else p.file = target;
+    }
+    p.size = s.pool_size_bytes;
+    p.allocation_unit = s.allocation_unit;
+    p.soft_threshold = s.total_units
+                           ? static_cast<uint32_t>((s.soft_threshold_units * 100 + s.total_units / 2) / s.total_units)
+                           : 0;
+    for (const auto& l : s.luns) {
+      LunConfig lc;
+      lc.name = l.name;
+      lc.size = l.size_bytes;
+      lc.block_size = l.block_size;
+      for (const auto& b : bss) {
+        if (b.config.pool != name || b.config.lun != l.name) continue;
+        lc.backstore = b.name;
+        lc.wwn = b.wwn;
+        if (b.config.options.count("copy_group")) lc.copy_group = b.config.options.at("copy_group");
+        if (b.config.options.count("wce")) lc.wce = b.config.options.at("wce") == "1";
+        by_key[b.key()] = {name, l.name};
+      }
+      p.luns.push_back(std::move(lc));
+    }
+    c.pools.push_back(std::move(p));
+  }
+  if (!lio_on) return c;
+  for (const auto& t : lio.IscsiTargets()) {
+    IscsiConfig ic;
+    ic.target = t.iqn;
+    ic.portals = t.portals;
+    ic.acls = t.acls;
+    for (const auto& [n, key] : t.luns) {
+      if (by_key.count(key)) ic.luns.push_back({n, by_key[key].first, by_key[key].second});
+    }
+    c.iscsi.push_back(std::move(ic));
+  }
+  for (const auto& t : lio.LoopbackTargets()) {
+    LoopbackConfig lc;
+    lc.wwn = t.wwn;
+    for (const auto& [n, key] : t.luns) {
+      if (by_key.count(key)) lc.luns.push_back({n, by_key[key].first, by_key[key].second});
+    }
+    c.loopback.push_back(std::move(lc));
+  }
+  return c;
+}
+
+void Save(const Context& ctx, const std::string& file) {
+  Config c = Gather(ctx);
+  WriteConfig(file, c);
+  size_t luns = 0;
+  for (const auto& p : c.pools) luns += p.luns.size();
+  Json j = Json::object();
+  j["file"] = file;
+  j["pools"] = static_cast<uint64_t>(c.pools.size());
+  j["luns"] = static_cast<uint64_t>(luns);
+  j["iscsi_targets"] = static_cast<uint64_t>(c.iscsi.size());
+  j["loopback_targets"] = static_cast<uint64_t>(c.loopback.size());
+  Emit(ctx, j, "saved " + std::to_string(c.pools.size()) + " pools, " + std::to_string(luns) + " LUNs, " +
+                   std::to_string(c.iscsi.size()) + " iSCSI and " + std::to_string(c.loopback.size()) +
+                   " loopback targets to " + file + "\n");
+}
+
+void Restore(const Context& ctx, const std::string& file, bool dry_run) {
+  Config c = LoadConfig(file);
+  std::vector<std::string> done;
+  auto note = [&](const std::string& s) { done.push_back(s); };
+  // Pools and LUNs first, with our handles closed before LIO opens them.
+  for (const auto& p : c.pools) {
+    std::string entry = PoolPath(ctx, p.name);
+    struct stat st;
+    if (::lstat(entry.c_str(), &st) != 0) {
+      if (dry_run) {
+        note("would create pool " + p.name);
+        continue;
+      }
+      if (!p.device.empty()) {
+        // The pool may still be on the device with only our link lost.
+        auto r = store::Pool::Open(store::DefaultEnv(), p.device, {});
+        if (r.ok()) {
+          (void)r.value()->Close();
+          ::mkdir(ctx.pool_dir.c_str(), 0755);
+          if (::symlink(p.device.c_str(), entry.c_str()) != 0) {
+            throw UserError("cannot link " + entry + " to " + p.device + ": " + std::strerror(errno));
+          }
+          note("relinked pool " + p.name + " on " + p.device);
+        } else {
+          PoolCreateArgs a{p.name, "", p.device, "", std::to_string(p.allocation_unit), p.soft_threshold};
+          PoolCreate(Context{ctx.pool_dir, ctx.run_dir, ctx.configfs_root, ctx.proc_root, true}, a);
+          note("created pool " + p.name);
+        }
+      } else {
+        PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
+                         p.soft_threshold};
+        std::streambuf* old = std::cout.rdbuf(nullptr);
+        try {
+          PoolCreate(ctx, a);
+        } catch (...) {
+          std::cout.rdbuf(old);
+          throw;
+        }
+        std::cout.rdbuf(old);
+        note("created pool " + p.name);
+      }
+    }
+    if (dry_run && ::lstat(entry.c_str(), &st) != 0) continue;
+    auto h = OpenPool(ctx, p.name);
+    auto have = h->Space().luns;
+    for (const auto& l : p.luns) {
+      auto it = std::find_if(have.begin(), have.end(), [&](const store::LunInfo& x) { return x.name == l.name; });
+      if (it == have.end()) {
+        if (dry_run) {
+          note("would create LUN " + p.name + "/" + l.name);
+          continue;
+        }
+        h->CreateLun(l.name, l.size, l.block_size);
+        note("created LUN " + p.name + "/" + l.name + " (empty: its data was not in the pool)");
+      } else if (it->size_bytes != l.size || it->block_size != l.block_size) {
+        std::cerr << "cowctl: warning: " << file << ": LUN " << p.name << "/" << l.name << " is "
+                  << it->size_bytes << " bytes / " << it->block_size << "-byte blocks, the file says " << l.size
+                  << " / " << l.block_size << "; keeping the pool's\n";
+      }
+    }
+  }
+  bool need_lio = !c.iscsi.empty() || !c.loopback.empty();
+  for (const auto& p : c.pools) {
+    for (const auto& l : p.luns) need_lio = need_lio || !l.backstore.empty();
+  }
+  if (need_lio) {
+    Lio lio = MakeLio(ctx);
+    lio.RequireCore();
+    lio.RequireRunner();
+    for (const auto& p : c.pools) {
+      for (const auto& l : p.luns) {
+        if (l.backstore.empty()) continue;
+        LunRef ref{p.name, l.name};
+        if (lio.FindBackstore(p.name, l.name)) continue;
+        if (dry_run) {
+          note("would create backstore " + l.backstore);
+          continue;
+        }
+        BackstoreArgs b{true, l.backstore, l.copy_group, l.wce ? (*l.wce ? "1" : "0") : ""};
+        store::LunInfo info = LunInfoOf(ctx, ref);
+        BackstoreSpec spec;
+        spec.name = l.backstore;
+        spec.config = MakeCfg(ref, b);
+        spec.size = info.size_bytes;
+        spec.block_size = info.block_size;
+        spec.wwn = l.wwn.empty() ? UuidString(info.id) : l.wwn;
+        lio.CreateBackstore(spec);
+        note("created backstore " + l.backstore);
+      }
+    }
+    for (const auto& t : c.iscsi) {
+      for (const auto& e : t.luns) {
+        auto bs = lio.FindBackstore(e.pool, e.name);
+        if (!bs && dry_run) {
+          note("would export " + e.pool + "/" + e.name + " on " + t.target);
+          continue;
+        }
+        if (!bs) {
+          throw UserError(file + ": iSCSI target " + t.target + " exports " + e.pool + "/" + e.name +
+                          ", which has no backstore: give that LUN a 'backstore:' field");
+        }
+        bool present = false;
+        for (const auto& l : lio.LinksTo(*bs)) present = present || (l.fabric == "iscsi" && l.target == t.target);
+        if (dry_run) {
+          if (!present) note("would export " + e.pool + "/" + e.name + " on " + t.target);
+          continue;
+        }
+        lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun});
+        if (!present) note("exported " + e.pool + "/" + e.name + " as LUN " + std::to_string(e.lun) + " of " + t.target);
+      }
+    }
+    for (const auto& t : c.loopback) {
+      for (const auto& e : t.luns) {
+        auto bs = lio.FindBackstore(e.pool, e.name);
+        if (!bs && dry_run) {
+          note("would export " + e.pool + "/" + e.name + " over loopback");
+          continue;
+        }
+        if (!bs) throw UserError(file + ": loopback " + t.wwn + " exports " + e.pool + "/" + e.name + " without backstore");
+        bool present = false;
+        for (const auto& l : lio.LinksTo(*bs)) present = present || l.fabric == "loopback";
+        if (present) continue;
+        if (dry_run) {
+          note("would export " + e.pool + "/" + e.name + " over loopback");
+          continue;
+        }
+        lio.ExportLoopback(*bs, t.wwn);
+        note("exported " + e.pool + "/" + e.name + " over loopback " + t.wwn);
+      }
+    }
+  }
+  Json j = Json::object();
+  j["file"] = file;
+  j["dry_run"] = dry_run;
+  Json a = Json::array();
+  std::string human;
+  for (const auto& d : done) {
+    a.push_back(d);
+    human += d + "\n";
+  }
+  j["changes"] = a;
+  if (done.empty()) human = "nothing to do: everything in " + file + " is in place\n";
+  Emit(ctx, j, human);
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  Context ctx;
+  CLI::App app{"cowctl: manage cowstore pools, LUNs and their LIO exports (VAAI-capable iSCSI LUNs)", "cowctl"};
+  app.set_version_flag("--version", std::string("cowctl ") + "0.1.0");
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.add_option("--pool-dir", ctx.pool_dir, "Where pools live (env COWSTORE_POOL_DIR)")->capture_default_str();
+  app.add_option("--configfs-root", ctx.configfs_root, "configfs mount point")->capture_default_str();
+  app.add_option("--run-dir", ctx.run_dir, "Where handler control sockets are (env COWSTORE_RUN_DIR)")
+      ->capture_default_str();
+  app.add_option("--proc-root", ctx.proc_root, "procfs, to find tcmu-runner (tests)")->group("");
+  app.add_flag("--json", ctx.json, "Machine-readable JSON output");
+  int rc = 0;
+
+  // pool
+  auto* pool = app.add_subcommand("pool", "Create, inspect, check and grow pools");
+  pool->require_subcommand(1);
+  PoolCreateArgs pca;
+  auto* pc = pool->add_subcommand("create", "Create a pool on a sparse file or a block device");
+  pc->add_option("name", pca.name, "Pool name")->required();
+  pc->add_option("--size,-s", pca.size, "Size (file pools; e.g. 500G)");
+  pc->add_option("--device,-d", pca.device, "Block device to hold the pool (whole device)");
+  pc->add_option("--file", pca.file, "Put the pool file here (linked from the pool directory)");
+  pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
+  pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
+      ->capture_default_str();
+  pc->callback([&] { PoolCreate(ctx, pca); });
+  pool->add_subcommand("list", "List pools with their space")->callback([&] { PoolList(ctx); });
+  std::string pname, psize;
+  bool pforce = false;
+  auto* ps = pool->add_subcommand("show", "Space of a pool: size, allocated, shared, saved, free, per LUN");
+  ps->add_option("name", pname, "Pool name")->required();
+  ps->callback([&] { PoolShow(ctx, pname); });
+  auto* pk = pool->add_subcommand("check", "Run the store's checker over a pool");
+  pk->add_option("name", pname, "Pool name")->required();
+  pk->callback([&] { rc = PoolCheck(ctx, pname); });
+  auto* pg = pool->add_subcommand("grow", "Grow a pool (file: to --size; device: to the device size)");
+  pg->add_option("name", pname, "Pool name")->required();
+  pg->add_option("--size,-s", psize, "New size (file pools)");
+  pg->callback([&] { PoolGrow(ctx, pname, psize); });
+  auto* pd = pool->add_subcommand("delete", "Delete a pool and its file");
+  pd->add_option("name", pname, "Pool name")->required();
+  pd->add_flag("--force", pforce, "Delete even if it still holds LUNs");
+  pd->callback([&] { PoolDelete(ctx, pname, pforce); });
+
+  // lun
+  auto* lun = app.add_subcommand("lun", "Create, clone, snapshot, resize, import and delete LUNs");
+  lun->require_subcommand(1);
+  std::string lref, lsize, lname, lpath;
+  uint32_t lbs = 512;
+  bool lforce = false, overcommit = false;
+  BackstoreArgs bsa;
+  auto add_bs_opts = [&](CLI::App* c, bool with_flag) {
+    if (with_flag) c->add_flag("--backstore", bsa.make, "Also create the LIO user:cowstore backstore");
+    c->add_option("--backstore-name", bsa.name, "Backstore name (default POOL-LUN)");
+    c->add_option("--copy-group", bsa.copy_group, "XCOPY copy group: clones between LUNs of one group are offloaded");
+    c->add_option("--wce", bsa.wce, "Write cache enabled (0: every GOOD is durable, the default)");
+  };
+  auto* lc = lun->add_subcommand("create", "Create a thin LUN (VAAI-capable from birth)");
+  lc->add_option("lun", lref, "POOL/LUN")->required();
+  lc->add_option("--size,-s", lsize, "Size, e.g. 100G")->required();
+  lc->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
+  lc->add_flag("--overcommit", overcommit, "Allow a LUN larger than the pool");
+  add_bs_opts(lc, true);
+  lc->callback([&] {
+    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    LunCreate(ctx, lref, lsize, lbs, overcommit, bsa);
+  });
+  std::string lpool;
+  auto* ll = lun->add_subcommand("list", "List LUNs (of one pool or all)");
+  ll->add_option("pool", lpool, "Pool name");
+  ll->callback([&] { LunList(ctx, lpool); });
+  auto* lsh = lun->add_subcommand("show", "Show a LUN");
+  lsh->add_option("lun", lref, "POOL/LUN")->required();
+  lsh->callback([&] { LunShow(ctx, lref); });
+  auto* lr = lun->add_subcommand("resize", "Resize a LUN (exported LUNs: LIO and the initiators are told)");
+  lr->add_option("lun", lref, "POOL/LUN")->required();
+  lr->add_option("--size,-s", lsize, "New size")->required();
+  lr->add_flag("--force", lforce, "Allow shrinking (discards the end)");
+  lr->callback([&] { LunResize(ctx, lref, lsize, lforce); });
+  auto* ld = lun->add_subcommand("delete", "Delete a LUN (refused while exported unless --force)");
+  ld->add_option("lun", lref, "POOL/LUN")->required();
+  ld->add_flag("--force", lforce, "Unexport and delete its backstore first");
+  ld->callback([&] { LunDelete(ctx, lref, lforce); });
+  auto* lcl = lun->add_subcommand("clone", "Clone a LUN: metadata only, fresh WWN");
+  lcl->add_option("source", lref, "POOL/LUN")->required();
+  lcl->add_option("name", lname, "Name of the clone")->required();
+  add_bs_opts(lcl, true);
+  lcl->callback([&] {
+    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    LunClone(ctx, lref, lname, false, bsa);
+  });
+  auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: a clone named SOURCE.snap-<time> by default");
+  lsn->add_option("source", lref, "POOL/LUN")->required();
+  lsn->add_option("name", lname, "Name of the snapshot");
+  lsn->callback([&] { LunClone(ctx, lref, lname, true, BackstoreArgs{}); });
+  auto* li = lun->add_subcommand("import", "Make a LUN from a raw image or block device (zero runs stay unmapped)");
+  li->add_option("lun", lref, "POOL/LUN to create")->required();
+  li->add_option("--from,-f", lpath, "Raw image file or block device")->required();
+  li->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
+  li->add_option("--size,-s", lsize, "LUN size (default: the source's, rounded up to a block)");
+  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize); });
+  auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
+  le->add_option("lun", lref, "POOL/LUN")->required();
+  le->add_option("--to,-t", lpath, "Raw image file or block device")->required();
+  le->add_flag("--force", lforce, "Overwrite an existing file");
+  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce); });
+
+  // backstore
+  auto* bsc = app.add_subcommand("backstore", "LIO user:cowstore backstores");
+  bsc->require_subcommand(1);
+  auto* bc = bsc->add_subcommand("create", "Create the backstore of an existing LUN");
+  bc->add_option("lun", lref, "POOL/LUN")->required();
+  add_bs_opts(bc, false);
+  bc->callback([&] { BackstoreCreate(ctx, lref, bsa); });
+  bsc->add_subcommand("list", "List cowstore backstores")->callback([&] { BackstoreList(ctx); });
+  auto* bd = bsc->add_subcommand("delete", "Delete a LUN's backstore (refused while exported unless --force)");
+  bd->add_option("lun", lref, "POOL/LUN")->required();
+  bd->add_flag("--force", lforce, "Unexport first");
+  bd->callback([&] {
+    LunRef ref = ParseLunRef(lref);
+    Lio lio = MakeLio(ctx);
+    lio.RequireCore();
+    auto b = lio.FindBackstore(ref.pool, ref.lun);
+    if (!b) throw UserError(ref.str() + " has no backstore");
+    if (lforce) lio.Unexport(*b);
+    lio.DeleteBackstore(*b);
+    Json j = Json::object();
+    j["deleted"] = b->name;
+    Emit(ctx, j, "deleted backstore " + b->name + "\n");
+  });
+
+  // export / unexport
+  auto* ex = app.add_subcommand("export", "Export a LUN over iSCSI or tcm_loop");
+  ex->require_subcommand(1);
+  ExportArgs ea;
+  auto* ei = ex->add_subcommand("iscsi", "Export over iSCSI (creates the backstore if needed)");
+  ei->add_option("lun", lref, "POOL/LUN")->required();
+  ei->add_option("--target,-t", ea.target, "Target IQN (default iqn.2024-01.io.cowstore:<host>.<pool>)");
+  ei->add_option("--portal,-p", ea.portals, "Portal IP:port (repeatable; default 0.0.0.0:3260 on a new target)");
+  ei->add_option("--initiator,-i", ea.initiators, "Initiator IQN allowed in (repeatable; none: any initiator)");
+  ei->add_option("--chap-user", ea.chap_user, "CHAP user name for the named initiators");
+  ei->add_option("--chap-password", ea.chap_password, "CHAP secret (12-16 characters)");
+  ei->add_option("--lun", ea.lun, "LUN number in the target (default: lowest free)");
+  add_bs_opts(ei, false);
+  ei->callback([&] { ExportIscsi(ctx, lref, ea, bsa); });
+  auto* elp = ex->add_subcommand("loop", "Export through tcm_loop (a local SCSI disk)");
+  elp->add_option("lun", lref, "POOL/LUN")->required();
+  add_bs_opts(elp, false);
+  elp->callback([&] { ExportLoop(ctx, lref, bsa); });
+  ex->add_subcommand("list", "List exports of cowstore LUNs")->callback([&] { ExportList(ctx); });
+  bool with_bs = false;
+  auto* ue = app.add_subcommand("unexport", "Remove every iSCSI/loopback export of a LUN");
+  ue->add_option("lun", lref, "POOL/LUN")->required();
+  ue->add_flag("--backstore", with_bs, "Also delete the backstore");
+  ue->callback([&] {
+    LunRef ref = ParseLunRef(lref);
+    Unexport(ctx, ref, with_bs);
+    Json j = Json::object();
+    j["unexported"] = ref.str();
+    Emit(ctx, j, "unexported " + ref.str() + (with_bs ? " and deleted its backstore" : "") + "\n");
+  });
+
+  // vaai, top
+  auto* va = app.add_subcommand("vaai", "VAAI support as ESXi lists it");
+  va->require_subcommand(1);
+  auto* vs = va->add_subcommand("status", "ATS/Clone/Zero/Delete status and handler counters");
+  vs->add_option("lun", lref, "POOL/LUN (default: every exported LUN)");
+  vs->callback([&] { VaaiStatus(ctx, lref); });
+  double interval = 1.0;
+  int count = 0;
+  auto* top = app.add_subcommand("top", "Live per-LUN IOPS, throughput and VAAI operations");
+  top->add_option("--interval,-n", interval, "Seconds between updates")->capture_default_str();
+  top->add_option("--count,-c", count, "Number of updates (0: until interrupted)")->capture_default_str();
+  top->callback([&] { Top(ctx, interval, count); });
+
+  // save, restore
+  std::string cfile = kDefaultConfigPath;
+  bool dry_run = false;
+  auto* sv = app.add_subcommand("save", "Save pools, LUNs, backstores and exports to a YAML file");
+  sv->add_option("file", cfile, "File")->capture_default_str();
+  sv->callback([&] { Save(ctx, cfile); });
+  auto* rs = app.add_subcommand("restore", "Make pools, LUNs and exports match a saved file (idempotent)");
+  rs->add_option("file", cfile, "File")->capture_default_str();
+  rs->add_flag("--dry-run,-n", dry_run, "Print what would change, change nothing");
+  rs->callback([&] { Restore(ctx, cfile, dry_run); });
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string cmd = "cowctl";
+    for (auto* sub = &app; !sub->get_subcommands().empty();) {
+      sub = sub->get_subcommands().front();
+      cmd += " " + sub->get_name();
+    }
+    std::cerr << "cowctl: " << e.what() << " (see '" << cmd << " --help')\n";
+    return 2;
+  } catch (const UserError& e) {
+    std::cerr << "cowctl: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "cowctl: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return rc;
+}
+
+}  // namespace cowstore::cowctl

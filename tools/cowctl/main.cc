@@ -1,0 +1,3 @@
+#include "tools/cowctl/commands.h"
+
+int main(int argc, char** argv) { return cowstore::cowctl::Main(argc, argv); }

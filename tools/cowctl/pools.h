@@ -1,0 +1,63 @@
+// How cowctl reaches a pool: it opens the pool file itself when nobody holds
+// it; when the store answers kBusy (tcmu-runner has it open and holds its
+// flock), it talks to the handler through the pool's control socket.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "handler/control/server.h"
+#include "handler/store/pool.h"
+#include "tools/cowctl/output.h"
+#include "tools/cowctl/util.h"
+
+namespace cowstore::cowctl {
+
+struct Context {
+  std::string pool_dir = DefaultPoolDir();
+  std::string run_dir = DefaultRunDir();
+  std::string configfs_root = "/sys/kernel/config";
+  std::string proc_root = "/proc";
+  bool json = false;
+};
+
+// <pool_dir>/<pool>; the entry may be a symlink to a block device or file.
+std::string PoolPath(const Context& ctx, const std::string& pool);
+// Names of the pool entries in pool_dir, sorted.
+std::vector<std::string> PoolNames(const Context& ctx);
+
+class PoolHandle {
+ public:
+  virtual ~PoolHandle() = default;
+  virtual bool remote() const = 0;  // served by the handler process
+  virtual store::SpaceInfo Space() = 0;
+  virtual store::LunInfo GetLun(const std::string& name) = 0;
+  virtual store::LunInfo CreateLun(const std::string& name, uint64_t size, uint32_t block_size) = 0;
+  virtual void DeleteLun(const std::string& name) = 0;
+  virtual store::LunInfo ResizeLun(const std::string& name, uint64_t size) = 0;
+  virtual store::LunInfo CloneLun(const std::string& src, const std::string& dst) = 0;
+  virtual void Grow(uint64_t size) = 0;
+  virtual store::CheckReport Check(Progress* progress) = 0;
+  // Per-LUN handler counters; nullopt when the pool is not served.
+  virtual std::optional<std::vector<control::LunCounters>> Counters() = 0;
+  // The open pool, for LUN data I/O (import/export); nullptr when remote.
+  virtual store::Pool* local() { return nullptr; }
+  const std::string& name() const { return name_; }
+
+ protected:
+  std::string name_;
+};
+
+// Throws UserError naming the pool and what to do (missing, locked without a
+// socket, corrupt ...).
+std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool, bool read_only = false);
+// The socket of a pool the handler serves, or nullptr.
+std::unique_ptr<PoolHandle> ConnectPool(const Context& ctx, const std::string& pool);
+
+// A store error as one line for the user.
+[[noreturn]] void Fail(const store::Status& s, const std::string& what);
+
+std::string UuidHexString(const store::Uuid& id);  // WWN form
+
+}  // namespace cowstore::cowctl
