@@ -191,6 +191,7 @@ TEST_F(Cli, LunErrors) {
   Err("lun resize tank/vm1 --size 1000", "multiple of the block size");
   Err("lun create tank/vm2 --size 1M --backstore --copy-group 'a b'", "invalid copy group");
   Err("lun create tank/vm2 --size 1M --wce 2", "0 or 1");
+  Err("lun create tank/vm2 --size 1M --wce 1 --copy-group esx", "cuts dev_config at ','");
   EXPECT_EQ(Ok("lun list tank").find("vm2"), std::string::npos);  // nothing half-made
 }
 
