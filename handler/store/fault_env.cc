@@ -162,6 +162,11 @@ uint64_t FaultInjectionEnv::mutating_calls() const {
   return mutating_;
 }
 
+uint64_t FaultInjectionEnv::calls(Op op) const {
+  std::lock_guard<std::mutex> g(mu_);
+  return op_counts_[static_cast<int>(op)];
+}
+
 void FaultInjectionEnv::FailAt(Op op, uint64_t nth, Code code) {
   std::lock_guard<std::mutex> g(mu_);
   faults_.push_back({op, op_counts_[static_cast<int>(op)] + nth, code});
@@ -211,6 +216,12 @@ void FaultInjectionEnv::Corrupt(const std::string& path, uint64_t off, size_t n)
     im.current[i] ^= 0x5a;
     im.durable[i] ^= 0x5a;
   }
+}
+
+std::vector<uint8_t> FaultInjectionEnv::Snapshot(const std::string& path) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? std::vector<uint8_t>() : it->second->current;
 }
 
 uint64_t FaultInjectionEnv::unsynced_sectors(const std::string& path) const {

@@ -57,11 +57,16 @@ class FaultInjectionEnv final : public Env {
   // `seed`. Also clears the crashed state. Files must not be open.
   void PowerLoss(Loss loss, uint64_t seed);
 
+  // Calls of kind `op` so far.
+  uint64_t calls(Op op) const;
+
   // Test helpers.
   void Delete(const std::string& path);
   // Flips bytes in the current and durable images (simulated media rot).
   void Corrupt(const std::string& path, uint64_t off, size_t n);
   uint64_t unsynced_sectors(const std::string& path) const;
+  // The current image (what a read returns now), bypassing locks.
+  std::vector<uint8_t> Snapshot(const std::string& path) const;
 
  private:
   friend class FaultFile;

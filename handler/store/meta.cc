@@ -51,6 +51,7 @@ std::string Superblock::Encode() const {
   e.U64(data_offset);
   e.U64(seq);
   e.U64(ckpt_first);
+  e.U64(ckpt_seq);
   e.U64(ckpt_bytes);
   e.U32(ckpt_crc);
   e.U64(journal_start_lsn);
@@ -67,7 +68,7 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
     return Status(Code::kCorruption, "no cowstore superblock (bad magic)");
   bool ok = d.U32(&sb->version) && d.Bytes(sb->uuid.data(), 16) && d.U32(&sb->au) &&
             d.U64(&sb->size_bytes) && d.U64(&sb->journal_bytes) && d.U64(&sb->data_offset) &&
-            d.U64(&sb->seq) && d.U64(&sb->ckpt_first) && d.U64(&sb->ckpt_bytes) &&
+            d.U64(&sb->seq) && d.U64(&sb->ckpt_first) && d.U64(&sb->ckpt_seq) && d.U64(&sb->ckpt_bytes) &&
             d.U32(&sb->ckpt_crc) && d.U64(&sb->journal_start_lsn) &&
             d.U32(&sb->soft_threshold_percent);
   size_t body = n - d.left();

@@ -68,6 +68,7 @@ struct Superblock {
   uint64_t data_offset = 0;
   uint64_t seq = 0;              // higher wins; copies alternate slots seq % 2
   uint64_t ckpt_first = kNone;   // first AU of the checkpoint chain (kNone: empty pool)
+  uint64_t ckpt_seq = 0;         // superblock seq that wrote it; stamped in every chunk
   uint64_t ckpt_bytes = 0;
   uint32_t ckpt_crc = 0;
   uint64_t journal_start_lsn = 1;

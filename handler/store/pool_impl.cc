@@ -278,6 +278,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
   nsb.ckpt_first = aus[0];
+  nsb.ckpt_seq = nsb.seq;
   nsb.ckpt_bytes = payload.size();
   nsb.ckpt_crc = Crc32c(0, payload.data(), payload.size());
   nsb.journal_start_lsn = start_lsn;
@@ -452,7 +453,7 @@ Status Core::Load() {
       d.U64(&next);
       d.Bytes(u.data(), 16);
       Decoder(chunk.data() + kChunkHeader - 4, 4).U32(&crc);
-      bool ok = std::memcmp(magic, kChunkMagic, 8) == 0 && seq == best.seq && idx == i &&
+      bool ok = std::memcmp(magic, kChunkMagic, 8) == 0 && seq == best.ckpt_seq && idx == i &&
                 u == sb_uuid_ && len <= au_ - kChunkHeader;
       if (ok) {
         uint32_t c = Crc32c(0, chunk.data(), kChunkHeader - 4);

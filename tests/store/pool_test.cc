@@ -1,52 +1,580 @@
+// Unit tests: every operation of pool.h and its error paths.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/meta.h"
 #include "handler/store/pool.h"
 
 namespace cowstore::store {
 namespace {
 
 constexpr uint32_t kAu = 64 * 1024;
+constexpr uint64_t kDataOffset = 128 * 1024;  // 64 KiB header + 64 KiB journal, AU aligned
+using D = Durability;
 
-PoolOptions SmallPool() {
+PoolOptions Opts(uint64_t units = 64) {
   PoolOptions o;
-  o.size_bytes = 64ull << 20;
   o.allocation_unit = kAu;
   o.journal_bytes = 64 * 1024;
+  o.size_bytes = kDataOffset + units * kAu;
+  o.soft_threshold_percent = 50;
   return o;
 }
 
-TEST(PoolSmoke, CreateWriteReadCloneReopen) {
+std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
+  return v;
+}
+
+class PoolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto p = Pool::Create(&env_, "pool", Opts());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool_ = std::move(p.value());
+    ASSERT_TRUE(pool_->CreateLun("a", 1 << 20, 512).ok());
+    ASSERT_TRUE(pool_->CreateLun("b", 1 << 20, 512).ok());
+    a_ = pool_->OpenLun("a").value();
+    b_ = pool_->OpenLun("b").value();
+  }
+  void ExpectClean() {
+    CheckReport r = pool_->Check();
+    EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+  }
+  std::vector<uint8_t> ReadA(Lun& l, uint64_t lba, uint64_t n) {
+    std::vector<uint8_t> v(n * l.block_size());
+    EXPECT_TRUE(l.Read(lba, n, v.data()).ok());
+    return v;
+  }
+  void Reopen() {
+    a_.reset();
+    b_.reset();
+    ASSERT_TRUE(pool_->Close().ok());
+    pool_.reset();
+    auto p = Pool::Open(&env_, "pool");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool_ = std::move(p.value());
+    a_ = pool_->OpenLun("a").value();
+    b_ = pool_->OpenLun("b").value();
+  }
+
+  FaultInjectionEnv env_;
+  std::unique_ptr<Pool> pool_;
+  std::shared_ptr<Lun> a_, b_;
+};
+
+// ------------------------------------------------------------ create/open
+
+TEST(PoolCreate, RejectsBadOptions) {
   FaultInjectionEnv env;
-  auto pool = Pool::Create(&env, "p", SmallPool());
-  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
-  ASSERT_TRUE((*pool)->CreateLun("a", 8 << 20, 512).ok());
-  ASSERT_TRUE((*pool)->CreateLun("b", 8 << 20, 512).ok());
-  auto a = (*pool)->OpenLun("a");
-  auto b = (*pool)->OpenLun("b");
-  ASSERT_TRUE(a.ok() && b.ok());
-  std::vector<uint8_t> buf(1 << 20, 0xab), out(1 << 20);
-  ASSERT_TRUE((*a)->Write(0, 2048, buf.data(), Durability::kDurable).ok());
-  ASSERT_TRUE((*pool)->CloneRange(**a, 0, **b, 4096, 2048, Durability::kDurable).ok());
-  ASSERT_TRUE((*b)->Read(4096, 2048, out.data()).ok());
-  EXPECT_EQ(buf, out);
-  auto rep = (*pool)->Check();
-  EXPECT_TRUE(rep.clean) << (rep.problems.empty() ? "" : rep.problems[0]);
-  a->reset();
-  b->reset();
-  ASSERT_TRUE((*pool)->Close().ok());
-  pool->reset();
-  auto p2 = Pool::Open(&env, "p");
-  ASSERT_TRUE(p2.ok()) << p2.status().ToString();
-  auto b2 = (*p2)->OpenLun("b");
-  ASSERT_TRUE(b2.ok());
-  std::fill(out.begin(), out.end(), 0);
-  ASSERT_TRUE((*b2)->Read(4096, 2048, out.data()).ok());
-  EXPECT_EQ(buf, out);
-  EXPECT_EQ((*p2)->Space().shared_units, 16u);
+  PoolOptions o = Opts();
+  o.allocation_unit = 96 * 1024;
+  EXPECT_EQ(Pool::Create(&env, "p", o).status().code(), Code::kInvalidArgument);
+  o = Opts();
+  o.allocation_unit = 2 << 20;
+  EXPECT_EQ(Pool::Create(&env, "p", o).status().code(), Code::kInvalidArgument);
+  o = Opts();
+  o.size_bytes = kDataOffset + 2 * kAu;
+  EXPECT_EQ(Pool::Create(&env, "p2", o).status().code(), Code::kInvalidArgument);
+  o = Opts();
+  o.journal_bytes = 1000;
+  EXPECT_EQ(Pool::Create(&env, "p3", o).status().code(), Code::kInvalidArgument);
+}
+
+TEST(PoolCreate, RefusesExistingPoolAndForeignFile) {
+  FaultInjectionEnv env;
+  { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }
+  EXPECT_EQ(Pool::Create(&env, "p", Opts()).status().code(), Code::kAlreadyExists);
+  // A non-empty file that is not a pool is not overwritten.
+  {
+    auto f = env.OpenLocked("foreign", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Write(0, 5, "hello").ok());
+  }
+  EXPECT_EQ(Pool::Create(&env, "foreign", Opts()).status().code(), Code::kAlreadyExists);
+}
+
+TEST(PoolOpen, ErrorsAreExactAndHarmless) {
+  FaultInjectionEnv env;
+  EXPECT_EQ(Pool::Open(&env, "missing").status().code(), Code::kNotFound);
+  auto p = Pool::Create(&env, "p", Opts());
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kBusy);
+  EXPECT_EQ(Pool::Open(&env, "p", {.read_only = true}).status().code(), Code::kBusy);
+  EXPECT_EQ(Pool::CheckOffline(&env, "p").status().code(), Code::kBusy);
+  p->reset();
+  // Both superblocks damaged: corruption, and nothing is written.
+  env.Corrupt("p", 20, 4);
+  env.Corrupt("p", kSuperblockSlot + 20, 4);
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kCorruption);
+  auto rep = Pool::CheckOffline(&env, "p");
+  ASSERT_TRUE(rep.ok());
+  EXPECT_FALSE(rep->clean);
+  env.Corrupt("p", 20, 4);  // undo one copy: opens again
+  EXPECT_TRUE(Pool::Open(&env, "p").ok());
+}
+
+TEST(PoolOpen, UnsupportedVersion) {
+  FaultInjectionEnv env;
+  { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }
+  for (int slot = 0; slot < 2; slot++) {
+    auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    std::vector<char> buf(kSuperblockSlot);
+    ASSERT_TRUE((*f)->Read(slot * kSuperblockSlot, buf.size(), buf.data()).ok());
+    Superblock sb;
+    ASSERT_TRUE(Superblock::Decode(buf.data(), buf.size(), &sb).ok());
+    sb.version = 99;
+    std::string img = sb.Encode();
+    ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
+  }
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
+}
+
+TEST(PoolOpen, CorruptCheckpointIsDetected) {
+  FaultInjectionEnv env;
+  {
+    auto p = Pool::Create(&env, "p", Opts());
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->CreateLun("x", 1 << 20, 512).ok());
+  }
+  // The checkpoint is in some data AU; damage every AU header we find.
+  for (uint64_t u = 0; u < 64; u++) {
+    auto f = env.OpenLocked("p", Env::Mode::kReadOnly);
+    char magic[8];
+    ASSERT_TRUE((*f)->Read(kDataOffset + u * kAu, 8, magic).ok());
+    f->reset();
+    if (std::memcmp(magic, "COWCKPT1", 8) == 0) env.Corrupt("p", kDataOffset + u * kAu + 70, 1);
+  }
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kCorruption);
+}
+
+TEST_F(PoolTest, ReadOnlyOpenRefusesChanges) {
+  a_.reset();
+  b_.reset();
+  pool_.reset();
+  auto p = Pool::Open(&env_, "pool", {.read_only = true});
+  ASSERT_TRUE(p.ok());
+  auto l = (*p)->OpenLun("a");
+  ASSERT_TRUE(l.ok());
+  std::vector<uint8_t> buf(512);
+  EXPECT_EQ((*l)->Write(0, 1, buf.data(), D::kDurable).code(), Code::kInvalidArgument);
+  EXPECT_EQ((*p)->CreateLun("c", 1 << 20, 512).status().code(), Code::kInvalidArgument);
+  EXPECT_TRUE((*l)->Read(0, 1, buf.data()).ok());
+}
+
+// ------------------------------------------------------------------ LUNs
+
+TEST_F(PoolTest, LunTable) {
+  EXPECT_EQ(pool_->CreateLun("a", 1 << 20, 512).status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(pool_->CreateLun("", 1 << 20, 512).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun(".x", 1 << 20, 512).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun("a/b", 1 << 20, 512).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun(std::string(65, 'x'), 1 << 20, 512).status().code(),
+            Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun("c", 1 << 20, 1024).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun("c", 1000, 512).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->CreateLun("c", 0, 512).status().code(), Code::kInvalidArgument);
+  auto c = pool_->CreateLun("c", 8192, 4096);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->block_size, 4096u);
+  EXPECT_NE(c->id, pool_->GetLun("a")->id);
+  auto list = pool_->ListLuns();
+  ASSERT_EQ(list.size(), 3u);
+  EXPECT_EQ(list[0].name, "a");
+  EXPECT_EQ(pool_->GetLun("zz").status().code(), Code::kNotFound);
+  EXPECT_EQ(pool_->OpenLun("zz").status().code(), Code::kNotFound);
+  EXPECT_EQ(pool_->DeleteLun("a").code(), Code::kBusy);  // handle open
+  EXPECT_EQ(pool_->DeleteLun("zz").code(), Code::kNotFound);
+  ASSERT_TRUE(pool_->DeleteLun("c").ok());
+  Reopen();
+  EXPECT_EQ(pool_->ListLuns().size(), 2u);
+  EXPECT_EQ(a_->block_count(), 2048u);
+  EXPECT_EQ(a_->name(), "a");
+  EXPECT_EQ(&a_->pool(), pool_.get());
+}
+
+TEST_F(PoolTest, DeleteFreesSpace) {
+  auto data = Pattern(1 << 20, 1);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kDurable).ok());
+  uint64_t free_before = pool_->Space().free_units;
+  a_.reset();
+  ASSERT_TRUE(pool_->DeleteLun("a").ok());
+  EXPECT_EQ(pool_->Space().free_units, free_before + 16);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, ResizeExposesZeros) {
+  auto data = Pattern(1 << 20, 3);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kDurable).ok());
+  EXPECT_EQ(pool_->ResizeLun("a", 1000).code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->ResizeLun("zz", 4096).code(), Code::kNotFound);
+  ASSERT_TRUE(pool_->ResizeLun("a", 100 * 512).ok());  // mid-AU
+  EXPECT_EQ(a_->block_count(), 100u);
+  std::vector<uint8_t> buf(512);
+  EXPECT_EQ(a_->Read(100, 1, buf.data()).code(), Code::kOutOfRange);
+  ASSERT_TRUE(pool_->ResizeLun("a", 2 << 20).ok());
+  auto v = ReadA(*a_, 0, 4096);
+  EXPECT_TRUE(std::equal(v.begin(), v.begin() + 100 * 512, data.begin()));
+  EXPECT_TRUE(std::all_of(v.begin() + 100 * 512, v.end(), [](uint8_t x) { return x == 0; }));
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, kAu);
+  ExpectClean();
+}
+
+// ------------------------------------------------------------------ I/O
+
+TEST_F(PoolTest, ReadWriteBoundsAndBuffers) {
+  std::vector<uint8_t> buf(4096);
+  EXPECT_EQ(a_->Read(2048, 1, buf.data()).code(), Code::kOutOfRange);
+  EXPECT_EQ(a_->Read(2047, 2, buf.data()).code(), Code::kOutOfRange);
+  EXPECT_EQ(a_->Read(~uint64_t{0}, 2, buf.data()).code(), Code::kOutOfRange);
+  EXPECT_EQ(a_->Write(2048, 1, buf.data(), D::kDurable).code(), Code::kOutOfRange);
+  iovec small{buf.data(), 100};
+  EXPECT_EQ(a_->Write(0, 1, std::span<const iovec>(&small, 1), D::kDurable).code(),
+            Code::kInvalidArgument);
+  EXPECT_TRUE(a_->Read(0, 0, buf.data()).ok());
+  // Never-written blocks read as zeros.
+  std::fill(buf.begin(), buf.end(), 0xff);
+  ASSERT_TRUE(a_->Read(10, 8, buf.data()).ok());
+  EXPECT_TRUE(std::all_of(buf.begin(), buf.end(), [](uint8_t x) { return x == 0; }));
+  // Scatter/gather round trip across an AU boundary.
+  auto data = Pattern(3 * 512, 9);
+  iovec w[3] = {{data.data(), 100}, {data.data() + 100, 1000}, {data.data() + 1100, 436}};
+  ASSERT_TRUE(a_->Write(127, 3, std::span<const iovec>(w, 3), D::kBuffered).ok());
+  std::vector<uint8_t> out(3 * 512);
+  iovec r[2] = {{out.data(), 7}, {out.data() + 7, out.size() - 7}};
+  ASSERT_TRUE(a_->Read(127, 3, std::span<const iovec>(r, 2)).ok());
+  EXPECT_EQ(out, data);
+  Reopen();
+  EXPECT_EQ(ReadA(*a_, 127, 3), data);  // clean close flushed it
+  ExpectClean();
+}
+
+TEST_F(PoolTest, DurableOverwriteOfUnsharedAuCostsOneSyncAndNoRecord) {
+  auto data = Pattern(4096, 5);
+  ASSERT_TRUE(a_->Write(0, 8, data.data(), D::kDurable).ok());
+  uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
+  ASSERT_TRUE(a_->Write(8, 8, data.data(), D::kDurable).ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync), syncs + 1);
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite), writes + 1);  // the data only
+  // A durable no-op costs nothing.
+  syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  ASSERT_TRUE(b_->ZeroRange(0, 2048, D::kDurable).ok());
+  ASSERT_TRUE(pool_->Flush().ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync), syncs);
+}
+
+TEST_F(PoolTest, CompareAndWrite) {
+  auto data = Pattern(2048, 1), next = Pattern(2048, 2);
+  ASSERT_TRUE(a_->Write(130, 4, data.data(), D::kBuffered).ok());
+  auto cmp = data;
+  cmp[1234] ^= 0x10;
+  Status s = a_->CompareAndWrite(130, 4, cmp.data(), next.data(), D::kDurable);
+  EXPECT_EQ(s.code(), Code::kMiscompare);
+  EXPECT_EQ(s.miscompare_offset(), 1234u);
+  EXPECT_EQ(ReadA(*a_, 130, 4), data);
+  ASSERT_TRUE(a_->CompareAndWrite(130, 4, data.data(), next.data(), D::kDurable).ok());
+  EXPECT_EQ(ReadA(*a_, 130, 4), next);
+  EXPECT_EQ(a_->CompareAndWrite(2047, 2, data.data(), next.data(), D::kDurable).code(),
+            Code::kOutOfRange);
+}
+
+TEST_F(PoolTest, ZeroRangeAndUnmap) {
+  auto data = Pattern(1 << 20, 4);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kDurable).ok());
+  // Zero from mid-AU 0 to mid-AU 2: AU 1 deallocated, edges zeroed.
+  ASSERT_TRUE(a_->ZeroRange(100, 200, D::kDurable).ok());
+  auto v = ReadA(*a_, 0, 2048);
+  for (size_t i = 0; i < v.size(); i++) {
+    bool zero = i >= 100 * 512 && i < 300 * 512;
+    ASSERT_EQ(v[i], zero ? 0 : data[i]) << i;
+  }
+  auto runs = a_->GetAllocationStatus(0, 2048);
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 3u);
+  EXPECT_EQ((*runs)[1].lba, 128u);
+  EXPECT_EQ((*runs)[1].count, 128u);
+  EXPECT_FALSE((*runs)[1].mapped);
+  // Unmap leaves partial AUs alone and deallocates the whole ones.
+  ASSERT_TRUE(a_->Unmap(300, 400, D::kBuffered).ok());  // AU 2 partial, 3,4 whole, 5 partial
+  v = ReadA(*a_, 0, 2048);
+  for (size_t i = 300 * 512; i < 700 * 512; i++) {
+    bool whole = i >= 384 * 512 && i < 640 * 512;
+    ASSERT_EQ(v[i], whole ? 0 : data[i]) << i;
+  }
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, 13 * kAu);
+  EXPECT_EQ(a_->ZeroRange(2000, 100, D::kDurable).code(), Code::kOutOfRange);
+  EXPECT_EQ(a_->GetAllocationStatus(2000, 100).status().code(), Code::kOutOfRange);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, AllocateIsThickProvisioningWithoutChangingContents) {
+  auto data = Pattern(512, 8);
+  ASSERT_TRUE(a_->Write(5, 1, data.data(), D::kBuffered).ok());
+  ASSERT_TRUE(a_->Allocate(0, 2048, D::kDurable).ok());
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, 1u << 20);
+  auto v = ReadA(*a_, 0, 2048);
+  for (size_t i = 0; i < v.size(); i++) ASSERT_EQ(v[i], i >= 2560 && i < 3072 ? data[i - 2560] : 0);
+  ExpectClean();
+}
+
+// ----------------------------------------------------------------- clone
+
+TEST_F(PoolTest, AlignedCloneSharesAndCopiesOnWrite) {
+  auto data = Pattern(1 << 20, 6);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kDurable).ok());
+  uint64_t free_before = pool_->Space().free_units;
+  ASSERT_TRUE(pool_->CloneRange(*a_, 0, *b_, 0, 2048, D::kDurable).ok());
+  SpaceInfo sp = pool_->Space();
+  EXPECT_EQ(sp.free_units, free_before);
+  EXPECT_EQ(sp.shared_units, 16u);
+  EXPECT_EQ(sp.saved_bytes, 16u * kAu);
+  EXPECT_EQ(pool_->GetLun("b")->shared_bytes, 16u * kAu);
+  EXPECT_EQ(ReadA(*b_, 0, 2048), data);
+  // A partial write to a shared AU copies it; the other LUN is unaffected.
+  auto patch = Pattern(512, 99);
+  ASSERT_TRUE(b_->Write(3, 1, patch.data(), D::kDurable).ok());
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  auto v = ReadA(*b_, 0, 128);
+  EXPECT_TRUE(std::equal(patch.begin(), patch.end(), v.begin() + 1536));
+  EXPECT_TRUE(std::equal(v.begin(), v.begin() + 1536, data.begin()));
+  EXPECT_EQ(pool_->Space().shared_units, 15u);
+  Reopen();
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  EXPECT_EQ(pool_->Space().shared_units, 15u);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, UnalignedAndPartialClonesCopyData) {
+  auto data = Pattern(1 << 20, 7);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  ASSERT_TRUE(pool_->CloneRange(*a_, 1, *b_, 2, 1000, D::kBuffered).ok());  // other phase
+  auto v = ReadA(*b_, 0, 2048);
+  EXPECT_TRUE(std::equal(v.begin() + 1024, v.begin() + 1024 + 1000 * 512, data.begin() + 512));
+  EXPECT_EQ(v[1023], 0);
+  ASSERT_TRUE(pool_->CloneRange(*a_, 100, *b_, 1100, 500, D::kDurable).ok());  // same phase
+  v = ReadA(*b_, 1100, 500);
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), data.begin() + 100 * 512));
+  EXPECT_EQ(pool_->CloneRange(*a_, 2000, *b_, 0, 100, D::kDurable).code(), Code::kOutOfRange);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, SameLunOverlappingCloneIsMemmove) {
+  auto data = Pattern(1 << 20, 11);
+  for (uint64_t src : {0ull, 300ull}) {
+    for (uint64_t dst : {128ull, 5ull, 301ull}) {
+      ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+      ASSERT_TRUE(pool_->CloneRange(*a_, src, *a_, dst, 900, D::kBuffered).ok());
+      std::vector<uint8_t> want = data;
+      std::memmove(want.data() + dst * 512, data.data() + src * 512, 900 * 512);
+      ASSERT_EQ(ReadA(*a_, 0, 2048), want) << src << "->" << dst;
+    }
+  }
+  ExpectClean();
+}
+
+TEST_F(PoolTest, CloneErrors) {
+  ASSERT_TRUE(pool_->CreateLun("big", 1 << 20, 4096).ok());
+  auto big = pool_->OpenLun("big").value();
+  EXPECT_EQ(pool_->CloneRange(*a_, 0, *big, 0, 1, D::kDurable).code(), Code::kInvalidArgument);
+  FaultInjectionEnv env2;
+  auto other = Pool::Create(&env2, "q", Opts());
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*other)->CreateLun("x", 1 << 20, 512).ok());
+  auto x = (*other)->OpenLun("x").value();
+  EXPECT_EQ(pool_->CloneRange(*a_, 0, *x, 0, 1, D::kDurable).code(), Code::kInvalidArgument);
+}
+
+TEST_F(PoolTest, CloneLunIsIndependent) {
+  auto data = Pattern(1 << 20, 12);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  auto c = pool_->CloneLun("a", "snap");
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c->id, pool_->GetLun("a")->id);
+  EXPECT_EQ(c->shared_bytes, 16u * kAu);
+  EXPECT_EQ(pool_->CloneLun("a", "snap").status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(pool_->CloneLun("zz", "s2").status().code(), Code::kNotFound);
+  auto snap = pool_->OpenLun("snap").value();
+  auto patch = Pattern(1 << 20, 13);
+  ASSERT_TRUE(a_->Write(0, 2048, patch.data(), D::kDurable).ok());
+  EXPECT_EQ(ReadA(*snap, 0, 2048), data);
+  EXPECT_EQ(ReadA(*a_, 0, 2048), patch);
+  ExpectClean();
+}
+
+// ----------------------------------------------------------------- space
+
+TEST(PoolSpace, NoSpaceChangesNothingAndSoftThresholdSignals) {
+  FaultInjectionEnv env;
+  auto p = Pool::Create(&env, "p", Opts(16));
+  ASSERT_TRUE(p.ok());
+  Pool& pool = **p;
+  ASSERT_TRUE(pool.CreateLun("a", 4 << 20, 512).ok());
+  auto a = pool.OpenLun("a").value();
+  uint64_t gen = pool.soft_threshold_generation();
+  auto data = Pattern(kAu, 1);
+  uint64_t written = 0;
+  Status s;
+  for (; written < 64; written++) {
+    s = a->Write(written * 128, 128, data.data(), D::kBuffered);
+    if (!s.ok()) break;
+  }
+  EXPECT_EQ(s.code(), Code::kNoSpace);
+  EXPECT_GT(written, 8u);
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  // The failed write left its blocks untouched.
+  std::vector<uint8_t> v(kAu);
+  ASSERT_TRUE(a->Read(written * 128, 128, v.data()).ok());
+  EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](uint8_t x) { return x == 0; }));
+  EXPECT_TRUE(pool.Check().clean);
+  // Unmapping gives the space back (after the unmap is durable).
+  ASSERT_TRUE(a->Unmap(0, 4 * 128, D::kBuffered).ok());
+  EXPECT_TRUE(a->Write(written * 128, 128, data.data(), D::kDurable).ok());
+  SpaceInfo sp = pool.Space();
+  EXPECT_EQ(sp.total_units, 16u);
+  EXPECT_EQ(sp.allocated_units + sp.free_units, 16u);
+  EXPECT_TRUE(pool.Check().clean);
+}
+
+TEST(PoolSpace, Grow) {
+  FaultInjectionEnv env;
+  auto p = Pool::Create(&env, "p", Opts(16));
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ((*p)->Grow(100).code(), Code::kInvalidArgument);
+  ASSERT_TRUE((*p)->Grow(kDataOffset + 32 * kAu).ok());
+  EXPECT_EQ((*p)->Space().total_units, 32u);
+  EXPECT_TRUE((*p)->Check().clean);
+  p->reset();
+  auto q = Pool::Open(&env, "p");
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ((*q)->Space().total_units, 32u);
+}
+
+// ---------------------------------------------------------------- faults
+
+TEST_F(PoolTest, DataWriteErrorsLeaveThePoolConsistent) {
+  auto data = Pattern(kAu, 1);
+  env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
+  EXPECT_EQ(a_->Write(0, 128, data.data(), D::kDurable).code(), Code::kIOError);
+  env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kNoSpace);
+  EXPECT_EQ(a_->Write(0, 128, data.data(), D::kDurable).code(), Code::kNoSpace);
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, 0u);
+  ExpectClean();
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kDurable).ok());
+  EXPECT_EQ(ReadA(*a_, 0, 128), data);
+}
+
+TEST_F(PoolTest, CommitErrorFailsThePoolUntilReopen) {
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kBuffered).ok());
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  EXPECT_EQ(pool_->Flush().code(), Code::kIOError);
+  EXPECT_EQ(a_->Write(0, 128, data.data(), D::kDurable).code(), Code::kIOError);
+  EXPECT_EQ(pool_->Close().code(), Code::kIOError);
+  a_.reset();
+  b_.reset();
+  pool_.reset();
+  auto p = Pool::Open(&env_, "pool");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  pool_ = std::move(p.value());
+  a_ = pool_->OpenLun("a").value();
+  ExpectClean();
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kDurable).ok());
+}
+
+TEST_F(PoolTest, ReadErrorIsReported) {
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kDurable).ok());
+  env_.FailAt(FaultInjectionEnv::Op::kRead, 0, Code::kIOError);
+  std::vector<uint8_t> v(kAu);
+  EXPECT_EQ(a_->Read(0, 128, v.data()).code(), Code::kIOError);
+}
+
+TEST_F(PoolTest, ClosedHandles) {
+  ASSERT_TRUE(pool_->Close().ok());
+  std::vector<uint8_t> v(512);
+  EXPECT_EQ(a_->Read(0, 1, v.data()).code(), Code::kClosed);
+  EXPECT_EQ(a_->Write(0, 1, v.data(), D::kDurable).code(), Code::kClosed);
+  EXPECT_EQ(pool_->CreateLun("z", 4096, 512).status().code(), Code::kClosed);
+  EXPECT_EQ(pool_->OpenLun("a").status().code(), Code::kClosed);
+}
+
+TEST_F(PoolTest, JournalWrapsIntoCheckpoints) {
+  auto data = Pattern(512, 1);
+  for (int i = 0; i < 3000; i++) {
+    ASSERT_TRUE(a_->Write((i * 131) % 2048, 1, data.data(), D::kBuffered).ok());
+    ASSERT_TRUE(a_->Unmap(((i * 131) % 2048) & ~127ull, 128, D::kBuffered).ok());
+    ASSERT_TRUE(pool_->CloneRange(*a_, 0, *b_, (i % 16) * 128, 128, D::kBuffered).ok());
+  }
+  ASSERT_TRUE(a_->Write(7, 1, data.data(), D::kDurable).ok());
+  ExpectClean();
+  Reopen();
+  EXPECT_EQ(ReadA(*a_, 7, 1), data);
+  ExpectClean();
+}
+
+TEST_F(PoolTest, CheckFindsOnDiskDamage) {
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kDurable).ok());
+  ExpectClean();
+  // Damage the live checkpoint: Check compares what is on disk with memory.
+  auto img = env_.Snapshot("pool");
+  int hits = 0;
+  for (uint64_t off = kDataOffset; off + kAu <= img.size(); off += kAu) {
+    if (std::memcmp(img.data() + off, "COWCKPT1", 8) == 0) {
+      env_.Corrupt("pool", off + 64 + 2, 1);  // first payload bytes
+      hits++;
+    }
+  }
+  ASSERT_GT(hits, 0);
+  CheckReport r = pool_->Check();
+  EXPECT_FALSE(r.clean);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].find("on-disk"), std::string::npos) << r.problems[0];
+}
+
+// ---------------------------------------------------------- POSIX Env
+
+TEST(PosixEnv, PoolOnARealFileLocksAndPunches) {
+  std::string dir = ::testing::TempDir();
+  std::string path = dir + "/cowstore-posix-" + std::to_string(::getpid());
+  std::filesystem::remove(path);
+  {
+    auto p = Pool::Create(DefaultEnv(), path, Opts());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(Pool::Open(DefaultEnv(), path).status().code(), Code::kBusy);
+    ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+    auto a = (*p)->OpenLun("a").value();
+    auto data = Pattern(1 << 20, 1);
+    ASSERT_TRUE(a->Write(0, 2048, data.data(), D::kDurable).ok());
+    ASSERT_TRUE(a->Unmap(0, 2048, D::kDurable).ok());
+    ASSERT_TRUE((*p)->Flush().ok());
+    std::vector<uint8_t> v(1 << 20);
+    ASSERT_TRUE(a->Read(0, 2048, v.data()).ok());
+    EXPECT_TRUE(std::all_of(v.begin(), v.end(), [](uint8_t x) { return x == 0; }));
+    ASSERT_TRUE(a->Write(0, 2048, data.data(), D::kDurable).ok());
+    EXPECT_TRUE((*p)->Check().clean);
+  }
+  auto p = Pool::Open(DefaultEnv(), path);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto a = (*p)->OpenLun("a").value();
+  std::vector<uint8_t> v(1 << 20);
+  ASSERT_TRUE(a->Read(0, 2048, v.data()).ok());
+  EXPECT_EQ(v, Pattern(1 << 20, 1));
+  a.reset();
+  p->reset();
+  auto rep = Pool::CheckOffline(DefaultEnv(), path);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->clean);
+  std::filesystem::remove(path);
 }
 
 }  // namespace
