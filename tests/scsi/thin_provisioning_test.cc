@@ -1,0 +1,87 @@
+// Thin provisioning: out of space is DATA PROTECT 0x27/0x07 with nothing
+// written and normal service once space is freed; crossing the soft
+// threshold raises UNIT ATTENTION 0x38/0x07 once.
+#include <gtest/gtest.h>
+
+#include "tests/scsi/scsi_test_util.h"
+
+namespace cowstore::scsi::testing {
+namespace {
+
+constexpr uint64_t kAuBlocks = (1u << 20) / 512;
+
+class ThinProvisioningTest : public ScsiTest {
+ protected:
+  void SetUp() override {
+    store::PoolOptions opts;
+    opts.size_bytes = 40ull << 20;
+    opts.allocation_unit = 1u << 20;
+    opts.soft_threshold_percent = 50;
+    auto pool = store::Pool::Create(&env_, "/small", opts);
+    ASSERT_TRUE(pool.ok()) << pool.status().message();
+    pool_ = std::move(pool.value());
+    lu_ = AddLu(*pool_, "thin", 64ull << 20, Config("7777aaaa-0000-0000-0000-000000000001"));
+    ASSERT_NE(lu_, nullptr);
+  }
+  // Writes one AU at a time until the pool is full; returns the AUs written.
+  uint64_t FillPool(CommandResult* last) {
+    uint64_t au = 0;
+    for (; au < 64; ++au) {
+      *last = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, static_cast<uint8_t>(au + 1)));
+      if (!last->good()) break;
+      // Soft-threshold UAs are consumed by a TUR so the next write runs.
+      (void)Exec(Bytes(6, 0));
+    }
+    return au;
+  }
+};
+
+TEST_F(ThinProvisioningTest, OutOfSpaceIsDataProtectAndNothingWritten) {
+  CommandResult last;
+  const uint64_t written = FillPool(&last);
+  ASSERT_GT(written, 0u);
+  ASSERT_LT(written, 64u);
+  EXPECT_TRUE(HasSense(last, SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
+  EXPECT_EQ(Read(written * kAuBlocks, kAuBlocks), Bytes(kAuBlocks * kBlock, 0));
+  EXPECT_GE(lu_->counters().no_space_errors.load(), 1u);
+  // Other write paths report the same.
+  EXPECT_TRUE(HasSense(Exec(Cdb16(0x93, written * kAuBlocks, 10), Bytes(kBlock, 9)),
+                       SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
+  // Free space with UNMAP, then the write succeeds.
+  Bytes p = UnmapParams({{0, 2 * kAuBlocks}});
+  ASSERT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  EXPECT_TRUE(IsGood(Write(written * kAuBlocks, Bytes(kAuBlocks * kBlock, 0xAB))));
+  EXPECT_EQ(Read(written * kAuBlocks, 1), Bytes(kBlock, 0xAB));
+  EXPECT_EQ(Read(2 * kAuBlocks, 1), Bytes(kBlock, 3));  // earlier data intact
+}
+
+TEST_F(ThinProvisioningTest, SoftThresholdUnitAttentionOnce) {
+  int uas = 0;
+  for (uint64_t au = 0; au < 16; ++au) {
+    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1));
+    if (!w.good()) {
+      ASSERT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+      ++uas;
+      ASSERT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1))));
+    }
+    CommandResult t = Exec(Bytes(6, 0));
+    if (!t.good()) {
+      EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+      ++uas;
+    }
+  }
+  EXPECT_EQ(uas, 1);
+}
+
+TEST_F(ThinProvisioningTest, CompareAndWriteOutOfSpace) {
+  CommandResult last;
+  const uint64_t written = FillPool(&last);
+  Bytes d(2 * kBlock, 0);
+  d[kBlock] = 1;
+  CommandResult r = Exec(CompareAndWriteCdb(written * kAuBlocks + 5, 1), d);
+  EXPECT_TRUE(HasSense(r, SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
+  EXPECT_EQ(Read(written * kAuBlocks + 5, 1), Bytes(kBlock, 0));
+}
+
+}  // namespace
+}  // namespace cowstore::scsi::testing
