@@ -1,0 +1,270 @@
+#include "handler/plugin/device.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <limits>
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "handler/plugin/log.h"
+#include "handler/plugin/pool_registry.h"
+
+namespace cowstore::plugin {
+namespace {
+
+// Keeps the pool referenced for as long as anyone holds the LUN.
+struct LunHold {
+  std::shared_ptr<store::Pool> pool;
+  std::shared_ptr<store::Lun> lun;
+};
+
+std::string Bytes(uint64_t n) { return std::to_string(n) + " bytes"; }
+
+// Never destroyed (see PoolRegistry::Global).
+std::mutex& ClaimsMutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::set<std::string>& Claims() {
+  static auto* claims = new std::set<std::string>;
+  return *claims;
+}
+
+}  // namespace
+
+bool LunClaim::Acquire(const std::string& key) {
+  std::lock_guard<std::mutex> lock(ClaimsMutex());
+  if (!Claims().insert(key).second) return false;
+  key_ = key;
+  return true;
+}
+
+LunClaim::~LunClaim() {
+  if (key_.empty()) return;
+  std::lock_guard<std::mutex> lock(ClaimsMutex());
+  Claims().erase(key_);
+}
+
+int ErrnoFor(const store::Status& status) {
+  switch (status.code()) {
+    case store::Code::kOk: return 0;
+    case store::Code::kNotFound: return -ENOENT;
+    case store::Code::kAlreadyExists: return -EEXIST;
+    case store::Code::kInvalidArgument: return -EINVAL;
+    case store::Code::kOutOfRange: return -ERANGE;
+    case store::Code::kNoSpace: return -ENOSPC;
+    case store::Code::kBusy: return -EBUSY;
+    case store::Code::kUnsupported: return -EOPNOTSUPP;
+    case store::Code::kCorruption:
+    case store::Code::kIOError:
+    case store::Code::kMiscompare:
+    case store::Code::kClosed: return -EIO;
+  }
+  return -EIO;
+}
+
+std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason, int* err) {
+  LunSpec spec;
+  std::string why;
+  if (!ParseCfgstring(p.cfgstring, &spec, &why)) {
+    *reason = why;
+    *err = -EINVAL;
+    return nullptr;
+  }
+  const std::string name = ToString(spec);
+  auto fail = [&](std::string msg, int e) -> std::unique_ptr<Device> {
+    *reason = name + ": " + std::move(msg);
+    *err = e;
+    return nullptr;
+  };
+  if (p.block_size != 512 && p.block_size != 4096) {
+    return fail("hw_block_size " + std::to_string(p.block_size) +
+                    " is not supported; use 512 or 4096",
+                -EINVAL);
+  }
+  if (p.num_lbas == 0 || p.num_lbas > std::numeric_limits<uint64_t>::max() / p.block_size) {
+    return fail("configfs size of " + std::to_string(p.num_lbas) + " blocks is not usable", -EINVAL);
+  }
+  const uint64_t size = p.num_lbas * p.block_size;
+
+  const std::string path = PoolPath(spec);
+  LunClaim claim;
+  if (!claim.Acquire(path + "\n" + spec.lun)) {
+    return fail("another backstore of this tcmu-runner already serves this LUN", -EBUSY);
+  }
+  auto pool = PoolRegistry::Global().Acquire(path);
+  if (!pool.ok()) {
+    std::string hint;
+    if (pool.status().code() == store::Code::kNotFound) {
+      hint = " (no pool file there; create the pool first, or point COWSTORE_POOL_DIR of "
+             "tcmu-runner at the pool directory)";
+    } else if (pool.status().code() == store::Code::kBusy) {
+      hint = " (another process holds the pool)";
+    }
+    return fail("cannot open pool " + path + ": " + pool.status().ToString() + hint,
+                ErrnoFor(pool.status()));
+  }
+  std::shared_ptr<store::Pool> pool_ref = std::move(pool).value();
+
+  auto info = pool_ref->GetLun(spec.lun);
+  if (!info.ok() && info.status().code() == store::Code::kNotFound) {
+    auto created = pool_ref->CreateLun(spec.lun, size, p.block_size);
+    if (!created.ok()) {
+      return fail("cannot create LUN of " + Bytes(size) + " in pool " + path + ": " +
+                      created.status().ToString(),
+                  ErrnoFor(created.status()));
+    }
+    COWSTORE_LOG_INFO(nullptr, name + ": created LUN of " + Bytes(size) + ", block size " +
+                                   std::to_string(p.block_size));
+    info = std::move(created);
+  } else if (!info.ok()) {
+    return fail("cannot look up the LUN in pool " + path + ": " + info.status().ToString(),
+                ErrnoFor(info.status()));
+  } else {
+    if (info->block_size != p.block_size) {
+      return fail("the LUN has block size " + std::to_string(info->block_size) +
+                      " but the backstore was created with hw_block_size " +
+                      std::to_string(p.block_size) + "; they must match",
+                  -EINVAL);
+    }
+    if (info->size_bytes > size) {
+      return fail("the LUN is " + Bytes(info->size_bytes) + " but the backstore's size is " +
+                      Bytes(size) + "; create the backstore with the LUN's size (shrinking "
+                      "happens only through an explicit resize)",
+                  -EINVAL);
+    }
+    if (info->size_bytes < size) {
+      store::Status st = pool_ref->ResizeLun(spec.lun, size);
+      if (!st.ok()) {
+        return fail("cannot grow the LUN from " + Bytes(info->size_bytes) + " to " + Bytes(size) +
+                        ": " + st.ToString(),
+                    ErrnoFor(st));
+      }
+      COWSTORE_LOG_INFO(nullptr, name + ": grew LUN from " + Bytes(info->size_bytes) + " to " +
+                                     Bytes(size) + " (configfs size)");
+    }
+  }
+
+  auto lun = pool_ref->OpenLun(spec.lun);
+  if (!lun.ok()) {
+    return fail("cannot open the LUN: " + lun.status().ToString(), ErrnoFor(lun.status()));
+  }
+  auto hold = std::make_shared<LunHold>(LunHold{std::move(pool_ref), std::move(lun).value()});
+  std::shared_ptr<store::Lun> held_lun(hold, hold->lun.get());
+
+  uint32_t max_transfer = scsi::LunConfig{}.max_transfer_bytes;
+  if (p.max_xfer_blocks > 0) {
+    const uint64_t bytes = uint64_t{p.max_xfer_blocks} * p.block_size;
+    max_transfer =
+        static_cast<uint32_t>(std::min<uint64_t>(bytes, std::numeric_limits<uint32_t>::max()));
+  }
+  std::unique_ptr<Device> device(new Device(std::move(claim), std::move(spec), p.cfgstring,
+                                            std::move(held_lun),
+                                            max_transfer, p.read_unit_serial));
+  store::Status st = device->MakeLogicalUnit(p.unit_serial, device->spec_.wce);
+  if (!st.ok()) {
+    return fail("cannot set up the SCSI logical unit: " + st.ToString(), ErrnoFor(st));
+  }
+  *err = 0;
+  return device;
+}
+
+store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool wce) {
+  std::string serial = configfs_serial;
+  if (serial.empty()) {
+    // No serial (yet): a stable one from the LUN's identity, UUID-shaped.
+    static const char kHex[] = "0123456789abcdef";
+    const store::Uuid id = lun_->id();
+    for (size_t i = 0; i < id.size(); ++i) {
+      if (i == 4 || i == 6 || i == 8 || i == 10) serial += '-';
+      serial += kHex[id[i] >> 4];
+      serial += kHex[id[i] & 0xf];
+    }
+  }
+  scsi::LunConfig config;
+  config.unit_serial = serial;
+  config.copy_group = spec_.copy_group;
+  config.write_cache_enabled = wce;
+  config.max_transfer_bytes = max_transfer_bytes_;
+  auto lu = scsi::LogicalUnit::Create(std::move(config), lun_);
+  if (!lu.ok()) return lu.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  lu_ = std::move(lu).value();
+  serial_ = configfs_serial;
+  return store::Status::Ok();
+}
+
+void Device::ConfirmIdentity() {
+  if (!read_unit_serial_) return;
+  const std::string now = read_unit_serial_();
+  std::string before;
+  bool wce;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = serial_;
+    wce = lu_->write_cache_enabled();
+  }
+  if (now == before || now.empty()) return;
+  // The old LogicalUnit unregisters from the LunDirectory when replaced.
+  store::Status st = MakeLogicalUnit(now, wce);
+  if (!st.ok()) {
+    COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": keeping unit serial '" + before +
+                                    "': cannot rebuild the logical unit for '" + now +
+                                    "': " + st.ToString());
+    return;
+  }
+  COWSTORE_LOG_INFO(nullptr, ToString(spec_) + ": unit serial is '" + now + "'" +
+                                 (before.empty() ? "" : " (was '" + before + "' at open)"));
+}
+
+std::shared_ptr<scsi::LogicalUnit> Device::logical_unit() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return lu_;
+}
+
+std::string Device::unit_serial() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return serial_;
+}
+
+Device::~Device() {
+  std::shared_ptr<scsi::LogicalUnit> lu = logical_unit();
+  if (lu && lu->write_cache_enabled()) {
+    store::Status st = lun_->Flush();
+    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": flush at close: " + st.ToString());
+  }
+}
+
+bool Device::Resize(uint64_t new_size_bytes, std::string* reason, int* err) {
+  const uint32_t bs = lun_->block_size();
+  if (new_size_bytes == 0 || new_size_bytes % bs != 0) {
+    *reason = "new size " + Bytes(new_size_bytes) + " is not a positive multiple of the block size " +
+              std::to_string(bs);
+    *err = -EINVAL;
+    return false;
+  }
+  store::Status st = logical_unit()->Resize(new_size_bytes);
+  if (!st.ok()) {
+    *reason = "resize to " + Bytes(new_size_bytes) + " failed: " + st.ToString();
+    *err = ErrnoFor(st);
+    return false;
+  }
+  *err = 0;
+  return true;
+}
+
+void Device::SetWriteCache(bool enabled) {
+  std::shared_ptr<scsi::LogicalUnit> lu = logical_unit();
+  if (lu->write_cache_enabled() == enabled) return;
+  if (!enabled) {
+    // Turning the cache off promises durability from now on, so make what
+    // was buffered durable first.
+    store::Status st = lun_->Flush();
+    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": flush: " + st.ToString());
+  }
+  lu->set_write_cache_enabled(enabled);
+  lu->RaiseUnitAttention(scsi::UnitAttention::kModeParametersChanged);
+}
+
+}  // namespace cowstore::plugin
