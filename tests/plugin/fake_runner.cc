@@ -1,0 +1,205 @@
+#include "tests/plugin/fake_runner.h"
+
+#include <dlfcn.h>
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace fake {
+
+Runner& Runner::Get() {
+  static Runner runner;
+  return runner;
+}
+
+std::string PluginPath() {
+  const char* env = std::getenv("COWSTORE_TEST_PLUGIN");
+  return env && *env ? env : COWSTORE_PLUGIN_PATH;
+}
+
+bool Runner::Load(const std::string& path, std::string* error) {
+  if (handler_) return true;
+  if (!dl_) {
+    // Exactly tcmu-runner's load_our_module().
+    dl_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!dl_) {
+      *error = std::string("dlopen: ") + dlerror();
+      return false;
+    }
+    dlerror();
+    init_ = reinterpret_cast<int (*)(void)>(dlsym(dl_, "handler_init"));
+    if (const char* e = dlerror()) {
+      *error = std::string("dlsym(handler_init): ") + e;
+      return false;
+    }
+  }
+  const int rc = init_();
+  if (rc != 0) {
+    *error = "handler_init returned " + std::to_string(rc);
+    return false;
+  }
+  if (!handler_) {
+    *error = "handler_init did not call tcmur_register_handler";
+    return false;
+  }
+  return true;
+}
+
+int Runner::InitAgain() { return init_ ? init_() : -1; }
+
+void Runner::Register(tcmur_handler* h) {
+  handler_ = h;
+  ++registrations_;
+}
+
+int Runner::Open(tcmu_device* dev) { return handler_->open(dev, false); }
+
+void Runner::Close(tcmu_device* dev) { handler_->close(dev); }
+
+Outcome Runner::Execute(tcmu_device* dev, const std::vector<uint8_t>& cdb,
+                        std::vector<uint8_t>* data) {
+  iovec iov{};
+  size_t cnt = 0;
+  if (data && !data->empty()) {
+    iov = {data->data(), data->size()};
+    cnt = 1;
+  }
+  return ExecuteIov(dev, cdb, cnt ? &iov : nullptr, cnt);
+}
+
+Outcome Runner::ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, iovec* iov,
+                           size_t iov_cnt) {
+  // libtcmu hands out a malloc()ed tcmulib_cmd whose CDB points into the
+  // ring; the sense buffer is not cleared.
+  std::vector<uint8_t> ring_cdb(cdb);
+  ring_cdb.resize(std::max<size_t>(cdb.size(), 16) + 256, 0xEE);
+  tcmulib_cmd cmd{};
+  cmd.cmd_id = 1;
+  cmd.cdb = ring_cdb.data();
+  cmd.iovec = iov;
+  cmd.iov_cnt = iov_cnt;
+  std::memset(cmd.sense_buf, 0xCC, sizeof cmd.sense_buf);
+  tcmur_cmd rcmd{};
+  rcmd.lib_cmd = &cmd;
+  cmd.hm_private = &rcmd;
+
+  Outcome out;
+  out.tcmu_status = handler_->handle_cmd(dev, &rcmd);
+  // libtcmu's tcmu_sts_to_scsi() for the codes a handler may return.
+  switch (out.tcmu_status) {
+    case TCMU_STS_OK:
+      out.scsi_status = 0x00;
+      return out;
+    case TCMU_STS_NO_RESOURCE:
+      out.scsi_status = 0x28;
+      return out;
+    case TCMU_STS_BUSY:
+    case TCMU_STS_TIMEOUT:
+      out.scsi_status = 0x08;
+      return out;
+    case TCMU_STS_PASSTHROUGH_ERR:
+      break;
+    case TCMU_STS_HW_ERR:
+      std::memset(cmd.sense_buf, 0, sizeof cmd.sense_buf);
+      cmd.sense_buf[0] = 0x70;
+      cmd.sense_buf[2] = 0x04;
+      cmd.sense_buf[7] = 0x0a;
+      cmd.sense_buf[12] = 0x44;
+      break;
+    default:
+      // ASYNC_HANDLED and friends: not acceptable from this handler.
+      out.scsi_status = 0xFF;
+      return out;
+  }
+  out.scsi_status = 0x02;
+  std::memcpy(out.sense.data(), cmd.sense_buf, sizeof cmd.sense_buf);
+  return out;
+}
+
+void Runner::AddLog(int level, const tcmu_device* dev, std::string text) {
+  if (std::getenv("COWSTORE_TEST_VERBOSE")) std::fprintf(stderr, "[log %d] %s", level, text.c_str());
+  std::lock_guard<std::mutex> lock(log_mu_);
+  logs_.push_back({level, dev, std::move(text)});
+}
+
+std::vector<LogLine> Runner::logs() const {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  return logs_;
+}
+
+void Runner::ClearLogs() {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  logs_.clear();
+}
+
+bool Runner::LogContains(const std::string& needle) const {
+  std::lock_guard<std::mutex> lock(log_mu_);
+  for (const LogLine& l : logs_) {
+    if (l.text.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace fake
+
+// ---- The symbols the daemon exports to handlers (tcmu-runner + libtcmu) ----
+
+namespace {
+void VLog(int level, tcmu_device* dev, const char* fmt, va_list ap) {
+  char buf[4096];
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  fake::Runner::Get().AddLog(level, dev, buf);
+}
+}  // namespace
+
+#define FAKE_LOG_FN(name, level)                                                     \
+  extern "C" void name(struct tcmu_device* dev, const char*, int, const char* fmt, ...) { \
+    va_list ap;                                                                      \
+    va_start(ap, fmt);                                                               \
+    VLog(level, dev, fmt, ap);                                                       \
+    va_end(ap);                                                                      \
+  }
+FAKE_LOG_FN(tcmu_crit_message, TCMU_LOG_CRIT)
+FAKE_LOG_FN(tcmu_err_message, TCMU_LOG_ERROR)
+FAKE_LOG_FN(tcmu_warn_message, TCMU_LOG_WARN)
+FAKE_LOG_FN(tcmu_info_message, TCMU_LOG_INFO)
+FAKE_LOG_FN(tcmu_dbg_message, TCMU_LOG_DEBUG)
+FAKE_LOG_FN(tcmu_dbg_scsi_cmd_message, TCMU_LOG_DEBUG_SCSI_CMD)
+
+extern "C" {
+
+unsigned int tcmu_get_log_level(void) { return TCMU_LOG_DEBUG; }
+
+int tcmur_register_handler(struct tcmur_handler* handler) {
+  fake::Runner::Get().Register(handler);
+  return 0;
+}
+
+void tcmur_cmd_complete(struct tcmu_device*, void*, int) { ++fake::Runner::Get().async_completions; }
+
+void tcmur_dev_set_private(struct tcmu_device* dev, void* priv) { dev->tcmur_private = priv; }
+void* tcmur_dev_get_private(struct tcmu_device* dev) { return dev->tcmur_private; }
+
+int tcmur_dev_update_size(struct tcmu_device* dev, uint64_t new_size) {
+  if (!new_size) return -22;
+  dev->num_lbas = new_size / dev->block_size;
+  ++dev->size_updates;
+  return 0;
+}
+
+void tcmu_notify_lock_lost(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
+void tcmu_notify_conn_lost(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
+void tcmu_notify_cmd_timed_out(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
+
+char* tcmu_dev_get_cfgstring(struct tcmu_device* dev) { return dev->cfgstring.data(); }
+uint32_t tcmu_dev_get_block_size(struct tcmu_device* dev) { return dev->block_size; }
+uint64_t tcmu_dev_get_num_lbas(struct tcmu_device* dev) { return dev->num_lbas; }
+uint32_t tcmu_dev_get_max_xfer_len(struct tcmu_device* dev) { return dev->max_xfer_len; }
+
+char* tcmu_cfgfs_dev_get_wwn(struct tcmu_device* dev) {
+  return dev->wwn ? strdup(dev->wwn->c_str()) : nullptr;
+}
+
+}  // extern "C"

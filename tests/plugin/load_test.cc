@@ -1,0 +1,91 @@
+// Loading and registration: what tcmu-runner's load_our_module() does with
+// handler_cowstore.so, and the shape of the handler it registers.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "tests/plugin/plugin_test_util.h"
+
+namespace cowstore::plugin_test {
+namespace {
+
+using LoadTest = PluginTest;
+
+TEST_F(LoadTest, DlopenWithRtldNowLocalAndHandlerInitRegistersOneHandler) {
+  // SetUp loaded it exactly as the runner does; a failed load fails there.
+  ASSERT_NE(runner().handler(), nullptr);
+  EXPECT_GE(runner().registrations(), 1);
+}
+
+TEST_F(LoadTest, SubtypeIsCowstoreAndUsableAsDbusObjectName) {
+  const char* subtype = handler().subtype;
+  ASSERT_NE(subtype, nullptr);
+  EXPECT_STREQ(subtype, "cowstore");
+  for (const char* p = subtype; *p; ++p) {
+    EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(*p)) || *p == '_') << subtype;
+  }
+  // No subtype Debian ships may be a prefix of ours, nor ours of theirs
+  // (dev_config is matched by prefix).
+  for (const char* other : {"fbo", "zbc", "qcow", "rbd", "file", "glfs"}) {
+    EXPECT_NE(std::strncmp(subtype, other, std::strlen(other)), 0) << other;
+  }
+  EXPECT_NE(handler().name, nullptr);
+  ASSERT_NE(handler().cfg_desc, nullptr);
+  EXPECT_NE(std::string(handler().cfg_desc).find("cowstore/<pool>/<lun>"), std::string::npos);
+}
+
+TEST_F(LoadTest, HandleCmdOnlyModeWithWorkerThreads) {
+  tcmur_handler& h = handler();
+  EXPECT_NE(h.handle_cmd, nullptr);
+  EXPECT_NE(h.open, nullptr);
+  EXPECT_NE(h.close, nullptr);
+  EXPECT_NE(h.reconfig, nullptr);  // without it the runner refuses even a resize
+  EXPECT_NE(h.check_config, nullptr);
+  // No callouts: the runner's generic emulation (mixed mode) never runs.
+  EXPECT_EQ(h.read, nullptr);
+  EXPECT_EQ(h.write, nullptr);
+  EXPECT_EQ(h.flush, nullptr);
+  EXPECT_EQ(h.unmap, nullptr);
+  EXPECT_EQ(h.writesame, nullptr);
+  EXPECT_EQ(h.caw, nullptr);
+  EXPECT_EQ(h.lock, nullptr);
+  EXPECT_EQ(h.report_event, nullptr);
+  EXPECT_FALSE(h._is_dbus_handler);
+  EXPECT_EQ(h.init, nullptr);
+  EXPECT_EQ(h.destroy, nullptr);
+  // handle_cmd runs synchronously on the runner's per-device workers.
+  EXPECT_GE(h.nr_threads, 1);
+}
+
+TEST_F(LoadTest, ThreadsPerLunFollowsTheEnvironmentWithinLimits) {
+  const int before = handler().nr_threads;
+  setenv("COWSTORE_THREADS_PER_LUN", "4", 1);
+  ASSERT_EQ(runner().InitAgain(), 0);
+  EXPECT_EQ(handler().nr_threads, 4);
+  setenv("COWSTORE_THREADS_PER_LUN", "0", 1);
+  ASSERT_EQ(runner().InitAgain(), 0);
+  EXPECT_EQ(handler().nr_threads, 16);
+  EXPECT_TRUE(runner().LogContains("COWSTORE_THREADS_PER_LUN"));
+  setenv("COWSTORE_THREADS_PER_LUN", "12abc", 1);
+  ASSERT_EQ(runner().InitAgain(), 0);
+  EXPECT_EQ(handler().nr_threads, 16);
+  unsetenv("COWSTORE_THREADS_PER_LUN");
+  ASSERT_EQ(runner().InitAgain(), 0);
+  EXPECT_EQ(handler().nr_threads, before);
+}
+
+TEST_F(LoadTest, ExportsOnlyHandlerInit) {
+  void* dl = dlopen(fake::PluginPath().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  ASSERT_NE(dl, nullptr);
+  EXPECT_NE(dlsym(dl, "handler_init"), nullptr);
+  // Internal C++ symbols (store, SCSI layer, runtime) are not visible.
+  EXPECT_EQ(dlsym(dl, "_ZN8cowstore5store10DefaultEnvEv"), nullptr);
+  EXPECT_EQ(dlsym(dl, "_ZN8cowstore6plugin14ParseCfgstringESt17basic_string_viewIcSt11char_traitsIcEEPNS0_7LunSpecEPNSt7__cxx1112basic_stringIcS3_SaIcEEE"), nullptr);
+  dlclose(dl);
+}
+
+}  // namespace
+}  // namespace cowstore::plugin_test
