@@ -204,8 +204,8 @@ Status Core::Commit(uint64_t ticket) {
     s = CheckpointLocked(&target);
   } else {
     // Data first: everything the buffered records point at is on disk before
-    // the records themselves.
-    if (dirty || !buf.empty()) s = file_->Sync();
+    // the records themselves. Metadata-only commits (clone, unmap) skip it.
+    if (dirty) s = file_->Sync();
     if (s.ok() && !buf.empty()) {
       s = file_->Write(kJournalOffset + jtail_, buf.size(), buf.data());
       if (s.ok()) s = file_->Sync();
@@ -680,20 +680,36 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   return Status::Ok();
 }
 
+Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
+  for (int attempt = 0;; attempt++) {
+    std::unique_lock<std::mutex> g(meta_mu_);
+    std::vector<Run> pieces;
+    l->map.Lookup(w0, w1 - w0, &pieces);
+    if (pieces.empty()) return Status::Ok();
+    // Splitting an extent adds one; keep the checkpoint's room guaranteed.
+    if (!AffordableLocked(0, 2)) {
+      if (attempt > 0 || pending_.empty())
+        return Status(Code::kNoSpace, "no room for metadata to unmap");
+      g.unlock();
+      Status c = Commit(CurrentSeq());
+      if (!c.ok()) return c;
+      continue;
+    }
+    Record rec;
+    rec.type = RecType::kUnmap;
+    rec.lun = l->id;
+    rec.a = w0;
+    rec.n = w1 - w0;
+    *ticket = std::max(*ticket, AppendLocked(rec));
+    return Status::Ok();
+  }
+}
+
 Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket) {
   const uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
   if (w0 < w1) {
-    std::lock_guard<std::mutex> g(meta_mu_);
-    std::vector<Run> pieces;
-    l->map.Lookup(w0, w1 - w0, &pieces);
-    if (!pieces.empty()) {
-      Record rec;
-      rec.type = RecType::kUnmap;
-      rec.lun = l->id;
-      rec.a = w0;
-      rec.n = w1 - w0;
-      *ticket = std::max(*ticket, AppendLocked(rec));
-    }
+    Status s = UnmapAus(l, w0, w1, ticket);
+    if (!s.ok()) return s;
   }
   // Partial AUs at the edges: write zeros where something is mapped.
   uint64_t edges[2] = {off / au_, (off + len - 1) / au_};
@@ -849,19 +865,8 @@ Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, 
     uint64_t ticket = 0;
     if (unmap_only) {
       uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
-      if (w0 < w1) {
-        std::lock_guard<std::mutex> g(meta_mu_);
-        std::vector<Run> pieces;
-        l->map.Lookup(w0, w1 - w0, &pieces);
-        if (!pieces.empty()) {
-          Record rec;
-          rec.type = RecType::kUnmap;
-          rec.lun = l->id;
-          rec.a = w0;
-          rec.n = w1 - w0;
-          AppendLocked(rec);
-        }
-      }
+      if (w0 < w1) s = UnmapAus(l, w0, w1, &ticket);
+      if (!s.ok()) return s;
     } else {
       s = ZeroBytes(l, off, len, &ticket);
       if (!s.ok()) return s;
@@ -1061,11 +1066,11 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
                                               "': 1..64 of [A-Za-z0-9_.-], not starting with . or -");
   if (bs != 512 && bs != 4096) return Status(Code::kInvalidArgument, "block size must be 512 or 4096");
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
-  if (size / au_ > total_units_ * 1024)
-    return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
   LunInfo info;
   {
     std::lock_guard<std::mutex> g(meta_mu_);
+    if (size / au_ > total_units_ * 1024)
+      return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
     if (!AffordableLocked(0, 8)) return Status(Code::kNoSpace, "no room for another LUN");
     Record r;
@@ -1113,13 +1118,13 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
   }
   if (size == 0 || size % l->bs)
     return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
-  if (size / au_ > total_units_ * 1024)
-    return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
   {
     RangeGuard rg(&l->lock, 0, kNone, true);
     uint64_t old;
     {
       std::lock_guard<std::mutex> g(meta_mu_);
+      if (size / au_ > total_units_ * 1024)
+        return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
       if (l->deleted) return Status(Code::kNotFound, "no LUN " + name);
       old = l->size;
     }

@@ -126,6 +126,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                          uint64_t* ticket);
+  Status UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket);
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket);
   Status WriteSuperblockLocked(const Superblock& sb);
 
