@@ -1,0 +1,428 @@
+// The store's figures against baselines measured in the same run.
+//
+//   store_bench [--benchmark_filter=...]      (files in $COWSTORE_BENCH_DIR or .)
+//
+// Each benchmark records its mean time per operation; after the run a summary
+// prints every ratio with the goal. Copies and zero writes of 20 GiB
+// and 100 GiB are measured on a sample (COWSTORE_BENCH_SAMPLE_MIB, default
+// 1024) and extrapolated linearly: the summary says so.
+#include <benchmark/benchmark.h>
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "handler/store/env.h"
+#include "handler/store/extent_map.h"
+#include "handler/store/pool.h"
+
+using namespace cowstore::store;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+std::map<std::string, double> g_sec;  // name -> seconds per operation
+struct BenchPool;
+struct RawFile;
+BenchPool* g_clone = nullptr;
+BenchPool* g_io = nullptr;
+RawFile* g_raw = nullptr;
+
+std::string Dir() {
+  const char* d = std::getenv("COWSTORE_BENCH_DIR");
+  return d ? d : ".";
+}
+uint64_t SampleBytes() {
+  const char* s = std::getenv("COWSTORE_BENCH_SAMPLE_MIB");
+  return (s ? std::strtoull(s, nullptr, 10) : 1024) * kMiB;
+}
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+void Die(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+// Drops a file's pages from the page cache so reads come from the disk.
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+struct BenchPool {
+  std::string path;
+  std::unique_ptr<Pool> pool;
+  BenchPool(const std::string& name, uint64_t size, uint32_t au = kMiB) {
+    path = Dir() + "/" + name;
+    ::unlink(path.c_str());
+    PoolOptions o;
+    o.size_bytes = size;
+    o.allocation_unit = au;
+    o.soft_threshold_percent = 0;
+    auto p = Pool::Create(DefaultEnv(), path, o);
+    Die(p.status(), "create pool");
+    pool = std::move(p.value());
+  }
+  ~BenchPool() {
+    pool.reset();
+    ::unlink(path.c_str());
+  }
+  std::shared_ptr<cowstore::store::Lun> MakeLun(const std::string& name, uint64_t size, uint32_t bs = 512) {
+    if (!pool->GetLun(name).ok()) Die(pool->CreateLun(name, size, bs).status(), "create LUN");
+    return pool->OpenLun(name).value();
+  }
+};
+
+struct RawFile {
+  std::string path;
+  int fd;
+  explicit RawFile(const std::string& name) {
+    path = Dir() + "/" + name;
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) std::exit(1);
+  }
+  ~RawFile() {
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+};
+
+void Record(benchmark::State& st, const std::string& name, double total, uint64_t ops) {
+  double per = total / static_cast<double>(ops);
+  g_sec[name] = per;
+  st.counters["sec_per_op"] = per;
+}
+
+// ------------------------------------------------------------- clone vs copy
+
+BenchPool* ClonePool() {
+  static BenchPool* p = [] {
+    auto* bp = new BenchPool("bench-clone.pool", 100 * kGiB);
+    auto src = bp->MakeLun("src", 40 * kGiB);
+    // The first sample bytes hold real data (the copy reads them); the rest
+    // is thick-allocated: a clone's cost does not depend on the contents.
+    std::vector<uint8_t> buf(kMiB);
+    std::mt19937_64 rng(1);
+    for (uint64_t off = 0; off < SampleBytes(); off += kMiB) {
+      for (size_t i = 0; i < buf.size(); i += 8) *reinterpret_cast<uint64_t*>(&buf[i]) = rng();
+      Die(src->Write(off / 512, kMiB / 512, buf.data(), Durability::kBuffered), "fill");
+    }
+    Die(src->Allocate(0, 40 * kGiB / 512, Durability::kBuffered), "allocate");
+    Die(bp->pool->Flush(), "flush");
+    bp->MakeLun("dst", 40 * kGiB);
+    bp->MakeLun("copy", SampleBytes());
+    g_clone = bp;
+    return bp;
+  }();
+  return p;
+}
+
+void BM_CloneRange(benchmark::State& st) {
+  BenchPool* bp = ClonePool();
+  uint64_t bytes = static_cast<uint64_t>(st.range(0)) * kGiB;
+  auto src = bp->pool->OpenLun("src").value();
+  auto dst = bp->pool->OpenLun("dst").value();
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    Die(dst->Unmap(0, 40 * kGiB / 512, Durability::kDurable), "unmap dst");
+    st.ResumeTiming();
+    double t0 = Now();
+    Die(bp->pool->CloneRange(*src, 0, *dst, 0, bytes / 512, Durability::kDurable), "clone");
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, "clone_" + std::to_string(st.range(0)) + "GiB", total, n);
+}
+BENCHMARK(BM_CloneRange)->Arg(20)->Arg(40)->Iterations(20)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_CopyRangeSample(benchmark::State& st) {
+  BenchPool* bp = ClonePool();
+  auto src = bp->pool->OpenLun("src").value();
+  auto dst = bp->pool->OpenLun("copy").value();
+  std::vector<uint8_t> buf(kMiB);
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    DropCache(bp->path);
+    st.ResumeTiming();
+    double t0 = Now();
+    for (uint64_t off = 0; off < SampleBytes(); off += kMiB) {
+      Die(src->Read(off / 512, kMiB / 512, buf.data()), "read");
+      Die(dst->Write(off / 512, kMiB / 512, buf.data(), Durability::kBuffered), "write");
+    }
+    Die(bp->pool->Flush(), "flush");
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, "copy_sample", total, n);
+}
+BENCHMARK(BM_CopyRangeSample)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ------------------------------------------------------------- zero 100 GiB
+
+void BM_Zero100GiB(benchmark::State& st) {
+  bool thick = st.range(0) != 0;
+  BenchPool bp("bench-zero.pool", 110 * kGiB);
+  auto lun = bp.MakeLun("z", 100 * kGiB);
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    if (thick) {
+      Die(lun->Allocate(0, 100 * kGiB / 512, Durability::kDurable), "allocate");
+    }
+    st.ResumeTiming();
+    double t0 = Now();
+    for (uint64_t i = 0; i < 102400; i++)
+      Die(lun->ZeroRange(i * (kMiB / 512), kMiB / 512, Durability::kBuffered), "zero");
+    Die(bp.pool->Flush(), "flush");
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, thick ? "zero100_mapped" : "zero100_unmapped", total, n);
+  st.counters["mapped_after"] = static_cast<double>(bp.pool->GetLun("z")->mapped_bytes);
+}
+BENCHMARK(BM_Zero100GiB)->Arg(0)->Arg(1)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_WriteZerosSample(benchmark::State& st) {
+  RawFile f("bench-zeros.raw");
+  std::vector<uint8_t> zeros(kMiB, 0);
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    double t0 = Now();
+    for (uint64_t off = 0; off < SampleBytes(); off += kMiB)
+      if (::pwrite(f.fd, zeros.data(), kMiB, static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB)) std::exit(1);
+    ::fdatasync(f.fd);
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, "zeros_sample", total, n);
+}
+BENCHMARK(BM_WriteZerosSample)->Iterations(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// -------------------------------------------------- sequential 1 MiB I/O
+
+constexpr uint64_t kSeqBytes = 1 * kGiB;
+
+BenchPool* IoPool() {
+  static BenchPool* p = [] {
+    auto* bp = new BenchPool("bench-io.pool", 4 * kGiB);
+    auto l = bp->MakeLun("seq", kSeqBytes);
+    std::vector<uint8_t> buf(kMiB, 0x5a);
+    for (uint64_t off = 0; off < kSeqBytes; off += kMiB)
+      Die(l->Write(off / 512, kMiB / 512, buf.data(), Durability::kBuffered), "fill");
+    Die(bp->pool->Flush(), "flush");
+    bp->MakeLun("rnd", 256 * kMiB);
+    auto r = bp->pool->OpenLun("rnd").value();
+    for (uint64_t off = 0; off < 256 * kMiB; off += kMiB)
+      Die(r->Write(off / 512, kMiB / 512, buf.data(), Durability::kBuffered), "fill");
+    Die(bp->pool->Flush(), "flush");
+    g_io = bp;
+    return bp;
+  }();
+  return p;
+}
+
+RawFile* Raw() {
+  static RawFile* f = [] {
+    auto* r = new RawFile("bench-io.raw");
+    std::vector<uint8_t> buf(kMiB, 0x5a);
+    for (uint64_t off = 0; off < kSeqBytes; off += kMiB)
+      if (::pwrite(r->fd, buf.data(), kMiB, static_cast<off_t>(off)) < 0) std::exit(1);
+    ::fdatasync(r->fd);
+    g_raw = r;
+    return r;
+  }();
+  return f;
+}
+
+void BM_SeqWrite(benchmark::State& st) {
+  bool raw = st.range(0) == 0;
+  std::vector<uint8_t> buf(kMiB, 0x33);
+  auto lun = IoPool()->pool->OpenLun("seq").value();
+  RawFile* f = Raw();
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    double t0 = Now();
+    for (uint64_t off = 0; off < kSeqBytes; off += kMiB) {
+      if (raw) {
+        if (::pwrite(f->fd, buf.data(), kMiB, static_cast<off_t>(off)) < 0) std::exit(1);
+      } else {
+        Die(lun->Write(off / 512, kMiB / 512, buf.data(), Durability::kBuffered), "write");
+      }
+    }
+    if (raw) ::fdatasync(f->fd); else Die(lun->Flush(), "flush");
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, raw ? "seqwrite_raw" : "seqwrite_store", total, n);
+  st.SetBytesProcessed(static_cast<int64_t>(n * kSeqBytes));
+}
+BENCHMARK(BM_SeqWrite)->Arg(0)->Arg(1)->Arg(0)->Arg(1)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_SeqRead(benchmark::State& st) {
+  bool raw = st.range(0) == 0;
+  std::vector<uint8_t> buf(kMiB);
+  BenchPool* bp = IoPool();
+  auto lun = bp->pool->OpenLun("seq").value();
+  RawFile* f = Raw();
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    DropCache(raw ? f->path : bp->path);
+    st.ResumeTiming();
+    double t0 = Now();
+    for (uint64_t off = 0; off < kSeqBytes; off += kMiB) {
+      if (raw) {
+        if (::pread(f->fd, buf.data(), kMiB, static_cast<off_t>(off)) < 0) std::exit(1);
+      } else {
+        Die(lun->Read(off / 512, kMiB / 512, buf.data()), "read");
+      }
+    }
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, raw ? "seqread_raw" : "seqread_store", total, n);
+  st.SetBytesProcessed(static_cast<int64_t>(n * kSeqBytes));
+}
+BENCHMARK(BM_SeqRead)->Arg(0)->Arg(1)->Arg(0)->Arg(1)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// ------------------------------------------- 4 KiB random durable writes
+
+void BM_RandWrite4kDurable(benchmark::State& st) {
+  int mode = static_cast<int>(st.range(0));  // 0 raw, 1 store (allocated AUs)
+  std::vector<uint8_t> buf(4096, 0x77);
+  auto lun = IoPool()->pool->OpenLun("rnd").value();
+  RawFile* f = Raw();
+  std::mt19937_64 rng(42);
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    uint64_t off = (rng() % (256 * kMiB / 4096)) * 4096;
+    double t0 = Now();
+    if (mode == 0) {
+      if (::pwrite(f->fd, buf.data(), 4096, static_cast<off_t>(off)) < 0) std::exit(1);
+      ::fdatasync(f->fd);
+    } else {
+      Die(lun->Write(off / 512, 8, buf.data(), Durability::kDurable), "write");
+    }
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, mode == 0 ? "rand4k_raw" : "rand4k_store", total, n);
+}
+BENCHMARK(BM_RandWrite4kDurable)->Arg(0)->Arg(1)->Arg(0)->Arg(1)->Iterations(2000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// --------------------------------------------- compare-and-write latency
+
+void BM_OneBlock(benchmark::State& st) {
+  bool caw = st.range(0) != 0;
+  auto lun = IoPool()->pool->OpenLun("rnd").value();
+  std::vector<uint8_t> a(512, 0x5a), b(512, 0x5b);
+  Die(lun->Write(100, 1, a.data(), Durability::kDurable), "write");
+  double total = 0;
+  uint64_t n = 0;
+  for (auto _ : st) {
+    double t0 = Now();
+    if (caw) {
+      Die(lun->CompareAndWrite(100, 1, a.data(), b.data(), Durability::kDurable), "caw");
+      std::swap(a, b);
+    } else {
+      Die(lun->Write(100, 1, a.data(), Durability::kDurable), "write");
+    }
+    total += Now() - t0;
+    n++;
+  }
+  Record(st, caw ? "caw_1block" : "write_1block", total, n);
+}
+BENCHMARK(BM_OneBlock)->Arg(0)->Arg(1)->Arg(0)->Arg(1)->Iterations(2000)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ------------------------------------------------ metadata per extent
+
+void BM_MetadataPerExtent(benchmark::State& st) {
+  for (auto _ : st) {
+    struct mallinfo2 before = mallinfo2();
+    auto* m = new ExtentMap();
+    const uint64_t n = 1000000;
+    for (uint64_t i = 0; i < n; i++) m->Insert(2 * i, 3 * i, 1);  // nothing merges
+    struct mallinfo2 after = mallinfo2();
+    double per = static_cast<double>(after.uordblks - before.uordblks) / n;
+    g_sec["bytes_per_extent"] = per;
+    st.counters["bytes_per_extent"] = per;
+    delete m;
+  }
+}
+BENCHMARK(BM_MetadataPerExtent)->Iterations(1);
+
+void Summary() {
+  auto get = [](const char* k) { return g_sec.count(k) ? g_sec[k] : 0.0; };
+  double sample = static_cast<double>(SampleBytes());
+  std::printf("\n==== cowstore store figures (ratios within this run) ====\n");
+  double copy20 = get("copy_sample") * (20.0 * kGiB / sample);
+  if (get("clone_20GiB") > 0 && copy20 > 0) {
+    std::printf("clone 20 GiB LUN-to-LUN (durable)   %10.3f ms\n", get("clone_20GiB") * 1e3);
+    std::printf("copy 20 GiB read+write (extrapolated from %.0f MiB: %.3f s) %10.3f s\n",
+                sample / kMiB, get("copy_sample"), copy20);
+    std::printf("  clone/copy = 1/%.0f   (goal <= 1/1000)\n", copy20 / get("clone_20GiB"));
+  }
+  if (get("clone_40GiB") > 0 && get("clone_20GiB") > 0)
+    std::printf("clone 40 GiB %10.3f ms = %.2fx the 20 GiB clone (goal < 1.2x)\n",
+                get("clone_40GiB") * 1e3, get("clone_40GiB") / get("clone_20GiB"));
+  double zeros100 = get("zeros_sample") * (100.0 * kGiB / sample);
+  for (const char* k : {"zero100_unmapped", "zero100_mapped"}) {
+    if (get(k) > 0 && zeros100 > 0)
+      std::printf("zero 100 GiB as 102,400 x 1 MiB zero_range + flush (%s LUN) %.3f s vs writing "
+                  "zeros %.1f s (extrapolated from %.0f MiB) = 1/%.0f (goal <= 1/1000)\n",
+                  std::strstr(k, "unmapped") ? "thin, unmapped" : "fully mapped", get(k), zeros100,
+                  sample / kMiB, zeros100 / get(k));
+  }
+  auto ratio = [&](const char* what, const char* store, const char* raw, bool higher_better,
+                   const char* goal) {
+    if (get(store) <= 0 || get(raw) <= 0) return;
+    double r = higher_better ? get(raw) / get(store) : get(store) / get(raw);
+    std::printf("%-40s %.1f%% %s (store %.3f ms, raw %.3f ms)\n", what, r * 100, goal,
+                get(store) * 1e3, get(raw) * 1e3);
+  };
+  ratio("1 MiB sequential write vs raw pwrite", "seqwrite_store", "seqwrite_raw", true, "of raw (goal >= 90%)");
+  ratio("1 MiB sequential read vs raw pread", "seqread_store", "seqread_raw", true, "of raw (goal >= 90%)");
+  ratio("4 KiB random durable write vs raw", "rand4k_store", "rand4k_raw", true, "of raw (goal >= 70%)");
+  if (get("caw_1block") > 0 && get("write_1block") > 0)
+    std::printf("1-block compare_and_write %.1f us = %.2fx a 1-block durable write %.1f us (goal <= 2x)\n",
+                get("caw_1block") * 1e6, get("caw_1block") / get("write_1block"), get("write_1block") * 1e6);
+  if (get("bytes_per_extent") > 0)
+    std::printf("metadata memory: %.1f bytes per extent (map node), + 5 bytes per AU (refcount, state)\n",
+                get("bytes_per_extent"));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  Summary();
+  delete g_clone;  // removes the files
+  delete g_io;
+  delete g_raw;
+  return 0;
+}
