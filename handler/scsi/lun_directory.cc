@@ -40,8 +40,10 @@ std::shared_ptr<LogicalUnit> LunDirectory::Resolve(const Naa& naa,
       }
     }
   }
+  // Unknown or ambiguous: with two LUs behind one NAA (a clone that kept its
+  // serial) the initiator's intent cannot be known, not even "itself".
+  if (matches != 1) return nullptr;
   if (self) return self;  // an LU always reaches itself
-  if (matches != 1 || !match) return nullptr;  // unknown or ambiguous
   const std::string& group = requester.config().copy_group;
   if (group.empty() || match->config().copy_group != group) return nullptr;
   return match;

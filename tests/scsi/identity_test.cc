@@ -60,7 +60,8 @@ TEST_F(DirectoryTest, AmbiguousNaaIsNotReachable) {
   auto b = AddLu(*pool_, "b", 1 << 20, Config("eeee0000-0000-0000-0000-000000000001", "g"));
   auto b2 = AddLu(*pool_, "b2", 1 << 20, Config("eeee0000-0000-0000-0000-000000000001", "g"));
   EXPECT_EQ(directory_.Resolve(b->naa(), *a), nullptr);
-  EXPECT_EQ(directory_.Resolve(b->naa(), *b).get(), b.get());  // still reaches itself
+  EXPECT_EQ(directory_.Resolve(b->naa(), *b), nullptr);  // not even itself
+  EXPECT_EQ(directory_.Resolve(a->naa(), *a).get(), a.get());
 }
 
 TEST_F(DirectoryTest, UnregistersWhenLastReferenceGoes) {
