@@ -15,7 +15,22 @@
 // its data and metadata are on stable storage. A kBuffered one becomes
 // durable at the next Flush() (or at any later durable operation's commit).
 // After power loss the pool opens without manual repair, with every durable
-// operation present and nothing visible that was never written.
+// operation present and nothing visible that was never written. An operation
+// not yet durable (buffered, or cut short by the power loss or an I/O error)
+// may be present in part: each 512-byte sector then holds its old or its new
+// contents. LUN-table changes (create, delete, resize, clone LUN) are always
+// durable when they return, and all-or-nothing.
+//
+// Lifetimes: a Lun handle keeps the pool's file open (and locked) until it is
+// released; Lun::pool() is valid only while the Pool object lives. A pool
+// file can be open once per process (a second Open gets kBusy): share one
+// Pool between every LUN of the process.
+//
+// Cancellation: store calls are not cancellation points and must not be
+// cancelled midway (a commit holds internal locks). A caller whose threads may
+// be pthread_cancel()ed disables cancellation around every call.
+//
+// Errors: no exception escapes; out of memory reports kNoSpace.
 //
 // This header knows nothing of SCSI: LBAs are in the LUN's logical blocks.
 #pragma once

@@ -551,7 +551,7 @@ Status Core::CheckUsable() const {
 Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
-  return Commit(~uint64_t{0} >> 1 /* everything */) .ok() ? Status::Ok() : failed_;
+  return Commit(~uint64_t{0} >> 1);  // everything buffered so far
 }
 
 // -------------------------------------------------------------- data paths
@@ -578,6 +578,21 @@ Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
 Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                         uint64_t* ticket) {
   uint64_t chunk = kMaxWriteChunkUnits * au_;
+  if (len > chunk) {
+    // Chunks reserve space one at a time; refuse up front a write that cannot
+    // fit as a whole, so kNoSpace leaves it untouched (barring a concurrent
+    // allocation by another LUN between chunks).
+    std::lock_guard<std::mutex> g(meta_mu_);
+    uint64_t a0 = off / au_, a1 = DivUp(off + len, au_), need = a1 - a0;
+    std::vector<Run> pieces;
+    l->map.Lookup(a0, a1 - a0, &pieces);
+    for (const Run& r : pieces)
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= refs_[p] == 1;
+    if (!AffordableLocked(need, need) && pending_.empty())
+      return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
+                                        " allocation units needed, " +
+                                        std::to_string(free_.count()) + " free");
+  }
   while (len > 0) {
     uint64_t n = std::min(len, chunk - off % au_);
     Status s = WriteBytesChunk(l, off, n, src, ticket);
@@ -791,6 +806,8 @@ void ScatterOut(const Gather& g, std::span<const iovec> iov, uint64_t bytes) {
 Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
+  s = CheckRange(l, lba, count);  // the precise error first; again under the lock
+  if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
   Gather gb;
   s = PrepareIov(iov, len, &gb, false);
@@ -808,6 +825,8 @@ Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const io
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckRange(l, lba, count);
+  if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
   Gather gb;
   s = PrepareIov(iov, len, &gb, true);
