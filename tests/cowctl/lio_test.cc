@@ -36,7 +36,7 @@ TEST_F(LioTest, CreatesAUserBackstoreTheWayRtslibDoes) {
   EXPECT_EQ(b.name, "tank-vm1");
   std::string p = host.T("core/user_0/tank-vm1");
   EXPECT_EQ(ReadText(p + "/control"),
-            "dev_config=cowstore/tank/vm1:copy_group=esx\ndev_size=1073741824\nhw_block_size=512\n"
+            "dev_config=cowstore/tank/vm1;copy_group=esx\ndev_size=1073741824\nhw_block_size=512\n"
             "hw_max_sectors=32768\n");
   EXPECT_EQ(ReadText(p + "/enable"), "1");
   EXPECT_EQ(ReadText(p + "/wwn/vpd_unit_serial"), spec.wwn);

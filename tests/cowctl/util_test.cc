@@ -55,7 +55,11 @@ TEST(LunRefs, NeedPoolSlashLun) {
 
 TEST(Cfgstrings, RoundTripWithOptions) {
   Cfgstring c{"tank", "vm1", {{"copy_group", "esx"}}};
-  EXPECT_EQ(c.str(), "cowstore/tank/vm1:copy_group=esx");
+  EXPECT_EQ(c.str(), "cowstore/tank/vm1;copy_group=esx");
+  c.options["wce"] = "1";
+  EXPECT_EQ(c.str(), "cowstore/tank/vm1;copy_group=esx;wce=1");
+  EXPECT_EQ(ParseCfgstring(c.str())->options, c.options);
+  EXPECT_EQ(ParseCfgstring("cowstore/tank/vm1;tcmur_cmd_time_out=30;wce=1")->options.size(), 1u);
   auto p = ParseCfgstring("cowstore/tank/vm1:copy_group=esx,wce=1\n");
   ASSERT_TRUE(p);
   EXPECT_EQ(p->pool, "tank");

@@ -354,11 +354,6 @@ Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b) {
     if (b.wce != "0" && b.wce != "1") throw UserError("--wce takes 0 or 1");
     c.options["wce"] = b.wce;
   }
-  if (c.options.size() > 1) {
-    // The kernel splits a control write at ',' (target_core_user's option
-    // parser), so "copy_group=x,wce=1" would arrive cut after the first.
-    throw UserError("--copy-group and --wce cannot both be set: the kernel cuts dev_config at ','");
-  }
   if (c.str().size() > 250) throw UserError("the cfgstring would pass the kernel's 255-character limit");
   return c;
 }

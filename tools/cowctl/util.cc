@@ -83,13 +83,10 @@ LunRef ParseLunRef(const std::string& text) {
 }
 
 std::string Cfgstring::str() const {
+  // The ';' form: the kernel cuts a control write at ',' and rtslib
+  // (targetcli's restoreconfig) refuses ':' in a config string.
   std::string s = "cowstore/" + pool + "/" + lun;
-  char sep = ':';
-  for (const auto& [k, v] : options) {
-    s += sep;
-    s += k + "=" + v;
-    sep = ',';
-  }
+  for (const auto& [k, v] : options) s += ";" + k + "=" + v;
   return s;
 }
 
@@ -99,18 +96,22 @@ std::optional<Cfgstring> ParseCfgstring(const std::string& dev_config) {
   if (s.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
   s = s.substr(prefix.size());
   std::string opts;
-  if (auto colon = s.find(':'); colon != std::string::npos) {
-    opts = s.substr(colon + 1);
-    s = s.substr(0, colon);
+  if (auto sep = s.find_first_of(":;"); sep != std::string::npos) {
+    opts = s.substr(sep + 1);
+    s = s.substr(0, sep);
+  }
+  for (auto& c : opts) {
+    if (c == ',' || c == ':') c = ';';
   }
   auto slash = s.find('/');
   if (slash == std::string::npos) return std::nullopt;
   Cfgstring c{s.substr(0, slash), s.substr(slash + 1), {}};
   if (!ValidName(c.pool) || !ValidName(c.lun)) return std::nullopt;
-  for (const auto& kv : Split(opts, ',')) {
+  for (const auto& kv : Split(opts, ';')) {
     if (kv.empty()) continue;
     auto eq = kv.find('=');
     if (eq == std::string::npos) return std::nullopt;
+    if (kv.substr(0, eq) == "tcmur_cmd_time_out") continue;  // tcmu-runner's own
     c.options[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   return c;

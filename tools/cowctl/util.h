@@ -38,7 +38,9 @@ struct LunRef {
 };
 LunRef ParseLunRef(const std::string& text);
 
-// The handler's cfgstring: cowstore/<pool>/<lun>[:key=value[,key=value...]].
+// The handler's cfgstring. cowctl writes cowstore/<pool>/<lun>[;key=value...]
+// (the kernel cuts control writes at ',', rtslib refuses ':'); it reads that
+// and the cowstore/<pool>/<lun>[:key=value[,key=value...]] form.
 struct Cfgstring {
   std::string pool;
   std::string lun;
