@@ -93,7 +93,7 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
   if (!claim.Acquire(path + "\n" + spec.lun)) {
     return fail("another backstore of this tcmu-runner already serves this LUN", -EBUSY);
   }
-  auto pool = PoolRegistry::Global().Acquire(path);
+  auto pool = PoolRegistry::Global().Acquire(path, spec.pool);
   if (!pool.ok()) {
     std::string hint;
     if (pool.status().code() == store::Code::kNotFound) {
@@ -159,7 +159,7 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
     max_transfer =
         static_cast<uint32_t>(std::min<uint64_t>(bytes, std::numeric_limits<uint32_t>::max()));
   }
-  std::unique_ptr<Device> device(new Device(std::move(claim), std::move(spec), p.cfgstring,
+  std::unique_ptr<Device> device(new Device(std::move(claim), std::move(spec), path, p.cfgstring,
                                             std::move(held_lun),
                                             max_transfer, p.read_unit_serial));
   store::Status st = device->MakeLogicalUnit(p.unit_serial, device->spec_.wce);
@@ -189,6 +189,7 @@ store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool w
   config.max_transfer_bytes = max_transfer_bytes_;
   auto lu = scsi::LogicalUnit::Create(std::move(config), lun_);
   if (!lu.ok()) return lu.status();
+  PoolRegistry::Global().SetLogicalUnit(pool_path_, spec_.lun, lu.value());
   std::lock_guard<std::mutex> lock(mu_);
   lu_ = std::move(lu).value();
   serial_ = configfs_serial;
@@ -229,6 +230,7 @@ std::string Device::unit_serial() const {
 }
 
 Device::~Device() {
+  PoolRegistry::Global().SetLogicalUnit(pool_path_, spec_.lun, nullptr);
   std::shared_ptr<scsi::LogicalUnit> lu = logical_unit();
   if (lu && lu->write_cache_enabled()) {
     store::Status st = lun_->Flush();

@@ -90,14 +90,17 @@ class Device {
   void SetWriteCache(bool enabled);
 
   const LunSpec& spec() const { return spec_; }
+  const std::string& pool_path() const { return pool_path_; }
   const std::string& cfgstring() const { return cfgstring_; }
   std::string unit_serial() const;
 
  private:
-  Device(LunClaim claim, LunSpec spec, std::string cfgstring, std::shared_ptr<store::Lun> lun,
-         uint32_t max_transfer_bytes, std::function<std::string()> read_unit_serial)
+  Device(LunClaim claim, LunSpec spec, std::string pool_path, std::string cfgstring,
+         std::shared_ptr<store::Lun> lun, uint32_t max_transfer_bytes,
+         std::function<std::string()> read_unit_serial)
       : claim_(std::move(claim)),
         spec_(std::move(spec)),
+        pool_path_(std::move(pool_path)),
         cfgstring_(std::move(cfgstring)),
         lun_(std::move(lun)),
         max_transfer_bytes_(max_transfer_bytes),
@@ -110,6 +113,7 @@ class Device {
 
   const LunClaim claim_;
   const LunSpec spec_;
+  const std::string pool_path_;  // as resolved at open
   const std::string cfgstring_;
   const std::shared_ptr<store::Lun> lun_;  // keeps the pool referenced
   const uint32_t max_transfer_bytes_;

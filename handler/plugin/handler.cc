@@ -172,7 +172,7 @@ int Open(tcmu_device* dev, bool reopen) {
       return err ? err : -EIO;
     }
     COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + ToString(device->spec()) +
-                               " (pool " + PoolPath(device->spec()) + ", " +
+                               " (pool " + device->pool_path() + ", " +
                                std::to_string(p.num_lbas) + " blocks of " +
                                std::to_string(p.block_size) + " bytes, unit serial " +
                                (p.unit_serial.empty() ? "not set yet" : p.unit_serial) + ")");

@@ -1,23 +1,80 @@
 #include "handler/plugin/pool_registry.h"
 
 #include <utility>
+#include <vector>
 
+#include "handler/control/server.h"
 #include "handler/plugin/log.h"
+#include "handler/scsi/logical_unit.h"
 
 namespace cowstore::plugin {
+
+struct PoolRegistry::PoolLuns {
+  std::mutex mu;
+  std::map<std::string, std::weak_ptr<scsi::LogicalUnit>> luns;  // guarded by mu
+
+  // The control socket's `counters`: totals since each LUN was opened.
+  std::vector<control::LunCounters> Counters() {
+    std::vector<control::LunCounters> out;
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [name, weak] : luns) {
+      std::shared_ptr<scsi::LogicalUnit> lu = weak.lock();
+      if (!lu) continue;
+      const scsi::LuCounters& c = lu->counters();
+      const uint64_t bs = lu->lun().block_size();
+      auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
+      out.push_back({name,
+                     {{"commands", get(c.commands)},
+                      {"read_bytes", get(c.read_blocks) * bs},
+                      {"write_bytes", get(c.written_blocks) * bs},
+                      {"ats", get(c.compare_and_writes)},
+                      {"ats_miscompares", get(c.miscompares)},
+                      {"xcopy", get(c.xcopy_commands)},
+                      {"clone_blocks", get(c.xcopy_cloned_blocks)},
+                      {"copy_blocks", get(c.xcopy_copied_blocks)},
+                      {"write_same_blocks", get(c.write_same_blocks)},
+                      {"unmap_blocks", get(c.unmapped_blocks)},
+                      {"check_conditions", get(c.check_conditions)},
+                      {"no_space_errors", get(c.no_space_errors)},
+                      {"internal_errors", get(c.internal_errors)}}});
+    }
+    return out;
+  }
+};
+
+PoolRegistry::PoolRegistry(store::Env* env, bool control) : env_(env), control_(control) {}
+PoolRegistry::~PoolRegistry() = default;
 
 PoolRegistry& PoolRegistry::Global() {
   static PoolRegistry* const registry = new PoolRegistry(store::DefaultEnv());
   return *registry;
 }
 
-store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::string& path) {
+store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::string& path,
+                                                                  const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = pools_.find(path);
   if (it == pools_.end()) {
     auto opened = store::Pool::Open(env_, path);
     if (!opened.ok()) return opened.status();
-    it = pools_.emplace(path, Entry{std::move(opened).value(), 0}).first;
+    Entry entry;
+    entry.pool = std::move(opened).value();
+    entry.luns = std::make_shared<PoolLuns>();
+    if (control_) {
+      control::ServerOptions options;
+      options.run_dir = control::DefaultRunDir();
+      options.pool_name = name;
+      options.counters = [luns = entry.luns] { return luns->Counters(); };
+      auto server = control::Server::Start(*entry.pool, std::move(options));
+      if (server.ok()) {
+        entry.server = std::move(server).value();
+        COWSTORE_LOG_INFO(nullptr, "pool " + path + ": control socket " + entry.server->path());
+      } else {
+        COWSTORE_LOG_WARN(nullptr, "pool " + path + ": no control socket (cowctl cannot manage "
+                                   "it while it is served): " + server.status().ToString());
+      }
+    }
+    it = pools_.emplace(path, std::move(entry)).first;
   }
   ++it->second.refs;
   // Each reference gets its own control block whose deleter drops one count;
@@ -26,19 +83,34 @@ store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::str
                                       [this, path](store::Pool*) { Release(path); });
 }
 
-void PoolRegistry::Release(const std::string& path) {
-  std::unique_ptr<store::Pool> closing;
+void PoolRegistry::SetLogicalUnit(const std::string& path, const std::string& lun,
+                                  const std::shared_ptr<scsi::LogicalUnit>& lu) {
+  std::shared_ptr<PoolLuns> luns;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = pools_.find(path);
-    if (it == pools_.end() || --it->second.refs > 0) return;
-    closing = std::move(it->second.pool);
-    // Close under the lock: a concurrent Acquire of the same path must wait
-    // until the file lock is released, or its Open would fail with kBusy.
-    store::Status st = closing->Close();
-    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, "closing pool " + path + ": " + st.ToString());
-    pools_.erase(it);
+    if (it == pools_.end()) return;
+    luns = it->second.luns;
   }
+  std::lock_guard<std::mutex> lock(luns->mu);
+  if (lu) {
+    luns->luns[lun] = lu;
+  } else {
+    luns->luns.erase(lun);
+  }
+}
+
+void PoolRegistry::Release(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pools_.find(path);
+  if (it == pools_.end() || --it->second.refs > 0) return;
+  // Stop serving cowctl before the pool goes, then close under the lock: a
+  // concurrent Acquire of the same path must wait until the file lock is
+  // released, or its Open would fail with kBusy.
+  it->second.server.reset();
+  store::Status st = it->second.pool->Close();
+  if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, "closing pool " + path + ": " + st.ToString());
+  pools_.erase(it);
 }
 
 size_t PoolRegistry::open_pools() const {

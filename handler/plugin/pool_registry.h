@@ -1,13 +1,18 @@
 // One store::Pool per pool path in the daemon, shared by every LUN of that
-// pool that is open (a pool file admits one opener: its lock is exclusive).
+// pool that is open (a pool file admits one opener: its lock is exclusive),
+// and with it the pool's control socket (handler/control), through which
+// cowctl manages a pool the daemon holds.
 //
-// Acquire() opens the pool on first use and hands out references; the pool
-// is flushed and closed when the last reference goes, whichever thread drops
-// it (a device close, or another LUN's EXTENDED COPY that still held it).
+// Acquire() opens the pool on first use, starts its control server and
+// hands out references; when the last reference goes (whichever thread
+// drops it: a device close, or another LUN's EXTENDED COPY that still held
+// it) the server is stopped and the pool flushed and closed.
 //
 // Thread safety: all methods are safe for concurrent use. Opening and
 // closing happen under the registry's mutex, so a close never races a
-// re-open of the same path.
+// re-open of the same path. The control server's counters callback takes
+// only the per-pool LUN list's mutex, never the registry's, so stopping the
+// server under the registry's mutex cannot deadlock.
 #pragma once
 
 #include <map>
@@ -18,12 +23,21 @@
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
 
+namespace cowstore::scsi {
+class LogicalUnit;
+}
+namespace cowstore::control {
+class Server;
+}
+
 namespace cowstore::plugin {
 
 class PoolRegistry {
  public:
-  // `env` must outlive the registry.
-  explicit PoolRegistry(store::Env* env) : env_(env) {}
+  // `env` must outlive the registry. With `control` false no control server
+  // is started (tests of the registry itself).
+  explicit PoolRegistry(store::Env* env, bool control = true);
+  ~PoolRegistry();
   PoolRegistry(const PoolRegistry&) = delete;
   PoolRegistry& operator=(const PoolRegistry&) = delete;
 
@@ -32,22 +46,34 @@ class PoolRegistry {
   // threads still run would be worse than the journal replay at next open).
   static PoolRegistry& Global();
 
-  // A reference to the open pool at `path`, opening it if needed. Errors are
-  // the store's (kNotFound when there is no pool file, kBusy when another
-  // process holds it, ...).
-  store::Result<std::shared_ptr<store::Pool>> Acquire(const std::string& path);
+  // A reference to the open pool at `path` (named `name`: the control
+  // socket is <run_dir>/<name>.sock), opening it if needed. Errors are the
+  // store's (kNotFound when there is no pool file, kBusy when another
+  // process holds it, ...). A control server that cannot start is logged,
+  // not an error.
+  store::Result<std::shared_ptr<store::Pool>> Acquire(const std::string& path,
+                                                      const std::string& name);
+
+  // The LogicalUnit serving `lun` of the pool at `path`, for the control
+  // socket's counters (replaces an earlier one; null removes it).
+  void SetLogicalUnit(const std::string& path, const std::string& lun,
+                      const std::shared_ptr<scsi::LogicalUnit>& lu);
 
   // Number of distinct pools open (tests).
   size_t open_pools() const;
 
  private:
+  struct PoolLuns;
   struct Entry {
     std::unique_ptr<store::Pool> pool;
+    std::shared_ptr<PoolLuns> luns;
+    std::unique_ptr<control::Server> server;
     size_t refs = 0;
   };
   void Release(const std::string& path);
 
   store::Env* const env_;
+  const bool control_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> pools_;  // guarded by mu_
 };

@@ -43,6 +43,7 @@ void PluginTest::SetUp() {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   dir_ = tmpl;
   setenv("COWSTORE_POOL_DIR", dir_.c_str(), 1);
+  setenv("COWSTORE_RUN_DIR", (dir_ + "/run").c_str(), 1);  // control sockets
   std::string error;
   ASSERT_TRUE(runner().Load(fake::PluginPath(), &error)) << error;
   runner().ClearLogs();
