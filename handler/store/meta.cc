@@ -208,6 +208,14 @@ uint64_t Units(uint64_t bytes, uint32_t au) { return (bytes + au - 1) / au; }
 }  // namespace
 
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
+  // Ranges are in AUs; anything near 2^64 can only come from damage.
+  constexpr uint64_t kMaxUnits = 1ull << 48;
+  bool range = r.type == RecType::kUnmap || r.type == RecType::kClone;
+  if (range && (r.a > kMaxUnits || r.b > kMaxUnits || r.n > kMaxUnits))
+    return Bad("range out of bounds");
+  for (const Run& x : r.runs)
+    if (x.lba > kMaxUnits || x.phys > kMaxUnits || x.len > kMaxUnits || x.len == 0)
+      return Bad("extent out of bounds");
   switch (r.type) {
     case RecType::kCreateLun: {
       if (st->Find(r.lun) || st->FindName(r.name)) return Bad("LUN created twice");
