@@ -189,16 +189,17 @@ void FrameRecord(const Record& r, uint64_t lsn, std::string* out) {
   for (int i = 0; i < 4; i++) (*out)[start + i] = static_cast<char>(crc >> (8 * i));
 }
 
-size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r) {
+size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, uint64_t* lsn_out) {
   Decoder d(p, n);
   uint32_t crc, plen;
   uint64_t lsn;
   uint8_t type;
   if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U8(&type)) return 0;
-  if (lsn != expect_lsn || plen > n - kRecordHeader) return 0;
+  if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeader) return 0;
   if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
   if (type < 1 || type > static_cast<uint8_t>(RecType::kCloneLun)) return 0;
   if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
+  if (lsn_out) *lsn_out = lsn;
   return kRecordHeader + plen;
 }
 

@@ -128,8 +128,10 @@ struct Record {
 constexpr size_t kRecordHeader = 17;
 void FrameRecord(const Record& r, uint64_t lsn, std::string* out);
 // Parses the record at p[0..n); returns its total size, or 0 if it is not a
-// valid record with the expected lsn (which ends replay).
-size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r);
+// valid record with the expected lsn (which ends replay). expect_lsn = kNone
+// accepts any LSN, reported through lsn_out.
+size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r,
+                   uint64_t* lsn_out = nullptr);
 
 // Receives reference count changes from ApplyRecord (null during replay:
 // counts are rebuilt from the maps afterwards).

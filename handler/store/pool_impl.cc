@@ -310,6 +310,9 @@ Status Core::CheckpointLocked(uint64_t* target) {
   if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
   sb_ = nsb;
   jtail_ = 0;
+  // The old journal is now garbage; clear it so no stale record can ever be
+  // mistaken for a new one (made durable by the next commit's sync).
+  (void)file_->PunchHole(kJournalOffset, journal_bytes_);
   {
     std::lock_guard<std::mutex> g(meta_mu_);
     old.swap(ckpt_aus_);
@@ -492,6 +495,17 @@ Status Core::Load() {
   }
   jtail_ = off;
   next_lsn_ = lsn;
+  {
+    // A valid record with a *later* LSN where replay stopped means the journal
+    // belongs to a newer superblock than the one we could read: the newest
+    // superblock is damaged. Refuse rather than roll the pool back silently.
+    Record r;
+    uint64_t found = 0;
+    if (ParseRecord(j.data() + off, j.size() - off, kNone, &r, &found) && found > lsn)
+      return Status(Code::kCorruption,
+                    "the journal is newer than every readable superblock (newest superblock "
+                    "damaged)");
+  }
 
   // 4. Rebuild reference counts, AU states and free space from the maps.
   refs_.assign(total_units_, 0);
@@ -535,7 +549,9 @@ Status Core::Load() {
     s = file_->PunchHole(AuOffset(p), n * au_);
     if (!s.ok()) return s;
   }
-  next_lsn_ += kLsnGapAfterOpen;
+  // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
+  // records of a generation we fell back from can pass for new records.
+  next_lsn_ += kLsnGapAfterOpen + (std::random_device{}() & 0xffffff);
   uint64_t target;
   s = CheckpointLocked(&target);
   if (!s.ok()) return s;
