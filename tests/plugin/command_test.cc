@@ -105,6 +105,7 @@ TEST_F(CommandTest, ReadCapacity10And16) {
   ASSERT_EQ(o.scsi_status, 0);
   EXPECT_EQ((uint32_t{b[8]} << 24 | b[9] << 16 | b[10] << 8 | b[11]), 512u);
   EXPECT_NE(b[14] & 0x80, 0);  // LBPME
+  EXPECT_NE(b[14] & 0x40, 0);  // LBPRZ
 }
 
 TEST_F(CommandTest, ReadWriteAllSizesRoundTrip) {
