@@ -373,7 +373,10 @@ TEST_F(Cli, RestoreCreatesMissingPoolsAndLuns) {
   std::string file = host.dir.path() + "/c.yaml";
   WriteText(file, "pools:\n  - name: fresh\n    size: 256M\n    allocation_unit: 64K\n    luns:\n"
                   "      - {name: a, size: 8M}\n");
-  EXPECT_NE(Ok("restore " + file).find("created LUN fresh/a"), std::string::npos);
+  std::string out = Ok("restore " + file);
+  EXPECT_NE(out.find("created pool fresh\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("created LUN fresh/a"), std::string::npos) << out;
+  EXPECT_EQ(out.find("at " + pools), std::string::npos) << out;  // no pool-create chatter
   EXPECT_NE(Ok("lun list").find("fresh/a"), std::string::npos);
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
 }

@@ -1074,6 +1074,18 @@ void Save(const Context& ctx, const std::string& file) {
                    " loopback targets to " + file + "\n");
 }
 
+// PoolCreate without its report (restore prints its own summary).
+void QuietPoolCreate(const Context& ctx, const PoolCreateArgs& a) {
+  std::streambuf* old = std::cout.rdbuf(nullptr);
+  try {
+    PoolCreate(ctx, a);
+  } catch (...) {
+    std::cout.rdbuf(old);
+    throw;
+  }
+  std::cout.rdbuf(old);
+}
+
 void Restore(const Context& ctx, const std::string& file, bool dry_run) {
   Config c = LoadConfig(file);
   std::vector<std::string> done;
@@ -1099,20 +1111,13 @@ void Restore(const Context& ctx, const std::string& file, bool dry_run) {
           note("relinked pool " + p.name + " on " + p.device);
         } else {
           PoolCreateArgs a{p.name, "", p.device, "", std::to_string(p.allocation_unit), p.soft_threshold};
-          PoolCreate(Context{ctx.pool_dir, ctx.run_dir, ctx.configfs_root, ctx.proc_root, true}, a);
-          note("created pool " + p.name);
+          QuietPoolCreate(ctx, a);
+          note("created pool " + p.name + " on " + p.device);
         }
       } else {
         PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
                          p.soft_threshold};
-        std::streambuf* old = std::cout.rdbuf(nullptr);
-        try {
-          PoolCreate(ctx, a);
-        } catch (...) {
-          std::cout.rdbuf(old);
-          throw;
-        }
-        std::cout.rdbuf(old);
+        QuietPoolCreate(ctx, a);
         note("created pool " + p.name);
       }
     }
