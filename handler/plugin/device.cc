@@ -189,7 +189,8 @@ store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool w
   config.max_transfer_bytes = max_transfer_bytes_;
   auto lu = scsi::LogicalUnit::Create(std::move(config), lun_);
   if (!lu.ok()) return lu.status();
-  PoolRegistry::Global().SetLogicalUnit(pool_path_, spec_.lun, lu.value());
+  // Registered before the previous LogicalUnit (if any) is dropped below.
+  PoolRegistry::Global().SetLogicalUnit(pool_path_, spec_.lun, lu.value().get());
   std::lock_guard<std::mutex> lock(mu_);
   lu_ = std::move(lu).value();
   serial_ = configfs_serial;
@@ -246,7 +247,12 @@ bool Device::Resize(uint64_t new_size_bytes, std::string* reason, int* err) {
     *err = -EINVAL;
     return false;
   }
+  const uint64_t old_size = lun_->block_count() * bs;
   store::Status st = logical_unit()->Resize(new_size_bytes);
+  if (st.ok() && new_size_bytes < old_size) {
+    COWSTORE_LOG_WARN(nullptr, ToString(spec_) + ": shrunk from " + Bytes(old_size) + " to " +
+                                   Bytes(new_size_bytes) + "; the blocks beyond are released");
+  }
   if (!st.ok()) {
     *reason = "resize to " + Bytes(new_size_bytes) + " failed: " + st.ToString();
     *err = ErrnoFor(st);

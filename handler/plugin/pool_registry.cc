@@ -9,17 +9,21 @@
 
 namespace cowstore::plugin {
 
+// The LogicalUnits of one pool served by this process, for the control
+// socket's counters. Raw pointers, on purpose: a Device unregisters its
+// LogicalUnit (under `mu`) before it drops its reference, so a pointer read
+// under `mu` is alive; and the server thread never holds a reference, so it
+// can never be the one that drops the last reference to a LUN, and with it
+// the pool and this very server.
 struct PoolRegistry::PoolLuns {
   std::mutex mu;
-  std::map<std::string, std::weak_ptr<scsi::LogicalUnit>> luns;  // guarded by mu
+  std::map<std::string, const scsi::LogicalUnit*> luns;  // guarded by mu
 
   // The control socket's `counters`: totals since each LUN was opened.
   std::vector<control::LunCounters> Counters() {
     std::vector<control::LunCounters> out;
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& [name, weak] : luns) {
-      std::shared_ptr<scsi::LogicalUnit> lu = weak.lock();
-      if (!lu) continue;
+    for (const auto& [name, lu] : luns) {
       const scsi::LuCounters& c = lu->counters();
       const uint64_t bs = lu->lun().block_size();
       auto get = [](const std::atomic<uint64_t>& v) { return v.load(std::memory_order_relaxed); };
@@ -84,7 +88,7 @@ store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::str
 }
 
 void PoolRegistry::SetLogicalUnit(const std::string& path, const std::string& lun,
-                                  const std::shared_ptr<scsi::LogicalUnit>& lu) {
+                                  const scsi::LogicalUnit* lu) {
   std::shared_ptr<PoolLuns> luns;
   {
     std::lock_guard<std::mutex> lock(mu_);

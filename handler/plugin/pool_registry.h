@@ -55,9 +55,10 @@ class PoolRegistry {
                                                       const std::string& name);
 
   // The LogicalUnit serving `lun` of the pool at `path`, for the control
-  // socket's counters (replaces an earlier one; null removes it).
+  // socket's counters (replaces an earlier one; null removes it). The
+  // caller keeps `lu` alive until it has replaced or removed it.
   void SetLogicalUnit(const std::string& path, const std::string& lun,
-                      const std::shared_ptr<scsi::LogicalUnit>& lu);
+                      const scsi::LogicalUnit* lu);
 
   // Number of distinct pools open (tests).
   size_t open_pools() const;

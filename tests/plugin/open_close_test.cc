@@ -165,6 +165,17 @@ TEST_F(OpenCloseTest, ReconfigResizeGrowsAndRaisesCapacityChanged) {
   EXPECT_EQ(LunInPool("tank", "vm1").size_bytes, 32ull << 20);
 }
 
+TEST_F(OpenCloseTest, ReconfigResizeShrinksWithAWarning) {
+  tcmu_device* dev = OpenDevice("cowstore/tank/vm1", 32ull << 20);
+  tcmulib_cfg_info cfg{};
+  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  cfg.data.dev_size = 8ull << 20;
+  EXPECT_EQ(handler().reconfig(dev, &cfg), 0);
+  EXPECT_TRUE(runner().LogContains("shrunk from 33554432 bytes to 8388608 bytes"));
+  Run(dev, Tur());  // CAPACITY DATA HAS CHANGED
+  EXPECT_EQ(CapacityBlocks(dev), (8ull << 20) / 512);
+}
+
 TEST_F(OpenCloseTest, ReconfigResizeToUnalignedSizeIsRefused) {
   tcmu_device* dev = OpenDevice("cowstore/tank/vm1", 8ull << 20, 4096);
   tcmulib_cfg_info cfg{};
