@@ -5,7 +5,8 @@
 // TCMU carries no initiator identity). Inside one pool a segment is the
 // store's CloneRange (metadata only for whole allocation units); across
 // pools it is a chunked read+write that holds no lock for the whole copy, so
-// other commands to both LUs keep flowing.
+// other commands to both LUs keep flowing. Segments run buffered and each
+// WCE=0 destination is flushed once before the status goes back.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -57,8 +58,22 @@ store::Status DataCopy(LogicalUnit& src, uint64_t src_lba, LogicalUnit& dst, uin
     if (!s.ok()) return s;
     done += n;
   }
-  if (dst.write_durability(false) == store::Durability::kDurable) return dst.lun().Flush();
   return store::Status::Ok();
+}
+
+// Segments are cloned/copied buffered; before GOOD (or the failure that
+// reports how far the copy got) every destination with WCE=0 is flushed
+// once, so a command of many segments costs one commit, not one per segment.
+store::Status FlushDestinations(const std::vector<LogicalUnit*>& touched) {
+  store::Status first;
+  for (size_t i = 0; i < touched.size(); ++i) {
+    LogicalUnit* lu = touched[i];
+    if (std::find(touched.begin(), touched.begin() + i, lu) != touched.begin() + i) continue;
+    if (lu->write_durability(false) != store::Durability::kDurable) continue;
+    store::Status s = lu->lun().Flush();
+    if (!s.ok() && first.ok()) first = s;
+  }
+  return first;
 }
 
 CommandResult RunCopy(Command& cmd, const XcopyParameters& x, CopyListTable* table) {
@@ -105,6 +120,7 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, CopyListTable* tab
 
   auto& counters = cmd.lu.mutable_counters();
   uint64_t bytes = 0;
+  std::vector<LogicalUnit*> touched;
   for (size_t i = 0; i < plan.size(); ++i) {
     const ResolvedSegment& r = plan[i];
     const XcopySegment& s = *r.seg;
@@ -114,17 +130,23 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, CopyListTable* tab
       if (same_pool) {
         st = r.src->lun().pool().CloneRange(r.src->lun(), s.source_lba, r.dst->lun(),
                                             s.destination_lba, s.blocks,
-                                            r.dst->write_durability(false));
+                                            store::Durability::kBuffered);
       } else {
         st = DataCopy(*r.src, s.source_lba, *r.dst, s.destination_lba, s.blocks);
       }
-      if (!st.ok()) return SegmentFailure(cmd.lu, st, i, s.offset);
+      if (!st.ok()) {
+        (void)FlushDestinations(touched);  // what was done is reported, so make it durable
+        return SegmentFailure(cmd.lu, st, i, s.offset);
+      }
+      touched.push_back(r.dst);
       (same_pool ? counters.xcopy_cloned_blocks : counters.xcopy_copied_blocks)
           .fetch_add(s.blocks, std::memory_order_relaxed);
       bytes += uint64_t{s.blocks} * r.src->lun().block_size();
     }
     if (table) table->Progress(x.list_id, static_cast<uint16_t>(i + 1), bytes);
   }
+  store::Status fs = FlushDestinations(touched);
+  if (!fs.ok()) return SegmentFailure(cmd.lu, fs, plan.size() - 1, plan.back().seg->offset);
   return Good();
 }
 

@@ -1,0 +1,49 @@
+// Fuzzes COMPARE AND WRITE: byte 0 = flags (byte 1 of the CDB), byte 1 =
+// NUMBER OF LOGICAL BLOCKS, bytes 2-3 = LBA (small, so it lands inside the
+// LUN), the rest is the verify+write buffer. Checks that a GOOD result really
+// wrote the write half, and that a MISCOMPARE's INFORMATION points at a
+// differing byte.
+#include <cstring>
+#include <vector>
+
+#include "handler/scsi/cdb.h"
+#include "tests/fuzz/fuzz_lu.h"
+
+using namespace cowstore::scsi;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 4) return 0;
+  auto& w = fuzz::World();
+  uint8_t cdb[16] = {0x89};
+  cdb[1] = data[0];
+  cdb[13] = data[1] % 8;
+  const uint64_t lba = (uint64_t{data[2]} << 8 | data[3]) % 20000;
+  PutBe64(cdb + 2, lba);
+  std::vector<uint8_t> buf(data + 4, data + size);
+  // Half the time, make the compare half match what is on the LUN.
+  const size_t half = size_t{cdb[13]} * 512;
+  if ((data[0] & 0x04) && buf.size() == 2 * half && half) {
+    iovec v{buf.data(), half};
+    uint8_t rd[16] = {0x88};
+    PutBe64(rd + 2, lba);
+    PutBe32(rd + 10, cdb[13]);
+    if (!w.lu->Execute(rd, std::span<const iovec>(&v, 1)).good()) return 0;
+  }
+  std::vector<uint8_t> copy = buf;
+  CommandResult r = fuzz::Run(*w.lu, cdb, buf.data(), buf.size());
+  if (r.good() && half && buf.size() == 2 * half) {
+    std::vector<uint8_t> now(half);
+    iovec v{now.data(), half};
+    uint8_t rd[16] = {0x88};
+    PutBe64(rd + 2, lba);
+    PutBe32(rd + 10, cdb[13]);
+    if (w.lu->Execute(rd, std::span<const iovec>(&v, 1)).good() &&
+        std::memcmp(now.data(), copy.data() + half, half) != 0) {
+      std::abort();  // GOOD but the write half is not there
+    }
+  }
+  if (r.sense_key() == SenseKey::kMiscompare && r.status == ScsiStatus::kCheckCondition) {
+    if (!r.information_valid() || r.information() >= half) std::abort();
+  }
+  return 0;
+}

@@ -1,0 +1,22 @@
+// Fuzzes the UNMAP parameter list (and its PARAMETER LIST LENGTH / ANCHOR
+// fields from the first bytes of the input).
+#include <vector>
+
+#include "handler/scsi/cdb.h"
+#include "tests/fuzz/fuzz_lu.h"
+
+using namespace cowstore::scsi;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 3) return 0;
+  auto& w = fuzz::World();
+  std::vector<uint8_t> p(data + 3, data + size);
+  uint8_t cdb[10] = {0x42};
+  cdb[1] = data[0] & 0x01;
+  // Usually the true length; sometimes a lying one.
+  uint16_t pll = (data[0] & 0x02) ? static_cast<uint16_t>(data[1] << 8 | data[2])
+                                  : static_cast<uint16_t>(p.size());
+  PutBe16(cdb + 7, pll);
+  fuzz::Run(*w.lu, cdb, p.data(), p.size());
+  return 0;
+}
