@@ -112,6 +112,18 @@ TEST_F(Cli, PoolCreateErrors) {
   EXPECT_FALSE(Exists(pools + "/p2"));
 }
 
+TEST_F(Cli, FailedPoolCreateLeavesNothing) {
+  Err("pool create tiny --size 1K", "pool too small");
+  EXPECT_FALSE(Exists(pools + "/tiny"));
+  std::string f = host.dir.path() + "/tiny.pool";
+  Err("pool create tiny --size 1K --file " + f, "pool too small");
+  EXPECT_FALSE(Exists(pools + "/tiny"));
+  EXPECT_FALSE(Exists(f));
+  WriteText(f, "precious");
+  Err("pool create tiny --size 1G --file " + f, "already exists");
+  EXPECT_EQ(ReadText(f), "precious");
+}
+
 TEST_F(Cli, PoolOnAnotherFileIsLinked) {
   std::string f = host.dir.path() + "/elsewhere.pool";
   Ok("pool create far --size 256M --file " + f);
@@ -288,6 +300,32 @@ TEST_F(Cli, IscsiExportAndDeleteProtection) {
   EXPECT_FALSE(Exists(host.T("iscsi/" + tgt)));
   EXPECT_FALSE(Exists(host.T("core/user_0")));
   EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+}
+
+TEST_F(Cli, LioCommandsWithoutConfigfsSayWhatToDo) {
+  std::filesystem::remove_all(host.configfs);
+  for (const char* cmd : {"backstore list", "export list", "unexport tank/vm1", "backstore delete tank/vm1"}) {
+    Err(cmd, "mount -t configfs");
+  }
+}
+
+TEST_F(Cli, BackstoreAndUnexportErrors) {
+  Pool();
+  Ok("lun create tank/vm1 --size 1M");
+  Err("backstore delete tank/vm1", "has no backstore");
+  Err("unexport tank/vm1", "has no backstore");
+  Ok("backstore create tank/vm1 --backstore-name custom");
+  EXPECT_TRUE(Exists(host.T("core/user_0/custom")));
+  Ok("lun create tank/vm2 --size 1M");
+  Err("backstore create tank/vm2 --backstore-name custom", "already exists");
+  Err("backstore create tank/vm2 --backstore-name 'bad name'", "invalid backstore name");
+  Ok("backstore delete tank/vm1");
+  EXPECT_FALSE(Exists(host.T("core/user_0")));
+}
+
+TEST_F(Cli, SaveToAnUnwritablePlaceFails) {
+  Pool();
+  Err("save " + host.dir.path() + "/no/such/dir/c.yaml", "cannot write");
 }
 
 TEST_F(Cli, ExportErrorsRollBackTheBackstoreTheyMade) {
