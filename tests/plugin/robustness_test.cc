@@ -176,5 +176,39 @@ TEST_F(RobustnessTest, CommandsKeepFlowingWhileAnotherThreadCopies) {
   EXPECT_GE(served, 1);
 }
 
+TEST_F(RobustnessTest, BothLunsKeepServingDuringACrossPoolDataCopy) {
+  // Across pools EXTENDED COPY moves data (64 MiB here); reads of both the
+  // source and the destination LUN must complete while it runs.
+  MakePool("other", 1ull << 30);
+  tcmu_device* src = OpenDevice("cowstore/tank/src;copy_group=g", kSize);
+  tcmu_device* dst = OpenDevice("cowstore/other/dst;copy_group=g", kSize);
+  Run(src, Tur());
+  Run(dst, Tur());
+  Bytes chunk(16u << 20, 0x4e);
+  for (uint64_t lba = 0; lba < (64u << 20) / 512; lba += chunk.size() / 512) {
+    ASSERT_EQ(Run(src, Write16(lba, chunk.size() / 512), &chunk).scsi_status, 0);
+  }
+  std::vector<XcopySegment> segs;
+  for (uint64_t i = 0; i < 64; ++i) segs.push_back({0, 1, 2048, i * 2048, i * 2048});
+  Bytes params = XcopyParams(9, 0, {NaaOf(src), NaaOf(dst)}, segs, 512);
+  std::atomic<bool> done{false};
+  std::thread copier([&] {
+    fake::Outcome o = Run(dst, ExtendedCopy(static_cast<uint32_t>(params.size())), &params);
+    EXPECT_EQ(o.scsi_status, 0) << int(o.sense_key()) << "/" << int(o.asc());
+    done = true;
+  });
+  int served = 0;
+  while (!done) {
+    Bytes in(4096);
+    ASSERT_EQ(Run(served % 2 ? src : dst, Read16(400000, 8), &in).scsi_status, 0);
+    ++served;
+  }
+  copier.join();
+  EXPECT_GE(served, 2);
+  Bytes back(1u << 20);
+  ASSERT_EQ(Run(dst, Read16(63 * 2048, 2048), &back).scsi_status, 0);
+  EXPECT_EQ(back, Bytes(1u << 20, 0x4e));
+}
+
 }  // namespace
 }  // namespace cowstore::plugin_test
