@@ -111,6 +111,18 @@ TEST_F(LioTest, FindsTheRunnerOrSaysToStartIt) {
   }
 }
 
+TEST_F(LioTest, WwnIsWrittenBeforeEnable) {
+  std::vector<std::string> order;
+  LioOptions o{host.configfs, host.proc, [&](const std::string& p, const std::string&) {
+                 order.push_back(p.substr(p.rfind('/') + 1));
+                 return 0;
+               }};
+  Lio(o).CreateBackstore(Spec("tank", "vm1"));
+  ASSERT_GE(order.size(), 2u);
+  EXPECT_EQ(order[order.size() - 2], "vpd_unit_serial");
+  EXPECT_EQ(order.back(), "enable");
+}
+
 TEST_F(LioTest, RefusedEnableRollsBackTheBackstore) {
   // The kernel refuses enable when tcmu-runner's handler fails to open.
   LioOptions o{host.configfs, host.proc, [](const std::string& p, const std::string&) {

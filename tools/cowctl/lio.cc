@@ -309,8 +309,10 @@ Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
   // 16 MiB per command (ESXi's largest XCOPY/WRITE transfer), in blocks.
   WriteFile(p + "/control",
             "hw_max_sectors=" + std::to_string((16u << 20) / spec.block_size) + "\n", true, &opt_);
-  WriteFile(p + "/enable", "1", false, &opt_);  // tcmu-runner opens the LUN here
+  // The WWN before enable (rtslib writes it after): the kernel accepts it on
+  // an unconfigured device, and the handler then sees it when it opens.
   if (!spec.wwn.empty()) WriteFile(p + "/wwn/vpd_unit_serial", spec.wwn, false, &opt_);
+  WriteFile(p + "/enable", "1", false, &opt_);  // tcmu-runner opens the LUN here
   undo.Commit();
   auto b = FindBackstoreByKey(hba + "/" + spec.name);
   if (!b) throw UserError("backstore " + p + " did not take its configuration");
