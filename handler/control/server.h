@@ -23,9 +23,10 @@
 
 namespace cowstore::control {
 
-// Per-LUN counters the handler keeps (names are free-form; cowctl shows the
-// ones it knows: commands, read_bytes, write_bytes, ats, ats_miscompares,
-// xcopy, clone_blocks, write_same, zero_blocks, unmap, unmap_blocks).
+// Per-LUN counters the handler keeps (names are free-form; cowctl's top
+// knows: commands, read_bytes, write_bytes, ats, ats_miscompares, xcopy,
+// clone_blocks, copy_blocks, write_same_blocks, unmap_blocks; vaai status
+// shows every one).
 struct LunCounters {
   std::string lun;
   std::vector<std::pair<std::string, uint64_t>> counters;

@@ -950,32 +950,37 @@ void Top(const Context& ctx, double interval, int count) {
       return b >= a ? static_cast<double>(b - a) / dt : 0.0;
     };
     Json arr = Json::array();
-    Table t({"LUN", "IOPS", "READ/s", "WRITE/s", "ATS/s", "MISCMP", "XCOPY/s", "CLONED/s", "ZEROED/s", "UNMAPPED/s"});
+    Table t({"LUN", "IOPS", "READ/s", "WRITE/s", "ATS/s", "MISCMP", "XCOPY/s", "CLONED/s", "COPIED/s", "ZEROED/s",
+             "UNMAPPED/s"});
+    // Counter names as the handler reports them (zero_blocks: older name).
+    auto zeroed = [&](const std::string& lun) { return rate(lun, "write_same_blocks") + rate(lun, "zero_blocks"); };
     for (const auto& [lun, m] : cur) {
+      uint64_t miscompares = m.count("ats_miscompares") ? m.at("ats_miscompares") : 0;
       Json j = Json::object();
       j["lun"] = lun;
       j["iops"] = rate(lun, "commands");
       j["read_bytes_per_s"] = rate(lun, "read_bytes");
       j["write_bytes_per_s"] = rate(lun, "write_bytes");
       j["ats_per_s"] = rate(lun, "ats");
-      j["ats_miscompares"] = m.count("ats_miscompares") ? m.at("ats_miscompares") : 0;
+      j["ats_miscompares"] = miscompares;
       j["xcopy_per_s"] = rate(lun, "xcopy");
       j["clone_blocks_per_s"] = rate(lun, "clone_blocks");
-      j["zero_blocks_per_s"] = rate(lun, "zero_blocks");
+      j["copy_blocks_per_s"] = rate(lun, "copy_blocks");
+      j["zero_blocks_per_s"] = zeroed(lun);
       j["unmap_blocks_per_s"] = rate(lun, "unmap_blocks");
+      Json all = Json::object();
+      for (const auto& [k, v] : m) all[k] = v;
+      j["counters"] = all;
       arr.push_back(j);
-      char buf[10][32];
-      std::snprintf(buf[0], 32, "%.0f", rate(lun, "commands"));
-      std::snprintf(buf[1], 32, "%s", FormatSize(static_cast<uint64_t>(rate(lun, "read_bytes"))).c_str());
-      std::snprintf(buf[2], 32, "%s", FormatSize(static_cast<uint64_t>(rate(lun, "write_bytes"))).c_str());
-      std::snprintf(buf[3], 32, "%.0f", rate(lun, "ats"));
-      std::snprintf(buf[4], 32, "%llu",
-                    static_cast<unsigned long long>(m.count("ats_miscompares") ? m.at("ats_miscompares") : 0));
-      std::snprintf(buf[5], 32, "%.0f", rate(lun, "xcopy"));
-      std::snprintf(buf[6], 32, "%.0f", rate(lun, "clone_blocks"));
-      std::snprintf(buf[7], 32, "%.0f", rate(lun, "zero_blocks"));
-      std::snprintf(buf[8], 32, "%.0f", rate(lun, "unmap_blocks"));
-      t.Row({lun, buf[0], buf[1], buf[2], buf[3], buf[4], buf[5], buf[6], buf[7], buf[8]});
+      auto num = [](double v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.0f", v);
+        return std::string(b);
+      };
+      t.Row({lun, num(rate(lun, "commands")), FormatSize(static_cast<uint64_t>(rate(lun, "read_bytes"))),
+             FormatSize(static_cast<uint64_t>(rate(lun, "write_bytes"))), num(rate(lun, "ats")),
+             std::to_string(miscompares), num(rate(lun, "xcopy")), num(rate(lun, "clone_blocks")),
+             num(rate(lun, "copy_blocks")), num(zeroed(lun)), num(rate(lun, "unmap_blocks"))});
     }
     std::string human;
     if (tty) human += "\033[H\033[2J";

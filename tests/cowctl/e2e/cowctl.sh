@@ -1,0 +1,81 @@
+#!/bin/bash
+# Guest suite for the real-kernel harness: cowctl against real LIO, Debian's
+# tcmu-runner and handler_cowstore.so (issue 5's end-to-end scenario).
+#
+#   tests/e2e/run-e2e.sh --suite tests/cowctl/e2e/cowctl.sh --handler-dir DIR
+#   (E2E_COWCTL=/path/to/cowctl picks the binary; default: the build's or PATH's.
+#    Point DIR and E2E_COWCTL into an unpacked package root to test the .debs.)
+#
+# pool + LUN + iSCSI export by cowctl; the LUN shows in targetcli; data
+# written through an initiator (tcm_loop disk); clone through the control
+# socket while tcmu-runner holds the pool; cowctl save; LIO cleared and
+# tcmu-runner restarted; cowctl restore brings everything back and the data
+# reads back; a second restore changes nothing; targetcli's saveconfig /
+# clearconfig / restoreconfig keeps cowctl's objects; unexport and delete.
+. "$(dirname "$0")/../../e2e/guest/lib.sh"
+. "$E2E_DIR/guest/cowstore.sh"
+
+[ -f "$COW_SO" ] || skip_suite "handler_cowstore.so not found in ${COW_HANDLER_DIR:-?}"
+COWCTL=${E2E_COWCTL:-$(cow_tool)}
+[ -n "$COWCTL" ] && [ -x "$COWCTL" ] || skip_suite "no cowctl binary (set E2E_COWCTL)"
+cowctl() { "$COWCTL" "$@"; }
+say "suite cowctl: $COWCTL, handler $COW_SO, pools in $COWSTORE_POOL_DIR"
+TGT=iqn.2024-01.io.cowstore:e2e.p0
+CONF=$W/cowstore.yaml
+MIB=1048576
+
+step scratch          mk_scratch 1200M
+step dbus             start_dbus
+step runner-start     start_runner --handler-path "$COW_HANDLER_DIR"
+
+# ------------------------------------------------------------ make and export
+step pool-create      cowctl pool create p0 --size 1G --allocation-unit 1M
+step lun-create       cowctl lun create p0/vm1 --size 64M --copy-group g1
+step bs-config        shows 'Config: cowstore/p0/vm1;copy_group=g1' cat $CFS/core/user_0/p0-vm1/info
+step bs-wwn           shows "$(cowctl --json lun show p0/vm1 | sed -n 's/.*"wwn": "\(.*\)".*/\1/p')" \
+                      cat $CFS/core/user_0/p0-vm1/wwn/vpd_unit_serial
+step export-iscsi     cowctl export iscsi p0/vm1 --target $TGT --portal 127.0.0.1:3260
+step export-loop      cowctl export loop p0/vm1
+step targetcli-sees   shows "p0-vm1" targetcli ls /backstores/user:cowstore
+step targetcli-iscsi  shows "$TGT" targetcli ls /iscsi
+LW=$(cowctl --json export list | sed -n 's/.*"target": "\(naa\.[0-9a-f]*\)".*/\1/p' | head -1)
+step loop-disk        wait_for 20 loop_dev "$LW" 0
+D=$(loop_dev "$LW" 0)
+pattern_file $W/pat 125 $((4 * MIB))
+step write            dd if=$W/pat of="$D" bs=1M seek=8 oflag=direct status=none
+step read             same_as "$D" $((8 * 2048)) $((4 * 2048)) $W/pat
+step iscsi-inquiry    shows "LIO-ORG|cowstore" iscsi-inq "$(iscsi_url $TGT 0)"
+step vaai-status      shows "ATS Status: supported" cowctl vaai status p0/vm1
+step pool-served      shows "tcmu-runner" cowctl pool show p0
+step clone-online     cowctl lun clone p0/vm1 vm1-copy
+step clone-listed     shows "p0/vm1-copy" cowctl lun list p0
+step delete-refused   fails cowctl lun delete p0/vm1
+step top-once         cowctl top --count 1 --interval 0.5
+
+# ------------------------------------------------------------ save, clear, restore
+step save             cowctl save $CONF
+step save-content     shows "copy_group: g1" cat $CONF
+step clear-lio        targetcli clearconfig confirm=True
+step runner-stop      stop_runner
+step runner-restart   start_runner --handler-path "$COW_HANDLER_DIR"
+step restore          cowctl restore $CONF
+step restore-again    shows "nothing to do" cowctl restore $CONF
+LW2=$(cowctl --json export list | sed -n 's/.*"target": "\(naa\.[0-9a-f]*\)".*/\1/p' | head -1)
+step loop-disk-again  wait_for 20 loop_dev "$LW2" 0
+D2=$(loop_dev "$LW2" 0)
+step read-after       same_as "$D2" $((8 * 2048)) $((4 * 2048)) $W/pat
+step iscsi-after      shows "LIO-ORG|cowstore" iscsi-inq "$(iscsi_url $TGT 0)"
+
+# ------------------------------------------------------------ targetcli round trip
+step tcli-save        targetcli saveconfig $W/tcli.json
+step tcli-clear       targetcli clearconfig confirm=True
+step tcli-restore     targetcli restoreconfig $W/tcli.json
+step tcli-kept        shows "$TGT" cowctl export list
+step tcli-nothing     shows "nothing to do" cowctl restore $CONF
+
+# ------------------------------------------------------------ take it down
+step unexport         cowctl unexport p0/vm1 --backstore
+step lun-delete       cowctl lun delete p0/vm1
+step runner-stop-end  stop_runner
+step pool-check       shows "clean" cowctl pool check p0
+finish
