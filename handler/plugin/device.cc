@@ -200,22 +200,24 @@ store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool w
 void Device::ConfirmIdentity() {
   if (!read_unit_serial_) return;
   const std::string now = read_unit_serial_();
-  std::string before;
-  bool wce;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    before = serial_;
-    wce = lu_->write_cache_enabled();
-  }
+  // No reconfig in between: what it changes on the old LogicalUnit is
+  // carried over below.
+  std::lock_guard<std::mutex> reconfig(reconfig_mu_);
+  std::shared_ptr<scsi::LogicalUnit> old = logical_unit();
+  const std::string before = unit_serial();
   if (now == before || now.empty()) return;
   // The old LogicalUnit unregisters from the LunDirectory when replaced.
-  store::Status st = MakeLogicalUnit(now, wce);
+  store::Status st = MakeLogicalUnit(now, old->write_cache_enabled());
   if (!st.ok()) {
     COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": keeping unit serial '" + before +
                                     "': cannot rebuild the logical unit for '" + now +
                                     "': " + st.ToString());
     return;
   }
+  // Unit attentions queued before the first command (a resize, a write
+  // cache change) are still owed to the initiators.
+  std::shared_ptr<scsi::LogicalUnit> fresh = logical_unit();
+  for (scsi::UnitAttention ua; old->TakeUnitAttention(&ua);) fresh->RaiseUnitAttention(ua);
   COWSTORE_LOG_INFO(nullptr, ToString(spec_) + ": unit serial is '" + now + "'" +
                                  (before.empty() ? "" : " (was '" + before + "' at open)"));
 }
@@ -247,6 +249,7 @@ bool Device::Resize(uint64_t new_size_bytes, std::string* reason, int* err) {
     *err = -EINVAL;
     return false;
   }
+  std::lock_guard<std::mutex> reconfig(reconfig_mu_);
   const uint64_t old_size = lun_->block_count() * bs;
   store::Status st = logical_unit()->Resize(new_size_bytes);
   if (st.ok() && new_size_bytes < old_size) {
@@ -263,6 +266,7 @@ bool Device::Resize(uint64_t new_size_bytes, std::string* reason, int* err) {
 }
 
 void Device::SetWriteCache(bool enabled) {
+  std::lock_guard<std::mutex> reconfig(reconfig_mu_);
   std::shared_ptr<scsi::LogicalUnit> lu = logical_unit();
   if (lu->write_cache_enabled() == enabled) return;
   if (!enabled) {

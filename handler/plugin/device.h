@@ -119,7 +119,8 @@ class Device {
   const uint32_t max_transfer_bytes_;
   const std::function<std::string()> read_unit_serial_;
   std::once_flag identity_confirmed_;
-  mutable std::mutex mu_;  // guards lu_ and serial_ against reconfig/close
+  std::mutex reconfig_mu_;  // serialises Resize, SetWriteCache, ConfirmIdentity
+  mutable std::mutex mu_;   // guards lu_ and serial_
   std::shared_ptr<scsi::LogicalUnit> lu_;
   std::string serial_;
 };

@@ -242,6 +242,22 @@ TEST_F(OpenCloseTest, UnitSerialWrittenAfterOpenIsUsedFromTheFirstCommand) {
   CloseDevice(dev.get());
 }
 
+TEST_F(OpenCloseTest, UnitAttentionsQueuedBeforeTheSerialWasSetAreStillReported) {
+  auto dev = MakeDevice("cowstore/tank/vm1", 8ull << 20);
+  dev->wwn = "";
+  ASSERT_EQ(OpenRc(dev.get()), 0);
+  tcmulib_cfg_info cfg{};
+  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  cfg.data.dev_size = 16ull << 20;
+  ASSERT_EQ(handler().reconfig(dev.get(), &cfg), 0);
+  dev->wwn = NewSerial();  // the logical unit is rebuilt at the first command
+  fake::Outcome o = Run(dev.get(), Tur());
+  EXPECT_EQ(o.scsi_status, 0x02);
+  EXPECT_EQ(o.asc(), 0x2a);
+  EXPECT_EQ(o.ascq(), 0x09);
+  CloseDevice(dev.get());
+}
+
 TEST_F(OpenCloseTest, WithoutAnyUnitSerialTheLunStillServes) {
   auto dev = MakeDevice("cowstore/tank/vm1");
   dev->wwn.reset();  // configfs unreadable
