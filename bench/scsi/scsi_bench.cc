@@ -333,7 +333,7 @@ void BM_CompareAndWrite1Block(benchmark::State& state) {
   }
   g_total["caw_1block"] = (Now() - t0) / static_cast<double>(state.iterations());
 }
-BENCHMARK(BM_CompareAndWrite1Block)->MinTime(2.0)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_CompareAndWrite1Block)->MinTime(2.0)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void BM_DurableWrite1Block(benchmark::State& state) {
   SetupLatency();
@@ -346,7 +346,7 @@ void BM_DurableWrite1Block(benchmark::State& state) {
   }
   g_total["write_1block"] = (Now() - t0) / static_cast<double>(state.iterations());
 }
-BENCHMARK(BM_DurableWrite1Block)->MinTime(2.0)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DurableWrite1Block)->MinTime(2.0)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 void Summary() {
   auto has = [](const char* k) { return g_total.count(k) != 0; };

@@ -39,12 +39,22 @@ CommandResult Unmap(Command& cmd) {
     if (!cmd.InRange(lba, count)) return LbaOutOfRange();
     if (count) ranges.push_back({lba, count});
   }
-  const store::Durability dur = cmd.lu.write_durability(false);
+  // With several descriptors, each range goes in buffered and one flush
+  // makes them all durable (WCE=0): one commit per command, not per range.
+  const store::Durability want = cmd.lu.write_durability(false);
+  const store::Durability dur = ranges.size() > 1 ? store::Durability::kBuffered : want;
   for (const Range& r : ranges) {
     store::Status s = cmd.lu.lun().ZeroRange(r.lba, r.count, dur);
     if (s.code() == store::Code::kNoSpace) s = cmd.lu.lun().Unmap(r.lba, r.count, dur);
-    if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
+    if (!s.ok()) {
+      if (dur != want) (void)cmd.lu.lun().Flush();
+      return FromStoreStatus(cmd.lu, s, true);
+    }
     cmd.lu.mutable_counters().unmapped_blocks.fetch_add(r.count, std::memory_order_relaxed);
+  }
+  if (dur != want) {
+    store::Status s = cmd.lu.lun().Flush();
+    if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   }
   return Good();
 }

@@ -49,11 +49,17 @@ CommandResult WriteSame(Command& cmd) {
   const uint64_t chunk_blocks = std::max<uint64_t>(1, kChunkBytes / bs);
   std::vector<uint8_t> buf(std::min(chunk_blocks, r.count) * bs);
   for (size_t off = 0; off < buf.size(); off += bs) std::memcpy(&buf[off], pattern.data(), bs);
+  // Chunks go in buffered; one flush makes the whole range durable (WCE=0).
+  const store::Durability chunk_d = r.count > chunk_blocks ? store::Durability::kBuffered : d;
   for (uint64_t done = 0; done < r.count;) {
     const uint64_t n = std::min(chunk_blocks, r.count - done);
-    store::Status s = cmd.lu.lun().Write(r.lba + done, n, buf.data(), d);
+    store::Status s = cmd.lu.lun().Write(r.lba + done, n, buf.data(), chunk_d);
     if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
     done += n;
+  }
+  if (chunk_d != d) {
+    store::Status s = cmd.lu.lun().Flush();
+    if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   }
   counters.write_same_blocks.fetch_add(r.count, std::memory_order_relaxed);
   return Good();
