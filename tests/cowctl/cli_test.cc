@@ -372,6 +372,25 @@ TEST_F(Cli, TopDegradesGracefully) {
   Err("top --interval 0", "at least 0.1");
 }
 
+TEST_F(Cli, EveryJsonOutputParses) {
+  if (std::system("python3 -c pass >/dev/null 2>&1") != 0) GTEST_SKIP() << "no python3 to parse JSON";
+  Pool();
+  Ok("lun create tank/vm1 --size 8M --copy-group \"esx\"");
+  Ok("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1");
+  std::string file = host.dir.path() + "/c.yaml";
+  for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "lun list", "lun show tank/vm1",
+                          "backstore list", "export list", "vaai status", "top --count 1 --interval 0.1",
+                          "save " + file, "restore " + file, "lun snapshot tank/vm1 s1",
+                          "lun resize tank/vm1 --size 16M"}) {
+    std::string out = Ok("--json " + cmd);
+    testing::WriteText(host.dir.path() + "/j.json", out);
+    EXPECT_EQ(std::system(("python3 -c 'import json,sys; json.load(open(sys.argv[1]))' " + host.dir.path() +
+                           "/j.json").c_str()),
+              0)
+        << cmd << ":\n" << out;
+  }
+}
+
 // ---------------------------------------------------------------- save / restore
 
 TEST_F(Cli, SaveClearRestoreIsIdempotent) {
