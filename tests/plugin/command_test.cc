@@ -13,6 +13,8 @@
 namespace cowstore::plugin_test {
 namespace {
 
+bool ValidScsiStatus(uint8_t s) { return s == 0x00 || s == 0x02 || s == 0x08 || s == 0x28; }
+
 class CommandTest : public PluginTest {
  protected:
   void SetUp() override {
@@ -271,6 +273,33 @@ TEST_F(CommandTest, ReportSupportedOperationCodes) {
   ASSERT_EQ(o.scsi_status, 0);
   const uint32_t len = uint32_t{b[0]} << 24 | b[1] << 16 | b[2] << 8 | b[3];
   EXPECT_GT(len, 8u * 20);
+}
+
+TEST_F(CommandTest, EveryReportedCommandReachesTheLogicalUnit) {
+  // Walk REPORT SUPPORTED OPERATION CODES (all commands) and send each one,
+  // with zero lengths, through the .so: none may come back as an unknown
+  // opcode, and the adapter must hand over each CDB at its full length.
+  fake::Outcome o;
+  Bytes list = RunIn(dev_, ReportOpcodes(8192), 8192, &o);
+  ASSERT_EQ(o.scsi_status, 0);
+  const size_t len = uint32_t{list[0]} << 24 | list[1] << 16 | list[2] << 8 | list[3];
+  int seen = 0;
+  for (size_t off = 4; off + 8 <= 4 + len && off + 8 <= list.size();
+       off += (list[off + 5] & 0x02) ? 20 : 8) {
+    const uint8_t op = list[off];
+    const uint16_t sa = static_cast<uint16_t>(list[off + 2] << 8 | list[off + 3]);
+    const size_t cdb_len = list[off + 6] << 8 | list[off + 7];
+    ASSERT_GE(cdb_len, 6u);
+    Bytes cdb(cdb_len, 0);
+    cdb[0] = op;
+    if (list[off + 5] & 0x01) cdb[1] = static_cast<uint8_t>(sa & 0x1f);
+    o = Run(dev_, cdb);
+    EXPECT_TRUE(ValidScsiStatus(o.scsi_status)) << std::hex << int(op);
+    EXPECT_FALSE(o.scsi_status == 0x02 && o.sense_key() == 0x5 && o.asc() == 0x20)
+        << "reported but refused: opcode 0x" << std::hex << int(op) << " sa 0x" << sa;
+    ++seen;
+  }
+  EXPECT_GE(seen, 30);
 }
 
 TEST_F(CommandTest, ExtendedCopyInsideOneLunAndReceiveCopyResults) {
