@@ -951,7 +951,13 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       }
     reserved_ -= fresh.size();
     for (uint64_t p : fresh) state_[p] = AuState::kNone;
-    if (!rec.runs.empty()) AppendLocked(rec);
+    // These AUs read as zeros only because they were punched, and that punch
+    // may not be durable yet: like data, it must reach the disk before the
+    // record mapping them (else a surviving record could expose old data).
+    if (!rec.runs.empty()) {
+      data_dirty_ = true;
+      AppendLocked(rec);
+    }
   }
   return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
 }

@@ -25,7 +25,8 @@ TEST(CrashTest, PowerLossAtRandomPoints) {
   const uint64_t target = Target();
   uint64_t crashes = 0, recovery_crashes = 0, ops = 0, runs = 0;
   uint64_t by_loss[4] = {};
-  for (uint64_t seed = 1; crashes < target; seed++) {
+  const char* first = std::getenv("COWSTORE_CRASH_SEED");  // to replay one failing run
+  for (uint64_t seed = first ? std::strtoull(first, nullptr, 10) : 1; crashes < target; seed++) {
     runs++;
     FaultInjectionEnv env;
     DriverOptions o;
