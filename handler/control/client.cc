@@ -44,6 +44,11 @@ store::Result<std::unique_ptr<Client>> Client::Connect(const std::string& path, 
 
 Client::~Client() { ::close(fd_); }
 
+void Client::SetTimeout(int timeout_ms) {
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+}
+
 store::Result<Reply> Client::Call(const Record& request) {
   std::string line = FormatRecord(request) + "\n";
   size_t off = 0;

@@ -23,6 +23,8 @@ class Client {
   // kNotFound if no socket, kBusy if nobody listens, kIOError otherwise.
   static store::Result<std::unique_ptr<Client>> Connect(const std::string& path, int timeout_ms = 30000);
   ~Client();
+  // Reply timeout for the following calls (0: wait as long as it takes).
+  void SetTimeout(int timeout_ms);
   // Sends one request and reads its reply; kIOError on a broken connection.
   store::Result<Reply> Call(const Record& request);
 

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <thread>
 
+#include "handler/control/image.h"
 #include "handler/control/protocol.h"
 
 namespace cowstore::control {
@@ -243,6 +244,35 @@ std::string Server::Handle(const std::string& line) {
     auto r = pool_.CloneLun(*src, *dst);
     if (!r.ok()) return ErrorReply(r.status());
     return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "lun-import") {
+    // The handler process reads the image itself (the client is root).
+    auto name = need("name");
+    auto path = need("path");
+    auto bs = need_u64("block_size");
+    auto size = need_u64("size");
+    if (!name || !path || !bs || !size || *bs > UINT32_MAX || path->empty() || (*path)[0] != '/') {
+      return ErrorReply(Code::kInvalidArgument, "lun-import needs name= path=<absolute> block_size= size=");
+    }
+    CopyStats st;
+    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, &st);
+    if (!r.ok()) return ErrorReply(r.status());
+    Record ok("ok");
+    ok.Set("written", st.written).Set("skipped", st.skipped);
+    return Line(ok) + Line(LunRecord(r.value())) + "end\n";
+  }
+  if (verb == "lun-export") {
+    auto name = need("name");
+    auto path = need("path");
+    if (!name || !path || path->empty() || (*path)[0] != '/') {
+      return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1]");
+    }
+    CopyStats st;
+    Status s = ExportImage(pool_, *name, *path, req->Get("force") == "1", &st);
+    if (!s.ok()) return ErrorReply(s);
+    Record ok("ok");
+    ok.Set("written", st.written).Set("skipped", st.skipped);
+    return Line(ok) + "end\n";
   }
   if (verb == "grow") {
     auto size = need_u64("size");

@@ -502,9 +502,18 @@ TEST_F(Served, CowctlGoesThroughTheSocket) {
   EXPECT_TRUE(pool->GetLun("vm1").ok());
   EXPECT_TRUE(pool->GetLun("snap1").ok());
   EXPECT_FALSE(pool->GetLun("vm2").ok());
-  WriteText(host.dir.path() + "/one.img", std::string(4096, 'x'));
-  Err("lun import tank/x --from " + host.dir.path() + "/one.img", "open in tcmu-runner");
-  Err("lun export tank/vm1 --to " + host.dir.path() + "/x.img", "open in tcmu-runner");
+  // Import and export are done by the serving process.
+  std::string img = host.dir.path() + "/one.img";
+  WriteText(img, std::string(4096, 'x') + std::string(1 << 20, '\0') + "tail");
+  std::string j = Ok("--json lun import tank/x --from " + img);
+  EXPECT_NE(j.find("\"left_unmapped\": 983040"), std::string::npos) << j;  // 15 of 16 AUs of 64K
+  EXPECT_TRUE(pool->GetLun("x").ok());
+  std::string back = host.dir.path() + "/back.img";
+  Ok("lun export tank/x --to " + back);
+  EXPECT_EQ(ReadText(back).substr(0, ReadText(img).size()), ReadText(img));
+  Err("lun export tank/x --to " + back, "pass --force");
+  Err("lun import tank/y --from relative-and-missing.img", "cannot open");
+  EXPECT_FALSE(pool->GetLun("y").ok());
 }
 
 TEST_F(Served, VaaiStatusShowsHandlerCounters) {

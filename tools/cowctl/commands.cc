@@ -535,170 +535,56 @@ void LunClone(const Context& ctx, const std::string& srcs, const std::string& ds
            UuidString(l.id) + ")\n");
 }
 
-bool AllZero(const char* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (p[i]) return false;
-  }
-  return true;
-}
-
-uint64_t DeviceOrFileSize(int fd, const std::string& path) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) throw UserError("cannot stat " + path + ": " + std::strerror(errno));
-  if (S_ISBLK(st.st_mode)) {
-    uint64_t sz = 0;
-    if (::ioctl(fd, BLKGETSIZE64, &sz) != 0) throw UserError("cannot size " + path + ": " + std::strerror(errno));
-    return sz;
-  }
-  if (!S_ISREG(st.st_mode)) throw UserError(path + " is neither a regular file nor a block device");
-  return static_cast<uint64_t>(st.st_size);
+// An absolute path, so that the handler process (another cwd) finds it.
+std::string Absolute(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[4096];
+  if (!::getcwd(cwd, sizeof cwd)) throw UserError("cannot resolve " + p + ": " + std::strerror(errno));
+  return std::string(cwd) + "/" + p;
 }
 
 void LunImport(const Context& ctx, const std::string& refs, const std::string& from, uint32_t bs,
                const std::string& size) {
   LunRef ref = ParseLunRef(refs);
   CheckBlockSize(bs);
-  int fd = ::open(from.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw UserError("cannot open " + from + ": " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  uint64_t src_size = DeviceOrFileSize(fd, from);
-  uint64_t bytes = size.empty() ? (src_size + bs - 1) / bs * bs : ParseSize(size, "size");
-  if (bytes == 0 || bytes % bs) throw UserError("size must be a non-zero multiple of the block size");
-  if (bytes < src_size) throw UserError("--size is smaller than " + from + " (" + FormatSize(src_size) + ")");
+  uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
+  if (!size.empty() && (bytes == 0 || bytes % bs)) {
+    throw UserError("size must be a non-zero multiple of the block size");
+  }
+  std::string path = Absolute(from);
   auto h = OpenPool(ctx, ref.pool);
-  if (!h->local()) {
-    throw UserError("pool '" + ref.pool + "' is open in tcmu-runner: import into a pool it does not serve, "
-                    "then clone, or unexport the pool's LUNs for the import");
-  }
-  store::LunInfo l = h->CreateLun(ref.lun, bytes, bs);
-  uint64_t written = 0, skipped = 0;
-  try {
-    auto lr = h->local()->OpenLun(ref.lun);
-    if (!lr.ok()) Fail(lr.status(), "opening " + ref.str());
-    auto lun = lr.value();
-    const size_t chunk = 1u << 20;
-    std::vector<char> buf(chunk);
+  control::CopyStats st;
+  store::LunInfo l;
+  {
     Progress progress("importing " + ref.str());
-    for (uint64_t off = 0; off < src_size; off += chunk) {
-      size_t want = static_cast<size_t>(std::min<uint64_t>(chunk, src_size - off));
-      size_t got = 0;
-      while (got < want) {
-        ssize_t n = ::pread(fd, buf.data() + got, want - got, static_cast<off_t>(off + got));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) throw UserError("reading " + from + " failed: " + (n < 0 ? std::strerror(errno) : "short file"));
-        got += static_cast<size_t>(n);
-      }
-      size_t padded = (want + bs - 1) / bs * bs;
-      std::fill(buf.begin() + static_cast<long>(want), buf.begin() + static_cast<long>(padded), 0);
-      if (AllZero(buf.data(), padded)) {
-        skipped += padded;  // a new LUN reads zeros there already: leave it unmapped
-      } else {
-        auto s = lun->Write(off / bs, padded / bs, buf.data(), store::Durability::kBuffered);
-        if (!s.ok()) Fail(s, "writing " + ref.str());
-        written += padded;
-      }
-      progress.Update(off + want, src_size);
-    }
-    progress.Done();
-    auto s = lun->Flush();
-    if (!s.ok()) Fail(s, "flushing " + ref.str());
-  } catch (const UserError&) {
-    try {
-      h->DeleteLun(ref.lun);
-    } catch (const UserError& e) {
-      std::cerr << "cowctl: warning: could not roll back " << ref.str() << ": " << e.what() << "\n";
-    }
-    throw;
+    l = h->Import(ref.lun, path, bs, bytes, &st, &progress);
   }
-  l = h->GetLun(ref.lun);
   Json j = LunJson(ref.pool, l, std::nullopt);
-  j["imported_from"] = from;
-  j["written"] = written;
-  j["left_unmapped"] = skipped;
-  Emit(ctx, j, "imported " + from + " into " + ref.str() + ": " + FormatSize(written) + " written, " +
-                   FormatSize(skipped) + " of zeros left unmapped\n");
+  j["imported_from"] = path;
+  j["written"] = st.written;
+  j["left_unmapped"] = st.skipped;
+  Emit(ctx, j, "imported " + path + " into " + ref.str() + ": " + FormatSize(st.written) + " written, " +
+                   FormatSize(st.skipped) + " of zeros left unmapped\n");
 }
 
 void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force) {
   LunRef ref = ParseLunRef(refs);
+  std::string path = Absolute(to);
   auto h = OpenPool(ctx, ref.pool, true);
-  if (!h->local()) {
-    throw UserError("pool '" + ref.pool + "' is open in tcmu-runner: snapshot the LUN, unexport, then export "
-                    "the snapshot while the pool is not served");
+  store::LunInfo l = h->GetLun(ref.lun);
+  control::CopyStats st;
+  {
+    Progress progress("exporting " + ref.str());
+    h->Export(ref.lun, path, force, &st, &progress);
   }
-  auto lr = h->local()->OpenLun(ref.lun);
-  if (!lr.ok()) Fail(lr.status(), "LUN " + ref.str());
-  auto lun = lr.value();
-  const uint32_t bs = lun->block_size();
-  const uint64_t blocks = lun->block_count();
-  const uint64_t bytes = blocks * bs;
-  struct stat st;
-  bool exists = ::stat(to.c_str(), &st) == 0;
-  bool blockdev = exists && S_ISBLK(st.st_mode);
-  if (exists && !blockdev && !force) throw UserError(to + " exists: pass --force to overwrite it");
-  int fd = ::open(to.c_str(), O_WRONLY | O_CLOEXEC | (blockdev ? 0 : O_CREAT | O_TRUNC), 0644);
-  if (fd < 0) throw UserError("cannot open " + to + ": " + std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  if (blockdev && DeviceOrFileSize(fd, to) < bytes) {
-    throw UserError(to + " is smaller than " + ref.str() + " (" + FormatSize(bytes) + ")");
-  }
-  auto runs = lun->GetAllocationStatus(0, blocks);
-  if (!runs.ok()) Fail(runs.status(), "reading the allocation of " + ref.str());
-  const uint64_t chunk_blocks = (1u << 20) / bs;
-  std::vector<char> buf(1u << 20);
-  std::vector<char> zeros(1u << 20, 0);
-  uint64_t written = 0, holes = 0;
-  Progress progress("exporting " + ref.str());
-  auto put = [&](const char* p, size_t n, uint64_t off) {
-    size_t done = 0;
-    while (done < n) {
-      ssize_t w = ::pwrite(fd, p + done, n - done, static_cast<off_t>(off + done));
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) throw UserError("writing " + to + " failed: " + std::strerror(errno));
-      done += static_cast<size_t>(w);
-    }
-  };
-  for (const auto& run : runs.value()) {
-    for (uint64_t lba = run.lba; lba < run.lba + run.count; lba += chunk_blocks) {
-      uint64_t n = std::min<uint64_t>(chunk_blocks, run.lba + run.count - lba);
-      size_t len = static_cast<size_t>(n * bs);
-      if (run.mapped) {
-        auto s = lun->Read(lba, n, buf.data());
-        if (!s.ok()) Fail(s, "reading " + ref.str());
-        if (!blockdev && AllZero(buf.data(), len)) {
-          holes += len;
-        } else {
-          put(buf.data(), len, lba * bs);
-          written += len;
-        }
-      } else if (blockdev) {
-        put(zeros.data(), len, lba * bs);  // a device keeps old data otherwise
-        written += len;
-      } else {
-        holes += len;
-      }
-      progress.Update(lba + n, blocks);
-    }
-  }
-  progress.Done();
-  if (!blockdev && ::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    throw UserError("cannot size " + to + ": " + std::strerror(errno));
-  }
-  if (::fsync(fd) != 0) throw UserError("fsync " + to + " failed: " + std::strerror(errno));
   Json j = Json::object();
   j["lun"] = ref.str();
-  j["to"] = to;
-  j["size"] = bytes;
-  j["written"] = written;
-  j["holes"] = holes;
-  Emit(ctx, j, "exported " + ref.str() + " to " + to + ": " + FormatSize(written) + " written, " +
-                   FormatSize(holes) + " left as holes\n");
+  j["to"] = path;
+  j["size"] = l.size_bytes;
+  j["written"] = st.written;
+  j["holes"] = st.skipped;
+  Emit(ctx, j, "exported " + ref.str() + " to " + path + ": " + FormatSize(st.written) + " written, " +
+                   FormatSize(st.skipped) + " left as holes\n");
 }
 
 // ---------------------------------------------------------------- LIO

@@ -78,7 +78,17 @@ class LocalPool final : public PoolHandle {
     return pool_->Check(progress ? ProgressThunk : nullptr, progress);
   }
   std::optional<std::vector<control::LunCounters>> Counters() override { return std::nullopt; }
-  store::Pool* local() override { return pool_.get(); }
+  store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
+                        control::CopyStats* stats, Progress* progress) override {
+    auto r = control::ImportImage(*pool_, n, path, bs, size, stats, progress ? ProgressThunk : nullptr, progress);
+    if (!r.ok()) Fail(r.status(), "importing " + path + " into " + name_ + "/" + n);
+    return r.value();
+  }
+  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+              Progress* progress) override {
+    auto s = control::ExportImage(*pool_, n, path, force, stats, progress ? ProgressThunk : nullptr, progress);
+    if (!s.ok()) Fail(s, "exporting " + name_ + "/" + n + " to " + path);
+  }
 
  private:
   std::unique_ptr<store::Pool> pool_;
@@ -155,6 +165,23 @@ class RemotePool final : public PoolHandle {
     }
     return rep;
   }
+  store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
+                        control::CopyStats* stats, Progress*) override {
+    client_->SetTimeout(0);  // as long as the copy takes
+    auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
+                  "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)");
+    stats->written = r.head.GetU64("written").value_or(0);
+    stats->skipped = r.head.GetU64("skipped").value_or(0);
+    return One(r);
+  }
+  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+              Progress*) override {
+    client_->SetTimeout(0);
+    auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0"),
+                  "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)");
+    stats->written = r.head.GetU64("written").value_or(0);
+    stats->skipped = r.head.GetU64("skipped").value_or(0);
+  }
   std::optional<std::vector<control::LunCounters>> Counters() override {
     auto r = client_->Call(control::Record("counters"));
     if (!r.ok() || !r->ok()) return std::nullopt;
@@ -185,7 +212,7 @@ std::string UuidHexString(const store::Uuid& id) { return UuidString(id); }
   switch (s.code()) {
     case Code::kNotFound: hint = "not found"; break;
     case Code::kAlreadyExists: hint = "the name is taken: pick another"; break;
-    case Code::kInvalidArgument: hint = "invalid argument"; break;
+    case Code::kInvalidArgument: hint = "refused"; break;
     case Code::kNoSpace: hint = "not enough free space in the pool: free some or run 'cowctl pool grow'"; break;
     case Code::kBusy: hint = "in use (exported LUNs are held open by tcmu-runner: unexport first)"; break;
     case Code::kCorruption: hint = "metadata damaged: run 'cowctl pool check'"; break;

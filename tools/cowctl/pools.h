@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/control/image.h"
 #include "handler/control/server.h"
 #include "handler/store/pool.h"
 #include "tools/cowctl/output.h"
@@ -41,8 +42,12 @@ class PoolHandle {
   virtual store::CheckReport Check(Progress* progress) = 0;
   // Per-LUN handler counters; nullopt when the pool is not served.
   virtual std::optional<std::vector<control::LunCounters>> Counters() = 0;
-  // The open pool, for LUN data I/O (import/export); nullptr when remote.
-  virtual store::Pool* local() { return nullptr; }
+  // A new LUN from a raw image or block device (absolute path); done by the
+  // handler when it serves the pool.
+  virtual store::LunInfo Import(const std::string& name, const std::string& path, uint32_t block_size,
+                                uint64_t size, control::CopyStats* stats, Progress* progress) = 0;
+  virtual void Export(const std::string& name, const std::string& path, bool force, control::CopyStats* stats,
+                      Progress* progress) = 0;
   const std::string& name() const { return name_; }
 
  protected:
