@@ -4,7 +4,7 @@
 // interrupted by another power cut), checked, and compared with the model:
 // every durable operation must be there and nothing never written visible.
 //
-// COWSTORE_CRASH_POINTS sets the number of crash points (default 10000; the
+// COWSTORE_CRASH_POINTS sets the number of crash points (default 30000; the
 // `long` ctest runs 100000).
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ namespace {
 
 uint64_t Target() {
   const char* e = std::getenv("COWSTORE_CRASH_POINTS");
-  return e ? std::strtoull(e, nullptr, 10) : 10000;
+  return e ? std::strtoull(e, nullptr, 10) : 30000;
 }
 
 TEST(CrashTest, PowerLossAtRandomPoints) {
