@@ -1,4 +1,5 @@
-// Fuzzes COMPARE AND WRITE: byte 0 = flags (byte 1 of the CDB), byte 1 =
+// Fuzzes COMPARE AND WRITE: byte 0 = flags (byte 1 of the CDB, and bits
+// 2/6 steer the harness), byte 1 =
 // NUMBER OF LOGICAL BLOCKS, bytes 2-3 = LBA (small, so it lands inside the
 // LUN), the rest is the verify+write buffer. Checks that a GOOD result really
 // wrote the write half, and that a MISCOMPARE's INFORMATION points at a
@@ -20,8 +21,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint64_t lba = (uint64_t{data[2]} << 8 | data[3]) % 20000;
   PutBe64(cdb + 2, lba);
   std::vector<uint8_t> buf(data + 4, data + size);
-  // Half the time, make the compare half match what is on the LUN.
   const size_t half = size_t{cdb[13]} * 512;
+  // Mostly give the buffer the size the CDB implies (pattern repeated), so
+  // the compare/write paths run; with bit 6 keep the raw (usually wrong) size.
+  if (!(data[0] & 0x40) && !buf.empty()) {
+    std::vector<uint8_t> sized(2 * half);
+    for (size_t i = 0; i < sized.size(); ++i) sized[i] = buf[i % buf.size()];
+    buf.swap(sized);
+  }
+  // Half the time, make the compare half match what is on the LUN.
   if ((data[0] & 0x04) && buf.size() == 2 * half && half) {
     iovec v{buf.data(), half};
     uint8_t rd[16] = {0x88};
