@@ -6,6 +6,8 @@
 // Thread safety: a File is safe for concurrent use (positional I/O only).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,6 +22,15 @@ class File {
   // Reads exactly n bytes at off; bytes beyond the end of the file read as
   // zeros (a pool file is sparse and may be shorter than its declared size).
   virtual Status Read(uint64_t off, size_t n, void* buf) = 0;
+  // Reads the bytes [off, off + total length) into the buffers, as Read.
+  virtual Status ReadV(uint64_t off, const iovec* iov, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+      Status s = Read(off, iov[i].iov_len, iov[i].iov_base);
+      if (!s.ok()) return s;
+      off += iov[i].iov_len;
+    }
+    return Status::Ok();
+  }
   // Writes exactly n bytes at off, extending the file if needed. Not durable
   // until Sync(). ENOSPC -> kNoSpace, other errors -> kIOError.
   virtual Status Write(uint64_t off, size_t n, const void* buf) = 0;

@@ -807,16 +807,6 @@ Status PrepareIov(std::span<const iovec> iov, uint64_t bytes, Gather* g, bool co
   }
   return Status::Ok();
 }
-void ScatterOut(const Gather& g, std::span<const iovec> iov, uint64_t bytes) {
-  if (g.bounce.empty()) return;
-  uint64_t pos = 0;
-  for (const iovec& v : iov) {
-    uint64_t k = std::min<uint64_t>(v.iov_len, bytes - pos);
-    std::memcpy(v.iov_base, g.p + pos, k);
-    pos += k;
-    if (pos == bytes) break;
-  }
-}
 }  // namespace
 
 Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov) {
@@ -825,15 +815,59 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
   s = CheckRange(l, lba, count);  // the precise error first; again under the lock
   if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
-  Gather gb;
-  s = PrepareIov(iov, len, &gb, false);
-  if (!s.ok() || count == 0) return s;
+  if (IovBytes(iov) < len)
+    return Status(Code::kInvalidArgument, "buffer smaller than count * block size");
+  if (count == 0) return s;
   RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), false);
   s = CheckRange(l, lba, count);
   if (!s.ok()) return s;
-  s = ReadBytes(l, off, len, gb.p);
-  if (s.ok()) ScatterOut(gb, iov, len);
-  return s;
+  if (iov[0].iov_len >= len) return ReadBytes(l, off, len, static_cast<uint8_t*>(iov[0].iov_base));
+  return ReadBytesV(l, off, len, iov);  // scattered buffers: no bounce copy
+}
+
+namespace {
+// The parts of `iov` covering bytes [rel, rel+n) of the whole list.
+void SliceIov(std::span<const iovec> iov, uint64_t rel, uint64_t n, std::vector<iovec>* out) {
+  out->clear();
+  uint64_t pos = 0;
+  for (const iovec& v : iov) {
+    if (n == 0) break;
+    uint64_t vend = pos + v.iov_len;
+    if (vend > rel) {
+      uint64_t skip = rel > pos ? rel - pos : 0;
+      uint64_t k = std::min<uint64_t>(v.iov_len - skip, n);
+      out->push_back({static_cast<char*>(v.iov_base) + skip, k});
+      rel += k;
+      n -= k;
+    }
+    pos = vend;
+  }
+}
+}  // namespace
+
+Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
+  std::vector<Run> pieces;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+    l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
+  }
+  std::vector<iovec> part;
+  auto zero = [&](uint64_t s, uint64_t e) {
+    SliceIov(iov, s - off, e - s, &part);
+    for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
+  };
+  uint64_t pos = off, end = off + len;
+  for (const Run& r : pieces) {
+    uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
+    if (s > pos) zero(pos, s);
+    SliceIov(iov, s - off, e - s, &part);
+    Status st = file_->ReadV(AuOffset(r.phys) + (s - r.lba * au_), part.data(), part.size());
+    if (!st.ok()) return st;
+    pos = e;
+  }
+  if (pos < end) zero(pos, end);
+  return Status::Ok();
 }
 
 Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov,

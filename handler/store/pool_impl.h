@@ -123,6 +123,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
   // writes) covering the AUs touched. Write returns a commit ticket.
   Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst);
+  Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov);
   Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                          uint64_t* ticket);

@@ -5,7 +5,11 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <climits>
 
 #include <cerrno>
 #include <cstring>
@@ -42,6 +46,31 @@ class PosixFile final : public File {
       p += r;
       off += static_cast<uint64_t>(r);
       n -= static_cast<size_t>(r);
+    }
+    return Status::Ok();
+  }
+
+  Status ReadV(uint64_t off, const iovec* iov, size_t n) override {
+    std::vector<iovec> v(iov, iov + n);
+    size_t i = 0;
+    while (i < v.size()) {
+      int cnt = static_cast<int>(std::min<size_t>(v.size() - i, IOV_MAX));
+      ssize_t r = ::preadv(fd_, v.data() + i, cnt, static_cast<off_t>(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("preadv", path_, errno);
+      }
+      if (r == 0) {  // past EOF: zeros
+        for (; i < v.size(); i++) std::memset(v[i].iov_base, 0, v[i].iov_len);
+        return Status::Ok();
+      }
+      off += static_cast<uint64_t>(r);
+      size_t left = static_cast<size_t>(r);
+      while (i < v.size() && left >= v[i].iov_len) left -= v[i++].iov_len;
+      if (left > 0) {
+        v[i].iov_base = static_cast<char*>(v[i].iov_base) + left;
+        v[i].iov_len -= left;
+      }
     }
     return Status::Ok();
   }

@@ -114,7 +114,15 @@ inline ::testing::AssertionResult VerifyRange(Lun& lun, ModelLun& ml, uint64_t s
   uint64_t spb = lun.block_size() / kSec;
   uint64_t b0 = s / spb, b1 = (s + n + spb - 1) / spb;
   std::vector<uint8_t> buf((b1 - b0) * lun.block_size());
-  Status st = lun.Read(b0, b1 - b0, buf.data());
+  // Scattered buffers (cut at odd places) when there is more than one block.
+  std::vector<iovec> iov;
+  size_t cut1 = buf.size() / 3 + 7, cut2 = buf.size() * 2 / 3 + 3;
+  if (buf.size() > 4096 && (s & 1)) {
+    iov = {{buf.data(), cut1}, {buf.data() + cut1, cut2 - cut1}, {buf.data() + cut2, buf.size() - cut2}};
+  } else {
+    iov = {{buf.data(), buf.size()}};
+  }
+  Status st = lun.Read(b0, b1 - b0, std::span<const iovec>(iov));
   if (!st.ok()) return ::testing::AssertionFailure() << "read failed: " << st.ToString();
   for (uint64_t i = s; i < s + n; i++) {
     const uint8_t* p = buf.data() + (i - b0 * spb) * kSec;

@@ -569,6 +569,12 @@ TEST(PosixEnv, PoolOnARealFileLocksAndPunches) {
   std::vector<uint8_t> v(1 << 20);
   ASSERT_TRUE(a->Read(0, 2048, v.data()).ok());
   EXPECT_EQ(v, Pattern(1 << 20, 1));
+  // Scattered read buffers go straight to preadv.
+  std::fill(v.begin(), v.end(), 0);
+  std::vector<iovec> iov;
+  for (size_t o = 0; o < v.size(); o += 4096 + 512) iov.push_back({v.data() + o, std::min<size_t>(4096 + 512, v.size() - o)});
+  ASSERT_TRUE(a->Read(0, 2048, std::span<const iovec>(iov)).ok());
+  EXPECT_EQ(v, Pattern(1 << 20, 1));
   a.reset();
   p->reset();
   auto rep = Pool::CheckOffline(DefaultEnv(), path);
