@@ -8,7 +8,8 @@
 #
 # pool + LUN + iSCSI export by cowctl; the LUN shows in targetcli; data
 # written through an initiator (tcm_loop disk); clone through the control
-# socket while tcmu-runner holds the pool; cowctl save; LIO cleared and
+# socket while tcmu-runner holds the pool, and import/export through it;
+# cowctl save; LIO cleared and
 # tcmu-runner restarted; cowctl restore brings everything back and the data
 # reads back; a second restore changes nothing; targetcli's saveconfig /
 # clearconfig / restoreconfig keeps cowctl's objects; unexport and delete.
@@ -50,6 +51,9 @@ step pool-served      shows "tcmu-runner" cowctl pool show p0
 step clone-online     cowctl lun clone p0/vm1 vm1-copy
 step clone-listed     shows "p0/vm1-copy" cowctl lun list p0
 step delete-refused   fails cowctl lun delete p0/vm1
+step import-online    cowctl lun import p0/imported --from $W/pat
+step export-online    cowctl lun export p0/vm1 --to $W/vm1.img
+step export-data      cmp <(dd if=$W/vm1.img bs=1M skip=8 count=4 status=none) $W/pat
 step top-once         cowctl top --count 1 --interval 0.5
 
 # ------------------------------------------------------------ save, clear, restore
