@@ -95,8 +95,15 @@ TEST_F(ConcurrencyTest, CompareAndWriteIsAtomicAgainstPlainWrites) {
   ASSERT_TRUE(IsGood(Write(lba, Bytes(kBlock, 0))));
   std::atomic<bool> stop{false};
   std::atomic<int> torn{0}, caw_ok{0};
+  // The writer goes on until the racing COMPARE AND WRITEs have also won a
+  // few times (on a loaded machine 400 writes alone can starve every CAW
+  // into miscompares), bounded so a CAW that never succeeds fails the test.
   std::thread writer([&] {
-    for (int i = 0; i < 400; ++i) (void)Write(lba, Bytes(kBlock, static_cast<uint8_t>(i % 7 + 1)));
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (int i = 0; i < 400 || (caw_ok.load() < 20 && std::chrono::steady_clock::now() < deadline);
+         ++i) {
+      (void)Write(lba, Bytes(kBlock, static_cast<uint8_t>(i % 7 + 1)));
+    }
   });
   std::thread cawer([&] {
     while (!stop.load()) {
