@@ -7,24 +7,28 @@
 # and real initiator tools. See tests/e2e/README.md.
 #
 # usage: tests/e2e/run-e2e.sh [--suite NAME|PATH] [--handler-dir DIR] [--out DIR]
-#                             [--timeout SECS] [--mem MIB] [--shell]
+#                             [--timeout SECS] [--mem MIB] [--smp N|auto] [--shell]
 #   --suite       stock (default) | cowstore | smoke | path to a guest script
 #   --handler-dir where handler_cowstore.so is (default build/default/handler/plugin)
 #   --out         results and logs (default build/e2e-out/<suite>)
 #   --timeout     host-side hard limit for the VM in seconds (default 900)
 #   --mem         guest memory in MiB (default 2048)
+#   --smp         guest vCPUs (default auto: 2 on an idle host, 1 when the host's load
+#                 average exceeds half its cores: under contention multi-threaded TCG
+#                 with 2 vCPUs ran the stock suite 2.7x slower than 1 vCPU)
 #   --shell       drop into a guest shell after the suite (interactive debugging)
 # env: SKIP_APT=1 (do not apt-get install), COWSTORE_E2E_CACHE (kernel + initramfs
 #      cache, default build/e2e-cache), COWSTORE_E2E_KPKG (kernel package),
 #      E2E_* variables are passed through to the guest (e.g. E2E_RUNNER_ARGS=-d).
 # exit: 0 all passed; 1 failures; 77 suite skipped (e.g. handler not built);
-#       124 host timeout; 125 guest timeout; 126 guest init failure; 99 no rc.
+#       123 guest script not runnable; 124 host timeout; 125 guest timeout or
+#       signal; 126 guest init failure; 99 no rc.
 # The last line printed is always "N passed, N failed, N skipped".
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
-SUITE=stock; HANDLER_DIR=; OUT=; TIMEOUT=900; MEM=${E2E_MEM:-2048}; SHELL_AFTER=
+SUITE=stock; HANDLER_DIR=; OUT=; TIMEOUT=900; MEM=${E2E_MEM:-2048}; SHELL_AFTER=; SMP=${E2E_SMP:-auto}
 while [ $# -gt 0 ]; do
     case "$1" in
         --suite) SUITE=$2; shift 2 ;;
@@ -37,6 +41,8 @@ while [ $# -gt 0 ]; do
         --timeout=*) TIMEOUT=${1#*=}; shift ;;
         --mem) MEM=$2; shift 2 ;;
         --mem=*) MEM=${1#*=}; shift ;;
+        --smp) SMP=$2; shift 2 ;;
+        --smp=*) SMP=${1#*=}; shift ;;
         --shell) SHELL_AFTER=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run-e2e: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -78,6 +84,11 @@ INITRD=$CACHE/initramfs-$KVER.cpio.gz
 "$HERE/vm/mkinitramfs.sh" "$KVER" "$KROOT" "$INITRD"
 t "kernel $KVER, initramfs ready"
 
+if [ "$SMP" = auto ]; then
+    SMP=$(awk -v n="$(nproc)" '{print ($1 > n / 2) ? 1 : 2}' /proc/loadavg)
+    t "guest vCPUs: $SMP (host load average $(cut -d' ' -f1 /proc/loadavg) on $(nproc) cores)"
+fi
+
 # Fresh out dir; the guest sees it as /e2e-out (writable 9p share).
 rm -rf "$OUT"; mkdir -p "$OUT/logs"
 {
@@ -86,6 +97,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/logs"
     echo "E2E_HANDLER_DIR=$HANDLER_DIR"
     echo "E2E_MEM=$MEM"
     echo "E2E_HOST_TIMEOUT=$TIMEOUT"
+    echo "E2E_SMP=$SMP"
     env | grep -E '^E2E_[A-Z0-9_]+=' | grep -vE '^E2E_(SUITE|REPO|HANDLER_DIR|MEM|HOST_TIMEOUT)=' \
         | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" || true
 } > "$OUT/e2e.env"
@@ -94,7 +106,7 @@ rm -rf "$OUT"; mkdir -p "$OUT/logs"
 # dmesg and the results still get written; the host timeout is the backstop.
 GUEST_TIMEOUT=$(( TIMEOUT > 60 ? TIMEOUT - 30 : TIMEOUT ))
 set +e
-KERNEL=$KROOT/boot/vmlinuz-$KVER INITRD=$INITRD OUTDIR=$OUT TIMEOUT=$TIMEOUT MEM=$MEM \
+KERNEL=$KROOT/boot/vmlinuz-$KVER INITRD=$INITRD OUTDIR=$OUT TIMEOUT=$TIMEOUT MEM=$MEM SMP=$SMP \
     "$HERE/vm/run-vm.sh" "$SCRIPT" e2e.timeout=$GUEST_TIMEOUT \
     e2e.tmpfs=${E2E_TMPFS:-1g} ${SHELL_AFTER:+e2e.shell=1} 2>&1 | tee "$OUT/console.log"
 rc=${PIPESTATUS[0]}
@@ -109,6 +121,7 @@ echo "================ e2e suite '$SUITE' ================"
 grep -E "^E2E-(RESULT +[^ ]+ +(FAIL|XFAIL|XPASS|SKIP)|NOTE|TABLE)" "$R" | sed 's/^E2E-//' || true
 case $rc in
     0|1|77) ;;
+    123) echo "VM: the guest script could not run (not found / not executable, see console.log)"; nf=$((nf+1)) ;;
     124) echo "VM: host-side timeout after ${TIMEOUT}s"; nf=$((nf+1)) ;;
     125) echo "VM: guest script timed out or was killed"; nf=$((nf+1)) ;;
     126) echo "VM: guest init failed (see console.log)"; nf=$((nf+1)) ;;

@@ -11,7 +11,16 @@
 # We use the ';' option separator: the kernel's configfs parser splits
 # "dev_config=..." at ',' and rtslib/targetcli refuses ':'.
 
-COWSTORE_POOL_DIR=${COWSTORE_POOL_DIR:-$W/pools}
+# Pools live on their own tmpfs by default: fdatasync is free there, and under
+# TCG an ext4 journal commit per durable write (WCE=0: every write) costs ~20 ms
+# and made iscsi-test-cu several times slower. A process kill (the suite's
+# crash test) loses nothing either way; power-loss durability is the store's
+# crash tests' job. E2E_POOL_FS=ext4 puts pools on the scratch ext4 instead.
+if [ "${E2E_POOL_FS:-tmpfs}" = ext4 ]; then
+    COWSTORE_POOL_DIR=${COWSTORE_POOL_DIR:-$W/pools}
+else
+    COWSTORE_POOL_DIR=${COWSTORE_POOL_DIR:-/run/cowstore-pools}
+fi
 export COWSTORE_POOL_DIR                      # for tcmu-runner and cowctl
 # The build tree that holds the handler: <build>/handler/plugin -> <build>
 COW_HANDLER_DIR=${E2E_HANDLER_DIR:-}
@@ -37,7 +46,10 @@ cow_tool() {
 cow_pool_create() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
     mkdir -p "$COWSTORE_POOL_DIR"
-    echo "+ $tool pool create $1 --size $2"
+    if [ "${E2E_POOL_FS:-tmpfs}" != ext4 ] && ! mountpoint -q "$COWSTORE_POOL_DIR"; then
+        mount -t tmpfs -o size=90% tmpfs "$COWSTORE_POOL_DIR" || return 1
+    fi
+    echo "+ $tool pool create $1 --size $2 (in $COWSTORE_POOL_DIR)"
     "$tool" pool create "$1" --size "$2"
 }
 # cow_pool_check NAME : the store's offline invariant checker (runner stopped)
@@ -50,13 +62,19 @@ cow_pool_show() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
     "$tool" pool show "$1"
 }
+# cow_lun_delete POOL LUN : drop a LUN (its backstore must be gone)
+cow_lun_delete() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
+    "$tool" lun delete "$1/$2"
+}
 # cow_pool_bytes NAME : bytes the pool file occupies on the scratch file
 # system (physical, from st_blocks): the space consumption figure that does
 # not depend on any cowstore tool.
 cow_pool_bytes() { echo $(( $(stat -c %b "$COWSTORE_POOL_DIR/$1") * 512 )); }
 
 # cow_bs HBA NAME SIZE POOL LUN [COPY_GROUP] : a user:cowstore backstore via configfs,
-# 512-byte blocks, 1 MiB max transfer (the kernel's default 64 KiB is slow).
+# 512-byte blocks, max transfer COW_MAX_SECTORS (default 2048 = 1 MiB; the
+# kernel's default of 128 = 64 KiB is slow).
 cow_bs() {
-    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" 512 2048
+    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" 512 "${COW_MAX_SECTORS:-2048}"
 }

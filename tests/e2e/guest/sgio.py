@@ -16,6 +16,12 @@ per-command figures; this tool sends many commands from one process.
       DEV to --dst DEV2 (default DEV) at --dst-lba + i*BLOCKS). Prints one line
       with the loop's elapsed time and milliseconds per command; exit 1 if any
       command failed.
+  sgio.py fill BLOCKDEV LBA BLOCKS
+      Write a repeating 64 MiB random pattern with 4 MiB O_DIRECT writes.
+  sgio.py same BLOCKDEV LBA_A LBA_B BLOCKS [--dev2 BLOCKDEV2] [--sample N]
+  sgio.py zero BLOCKDEV LBA BLOCKS [--sample N]
+      Compare two ranges (or a range with zeros) with 4 MiB O_DIRECT reads;
+      --sample N checks N evenly spaced 1 MiB chunks only (fast on big ranges).
   sgio.py vaai DEV [--require]
       What an ESXi host would conclude (ATS, Clone, Zero, Delete) and every
       VAAI-relevant field (INQUIRY 3PC, VPD B0/B2/83/8F, READ CAPACITY 16).
@@ -24,6 +30,7 @@ per-command figures; this tool sends many commands from one process.
 import argparse
 import ctypes
 import fcntl
+import mmap
 import os
 import sys
 import time
@@ -111,6 +118,15 @@ class Device:
         data = buf.raw[:in_len - h.resid] if (buf is not None and in_len) else b""
         return Result(h, self.sense.raw, data)
 
+    def send_retry_ua(self, cdb, out=None, in_len=0, tries=4):
+        """As initiators do: repeat a command that got UNIT ATTENTION."""
+        for _ in range(tries):
+            r = self.send(cdb, out=out, in_len=in_len)
+            if r.key != 6:
+                return r
+            print("(unit attention %02x/%02x on opcode %02x, retrying)" % (r.asc, r.ascq, cdb[0]))
+        return r
+
 
 def cdb16(op, lba, nblk, byte1=0):
     c = bytearray(16)
@@ -124,7 +140,7 @@ def cmd_one(a):
     dev = Device(a.dev)
     cdb = bytes.fromhex(a.cdb)
     out = open(a.out, "rb").read() if a.out else None
-    r = dev.send(cdb, out=out, in_len=a.in_len)
+    r = dev.send_retry_ua(cdb, out=out, in_len=a.in_len)
     print(r.describe())
     if a.in_len:
         print("data=" + r.data[:64].hex())
@@ -144,7 +160,7 @@ def cmd_one(a):
 
 def naa_designator(dev):
     """The 16-byte NAA (type 6) LU designator from VPD 0x83, or None."""
-    r = dev.send(bytes([0x12, 1, 0x83, 0x10, 0x00, 0]), in_len=4096)
+    r = dev.send_retry_ua(bytes([0x12, 1, 0x83, 0x10, 0x00, 0]), in_len=4096)
     if not r.good:
         return None
     d = r.data
@@ -202,7 +218,7 @@ def cmd_loop(a):
             return 1
     bs = a.block_size
     fails, first = 0, ""
-    blk = bytes([0xa5]) * bs
+    dev.send_retry_ua(bytes(6))            # consume pending unit attentions first
     data = bytes(bs * a.blocks) if a.op in ("write16",) else None
     t0 = time.monotonic()
     prev = bytes(bs)                      # caw: what the block holds (zeros at first)
@@ -239,6 +255,62 @@ def cmd_loop(a):
     return 1 if fails else 0
 
 
+CHUNK = 4 << 20
+
+
+def _ranges(blocks, sample, bs=512):
+    """(offset_blocks, nblocks) pieces covering BLOCKS, or N sampled 1 MiB pieces."""
+    if sample:
+        step = max(blocks // sample, 2048)
+        return [(o, min(2048, blocks - o)) for o in range(0, blocks, step)][:sample]
+    per = CHUNK // bs
+    return [(o, min(per, blocks - o)) for o in range(0, blocks, per)]
+
+
+def _pread(fd, buf, nbytes, off):
+    view = memoryview(buf)[:nbytes]
+    got = os.preadv(fd, [view], off)
+    if got != nbytes:
+        raise SystemExit("sgio: short read at byte %d" % off)
+    return view
+
+
+def cmd_fill(a):
+    fd = os.open(a.dev, os.O_WRONLY | os.O_DIRECT)
+    pat = os.urandom(64 << 20)
+    buf = mmap.mmap(-1, CHUNK)
+    done, total = 0, a.blocks * 512
+    t0 = time.monotonic()
+    while done < total:
+        n = min(CHUNK, total - done)
+        o = done % len(pat)
+        buf[:n] = pat[o:o + n]
+        os.pwritev(fd, [memoryview(buf)[:n]], a.lba * 512 + done)
+        done += n
+    print("sgio fill: %d MiB in %.1f s" % (total >> 20, time.monotonic() - t0))
+    return 0
+
+
+def cmd_same(a):
+    fa = os.open(a.dev, os.O_RDONLY | os.O_DIRECT)
+    fb = os.open(a.dev2, os.O_RDONLY | os.O_DIRECT) if getattr(a, "dev2", None) else fa
+    ba, bb = mmap.mmap(-1, CHUNK), mmap.mmap(-1, CHUNK)
+    zero = bytes(CHUNK)
+    checked = 0
+    for off, n in _ranges(a.blocks, a.sample):
+        x = _pread(fa, ba, n * 512, (a.lba + off) * 512)
+        if a.what == "zero":
+            y = memoryview(zero)[:n * 512]
+        else:
+            y = _pread(fb, bb, n * 512, (a.lba_b + off) * 512)
+        if x != y:
+            print("sgio %s: DIFFER in blocks %d..%d" % (a.what, a.lba + off, a.lba + off + n - 1))
+            return 1
+        checked += n
+    print("sgio %s: %d blocks checked%s, equal" % (a.what, checked, " (sampled)" if a.sample else ""))
+    return 0
+
+
 def u(b, lo, hi):
     return int.from_bytes(b[lo:hi], "big")
 
@@ -252,13 +324,16 @@ def cmd_vaai(a):
         if not ok:
             bad.append(name)
 
-    inq = dev.send(bytes([0x12, 0, 0, 0, 96, 0]), in_len=96).data
+    inq = dev.send_retry_ua(bytes([0x12, 0, 0, 0, 96, 0]), in_len=96).data
     tpc = bool(len(inq) > 5 and inq[5] & 0x08)
-    vpds = dev.send(bytes([0x12, 1, 0, 0, 255, 0]), in_len=255).data
+    vpds = dev.send_retry_ua(bytes([0x12, 1, 0, 0, 255, 0]), in_len=255).data
     pages = set(vpds[4:4 + (vpds[3] if len(vpds) > 3 else 0)])
-    b0 = dev.send(bytes([0x12, 1, 0xb0, 0, 255, 0]), in_len=255)
-    b2 = dev.send(bytes([0x12, 1, 0xb2, 0, 255, 0]), in_len=255)
-    rc = dev.send(bytes([0x9e, 0x10]) + bytes(8) + (32).to_bytes(4, "big") + bytes(2), in_len=32)
+    b0 = dev.send_retry_ua(bytes([0x12, 1, 0xb0, 0, 255, 0]), in_len=255)
+    b2 = dev.send_retry_ua(bytes([0x12, 1, 0xb2, 0, 255, 0]), in_len=255)
+    rc = dev.send_retry_ua(bytes([0x9e, 0x10]) + bytes(8) + (32).to_bytes(4, "big") + bytes(2), in_len=32)
+    for what, r in (("VPD B0", b0), ("VPD B2", b2), ("READ CAPACITY(16)", rc)):
+        if not r.good:
+            print("%s failed: %s" % (what, r.describe()))
     naa = naa_designator(dev)
     bl = b0.data if b0.good else bytes(64)
     lb = b2.data if b2.good else bytes(8)
@@ -288,7 +363,7 @@ def cmd_vaai(a):
     check("B2 LBPWS10", int(bool(lb[5] & 0x20)), bool(lb[5] & 0x20), 1)
     check("B2 LBPRZ", int(bool(lb[5] & 0x04)), bool(lb[5] & 0x04), 1)
     check("B2 PROVISIONING TYPE", lb[6] & 7, (lb[6] & 7) == 2, "2 (thin)")
-    f = dev.send(bytes([0x12, 1, 0x8f, 0, 255, 0]), in_len=255)
+    f = dev.send_retry_ua(bytes([0x12, 1, 0x8f, 0, 255, 0]), in_len=255)
     check("VPD 8F page length (ODX needs >= 0x24)", u(f.data, 2, 4) if f.good else "absent", True, "-")
     for line in out:
         print(line)
@@ -323,11 +398,28 @@ def main():
     lp.add_argument("--block-size", type=int, default=512)
     lp.add_argument("--dst", help="xcopy: destination device (default DEV)")
     lp.add_argument("--dst-lba", type=int, default=0)
+    f = sub.add_parser("fill")
+    f.add_argument("dev")
+    f.add_argument("lba", type=int)
+    f.add_argument("blocks", type=int)
+    sm = sub.add_parser("same")
+    sm.add_argument("dev")
+    sm.add_argument("lba", type=int)
+    sm.add_argument("lba_b", type=int)
+    sm.add_argument("blocks", type=int)
+    sm.add_argument("--dev2")
+    sm.add_argument("--sample", type=int, default=0)
+    z = sub.add_parser("zero")
+    z.add_argument("dev")
+    z.add_argument("lba", type=int)
+    z.add_argument("blocks", type=int)
+    z.add_argument("--sample", type=int, default=0)
     v = sub.add_parser("vaai")
     v.add_argument("dev")
     v.add_argument("--require", action="store_true")
     a = p.parse_args()
-    return {"cmd": cmd_one, "loop": cmd_loop, "vaai": cmd_vaai}[a.what](a)
+    return {"cmd": cmd_one, "loop": cmd_loop, "vaai": cmd_vaai, "fill": cmd_fill,
+            "same": cmd_same, "zero": cmd_same}[a.what](a)
 
 
 if __name__ == "__main__":

@@ -213,7 +213,9 @@ step kill9-b        same_as $B 0 16384 $W/pat2
 ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow}
 IQN_COW=iqn.2003-01.org.cowstore.e2e:cowstore
 IQN_FIO=iqn.2003-01.org.cowstore.e2e:fileio
-step bs-icu         cow_bs 1 icu $((256 << 20)) p0 icu
+# 32 MiB max transfer: libiscsi's WriteSame16.Unmap WRITEs 65536 blocks in one
+# command whenever MAXIMUM WRITE SAME LENGTH allows it (ours: 1Mi blocks)
+COW_MAX_SECTORS=65536 step bs-icu cow_bs 1 icu $((256 << 20)) p0 icu
 step iscsi-cowstore mk_iscsi_lun $CFS/core/user_1/icu $IQN_COW
 step bs-fileio      mk_fileio_bs 2 fio $W/fileio.img $((256 << 20)) emulate_tpu=1 emulate_tpws=1
 step iscsi-fileio   mk_iscsi_lun $CFS/core/fileio_2/fio $IQN_FIO

@@ -73,10 +73,21 @@ fi
 [ -n "$want_shell" ] && chroot /newroot /bin/bash -l
 echo "E2E: script rc=$rc at $(cut -d' ' -f1 /proc/uptime)s"
 dmesg > /newroot/e2e-out/dmesg.txt 2>/dev/null
+if [ $rc -ne 0 ]; then
+    # a killed or failed suite could not save its daemon logs (guest/lib.sh keeps
+    # them in /tmp/w/log) nor say what was still running: do it here
+    mkdir -p /newroot/e2e-out/logs
+    for f in /newroot/tmp/w/log/*; do
+        [ -f "$f" ] && [ ! -e "/newroot/e2e-out/logs/${f##*/}" ] && cp "$f" /newroot/e2e-out/logs/
+    done
+    ps -o pid,ppid,stat,time,args > /newroot/e2e-out/ps-at-exit.txt 2>/dev/null
+fi
 sync
 umount /newroot/e2e-out 2>/dev/null
 # isa-debug-exit at 0xf4: qemu exits with (byte<<1)|1, so only 0..127 survive.
-# Anything >= 125 (timeout kill, signals) is reported as 125.
-[ $rc -ge 125 ] && rc=125
+# 126/127 (script not executable / command not found) -> 123;
+# >= 128 (killed by e2e.timeout or another signal) -> 125.
+case $rc in 125|126|127) rc=123 ;; esac
+[ $rc -ge 128 ] && rc=125
 printf "\\$(printf '%03o' $rc)" | dd of=/dev/port bs=1 seek=244 count=1 2>/dev/null
 poweroff -f
