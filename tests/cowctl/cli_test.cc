@@ -550,6 +550,28 @@ TEST_F(Served, ProtocolEdges) {
   }
 }
 
+// The completion offers what the parser accepts (bash-completion itself is
+// optional: the file brings stand-ins).
+TEST(Completion, OffersTheSubcommands) {
+  testing::TempDir d;
+  std::string script = d.path() + "/c.sh", out = d.path() + "/out";
+  testing::WriteText(script, std::string("source ") + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "${COMPREPLY[*]}"; }
+c cowctl ""
+c cowctl pool ""
+c cowctl lun ""
+c cowctl export ""
+c cowctl export iscsi t/l --
+)");
+  ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
+  auto lines = testing::ReadText(out);
+  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
+                        "create list show resize delete clone snapshot import export", "iscsi loop list",
+                        "--target --portal --initiator --chap-user --chap-password --lun"}) {
+    EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
+  }
+}
+
 TEST(Protocol, EncodingRoundTrips) {
   std::string raw = "a b=c\n%\x01/ok:-_.,+";
   EXPECT_EQ(control::Decode(control::Encode(raw)), raw);
