@@ -55,6 +55,9 @@ step import-online    cowctl lun import p0/imported --from $W/pat
 step export-online    cowctl lun export p0/vm1 --to $W/vm1.img
 step export-data      cmp <(dd if=$W/vm1.img bs=1M skip=8 count=4 status=none) $W/pat
 step top-once         cowctl top --count 1 --interval 0.5
+step resize-online    cowctl lun resize p0/vm1 --size 96M
+step resize-lio       shows "100663296" cat $CFS/core/user_0/p0-vm1/attrib/dev_size
+step resize-seen      eval "echo 1 > /sys/block/${D#/dev/}/device/rescan; blockdev --getsize64 $D | grep -qx 100663296"
 
 # ------------------------------------------------------------ save, clear, restore
 step save             cowctl save $CONF
