@@ -5,15 +5,17 @@
 #   asan     clang ASan+UBSan build: unit + crash tests, then each libFuzzer
 #            target for FUZZ_SECONDS (ctest -L fuzz)
 #   tsan     clang TSan build: concurrency tests (ctest -L concurrency)
-#   e2e      real kernel in qemu: LIO + stock tcmu-runner + our handler
 #   package  Debian package build, installed into a scratch root
+#   e2e      real kernel in qemu: LIO + stock tcmu-runner + our handler (the
+#            build's), then cowctl's scenario with the installed package's
+#            cowctl and handler
 # usage: sudo tools/run-tests.sh            (all stages)
 #        STAGES="unit tsan" tools/run-tests.sh
 # env:   JOBS (default: nproc), FUZZ_SECONDS (default 60), SKIP_APT=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-STAGES=${STAGES:-unit asan tsan e2e package}
+STAGES=${STAGES:-unit asan tsan package e2e}
 JOBS=${JOBS:-$(nproc)}
 export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 LOGS=$ROOT/build/test-logs
@@ -28,22 +30,16 @@ fi
 
 total_pass=0; total_fail=0; failed_stages=()
 
-# Adds the counts from a ctest or e2e log ("x% tests passed, F tests failed out of N"
-# or "P passed, F failed") to the totals.
+# Adds the counts of every ctest summary ("x% tests passed, F tests failed out
+# of N") and every plain "P passed, F failed" line of a stage log to the totals.
 count() {
-  local log=$1 line p f n
-  line=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -1)
-  if [ -n "$line" ]; then
-    f=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
-    n=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
-    total_pass=$((total_pass + n - f)); total_fail=$((total_fail + f)); return
-  fi
-  line=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
-  if [ -n "$line" ]; then
-    p=$(sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed.*/\2/' <<<"$line")
-    f=$(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$line")
+  local log=$1 p f n
+  while read -r f n; do
+    total_pass=$((total_pass + n - f)); total_fail=$((total_fail + f))
+  done < <(sed -nE 's/^[0-9]+% tests passed, ([0-9]+) tests? failed out of ([0-9]+).*/\1 \2/p' "$log")
+  while read -r p f; do
     total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
-  fi
+  done < <(sed -nE 's/^([A-Za-z0-9_-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2 \3/p' "$log")
 }
 
 # stage NAME CMD... : runs CMD with its output teed into build/test-logs/NAME.log
@@ -79,7 +75,16 @@ run_tsan()  { build tsan && ctest_labels tsan 'concurrency'; }
 run_e2e()   {
   [ -x tests/e2e/run-e2e.sh ] || { echo "no e2e suite yet"; return 1; }
   [ -f build/default/build.ninja ] || build default || return 1
-  SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --handler-dir "$ROOT/build/default/handler/plugin"
+  local rc=0 pkg=$ROOT/build/pkgroot ma
+  SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --handler-dir "$ROOT/build/default/handler/plugin" || rc=1
+  ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
+  if [ -x "$pkg/usr/sbin/cowctl" ]; then
+    E2E_COWCTL=$pkg/usr/sbin/cowctl SKIP_APT=1 tests/e2e/run-e2e.sh --suite tests/cowctl/e2e/cowctl.sh \
+      --handler-dir "$pkg/usr/lib/$ma/tcmu-runner" || rc=1
+  else
+    echo "e2e: no installed package in $pkg (run the package stage first)"; rc=1
+  fi
+  return $rc
 }
 run_package() {
   [ -x packaging/build-deb.sh ] || { echo "no packaging yet"; return 1; }
