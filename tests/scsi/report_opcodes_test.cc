@@ -53,6 +53,28 @@ TEST_F(ReportOpcodesTest, AllCommandsListsExactlyTheTable) {
   }
 }
 
+// For every listed command, the one-command options agree with SERVACTV and
+// return usage data starting with the opcode.
+TEST_F(ReportOpcodesTest, OneCommandOptionsAgreeWithTheList) {
+  for (const OpcodeInfo& e : OpcodeTable()) {
+    const uint16_t sa = e.has_service_action ? e.service_action : 0;
+    Bytes d;
+    CommandResult r1 = ExecIn(Rsoc(1, e.opcode, sa), 512, &d);
+    CommandResult r2 = ExecIn(Rsoc(2, e.opcode, sa), 512, &d);
+    if (e.has_service_action) {
+      EXPECT_TRUE(HasSense(r1, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb)) << e.name;
+      ASSERT_TRUE(IsGood(r2)) << e.name;
+    } else {
+      EXPECT_TRUE(HasSense(r2, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb)) << e.name;
+      ASSERT_TRUE(IsGood(ExecIn(Rsoc(1, e.opcode, sa), 512, &d))) << e.name;
+    }
+    ASSERT_GE(d.size(), 5u);
+    EXPECT_EQ(d[1] & 0x07, 3) << e.name;
+    EXPECT_EQ(Be16(&d[2]), e.cdb_length) << e.name;
+    EXPECT_EQ(d[4], e.opcode) << e.name;
+  }
+}
+
 TEST_F(ReportOpcodesTest, AllCommandsWithTimeouts) {
   Bytes d;
   ASSERT_TRUE(IsGood(ExecIn(Rsoc(0, 0, 0, true), 8192, &d)));
