@@ -101,7 +101,7 @@ else
     step runner-start start_runner --handler-path "$COW_HANDLER_DIR"
     step pool-create  cow_pool_create bench $(( 6 * S ))
     cow_mk() { cow_bs 9 $1 $2 bench $1; }
-    cow_space() { cow_pool_bytes bench; }
+    cow_space() { cow_pool_bytes bench; }   # physical bytes of the pool file
     cow_drop() { cow_lun_delete bench $1; }
     run_backend cowstore cow_mk $CFS/core/user_9 cow_space cow_drop
     step pool-show cow_pool_show bench

@@ -67,6 +67,12 @@ cow_lun_delete() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
     "$tool" lun delete "$1/$2"
 }
+# cow_pool_field POOL FIELD : one number from `cowctl --json pool show` (allocated,
+# shared, saved_by_clones, free, ...), in bytes
+cow_pool_field() {
+    local tool; tool=$(cow_tool) || return 1
+    "$tool" --json pool show "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['$2'])"
+}
 # cow_pool_bytes NAME : bytes the pool file occupies on the scratch file
 # system (physical, from st_blocks): the space consumption figure that does
 # not depend on any cowstore tool.
