@@ -110,7 +110,7 @@ else
   E2E_DEMO_MIB=$DEMO_MIB tests/e2e/run-e2e.sh --suite tools/demo/guest-demo.sh --handler-dir "$HANDLER_DIR" \
       --out "$OUT" --mem $MEM --timeout $(( 420 + DEMO_MIB )) 2>&1 \
     | tee "$work/vm.log" | tr -d '\r' \
-    | sed -un 's/^.*DEMO| \{0,1\}//p; /E2E-RESULT.* FAIL /p; /^    | /p; /^VM: /p; s/^\[run-e2e.*\] kernel /(VM: kernel /p'
+    | sed -un 's/^.*DEMO| \{0,1\}//p; /E2E-RESULT.* FAIL /p; /^    | /p; /^VM: /p; s/^\[run-e2e.*\] kernel \(.*\)/(VM: Debian kernel \1)/p'
   rc=${PIPESTATUS[0]}
   set -e
   cp "$work/vm.log" "$OUT/run-e2e.log" 2>/dev/null || true

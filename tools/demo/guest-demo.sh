@@ -88,7 +88,7 @@ for l in $LUNS; do
     DEV[$l]=$(loop_dev "$w" 0); SG[$l]=$(loop_dev "$w" 0 scsi_generic)
 done
 out "The same LUNs through tcm_loop (the measurements below use these local disks):"
-for l in $LUNS; do out "    $POOL/$l  ${DEV[$l]}  ${SG[$l]}"; done
+for l in $LUNS; do out "$(printf '    %-16s %-9s %s' $POOL/$l ${DEV[$l]} ${SG[$l]})"; done
 
 # ------------------------------------------------------------------ VAAI status
 A=${SG[vm1]}
