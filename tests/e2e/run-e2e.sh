@@ -108,7 +108,7 @@ GUEST_TIMEOUT=$(( TIMEOUT > 60 ? TIMEOUT - 30 : TIMEOUT ))
 set +e
 KERNEL=$KROOT/boot/vmlinuz-$KVER INITRD=$INITRD OUTDIR=$OUT TIMEOUT=$TIMEOUT MEM=$MEM SMP=$SMP \
     "$HERE/vm/run-vm.sh" "$SCRIPT" e2e.timeout=$GUEST_TIMEOUT \
-    e2e.tmpfs=${E2E_TMPFS:-1g} ${SHELL_AFTER:+e2e.shell=1} 2>&1 | tee "$OUT/console.log"
+    e2e.tmpfs=${E2E_TMPFS:-1g} e2e.expose="$REPO,$HANDLER_DIR" ${SHELL_AFTER:+e2e.shell=1} 2>&1 | tee "$OUT/console.log"
 rc=${PIPESTATUS[0]}
 set -e
 

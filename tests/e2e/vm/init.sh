@@ -20,13 +20,14 @@ while read -r ko; do        # dependency order, computed by mkinitramfs.sh
     insmod "$ko" 2>/dev/null || echo "E2E: insmod failed (ignored): $ko"
 done < /modules.order
 
-script=; guest_timeout=; want_shell=; tmpfs_size=1g
+script=; guest_timeout=; want_shell=; tmpfs_size=1g; expose=
 for arg in $(cat /proc/cmdline); do
     case "$arg" in
         e2e.script=*)  script="${arg#e2e.script=}" ;;
         e2e.timeout=*) guest_timeout="${arg#e2e.timeout=}" ;;
         e2e.tmpfs=*)   tmpfs_size="${arg#e2e.tmpfs=}" ;;
         e2e.shell=1)   want_shell=1 ;;
+        e2e.expose=*)  expose="${arg#e2e.expose=}" ;;
     esac
 done
 
@@ -50,6 +51,17 @@ ln -sf /proc/self/fd /newroot/dev/fd;     ln -sf /proc/self/fd/0 /newroot/dev/st
 ln -sf /proc/self/fd/1 /newroot/dev/stdout; ln -sf /proc/self/fd/2 /newroot/dev/stderr
 mount -t tmpfs tmpfs /newroot/run
 mount -t tmpfs tmpfs /newroot/tmp
+# The guest's own tmpfs on /tmp and /run hides whatever the host keeps there,
+# and CI may well clone the checkout under /tmp: put the host directories the
+# suite needs (e2e.expose=DIR,DIR: the checkout, the handler dir) back on top.
+for d in $(echo "$expose" | tr ',' ' '); do
+    case "$d" in
+        /tmp/*|/run/*|/dev/shm/*)
+            [ -d "/lower$d" ] || continue
+            mkdir -p "/newroot$d" && mount --bind "/lower$d" "/newroot$d" \
+                || echo "E2E: could not expose $d in the guest" ;;
+    esac
+done
 mkdir -p /newroot/e2e-out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 out /newroot/e2e-out \
     || fatal "9p mount of the out share failed"
