@@ -91,7 +91,7 @@ std::vector<uint8_t> ThirdPartyCopy(const LogicalUnit& lu) {
     size_t at = d.size();
     Append16(d, 0x0004);
     Append16(d, 0x001C);
-    Append16(d, 0);
+    Append32(d, 0);  // reserved (SPC-4: bytes 4..7)
     Append16(d, l.max_cscd_descriptors);
     Append16(d, l.max_segment_descriptors);
     Append32(d, l.max_descriptor_list_length);

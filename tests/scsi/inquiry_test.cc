@@ -106,6 +106,25 @@ TEST_F(InquiryTest, ThirdPartyCopyListsXcopyAndReceiveCopyResults) {
   EXPECT_GE(descriptors, 4);
 }
 
+// SPC-4 Parameter Data descriptor (0x0004): 4 reserved bytes, then the CSCD
+// and segment counts at 8 and 10 and the list length at 12. sg_vpd -p tpc
+// once showed "0 segment descriptors" because the reserved field was short.
+TEST_F(InquiryTest, ThirdPartyCopyParameterDataAtSpcOffsets) {
+  Bytes d = Vpd(0x8F);
+  size_t off = 4;
+  while (off + 4 <= d.size() && Be16(&d[off]) != 0x0004) off += 4 + Be16(&d[off + 2]);
+  ASSERT_LT(off + 4 + 0x1C, d.size() + 1) << "no Parameter Data descriptor";
+  const uint8_t* p = &d[off];
+  EXPECT_EQ(Be16(p + 2), 0x1C);
+  EXPECT_EQ(Be32(p + 4), 0u);  // reserved
+  const Limits l = lu_->limits();
+  EXPECT_EQ(Be16(p + 8), l.max_cscd_descriptors);
+  EXPECT_EQ(Be16(p + 10), l.max_segment_descriptors);
+  EXPECT_EQ(Be32(p + 12), l.max_descriptor_list_length);
+  EXPECT_GE(l.max_segment_descriptors, 64);
+  EXPECT_GE(l.max_cscd_descriptors, 64);
+}
+
 TEST_F(InquiryTest, BlockLimitsConsistentWithWhatIsAccepted) {
   Bytes d = Vpd(0xB0);
   ASSERT_EQ(d.size(), 64u);
