@@ -49,7 +49,7 @@ void Client::SetTimeout(int timeout_ms) {
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
 }
 
-store::Result<Reply> Client::Call(const Record& request) {
+store::Result<Reply> Client::Call(const Record& request, const ProgressCallback& on_progress) {
   std::string line = FormatRecord(request) + "\n";
   size_t off = 0;
   while (off < line.size()) {
@@ -72,6 +72,12 @@ store::Result<Reply> Client::Call(const Record& request) {
       }
       auto r = ParseRecord(l);
       if (!r) return Status(Code::kIOError, "control socket: malformed reply line");
+      if (!have_head && r->type == "progress") {
+        auto done = r->GetU64("done");
+        auto total = r->GetU64("total");
+        if (on_progress && done && total) on_progress(*done, *total);
+        continue;
+      }
       if (!have_head) {
         reply.head = std::move(*r);
         have_head = true;

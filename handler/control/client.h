@@ -1,6 +1,8 @@
 // cowctl's side of the control socket (protocol.h).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,7 +28,10 @@ class Client {
   // Reply timeout for the following calls (0: wait as long as it takes).
   void SetTimeout(int timeout_ms);
   // Sends one request and reads its reply; kIOError on a broken connection.
-  store::Result<Reply> Call(const Record& request);
+  // "progress" lines before the status line (sent for progress=1, protocol
+  // version 2) go to `on_progress` in order, or are skipped without one.
+  using ProgressCallback = std::function<void(uint64_t done, uint64_t total)>;
+  store::Result<Reply> Call(const Record& request, const ProgressCallback& on_progress = nullptr);
 
  private:
   explicit Client(int fd) : fd_(fd) {}

@@ -10,6 +10,9 @@
 //   reply:   ok [key=value ...]\n  | error code=<CodeName> message=<text>\n
 //            then zero or more "<type> key=value ...\n" records
 //            then "end\n"
+//   A request with progress=1 to lun-import, lun-export or check (version 2)
+//   may get "progress done=<n> total=<n>\n" lines before the status line;
+//   a server of version 1 ignores the key and sends none.
 //
 // Values are percent-encoded: bytes other than [A-Za-z0-9_.:/,+-] become %XX,
 // so a line never holds a space, '=' or newline inside a value.
@@ -24,7 +27,8 @@
 
 namespace cowstore::control {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
+inline constexpr int kSendTimeoutMs = 10000;  // server: per final reply
 inline constexpr size_t kMaxLine = 64 * 1024;
 
 std::string Encode(std::string_view raw);

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include "handler/control/image.h"
@@ -48,6 +49,61 @@ Record LunRecord(const store::LunInfo& l) {
   r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
   return r;
 }
+
+// Progress of one long request. Update() may run on any thread, possibly
+// while the store holds its locks, so it never blocks: a line goes out with
+// MSG_DONTWAIT, what the socket did not take stays pending (a line is never
+// split across a dropped one), and while something is pending newer lines
+// are dropped (progress is lossy; only the last line matters). Lines are sent
+// when the per-mille changes, so at most ~1000 per request. Take() returns
+// the unsent rest plus, on success, a last line with done == total, which
+// Serve() sends in front of the status line.
+class ProgressStream {
+ public:
+  explicit ProgressStream(int fd) : fd_(fd) {}
+  static void Thunk(void* ctx, uint64_t done, uint64_t total) {
+    static_cast<ProgressStream*>(ctx)->Update(done, total);
+  }
+  void Update(uint64_t done, uint64_t total) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (total == 0) return;
+    if (done > total) done = total;
+    total_ = total;
+    int permille = static_cast<int>(static_cast<long double>(done) * 1000 / static_cast<long double>(total));
+    if (permille == sent_permille_ && done != total) return;
+    if (done == sent_done_ && total == sent_total_) return;
+    Flush();
+    if (!pending_.empty() && fd_ >= 0) return;  // the client is slow: drop this one
+    pending_ += Line(Record("progress").Set("done", done).Set("total", total));
+    sent_permille_ = permille;
+    sent_done_ = done;
+    sent_total_ = total;
+    Flush();
+  }
+  std::string Take(bool success) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (success && total_ != 0 && !(sent_done_ == total_ && sent_total_ == total_)) {
+      pending_ += Line(Record("progress").Set("done", total_).Set("total", total_));
+    }
+    return std::move(pending_);
+  }
+
+ private:
+  void Flush() {
+    while (fd_ >= 0 && !pending_.empty()) {
+      ssize_t n = ::send(fd_, pending_.data(), pending_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;  // full (or broken: the final send will notice)
+      pending_.erase(0, static_cast<size_t>(n));
+    }
+  }
+  std::mutex mu_;
+  int fd_;
+  std::string pending_;
+  uint64_t total_ = 0;
+  int sent_permille_ = -1;
+  uint64_t sent_done_ = 0, sent_total_ = 0;
+};
 
 }  // namespace
 
@@ -136,6 +192,8 @@ void Server::Run() {
     bool allowed = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
                    (cred.uid == 0 || cred.uid == ::geteuid());
     if (allowed) {
+      timeval tv{kSendTimeoutMs / 1000, (kSendTimeoutMs % 1000) * 1000};
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
       try {
         Serve(fd);
       } catch (...) {
@@ -152,7 +210,7 @@ void Server::Serve(int fd) {
   for (;;) {
     size_t nl;
     while ((nl = buf.find('\n')) != std::string::npos) {
-      std::string reply = Handle(buf.substr(0, nl));
+      std::string reply = Handle(buf.substr(0, nl), fd);
       buf.erase(0, nl + 1);
       size_t off = 0;
       while (off < reply.size()) {
@@ -175,9 +233,16 @@ void Server::Serve(int fd) {
   }
 }
 
-std::string Server::Handle(const std::string& line) {
+std::string Server::Handle(const std::string& line, int progress_fd) {
   auto req = ParseRecord(line);
   if (!req) return ErrorReply(Code::kInvalidArgument, "malformed request line");
+  // Only long requests stream progress, and only when asked (version 1
+  // clients never ask, so they see the replies they always did).
+  ProgressStream stream(progress_fd);
+  bool want_progress = req->Get("progress") == "1";
+  store::ProgressFn pfn = want_progress ? ProgressStream::Thunk : nullptr;
+  void* pctx = want_progress ? &stream : nullptr;
+  auto finish = [&](std::string reply, bool success) { return stream.Take(success) + reply; };
   const std::string& verb = req->type;
   auto need = [&](const char* key) -> std::optional<std::string> {
     if (!req->Has(key)) return std::nullopt;
@@ -187,7 +252,7 @@ std::string Server::Handle(const std::string& line) {
 
   if (verb == "hello") {
     Record ok("ok");
-    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name);
+    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name).Set("features", "progress");
     return Line(ok) + "end\n";
   }
   if (verb == "space") {
@@ -255,11 +320,11 @@ std::string Server::Handle(const std::string& line) {
       return ErrorReply(Code::kInvalidArgument, "lun-import needs name= path=<absolute> block_size= size=");
     }
     CopyStats st;
-    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, &st);
-    if (!r.ok()) return ErrorReply(r.status());
+    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, &st, pfn, pctx);
+    if (!r.ok()) return finish(ErrorReply(r.status()), false);
     Record ok("ok");
     ok.Set("written", st.written).Set("skipped", st.skipped);
-    return Line(ok) + Line(LunRecord(r.value())) + "end\n";
+    return finish(Line(ok) + Line(LunRecord(r.value())) + "end\n", true);
   }
   if (verb == "lun-export") {
     auto name = need("name");
@@ -268,11 +333,11 @@ std::string Server::Handle(const std::string& line) {
       return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1]");
     }
     CopyStats st;
-    Status s = ExportImage(pool_, *name, *path, req->Get("force") == "1", &st);
-    if (!s.ok()) return ErrorReply(s);
+    Status s = ExportImage(pool_, *name, *path, req->Get("force") == "1", &st, pfn, pctx);
+    if (!s.ok()) return finish(ErrorReply(s), false);
     Record ok("ok");
     ok.Set("written", st.written).Set("skipped", st.skipped);
-    return Line(ok) + "end\n";
+    return finish(Line(ok) + "end\n", true);
   }
   if (verb == "grow") {
     auto size = need_u64("size");
@@ -287,13 +352,13 @@ std::string Server::Handle(const std::string& line) {
     return Line(Record("ok")) + "end\n";
   }
   if (verb == "check") {
-    store::CheckReport rep = pool_.Check();
+    store::CheckReport rep = pool_.Check(pfn, pctx);
     Record ok("ok");
     ok.Set("clean", rep.clean ? 1 : 0).Set("luns", rep.luns).Set("extents", rep.extents);
     ok.Set("allocated_units", rep.allocated_units).Set("leaked_units", rep.leaked_units);
     std::string out = Line(ok);
     for (const auto& p : rep.problems) out += Line(Record("problem").Set("text", p));
-    return out + "end\n";
+    return finish(out + "end\n", true);
   }
   if (verb == "counters") {
     std::string out = Line(Record("ok"));

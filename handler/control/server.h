@@ -10,6 +10,10 @@
 // Thread safety: one background thread serves connections one at a time;
 // every request runs on that thread against the (thread-safe) Pool. No
 // exception leaves the server; SIGPIPE is never raised (MSG_NOSIGNAL).
+// Progress lines are sent with MSG_DONTWAIT from the store's progress
+// callback (under a mutex, whatever thread calls it), so a client that does
+// not read cannot stall the pool; the final reply is sent with a send
+// timeout (kSendTimeoutMs) after the work is done.
 #pragma once
 
 #include <cstdint>
@@ -52,8 +56,13 @@ class Server {
 
   const std::string& path() const { return path_; }
 
-  // One request line -> the whole reply (exposed for tests).
-  std::string Handle(const std::string& line);
+  // One request line -> the whole reply (exposed for tests). A request with
+  // progress=1 to lun-import, lun-export or check gets "progress done= total="
+  // lines before its status line: Serve() sends them while the work runs
+  // (never blocking: a line the socket cannot take at once is dropped);
+  // without a socket (fd < 0, tests) they are collected at the front of the
+  // returned reply.
+  std::string Handle(const std::string& line, int progress_fd = -1);
 
  private:
   Server(store::Pool& pool, ServerOptions options, std::string path, int listen_fd, int stop_fd[2]);

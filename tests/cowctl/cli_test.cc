@@ -1,7 +1,10 @@
 // Drives the real cowctl binary against temporary pools, a fake configfs
 // tree and a fake /proc, the way an administrator would.
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -529,7 +532,7 @@ TEST_F(Served, VaaiStatusShowsHandlerCounters) {
 
 TEST_F(Served, ProtocolEdges) {
   Serve();
-  EXPECT_EQ(server->Handle("hello"), "ok version=1 pool=tank\nend\n");
+  EXPECT_EQ(server->Handle("hello"), "ok version=2 pool=tank features=progress\nend\n");
   EXPECT_EQ(server->Handle("nonsense"), "error code=InvalidArgument message=unknown%20request%20%27nonsense%27\nend\n");
   EXPECT_EQ(server->Handle("lun-create name=x"),
             "error code=InvalidArgument message=lun-create%20needs%20name%3D%20size%3D%20block_size%3D\nend\n");
@@ -548,6 +551,151 @@ TEST_F(Served, ProtocolEdges) {
     ASSERT_TRUE(s.ok());
     EXPECT_TRUE(s->ok());
   }
+}
+
+// ------------------------------------------------- progress over the socket
+
+// A client of protocol version 1: one raw request line, the raw reply up to
+// and including "end\n".
+std::string RawCall(const std::string& sock, const std::string& line) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    if (fd >= 0) ::close(fd);
+    return "connect failed";
+  }
+  std::string req = line + "\n", out;
+  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) out = "send failed";
+  char buf[4096];
+  while (out.size() < 4 || out.compare(out.size() - 4, 4, "end\n") != 0) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+class Progressed : public Served {
+ protected:
+  std::string img = host.dir.path() + "/big.img";
+  void SetUp() override {
+    // 8 MiB, every other MiB data: 8 copy chunks, so several progress lines.
+    std::string data;
+    for (int i = 0; i < 8; ++i) data += std::string(1 << 20, i % 2 ? '\0' : static_cast<char>('a' + i));
+    WriteText(img, data);
+  }
+  // Calls with progress=1 and checks the lines: in order, one total, the
+  // last at total. Returns how many arrived.
+  size_t CallWithProgress(control::Record req) {
+    auto c = control::Client::Connect(run + "/tank.sock");
+    EXPECT_TRUE(c.ok());
+    if (!c.ok()) return 0;
+    std::vector<std::pair<uint64_t, uint64_t>> seen;
+    auto r = c.value()->Call(req.Set("progress", "1"), [&](uint64_t d, uint64_t t) { seen.emplace_back(d, t); });
+    EXPECT_TRUE(r.ok() && r->ok()) << FormatRecord(req) << ": " << (r.ok() ? r->head.Get("message") : "");
+    EXPECT_FALSE(seen.empty()) << FormatRecord(req);
+    for (size_t i = 1; i < seen.size(); ++i) {
+      EXPECT_LT(seen[i - 1].first, seen[i].first) << "line " << i;
+      EXPECT_EQ(seen[i - 1].second, seen[i].second) << "line " << i;
+    }
+    if (!seen.empty()) {
+      EXPECT_EQ(seen.back().first, seen.back().second);
+    }
+    return seen.size();
+  }
+};
+
+TEST_F(Progressed, ImportExportCheckStreamProgressInOrderToTotal) {
+  Serve();
+  EXPECT_GE(CallWithProgress(control::Record("lun-import").Set("name", "x").Set("path", img).Set("block_size", 512).Set(
+                "size", 0)),
+            4u);
+  EXPECT_TRUE(pool->GetLun("x").ok());
+  std::string back = host.dir.path() + "/back.img";
+  EXPECT_GE(CallWithProgress(control::Record("lun-export").Set("name", "x").Set("path", back)), 2u);
+  EXPECT_EQ(ReadText(back), ReadText(img));
+  EXPECT_GE(CallWithProgress(control::Record("check")), 1u);
+}
+
+TEST_F(Progressed, ProgressLinesComeBeforeTheStatusLine) {
+  Serve();
+  std::string r = server->Handle("lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0 progress=1");
+  ASSERT_EQ(r.rfind("progress done=", 0), 0u) << r;
+  size_t ok = r.find("\nok written=");
+  ASSERT_NE(ok, std::string::npos) << r;
+  EXPECT_EQ(r.substr(0, ok + 1).rfind("progress done=8388608 total=8388608\n"), ok + 1 - 36) << r;
+  EXPECT_EQ(r.substr(r.size() - 4), "end\n");
+  // A failed request ends with its error, without a made-up last line.
+  std::string e = server->Handle("lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0 progress=1");
+  EXPECT_EQ(e.rfind("error code=AlreadyExists", 0), 0u) << e;
+}
+
+TEST_F(Progressed, OldClientsGetTheRepliesTheyAlwaysDid) {
+  Serve();
+  std::string sock = run + "/tank.sock";
+  std::string r = RawCall(sock, "lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0");
+  EXPECT_EQ(r.rfind("ok written=4194304 skipped=4194304\nlun name=x ", 0), 0u) << r;
+  EXPECT_EQ(r.find("progress"), std::string::npos) << r;
+  r = RawCall(sock, "check");
+  EXPECT_EQ(r.rfind("ok clean=1 ", 0), 0u) << r;
+  EXPECT_EQ(r.find("progress"), std::string::npos) << r;
+  // A new client skips progress lines it did not ask a callback for.
+  auto c = control::Client::Connect(sock);
+  ASSERT_TRUE(c.ok());
+  auto rep = c.value()->Call(control::Record("check").Set("progress", "1"));
+  ASSERT_TRUE(rep.ok());
+  EXPECT_TRUE(rep->ok());
+  EXPECT_EQ(rep->head.Get("clean"), "1");
+}
+
+TEST_F(Progressed, AClientThatDoesNotReadDoesNotStallTheServer) {
+  Serve();
+  // Asks for progress on a long export, never reads, and hangs up.
+  Ok("lun import tank/x --from " + img);
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (run + "/tank.sock").c_str());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    int small = 1;  // the smallest buffer the kernel allows
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    std::string req;
+    for (int i = 0; i < 20; ++i) req += "check progress=1\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
+    ::usleep(200 * 1000);
+    ::close(fd);
+  }
+  // The server is free again and serves everyone.
+  std::string out = Ok("pool check tank");
+  EXPECT_NE(out.find("clean"), std::string::npos) << out;
+}
+
+TEST_F(Progressed, CowctlDrawsTheBarOnATerminalOnly) {
+  Serve();
+  // Without a terminal: no bar, and --json output is unchanged.
+  CmdResult r = Cowctl("--json lun import tank/x --from " + img);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("\"written\": 4194304"), std::string::npos) << r.out;
+  // On a terminal (script(1) gives one): the same bar as direct operation.
+  if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) for a terminal";
+  std::string log = host.dir.path() + "/tty.log";
+  std::string cmd = std::string("COWSTORE_POOL_DIR=") + pools + " COWSTORE_RUN_DIR=" + run + " " + COWCTL_BINARY +
+                    " --configfs-root " + host.configfs + " --proc-root " + host.proc;
+  std::string back = host.dir.path() + "/back.img";
+  std::string full = "script -qec '" + cmd + " lun import tank/y --from " + img + " && " + cmd + " lun export tank/y --to " +
+                     back + " && " + cmd + " pool check tank' " + log + " >/dev/null 2>&1 </dev/null";
+  ASSERT_EQ(std::system(full.c_str()), 0) << ReadText(log);
+  std::string t = ReadText(log);
+  EXPECT_NE(t.find("importing tank/y [########################################] 100.0%"), std::string::npos) << t;
+  EXPECT_NE(t.find("exporting tank/y [########################################] 100.0%"), std::string::npos) << t;
+  EXPECT_NE(t.find("checking tank (by tcmu-runner's handler) ["), std::string::npos) << t;
+  EXPECT_TRUE(pool->GetLun("y").ok());
+  EXPECT_EQ(ReadText(back), ReadText(img));
 }
 
 // The completion offers what the parser accepts (bash-completion itself is

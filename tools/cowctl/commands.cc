@@ -246,7 +246,9 @@ int PoolCheck(const Context& ctx, const std::string& name) {
       rep = r.value();
     } else if (r.status().code() == Code::kBusy) {
       auto h = OpenPool(ctx, name, true);
-      rep = h->Check(nullptr);
+      Progress remote_progress("checking " + name + " (by tcmu-runner's handler)");
+      rep = h->Check(&remote_progress);
+      remote_progress.Done();
       remote = h->remote();
     } else if (r.status().code() == Code::kNotFound) {
       OpenPool(ctx, name, true);  // says what is missing

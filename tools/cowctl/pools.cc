@@ -101,8 +101,16 @@ class RemotePool final : public PoolHandle {
   }
   bool remote() const override { return true; }
 
-  control::Reply Call(const control::Record& req, const std::string& what) {
-    auto r = client_->Call(req);
+  // With a progress bar, asks the handler to stream progress (ignored by a
+  // handler of protocol version 1, which just answers at the end).
+  control::Reply Call(const control::Record& req, const std::string& what, Progress* progress = nullptr) {
+    control::Record sent = req;
+    control::Client::ProgressCallback cb;
+    if (progress) {
+      sent.Set("progress", "1");
+      cb = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
+    }
+    auto r = client_->Call(sent, cb);
     if (!r.ok()) Fail(r.status(), what + " (through the handler's control socket)");
     if (!r->ok()) Fail(r->status(), what);
     return r.value();
@@ -152,8 +160,9 @@ class RemotePool final : public PoolHandle {
                     "cloning " + name_ + "/" + src + " to " + dst));
   }
   void Grow(uint64_t size) override { Call(control::Record("grow").Set("size", size), "growing pool " + name_); }
-  store::CheckReport Check(Progress*) override {
-    auto r = Call(control::Record("check"), "checking pool " + name_);
+  store::CheckReport Check(Progress* progress) override {
+    client_->SetTimeout(0);  // as long as the check takes
+    auto r = Call(control::Record("check"), "checking pool " + name_, progress);
     store::CheckReport rep;
     rep.clean = r.head.Get("clean") == "1";
     rep.luns = r.head.GetU64("luns").value_or(0);
@@ -166,19 +175,19 @@ class RemotePool final : public PoolHandle {
     return rep;
   }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
-                        control::CopyStats* stats, Progress*) override {
+                        control::CopyStats* stats, Progress* progress) override {
     client_->SetTimeout(0);  // as long as the copy takes
     auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
-                  "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)");
+                  "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)", progress);
     stats->written = r.head.GetU64("written").value_or(0);
     stats->skipped = r.head.GetU64("skipped").value_or(0);
     return One(r);
   }
   void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
-              Progress*) override {
+              Progress* progress) override {
     client_->SetTimeout(0);
     auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0"),
-                  "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)");
+                  "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
     stats->written = r.head.GetU64("written").value_or(0);
     stats->skipped = r.head.GetU64("skipped").value_or(0);
   }
