@@ -17,7 +17,7 @@ e2e_pkgs=(
   python3-rtslib-fb dbus sg3-utils ddpt libiscsi-bin kmod cpio bc file
   e2fsprogs util-linux iproute2
 )
-pkg_pkgs=(debhelper devscripts lintian fakeroot rpm clang-tidy cppcheck)
+pkg_pkgs=(debhelper devscripts lintian fakeroot rpm rpmlint clang-tidy cppcheck)
 
 case "$what" in
   build) pkgs=("${build_pkgs[@]}") ;;
