@@ -4,8 +4,9 @@
 #   unit     GCC RelWithDebInfo build: unit + crash tests (ctest -L 'unit|crash')
 #   asan     clang ASan+UBSan build: unit + crash tests, then each libFuzzer
 #            target for FUZZ_SECONDS (ctest -L fuzz)
-#   tsan     clang TSan build: concurrency tests (ctest -L concurrency)
-#   package  Debian package build, installed into a scratch root
+#   tsan     clang TSan build: unit and concurrency tests (ctest -L 'unit|concurrency')
+#   package  Debian package build, installed into a scratch root; RPM spec
+#            linted and built
 #   e2e      real kernel in qemu: LIO + stock tcmu-runner + our handler (the
 #            build's), then cowctl's scenario with the installed package's
 #            cowctl and handler
@@ -71,7 +72,7 @@ run_asan()  {
     ctest --test-dir build/fuzz -L fuzz --output-on-failure --timeout $((FUZZ_SECONDS * 3 + 60))
   fi
 }
-run_tsan()  { build tsan && ctest_labels tsan 'concurrency'; }
+run_tsan()  { build tsan && ctest_labels tsan 'unit|concurrency'; }
 run_e2e()   {
   [ -x tests/e2e/run-e2e.sh ] || { echo "no e2e suite yet"; return 1; }
   [ -f build/default/build.ninja ] || build default || return 1
@@ -88,7 +89,10 @@ run_e2e()   {
 }
 run_package() {
   [ -x packaging/build-deb.sh ] || { echo "no packaging yet"; return 1; }
-  packaging/build-deb.sh --install-root "$ROOT/build/pkgroot"
+  local rc=0
+  packaging/build-deb.sh --install-root "$ROOT/build/pkgroot" || rc=1
+  packaging/build-rpm.sh --jobs "$JOBS" || rc=1
+  return $rc
 }
 
 for s in $STAGES; do
