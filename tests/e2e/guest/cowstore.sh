@@ -42,15 +42,26 @@ cow_tool() {
     command -v cowctl
 }
 
-# cow_pool_create NAME SIZE : a pool file $COWSTORE_POOL_DIR/NAME (sparse)
+# cow_pool_create NAME SIZE [COWCTL OPTIONS...] : a pool file $COWSTORE_POOL_DIR/NAME
+# (sparse); e.g. --allocation-unit 1M, --soft-threshold 50
 cow_pool_create() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
     mkdir -p "$COWSTORE_POOL_DIR"
     if [ "${E2E_POOL_FS:-tmpfs}" != ext4 ] && ! mountpoint -q "$COWSTORE_POOL_DIR"; then
         mount -t tmpfs -o size=90% tmpfs "$COWSTORE_POOL_DIR" || return 1
     fi
-    echo "+ $tool pool create $1 --size $2 (in $COWSTORE_POOL_DIR)"
-    "$tool" pool create "$1" --size "$2"
+    local name=$1 size=$2; shift 2
+    echo "+ $tool pool create $name --size $size $* (in $COWSTORE_POOL_DIR)"
+    "$tool" pool create "$name" --size "$size" "$@"
+}
+# cow_lun_create POOL LUN SIZE [COWCTL OPTIONS...] : a LUN made by cowctl before any
+# backstore opens it (e.g. --overcommit: larger than the pool, which the handler's
+# own create-on-open does not do); the backstore's size and block size must match
+cow_lun_create() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
+    local pool=$1 lun=$2 size=$3; shift 3
+    echo "+ $tool lun create $pool/$lun --size $size $*"
+    "$tool" lun create "$pool/$lun" --size "$size" "$@"
 }
 # cow_pool_check NAME : the store's offline invariant checker (runner stopped)
 cow_pool_check() {
@@ -79,8 +90,9 @@ cow_pool_field() {
 cow_pool_bytes() { echo $(( $(stat -c %b "$COWSTORE_POOL_DIR/$1") * 512 )); }
 
 # cow_bs HBA NAME SIZE POOL LUN [COPY_GROUP] : a user:cowstore backstore via configfs,
-# 512-byte blocks, max transfer COW_MAX_SECTORS (default 2048 = 1 MiB; the
-# kernel's default of 128 = 64 KiB is slow).
+# COW_BLOCK_SIZE-byte blocks (default 512), max transfer COW_MAX_SECTORS blocks
+# (default 1 MiB worth; the kernel's default of 128 blocks = 64 KiB is slow).
 cow_bs() {
-    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" 512 "${COW_MAX_SECTORS:-2048}"
+    local bs=${COW_BLOCK_SIZE:-512}
+    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" $bs "${COW_MAX_SECTORS:-$(( (1 << 20) / bs ))}"
 }

@@ -22,6 +22,19 @@ per-command figures; this tool sends many commands from one process.
   sgio.py zero BLOCKDEV LBA BLOCKS [--sample N]
       Compare two ranges (or a range with zeros) with 4 MiB O_DIRECT reads;
       --sample N checks N evenly spaced 1 MiB chunks only (fast on big ranges).
+  sgio.py pattern DEV LBA CHUNKS [--chunk BLOCKS] [--seed S] [--until-fail KEY/ASC/ASCQ]
+                  [--state FILE] [--verify-only] [--block-size N]
+      WRITE(16) CHUNKS chunks of BLOCKS blocks (distinct pseudo-random data per
+      seed and chunk) from LBA, then READ(16) every acknowledged chunk back and
+      compare. A UNIT ATTENTION is printed and the command repeated.
+      --until-fail: write until a WRITE fails; it must fail with exactly that
+      sense; the number of acknowledged chunks goes to --state.
+      --verify-only: write nothing, read back the chunks --state lists
+      (from chunk --first on).
+  sgio.py softua DEV LBA CHUNKS [--chunk BLOCKS] [--expect KEY/ASC/ASCQ]
+      After every 1-chunk WRITE(16), TEST UNIT READY; exactly one TUR must get
+      the sense (default 06/38/07), the TUR right after it must be GOOD, and no
+      WRITE may get a UNIT ATTENTION.
   sgio.py vaai DEV [--require]
       What an ESXi host would conclude (ATS, Clone, Zero, Delete) and every
       VAAI-relevant field (INQUIRY 3PC, VPD B0/B2/83/8F, READ CAPACITY 16).
@@ -32,6 +45,7 @@ import ctypes
 import fcntl
 import mmap
 import os
+import random
 import sys
 import time
 
@@ -378,6 +392,89 @@ def cmd_vaai(a):
     return 1 if (a.require and bad) else 0
 
 
+def _sense_tuple(txt):
+    return tuple(int(x, 16) for x in txt.split("/"))
+
+
+def _chunk_data(seed, i, n):
+    return random.Random(seed * 1000003 + i).randbytes(n)
+
+
+def cmd_pattern(a):
+    dev = Device(a.dev)
+    bs, cb = a.block_size, a.chunk
+    n = cb * bs
+    acked = 0
+    if a.verify_only:
+        acked = int(open(a.state).read().split()[0])
+    else:
+        want = _sense_tuple(a.until_fail) if a.until_fail else None
+        failed = None
+        for i in range(a.chunks):
+            r = dev.send(cdb16(0x8a, a.lba + i * cb, cb), out=_chunk_data(a.seed, i, n))
+            while r.key == 6:
+                print("chunk %d: unit attention %02x/%02x, repeating the WRITE" % (i, r.asc, r.ascq))
+                r = dev.send(cdb16(0x8a, a.lba + i * cb, cb), out=_chunk_data(a.seed, i, n))
+            if not r.good:
+                failed = r
+                print("WRITE(16) of chunk %d (LBA %d, %d blocks) failed after %d acknowledged chunks (%d MiB): %s"
+                      % (i, a.lba + i * cb, cb, acked, (acked * n) >> 20, r.describe()))
+                break
+            acked += 1
+        if a.state:
+            open(a.state, "w").write("%d\n" % acked)
+        if want is None and failed is not None:
+            return 1
+        if want is not None:
+            if failed is None:
+                print("UNEXPECTED: all %d chunks were acknowledged; no WRITE failed" % acked)
+                return 1
+            if (failed.status, failed.key, failed.asc, failed.ascq) != (2,) + want:
+                print("UNEXPECTED: wanted CHECK CONDITION %s" % a.until_fail)
+                return 1
+            print("failing WRITE: CHECK CONDITION sense_key=0x%x asc=0x%02x ascq=0x%02x as required"
+                  % want)
+    bad = 0
+    for i in range(a.first, acked):
+        r = dev.send_retry_ua(cdb16(0x88, a.lba + i * cb, cb), in_len=n)
+        if not r.good or r.data != _chunk_data(a.seed, i, n):
+            bad += 1
+            print("chunk %d (LBA %d) does not read back: %s" % (i, a.lba + i * cb, r.describe()))
+    print("sgio pattern: %d chunks of %d blocks acknowledged, chunks %d..%d read back: %d intact"
+          % (acked, cb, a.first, acked - 1, acked - a.first - bad))
+    return 1 if bad else 0
+
+
+def cmd_softua(a):
+    dev = Device(a.dev)
+    bs, cb = a.block_size, a.chunk
+    want = _sense_tuple(a.expect)
+    seen, bad = [], 0
+    for i in range(a.chunks):
+        w = dev.send(cdb16(0x8a, a.lba + i * cb, cb), out=_chunk_data(a.seed, i, cb * bs))
+        if not w.good:
+            bad += 1
+            print("chunk %d: WRITE(16) not GOOD: %s" % (i, w.describe()))
+            continue
+        t = dev.send(bytes(6))
+        if t.good:
+            continue
+        print("chunk %d (%d MiB written): TEST UNIT READY: %s" % (i, ((i + 1) * cb * bs) >> 20, t.describe()))
+        if (t.status, t.key, t.asc, t.ascq) == (2,) + want:
+            seen.append(i)
+            t2 = dev.send(bytes(6))
+            print("  the next TEST UNIT READY: %s" % t2.describe())
+            if not t2.good:
+                bad += 1
+        else:
+            bad += 1
+    print("sgio softua: %s seen %d time(s)%s" % (a.expect, len(seen),
+          "" if not seen else " (after chunk %s)" % ",".join(map(str, seen))))
+    if len(seen) != 1:
+        print("UNEXPECTED: wanted exactly one")
+    return 0 if (len(seen) == 1 and not bad) else 1
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="what", required=True)
@@ -417,9 +514,29 @@ def main():
     v = sub.add_parser("vaai")
     v.add_argument("dev")
     v.add_argument("--require", action="store_true")
+    pt = sub.add_parser("pattern")
+    pt.add_argument("dev")
+    pt.add_argument("lba", type=int)
+    pt.add_argument("chunks", type=int)
+    pt.add_argument("--chunk", type=int, default=2048)
+    pt.add_argument("--seed", type=int, default=1)
+    pt.add_argument("--until-fail")
+    pt.add_argument("--state")
+    pt.add_argument("--verify-only", action="store_true")
+    pt.add_argument("--first", type=int, default=0, help="read back from this chunk on")
+    pt.add_argument("--block-size", type=int, default=512)
+    su = sub.add_parser("softua")
+    su.add_argument("dev")
+    su.add_argument("lba", type=int)
+    su.add_argument("chunks", type=int)
+    su.add_argument("--chunk", type=int, default=2048)
+    su.add_argument("--seed", type=int, default=7)
+    su.add_argument("--expect", default="06/38/07")
+    su.add_argument("--block-size", type=int, default=512)
     a = p.parse_args()
     return {"cmd": cmd_one, "loop": cmd_loop, "vaai": cmd_vaai, "fill": cmd_fill,
-            "same": cmd_same, "zero": cmd_same}[a.what](a)
+            "same": cmd_same, "zero": cmd_same,
+            "pattern": cmd_pattern, "softua": cmd_softua}[a.what](a)
 
 
 if __name__ == "__main__":

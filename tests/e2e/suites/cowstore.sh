@@ -12,7 +12,10 @@
 #  3. targetcli /backstores/user:cowstore over the guest's system D-Bus
 #  4. persistence: restart tcmu-runner; SIGKILL it mid-write; every
 #     acknowledged write must read back; the pool checks clean
-#  5. iscsi-test-cu families on cowstore and on LIO fileio side by side,
+#  5. thin provisioning through SG_IO: exhaustion (DATA PROTECT 27/07, acked data
+#     intact, UNMAP gives space back), the soft-threshold unit attention 38/07
+#     exactly once; a 4096-byte-block LUN (readcap, dd, WRITE SAME UNMAP, CAW)
+#  6. iscsi-test-cu families on cowstore and on LIO fileio side by side,
 #     cowstore gated on tests/e2e/icu-baseline-cowstore.txt
 # Exits 77 (skipped, with the reason) when handler_cowstore.so is not built.
 . "$(dirname "$0")/../guest/lib.sh"
@@ -230,6 +233,76 @@ step kill9-acked    $ACKW verify $A 600000 16384 $W/ack.log
 step kill9-older    same_as $A 400000 8192 $W/pat3
 step kill9-b        same_as $B 0 16384 $W/pat2
 
+# ------------------------------------------------------------ thin provisioning, 4096-byte blocks
+# Own pools (1 MiB allocation unit) and LUNs on a second tcm_loop target. Data
+# goes through the sg nodes from one process (sgio.py): the sd driver retries
+# UNIT ATTENTIONs on its own I/O, so only SG_IO shows them to the test.
+TPW=naa.50014059c0000d00
+# Exhaustion: a 64 MiB pool under a 256 MiB LUN (overcommitted). 1 MiB WRITE(16)s
+# of distinct data until one fails: CHECK CONDITION, DATA PROTECT, SPACE ALLOCATION
+# FAILED WRITE PROTECT (07/27/07); every acknowledged chunk must read back (the
+# default 80 % soft threshold's unit attention on the way is printed and the WRITE
+# repeated). Then UNMAP the first 8 MiB: writing 4 MiB there succeeds again.
+step tp-pool        cow_pool_create tp 64M --allocation-unit 1M
+step tp-lun         cow_lun_create tp big 256M --overcommit
+step tp-bs          cow_bs 3 tpbig $((256 << 20)) tp big
+step tp-loop        mk_loop_lun $CFS/core/user_3/tpbig $TPW 0
+TP=$(loop_dev $TPW 0); STP=$(loop_dev $TPW 0 scsi_generic)
+step tp-fill-to-full $SGIO pattern $STP 0 256 --seed 11 --until-fail 07/27/07 --state $W/tp-acked
+say "exhaustion: $(cat $W/tp-acked 2>/dev/null) MiB acknowledged in the 64 MiB pool"
+head -c $((1 << 20)) $W/pat > $W/tp-1m
+step tp-still-full  $SGIO cmd $STP 8a000000000000064000000008000000 --out $W/tp-1m --expect 07/27/07   # 1 MiB at LBA 409600
+step tp-unmap       sg_unmap --force --lba=0 --num=16384 $TP
+step tp-unmap-z     zeros $TP 0 16384
+step tp-write-after-unmap $SGIO pattern $STP 0 4 --seed 12
+step tp-unmapped-rest-z zeros $TP 8192 8192
+step tp-acked-intact $SGIO pattern $STP 0 0 --seed 11 --verify-only --state $W/tp-acked --first 8
+# Soft threshold: a 64 MiB pool warning at 50 %. After each 1 MiB WRITE(16), a
+# TEST UNIT READY: exactly one gets UNIT ATTENTION 06/38/07 (THIN PROVISIONING
+# SOFT THRESHOLD REACHED), and the one after it is GOOD.
+# Observed (Debian 6.1, stock tcmu-runner 1.5.4): the attention comes on the
+# first command after the WRITE that crossed the threshold, whatever it is; in
+# tp-fill-to-full above the default 80 % one landed on a WRITE(16) (logged and
+# repeated there). Had that WRITE come through /dev/sdX, the midlayer would have
+# retried it and the attention would be gone unseen: hence SG_IO only, with the
+# probe right after each write. Here it fired after 22 MiB of data, half of the
+# 44 MiB that the same-sized pool tp accepted before 27/07.
+step soft-pool      cow_pool_create ts 64M --allocation-unit 1M --soft-threshold 50
+step soft-bs        cow_bs 4 tssoft $((48 << 20)) ts soft
+step soft-loop      mk_loop_lun $CFS/core/user_4/tssoft $TPW 1
+SSOFT=$(loop_dev $TPW 1 scsi_generic)
+# 34 MiB: well past the threshold, well short of the ~44 MiB such a pool holds
+step soft-ua-once   $SGIO softua $SSOFT 0 34
+# 4096-byte logical blocks (in p0). same_as/zeros/all_bytes count 512-byte units.
+COW_BLOCK_SIZE=4096 step 4k-bs cow_bs 5 k4 $((64 << 20)) p0 k4
+step 4k-loop        mk_loop_lun $CFS/core/user_5/k4 $TPW 2
+K4=$(loop_dev $TPW 2); SK4=$(loop_dev $TPW 2 scsi_generic)
+step 4k-readcap     shows "Logical block length=4096 bytes" sg_readcap -l $K4
+step 4k-readcap-last shows "Last LBA=16383" sg_readcap -l $K4
+step 4k-mk-pattern  dd if=/dev/urandom of=$W/pat4k bs=1M count=4 status=none
+step 4k-dd-write    dd if=$W/pat4k of=$K4 bs=1M oflag=direct status=none
+step 4k-dd-verify   same_as $K4 0 8192 $W/pat4k
+head -c 4096 /dev/zero > $W/blk4k-00
+# WRITE SAME(16) UNMAP: 4 KiB LBAs 256..511 (one allocation unit) and 600..604 (unaligned)
+step 4k-ws16-unmap  sg_write_same --16 --unmap --lba=256 --num=256 --xferlen=4096 --in=$W/blk4k-00 $K4
+step 4k-ws16-unmap-odd sg_write_same --16 --unmap --lba=600 --num=5 --xferlen=4096 --in=$W/blk4k-00 $K4
+step 4k-ws16-z      zeros_at $K4 2048 2048 4800 40
+step 4k-ws16-keep   same_as_pat $K4 $W/pat4k 0 2048 4096 704 4840 3352
+# COMPARE AND WRITE, 1 block of 4096 bytes: on never-written LBA 2000 (compares
+# with zeros), then over it, then a miscompare at byte 100 of the block
+pattern_file $W/blk4k-ab 253 4096; pattern_file $W/blk4k-cd 315 4096
+cat $W/blk4k-00 $W/blk4k-ab > $W/caw4k-1; cat $W/blk4k-ab $W/blk4k-cd > $W/caw4k-2
+cp $W/blk4k-cd $W/cmp4k-bad; printf '\x00' | dd of=$W/cmp4k-bad bs=1 seek=100 conv=notrunc status=none
+cat $W/cmp4k-bad $W/blk4k-ab > $W/caw4k-bad
+CAW4K_2000=890000000000000007d0000000010000
+step 4k-caw         $SGIO cmd $SK4 $CAW4K_2000 --out $W/caw4k-1 --expect GOOD
+step 4k-caw-v       all_bytes $K4 16000 8 253
+step 4k-caw-2       $SGIO cmd $SK4 $CAW4K_2000 --out $W/caw4k-2 --expect GOOD
+step 4k-caw-2-v     all_bytes $K4 16000 8 315
+step 4k-caw-miscompare $SGIO cmd $SK4 $CAW4K_2000 --out $W/caw4k-bad --expect 0e/1d/00 --info 100
+step 4k-caw-unchanged all_bytes $K4 16000 8 315
+step 4k-caw-neighbours zeros_at $K4 15992 8 16008 8
+
 # ------------------------------------------------------------ iscsi-test-cu, cowstore vs LIO fileio
 ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow}
 IQN_COW=iqn.2003-01.org.cowstore.e2e:cowstore
@@ -254,6 +327,8 @@ step icu-not-worse-than-fileio bash -c "join <(sort $E2E_OUT/icu-cowstore.tsv) <
 step runner-alive   runner_alive
 step runner-stop-final stop_runner TERM
 step pool-check     cow_pool_check p0
+step pool-check-tp  cow_pool_check tp       # filled to exhaustion, then partly unmapped
+step pool-check-ts  cow_pool_check ts
 step pool-show      cow_pool_show p0
 step pool-saved-by-clones bash -c "v=\$($(cow_tool) --json pool show p0 | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"saved_by_clones\"])'); echo saved_by_clones=\$v; [ \$v -ge $((8 << 20)) ]"   # a->b aligned clone survives to the end
 note "pool p0 file occupies $(cow_pool_bytes p0) bytes on the scratch fs"
