@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <thread>
+#include <utility>
 
 #include "handler/store/env.h"
 #include "tools/cowctl/config.h"
@@ -647,6 +648,25 @@ struct ExportArgs {
   int64_t lun = -1;
 };
 
+// Exports ref's backstore (made first if it has none) through `export_fn`;
+// a backstore made here is removed again when the export fails, so a failed
+// export leaves nothing behind.
+template <typename ExportFn>
+std::pair<Backstore, FabricLun> ExportBackstore(const Context& ctx, Lio& lio, const LunRef& ref,
+                                                const BackstoreArgs& b, ExportFn export_fn) {
+  auto bs = lio.FindBackstore(ref.pool, ref.lun);
+  const bool made = !bs;
+  if (made) bs = MakeBackstore(ctx, ref, LunInfoOf(ctx, ref), b);
+  try {
+    return {*bs, export_fn(*bs)};
+  } catch (const UserError&) {
+    if (made) {
+      try { lio.DeleteBackstore(*bs); } catch (const UserError&) {}
+    }
+    throw;
+  }
+}
+
 void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& a, const BackstoreArgs& b) {
   LunRef ref = ParseLunRef(refs);
   Lio lio = MakeLio(ctx);
@@ -659,29 +679,14 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
     throw UserError("CHAP is set per initiator: name one with --initiator");
   }
   if (a.lun >= 0) spec.lun = static_cast<uint32_t>(a.lun);
-  auto bs = lio.FindBackstore(ref.pool, ref.lun);
-  bool made = false;
-  if (!bs) {
-    BackstoreArgs bb = b;
-    bs = MakeBackstore(ctx, ref, LunInfoOf(ctx, ref), bb);
-    made = true;
-  }
-  FabricLun l;
-  try {
-    l = lio.ExportIscsi(*bs, spec);
-  } catch (const UserError&) {
-    if (made) {
-      try { lio.DeleteBackstore(*bs); } catch (const UserError&) {}
-    }
-    throw;
-  }
+  auto [bs, l] = ExportBackstore(ctx, lio, ref, b, [&](const Backstore& s) { return lio.ExportIscsi(s, spec); });
   Json j = Json::object();
   j["lun"] = ref.str();
   j["fabric"] = "iscsi";
   j["target"] = l.target;
   j["tpg"] = l.tpg;
   j["lun_number"] = l.lun;
-  j["backstore"] = bs->name;
+  j["backstore"] = bs.name;
   Emit(ctx, j, "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n");
 }
 
@@ -689,21 +694,7 @@ void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs
   LunRef ref = ParseLunRef(refs);
   Lio lio = MakeLio(ctx);
   lio.RequireCore();
-  auto bs = lio.FindBackstore(ref.pool, ref.lun);
-  bool made = false;
-  if (!bs) {
-    bs = MakeBackstore(ctx, ref, LunInfoOf(ctx, ref), b);
-    made = true;
-  }
-  FabricLun l;
-  try {
-    l = lio.ExportLoopback(*bs);
-  } catch (const UserError&) {
-    if (made) {
-      try { lio.DeleteBackstore(*bs); } catch (const UserError&) {}
-    }
-    throw;
-  }
+  auto [bs, l] = ExportBackstore(ctx, lio, ref, b, [&](const Backstore& s) { return lio.ExportLoopback(s); });
   Json j = Json::object();
   j["lun"] = ref.str();
   j["fabric"] = "loopback";
