@@ -339,9 +339,159 @@ TEST_F(Cli, ExportErrorsRollBackTheBackstoreTheyMade) {
   Err("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1 --chap-user u --chap-password short",
       "12 to 16");
   Err("export iscsi tank/vm1 --chap-user u --chap-password 0123456789ab", "name one with --initiator");
-  Err("export iscsi tank/nope", "not found");
+  Err("export iscsi tank/nope --demo-mode", "not found");
   EXPECT_FALSE(Exists(host.T("core/user_0")));
   Err("unexport tank/vm1", "has no backstore");
+}
+
+// ---------------------------------------------------------------- who may log in
+
+TEST_F(Cli, ExportWithoutInitiatorIsRefusedAndChangesNothing) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/vm2 --size 64M --backstore");
+  const std::string want =
+      "refusing to export tank/vm1 to every initiator: name one with --initiator IQN (repeatable), "
+      "or pass --demo-mode to allow any initiator (lab use)";
+  std::string before = testing::Snapshot(host.configfs);
+  Err("export iscsi tank/vm1", want);
+  Err("export iscsi tank/vm1 --target iqn.2024-01.io.cowstore:test.tank --portal 127.0.0.1:3260", want);
+  Err("--json export iscsi tank/vm2", "refusing to export tank/vm2 to every initiator");
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  EXPECT_FALSE(Exists(host.T("iscsi")));
+  // Refused before the backstore is even tried (a made-and-removed one would
+  // leave the same tree): without tcmu-runner the refusal still comes first.
+  std::filesystem::remove_all(host.proc + "/4242");
+  Err("export iscsi tank/vm1", want);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+}
+
+TEST_F(Cli, DemoModeIsAskedForAndWarnedAbout) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  CmdResult r = Cowctl("--json export iscsi tank/vm1 --demo-mode --target " + tgt);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"demo_mode\": true"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "cowctl: warning: demo mode: any initiator can log in to " + tgt +
+                       " and write to tank/vm1 (no ACLs)\n");
+  std::string tpg = host.T("iscsi/" + tgt + "/tpgt_1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/generate_node_acls"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/cache_dynamic_acls"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/demo_mode_write_protect"), "0");
+  EXPECT_EQ(ReadText(tpg + "/attrib/authentication"), "0");
+  EXPECT_EQ(ReadText(tpg + "/enable"), "1");
+  EXPECT_TRUE(Exists(tpg + "/np/0.0.0.0:3260"));
+  EXPECT_FALSE(Exists(tpg + "/acls"));
+  // Named initiators: no demo mode, and JSON says so.
+  Ok("lun create tank/vm2 --size 64M");
+  r = Cowctl("--json export iscsi tank/vm2 -i iqn.1998-01.com.vmware:esx1");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"demo_mode\": false"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(Cowctl("export iscsi --help").out.find("--demo-mode"), std::string::npos);
+}
+
+TEST_F(Cli, DemoModeWithInitiatorIsAUsageError) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  std::string before = testing::Snapshot(host.configfs);
+  Err("export iscsi tank/vm1 --demo-mode -i iqn.1998-01.com.vmware:esx1", "--demo-mode: cannot be used with --initiator",
+      2);
+  Err("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1 --demo-mode", "cannot be used with --initiator", 2);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+}
+
+TEST_F(Cli, ADemoModeTargetTakesMoreLunsOnlyWithDemoMode) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/vm2 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  Ok("export iscsi tank/vm1 --target " + tgt + " --demo-mode");
+  std::string before = testing::Snapshot(host.configfs);
+  Err("export iscsi tank/vm2 --target " + tgt,
+      "refusing to add tank/vm2 to " + tgt + ": that target lets every initiator log in (demo mode");
+  Err("export iscsi tank/vm2 --target " + tgt + " -i iqn.1998-01.com.vmware:esx1", "--initiator would keep nobody out");
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  CmdResult r = Cowctl("export iscsi tank/vm2 --target " + tgt + " --demo-mode");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("LUN 1 of " + tgt), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("warning: demo mode"), std::string::npos) << r.err;
+}
+
+// A target that was given ACLs and later put in demo mode by hand
+// (targetcli: set attribute generate_node_acls=1) is a demo-mode target too.
+TEST_F(Cli, DemoModeSetByTargetcliCounts) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/vm2 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i iqn.1998-01.com.vmware:esx1");
+  WriteText(host.T("iscsi/" + tgt + "/tpgt_1/attrib/generate_node_acls"), "1\n");
+  std::string before = testing::Snapshot(host.configfs);
+  Err("export iscsi tank/vm2 --target " + tgt, "lets every initiator log in (demo mode");
+  Err("export iscsi tank/vm2 --target " + tgt + " -i iqn.1998-01.com.vmware:esx1", "would keep nobody out");
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+}
+
+TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/vm2 --size 64M");
+  Ok("lun create tank/vm3 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank", esx = "iqn.1998-01.com.vmware:esx1";
+  std::string tpg = host.T("iscsi/" + tgt + "/tpgt_1");
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx);
+  // --demo-mode does not open a target that has ACLs.
+  std::string before = testing::Snapshot(host.configfs);
+  Err("export iscsi tank/vm2 --target " + tgt + " --demo-mode", "admits only initiators with an ACL");
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  // Neither flag: the LUN is added, the ACLs stay as they are (and say who may see it).
+  CmdResult r = Cowctl("export iscsi tank/vm2 --target " + tgt);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("LUN 1 of " + tgt), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("note: " + tgt + " admits only the initiators in its ACLs"), std::string::npos) << r.err;
+  EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
+  EXPECT_TRUE(Exists(tpg + "/lun/lun_1"));
+  EXPECT_FALSE(Exists(tpg + "/acls/" + esx + "/lun_1"));
+  // -i maps an initiator to it.
+  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx);
+  EXPECT_TRUE(Exists(tpg + "/acls/" + esx + "/lun_1"));
+  Ok("export iscsi tank/vm3 --target " + tgt + " -i " + esx);
+  EXPECT_TRUE(Exists(tpg + "/acls/" + esx + "/lun_2"));
+}
+
+TEST_F(Cli, RestoreBringsBackADemoModeTarget) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/vm2 --size 64M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  std::string tpg = host.T("iscsi/" + tgt + "/tpgt_1");
+  Ok("export iscsi tank/vm1 --target " + tgt + " --portal 127.0.0.1:3260 --demo-mode");
+  Ok("export iscsi tank/vm2 --target " + tgt + " --demo-mode");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  EXPECT_NE(ReadText(file).find("acls:\n      []"), std::string::npos) << ReadText(file);  // no ACLs: demo mode
+  // Reboot: LIO's configuration is gone.
+  std::filesystem::remove_all(host.configfs + "/target");
+  std::filesystem::create_directories(host.configfs + "/target/core");
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // restoring is the explicit act: no refusal, no warning
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("exported tank/vm2 as LUN 1 of " + tgt), std::string::npos) << r.out;
+  EXPECT_EQ(ReadText(tpg + "/attrib/generate_node_acls"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/demo_mode_write_protect"), "0");
+  EXPECT_TRUE(Exists(tpg + "/np/127.0.0.1:3260"));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  // One LUN lost from the existing demo-mode target: restore adds it back there.
+  Ok("unexport tank/vm2");
+  r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("exported tank/vm2 as LUN 1 of " + tgt), std::string::npos) << r.out;
+  std::string again = host.dir.path() + "/again.yaml";
+  Ok("save " + again);
+  EXPECT_EQ(ReadText(again), ReadText(file));
 }
 
 TEST_F(Cli, LoopbackExportAndUnexport) {
@@ -715,7 +865,7 @@ c cowctl export iscsi t/l --
   auto lines = testing::ReadText(out);
   for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
-                        "--target --portal --initiator --chap-user --chap-password --lun"}) {
+                        "--target --portal --initiator --demo-mode --chap-user --chap-password --lun"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
 }

@@ -5,11 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace cowstore::cowctl::testing {
 
@@ -45,6 +47,28 @@ inline std::string ReadText(const std::string& p) {
 inline bool Exists(const std::string& p) {
   struct stat st;
   return ::lstat(p.c_str(), &st) == 0;
+}
+
+// Every directory, file (with its contents) and link (with its target) under
+// `root`, one per line in name order: equal snapshots mean nothing changed.
+inline std::string Snapshot(const std::string& root) {
+  std::vector<std::string> lines;
+  if (!Exists(root)) return "(missing)\n";
+  for (auto it = std::filesystem::recursive_directory_iterator(root); it != std::filesystem::end(it); ++it) {
+    std::string rel = it->path().string().substr(root.size());
+    if (it->is_symlink()) {
+      lines.push_back(rel + " -> " + std::filesystem::read_symlink(it->path()).string());
+      it.disable_recursion_pending();
+    } else if (it->is_directory()) {
+      lines.push_back(rel + "/");
+    } else {
+      lines.push_back(rel + ": " + ReadText(it->path().string()));
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
 }
 
 // <dir>/configfs/target/core and <dir>/proc/4242/comm = tcmu-runner.

@@ -191,14 +191,97 @@ TEST_F(LioTest, ExportsOverIscsiWithAclsAndChap) {
   EXPECT_EQ(targets[0].acls[0].chap_user, "esxuser");
 }
 
-TEST_F(LioTest, NoInitiatorMeansDemoModeOnDefaultPortal) {
+TEST_F(LioTest, DemoModeOnDefaultPortalWhenAskedFor) {
   Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
-  lio.ExportIscsi(b, {"iqn.2024-01.io.cowstore:nas.tank", {}, {}, std::nullopt});
+  EXPECT_EQ(lio.IscsiTpgAccess("iqn.2024-01.io.cowstore:nas.tank"), IscsiAccess::kNoTpg);
+  lio.ExportIscsi(b, {"iqn.2024-01.io.cowstore:nas.tank", {}, {}, std::nullopt, /*demo_mode=*/true});
   std::string tpg = host.T("iscsi/iqn.2024-01.io.cowstore:nas.tank/tpgt_1");
   EXPECT_TRUE(Exists(tpg + "/np/0.0.0.0:3260"));
   EXPECT_EQ(ReadText(tpg + "/attrib/generate_node_acls"), "1");
+  EXPECT_EQ(ReadText(tpg + "/attrib/cache_dynamic_acls"), "1");
   EXPECT_EQ(ReadText(tpg + "/attrib/demo_mode_write_protect"), "0");
+  EXPECT_EQ(ReadText(tpg + "/enable"), "1");
   EXPECT_TRUE(lio.IscsiTargets()[0].demo_mode);
+  EXPECT_EQ(lio.IscsiTpgAccess("iqn.2024-01.io.cowstore:nas.tank"), IscsiAccess::kDemo);
+}
+
+TEST_F(LioTest, NoInitiatorWithoutDemoModeIsRefusedBeforeAnythingIsMade) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  try {
+    lio.ExportIscsi(b, {"iqn.2024-01.io.cowstore:nas.tank", {}, {}, std::nullopt});
+    ADD_FAILURE() << "exported to every initiator without being asked";
+  } catch (const UserError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("refusing to export tank/vm1 to every initiator"), std::string::npos) << m;
+    EXPECT_NE(m.find("--initiator IQN"), std::string::npos) << m;
+    EXPECT_NE(m.find("--demo-mode"), std::string::npos) << m;
+  }
+  EXPECT_FALSE(Exists(host.T("iscsi")));
+  EXPECT_TRUE(lio.LinksTo(b).empty());
+}
+
+TEST_F(LioTest, DemoModeWithInitiatorsIsRefused) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt, true};
+  EXPECT_THROW(lio.ExportIscsi(b, s), UserError);
+  EXPECT_THROW(CheckIscsiAccess(IscsiAccess::kNoTpg, s, "tank/vm1"), UserError);
+  EXPECT_FALSE(Exists(host.T("iscsi")));
+}
+
+TEST_F(LioTest, ADemoModeTargetTakesLunsOnlyWithDemoMode) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  const std::string iqn = "iqn.2024-01.io.cowstore:nas.tank";
+  lio.ExportIscsi(b, {iqn, {}, {}, std::nullopt, true});
+  std::string before = testing::Snapshot(host.configfs);
+  EXPECT_THROW(lio.ExportIscsi(b2, {iqn, {}, {}, std::nullopt}), UserError);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  EXPECT_EQ(lio.ExportIscsi(b2, {iqn, {}, {}, std::nullopt, true}).lun, 1u);
+  EXPECT_EQ(ReadText(host.T("iscsi/" + iqn + "/tpgt_1/attrib/generate_node_acls")), "1");
+}
+
+TEST_F(LioTest, AnAclTargetTakesLunsWithoutInitiatorAndKeepsItsAcls) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  const std::string iqn = "iqn.2024-01.io.cowstore:nas.tank";
+  lio.ExportIscsi(b, {iqn, {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt});
+  EXPECT_EQ(lio.IscsiTpgAccess(iqn), IscsiAccess::kAcls);
+  EXPECT_EQ(lio.ExportIscsi(b2, {iqn, {}, {}, std::nullopt}).lun, 1u);
+  std::string tpg = host.T("iscsi/" + iqn + "/tpgt_1");
+  EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
+  EXPECT_TRUE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_0"));
+  EXPECT_FALSE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_1"));  // not mapped: nobody sees it yet
+  EXPECT_FALSE(lio.IscsiTargets()[0].demo_mode);
+}
+
+// Every access case of `cowctl export iscsi`, by the target's current state.
+TEST(IscsiAccessRules, WhatExportIscsiAllows) {
+  const std::string iqn = "iqn.2024-01.io.cowstore:nas.tank";
+  IscsiSpec none{iqn, {}, {}, std::nullopt, false};
+  IscsiSpec demo{iqn, {}, {}, std::nullopt, true};
+  IscsiSpec acl{iqn, {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt, false};
+  IscsiSpec both{iqn, {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt, true};
+  auto allowed = [](IscsiAccess a, const IscsiSpec& s) {
+    try {
+      CheckIscsiAccess(a, s, "tank/vm1");
+      return true;
+    } catch (const UserError&) {
+      return false;
+    }
+  };
+  using A = IscsiAccess;
+  EXPECT_FALSE(allowed(A::kNoTpg, none));
+  EXPECT_FALSE(allowed(A::kDemo, none));
+  EXPECT_TRUE(allowed(A::kAcls, none));
+  EXPECT_TRUE(allowed(A::kNoTpg, demo));
+  EXPECT_TRUE(allowed(A::kDemo, demo));
+  EXPECT_FALSE(allowed(A::kAcls, demo));
+  EXPECT_TRUE(allowed(A::kNoTpg, acl));
+  EXPECT_FALSE(allowed(A::kDemo, acl));
+  EXPECT_TRUE(allowed(A::kAcls, acl));
+  for (A a : {A::kNoTpg, A::kDemo, A::kAcls}) EXPECT_FALSE(allowed(a, both));
+  // Names are checked first, whatever the access.
+  EXPECT_FALSE(allowed(A::kAcls, IscsiSpec{"bogus", {}, {}, std::nullopt, false}));
 }
 
 TEST_F(LioTest, BadExportInputIsRefusedBeforeAnythingIsMade) {
@@ -218,7 +301,7 @@ TEST_F(LioTest, BadExportInputIsRefusedBeforeAnythingIsMade) {
 TEST_F(LioTest, TakenLunNumberRollsBackTheNewTarget) {
   Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
   Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
-  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {}, 3};
+  IscsiSpec s{"iqn.2024-01.io.cowstore:nas.tank", {}, {}, 3, /*demo_mode=*/true};
   lio.ExportIscsi(b, s);
   EXPECT_THROW(lio.ExportIscsi(b2, s), UserError);
   EXPECT_TRUE(lio.LinksTo(b2).empty());

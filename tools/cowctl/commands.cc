@@ -646,6 +646,7 @@ struct ExportArgs {
   std::string target, chap_user, chap_password;
   std::vector<std::string> portals, initiators;
   int64_t lun = -1;
+  bool demo_mode = false;
 };
 
 // Exports ref's backstore (made first if it has none) through `export_fn`;
@@ -679,7 +680,19 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
     throw UserError("CHAP is set per initiator: name one with --initiator");
   }
   if (a.lun >= 0) spec.lun = static_cast<uint32_t>(a.lun);
+  spec.demo_mode = a.demo_mode;
+  // Who may log in is decided here, before the backstore or anything else
+  // is made: no ACLs means every initiator only when --demo-mode says so.
+  const IscsiAccess access = lio.IscsiTpgAccess(spec.target);
+  CheckIscsiAccess(access, spec, ref.str());
   auto [bs, l] = ExportBackstore(ctx, lio, ref, b, [&](const Backstore& s) { return lio.ExportIscsi(s, spec); });
+  if (spec.demo_mode) {
+    std::cerr << "cowctl: warning: demo mode: any initiator can log in to " << l.target << " and write to "
+              << ref.str() << " (no ACLs)\n";
+  } else if (spec.acls.empty()) {
+    std::cerr << "cowctl: note: " << l.target << " admits only the initiators in its ACLs, and each sees LUN "
+              << l.lun << " only once it is mapped: map it with --initiator IQN\n";
+  }
   Json j = Json::object();
   j["lun"] = ref.str();
   j["fabric"] = "iscsi";
@@ -687,6 +700,7 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
   j["tpg"] = l.tpg;
   j["lun_number"] = l.lun;
   j["backstore"] = bs.name;
+  j["demo_mode"] = spec.demo_mode;
   Emit(ctx, j, "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n");
 }
 
@@ -1070,7 +1084,9 @@ void Restore(const Context& ctx, const std::string& file, bool dry_run) {
           if (!present) note("would export " + e.pool + "/" + e.name + " on " + t.target);
           continue;
         }
-        lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun});
+        // The saved file is the explicit act: a target saved without ACLs
+        // was in demo mode and comes back in demo mode.
+        lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun, /*demo_mode=*/t.acls.empty()});
         if (!present) note("exported " + e.pool + "/" + e.name + " as LUN " + std::to_string(e.lun) + " of " + t.target);
       }
     }
@@ -1250,12 +1266,27 @@ int Main(int argc, char** argv) {
   ei->add_option("lun", lref, "POOL/LUN")->required();
   ei->add_option("--target,-t", ea.target, "Target IQN (default iqn.2024-01.io.cowstore:<host>.<pool>)");
   ei->add_option("--portal,-p", ea.portals, "Portal IP:port (repeatable; default 0.0.0.0:3260 on a new target)");
-  ei->add_option("--initiator,-i", ea.initiators, "Initiator IQN allowed in (repeatable; none: any initiator)");
+  ei->add_option("--initiator,-i", ea.initiators,
+                 "Initiator IQN allowed in (repeatable; needed for a new target unless --demo-mode)");
+  ei->add_flag("--demo-mode", ea.demo_mode, "let any initiator log in, without ACLs (lab use)");
   ei->add_option("--chap-user", ea.chap_user, "CHAP user name for the named initiators");
   ei->add_option("--chap-password", ea.chap_password, "CHAP secret (12-16 characters)");
   ei->add_option("--lun", ea.lun, "LUN number in the target (default: lowest free)");
   add_bs_opts(ei, false);
-  ei->callback([&] { ExportIscsi(ctx, lref, ea, bsa); });
+  ei->footer(
+      "Who may log in is set when the target is made: with --initiator, only those initiators (ACLs);\n"
+      "with --demo-mode, any initiator (no ACLs); with neither, a new target is refused. Adding a LUN to an\n"
+      "existing target keeps its policy: a target in demo mode takes LUNs only with --demo-mode; a target\n"
+      "with ACLs takes them with --initiator (those initiators are mapped to it) or with neither flag\n"
+      "(the LUN is added, seen by no initiator until one is mapped with --initiator).");
+  ei->callback([&] {
+    if (ea.demo_mode && !ea.initiators.empty()) {
+      throw CLI::ValidationError("--demo-mode",
+                                 "cannot be used with --initiator: demo mode lets every initiator in, "
+                                 "--initiator names the only ones allowed; pick one");
+    }
+    ExportIscsi(ctx, lref, ea, bsa);
+  });
   auto* elp = ex->add_subcommand("loop", "Export through tcm_loop (a local SCSI disk)");
   elp->add_option("lun", lref, "POOL/LUN")->required();
   add_bs_opts(elp, false);

@@ -444,8 +444,10 @@ std::string DefaultIscsiTarget(const std::string& pool) {
   return "iqn.2024-01.io.cowstore:" + h + "." + p;
 }
 
-FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
-  RequireCore();
+namespace {
+
+// Names and secrets, before anything is looked up or made.
+void ValidateIscsiSpec(const IscsiSpec& spec) {
   if (!ValidIqn(spec.target)) {
     throw UserError("invalid target IQN '" + spec.target + "': expected iqn.YYYY-MM.domain:name");
   }
@@ -464,6 +466,53 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
       throw UserError("CHAP password must be 12 to 16 characters long");
     }
   }
+  if (spec.demo_mode && !spec.acls.empty()) {
+    throw UserError("--demo-mode lets every initiator in and --initiator names the ones allowed: use one or the other");
+  }
+}
+
+// The rule ExportIscsi itself keeps (restore included): without ACLs, every
+// initiator gets in only when the caller said so.
+void RefuseUnaskedDemoMode(IscsiAccess access, const IscsiSpec& spec, const std::string& what) {
+  if (!spec.acls.empty() || spec.demo_mode) return;
+  if (access == IscsiAccess::kNoTpg) {
+    throw UserError("refusing to export " + what +
+                    " to every initiator: name one with --initiator IQN (repeatable), "
+                    "or pass --demo-mode to allow any initiator (lab use)");
+  }
+  if (access == IscsiAccess::kDemo) {
+    throw UserError("refusing to add " + what + " to " + spec.target +
+                    ": that target lets every initiator log in (demo mode, no ACLs); "
+                    "pass --demo-mode to accept that, or pick another --target and name initiators with --initiator IQN");
+  }
+}
+
+}  // namespace
+
+void CheckIscsiAccess(IscsiAccess access, const IscsiSpec& spec, const std::string& what) {
+  ValidateIscsiSpec(spec);
+  RefuseUnaskedDemoMode(access, spec, what);
+  if (!spec.acls.empty() && access == IscsiAccess::kDemo) {
+    throw UserError("refusing to add " + what + " to " + spec.target +
+                    ": that target lets every initiator log in (demo mode), so --initiator would keep nobody out; "
+                    "pick another --target, or pass --demo-mode instead of --initiator to accept that");
+  }
+  if (spec.demo_mode && access == IscsiAccess::kAcls) {
+    throw UserError(spec.target +
+                    " admits only initiators with an ACL and cowctl does not turn demo mode on for an existing "
+                    "target: name the initiators with --initiator IQN, or pick another --target for --demo-mode");
+  }
+}
+
+IscsiAccess Lio::IscsiTpgAccess(const std::string& target) const {
+  std::string tpg = T("iscsi/" + target + "/tpgt_1");
+  if (!IsDir(tpg)) return IscsiAccess::kNoTpg;
+  return Trim(ReadFile(tpg + "/attrib/generate_node_acls")) == "1" ? IscsiAccess::kDemo : IscsiAccess::kAcls;
+}
+
+FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
+  RequireCore();
+  ValidateIscsiSpec(spec);
   std::string tdir = T("iscsi/" + spec.target);
   bool target_exists = IsDir(tdir);
   if (target_exists && !OwnedTarget("iscsi", spec.target)) {
@@ -471,6 +520,7 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
                     " was not made by cowctl (it holds other LUNs or none): "
                     "pick another --target or manage it with targetcli");
   }
+  RefuseUnaskedDemoMode(IscsiTpgAccess(spec.target), spec, bs.config.pool + "/" + bs.config.lun);
   EnsureFabric("iscsi", "iscsi_target_mod");
   std::string tpg = tdir + "/tpgt_1";
 
@@ -516,8 +566,10 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
 
   bool chap = false;
   if (spec.acls.empty()) {
+    // No initiator named. A new TPG gets here only with demo_mode (any
+    // initiator may log in: targetcli's demo mode); an existing one keeps
+    // its access policy (its ACLs, or demo mode asked for again).
     if (new_tpg) {
-      // No initiator named: any initiator may log in (targetcli's demo mode).
       undo.MkDir(tpg + "/attrib");
       WriteFile(tpg + "/attrib/generate_node_acls", "1", false, &opt_);
       WriteFile(tpg + "/attrib/cache_dynamic_acls", "1", false, &opt_);

@@ -73,8 +73,19 @@ struct AclSpec {
 struct IscsiSpec {
   std::string target;                // IQN
   std::vector<std::string> portals;  // "ip:port"; empty: 0.0.0.0:3260 on a new TPG
-  std::vector<AclSpec> acls;         // empty: demo mode (any initiator)
+  std::vector<AclSpec> acls;         // initiators let in (empty: see demo_mode)
   std::optional<uint32_t> lun;       // TPG LUN number; default: lowest free
+  // Any initiator may log in and write (targetcli's demo mode: no ACLs).
+  // Must be asked for: without ACLs and without it, a new TPG or one already
+  // in demo mode is refused. Excludes acls.
+  bool demo_mode = false;
+};
+
+// Who may log in to an iSCSI target's TPG 1, as configfs has it now.
+enum class IscsiAccess {
+  kNoTpg,  // no such target/TPG yet
+  kDemo,   // generate_node_acls=1: any initiator (targetcli's demo mode)
+  kAcls,   // only initiators with an ACL (possibly none yet)
 };
 
 struct IscsiTarget {
@@ -115,7 +126,11 @@ class Lio {
 
   // Exports over iSCSI (idempotent: an existing link in that target is
   // kept, missing portals and ACLs are added). Rolls back what it made.
+  // Refuses, before changing anything, invalid names, demo_mode with acls,
+  // and (no acls, no demo_mode) a new TPG or one in demo mode. A TPG's
+  // access policy is set when it is made and never changed afterwards.
   FabricLun ExportIscsi(const Backstore& bs, const IscsiSpec& spec);
+  IscsiAccess IscsiTpgAccess(const std::string& target) const;
   FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "");
   // Removes every iSCSI/loopback LUN linking to `bs` and the cowctl targets
   // this leaves empty. Throws (and changes nothing) if another fabric links.
@@ -132,6 +147,18 @@ class Lio {
 
   LioOptions opt_;
 };
+
+// The access rules of `cowctl export iscsi` (`what` names the LUN, "POOL/LUN"),
+// given the target's current access. Throws a UserError saying what to do:
+//  - no acls, no demo_mode: refused for a new target and for one in demo mode
+//    (either would let every initiator in); fine for a target with ACLs;
+//  - demo_mode: fine for a new target or one in demo mode; refused for a
+//    target with ACLs (demo mode is set only when a target is made);
+//  - acls: refused for a target in demo mode (the ACLs would not keep any
+//    initiator out); demo_mode together with acls is refused.
+// ExportIscsi applies the first and last rule itself (restore relies on
+// only those); the CLI calls this before it makes anything.
+void CheckIscsiAccess(IscsiAccess access, const IscsiSpec& spec, const std::string& what);
 
 // Default target name for a pool: iqn.2024-01.io.cowstore:<host>.<pool>
 std::string DefaultIscsiTarget(const std::string& pool);

@@ -63,12 +63,12 @@ out "\$ cowctl pool create $POOL --size $(( (6 * S + 64 * MIB) / MIB ))M      (p
 LUNS="vm1 vm1-xcopy vm1-dd zero-ws zero-dd"
 for l in $LUNS; do
     step lun-$l cowctl lun create $POOL/$l --size ${SM}M || die "cowctl lun create $POOL/$l"
-    step iscsi-$l cowctl export iscsi $POOL/$l --target $IQN --portal 127.0.0.1:3260 --copy-group esx \
+    step iscsi-$l cowctl export iscsi $POOL/$l --target $IQN --portal 127.0.0.1:3260 --demo-mode --copy-group esx \
         || die "cowctl export iscsi $POOL/$l"
     step loop-$l cowctl export loop $POOL/$l || die "cowctl export loop $POOL/$l"
 done
 out "\$ cowctl lun create $POOL/<lun> --size ${SM}M                    (x5: $LUNS)"
-out "\$ cowctl export iscsi $POOL/<lun> --target $IQN --portal 127.0.0.1:3260 --copy-group esx"
+out "\$ cowctl export iscsi $POOL/<lun> --target $IQN --portal 127.0.0.1:3260 --demo-mode --copy-group esx   (lab: any local initiator)"
 out "\$ cowctl export loop $POOL/<lun>"
 cmdout cowctl export list
 out "An iSCSI initiator on 127.0.0.1 (libiscsi's iscsi-ls) logs in and sees the LUNs:"

@@ -35,7 +35,7 @@ step lun-create       cowctl lun create p0/vm1 --size 64M --copy-group g1
 step bs-config        shows 'Config: cowstore/p0/vm1;copy_group=g1' cat $CFS/core/user_0/p0-vm1/info
 step bs-wwn           shows "$(cowctl --json lun show p0/vm1 | sed -n 's/.*"wwn": "\(.*\)".*/\1/p')" \
                       cat $CFS/core/user_0/p0-vm1/wwn/vpd_unit_serial
-step export-iscsi     cowctl export iscsi p0/vm1 --target $TGT --portal 127.0.0.1:3260
+step export-iscsi     cowctl export iscsi p0/vm1 --target $TGT --portal 127.0.0.1:3260 --demo-mode
 step export-loop      cowctl export loop p0/vm1
 step targetcli-sees   shows "p0-vm1" targetcli ls /backstores/user:cowstore
 step targetcli-iscsi  shows "$TGT" targetcli ls /iscsi
