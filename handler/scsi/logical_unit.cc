@@ -124,6 +124,10 @@ CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const
       const uint8_t op = cdb[0];
       // Pending unit attentions go to the first command that may carry them.
       if (op != 0x12 && op != 0x03 && op != 0xA0) {
+        // The soft threshold is the pool's: another LU's writes may have
+        // crossed it, and an LU that only reads (or only gets TEST UNIT
+        // READY polls) must hear of it too. One atomic load per command.
+        PollSoftThreshold();
         UnitAttention ua;
         if (TakeUnitAttention(&ua)) return UnitAttentionResult(ua);
       }

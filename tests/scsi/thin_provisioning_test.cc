@@ -73,6 +73,31 @@ TEST_F(ThinProvisioningTest, SoftThresholdUnitAttentionOnce) {
   EXPECT_EQ(uas, 1);
 }
 
+// The threshold is the pool's: an LU that never writes learns of a crossing
+// caused by another LU of the pool on its next command (ESXi polls with TEST
+// UNIT READY), exactly once.
+TEST_F(ThinProvisioningTest, SoftThresholdReachesEveryLuOfThePool) {
+  auto quiet = AddLu(*pool_, "quiet", 16ull << 20, Config("7777aaaa-0000-0000-0000-000000000002"));
+  ASSERT_NE(quiet, nullptr);
+  ASSERT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));
+  int writer_uas = 0;
+  for (uint64_t au = 0; au < 16; ++au) {
+    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1));
+    if (!w.good()) {
+      ASSERT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+      ++writer_uas;
+      ASSERT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1))));
+    }
+  }
+  ASSERT_GE(pool_->soft_threshold_generation(), 1u);
+  CommandResult t = Exec(*quiet, Bytes(6, 0));
+  EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+  EXPECT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));  // once
+  // The writer had it too (on its next command after the crossing).
+  CommandResult wt = Exec(Bytes(6, 0));
+  EXPECT_EQ(writer_uas + (wt.good() ? 0 : 1), 1);
+}
+
 TEST_F(ThinProvisioningTest, CompareAndWriteOutOfSpace) {
   CommandResult last;
   const uint64_t written = FillPool(&last);
