@@ -9,13 +9,14 @@ per-command figures; this tool sends many commands from one process.
       --expect: exit 0 iff the result matches (GOOD, or sense "0e/1d/00");
       --info:   additionally require the sense INFORMATION field to equal N.
       --in LEN: data-in length; the data is written to stdout as hex (first 64 bytes).
-  sgio.py loop DEV OP N [LBA BLOCKS] [--unmap]
+  sgio.py loop DEV OP N [LBA BLOCKS] [--unmap] [--qd Q]
       OP: tur | ws16 | write16 | read16 | caw | xcopy. Sends N commands, each
       BLOCKS blocks starting at LBA + i*BLOCKS (caw: always at LBA, 1 block,
       comparing with what it wrote last; xcopy: LID1, one 0x02 segment from
       DEV to --dst DEV2 (default DEV) at --dst-lba + i*BLOCKS). Prints one line
       with the loop's elapsed time and milliseconds per command; exit 1 if any
-      command failed.
+      command failed. --qd Q keeps Q commands in flight (Q threads, one file
+      descriptor each), as an initiator with a queue does.
   sgio.py fill BLOCKDEV LBA BLOCKS
       Write a repeating 64 MiB random pattern with 4 MiB O_DIRECT writes.
   sgio.py same BLOCKDEV LBA_A LBA_B BLOCKS [--dev2 BLOCKDEV2] [--sample N]
@@ -47,6 +48,7 @@ import mmap
 import os
 import random
 import sys
+import threading
 import time
 
 SG_IO = 0x2285
@@ -230,42 +232,70 @@ def cmd_loop(a):
         if src_naa is None or dst_naa is None:
             print("sgio: no NAA designator in VPD 0x83")
             return 1
+    if a.op == "caw" and a.qd > 1:
+        raise SystemExit("sgio: caw compares with its own previous write: --qd 1 only")
     bs = a.block_size
-    fails, first = 0, ""
     dev.send_retry_ua(bytes(6))            # consume pending unit attentions first
     data = bytes(bs * a.blocks) if a.op in ("write16",) else None
-    t0 = time.monotonic()
-    prev = bytes(bs)                      # caw: what the block holds (zeros at first)
-    for i in range(a.n):
+    prev = [bytes(bs)]                     # caw: what the block holds (zeros at first)
+
+    def one(d, i):
         lba = a.lba + i * a.blocks
         if a.op == "tur":
-            r = dev.send(bytes(6))
-        elif a.op == "ws16":
-            r = dev.send(cdb16(0x93, lba, a.blocks, 0x08 if a.unmap else 0), out=bytes(bs))
-        elif a.op == "write16":
-            r = dev.send(cdb16(0x8a, lba, a.blocks), out=data)
-        elif a.op == "read16":
-            r = dev.send(cdb16(0x88, lba, a.blocks), in_len=bs * a.blocks)
-        elif a.op == "caw":
+            return d.send(bytes(6))
+        if a.op == "ws16":
+            return d.send(cdb16(0x93, lba, a.blocks, 0x08 if a.unmap else 0), out=bytes(bs))
+        if a.op == "write16":
+            return d.send(cdb16(0x8a, lba, a.blocks), out=data)
+        if a.op == "read16":
+            return d.send(cdb16(0x88, lba, a.blocks), in_len=bs * a.blocks)
+        if a.op == "caw":
             new = (i + 1).to_bytes(8, "big") * (bs // 8)
             c = bytearray(16)
             c[0] = 0x89
             c[2:10] = a.lba.to_bytes(8, "big")
             c[13] = 1
-            r = dev.send(c, out=prev + new)
-            prev = new
-        elif a.op == "xcopy":
+            r = d.send(c, out=prev[0] + new)
+            prev[0] = new
+            return r
+        if a.op == "xcopy":
             p = xcopy_params(src_naa, dst_naa, lba, a.dst_lba + i * a.blocks, a.blocks, bs)
-            r = dev.send(xcopy_cdb(len(p)), out=p)
-        else:
-            raise SystemExit("unknown op " + a.op)
-        if not r.good:
-            fails += 1
-            if not first:
-                first = "first failure at i=%d: %s" % (i, r.describe())
+            return d.send(xcopy_cdb(len(p)), out=p)
+        raise SystemExit("unknown op " + a.op)
+
+    # --qd N: N threads with a file descriptor each keep up to N commands in
+    # flight (as ESXi's data mover does); SG_IO releases the GIL while it waits.
+    lock = threading.Lock()
+    state = {"next": 0, "fails": 0, "first": ""}
+
+    def worker(d):
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= a.n:
+                    return
+                state["next"] = i + 1
+            r = one(d, i)
+            if not r.good:
+                with lock:
+                    state["fails"] += 1
+                    if not state["first"]:
+                        state["first"] = "first failure at i=%d: %s" % (i, r.describe())
+
+    devs = [dev] + [Device(a.dev) for _ in range(a.qd - 1)]
+    t0 = time.monotonic()
+    if a.qd == 1:
+        worker(dev)
+    else:
+        ts = [threading.Thread(target=worker, args=(d,)) for d in devs]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
     el = time.monotonic() - t0
-    print("sgio op=%s n=%d blocks_per_cmd=%d loop_secs=%.3f per_cmd_ms=%.3f fails=%d %s"
-          % (a.op, a.n, a.blocks, el, 1000 * el / max(a.n, 1), fails, first))
+    fails, first = state["fails"], state["first"]
+    print("sgio op=%s n=%d blocks_per_cmd=%d qd=%d loop_secs=%.3f per_cmd_ms=%.3f fails=%d %s"
+          % (a.op, a.n, a.blocks, a.qd, el, 1000 * el / max(a.n, 1), fails, first))
     return 1 if fails else 0
 
 
@@ -495,6 +525,7 @@ def main():
     lp.add_argument("--block-size", type=int, default=512)
     lp.add_argument("--dst", help="xcopy: destination device (default DEV)")
     lp.add_argument("--dst-lba", type=int, default=0)
+    lp.add_argument("--qd", type=int, default=1, help="commands in flight (threads)")
     f = sub.add_parser("fill")
     f.add_argument("dev")
     f.add_argument("lba", type=int)
