@@ -3,23 +3,28 @@
 #
 # The two experiments cowstore exists for, on LIO fileio and on cowstore,
 # through tcm_loop, in one VM run:
-#   clone a "VMDK" of SIZE: EXTENDED COPY (sg_xcopy, 4 MiB per command as ESXi
-#       sends: bs=512 bpt=8192 id_usage=disable) vs dd through the initiator
-#   eager-zero SIZE: WRITE SAME(16) of zeros, 1 MiB per command from one
-#       process (guest/sgio.py) vs dd of /dev/zero through the initiator
+#   clone a "VMDK" of SIZE: EXTENDED COPY with sg_xcopy, one segment of 4 MiB
+#       (ESXi's default DataMover.MaxHWTransferSize) and of 16 MiB (its maximum)
+#       per command, vs dd through the initiator
+#   eager-zero SIZE: WRITE SAME(16) of zeros, 1 MiB per command, one at a
+#       time and 16 in flight (ESXi's data mover keeps several outstanding),
+#       vs dd of /dev/zero through the initiator
 # and, for each, the bytes that crossed the initiator path (LIO's per-LUN
-# port statistics) and the space the backing store consumed.
+# port statistics), the space the backing store consumed, and each backend's
+# fixed cost per SCSI command (TEST UNIT READY from one process), which bounds
+# what any offload can gain under emulation.
 # Under TCG absolute times mean little: the ratios are the result.
 . /e2e-out/e2e.env                            # E2E_REPO: where the checkout is
 . "$E2E_REPO/tests/e2e/guest/lib.sh"
 . "$E2E_DIR/guest/cowstore.sh"
 SGIO="python3 $E2E_DIR/guest/sgio.py"
-GIB=$((1 << 30))
+GIB=$((1 << 30)); MIB=$((1 << 20))
 S=$(( ${E2E_BENCH_SIZE_GIB:-4} * GIB ))       # the VMDK
 SB=$(( S / 512 ))                              # in blocks
 BENCH=$E2E_OUT/bench.txt; : > $BENCH
 say "side-by-side: VMDK ${E2E_BENCH_SIZE_GIB:-4} GiB"
 
+# fileio's zero LUN keeps 3 x S of written zeros; the clone LUN 3 x S of data
 step scratch mk_scratch $(( 3 * S + S / 2 + GIB ))
 
 # ---------------------------------------------------------------- helpers
@@ -34,37 +39,57 @@ blk_bytes() { awk '{printf "%.0f\n", ($3 + $7) * 512}' /sys/block/$(basename $1)
 # measure LABEL WWN LUN DEV SPACE_FN PT_BYTES CMD... : run CMD; record seconds,
 # bytes over the initiator path (block layer + PT_BYTES of passthrough data-out),
 # MiB LIO counted on the LUN's port (for LIO fileio this includes XCOPY's
-# internal reads and writes) and bytes the backing store grew by
+# internal reads and writes) and bytes the backing store grew by. When CMD is
+# an sgio loop, its own loop time is used (starting python costs ~0.5 s here).
 declare -A T
 measure() {
     local label=$1 wwn=$2 lun=$3 dev=$4 spacefn=$5 pt=$6; shift 6
-    local r0 w0 s0 b0 t0 rc ini port sp
+    local r0 w0 s0 b0 t0 rc ini port sp loop
     r0=$(port_mb $wwn $lun read); w0=$(port_mb $wwn $lun write); s0=$($spacefn); b0=$(blk_bytes $dev)
     t0=$(now)
     step "$label" "$@"; rc=$?
     T[$label]=$(elapsed $t0)
+    loop=$(sed -n 's/^sgio op=.* loop_secs=\([0-9.]*\) .*/\1/p' "$(_logfile "$label")" | tail -1)
+    [ -n "$loop" ] && T[$label]=$loop
     ini=$(( $(blk_bytes $dev) - b0 + pt ))
     port=$(( $(port_mb $wwn $lun read) - r0 + $(port_mb $wwn $lun write) - w0 ))
     sp=$(( $($spacefn) - s0 ))
-    printf '  %-22s %8.2f s  initiator %13d B  LUN port %6d MiB  store %+13d B\n' \
+    printf '  %-26s %8.2f s  initiator %13d B  LUN port %6d MiB  store %+13d B\n' \
         "$label" "${T[$label]}" "$ini" "$port" "$sp" | tee -a $BENCH
     return $rc
 }
+# floor LABEL SG : a backend's fixed cost per command: 2000 TEST UNIT READYs,
+# one at a time and 16 in flight (milliseconds per command into T)
+floor() {
+    local q ms
+    for q in 1 16; do
+        step "$1-tur-qd$q" $SGIO loop $2 tur 2000 --qd $q
+        ms=$(sed -n 's/^sgio op=.* per_cmd_ms=\([0-9.]*\) .*/\1/p' "$(_logfile "$1-tur-qd$q")" | tail -1)
+        T[$1-tur-qd$q]=${ms:-}
+    done
+    printf '  %-26s %8s ms per command one at a time, %s ms with 16 in flight\n' \
+        "$1 TEST UNIT READY" "${T[$1-tur-qd1]:-?}" "${T[$1-tur-qd16]:-?}" | tee -a $BENCH
+}
 dd_clone() { dd if=$1 of=$1 bs=4M skip=0 seek=$S count=$S iflag=direct,count_bytes oflag=direct,seek_bytes status=none; }
-xcopy_clone() { sg_xcopy if=$1 of=$1 bs=512 bpt=8192 id_usage=disable skip=0 seek=$(( 2 * SB )) count=$SB; }
-# 16 MiB per command (ESXi's DataMover.MaxHWTransferSize maximum), over the dd clone
-xcopy16_clone() { sg_xcopy if=$1 of=$1 bs=512 bpt=32768 id_usage=disable skip=0 seek=$SB count=$SB; }
-dd_zero() { dd if=/dev/zero of=$1 bs=4M seek=$S count=$S iflag=count_bytes oflag=direct,seek_bytes status=none; }
-ws_zero() { $SGIO loop $1 ws16 $(( S >> 20 )) 0 2048; }
+# sg_xcopy DEV DST_BLOCK BLOCKS_PER_COMMAND : one process, one segment per command
+xcopy_clone() { sg_xcopy if=$1 of=$1 bs=512 bpt=$3 id_usage=disable skip=0 seek=$2 count=$SB; }
+# give a range back (fileio: emulate_tpu punches the file; cowstore: UNMAP)
+discard() { blkdiscard -o $(( $2 * 512 )) -l $S $1; }
+dd_zero() { dd if=/dev/zero of=$1 bs=4M seek=$2 count=$S iflag=count_bytes oflag=direct,seek_bytes status=none; }
+# ws_zero SG FIRST_BLOCK QD : 1 MiB WRITE SAME(16) of zeros over S
+ws_zero() { $SGIO loop $1 ws16 $(( S / MIB )) $2 2048 --qd $3; }
 # verification samples 64 x 1 MiB per range: reading and comparing GiBs under TCG
 # takes minutes (E2E_BENCH_VERIFY_ALL=1 compares everything)
 SAMPLE=$([ -n "${E2E_BENCH_VERIFY_ALL:-}" ] && echo 0 || echo 64)
-clones_ok() { $SGIO same $1 0 $SB $SB --sample $SAMPLE && $SGIO same $1 0 $(( 2 * SB )) $SB --sample $SAMPLE; }
-zeros_ok() { $SGIO zero $1 0 $(( 2 * SB )) --sample $SAMPLE; }
+same() { $SGIO same $1 0 $2 $SB --sample $SAMPLE; }
+zeros_ok() { $SGIO zero $1 0 $(( 3 * SB )) --sample $(( SAMPLE * 3 )); }
 
 # run_backend NAME MAKE_BS_FN BS_DIR SPACE_FN DROP_FN
-# one LUN of 3 x SIZE: [0,S) source VMDK, [S,2S) dd clone, [2S,3S) XCOPY clone;
-# then, on a fresh LUN of 2 x SIZE: [0,S) WRITE SAME zero, [S,2S) dd zeros
+# clone LUN of 3 x S: [0,S) source VMDK; dd clone into [S,2S), checked and
+# discarded; 4 MiB XCOPY clone into [2S,3S); 16 MiB XCOPY clone into [S,2S)
+# (given back, so both offloads copy into free space, as into a new VMDK).
+# zero LUN of 3 x S: dd zeros into [0,S), WRITE SAME one at a time into
+# [S,2S), 16 in flight into [2S,3S).
 run_backend() {
     local name=$1 mkbs=$2 bsdir=$3 spacefn=$4 dropfn=$5 wwn dev sg
     wwn=naa.5001405bbe0000$( [ $name = fileio ] && echo 10 || echo 20 )
@@ -72,20 +97,26 @@ run_backend() {
     step $name-bs-clone  $mkbs clone $(( 3 * S )) || return 1
     step $name-lun-clone mk_loop_lun $bsdir/clone $wwn 0 || return 1
     dev=$(loop_dev $wwn 0); sg=$(loop_dev $wwn 0 scsi_generic)
+    floor $name $sg
     step $name-fill      fill $dev || return 1
     echo "  clone a $((S >> 30)) GiB VMDK inside one LUN:" | tee -a $BENCH
-    # XCOPY parameter list per 4 MiB command: 16 header + 2 x 32 CSCD + 28 segment
-    measure $name-clone-dd    $wwn 0 $dev $spacefn 0 dd_clone $dev
-    measure $name-clone-xcopy $wwn 0 $dev $spacefn $(( S / (4 << 20) * 108 )) xcopy_clone $sg
-    measure $name-clone-xcopy16 $wwn 0 $dev $spacefn $(( S / (16 << 20) * 108 )) xcopy16_clone $sg
-    step $name-clones-equal clones_ok $dev
+    # XCOPY parameter list per command (sg_xcopy): 16 header + 2 x 32 CSCD + 28 segment
+    measure $name-clone-dd        $wwn 0 $dev $spacefn 0 dd_clone $dev
+    step $name-clone-dd-equal     same $dev $SB
+    step $name-clone-dd-discard   discard $dev $SB
+    measure $name-clone-xcopy4    $wwn 0 $dev $spacefn $(( S / (4 * MIB) * 108 )) xcopy_clone $sg $(( 2 * SB )) 8192
+    measure $name-clone-xcopy16   $wwn 0 $dev $spacefn $(( S / (16 * MIB) * 108 )) xcopy_clone $sg $SB 32768
+    step $name-clone-xcopy4-equal  same $dev $(( 2 * SB ))
+    step $name-clone-xcopy16-equal same $dev $SB
     rm_loop_lun $wwn 0; rm_backstore $bsdir/clone; $dropfn clone
-    step $name-bs-zero   $mkbs zero $(( 2 * S )) || return 1
+    step $name-bs-zero   $mkbs zero $(( 3 * S )) || return 1
     step $name-lun-zero  mk_loop_lun $bsdir/zero $wwn 1 || return 1
     dev=$(loop_dev $wwn 1); sg=$(loop_dev $wwn 1 scsi_generic)
     echo "  eager-zero $((S >> 30)) GiB:" | tee -a $BENCH
-    measure $name-zero-dd $wwn 1 $dev $spacefn 0 dd_zero $dev
-    measure $name-zero-ws $wwn 1 $dev $spacefn $(( S >> 20 << 9 )) ws_zero $sg
+    # WRITE SAME data-out: one 512-byte block per command
+    measure $name-zero-dd      $wwn 1 $dev $spacefn 0 dd_zero $dev 0
+    measure $name-zero-ws      $wwn 1 $dev $spacefn $(( S / MIB * 512 )) ws_zero $sg $SB 1
+    measure $name-zero-ws-qd16 $wwn 1 $dev $spacefn $(( S / MIB * 512 )) ws_zero $sg $(( 2 * SB )) 16
     step $name-zeros-read-zero zeros_ok $dev
     rm_loop_lun $wwn 1; rm_backstore $bsdir/zero; $dropfn zero
 }
@@ -101,8 +132,20 @@ if [ ! -f "$COW_SO" ]; then
     skip cowstore-half "handler_cowstore.so not found in ${COW_HANDLER_DIR:-?}"
     echo "== cowstore: SKIPPED (handler_cowstore.so not built in ${COW_HANDLER_DIR:-?})" | tee -a $BENCH
 else
-    step runner-start start_runner --handler-path "$COW_HANDLER_DIR"
-    step pool-create  cow_pool_create bench $(( 6 * S ))
+    # tcmu-runner's own qcow handler beside ours: its TEST UNIT READY is the
+    # daemon's floor (answered on the device's command thread, no worker hop)
+    mkdir -p $W/handlers
+    ln -sf "$COW_SO" $W/handlers/
+    ln -sf /usr/lib/x86_64-linux-gnu/tcmu-runner/handler_qcow.so $W/handlers/
+    step runner-start start_runner --handler-path $W/handlers
+    if step qcow-image qemu-img create -q -f qcow2 $W/ref.qcow2 64M &&
+       step qcow-bs mk_user_bs 7 ref 67108864 qcow/$W/ref.qcow2 &&
+       step qcow-lun mk_loop_lun $CFS/core/user_7/ref naa.5001405bbe000070 0; then
+        echo "== tcmu-runner's own qcow handler (reference: the daemon's cost per command)" | tee -a $BENCH
+        floor tcmu-qcow $(loop_dev naa.5001405bbe000070 0 scsi_generic)
+        rm_loop_lun naa.5001405bbe000070 0; rm_backstore $CFS/core/user_7/ref
+    fi
+    step pool-create  cow_pool_create bench $(( 7 * S ))
     cow_mk() { cow_bs 9 $1 $2 bench $1; }
     cow_space() { cow_pool_bytes bench; }   # physical bytes of the pool file
     cow_drop() { cow_lun_delete bench $1; }
@@ -111,21 +154,42 @@ else
 fi
 
 # ---------------------------------------------------------------- ratios
-ratio() { [ -n "${T[$1]:-}" ] && [ -n "${T[$2]:-}" ] && echo "$(echo "scale=1; ${T[$1]} / ${T[$2]}" | bc)x" || echo "n/a"; }
+# ratio A B : T[A] / T[B]; per GiB when both are whole-S runs
+ratio() { [ -n "${T[$1]:-}" ] && [ -n "${T[$2]:-}" ] && awk -v a="${T[$1]}" -v b="${T[$2]}" 'BEGIN { printf "%.1fx\n", a / b }' || echo "n/a"; }
+# verdict A B : ratio and whether it reaches the 100x goal
+verdict() {
+    local r; r=$(ratio "$1" "$2")
+    case "$r" in n/a) echo "$r" ;; *) awk -v r="${r%x}" 'BEGIN { exit !(r >= 100) }' && echo "$r  (goal met)" || echo "$r  (goal NOT met)" ;; esac
+}
+# ceiling DD_LABEL BYTES_PER_CMD TUR_LABEL : the most any offload could gain here,
+# if the target did no work at all: dd time per command's worth of bytes / TUR
+ceiling() {
+    [ -n "${T[$1]:-}" ] && [ -n "${T[$3]:-}" ] || { echo "n/a"; return; }
+    awk -v t="${T[$1]}" -v b="$2" -v s="$S" -v tur="${T[$3]}" 'BEGIN { printf "%.1fx\n", t * 1000 * b / s / tur }'
+}
 {
 echo "== ratios (higher = offload faster; goal for cowstore >= 100x)"
-echo "  fileio   clone: dd / XCOPY            $(ratio fileio-clone-dd fileio-clone-xcopy)"
-echo "  fileio   zero:  dd / WRITE SAME       $(ratio fileio-zero-dd fileio-zero-ws)"
-echo "  cowstore clone: dd / XCOPY            $(ratio cowstore-clone-dd cowstore-clone-xcopy)"
-echo "  cowstore zero:  dd / WRITE SAME       $(ratio cowstore-zero-dd cowstore-zero-ws)"
-echo "  cowstore clone: dd / XCOPY 16 MiB     $(ratio cowstore-clone-dd cowstore-clone-xcopy16)"
-echo "  clone XCOPY: fileio / cowstore        $(ratio fileio-clone-xcopy cowstore-clone-xcopy)"
-echo "  zero WRITE SAME: fileio / cowstore    $(ratio fileio-zero-ws cowstore-zero-ws)"
-echo "  (times include starting sg_xcopy / python; the 1 MiB WRITE SAME loop alone:"
-echo "   $(grep -h '^sgio op=ws16' $LOGDIR/*-zero-ws.log 2>/dev/null | awk '{print $5, $6}' | tr '\n' ' '))"
-echo "  Under TCG every SCSI command costs a fixed few hundred microseconds in the"
-echo "  kernel and tcmu-runner, so an offload's ratio is bounded by (dd time per MiB)"
-echo "  / (per-command cost): see tests/e2e/README.md."
+echo "  cowstore clone: dd / XCOPY 16 MiB       $(verdict cowstore-clone-dd cowstore-clone-xcopy16)"
+echo "  cowstore clone: dd / XCOPY 4 MiB        $(verdict cowstore-clone-dd cowstore-clone-xcopy4)"
+echo "  cowstore zero:  dd / WRITE SAME x16     $(verdict cowstore-zero-dd cowstore-zero-ws-qd16)"
+echo "  cowstore zero:  dd / WRITE SAME x1      $(verdict cowstore-zero-dd cowstore-zero-ws)"
+echo "  clone XCOPY 16 MiB: fileio / cowstore   $(verdict fileio-clone-xcopy16 cowstore-clone-xcopy16)"
+echo "  clone XCOPY 4 MiB:  fileio / cowstore   $(verdict fileio-clone-xcopy4 cowstore-clone-xcopy4)"
+echo "  zero WRITE SAME x16: fileio / cowstore  $(verdict fileio-zero-ws-qd16 cowstore-zero-ws-qd16)"
+echo "  zero WRITE SAME x1:  fileio / cowstore  $(verdict fileio-zero-ws cowstore-zero-ws)"
+echo "  fileio   clone: dd / XCOPY 16 MiB, 4 MiB  $(ratio fileio-clone-dd fileio-clone-xcopy16), $(ratio fileio-clone-dd fileio-clone-xcopy4)"
+echo "  fileio   zero:  dd / WRITE SAME x16, x1   $(ratio fileio-zero-dd fileio-zero-ws-qd16), $(ratio fileio-zero-dd fileio-zero-ws)"
+echo "== ceilings: the ratio a target doing no work at all would reach over TCMU here"
+echo "   (dd time for one command's bytes on cowstore / cowstore's TEST UNIT READY)"
+echo "  clone 16 MiB per command, one at a time   $(ceiling cowstore-clone-dd $(( 16 * MIB )) cowstore-tur-qd1)"
+echo "  clone 4 MiB per command, one at a time    $(ceiling cowstore-clone-dd $(( 4 * MIB )) cowstore-tur-qd1)"
+echo "  zero 1 MiB per command, 16 in flight      $(ceiling cowstore-zero-dd $MIB cowstore-tur-qd16)"
+echo "  zero 1 MiB per command, one at a time     $(ceiling cowstore-zero-dd $MIB cowstore-tur-qd1)"
+echo "  (a TEST UNIT READY on tcmu-runner's own qcow handler costs $(printf '%s' "${T[tcmu-qcow-tur-qd1]:-?}") ms one at a time,"
+echo "   $(printf '%s' "${T[tcmu-qcow-tur-qd16]:-?}") ms with 16 in flight: the daemon's floor, before any handler work)"
+echo "  Each offloaded command pays the kernel, the TCMU ring and tcmu-runner's"
+echo "  threads once (TEST UNIT READY above); LIO fileio runs in the kernel and"
+echo "  pays far less. See tests/e2e/README.md."
 } | tee -a $BENCH
 sed 's/^/E2E-NOTE /' $BENCH >> $RESULTS
 finish
