@@ -7,7 +7,9 @@
 #     (pattern, --unmap, --16/--10, NDOB), sg_unmap, sg_get_lba_status,
 #     sg_compare_and_write (success; miscompare with the byte offset in the
 #     sense INFORMATION field), sg_xcopy inside one LUN and across two LUNs of
-#     one copy group (refused outside it), sg_copy_results, sg_opcodes
+#     one copy group (refused outside it), the same with ddpt's xcopy (one XCOPY
+#     per run: ddpt 0.97 repeats skip=/seek= in every further one), sg_copy_results,
+#     sg_opcodes
 #  2. per-command figures from one process (guest/sgio.py)
 #  3. targetcli /backstores/user:cowstore over the guest's system D-Bus
 #  4. persistence: restart tcmu-runner; SIGKILL it mid-write; every
@@ -180,7 +182,44 @@ step xcopy-a-to-c-refused fails sg_xcopy if=$SA of=$SC bs=512 skip=200000 seek=0
 step xcopy-refused-sense  shows "asc=0x0d ascq=0x02" fails $SGIO loop $SA xcopy 1 200000 2048 --dst $SC --dst-lba 0
 step xcopy-c-to-a-refused fails sg_xcopy if=$SC of=$SA bs=512 skip=0 seek=380000 count=2048 id_usage=disable
 step xcopy-c-untouched    zeros $C 0 2048
-skip ddpt-xcopy     "ddpt 0.97 oflag=xcopy is broken (every XCOPY it sends starts at LBA 0); sg_xcopy covers XCOPY"
+# ddpt 0.97 EXTENDED COPY: sent to the destination (oflag=xcopy, --xcopy) and to the
+# source (iflag=xcopy), LIST ID USAGE 11b/10b/00b, the DC and CAT bits. Each run is ONE
+# XCOPY (bpt=count; ddpt_one checks "1 xcopy command done"): ddpt cannot do more than one
+# correctly. Its do_xcopy_lid1() advances in/out iterators it never reads, while
+# a_xcopy_lid1_cmd() puts op->i_sgli.lowest_lba and op->o_sgli.lowest_lba (skip=, seek=)
+# into every segment descriptor, so a copy of more than bpt blocks (bpt defaults to our
+# MAXIMUM SEGMENT LENGTH, capped at 65535) repeats its first bpt blocks at seek= and
+# leaves the rest uncopied, exiting 0 ("ddpt -vvv" prints the same src_lba per command).
+# LBAs 800000+ of a: 600000-731071 belong to the SIGKILL test below.
+ddpt_one() { shows "^1 xcopy command done" ddpt bs=512 "$@"; }
+note "ddpt 0.97 multi-command xcopy not tested: a_xcopy_lid1_cmd() sends skip=/seek= as the LBAs of every XCOPY, so only copies of <= bpt blocks (one command) are correct"
+step ddpt-same      ddpt_one if=$SA of=$SA bpt=16384 skip=200000 seek=800000 count=16384 oflag=xcopy
+step ddpt-same-v    same_as $A 800000 16384 $W/pat2
+step ddpt-to-src    ddpt_one if=$SA of=$SA bpt=3001 skip=200001 seek=820003 count=3001 iflag=xcopy
+step ddpt-to-src-v  same_as_pat $A $W/pat2 1 3001 --at 820003
+step ddpt-default   ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=830000 count=2048 --xcopy
+step ddpt-hold      ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=832048 count=2048 oflag=xcopy id_usage=hold list_id=8
+step ddpt-discard   ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=834096 count=2048 oflag=xcopy id_usage=discard list_id=9
+step ddpt-disable   ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=836144 count=2048 iflag=xcopy id_usage=disable
+step ddpt-dc        ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=838192 count=2048 oflag=xcopy,dc
+step ddpt-cat       ddpt_one if=$SA of=$SA bpt=2048 skip=200000 seek=840240 count=2048 iflag=xcopy,cat
+step ddpt-lid-v     same_as_pat $A $W/pat2 0 2048 0 2048 0 2048 0 2048 0 2048 0 2048 --at 830000 832048 834096 836144 838192 840240
+step ddpt-src-kept  same_as $A 200000 16384 $W/pat2
+# across a and b (copy group g1), the command sent to either LUN, both ways
+step ddpt-a-to-b    ddpt_one if=$SA of=$SB bpt=16384 skip=1024000 seek=800768 count=16384 oflag=xcopy
+step ddpt-a-to-b-v  same_as $B 800768 16384 $W/pat2
+step ddpt-a-to-b-src ddpt_one if=$SA of=$SB bpt=16384 skip=200000 seek=820000 count=16384 iflag=xcopy
+step ddpt-a-to-b-src-v same_as $B 820000 16384 $W/pat2
+step ddpt-b-to-a    ddpt_one if=$SB of=$SA bpt=2048 skip=0 seek=860000 count=2048 oflag=xcopy
+step ddpt-b-to-a-src ddpt_one if=$SB of=$SA bpt=2048 skip=0 seek=862048 count=2048 iflag=xcopy
+step ddpt-b-to-a-v  same_as_pat $A $W/pat2 0 2048 0 2048 --at 860000 862048
+# to and from c (no copy group): 0D/02 COPY TARGET DEVICE NOT REACHABLE, whichever LUN
+# gets the command; c untouched
+step ddpt-a-to-c-refused     fails_with "copy target device not reachable" ddpt -v bs=512 if=$SA of=$SC skip=200000 seek=4096 count=2048 oflag=xcopy
+step ddpt-a-to-c-src-refused fails_with "copy target device not reachable" ddpt -v bs=512 if=$SA of=$SC skip=200000 seek=6144 count=2048 iflag=xcopy
+step ddpt-c-to-a-refused     fails_with "copy target device not reachable" ddpt -v bs=512 if=$SC of=$SA skip=0 seek=880000 count=2048 oflag=xcopy
+step ddpt-c-to-a-src-refused fails_with "copy target device not reachable" ddpt -v bs=512 if=$SC of=$SA skip=0 seek=882048 count=2048 iflag=xcopy
+step ddpt-c-untouched        zeros $C 0 8192
 
 # ------------------------------------------------------------ per-command figures (one process)
 step sgio-tur       $SGIO loop $SA tur 200
