@@ -446,19 +446,157 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
   std::string before = testing::Snapshot(host.configfs);
   Err("export iscsi tank/vm2 --target " + tgt + " --demo-mode", "admits only initiators with an ACL");
   EXPECT_EQ(testing::Snapshot(host.configfs), before);
-  // Neither flag: the LUN is added, the ACLs stay as they are (and say who may see it).
+  // Neither flag: the LUN is added and, as targetcli does, mapped into the ACLs the target has.
   CmdResult r = Cowctl("export iscsi tank/vm2 --target " + tgt);
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_NE(r.out.find("LUN 1 of " + tgt), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("note: " + tgt + " admits only the initiators in its ACLs"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "exported tank/vm2 as LUN 1 of " + tgt + "\nseen by " + esx + "\n");
+  EXPECT_EQ(r.err, "");
   EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
   EXPECT_TRUE(Exists(tpg + "/lun/lun_1"));
-  EXPECT_FALSE(Exists(tpg + "/acls/" + esx + "/lun_1"));
-  // -i maps an initiator to it.
-  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx);
   EXPECT_TRUE(Exists(tpg + "/acls/" + esx + "/lun_1"));
-  Ok("export iscsi tank/vm3 --target " + tgt + " -i " + esx);
+  // --no-auto-map and no -i: added, seen by nobody, and cowctl says so.
+  r = Cowctl("export iscsi tank/vm3 --target " + tgt + " --no-auto-map");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\n");
+  EXPECT_EQ(r.err, "cowctl: note: " + tgt + " admits only the initiators in its ACLs, and none maps LUN 2, so no "
+                   "initiator sees it: map it with --initiator IQN\n");
+  EXPECT_TRUE(Exists(tpg + "/lun/lun_2"));
+  EXPECT_FALSE(Exists(tpg + "/acls/" + esx + "/lun_2"));
+  // -i maps an initiator to it.
+  Ok("export iscsi tank/vm3 --target " + tgt + " -i " + esx + " --no-auto-map");
   EXPECT_TRUE(Exists(tpg + "/acls/" + esx + "/lun_2"));
+}
+
+// ---------------------------------------------------------------- who sees a LUN (auto_add_mapped_luns)
+
+// "initiator:lun_M->lun_L" for every mapped LUN of `tpg`, sorted.
+std::string Mappings(const std::string& tpg) {
+  std::vector<std::string> lines;
+  if (!Exists(tpg + "/acls")) return "";
+  for (const auto& acl : std::filesystem::directory_iterator(tpg + "/acls")) {
+    for (const auto& ml : std::filesystem::directory_iterator(acl.path())) {
+      if (!ml.is_directory() || ml.path().filename().string().rfind("lun_", 0) != 0) continue;
+      for (const auto& link : std::filesystem::directory_iterator(ml.path())) {
+        if (!link.is_symlink()) continue;
+        auto to = std::filesystem::read_symlink(link.path());
+        EXPECT_TRUE(Exists(to.string())) << link.path() << " dangles";
+        lines.push_back(acl.path().filename().string() + ":" + ml.path().filename().string() + "->" +
+                        to.filename().string());
+      }
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (const auto& l : lines) out += l + " ";
+  return out;
+}
+
+class CliMap : public Cli {
+ protected:
+  const std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  const std::string esx1 = "iqn.1998-01.com.vmware:esx1", esx2 = "iqn.1998-01.com.vmware:esx2",
+                    esx3 = "iqn.1998-01.com.vmware:esx3";
+  std::string tpg = host.T("iscsi/" + tgt + "/tpgt_1");
+  void SetUp() override {
+    Pool();
+    for (const char* l : {"vm1", "vm2", "vm3"}) Ok(std::string("lun create tank/") + l + " --size 64M");
+  }
+  // Every mapping, with ACL x mapping TPG LUN n as x:lun_n->lun_n.
+  std::string All(const std::vector<std::string>& acls, const std::vector<int>& luns) {
+    std::vector<std::string> lines;
+    for (const auto& a : acls) {
+      for (int n : luns) lines.push_back(a + ":lun_" + std::to_string(n) + "->lun_" + std::to_string(n));
+    }
+    std::sort(lines.begin(), lines.end());
+    std::string out;
+    for (const auto& l : lines) out += l + " ";
+    return out;
+  }
+};
+
+TEST_F(CliMap, ANewLunIsSeenByEveryInitiatorTheTargetAllows) {
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1 + " -i " + esx2);
+  // Without -i: both hosts see it.
+  CmdResult r = Cowctl("--json export iscsi tank/vm2 --target " + tgt);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("\"mapped_to\": [\n    \"" + esx1 + "\",\n    \"" + esx2 + "\"\n  ]"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1}));
+  // With -i naming one of them: the other one sees it too.
+  r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx1);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
+}
+
+TEST_F(CliMap, ANewInitiatorSeesEveryLunOfTheTarget) {
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1);
+  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx1);
+  CmdResult r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx2);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
+  // Naming a new initiator on a LUN already exported gives it every LUN too.
+  r = Cowctl("--json export iscsi tank/vm1 --target " + tgt + " -i " + esx3);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"lun_number\": 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(esx3), std::string::npos) << r.out;
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2, esx3}, {0, 1, 2}));
+}
+
+TEST_F(CliMap, NoAutoMapMapsOnlyTheNamedInitiatorsToTheNewLun) {
+  EXPECT_NE(Cowctl("export iscsi --help").out.find("--no-auto-map"), std::string::npos);
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1 + " -i " + esx2);
+  CmdResult r = Cowctl("--json export iscsi tank/vm2 --target " + tgt + " -i " + esx3 + " --no-auto-map");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mapped_to\": [\n    \"" + esx3 + "\"\n  ]"), std::string::npos) << r.out;
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0}) + esx3 + ":lun_1->lun_1 ");
+  r = Cowctl("--json export iscsi tank/vm3 --target " + tgt + " --no-auto-map");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mapped_to\": []"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("none maps LUN 2, so no initiator sees it"), std::string::npos) << r.err;
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0}) + esx3 + ":lun_1->lun_1 ");
+}
+
+TEST_F(CliMap, ADemoModeTargetHasNothingToMap) {
+  Ok("export iscsi tank/vm1 --target " + tgt + " --demo-mode");
+  CmdResult r = Cowctl("--json export iscsi tank/vm2 --target " + tgt + " --demo-mode");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("\"mapped_to\": []"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find("note:"), std::string::npos) << r.err;
+  EXPECT_FALSE(Exists(tpg + "/acls"));
+}
+
+TEST_F(CliMap, UnexportRemovesTheLunFromEveryInitiator) {
+  Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1 + " -i " + esx2);
+  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx3);
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2, esx3}, {0, 1}));
+  Ok("unexport tank/vm1");
+  EXPECT_FALSE(Exists(tpg + "/lun/lun_0"));
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2, esx3}, {1}));  // and nothing dangles
+  Ok("unexport tank/vm2 --backstore");
+  EXPECT_FALSE(Exists(host.T("iscsi/" + tgt)));
+}
+
+TEST_F(CliMap, SaveAndRestoreGiveTheMappingExportMade) {
+  Ok("export iscsi tank/vm1 --target " + tgt + " --portal 127.0.0.1:3260 -i " + esx1);
+  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx2);
+  const std::string exported = Mappings(tpg);
+  EXPECT_EQ(exported, All({esx1, esx2}, {0, 1}));
+  const std::string tree = testing::Snapshot(host.T("iscsi"));
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  // Reboot: LIO's configuration is gone.
+  std::filesystem::remove_all(host.configfs + "/target");
+  std::filesystem::create_directories(host.configfs + "/target/core");
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(Mappings(tpg), exported);
+  EXPECT_EQ(testing::Snapshot(host.T("iscsi")), tree);
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  EXPECT_EQ(Mappings(tpg), exported);
 }
 
 TEST_F(Cli, RestoreBringsBackADemoModeTarget) {
@@ -865,7 +1003,7 @@ c cowctl export iscsi t/l --
   auto lines = testing::ReadText(out);
   for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
-                        "--target --portal --initiator --demo-mode --chap-user --chap-password --lun"}) {
+                        "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
 }

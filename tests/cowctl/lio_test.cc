@@ -243,15 +243,167 @@ TEST_F(LioTest, ADemoModeTargetTakesLunsOnlyWithDemoMode) {
 TEST_F(LioTest, AnAclTargetTakesLunsWithoutInitiatorAndKeepsItsAcls) {
   Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
   Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  Backstore b3 = lio.CreateBackstore(Spec("tank", "vm3"));
   const std::string iqn = "iqn.2024-01.io.cowstore:nas.tank";
   lio.ExportIscsi(b, {iqn, {}, {{"iqn.1998-01.com.vmware:esx1", "", ""}}, std::nullopt});
   EXPECT_EQ(lio.IscsiTpgAccess(iqn), IscsiAccess::kAcls);
-  EXPECT_EQ(lio.ExportIscsi(b2, {iqn, {}, {}, std::nullopt}).lun, 1u);
   std::string tpg = host.T("iscsi/" + iqn + "/tpgt_1");
+  // auto_map (the default): the ACL the target has sees the new LUN.
+  EXPECT_EQ(lio.ExportIscsi(b2, {iqn, {}, {}, std::nullopt}).lun, 1u);
   EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
   EXPECT_TRUE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_0"));
-  EXPECT_FALSE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_1"));  // not mapped: nobody sees it yet
+  EXPECT_TRUE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_1"));
+  // Without it: the LUN is added and no ACL maps it.
+  IscsiSpec s{iqn, {}, {}, std::nullopt};
+  s.auto_map = false;
+  FabricLun l3 = lio.ExportIscsi(b3, s);
+  EXPECT_EQ(l3.lun, 2u);
+  EXPECT_TRUE(Exists(tpg + "/lun/lun_2"));
+  EXPECT_FALSE(Exists(tpg + "/acls/iqn.1998-01.com.vmware:esx1/lun_2"));  // not mapped: nobody sees it yet
+  EXPECT_TRUE(lio.MappedTo(l3).empty());
   EXPECT_FALSE(lio.IscsiTargets()[0].demo_mode);
+}
+
+// ------------------------------------------------ auto_add_mapped_luns
+
+const std::string kTgt = "iqn.2024-01.io.cowstore:nas.tank";
+const std::string kEsx1 = "iqn.1998-01.com.vmware:esx1";
+const std::string kEsx2 = "iqn.1998-01.com.vmware:esx2";
+const std::string kEsx3 = "iqn.1998-01.com.vmware:esx3";
+
+IscsiSpec Acls(std::vector<std::string> initiators, bool auto_map = true) {
+  IscsiSpec s{kTgt, {}, {}, std::nullopt};
+  for (auto& i : initiators) s.acls.push_back({i, "", ""});
+  s.auto_map = auto_map;
+  return s;
+}
+
+// "initiator:lun_M->lun_L" for every mapped LUN of the target, in name order:
+// which TPG LUN each ACL's mapped LUN links to.
+std::string Mappings(const FakeHost& host) {
+  std::string acls = host.T("iscsi/" + kTgt + "/tpgt_1/acls"), out;
+  if (!Exists(acls)) return out;
+  std::vector<std::string> lines;
+  for (const auto& acl : std::filesystem::directory_iterator(acls)) {
+    for (const auto& ml : std::filesystem::directory_iterator(acl.path())) {
+      if (!ml.is_directory() || ml.path().filename().string().rfind("lun_", 0) != 0) continue;
+      for (const auto& link : std::filesystem::directory_iterator(ml.path())) {
+        if (!link.is_symlink()) continue;
+        auto to = std::filesystem::read_symlink(link.path());
+        EXPECT_TRUE(Exists(to.string())) << link.path() << " dangles";
+        lines.push_back(acl.path().filename().string() + ":" + ml.path().filename().string() + "->" +
+                        to.filename().string());
+      }
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  for (const auto& l : lines) out += l + " ";
+  return out;
+}
+
+std::string Names(const std::vector<LunMapping>& m) {
+  std::string out;
+  for (const auto& x : m) out += x.initiator + "=" + std::to_string(x.mapped_lun) + " ";
+  return out;
+}
+
+TEST_F(LioTest, ANewLunIsMappedIntoEveryAclOfTheTarget) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  Backstore b3 = lio.CreateBackstore(Spec("tank", "vm3"));
+  lio.ExportIscsi(b, Acls({kEsx1, kEsx2}));
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_0 " + kEsx2 + ":lun_0->lun_0 ");
+  // No initiator named: both ACLs see it, as LUN 1.
+  FabricLun l2 = lio.ExportIscsi(b2, IscsiSpec{kTgt, {}, {}, std::nullopt});
+  EXPECT_EQ(Names(lio.MappedTo(l2)), kEsx1 + "=1 " + kEsx2 + "=1 ");
+  // One named: the other one sees it too.
+  FabricLun l3 = lio.ExportIscsi(b3, Acls({kEsx1}));
+  EXPECT_EQ(Names(lio.MappedTo(l3)), kEsx1 + "=2 " + kEsx2 + "=2 ");
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_0 " + kEsx1 + ":lun_1->lun_1 " + kEsx1 + ":lun_2->lun_2 " + kEsx2 +
+                                ":lun_0->lun_0 " + kEsx2 + ":lun_1->lun_1 " + kEsx2 + ":lun_2->lun_2 ");
+  // Exporting again changes nothing.
+  std::string before = testing::Snapshot(host.configfs);
+  EXPECT_EQ(lio.ExportIscsi(b3, Acls({kEsx1})).lun, 2u);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+}
+
+TEST_F(LioTest, ANewAclSeesEveryLunOfTheTarget) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  Backstore b3 = lio.CreateBackstore(Spec("tank", "vm3"));
+  lio.ExportIscsi(b, Acls({kEsx1}));
+  lio.ExportIscsi(b2, Acls({kEsx1}));
+  // esx2 is new: it gets LUN 0 and 1 as well as the new LUN 2; esx1 gets LUN 2.
+  lio.ExportIscsi(b3, Acls({kEsx2}));
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_0 " + kEsx1 + ":lun_1->lun_1 " + kEsx1 + ":lun_2->lun_2 " + kEsx2 +
+                                ":lun_0->lun_0 " + kEsx2 + ":lun_1->lun_1 " + kEsx2 + ":lun_2->lun_2 ");
+  // A new ACL named for a LUN already in the target gets every LUN too.
+  lio.ExportIscsi(b, Acls({kEsx3}));
+  EXPECT_NE(Mappings(host).find(kEsx3 + ":lun_0->lun_0 " + kEsx3 + ":lun_1->lun_1 " + kEsx3 + ":lun_2->lun_2 "),
+            std::string::npos)
+      << Mappings(host);
+}
+
+TEST_F(LioTest, WithoutAutoMapOnlyTheNamedAclsMapOnlyTheNewLun) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  Backstore b3 = lio.CreateBackstore(Spec("tank", "vm3"));
+  lio.ExportIscsi(b, Acls({kEsx1, kEsx2}, false));
+  FabricLun l2 = lio.ExportIscsi(b2, Acls({kEsx3}, false));  // a new ACL: this LUN only
+  EXPECT_EQ(Names(lio.MappedTo(l2)), kEsx3 + "=1 ");
+  FabricLun l3 = lio.ExportIscsi(b3, Acls({}, false));  // nobody
+  EXPECT_TRUE(lio.MappedTo(l3).empty());
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_0 " + kEsx2 + ":lun_0->lun_0 " + kEsx3 + ":lun_1->lun_1 ");
+}
+
+// targetcli lets an ACL's mapped LUN numbers differ from the TPG's: the new
+// LUN takes the lowest free number there, and unexport finds mapped LUNs by
+// their link, not their number.
+TEST_F(LioTest, MappedLunNumbersTakenInAnAclAreSkipped) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  lio.ExportIscsi(b, Acls({kEsx1}));
+  std::string acl = host.T("iscsi/" + kTgt + "/tpgt_1/acls/" + kEsx1);
+  std::filesystem::rename(acl + "/lun_0", acl + "/lun_1");  // targetcli: mapped LUN 1 -> TPG LUN 0
+  FabricLun l2 = lio.ExportIscsi(b2, Acls({}));
+  EXPECT_EQ(l2.lun, 1u);
+  EXPECT_EQ(Names(lio.MappedTo(l2)), kEsx1 + "=0 ");
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_1 " + kEsx1 + ":lun_1->lun_0 ");
+  lio.Unexport(b);
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_1 ");
+}
+
+TEST_F(LioTest, UnexportRemovesTheLunFromEveryAcl) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  lio.ExportIscsi(b, Acls({kEsx1, kEsx2}));
+  lio.ExportIscsi(b2, Acls({kEsx3}));
+  FabricLun l0 = lio.LinksTo(b)[0];
+  EXPECT_EQ(Names(lio.MappedTo(l0)), kEsx1 + "=0 " + kEsx2 + "=0 " + kEsx3 + "=0 ");
+  lio.Unexport(b);
+  EXPECT_TRUE(lio.MappedTo(l0).empty());
+  EXPECT_FALSE(Exists(host.T("iscsi/" + kTgt + "/tpgt_1/lun/lun_0")));
+  // Mappings() also fails on any link left dangling.
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_1->lun_1 " + kEsx2 + ":lun_1->lun_1 " + kEsx3 + ":lun_1->lun_1 ");
+  lio.Unexport(b2);
+  EXPECT_FALSE(Exists(host.T("iscsi/" + kTgt)));
+}
+
+TEST_F(LioTest, AFailedExportRollsBackItsAutoMappedLuns) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  lio.ExportIscsi(b, Acls({kEsx1, kEsx2}));
+  std::string before = testing::Snapshot(host.configfs);
+  // Turning CHAP on is the last write, after every mapping is made.
+  LioOptions o{host.configfs, host.proc, [](const std::string& p, const std::string&) {
+                 return p.ends_with("/attrib/authentication") ? EINVAL : 0;
+               }};
+  Lio refusing(o);
+  IscsiSpec s = Acls({kEsx3});
+  s.acls[0].chap_user = "esx3";
+  s.acls[0].chap_password = "secret123456";
+  EXPECT_THROW(refusing.ExportIscsi(b2, s), UserError);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
 }
 
 // Every access case of `cowctl export iscsi`, by the target's current state.

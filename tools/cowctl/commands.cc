@@ -647,6 +647,7 @@ struct ExportArgs {
   std::vector<std::string> portals, initiators;
   int64_t lun = -1;
   bool demo_mode = false;
+  bool no_auto_map = false;
 };
 
 // Exports ref's backstore (made first if it has none) through `export_fn`;
@@ -681,17 +682,28 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
   }
   if (a.lun >= 0) spec.lun = static_cast<uint32_t>(a.lun);
   spec.demo_mode = a.demo_mode;
+  spec.auto_map = !a.no_auto_map;
   // Who may log in is decided here, before the backstore or anything else
   // is made: no ACLs means every initiator only when --demo-mode says so.
   const IscsiAccess access = lio.IscsiTpgAccess(spec.target);
   CheckIscsiAccess(access, spec, ref.str());
   auto [bs, l] = ExportBackstore(ctx, lio, ref, b, [&](const Backstore& s) { return lio.ExportIscsi(s, spec); });
+  // Who sees the LUN now: every ACL that maps it (all of the TPG's unless
+  // --no-auto-map), whoever made the mapping.
+  const std::vector<LunMapping> mapped = lio.MappedTo(l);
+  Json to = Json::array();
+  std::string seen;
+  for (const auto& m : mapped) {
+    to.push_back(m.initiator);
+    seen += (seen.empty() ? "" : ", ") + m.initiator;
+    if (m.mapped_lun != l.lun) seen += " (as LUN " + std::to_string(m.mapped_lun) + ")";
+  }
   if (spec.demo_mode) {
     std::cerr << "cowctl: warning: demo mode: any initiator can log in to " << l.target << " and write to "
               << ref.str() << " (no ACLs)\n";
-  } else if (spec.acls.empty()) {
-    std::cerr << "cowctl: note: " << l.target << " admits only the initiators in its ACLs, and each sees LUN "
-              << l.lun << " only once it is mapped: map it with --initiator IQN\n";
+  } else if (mapped.empty()) {
+    std::cerr << "cowctl: note: " << l.target << " admits only the initiators in its ACLs, and none maps LUN "
+              << l.lun << ", so no initiator sees it: map it with --initiator IQN\n";
   }
   Json j = Json::object();
   j["lun"] = ref.str();
@@ -701,7 +713,10 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
   j["lun_number"] = l.lun;
   j["backstore"] = bs.name;
   j["demo_mode"] = spec.demo_mode;
-  Emit(ctx, j, "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n");
+  j["mapped_to"] = to;
+  Emit(ctx, j,
+       "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n" +
+           (seen.empty() ? std::string() : "seen by " + seen + "\n"));
 }
 
 void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs& b) {
@@ -1269,6 +1284,8 @@ int Main(int argc, char** argv) {
   ei->add_option("--initiator,-i", ea.initiators,
                  "Initiator IQN allowed in (repeatable; needed for a new target unless --demo-mode)");
   ei->add_flag("--demo-mode", ea.demo_mode, "let any initiator log in, without ACLs (lab use)");
+  ei->add_flag("--no-auto-map", ea.no_auto_map,
+               "Map the new LUN only into the ACLs named with -i (targetcli's auto_add_mapped_luns=false)");
   ei->add_option("--chap-user", ea.chap_user, "CHAP user name for the named initiators");
   ei->add_option("--chap-password", ea.chap_password, "CHAP secret (12-16 characters)");
   ei->add_option("--lun", ea.lun, "LUN number in the target (default: lowest free)");
@@ -1277,8 +1294,10 @@ int Main(int argc, char** argv) {
       "Who may log in is set when the target is made: with --initiator, only those initiators (ACLs);\n"
       "with --demo-mode, any initiator (no ACLs); with neither, a new target is refused. Adding a LUN to an\n"
       "existing target keeps its policy: a target in demo mode takes LUNs only with --demo-mode; a target\n"
-      "with ACLs takes them with --initiator (those initiators are mapped to it) or with neither flag\n"
-      "(the LUN is added, seen by no initiator until one is mapped with --initiator).");
+      "with ACLs takes them with or without --initiator. As targetcli does (auto_add_mapped_luns), a LUN\n"
+      "added to a target is mapped into every ACL it has, and a new --initiator ACL sees every LUN of the\n"
+      "target. With --no-auto-map, only the --initiator ACLs are mapped, and only to this LUN (with no\n"
+      "--initiator, the LUN is added but no initiator sees it).");
   ei->callback([&] {
     if (ea.demo_mode && !ea.initiators.empty()) {
       throw CLI::ValidationError("--demo-mode",

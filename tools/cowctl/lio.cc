@@ -194,6 +194,50 @@ std::string LinkKey(const std::string& link) {
 
 std::string LinkName(const std::string& seed) { return Hex(Hash64(seed), 10); }
 
+// The TPG LUN a mapped LUN directory (acls/<initiator>/lun_<M>) links to:
+// its link ends in .../lun/lun_<L> (absolute as cowctl makes it, relative as
+// configfs shows it). None for a directory without such a link.
+std::optional<uint32_t> MappedTpgLun(const std::string& ml) {
+  for (const auto& k : List(ml)) {
+    std::string p = ml + "/" + k;
+    if (!IsLink(p)) continue;
+    char buf[4096];
+    ssize_t n = ::readlink(p.c_str(), buf, sizeof buf - 1);
+    if (n <= 0) continue;
+    auto parts = Split(std::string(buf, static_cast<size_t>(n)), '/');
+    while (!parts.empty() && parts.back().empty()) parts.pop_back();
+    if (parts.size() >= 2 && parts[parts.size() - 2] == "lun") {
+      if (auto l = Suffix(parts.back(), "lun_")) return l;
+    }
+  }
+  return std::nullopt;
+}
+
+// Maps TPG LUN `lun` into the node ACL directory `ad` (tpg/acls/<initiator>),
+// unless it maps it already: mapped LUN number = `lun`, as targetcli does, or
+// the lowest free number when the ACL has that one taken by another LUN.
+void MapLun(Undo& undo, const std::string& tpg, const std::string& ad, uint32_t lun) {
+  std::vector<uint32_t> taken;
+  for (const auto& m : List(ad)) {
+    auto mn = Suffix(m, "lun_");
+    if (!mn || !IsDir(ad + "/" + m)) continue;
+    auto to = MappedTpgLun(ad + "/" + m);
+    if (to == lun) return;
+    if (to) taken.push_back(*mn);  // an empty lun_<M> (half made) is filled in
+  }
+  auto is_taken = [&](uint32_t m) { return std::find(taken.begin(), taken.end(), m) != taken.end(); };
+  uint32_t mapped = lun;
+  if (is_taken(mapped)) {
+    mapped = 0;
+    while (is_taken(mapped)) ++mapped;
+  }
+  std::string initiator = ad.substr(ad.rfind('/') + 1);
+  std::string lundir = tpg + "/lun/lun_" + std::to_string(lun);
+  std::string ml = ad + "/lun_" + std::to_string(mapped);
+  undo.MkDir(ml);
+  undo.Symlink(lundir, ml + "/" + LinkName(initiator + lundir));
+}
+
 }  // namespace
 
 Lio::Lio(LioOptions options) : opt_(std::move(options)) {}
@@ -524,6 +568,13 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
   EnsureFabric("iscsi", "iscsi_target_mod");
   std::string tpg = tdir + "/tpgt_1";
 
+  // The node ACLs the TPG has before this export (auto_map maps a new LUN
+  // into each of them, as targetcli's auto_add_mapped_luns does).
+  std::vector<std::string> old_acls;
+  for (const auto& a : List(tpg + "/acls")) {
+    if (IsDir(tpg + "/acls/" + a)) old_acls.push_back(a);
+  }
+
   Undo undo;
   undo.MkDir(tdir);
   bool new_tpg = !IsDir(tpg);
@@ -579,11 +630,16 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
     undo.MkDir(tpg + "/acls");
     for (const auto& a : spec.acls) {
       std::string ad = tpg + "/acls/" + a.initiator;
+      const bool new_acl = !IsDir(ad);
       undo.MkDir(ad);
-      std::string ml = ad + "/lun_" + std::to_string(lun);
-      if (!Exists(ml)) {
-        undo.MkDir(ml);
-        undo.Symlink(lundir, ml + "/" + LinkName(a.initiator + lundir));
+      if (new_acl && spec.auto_map) {
+        // A new ACL sees every LUN of the TPG, this one included.
+        for (const auto& ln : List(tpg + "/lun")) {
+          auto n = Suffix(ln, "lun_");
+          if (n && IsDir(tpg + "/lun/" + ln)) MapLun(undo, tpg, ad, *n);
+        }
+      } else {
+        MapLun(undo, tpg, ad, lun);
       }
       if (!a.chap_user.empty()) {
         chap = true;
@@ -592,6 +648,11 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
         WriteFile(ad + "/auth/password", a.chap_password, false, &opt_);
       }
     }
+  }
+  // A LUN new in the TPG goes into every ACL it had already (a cowctl
+  // target in demo mode has none; ACLs targetcli added there get it too).
+  if (spec.auto_map && !have) {
+    for (const auto& a : old_acls) MapLun(undo, tpg, tpg + "/acls/" + a, lun);
   }
   if (new_tpg) {
     undo.MkDir(tpg + "/attrib");
@@ -657,10 +718,12 @@ void Lio::Unexport(const Backstore& bs) {
   std::vector<std::pair<std::string, std::string>> touched;
   for (const auto& l : links) {
     std::string tpg = T(l.fabric + "/" + l.target + "/tpgt_" + std::to_string(l.tpg));
-    // Mapped LUNs pointing at this TPG LUN first.
-    for (const auto& acl : List(tpg + "/acls")) {
-      std::string ml = tpg + "/acls/" + acl + "/lun_" + std::to_string(l.lun);
-      if (IsDir(ml)) RemoveTree(ml);
+    // Every ACL's mapped LUN linking to this TPG LUN first (rtslib's order),
+    // found by its link, whatever its number.
+    for (const auto& m : MappedTo(l)) {
+      std::string ml = tpg + "/acls/" + m.initiator + "/lun_" + std::to_string(m.mapped_lun);
+      RemoveTree(ml);
+      if (Exists(ml)) throw UserError("cannot remove " + ml + ": " + Errno());
     }
     RemoveTree(l.path);
     if (Exists(l.path)) throw UserError("cannot remove " + l.path + ": " + Errno());
@@ -673,6 +736,20 @@ void Lio::Unexport(const Backstore& bs) {
     }
     if (!any) RemoveTarget(fabric, target);
   }
+}
+
+std::vector<LunMapping> Lio::MappedTo(const FabricLun& l) const {
+  std::vector<LunMapping> out;
+  std::string acls = T(l.fabric + "/" + l.target + "/tpgt_" + std::to_string(l.tpg) + "/acls");
+  for (const auto& acl : List(acls)) {
+    for (const auto& m : List(acls + "/" + acl)) {
+      auto mn = Suffix(m, "lun_");
+      if (mn && IsDir(acls + "/" + acl + "/" + m) && MappedTpgLun(acls + "/" + acl + "/" + m) == l.lun) {
+        out.push_back({acl, *mn});
+      }
+    }
+  }
+  return out;
 }
 
 std::vector<IscsiTarget> Lio::IscsiTargets() const {

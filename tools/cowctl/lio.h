@@ -79,6 +79,18 @@ struct IscsiSpec {
   // Must be asked for: without ACLs and without it, a new TPG or one already
   // in demo mode is refused. Excludes acls.
   bool demo_mode = false;
+  // targetcli's auto_add_mapped_luns (its default, true): a LUN added to the
+  // TPG is mapped into every node ACL the TPG already has, and an ACL made
+  // here maps every LUN of the TPG. Mapped LUN number = TPG LUN number (the
+  // lowest free one if an ACL has that number taken). false: only the ACLs
+  // in `acls` map the LUN, and only it. Nothing to map in demo mode.
+  bool auto_map = true;
+};
+
+// A node ACL that maps a TPG LUN: `mapped_lun` is the number the initiator sees.
+struct LunMapping {
+  std::string initiator;
+  uint32_t mapped_lun = 0;
 };
 
 // Who may log in to an iSCSI target's TPG 1, as configfs has it now.
@@ -131,9 +143,13 @@ class Lio {
   // access policy is set when it is made and never changed afterwards.
   FabricLun ExportIscsi(const Backstore& bs, const IscsiSpec& spec);
   IscsiAccess IscsiTpgAccess(const std::string& target) const;
+  // The node ACLs of the LUN's TPG whose mapped LUNs link to it, by
+  // initiator name (whatever their mapped LUN numbers).
+  std::vector<LunMapping> MappedTo(const FabricLun& lun) const;
   FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "");
-  // Removes every iSCSI/loopback LUN linking to `bs` and the cowctl targets
-  // this leaves empty. Throws (and changes nothing) if another fabric links.
+  // Removes every iSCSI/loopback LUN linking to `bs` (first every ACL's
+  // mapped LUN linking to it, as rtslib does) and the cowctl targets this
+  // leaves empty. Throws (and changes nothing) if another fabric links.
   void Unexport(const Backstore& bs);
 
   std::vector<IscsiTarget> IscsiTargets() const;      // cowctl-owned only
