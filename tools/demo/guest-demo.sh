@@ -128,21 +128,24 @@ measure() {
     for d in $devs; do b1=$(( b1 + $(blk_bytes $d) )); done
     IB[$key]=$(( b1 - b0 + pt )); PS[$key]=$(( $(pool_alloc) - p0 ))
 }
-NX=$(( S / (4 * MIB) ))                      # XCOPY commands, 4 MiB each
+NX=$(( S / (16 * MIB) ))                     # XCOPY commands, 16 MiB each
 out "clone, data path: dd reads vm1 and writes vm1-dd (4 MiB O_DIRECT) ..."
 measure clone-dd 0 "${DEV[vm1]} ${DEV[vm1-dd]}" \
     dd if=${DEV[vm1]} of=${DEV[vm1-dd]} bs=4M count=$(( S / (4 * MIB) )) iflag=direct oflag=direct status=none
-out "clone, offload: sg_xcopy vm1 -> vm1-xcopy, $NX EXTENDED COPY commands of 4 MiB ..."
+out "clone, offload: vm1 -> vm1-xcopy, $NX EXTENDED COPY commands of one 16 MiB segment each"
+out "  (what ESXi sends with DataMover.MaxHWTransferSize=16384), from one process ..."
 # parameter list per command: 16 header + 2 x 32 CSCD + 28 segment descriptor
 measure clone-xcopy $(( NX * 108 )) "${DEV[vm1]} ${DEV[vm1-xcopy]}" \
-    sg_xcopy if=${SG[vm1]} of=${SG[vm1-xcopy]} bs=512 bpt=8192 id_usage=disable count=$SB
+    $SGIO loop ${SG[vm1]} xcopy $NX 0 32768 --dst ${SG[vm1-xcopy]} --dst-lba 0
+# the loop's own time, without python's start-up (one process for all commands, as ESXi has)
+T[clone-xcopy]=$(sed -n 's/.*loop_secs=\([0-9.]*\).*/\1/p' "$(ls $LOGDIR/*-clone-xcopy.log | tail -1)")
 step clone-equal $SGIO same ${DEV[vm1]} 0 0 $SB --dev2 ${DEV[vm1-xcopy]} --sample 16 || die "the XCOPY clone differs"
 step clone-dd-equal $SGIO same ${DEV[vm1]} 0 0 $SB --dev2 ${DEV[vm1-dd]} --sample 16 || die "the dd clone differs"
 out "zero, data path: dd writes ${SM} MiB of zeros to zero-dd (4 MiB O_DIRECT) ..."
 measure zero-dd 0 "${DEV[zero-dd]}" \
     dd if=/dev/zero of=${DEV[zero-dd]} bs=4M count=$(( S / (4 * MIB) )) oflag=direct status=none
-out "zero, offload: $SM WRITE SAME(16) commands of 1 MiB to zero-ws, from one process ..."
-measure zero-ws $(( SM * 512 )) "${DEV[zero-ws]}" $SGIO loop ${SG[zero-ws]} ws16 $SM 0 2048
+out "zero, offload: $SM WRITE SAME(16) commands of 1 MiB to zero-ws, 16 in flight as ESXi keeps them ..."
+measure zero-ws $(( SM * 512 )) "${DEV[zero-ws]}" $SGIO loop ${SG[zero-ws]} ws16 $SM 0 2048 --qd 16
 # the loop's own time, without python's start-up (one process for all commands, as ESXi has)
 T[zero-ws]=$(sed -n 's/.*loop_secs=\([0-9.]*\).*/\1/p' "$(ls $LOGDIR/*-zero-ws.log | tail -1)")
 step zero-read-zero $SGIO zero ${DEV[zero-ws]} 0 $SB --sample 16 || die "zero-ws does not read as zeros"
@@ -162,9 +165,9 @@ row() { printf '%-8s %-36s %9.2f s  %12s  %12s' "$1" "$2" "${T[$3]}" "$(hb ${IB[
 header "4. Result (${SM} MiB; TCG emulation makes absolute times slow: the ratios are the point)"
 out "$(printf '%-8s %-36s %11s  %12s  %12s' what how time 'initiator I/O' 'pool space')"
 out "$(row clone 'dd read + write (data path)' clone-dd)"
-out "$(row clone 'EXTENDED COPY, 4 MiB/cmd (VAAI)' clone-xcopy)   $(ratio clone-dd clone-xcopy) faster"
+out "$(row clone 'EXTENDED COPY, 16 MiB/cmd (VAAI)' clone-xcopy)   $(ratio clone-dd clone-xcopy) faster"
 out "$(row zero 'dd of zeros (data path)' zero-dd)"
-out "$(row zero 'WRITE SAME(16), 1 MiB/cmd (VAAI)' zero-ws)   $(ratio zero-dd zero-ws) faster"
+out "$(row zero 'WRITE SAME(16), 1 MiB/cmd x16 (VAAI)' zero-ws)   $(ratio zero-dd zero-ws) faster"
 out "initiator I/O: bytes between initiator and target (data read and written; for VAAI, only the"
 out "commands' parameter data). pool space: what the pool allocated for the operation. The XCOPY"
 out "clone shares vm1's extents (copy-on-write): nothing is copied until either LUN is written;"
@@ -173,8 +176,8 @@ out "command costs about the same whatever the size it names; the data path cost
 out ""
 out "\$ cowctl pool show $POOL"
 cmdout cowctl pool show $POOL
-out "\$ cowctl vaai status $POOL/vm1-xcopy   (the handler's counters for the clone target)"
-cmdout cowctl vaai status $POOL/vm1-xcopy
+out "\$ cowctl vaai status $POOL/vm1   (the handler's counters: the EXTENDED COPY commands went to vm1)"
+cmdout cowctl vaai status $POOL/vm1
 
 teardown
 finish
