@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "handler/control/client.h"
@@ -597,6 +598,133 @@ TEST_F(CliMap, SaveAndRestoreGiveTheMappingExportMade) {
   EXPECT_EQ(testing::Snapshot(host.T("iscsi")), tree);
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
   EXPECT_EQ(Mappings(tpg), exported);
+}
+
+// The narrowed target of the tests below: esx1 sees LUN 0 and 1, esx2 only
+// LUN 0 (write-protected, as targetcli's write_protect=1 leaves it), esx3 none.
+class CliNarrow : public CliMap {
+ protected:
+  std::string file = host.dir.path() + "/c.yaml";
+  std::string narrowed;
+  void SetUp() override {
+    CliMap::SetUp();
+    Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1 + " -i " + esx2);
+    Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx1 + " --no-auto-map");
+    Ok("export iscsi tank/vm3 --target " + tgt + " -i " + esx3 + " --no-auto-map");
+    Ok("unexport tank/vm3");  // esx3's ACL stays, mapping nothing
+    testing::WriteText(tpg + "/acls/" + esx2 + "/lun_0/write_protect", "1");
+    narrowed = Mappings(tpg);
+    ASSERT_EQ(narrowed, All({esx1}, {0, 1}) + esx2 + ":lun_0->lun_0 ");
+    ASSERT_TRUE(Exists(tpg + "/acls/" + esx3));
+    Ok("save " + file);
+  }
+  // Reboot: LIO's configuration is gone.
+  void Wipe() {
+    std::filesystem::remove_all(host.configfs + "/target");
+    std::filesystem::create_directories(host.configfs + "/target/core");
+  }
+  // The saved file with `from` (which must be in it) replaced by `to`; and
+  // the line `from` is on.
+  int Edit(const std::string& from, const std::string& to) {
+    std::string t = ReadText(file);
+    auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from << " not in\n" << t;
+    if (at == std::string::npos) return 0;
+    int line = 1 + static_cast<int>(std::count(t.begin(), t.begin() + static_cast<long>(at), '\n'));
+    WriteText(file, t.replace(at, from.size(), to));
+    return line;
+  }
+};
+
+TEST_F(CliNarrow, ANarrowedMappingSurvivesSaveWipeRestore) {
+  std::string yaml = ReadText(file);
+  EXPECT_NE(yaml.find("version: 2\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("      - initiator: " + esx1 + "\n        mapped_luns:\n          - {lun: 0, mapped_lun: 0}\n"
+                      "          - {lun: 1, mapped_lun: 1}\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("      - initiator: " + esx2 + "\n        mapped_luns:\n"
+                      "          - {lun: 0, mapped_lun: 0, write_protect: true}\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("      - initiator: " + esx3 + "\n        mapped_luns: []\n"), std::string::npos) << yaml;
+  const std::string tree = testing::Snapshot(host.T("iscsi"));
+  Wipe();
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_NE(r.out.find("mapped LUN 1 of " + tgt + " into " + esx1 + " as LUN 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mapped LUN 0 of " + tgt + " into " + esx2 + " as LUN 0 (write-protected)\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("into " + esx3), std::string::npos) << r.out;
+  EXPECT_EQ(Mappings(tpg), narrowed);  // esx2 does not see LUN 1, esx3 sees nothing
+  EXPECT_EQ(ReadText(tpg + "/acls/" + esx2 + "/lun_0/write_protect"), "1");
+  EXPECT_TRUE(Exists(tpg + "/acls/" + esx3));
+  EXPECT_EQ(testing::Snapshot(host.T("iscsi")), tree);
+  // Again: nothing to do, nothing said, nothing changed.
+  r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "nothing to do: everything in " + file + " is in place\n");
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(testing::Snapshot(host.T("iscsi")), tree);
+  std::string again = host.dir.path() + "/again.yaml";
+  Ok("save " + again);
+  EXPECT_EQ(ReadText(again), ReadText(file));
+}
+
+TEST_F(CliNarrow, DryRunSaysWhatItWouldMap) {
+  Wipe();
+  std::string out = Ok("restore " + file + " --dry-run");
+  EXPECT_NE(out.find("would map LUN 1 of " + tgt + " into " + esx1 + " as LUN 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("would map LUN 0 of " + tgt + " into " + esx2 + " as LUN 0 (write-protected)\n"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("LUN 1 of " + tgt + " into " + esx2), std::string::npos) << out;
+  EXPECT_FALSE(Exists(host.T("iscsi")));
+}
+
+TEST_F(CliNarrow, AFileWithoutMappedLunsMapsEveryLunAsBefore) {
+  // What the previous cowctl wrote: version 1, no mapped_luns.
+  std::string old, line;
+  std::istringstream in(ReadText(file));
+  while (std::getline(in, line)) {
+    if (line.find("mapped_lun") == std::string::npos) old += line + "\n";
+  }
+  old.replace(old.find("version: 2"), 10, "version: 1");
+  WriteText(file, old);
+  Wipe();
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(Mappings(tpg), All({esx1, esx2, esx3}, {0, 1}));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+}
+
+TEST_F(CliNarrow, AMappedLunTheTargetLacksIsRefusedWithFileLineAndChangesNothing) {
+  Wipe();
+  int line = Edit("{lun: 0, mapped_lun: 0, write_protect: true}", "{lun: 4, mapped_lun: 0, write_protect: true}");
+  const std::string tree = testing::Snapshot(host.configfs), lun_list = Ok("lun list");
+  Err("restore " + file, file + ":" + std::to_string(line) + ": iscsi[0].acls[1].mapped_luns[0].lun: target " + tgt +
+                             " has no LUN 4 (its luns: 0, 1)");
+  EXPECT_EQ(testing::Snapshot(host.configfs), tree);  // not even the backstores
+  EXPECT_EQ(Ok("lun list"), lun_list);
+  Err("restore " + file + " --dry-run", file + ":" + std::to_string(line) + ": iscsi[0].acls[1].mapped_luns[0].lun");
+}
+
+TEST_F(CliNarrow, RestoreAddsAndWarnsAboutAMappingTheFileLacks) {
+  // esx2 is given LUN 1 after the save, and its write protection is lifted.
+  Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx2 + " --no-auto-map");
+  testing::WriteText(tpg + "/acls/" + esx2 + "/lun_0/write_protect", "0");
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // The listed mapping comes back as the file says; the extra one is left, and said.
+  EXPECT_EQ(r.out, "write-protected LUN 0 of " + esx2 + " on " + tgt + "\n");
+  EXPECT_EQ(r.err, "cowctl: warning: " + file + ": " + esx2 + " sees LUN 1 of " + tgt +
+                       " as LUN 1, which the file does not map; left as it is (restore never removes a mapping: "
+                       "remove it with targetcli if it should go)\n");
+  EXPECT_EQ(ReadText(tpg + "/acls/" + esx2 + "/lun_0/write_protect"), "1");
+  EXPECT_EQ(Mappings(tpg), narrowed + esx2 + ":lun_1->lun_1 ");
 }
 
 TEST_F(Cli, RestoreBringsBackADemoModeTarget) {

@@ -97,10 +97,80 @@ TEST(Config, ErrorsNameFileLineAndField) {
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: nope\n"), "c.yaml:2: iscsi[0].target: not a valid IQN");
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: iqn.2024-01.io.x:y\n    luns:\n      - {lun: 0, pool: t, name: a}\n"),
             "c.yaml:4: iscsi[0].luns[0]: LUN t/a is not in pools");
-  EXPECT_EQ(ErrorOf("version: 2\n"), "c.yaml:1: version: unsupported version (this cowctl reads version 1)");
+  EXPECT_EQ(ErrorOf("version: 3\n"), "c.yaml:1: version: unsupported version (this cowctl reads versions 1 and 2)");
   EXPECT_EQ(ErrorOf("pools: [\n"), "c.yaml:2: (syntax): end of sequence flow not found");
   EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n  - name: t\n    size: 1G\n"),
             "c.yaml:4: pools[1].name: pool 't' listed twice");
+}
+
+// A version 2 target: who sees which LUN, under which number.
+const char* kMapped = R"(version: 2
+pools:
+  - name: tank
+    size: 1G
+    luns:
+      - {name: vm1, size: 8M, backstore: tank-vm1}
+      - {name: vm2, size: 8M, backstore: tank-vm2}
+iscsi:
+  - target: iqn.2024-01.io.cowstore:nas.tank
+    acls:
+      - initiator: iqn.1998-01.com.vmware:esx1
+        mapped_luns:
+          - {lun: 0, mapped_lun: 0}
+          - {lun: 1, mapped_lun: 3, write_protect: true}
+      - initiator: iqn.1998-01.com.vmware:esx2
+        mapped_luns: []
+      - initiator: iqn.1998-01.com.vmware:esx3
+    luns:
+      - {lun: 0, pool: tank, name: vm1}
+      - {lun: 1, pool: tank, name: vm2}
+)";
+
+TEST(Config, MappedLunsParseAndDumpBack) {
+  Config c = ParseConfig(kMapped, "m.yaml");
+  const auto& acls = c.iscsi.at(0).acls;
+  ASSERT_EQ(acls.size(), 3u);
+  EXPECT_EQ(acls[0].mapped_luns, (std::vector<MappedLun>{{0, 0, false}, {1, 3, true}}));
+  EXPECT_EQ(acls[1].mapped_luns, std::vector<MappedLun>{});  // sees nothing
+  EXPECT_FALSE(acls[2].mapped_luns.has_value());             // version 1 style: every LUN
+  std::string dump = DumpConfig(c);
+  EXPECT_NE(dump.find("version: 2\n"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("        mapped_luns:\n          - {lun: 0, mapped_lun: 0}\n"
+                      "          - {lun: 1, mapped_lun: 3, write_protect: true}\n"),
+            std::string::npos)
+      << dump;
+  EXPECT_NE(dump.find("mapped_luns: []"), std::string::npos) << dump;
+  Config d = ParseConfig(dump, "dump");
+  EXPECT_EQ(DumpConfig(d), dump);
+  EXPECT_EQ(d.iscsi[0].acls[1].mapped_luns, std::vector<MappedLun>{});
+  EXPECT_FALSE(d.iscsi[0].acls[2].mapped_luns.has_value());  // absent stays absent
+  // A version 1 file has no mapped_luns and still reads.
+  Config v1 = ParseConfig(kGood, "t.yaml");
+  EXPECT_FALSE(v1.iscsi[0].acls[0].mapped_luns.has_value());
+}
+
+TEST(Config, MappedLunErrorsNameFileLineAndField) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string t = kMapped;
+    auto at = t.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return t.replace(at, from.size(), to);
+  };
+  EXPECT_EQ(ErrorOf(with("{lun: 1, mapped_lun: 3,", "{lun: 7, mapped_lun: 3,")),
+            "c.yaml:14: iscsi[0].acls[0].mapped_luns[1].lun: target iqn.2024-01.io.cowstore:nas.tank has no LUN 7 "
+            "(its luns: 0, 1)");
+  EXPECT_EQ(ErrorOf(with("{lun: 1, mapped_lun: 3,", "{lun: 1, mapped_lun: 0,")),
+            "c.yaml:14: iscsi[0].acls[0].mapped_luns[1].mapped_lun: mapped LUN number used twice");
+  EXPECT_EQ(ErrorOf(with("{lun: 1, mapped_lun: 3,", "{lun: 0, mapped_lun: 3,")),
+            "c.yaml:14: iscsi[0].acls[0].mapped_luns[1].lun: LUN 0 mapped twice");
+  EXPECT_EQ(ErrorOf(with("write_protect: true", "write_protect: maybe")),
+            "c.yaml:14: iscsi[0].acls[0].mapped_luns[1].write_protect: expected true or false");
+  EXPECT_EQ(ErrorOf(with("{lun: 0, mapped_lun: 0}", "{lun: 0}")),
+            "c.yaml:13: iscsi[0].acls[0].mapped_luns[0].mapped_lun: missing");
+  EXPECT_EQ(ErrorOf(with("{lun: 0, mapped_lun: 0}", "{lun: 0, mapped_lun: 0, rw: 1}")),
+            "c.yaml:13: iscsi[0].acls[0].mapped_luns[0].rw: unknown field");
+  EXPECT_EQ(ErrorOf(with("mapped_luns: []", "mapped_luns: 0")),
+            "c.yaml:16: iscsi[0].acls[1].mapped_luns: expected a list");
 }
 
 TEST(Config, WriteIsAtomicAndPrivate) {

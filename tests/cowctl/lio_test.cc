@@ -406,6 +406,74 @@ TEST_F(LioTest, AFailedExportRollsBackItsAutoMappedLuns) {
   EXPECT_EQ(testing::Snapshot(host.configfs), before);
 }
 
+// ------------------------------------------------ exact mappings (restore)
+
+IscsiSpec Exact(std::vector<std::pair<std::string, std::vector<MappedLun>>> acls, bool auto_map = false) {
+  IscsiSpec s{kTgt, {}, {}, std::nullopt};
+  for (auto& [i, m] : acls) {
+    AclSpec a{i, "", ""};
+    a.mapped_luns = m;
+    s.acls.push_back(a);
+  }
+  s.auto_map = auto_map;
+  return s;
+}
+
+TEST_F(LioTest, AnAclWithMappedLunsMapsExactlyThose) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  // esx1 sees LUN 0 as 0 and LUN 1 as 5, write-protected; esx2 sees nothing.
+  // auto_map on: it does not reach into ACLs that list their LUNs.
+  auto spec = Exact({{kEsx1, {{0, 0, false}, {1, 5, true}}}, {kEsx2, {}}}, /*auto_map=*/true);
+  spec.lun = 0;
+  lio.ExportIscsi(b, spec);
+  spec.lun = 1;
+  lio.ExportIscsi(b2, spec);
+  EXPECT_EQ(Mappings(host), kEsx1 + ":lun_0->lun_0 " + kEsx1 + ":lun_5->lun_1 ");
+  std::string acl = host.T("iscsi/" + kTgt + "/tpgt_1/acls/" + kEsx1);
+  EXPECT_EQ(ReadText(acl + "/lun_5/write_protect"), "1");
+  EXPECT_FALSE(Exists(acl + "/lun_0/write_protect"));  // as made: nothing to write
+  EXPECT_TRUE(Exists(host.T("iscsi/" + kTgt + "/tpgt_1/acls/" + kEsx2)));
+  EXPECT_EQ(lio.AclMappedLuns(kTgt, kEsx1), (std::vector<MappedLun>{{0, 0, false}, {1, 5, true}}));
+  EXPECT_TRUE(lio.AclMappedLuns(kTgt, kEsx2).empty());
+  EXPECT_TRUE(lio.AclMappedLuns(kTgt, kEsx3).empty());
+  auto t = lio.IscsiTargets();
+  ASSERT_EQ(t.size(), 1u);
+  ASSERT_EQ(t[0].acls.size(), 2u);
+  EXPECT_EQ(t[0].acls[0].mapped_luns, (std::vector<MappedLun>{{0, 0, false}, {1, 5, true}}));
+  EXPECT_EQ(t[0].acls[1].mapped_luns, std::vector<MappedLun>{});
+  // Again: nothing changes.
+  std::string before = testing::Snapshot(host.configfs);
+  lio.ExportIscsi(b2, spec);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  // A write protection lifted by hand comes back; nothing else changes.
+  testing::WriteText(acl + "/lun_5/write_protect", "0");
+  lio.ExportIscsi(b2, spec);
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+}
+
+TEST_F(LioTest, AMappedLunNumberTakenByAnotherLunIsRefusedAndRolledBack) {
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  Backstore b2 = lio.CreateBackstore(Spec("tank", "vm2"));
+  lio.ExportIscsi(b, Acls({kEsx1}));  // esx1 sees LUN 0 as 0
+  std::string before = testing::Snapshot(host.configfs);
+  auto spec = Exact({{kEsx1, {{0, 0, false}, {1, 0, false}}}});
+  spec.lun = 1;
+  EXPECT_THROW(lio.ExportIscsi(b2, spec), UserError);  // twice mapped LUN 0
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  spec = Exact({{kEsx1, {{1, 0, false}}}});
+  spec.lun = 1;
+  try {
+    lio.ExportIscsi(b2, spec);
+    ADD_FAILURE() << "mapped LUN 0 is LUN 0's";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(kEsx1 + " sees LUN 0 of " + kTgt + " as its LUN 0, where LUN 1 should be"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);  // LUN 1 rolled back too
+}
+
 // Every access case of `cowctl export iscsi`, by the target's current state.
 TEST(IscsiAccessRules, WhatExportIscsiAllows) {
   const std::string iqn = "iqn.2024-01.io.cowstore:nas.tank";

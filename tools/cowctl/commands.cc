@@ -954,9 +954,17 @@ Config Gather(const Context& ctx) {
     IscsiConfig ic;
     ic.target = t.iqn;
     ic.portals = t.portals;
-    ic.acls = t.acls;
     for (const auto& [n, key] : t.luns) {
       if (by_key.count(key)) ic.luns.push_back({n, by_key[key].first, by_key[key].second});
+    }
+    // Who sees what, mapping for mapping (restore maps exactly this): only
+    // LUNs the file has, so that it loads again.
+    ic.acls = t.acls;
+    for (auto& a : ic.acls) {
+      if (!a.mapped_luns) a.mapped_luns.emplace();
+      std::erase_if(*a.mapped_luns, [&](const MappedLun& m) {
+        return std::none_of(ic.luns.begin(), ic.luns.end(), [&](const ExportLun& e) { return e.lun == m.lun; });
+      });
     }
     c.iscsi.push_back(std::move(ic));
   }
@@ -1083,6 +1091,17 @@ void Restore(const Context& ctx, const std::string& file, bool dry_run) {
       }
     }
     for (const auto& t : c.iscsi) {
+      // The ACLs' mapped LUNs before, to tell what this restore mapped.
+      std::map<std::string, std::vector<MappedLun>> before;
+      for (const auto& a : t.acls) before[a.initiator] = lio.AclMappedLuns(t.target, a.initiator);
+      auto maps = [](const std::vector<MappedLun>& v, const MappedLun& m) {
+        return std::any_of(v.begin(), v.end(),
+                           [&](const MappedLun& x) { return x.lun == m.lun && x.mapped_lun == m.mapped_lun; });
+      };
+      auto as = [&](const std::string& initiator, const MappedLun& m) {
+        return "LUN " + std::to_string(m.lun) + " of " + t.target + " into " + initiator + " as LUN " +
+               std::to_string(m.mapped_lun) + (m.write_protect ? " (write-protected)" : "");
+      };
       for (const auto& e : t.luns) {
         auto bs = lio.FindBackstore(e.pool, e.name);
         if (!bs && dry_run) {
@@ -1100,9 +1119,63 @@ void Restore(const Context& ctx, const std::string& file, bool dry_run) {
           continue;
         }
         // The saved file is the explicit act: a target saved without ACLs
-        // was in demo mode and comes back in demo mode.
-        lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun, /*demo_mode=*/t.acls.empty()});
+        // was in demo mode and comes back in demo mode. No auto-mapping:
+        // an ACL with mapped_luns gets exactly those, one without (a
+        // version 1 file) every LUN of the target, as the file's exports
+        // gave it; an ACL the file does not list gets nothing.
+        lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun, /*demo_mode=*/t.acls.empty(), /*auto_map=*/false});
         if (!present) note("exported " + e.pool + "/" + e.name + " as LUN " + std::to_string(e.lun) + " of " + t.target);
+      }
+      for (const auto& a : t.acls) {
+        auto now = lio.AclMappedLuns(t.target, a.initiator);
+        if (dry_run) {
+          // What restore would map: the listed mappings (every LUN of the
+          // target for an ACL without mapped_luns) the ACL lacks.
+          std::vector<MappedLun> want;
+          if (a.mapped_luns) {
+            want = *a.mapped_luns;
+          } else {
+            for (const auto& e : t.luns) want.push_back({e.lun, e.lun, false});
+          }
+          for (const auto& m : want) {
+            bool have = a.mapped_luns ? maps(now, m)
+                                      : std::any_of(now.begin(), now.end(), [&](const MappedLun& x) { return x.lun == m.lun; });
+            if (!have) {
+              note("would map " + as(a.initiator, m));
+              continue;
+            }
+            auto live = std::find_if(now.begin(), now.end(), [&](const MappedLun& x) { return x.mapped_lun == m.mapped_lun; });
+            if (a.mapped_luns && live != now.end() && live->write_protect != m.write_protect) {
+              note((m.write_protect ? "would write-protect LUN " : "would lift the write protection of LUN ") +
+                   std::to_string(m.mapped_lun) + " of " + a.initiator + " on " + t.target);
+            }
+          }
+          continue;
+        }
+        const auto& old = before[a.initiator];
+        for (const auto& m : now) {
+          if (!maps(old, m)) {
+            note("mapped " + as(a.initiator, m));
+            continue;
+          }
+          auto was = std::find_if(old.begin(), old.end(), [&](const MappedLun& x) { return x.mapped_lun == m.mapped_lun; });
+          if (was != old.end() && was->write_protect != m.write_protect) {
+            note((m.write_protect ? "write-protected LUN " : "lifted the write protection of LUN ") +
+                 std::to_string(m.mapped_lun) + " of " + a.initiator + " on " + t.target);
+          }
+        }
+        // Restore adds and never removes (as with LUNs and ACLs it does
+        // not list): a mapping beyond the file's is left, and said.
+        for (const auto& m : now) {
+          bool listed = a.mapped_luns ? maps(*a.mapped_luns, m)
+                                      : std::any_of(t.luns.begin(), t.luns.end(), [&](const ExportLun& e) { return e.lun == m.lun; });
+          if (!listed) {
+            std::cerr << "cowctl: warning: " << file << ": " << a.initiator << " sees LUN " << m.lun << " of "
+                      << t.target << " as LUN " << m.mapped_lun
+                      << ", which the file does not map; left as it is (restore never removes a mapping: "
+                         "remove it with targetcli if it should go)\n";
+          }
+        }
       }
     }
     for (const auto& t : c.loopback) {

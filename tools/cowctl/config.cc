@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -96,12 +97,57 @@ class Parser {
     return out;
   }
 
+  // An ACL's mapped_luns: which of the target's LUNs (`lun`, one of its
+  // luns[].lun) the initiator sees under which number (`mapped_lun`).
+  std::vector<MappedLun> MappedLuns(const YAML::Node& acl, const std::string& af, const IscsiConfig& t) const {
+    std::vector<MappedLun> out;
+    std::set<uint32_t> numbers, luns;
+    auto seq = Seq(acl, "mapped_luns", af);
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const auto& n = seq[i];
+      std::string f = af + ".mapped_luns[" + std::to_string(i) + "]";
+      Keys(n, f, {"lun", "mapped_lun", "write_protect"});
+      MappedLun m;
+      uint64_t l = Size(n, "lun", f, true, 0);
+      bool known = std::any_of(t.luns.begin(), t.luns.end(), [&](const ExportLun& e) { return e.lun == l; });
+      if (!known) {
+        std::string have;
+        for (const auto& e : t.luns) have += (have.empty() ? "" : ", ") + std::to_string(e.lun);
+        Fail(n["lun"], f + ".lun",
+             "target " + t.target + " has no LUN " + std::to_string(l) +
+                 (have.empty() ? " (it lists no luns)" : " (its luns: " + have + ")"));
+      }
+      m.lun = static_cast<uint32_t>(l);
+      if (!luns.insert(m.lun).second) Fail(n["lun"], f + ".lun", "LUN " + std::to_string(l) + " mapped twice");
+      uint64_t ml = Size(n, "mapped_lun", f, true, 0);
+      if (ml > 65535) Fail(n["mapped_lun"], f + ".mapped_lun", "mapped LUN number must be 0..65535");
+      m.mapped_lun = static_cast<uint32_t>(ml);
+      if (!numbers.insert(m.mapped_lun).second) {
+        Fail(n["mapped_lun"], f + ".mapped_lun", "mapped LUN number used twice");
+      }
+      if (n["write_protect"]) {
+        std::string w = n["write_protect"].IsScalar() ? n["write_protect"].as<std::string>() : "";
+        if (w == "true" || w == "1" || w == "on") m.write_protect = true;
+        else if (w == "false" || w == "0" || w == "off") m.write_protect = false;
+        else Fail(n["write_protect"], f + ".write_protect", "expected true or false");
+      }
+      out.push_back(m);
+    }
+    return out;
+  }
+
   Config Parse(const YAML::Node& root) const {
     Config c;
     if (root.IsNull() || !root.IsDefined()) return c;
     Keys(root, "(top)", {"version", "pools", "iscsi", "loopback"});
-    if (root["version"] && root["version"].as<std::string>() != "1") {
-      Fail(root["version"], "version", "unsupported version (this cowctl reads version 1)");
+    // Version 2 added an ACL's mapped_luns; a version 1 file (none) still
+    // reads, and an older cowctl refuses a version 2 file rather than map
+    // every LUN into every ACL.
+    if (root["version"]) {
+      std::string v = root["version"].IsScalar() ? root["version"].as<std::string>() : "";
+      if (v != "1" && v != "2") {
+        Fail(root["version"], "version", "unsupported version (this cowctl reads versions 1 and 2)");
+      }
     }
     std::set<std::string> pool_names;
     auto pools = Seq(root, "pools", "");
@@ -171,20 +217,22 @@ class Parser {
         if (!ValidPortal(p)) Fail(portals[k], f + ".portals[" + std::to_string(k) + "]", "expected IP:port");
         t.portals.push_back(p);
       }
+      t.luns = Luns(n, f);
       auto acls = Seq(n, "acls", f);
       for (size_t k = 0; k < acls.size(); ++k) {
         std::string af = f + ".acls[" + std::to_string(k) + "]";
         const auto& a = acls[k];
-        Keys(a, af, {"initiator", "chap_user", "chap_password"});
+        Keys(a, af, {"initiator", "chap_user", "chap_password", "mapped_luns"});
         AclSpec s{Str(a, a, "initiator", af, true), Str(a, a, "chap_user", af, false),
                   Str(a, a, "chap_password", af, false)};
         if (!ValidIqn(s.initiator)) Fail(a["initiator"], af + ".initiator", "not a valid initiator name");
         if (s.chap_user.empty() != s.chap_password.empty()) {
           Fail(a, af, "chap_user and chap_password go together");
         }
+        // Absent (a version 1 file): the ACL maps every LUN of the target.
+        if (a["mapped_luns"]) s.mapped_luns = MappedLuns(a, af, t);
         t.acls.push_back(s);
       }
-      t.luns = Luns(n, f);
       c.iscsi.push_back(std::move(t));
     }
     auto loop = Seq(root, "loopback", "");
@@ -256,7 +304,7 @@ Config LoadConfig(const std::string& path) {
 std::string DumpConfig(const Config& c) {
   YAML::Emitter out;
   out << YAML::Comment("cowstore configuration: written by 'cowctl save', applied by 'cowctl restore'");
-  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << 1;
+  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << 2;
   out << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;
   for (const auto& p : c.pools) {
     out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << p.name;
@@ -297,6 +345,19 @@ std::string DumpConfig(const Config& c) {
       if (!a.chap_user.empty()) {
         out << YAML::Key << "chap_user" << YAML::Value << a.chap_user;
         out << YAML::Key << "chap_password" << YAML::Value << a.chap_password;
+      }
+      if (a.mapped_luns) {
+        // Always written, [] included: a missing list means "every LUN".
+        out << YAML::Key << "mapped_luns" << YAML::Value;
+        if (a.mapped_luns->empty()) out << YAML::Flow;
+        out << YAML::BeginSeq;
+        for (const auto& m : *a.mapped_luns) {
+          out << YAML::Flow << YAML::BeginMap << YAML::Key << "lun" << YAML::Value << m.lun << YAML::Key
+              << "mapped_lun" << YAML::Value << m.mapped_lun;
+          if (m.write_protect) out << YAML::Key << "write_protect" << YAML::Value << true;
+          out << YAML::EndMap;
+        }
+        out << YAML::EndSeq;
       }
       out << YAML::EndMap;
     }

@@ -238,6 +238,53 @@ void MapLun(Undo& undo, const std::string& tpg, const std::string& ad, uint32_t 
   undo.Symlink(lundir, ml + "/" + LinkName(initiator + lundir));
 }
 
+// Every mapped LUN of node ACL directory `ad`, by mapped LUN number; a
+// lun_<M> without a link to a TPG LUN (half made) is left out.
+std::vector<MappedLun> ReadMappedLuns(const std::string& ad) {
+  std::vector<std::pair<uint32_t, MappedLun>> found;
+  for (const auto& m : List(ad)) {
+    auto mn = Suffix(m, "lun_");
+    if (!mn || !IsDir(ad + "/" + m)) continue;
+    auto to = MappedTpgLun(ad + "/" + m);
+    if (!to) continue;
+    found.push_back({*mn, {*to, *mn, Trim(ReadFile(ad + "/" + m + "/write_protect")) == "1"}});
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<MappedLun> out;
+  for (const auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+// Maps TPG LUN m.lun into the node ACL directory `ad` exactly as a saved
+// configuration says: as LUN m.mapped_lun, write-protected or not.
+//  - lun_<M> maps that LUN already: only write_protect is made to match;
+//  - lun_<M> maps another TPG LUN: refused (restore never removes a mapping);
+//  - the ACL maps that LUN under another number: left alone (as MapLun does;
+//    restore warns about it);
+//  - else lun_<M> is made, and write_protect written when it differs.
+void MapLunAs(Undo& undo, const std::string& tpg, const std::string& ad, const MappedLun& m,
+              const LioOptions* opt) {
+  std::string initiator = ad.substr(ad.rfind('/') + 1);
+  std::string lundir = tpg + "/lun/lun_" + std::to_string(m.lun);
+  std::string ml = ad + "/lun_" + std::to_string(m.mapped_lun);
+  auto at = IsDir(ml) ? MappedTpgLun(ml) : std::nullopt;
+  if (at && *at != m.lun) {
+    std::string tdir = tpg.substr(0, tpg.rfind('/'));
+    throw UserError(initiator + " sees LUN " + std::to_string(*at) + " of " + tdir.substr(tdir.rfind('/') + 1) +
+                    " as its LUN " + std::to_string(m.mapped_lun) + ", where LUN " + std::to_string(m.lun) +
+                    " should be: remove that mapping with targetcli, then restore again");
+  }
+  if (!at) {
+    for (const auto& have : ReadMappedLuns(ad)) {
+      if (have.lun == m.lun) return;  // under another number: left alone
+    }
+    undo.MkDir(ml);
+    undo.Symlink(lundir, ml + "/" + LinkName(initiator + lundir));
+  }
+  bool wp = Trim(ReadFile(ml + "/write_protect")) == "1";
+  if (wp != m.write_protect) WriteFile(ml + "/write_protect", m.write_protect ? "1" : "0", false, opt);
+}
+
 }  // namespace
 
 Lio::Lio(LioOptions options) : opt_(std::move(options)) {}
@@ -510,6 +557,17 @@ void ValidateIscsiSpec(const IscsiSpec& spec) {
       throw UserError("CHAP password must be 12 to 16 characters long");
     }
   }
+  for (const auto& a : spec.acls) {
+    if (!a.mapped_luns) continue;
+    std::vector<uint32_t> numbers;
+    for (const auto& m : *a.mapped_luns) {
+      if (m.lun > 65535 || m.mapped_lun > 65535) throw UserError("LUN numbers must be 0..65535");
+      if (std::find(numbers.begin(), numbers.end(), m.mapped_lun) != numbers.end()) {
+        throw UserError(a.initiator + " is given mapped LUN " + std::to_string(m.mapped_lun) + " twice");
+      }
+      numbers.push_back(m.mapped_lun);
+    }
+  }
   if (spec.demo_mode && !spec.acls.empty()) {
     throw UserError("--demo-mode lets every initiator in and --initiator names the ones allowed: use one or the other");
   }
@@ -632,7 +690,12 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
       std::string ad = tpg + "/acls/" + a.initiator;
       const bool new_acl = !IsDir(ad);
       undo.MkDir(ad);
-      if (new_acl && spec.auto_map) {
+      if (a.mapped_luns) {
+        // Exactly what the caller (restore) lists for this ACL.
+        for (const auto& m : *a.mapped_luns) {
+          if (m.lun == lun) MapLunAs(undo, tpg, ad, m, &opt_);
+        }
+      } else if (new_acl && spec.auto_map) {
         // A new ACL sees every LUN of the TPG, this one included.
         for (const auto& ln : List(tpg + "/lun")) {
           auto n = Suffix(ln, "lun_");
@@ -652,7 +715,11 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
   // A LUN new in the TPG goes into every ACL it had already (a cowctl
   // target in demo mode has none; ACLs targetcli added there get it too).
   if (spec.auto_map && !have) {
-    for (const auto& a : old_acls) MapLun(undo, tpg, tpg + "/acls/" + a, lun);
+    for (const auto& a : old_acls) {
+      bool exact = std::any_of(spec.acls.begin(), spec.acls.end(),
+                               [&](const AclSpec& s) { return s.initiator == a && s.mapped_luns; });
+      if (!exact) MapLun(undo, tpg, tpg + "/acls/" + a, lun);
+    }
   }
   if (new_tpg) {
     undo.MkDir(tpg + "/attrib");
@@ -752,6 +819,10 @@ std::vector<LunMapping> Lio::MappedTo(const FabricLun& l) const {
   return out;
 }
 
+std::vector<MappedLun> Lio::AclMappedLuns(const std::string& target, const std::string& initiator) const {
+  return ReadMappedLuns(T("iscsi/" + target + "/tpgt_1/acls/" + initiator));
+}
+
 std::vector<IscsiTarget> Lio::IscsiTargets() const {
   std::vector<IscsiTarget> out;
   for (const auto& iqn : List(T("iscsi"))) {
@@ -770,6 +841,7 @@ std::vector<IscsiTarget> Lio::IscsiTargets() const {
       for (const auto& acl : List(tpg + "/acls")) {
         AclSpec a{acl, AfterColon(ReadFile(tpg + "/acls/" + acl + "/auth/userid")),
                   AfterColon(ReadFile(tpg + "/acls/" + acl + "/auth/password"))};
+        a.mapped_luns = ReadMappedLuns(tpg + "/acls/" + acl);
         t.acls.push_back(a);
       }
       t.demo_mode = Trim(ReadFile(tpg + "/attrib/generate_node_acls")) == "1";

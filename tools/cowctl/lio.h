@@ -64,10 +64,26 @@ struct FabricLun {
   std::string backstore_key;  // "user_3/<name>" it links to
 };
 
+// A mapped LUN of a node ACL (acls/<initiator>/lun_<M>/<link> -> lun/lun_<L>):
+// the initiator sees TPG LUN `lun` as its LUN `mapped_lun`.
+struct MappedLun {
+  uint32_t lun = 0;
+  uint32_t mapped_lun = 0;
+  bool write_protect = false;  // lun_<M>/write_protect
+  bool operator==(const MappedLun&) const = default;
+};
+
 struct AclSpec {
   std::string initiator;
   std::string chap_user;
   std::string chap_password;
+  // Exactly the LUNs this ACL maps (a saved configuration's `mapped_luns`;
+  // IscsiTargets fills it from configfs). None: ExportIscsi's auto_map rules.
+  // A value: ExportIscsi maps the LUN it exports into this ACL only if it is
+  // listed here, under the listed number and write_protect (see MapLunAs in
+  // lio.cc for what it does with a mapping that exists already), and never
+  // auto-maps into this ACL.
+  std::optional<std::vector<MappedLun>> mapped_luns = std::nullopt;
 };
 
 struct IscsiSpec {
@@ -146,6 +162,10 @@ class Lio {
   // The node ACLs of the LUN's TPG whose mapped LUNs link to it, by
   // initiator name (whatever their mapped LUN numbers).
   std::vector<LunMapping> MappedTo(const FabricLun& lun) const;
+  // The mapped LUNs of node ACL `initiator` of iSCSI target `target` (TPG 1),
+  // by mapped LUN number; a lun_<M> that links to no TPG LUN is left out.
+  // Empty when there is no such ACL.
+  std::vector<MappedLun> AclMappedLuns(const std::string& target, const std::string& initiator) const;
   FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "");
   // Removes every iSCSI/loopback LUN linking to `bs` (first every ACL's
   // mapped LUN linking to it, as rtslib does) and the cowctl targets this
