@@ -16,7 +16,8 @@
 #     acknowledged write must read back; the pool checks clean
 #  5. thin provisioning through SG_IO: exhaustion (DATA PROTECT 27/07, acked data
 #     intact, UNMAP gives space back), the soft-threshold unit attention 38/07
-#     exactly once; a 4096-byte-block LUN (readcap, dd, WRITE SAME UNMAP, CAW)
+#     exactly once, also on a quiet LUN of the same pool; a 4096-byte-block LUN
+#     (readcap, dd, WRITE SAME UNMAP, CAW)
 #  6. iscsi-test-cu families on cowstore and on LIO fileio side by side,
 #     cowstore gated on tests/e2e/icu-baseline-cowstore.txt
 # Exits 77 (skipped, with the reason) when handler_cowstore.so is not built.
@@ -310,8 +311,19 @@ step soft-pool      cow_pool_create ts 64M --allocation-unit 1M --soft-threshold
 step soft-bs        cow_bs 4 tssoft $((48 << 20)) ts soft
 step soft-loop      mk_loop_lun $CFS/core/user_4/tssoft $TPW 1
 SSOFT=$(loop_dev $TPW 1 scsi_generic)
+# A second LUN of the same pool that is never written: the threshold is the
+# pool's, so it must report the crossing too (once, on its next command).
+step soft2-bs       cow_bs 4 tsquiet $((8 << 20)) ts quiet
+step soft2-loop     mk_loop_lun $CFS/core/user_4/tsquiet $TPW 3
+SQUIET=$(loop_dev $TPW 3 scsi_generic)
+step soft2-ready    wait_for 10 sg_turs $SQUIET       # attach-time attentions consumed
+# LIO tells the other LUNs of the target that its LUN inventory changed
+# (06/3F/0E REPORTED LUNS DATA HAS CHANGED): consume that on soft, too
+step soft-ready     wait_for 10 sg_turs $SSOFT
 # 34 MiB: well past the threshold, well short of the ~44 MiB such a pool holds
 step soft-ua-once   $SGIO softua $SSOFT 0 34
+step soft2-ua       fails_with "soft threshold" sg_turs -v $SQUIET
+step soft2-ua-once  sg_turs $SQUIET
 # 4096-byte logical blocks (in p0). same_as/zeros/all_bytes count 512-byte units.
 COW_BLOCK_SIZE=4096 step 4k-bs cow_bs 5 k4 $((64 << 20)) p0 k4
 step 4k-loop        mk_loop_lun $CFS/core/user_5/k4 $TPW 2
