@@ -470,27 +470,7 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
 
 // ---------------------------------------------------------------- who sees a LUN (auto_add_mapped_luns)
 
-// "initiator:lun_M->lun_L" for every mapped LUN of `tpg`, sorted.
-std::string Mappings(const std::string& tpg) {
-  std::vector<std::string> lines;
-  if (!Exists(tpg + "/acls")) return "";
-  for (const auto& acl : std::filesystem::directory_iterator(tpg + "/acls")) {
-    for (const auto& ml : std::filesystem::directory_iterator(acl.path())) {
-      if (!ml.is_directory() || ml.path().filename().string().rfind("lun_", 0) != 0) continue;
-      for (const auto& link : std::filesystem::directory_iterator(ml.path())) {
-        if (!link.is_symlink()) continue;
-        auto to = std::filesystem::read_symlink(link.path());
-        EXPECT_TRUE(Exists(to.string())) << link.path() << " dangles";
-        lines.push_back(acl.path().filename().string() + ":" + ml.path().filename().string() + "->" +
-                        to.filename().string());
-      }
-    }
-  }
-  std::sort(lines.begin(), lines.end());
-  std::string out;
-  for (const auto& l : lines) out += l + " ";
-  return out;
-}
+std::string Mappings(const std::string& tpg) { return testing::AclMappings(tpg + "/acls"); }
 
 class CliMap : public Cli {
  protected:

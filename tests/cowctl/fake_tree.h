@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
+
 namespace cowstore::cowctl::testing {
 
 class TempDir {
@@ -83,5 +85,28 @@ struct FakeHost {
   }
   std::string T(const std::string& rel) const { return configfs + "/target/" + rel; }
 };
+
+// "initiator:lun_M->lun_L " for every mapped LUN under a TPG's acls/
+// directory, sorted: which TPG LUN each ACL's mapped LUN links to. A link
+// that resolves to nothing fails the calling test.
+inline std::string AclMappings(const std::string& acls_dir) {
+  std::string out;
+  if (!std::filesystem::exists(acls_dir)) return out;
+  std::vector<std::string> lines;
+  for (const auto& acl : std::filesystem::directory_iterator(acls_dir)) {
+    for (const auto& ml : std::filesystem::directory_iterator(acl.path())) {
+      if (!ml.is_directory() || ml.path().filename().string().rfind("lun_", 0) != 0) continue;
+      for (const auto& link : std::filesystem::directory_iterator(ml.path())) {
+        if (!link.is_symlink()) continue;
+        EXPECT_TRUE(std::filesystem::exists(link.path())) << link.path() << " dangles";
+        lines.push_back(acl.path().filename().string() + ":" + ml.path().filename().string() + "->" +
+                        std::filesystem::read_symlink(link.path()).filename().string());
+      }
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  for (const auto& l : lines) out += l + " ";
+  return out;
+}
 
 }  // namespace cowstore::cowctl::testing

@@ -278,28 +278,7 @@ IscsiSpec Acls(std::vector<std::string> initiators, bool auto_map = true) {
   return s;
 }
 
-// "initiator:lun_M->lun_L" for every mapped LUN of the target, in name order:
-// which TPG LUN each ACL's mapped LUN links to.
-std::string Mappings(const FakeHost& host) {
-  std::string acls = host.T("iscsi/" + kTgt + "/tpgt_1/acls"), out;
-  if (!Exists(acls)) return out;
-  std::vector<std::string> lines;
-  for (const auto& acl : std::filesystem::directory_iterator(acls)) {
-    for (const auto& ml : std::filesystem::directory_iterator(acl.path())) {
-      if (!ml.is_directory() || ml.path().filename().string().rfind("lun_", 0) != 0) continue;
-      for (const auto& link : std::filesystem::directory_iterator(ml.path())) {
-        if (!link.is_symlink()) continue;
-        auto to = std::filesystem::read_symlink(link.path());
-        EXPECT_TRUE(Exists(to.string())) << link.path() << " dangles";
-        lines.push_back(acl.path().filename().string() + ":" + ml.path().filename().string() + "->" +
-                        to.filename().string());
-      }
-    }
-  }
-  std::sort(lines.begin(), lines.end());
-  for (const auto& l : lines) out += l + " ";
-  return out;
-}
+std::string Mappings(const FakeHost& host) { return testing::AclMappings(host.T("iscsi/" + kTgt + "/tpgt_1/acls")); }
 
 std::string Names(const std::vector<LunMapping>& m) {
   std::string out;
