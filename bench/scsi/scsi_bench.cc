@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_env.h"
 #include "handler/scsi/cdb.h"
 #include "handler/scsi/logical_unit.h"
 #include "handler/scsi/lun_directory.h"
@@ -42,17 +43,9 @@ constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
 constexpr uint32_t kBs = 512;
 std::map<std::string, double> g_total;  // name -> seconds for the whole job (or per op)
 
-std::string Dir() {
-  const char* d = std::getenv("COWSTORE_BENCH_DIR");
-  return d ? d : ".";
-}
-uint64_t SampleBytes() {
-  const char* s = std::getenv("COWSTORE_BENCH_SAMPLE_MIB");
-  return (s ? std::strtoull(s, nullptr, 10) : 1024) * kMiB;
-}
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using cowstore::bench::Dir;
+using cowstore::bench::Now;
+using cowstore::bench::SampleBytes;
 [[noreturn]] void Die(const char* what) {
   std::fprintf(stderr, "scsi_bench: %s\n", what);
   std::exit(1);

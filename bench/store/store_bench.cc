@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_env.h"
 #include "handler/store/env.h"
 #include "handler/store/extent_map.h"
 #include "handler/store/pool.h"
@@ -38,17 +39,9 @@ BenchPool* g_clone = nullptr;
 BenchPool* g_io = nullptr;
 RawFile* g_raw = nullptr;
 
-std::string Dir() {
-  const char* d = std::getenv("COWSTORE_BENCH_DIR");
-  return d ? d : ".";
-}
-uint64_t SampleBytes() {
-  const char* s = std::getenv("COWSTORE_BENCH_SAMPLE_MIB");
-  return (s ? std::strtoull(s, nullptr, 10) : 1024) * kMiB;
-}
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using cowstore::bench::Dir;
+using cowstore::bench::Now;
+using cowstore::bench::SampleBytes;
 void Die(const Status& s, const char* what) {
   if (s.ok()) return;
   std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
