@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -166,29 +167,41 @@ TEST(Concurrency, ClonesRacingWrites) {
 
 TEST(Concurrency, LunTableChangesRacingIo) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  // Room for the worst case, so that any failure is a bug: each of the 30
+  // clones kept may pin its own copy of all 16 AUs of "a" (the writer
+  // copies-on-write whatever a clone shares), plus "a" itself. With 256
+  // AUs a slow clone loop (ASan on a loaded machine) ran out of space.
+  auto pool = MakePool(&env, 30 * 16 + 16 + 64);
   ASSERT_TRUE(pool->CreateLun("a", 1 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   std::atomic<bool> stop{false};
   std::atomic<int> bad{0};
+  std::mutex first_mu;
+  std::string first;  // the first failure, for the report
+  auto fail = [&](const Status& st, const char* what) {
+    if (st.ok()) return;
+    bad++;
+    std::lock_guard<std::mutex> g(first_mu);
+    if (first.empty()) first = std::string(what) + ": " + st.ToString();
+  };
   std::thread io([&] {
     std::vector<uint8_t> buf(kAu, 7);
     for (int i = 0; !stop; i++) {
-      if (!a->Write((i % 16) * 128, 128, buf.data(), i % 8 ? D::kBuffered : D::kDurable).ok()) bad++;
-      if (!a->ZeroRange(((i + 5) % 16) * 128, 64, D::kBuffered).ok()) bad++;
+      fail(a->Write((i % 16) * 128, 128, buf.data(), i % 8 ? D::kBuffered : D::kDurable), "write");
+      fail(a->ZeroRange(((i + 5) % 16) * 128, 64, D::kBuffered), "zero");
     }
   });
   for (int i = 0; i < 60; i++) {
     std::string n = "s" + std::to_string(i);
     auto c = pool->CloneLun("a", n);
-    if (!c.ok()) { bad++; continue; }
-    if (!pool->ResizeLun(n, (i % 3 + 1) << 19).ok()) bad++;
+    if (!c.ok()) { fail(c.status(), "clone"); continue; }
+    fail(pool->ResizeLun(n, (i % 3 + 1) << 19), "resize");
     (void)pool->Space();
-    if (i % 2 && !pool->DeleteLun(n).ok()) bad++;
+    if (i % 2) fail(pool->DeleteLun(n), "delete");
   }
   stop = true;
   io.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(bad.load(), 0) << first;
   CheckReport r = pool->Check();
   EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
 }
