@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 
 namespace cowstore::control {
 
@@ -52,10 +53,19 @@ void Client::SetTimeout(int timeout_ms) {
 store::Result<Reply> Client::Call(const Record& request, const ProgressCallback& on_progress) {
   std::string line = FormatRecord(request) + "\n";
   size_t off = 0;
+  std::optional<Status> send_error;
   while (off < line.size()) {
     ssize_t n = ::send(fd_, line.data() + off, line.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return Status(Code::kIOError, std::string("control socket: ") + std::strerror(errno));
+    if (n <= 0) {
+      int err = errno;
+      send_error = Status(Code::kIOError, std::string("control socket: ") + std::strerror(err));
+      // A server that refuses the connection (busy) replies and closes it
+      // without reading: its reply may be waiting for us. Anything else
+      // (a timeout) is the error.
+      if (n == 0 || (err != EPIPE && err != ECONNRESET)) return *send_error;
+      break;
+    }
     off += static_cast<size_t>(n);
   }
   Reply reply;
@@ -87,6 +97,7 @@ store::Result<Reply> Client::Call(const Record& request, const ProgressCallback&
     }
     ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
+    if (n <= 0 && send_error) return *send_error;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       return Status(Code::kIOError, "control socket: no reply (timed out)");
     }

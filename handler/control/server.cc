@@ -10,7 +10,11 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <list>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "handler/control/image.h"
@@ -108,8 +112,53 @@ class ProgressStream {
 }  // namespace
 
 struct Server::Impl {
-  std::thread thread;
+  std::thread acceptor;
+  // One per connection thread. A thread sets `done` last thing; the accept
+  // loop joins finished ones (Reap) and ~Server joins the rest.
+  struct Conn {
+    std::thread thread;
+    bool done = false;  // guarded by mu
+  };
+  std::mutex mu;
+  std::list<Conn> conns;  // guarded by mu
+  int active = 0;         // conns not done; guarded by mu
+
+  // Joins the threads that have finished (they are about to return).
+  void Reap() {
+    std::list<Conn> finished;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = conns.begin(); it != conns.end();) {
+        auto next = std::next(it);
+        if (it->done) finished.splice(finished.end(), conns, it);
+        it = next;
+      }
+    }
+    for (Conn& c : finished) {
+      if (c.thread.joinable()) c.thread.join();
+    }
+  }
+  // Joins every thread; no new one may be started (the acceptor is gone).
+  void JoinAll() {
+    std::list<Conn> all;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      all.swap(conns);
+    }
+    for (Conn& c : all) {
+      if (c.thread.joinable()) c.thread.join();
+    }
+  }
 };
+
+namespace {
+// The reply to a connection that cannot be served now; the socket is new, so
+// the few bytes fit and MSG_DONTWAIT never drops them in practice.
+void RefuseBusy(int fd, const std::string& why) {
+  std::string reply = ErrorReply(Code::kBusy, why);
+  (void)!::send(fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+}  // namespace
 
 std::string DefaultRunDir() {
   const char* e = std::getenv("COWSTORE_RUN_DIR");
@@ -150,7 +199,7 @@ store::Result<std::unique_ptr<Server>> Server::Start(store::Pool& pool, ServerOp
   }
   std::unique_ptr<Server> s(new Server(pool, std::move(options), path, fd, pipefd));
   try {
-    s->impl_->thread = std::thread([srv = s.get()] { srv->Run(); });
+    s->impl_->acceptor = std::thread([srv = s.get()] { srv->Run(); });
   } catch (...) {
     return Status(Code::kIOError, "control socket: cannot start thread");
   }
@@ -167,9 +216,13 @@ Server::Server(store::Pool& pool, ServerOptions options, std::string path, int l
       impl_(std::make_unique<Impl>()) {}
 
 Server::~Server() {
+  // The byte is never read: stop_rd_ stays readable for the acceptor and for
+  // every connection waiting in Serve()'s poll. A request that is running
+  // finishes first (the store offers no way to cancel an import or a check).
   char c = 1;
   (void)!::write(stop_wr_, &c, 1);
-  if (impl_->thread.joinable()) impl_->thread.join();
+  if (impl_->acceptor.joinable()) impl_->acceptor.join();
+  impl_->JoinAll();
   ::close(listen_fd_);
   ::close(stop_rd_);
   ::close(stop_wr_);
@@ -187,19 +240,69 @@ void Server::Run() {
     if (!(p[0].revents & POLLIN)) continue;
     int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    impl_->Reap();
     ucred cred{};
     socklen_t len = sizeof cred;
     bool allowed = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
                    (cred.uid == 0 || cred.uid == ::geteuid());
-    if (allowed) {
-      timeval tv{kSendTimeoutMs / 1000, (kSendTimeoutMs % 1000) * 1000};
-      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-      try {
-        Serve(fd);
-      } catch (...) {
-        // Nothing may escape into the handler process.
-      }
+    if (!allowed) {
+      ::close(fd);
+      continue;
     }
+    try {
+      Accepted(fd);  // owns fd from here
+    } catch (...) {
+      // Nothing may escape into the handler process.
+    }
+  }
+}
+
+// Serves `fd` on a thread of its own, or refuses it at once when
+// kMaxConnections are being served or no thread can be started. Never blocks.
+void Server::Accepted(int fd) {
+  Impl::Conn* conn = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->active < kMaxConnections) {
+      conn = &impl_->conns.emplace_back();
+      ++impl_->active;
+    }
+  }
+  if (!conn) {
+    RefuseBusy(fd, "control socket busy: " + std::to_string(kMaxConnections) +
+                       " connections being served, try again");
+    ::close(fd);
+    return;
+  }
+  auto body = [this, fd, conn] {
+    timeval tv{kSendTimeoutMs / 1000, (kSendTimeoutMs % 1000) * 1000};
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    try {
+      Serve(fd);
+    } catch (...) {
+      // Nothing may escape into the handler process.
+    }
+    ::close(fd);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    conn->done = true;
+    --impl_->active;
+  };
+  try {
+    std::thread t(body);
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    conn->thread = std::move(t);
+  } catch (const std::exception& e) {  // std::system_error: no thread to be had
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      for (auto it = impl_->conns.begin(); it != impl_->conns.end(); ++it) {
+        if (&*it == conn) {
+          impl_->conns.erase(it);
+          break;
+        }
+      }
+      --impl_->active;
+    }
+    RefuseBusy(fd, std::string("control socket busy: cannot start a thread (") + e.what() + "), try again");
     ::close(fd);
   }
 }
@@ -221,7 +324,8 @@ void Server::Serve(int fd) {
       }
     }
     if (buf.size() > kMaxLine) return;
-    // An idle client is dropped after 60 s so it cannot block the others.
+    // An idle client is dropped after 60 s so it cannot hold one of the
+    // kMaxConnections slots for ever; ~Server wakes it through stop_rd_.
     pollfd p[2] = {{fd, POLLIN, 0}, {stop_rd_, POLLIN, 0}};
     int rc = ::poll(p, 2, 60000);
     if (rc < 0 && errno == EINTR) continue;

@@ -7,13 +7,19 @@
 // destroys it before closing the pool. Protocol: protocol.h and
 // docs/design/cowctl.md.
 //
-// Thread safety: one background thread serves connections one at a time;
-// every request runs on that thread against the (thread-safe) Pool. No
+// Thread safety: a background thread accepts connections and serves each on
+// its own thread, at most kMaxConnections at once; a connection beyond that
+// gets an immediate `error code=Busy` reply and is closed (the accept loop
+// never blocks on a client). So a long request (an import, an export, a
+// check) or an idle client does not hold up the other cowctl commands
+// against the pool. Requests of different connections run concurrently
+// against the (thread-safe) Pool and call ServerOptions::counters
+// concurrently; each connection's requests are answered in order. No
 // exception leaves the server; SIGPIPE is never raised (MSG_NOSIGNAL).
 // Progress lines are sent with MSG_DONTWAIT from the store's progress
-// callback (under a mutex, whatever thread calls it), so a client that does
-// not read cannot stall the pool; the final reply is sent with a send
-// timeout (kSendTimeoutMs) after the work is done.
+// callback (under a per-request mutex, whatever thread calls it), so a client
+// that does not read cannot stall the pool; the final reply is sent with a
+// send timeout (kSendTimeoutMs) after the work is done.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +41,8 @@ struct LunCounters {
   std::string lun;
   std::vector<std::pair<std::string, uint64_t>> counters;
 };
-// Called on the server thread; must be thread-safe and must not throw.
+// Called on connection threads, possibly several at once; must be
+// thread-safe and must not throw.
 using CountersFn = std::function<std::vector<LunCounters>()>;
 
 struct ServerOptions {
@@ -44,12 +51,23 @@ struct ServerOptions {
   CountersFn counters;                    // may be empty
 };
 
+// How many connections are served at once, each on its own thread. Bounded
+// because the server runs inside the handler process next to its SCSI
+// workers: a client looping on connect (or many stuck ones) must not make it
+// spawn threads without limit. 8 leaves room for a long import or check, a
+// `cowctl top` and a few scripts at the same time.
+inline constexpr int kMaxConnections = 8;
+
 class Server {
  public:
   // Binds the socket (replacing a stale one) and starts serving. `pool` must
   // outlive the server.
   static store::Result<std::unique_ptr<Server>> Start(store::Pool& pool, ServerOptions options);
-  // Stops the thread and removes the socket file.
+  // Stops accepting, wakes every connection waiting for its next request
+  // (they are closed), waits for every connection thread and removes the
+  // socket file. A request already running (an import, an export, a check)
+  // is waited for until it completes, and its reply is still sent (bounded by
+  // kSendTimeoutMs).
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -67,6 +85,7 @@ class Server {
  private:
   Server(store::Pool& pool, ServerOptions options, std::string path, int listen_fd, int stop_fd[2]);
   void Run();
+  void Accepted(int fd);
   void Serve(int fd);
 
   struct Impl;

@@ -1,17 +1,24 @@
 // Drives the real cowctl binary against temporary pools, a fake configfs
 // tree and a fake /proc, the way an administrator would.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "handler/control/client.h"
+#include "handler/control/protocol.h"
 #include "handler/control/server.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
@@ -947,6 +954,180 @@ TEST_F(Served, ProtocolEdges) {
     ASSERT_TRUE(s.ok());
     EXPECT_TRUE(s->ok());
   }
+}
+
+// ------------------------------------------------- several clients at once
+
+// A raw connection to the control socket, open as long as the object lives.
+class Conn {
+ public:
+  explicit Conn(const std::string& sock) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
+    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+    }
+    // A bound for a broken server, not a timing under test.
+    timeval tv{30, 0};
+    if (fd_ >= 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~Conn() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Conn(const Conn&) = delete;
+  Conn& operator=(const Conn&) = delete;
+  int fd() const { return fd_; }
+  bool ok() const { return fd_ >= 0; }
+  bool Send(const std::string& line) {
+    std::string l = line + "\n";
+    return fd_ >= 0 && ::send(fd_, l.data(), l.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(l.size());
+  }
+  // One reply up to and including "end\n" (less on EOF or the timeout).
+  std::string Reply() {
+    char buf[4096];
+    for (;;) {
+      size_t end = buf_.find("\nend\n");
+      if (end != std::string::npos) {
+        std::string out = buf_.substr(0, end + 5);
+        buf_.erase(0, end + 5);
+        return out;
+      }
+      ssize_t n = fd_ >= 0 ? ::recv(fd_, buf, sizeof buf, 0) : -1;
+      if (n <= 0) return std::exchange(buf_, "");
+      buf_.append(buf, static_cast<size_t>(n));
+    }
+  }
+  // The server closed the connection (or never took it: reset).
+  bool Closed() {
+    char c;
+    ssize_t n = ::recv(fd_, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+ private:
+  int fd_;
+  std::string buf_;
+};
+
+// The head record of a raw reply.
+control::Record Head(const std::string& reply) {
+  auto r = control::ParseRecord(reply.substr(0, reply.find('\n')));
+  return r ? *r : control::Record("unparsable");
+}
+
+TEST_F(Served, AnIdleConnectionDoesNotHoldUpAnother) {
+  Serve();
+  std::string sock = run + "/tank.sock";
+  Conn idle(sock);  // connected, sends nothing
+  ASSERT_TRUE(idle.ok());
+  // Answered while the idle connection is open: a server of one connection at
+  // a time answered only once it had dropped the idle one (60 s), past this
+  // client's timeout.
+  auto c = control::Client::Connect(sock, 20000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = c.value()->Call(control::Record("space"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->head.Get("message");
+  // And the idle connection is still served.
+  ASSERT_TRUE(idle.Send("hello"));
+  EXPECT_EQ(Head(idle.Reply()).type, "ok");
+}
+
+TEST_F(Served, ALongRequestDoesNotHoldUpAnother) {
+  Serve();
+  std::string sock = run + "/tank.sock";
+  // An import from a FIFO cannot get past opening it until a writer comes:
+  // a request that lasts exactly as long as the test wants.
+  std::string fifo = host.dir.path() + "/img.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Conn import(sock);
+  ASSERT_TRUE(import.Send(control::FormatRecord(control::Record("lun-import")
+                                                    .Set("name", "vm1")
+                                                    .Set("path", fifo)
+                                                    .Set("block_size", 512)
+                                                    .Set("size", 1 << 20)
+                                                    .Set("progress", "1"))));
+  auto c = control::Client::Connect(sock, 20000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = c.value()->Call(control::Record("space"));
+  // The import has not answered: nobody has opened the FIFO for writing yet.
+  pollfd p{import.fd(), POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 0), 0);
+  // Let it go (whatever happened above, or TearDown would wait for it): a
+  // writer lets its open return, and a FIFO is no image.
+  int w = -1;
+  for (int i = 0; i < 3000 && w < 0; ++i) {
+    w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (w < 0) ::usleep(10000);
+  }
+  ASSERT_GE(w, 0) << "the import never opened the FIFO";
+  std::string reply = import.Reply();
+  ::close(w);
+  EXPECT_EQ(Head(reply).Get("code"), "InvalidArgument") << reply;
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->ok()) << r->head.Get("message");
+}
+
+TEST_F(Served, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
+  Serve();
+  std::string sock = run + "/tank.sock";
+  std::vector<std::unique_ptr<Conn>> held;
+  for (int i = 0; i < control::kMaxConnections; ++i) {
+    held.push_back(std::make_unique<Conn>(sock));
+    ASSERT_TRUE(held.back()->Send("hello"));
+    ASSERT_EQ(Head(held.back()->Reply()).type, "ok") << i;  // served: it holds a slot
+  }
+  // One more gets the error without asking anything, and is closed.
+  Conn extra(sock);
+  std::string reply = extra.Reply();
+  control::Record head = Head(reply);
+  EXPECT_EQ(head.type, "error") << reply;
+  EXPECT_EQ(head.Get("code"), "Busy") << reply;
+  EXPECT_EQ(head.Get("message"), "control socket busy: 8 connections being served, try again");
+  EXPECT_EQ(reply.substr(reply.find('\n') + 1), "end\n");
+  EXPECT_TRUE(extra.Closed());
+  // The client reads that reply whether or not its request got in first.
+  auto c = control::Client::Connect(sock, 20000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = c.value()->Call(control::Record("space"));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status().code(), store::Code::kBusy);
+  // The held ones are still served.
+  ASSERT_TRUE(held[0]->Send("hello"));
+  EXPECT_EQ(Head(held[0]->Reply()).type, "ok");
+  // Once they are gone, their slots are free again (as soon as their threads
+  // see the end of file).
+  held.clear();
+  bool served = false;
+  for (int i = 0; i < 300 && !served; ++i) {
+    auto again = control::Client::Connect(sock, 20000);
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    auto a = again.value()->Call(control::Record("hello"));
+    served = a.ok() && a->ok();
+    if (!served) ::usleep(100000);
+  }
+  EXPECT_TRUE(served);
+}
+
+TEST_F(Served, StoppingWithIdleConnectionsReturnsPromptly) {
+  Serve();
+  std::string sock = run + "/tank.sock";
+  std::vector<std::unique_ptr<Conn>> idle;
+  for (int i = 0; i < 3; ++i) {
+    idle.push_back(std::make_unique<Conn>(sock));
+    ASSERT_TRUE(idle.back()->Send("hello"));
+    ASSERT_EQ(Head(idle.back()->Reply()).type, "ok");
+  }
+  idle.push_back(std::make_unique<Conn>(sock));  // never says anything
+  auto start = std::chrono::steady_clock::now();
+  server.reset();
+  // Woken, not dropped after the 60 s idle limit.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  for (auto& c : idle) EXPECT_TRUE(c->Closed());
+  EXPECT_FALSE(Exists(sock));
 }
 
 // ------------------------------------------------- progress over the socket
