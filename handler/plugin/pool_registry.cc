@@ -12,9 +12,10 @@ namespace cowstore::plugin {
 // The LogicalUnits of one pool served by this process, for the control
 // socket's counters. Raw pointers, on purpose: a Device unregisters its
 // LogicalUnit (under `mu`) before it drops its reference, so a pointer read
-// under `mu` is alive; and the server thread never holds a reference, so it
-// can never be the one that drops the last reference to a LUN, and with it
-// the pool and this very server.
+// under `mu` is alive; and the server's threads never hold a reference, so
+// none can be the one that drops the last reference to a LUN, and with it
+// the pool and this very server. Counters() may run on several connection
+// threads at once: `mu` and the atomic counters make that safe.
 struct PoolRegistry::PoolLuns {
   std::mutex mu;
   std::map<std::string, const scsi::LogicalUnit*> luns;  // guarded by mu

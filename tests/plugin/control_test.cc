@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "handler/control/client.h"
 #include "handler/control/protocol.h"
@@ -61,6 +64,34 @@ TEST_F(ControlTest, DeletingAServedLunIsRefused) {
   control::Reply r = Call(del);
   EXPECT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), store::Code::kBusy);
+}
+
+// Several cowctl clients at once (the server serves each connection on its
+// own thread) read the counters while the LUN is written: run under TSan.
+TEST_F(ControlTest, CountersFromSeveralConnectionsAtOnce) {
+  tcmu_device* dev = OpenDevice("cowstore/tank/vm1");
+  std::atomic<int> failures{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      auto client = control::Client::Connect(Socket(), 30000);
+      if (!client.ok()) {
+        ++failures;
+        return;
+      }
+      for (int i = 0; i < 20; ++i) {
+        auto r = client.value()->Call(control::Record("counters"));
+        if (!r.ok() || !r->ok() || r->records.size() != 1) ++failures;
+      }
+    });
+  }
+  Bytes data(8 * 512, 0x22);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(Run(dev, Write16(8 * i, 8), &data).scsi_status, 0);
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(failures.load(), 0);
+  control::Reply r = Call(control::Record("counters"));
+  ASSERT_EQ(r.records.size(), 1u);
+  EXPECT_EQ(r.records[0].GetU64("write_bytes"), 20u * 8 * 512);
 }
 
 }  // namespace
