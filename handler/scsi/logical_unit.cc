@@ -122,12 +122,12 @@ CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const
     r = [&]() -> CommandResult {
       if (cdb.empty()) return InvalidFieldInCdb(0);
       const uint8_t op = cdb[0];
+      // The soft threshold is the pool's: a crossing by this LU's last write
+      // or by another LU's writes is queued here, once per LU, and reported
+      // by this command or the next that may carry it. One atomic load.
+      PollSoftThreshold();
       // Pending unit attentions go to the first command that may carry them.
       if (op != 0x12 && op != 0x03 && op != 0xA0) {
-        // The soft threshold is the pool's: another LU's writes may have
-        // crossed it, and an LU that only reads (or only gets TEST UNIT
-        // READY polls) must hear of it too. One atomic load per command.
-        PollSoftThreshold();
         UnitAttention ua;
         if (TakeUnitAttention(&ua)) return UnitAttentionResult(ua);
       }
@@ -144,9 +144,7 @@ CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const
       const uint16_t control = static_cast<uint16_t>(info->cdb_length - 1);
       if (full[control] & 0x04) return InvalidFieldInCdb(control, 2);  // NACA unsupported
       Command cmd(*this, full, data);
-      CommandResult res = info->handler(cmd);
-      if (info->flags & kWriteClass) PollSoftThreshold();
-      return res;
+      return info->handler(cmd);
     }();
   } catch (abi::__forced_unwind&) {
     throw;  // thread cancellation must unwind (the adapter normally disables it)

@@ -151,9 +151,8 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // REQUEST SENSE returns it as sense data and consumes it.
   void RaiseUnitAttention(UnitAttention ua);
   // Checks the pool's soft-threshold generation and queues 0x38/0x07 once
-  // per crossing. Execute() calls it before every command that may carry a
-  // unit attention (the crossing may come from another LU of the pool) and
-  // after every write-class command (so the next command reports it).
+  // per crossing. Execute() calls it before every command (the crossing may
+  // come from this LU's last write or from another LU of the pool).
   void PollSoftThreshold();
 
   const LunConfig& config() const { return config_; }

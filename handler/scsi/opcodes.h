@@ -13,7 +13,6 @@ namespace cowstore::scsi {
 using CommandHandler = CommandResult (*)(Command&);
 
 enum OpcodeFlags : uint8_t {
-  kWriteClass = 1 << 0,       // may allocate: poll the soft threshold after it
   kNoUnitAttention = 1 << 1,  // INQUIRY, REQUEST SENSE: pending UAs not reported
 };
 
