@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "handler/store/iovec_slice.h"
+
 namespace cowstore::scsi {
 
 Command::Command(LogicalUnit& l, std::span<const uint8_t> c, std::span<const iovec> v)
@@ -49,19 +51,7 @@ CommandResult Command::ReturnData(const void* src, size_t len, uint64_t alloc_le
 
 std::vector<iovec> Command::Slice(uint64_t offset, uint64_t len) const {
   std::vector<iovec> out;
-  uint64_t pos = 0;
-  for (const iovec& e : iov) {
-    if (len == 0) break;
-    uint64_t end = pos + e.iov_len;
-    if (end > offset) {
-      uint64_t from = offset > pos ? offset - pos : 0;
-      uint64_t n = std::min<uint64_t>(e.iov_len - from, len);
-      if (n > 0) out.push_back(iovec{static_cast<uint8_t*>(e.iov_base) + from, n});
-      len -= n;
-      offset += n;
-    }
-    pos = end;
-  }
+  store::SliceIovec(iov, offset, len, &out);
   return out;
 }
 

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/iovec_slice.h"
 
 namespace cowstore::store {
 namespace {
@@ -825,25 +826,6 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
   return ReadBytesV(l, off, len, iov);  // scattered buffers: no bounce copy
 }
 
-namespace {
-// The parts of `iov` covering bytes [rel, rel+n) of the whole list.
-void SliceIov(std::span<const iovec> iov, uint64_t rel, uint64_t n, std::vector<iovec>* out) {
-  out->clear();
-  uint64_t pos = 0;
-  for (const iovec& v : iov) {
-    if (n == 0) break;
-    uint64_t vend = pos + v.iov_len;
-    if (vend > rel) {
-      uint64_t skip = rel > pos ? rel - pos : 0;
-      uint64_t k = std::min<uint64_t>(v.iov_len - skip, n);
-      out->push_back({static_cast<char*>(v.iov_base) + skip, k});
-      rel += k;
-      n -= k;
-    }
-    pos = vend;
-  }
-}
-}  // namespace
 
 Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
   std::vector<Run> pieces;
@@ -854,14 +836,14 @@ Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const
   }
   std::vector<iovec> part;
   auto zero = [&](uint64_t s, uint64_t e) {
-    SliceIov(iov, s - off, e - s, &part);
+    SliceIovec(iov, s - off, e - s, &part);
     for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
   };
   uint64_t pos = off, end = off + len;
   for (const Run& r : pieces) {
     uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
     if (s > pos) zero(pos, s);
-    SliceIov(iov, s - off, e - s, &part);
+    SliceIovec(iov, s - off, e - s, &part);
     Status st = file_->ReadV(AuOffset(r.phys) + (s - r.lba * au_), part.data(), part.size());
     if (!st.ok()) return st;
     pos = e;
