@@ -34,6 +34,15 @@ class ThinProvisioningTest : public ScsiTest {
     }
     return au;
   }
+  // Writes AU `au` of the LU; a soft-threshold UNIT ATTENTION on the WRITE
+  // is counted in *uas and the WRITE repeated (it must then succeed).
+  void WriteAuCountingUa(uint64_t au, int* uas) {
+    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1));
+    if (w.good()) return;
+    ASSERT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+    ++*uas;
+    ASSERT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1))));
+  }
 };
 
 TEST_F(ThinProvisioningTest, OutOfSpaceIsDataProtectAndNothingWritten) {
@@ -58,12 +67,7 @@ TEST_F(ThinProvisioningTest, OutOfSpaceIsDataProtectAndNothingWritten) {
 TEST_F(ThinProvisioningTest, SoftThresholdUnitAttentionOnce) {
   int uas = 0;
   for (uint64_t au = 0; au < 16; ++au) {
-    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1));
-    if (!w.good()) {
-      ASSERT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
-      ++uas;
-      ASSERT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1))));
-    }
+    ASSERT_NO_FATAL_FAILURE(WriteAuCountingUa(au, &uas));
     CommandResult t = Exec(Bytes(6, 0));
     if (!t.good()) {
       EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
@@ -81,14 +85,7 @@ TEST_F(ThinProvisioningTest, SoftThresholdReachesEveryLuOfThePool) {
   ASSERT_NE(quiet, nullptr);
   ASSERT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));
   int writer_uas = 0;
-  for (uint64_t au = 0; au < 16; ++au) {
-    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1));
-    if (!w.good()) {
-      ASSERT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
-      ++writer_uas;
-      ASSERT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 1))));
-    }
-  }
+  for (uint64_t au = 0; au < 16; ++au) ASSERT_NO_FATAL_FAILURE(WriteAuCountingUa(au, &writer_uas));
   ASSERT_GE(pool_->soft_threshold_generation(), 1u);
   CommandResult t = Exec(*quiet, Bytes(6, 0));
   EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
