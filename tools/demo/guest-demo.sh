@@ -112,7 +112,6 @@ cmdout eval "sg_opcodes $A | grep -E '^ *(83|84|89|93|42|41)[ ,]'"
 header "3. Clone and eager-zero a ${SM} MiB \"VMDK\": VAAI offload vs the data path"
 out "Writing ${SM} MiB of random data into $POOL/vm1 (the VMDK to clone) ..."
 step fill $SGIO fill ${DEV[vm1]} 0 $SB || die "fill"
-blk_bytes() { awk '{printf "%.0f\n", ($3 + $7) * 512}' /sys/block/$(basename $1)/stat; }
 pool_alloc() { cow_pool_field $POOL allocated; }
 declare -A T IB PS
 # timed CMD... : run CMD, its wall-clock seconds to $W/secs
@@ -138,7 +137,7 @@ out "  (what ESXi sends with DataMover.MaxHWTransferSize=16384), from one proces
 measure clone-xcopy $(( NX * 108 )) "${DEV[vm1]} ${DEV[vm1-xcopy]}" \
     $SGIO loop ${SG[vm1]} xcopy $NX 0 32768 --dst ${SG[vm1-xcopy]} --dst-lba 0
 # the loop's own time, without python's start-up (one process for all commands, as ESXi has)
-T[clone-xcopy]=$(sed -n 's/.*loop_secs=\([0-9.]*\).*/\1/p' "$(ls $LOGDIR/*-clone-xcopy.log | tail -1)")
+T[clone-xcopy]=$(sgio_field loop_secs "$(ls $LOGDIR/*-clone-xcopy.log | tail -1)")
 step clone-equal $SGIO same ${DEV[vm1]} 0 0 $SB --dev2 ${DEV[vm1-xcopy]} --sample 16 || die "the XCOPY clone differs"
 step clone-dd-equal $SGIO same ${DEV[vm1]} 0 0 $SB --dev2 ${DEV[vm1-dd]} --sample 16 || die "the dd clone differs"
 out "zero, data path: dd writes ${SM} MiB of zeros to zero-dd (4 MiB O_DIRECT) ..."
@@ -147,7 +146,7 @@ measure zero-dd 0 "${DEV[zero-dd]}" \
 out "zero, offload: $SM WRITE SAME(16) commands of 1 MiB to zero-ws, 16 in flight as ESXi keeps them ..."
 measure zero-ws $(( SM * 512 )) "${DEV[zero-ws]}" $SGIO loop ${SG[zero-ws]} ws16 $SM 0 2048 --qd 16
 # the loop's own time, without python's start-up (one process for all commands, as ESXi has)
-T[zero-ws]=$(sed -n 's/.*loop_secs=\([0-9.]*\).*/\1/p' "$(ls $LOGDIR/*-zero-ws.log | tail -1)")
+T[zero-ws]=$(sgio_field loop_secs "$(ls $LOGDIR/*-zero-ws.log | tail -1)")
 step zero-read-zero $SGIO zero ${DEV[zero-ws]} 0 $SB --sample 16 || die "zero-ws does not read as zeros"
 step zero-dd-read-zero $SGIO zero ${DEV[zero-dd]} 0 $SB --sample 16 || die "zero-dd does not read as zeros"
 out "(both clones compared with the source, both zeroed disks read back as zeros: sampled, 16 x 1 MiB each)"

@@ -33,11 +33,9 @@ port_mb() { cat $CFS/loopback/$1/tpgt_1/lun/lun_$2/statistics/scsi_tgt_port/$3_m
 file_bytes() { echo $(( $(stat -c %b "$1") * 512 )); }
 # fill DEV : the source VMDK [0,S), non-zero everywhere (64 MiB of random data repeated)
 fill() { $SGIO fill $1 0 $SB; }
-# initiator-path bytes: the block layer's sectors for dd (SG_IO passthrough is
-# not counted there) plus the data-out of the passthrough commands we send
-blk_bytes() { awk '{printf "%.0f\n", ($3 + $7) * 512}' /sys/block/$(basename $1)/stat; }
 # measure LABEL WWN LUN DEV SPACE_FN PT_BYTES CMD... : run CMD; record seconds,
-# bytes over the initiator path (block layer + PT_BYTES of passthrough data-out),
+# bytes over the initiator path (blk_bytes for dd + PT_BYTES, the data-out of
+# the passthrough commands we send),
 # MiB LIO counted on the LUN's port (for LIO fileio this includes XCOPY's
 # internal reads and writes) and bytes the backing store grew by. When CMD is
 # an sgio loop, its own loop time is used (starting python costs ~0.5 s here).
@@ -49,7 +47,7 @@ measure() {
     t0=$(now)
     step "$label" "$@"; rc=$?
     T[$label]=$(elapsed $t0)
-    loop=$(sed -n 's/^sgio op=.* loop_secs=\([0-9.]*\) .*/\1/p' "$(_logfile "$label")" | tail -1)
+    loop=$(sgio_field loop_secs "$(_logfile "$label")")
     [ -n "$loop" ] && T[$label]=$loop
     ini=$(( $(blk_bytes $dev) - b0 + pt ))
     port=$(( $(port_mb $wwn $lun read) - r0 + $(port_mb $wwn $lun write) - w0 ))
@@ -64,7 +62,7 @@ floor() {
     local q ms
     for q in 1 16; do
         step "$1-tur-qd$q" $SGIO loop $2 tur 2000 --qd $q
-        ms=$(sed -n 's/^sgio op=.* per_cmd_ms=\([0-9.]*\) .*/\1/p' "$(_logfile "$1-tur-qd$q")" | tail -1)
+        ms=$(sgio_field per_cmd_ms "$(_logfile "$1-tur-qd$q")")
         T[$1-tur-qd$q]=${ms:-}
     done
     printf '  %-26s %8s ms per command one at a time, %s ms with 16 in flight\n' \

@@ -28,6 +28,12 @@ RUNNER_PID=; DBUS_PID=
 up() { cut -d' ' -f1 /proc/uptime; }
 now() { date +%s.%N; }
 elapsed() { echo "$(now) - $1" | bc; }
+# sgio_field NAME LOG : NAME's value on the last "sgio op=..." line of LOG
+# (loop_secs, per_cmd_ms: sgio.py loop's own timing, without python's start-up)
+sgio_field() { sed -n "s/^sgio op=.* $1=\([0-9.]*\).*/\1/p" "$2" | tail -1; }
+# blk_bytes BLOCKDEV : bytes the block layer has read and written on it
+# (SG_IO passthrough is not counted there)
+blk_bytes() { awk '{printf "%.0f\n", ($3 + $7) * 512}' /sys/block/$(basename $1)/stat; }
 say() { echo "E2E: [$(up)s] $*"; }
 # note TEXT: a line that belongs in the results (and the host's summary)
 note() { echo "E2E-NOTE $*" | tee -a "$RESULTS"; }
