@@ -81,6 +81,7 @@ struct Superblock {
 
 // Header of each checkpoint chunk (one per AU).
 constexpr size_t kChunkHeader = 64;
+constexpr char kChunkMagic[8] = {'C', 'O', 'W', 'C', 'K', 'P', 'T', '1'};
 
 struct LunState {
   uint32_t id = 0;

@@ -17,41 +17,20 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "handler/store/env.h"
+#include "handler/store/journal.h"
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
+#include "handler/store/space_map.h"
 
 namespace cowstore::store {
 
-// Free allocation units as runs; every free AU reads as zeros.
-class FreeSpace {
- public:
-  void Add(uint64_t p, uint64_t n);
-  // Takes n AUs (next-fit from a cursor, preferring contiguity); false if
-  // fewer than n are free (then nothing is taken).
-  bool Take(uint64_t n, std::vector<uint64_t>* out);
-  uint64_t count() const { return count_; }
-  const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
-  void Clear() { runs_.clear(); count_ = 0; cursor_ = 0; }
-
- private:
-  std::map<uint64_t, uint64_t> runs_;
-  uint64_t count_ = 0;
-  uint64_t cursor_ = 0;
-};
-
-// What each AU is, besides "mapped" (refs > 0).
-enum class AuState : uint8_t {
-  kNone = 0,     // mapped by some LUN (refs > 0), or leaked if refs == 0
-  kFree,         // on the free list, reads as zeros
-  kMeta,         // part of the current checkpoint
-  kPending,      // unmapped; reusable once the freeing record is durable
-  kReserved,     // allocated to an operation still writing its data
-  kQuarantine,   // could not be zeroed; reclaimed at the next open
-};
+inline uint64_t DivUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+// A random RFC 4122 version 4 UUID (pools and LUNs).
+Uuid NewUuid();
+inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open read-only"); }
 
 class Core final : public RefSink, public std::enable_shared_from_this<Core> {
  public:
@@ -108,15 +87,13 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   void ReleasePending(uint64_t target);       // REQUIRES commit_mu_
   uint64_t AppendLocked(const Record& r);     // REQUIRES meta_mu_; returns ticket
   uint64_t CkptUnits(uint64_t extents) const;
-  uint64_t CurrentSeq() { std::lock_guard<std::mutex> g(meta_mu_); return seq_; }
+  uint64_t CurrentSeq() { std::lock_guard<std::mutex> g(meta_mu_); return jbuf_.last_ticket(); }
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const;
   // Takes `need` AUs for an operation (REQUIRES meta_mu_). kNoSpace if the
   // pool cannot give them while keeping room for a checkpoint.
   Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out);
   // Returns reserved AUs that may hold data: zero them, then free them.
   void Unreserve(const std::vector<uint64_t>& aus, bool dirty);
-  void SetStateLocked(uint64_t p, uint64_t n, AuState s);
-  void NoteAllocationLocked(uint64_t before);
   uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
   Status CheckRange(LunState* l, uint64_t lba, uint64_t count);
   LunInfo InfoLocked(const LunState& l) const;
@@ -136,36 +113,23 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   bool read_only_;
   std::atomic<bool> closed_{false};
 
-  // Geometry (fixed after open, except total_units_ on Grow under both locks).
+  // Geometry (fixed after open; the pool's AU count is space_'s, which Grow
+  // changes under both locks).
   uint32_t au_ = 0;
-  uint64_t data_offset_ = 0, journal_bytes_ = 0;
-  uint64_t total_units_ = 0;
+  uint64_t data_offset_ = 0;
   uint64_t size_bytes_ = 0;  // declared size (under meta_mu_)
   Uuid sb_uuid_{};
 
   std::mutex commit_mu_;
   Superblock sb_;          // the newest durable superblock
-  uint64_t jtail_ = 0;     // journal bytes in use
+  JournalWriter journal_;  // the journal on disk: its tail
   Status failed_;          // sticky: a commit failed, the pool must be reopened
   std::atomic<uint64_t> durable_seq_{0};
 
   mutable std::mutex meta_mu_;
   MetaState st_;
-  std::vector<uint32_t> refs_;
-  std::vector<AuState> state_;
-  FreeSpace free_;
-  std::vector<uint64_t> ckpt_aus_;
-  struct Pending { uint64_t phys, n, tag; };
-  std::vector<Pending> pending_;
-  // AUs whose reference count fell to 1 in a record not yet durable, with
-  // that record's ticket: they must not be overwritten in place before it.
-  std::unordered_map<uint64_t, uint64_t> unshared_;
-  uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
-  std::string jbuf_;
-  uint64_t next_lsn_ = 1;
-  uint64_t seq_ = 0;
-  bool data_dirty_ = false;
-  uint32_t soft_percent_ = 0;
+  SpaceMap space_;
+  JournalBuffer jbuf_;  // records not yet committed; hands out tickets
   std::atomic<uint64_t> soft_gen_{0};
 };
 

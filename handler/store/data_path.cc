@@ -1,0 +1,533 @@
+// The data path: Read, Write, CompareAndWrite, ZeroRange/Unmap, Allocate,
+// AllocationStatus and CloneRange, under the callers' range locks.
+
+#include "handler/store/pool_impl.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "handler/store/iovec_slice.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t kMaxWriteChunkUnits = 256;  // bounds one kMap record
+
+// Gathers/scatters between an iovec list and a contiguous buffer.
+size_t IovBytes(std::span<const iovec> iov) {
+  size_t n = 0;
+  for (const iovec& v : iov) n += v.iov_len;
+  return n;
+}
+
+}  // namespace
+
+Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
+  std::vector<Run> pieces;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+    l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
+  }
+  uint64_t pos = off, end = off + len;
+  for (const Run& r : pieces) {
+    uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
+    if (s > pos) std::memset(dst + (pos - off), 0, s - pos);
+    Status st = file_->Read(AuOffset(r.phys) + (s - r.lba * au_), e - s, dst + (s - off));
+    if (!st.ok()) return st;
+    pos = e;
+  }
+  if (pos < end) std::memset(dst + (pos - off), 0, end - pos);
+  return Status::Ok();
+}
+
+Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
+                        uint64_t* ticket) {
+  uint64_t chunk = kMaxWriteChunkUnits * au_;
+  if (len > chunk) {
+    // Chunks reserve space one at a time; refuse up front a write that cannot
+    // fit as a whole, so kNoSpace leaves it untouched (barring a concurrent
+    // allocation by another LUN between chunks).
+    std::lock_guard<std::mutex> g(meta_mu_);
+    uint64_t a0 = off / au_, a1 = DivUp(off + len, au_), need = a1 - a0;
+    std::vector<Run> pieces;
+    l->map.Lookup(a0, a1 - a0, &pieces);
+    for (const Run& r : pieces)
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= space_.refs(p) == 1;
+    if (!AffordableLocked(need, need) && !space_.has_pending())
+      return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
+                                        " allocation units needed, " +
+                                        std::to_string(space_.free_units()) + " free");
+  }
+  while (len > 0) {
+    uint64_t n = std::min(len, chunk - off % au_);
+    Status s = WriteBytesChunk(l, off, n, src, ticket);
+    if (!s.ok()) return s;
+    off += n;
+    src += n;
+    len -= n;
+  }
+  return Status::Ok();
+}
+
+Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
+                             uint64_t* ticket) {
+  const uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
+  struct Plan {
+    uint64_t old, target;
+    bool inplace;
+  };
+  std::vector<Plan> plan(a1 - a0);
+  std::vector<uint64_t> fresh;
+  for (int attempt = 0;; attempt++) {
+    std::unique_lock<std::mutex> g(meta_mu_);
+    if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+    for (Plan& p : plan) p = {kNone, kNone, false};
+    std::vector<Run> pieces;
+    l->map.Lookup(a0, a1 - a0, &pieces);
+    for (const Run& r : pieces)
+      for (uint64_t i = 0; i < r.len; i++) plan[r.lba + i - a0].old = r.phys + i;
+    uint64_t need = 0;
+    for (Plan& p : plan) {
+      // In place only if no durable state can still share the AU: its last
+      // other reference may have gone in a record that is not durable yet.
+      p.inplace = p.old != kNone && space_.WritableInPlace(p.old, durable_seq_.load());
+      if (!p.inplace) need++;
+    }
+    fresh.clear();
+    Status s = ReserveLocked(need, need, &fresh);
+    if (s.ok()) break;
+    if (attempt > 0 || !space_.has_pending()) return s;
+    g.unlock();  // frees are waiting for a commit: make them durable, retry
+    Status c = Commit(CurrentSeq());
+    if (!c.ok()) return c;
+  }
+  size_t k = 0;
+  for (Plan& p : plan) p.target = p.inplace ? p.old : fresh[k++];
+
+  // Data I/O, outside the metadata lock. Partial writes into a shared AU copy
+  // the rest of the old AU; a fresh AU already reads as zeros.
+  Status s;
+  std::vector<uint8_t> cow;
+  for (size_t i = 0; i < plan.size() && s.ok();) {
+    uint64_t a = a0 + i;
+    uint64_t ss = std::max(off, a * au_), se = std::min(off + len, (a + 1) * au_);
+    bool partial = se - ss != au_;
+    if (!plan[i].inplace && plan[i].old != kNone && partial) {
+      cow.resize(au_);
+      s = file_->Read(AuOffset(plan[i].old), au_, cow.data());
+      if (!s.ok()) break;
+      std::memcpy(cow.data() + (ss - a * au_), src + (ss - off), se - ss);
+      s = file_->Write(AuOffset(plan[i].target), au_, cow.data());
+      i++;
+      continue;
+    }
+    // Merge a stretch of physically contiguous targets into one write.
+    size_t j = i + 1;
+    while (j < plan.size() && plan[j].target == plan[j - 1].target + 1 &&
+           !(!plan[j].inplace && plan[j].old != kNone &&
+             std::min(off + len, (a0 + j + 1) * au_) - (a0 + j) * au_ != au_))
+      j++;
+    uint64_t we = std::min(off + len, (a0 + j) * au_);
+    s = file_->Write(AuOffset(plan[i].target) + (ss - a * au_), we - ss, src + (ss - off));
+    i = j;
+  }
+  if (!s.ok()) {
+    Unreserve(fresh, true);
+    return s;
+  }
+
+  std::lock_guard<std::mutex> g(meta_mu_);
+  Record rec;
+  rec.type = RecType::kMap;
+  rec.lun = l->id;
+  for (size_t i = 0; i < plan.size(); i++) {
+    if (plan[i].inplace) continue;
+    if (!rec.runs.empty() && rec.runs.back().lba + rec.runs.back().len == a0 + i &&
+        rec.runs.back().phys + rec.runs.back().len == plan[i].target)
+      rec.runs.back().len++;
+    else
+      rec.runs.push_back({a0 + i, plan[i].target, 1});
+  }
+  space_.Mapped(fresh);
+  jbuf_.NoteDataWritten();
+  uint64_t t = rec.runs.empty() ? jbuf_.TicketWithoutRecord() : AppendLocked(rec);
+  *ticket = std::max(*ticket, t);
+  return Status::Ok();
+}
+
+Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
+  for (int attempt = 0;; attempt++) {
+    std::unique_lock<std::mutex> g(meta_mu_);
+    std::vector<Run> pieces;
+    l->map.Lookup(w0, w1 - w0, &pieces);
+    if (pieces.empty()) return Status::Ok();
+    // Splitting an extent adds one; keep the checkpoint's room guaranteed.
+    if (!AffordableLocked(0, 2)) {
+      if (attempt > 0 || !space_.has_pending())
+        return Status(Code::kNoSpace, "no room for metadata to unmap");
+      g.unlock();
+      Status c = Commit(CurrentSeq());
+      if (!c.ok()) return c;
+      continue;
+    }
+    Record rec;
+    rec.type = RecType::kUnmap;
+    rec.lun = l->id;
+    rec.a = w0;
+    rec.n = w1 - w0;
+    *ticket = std::max(*ticket, AppendLocked(rec));
+    return Status::Ok();
+  }
+}
+
+Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket) {
+  const uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
+  if (w0 < w1) {
+    Status s = UnmapAus(l, w0, w1, ticket);
+    if (!s.ok()) return s;
+  }
+  // Partial AUs at the edges: write zeros where something is mapped.
+  uint64_t edges[2] = {off / au_, (off + len - 1) / au_};
+  for (int e = 0; e < 2; e++) {
+    uint64_t a = edges[e];
+    if (e == 1 && a == edges[0]) break;
+    uint64_t s = std::max(off, a * au_), t = std::min(off + len, (a + 1) * au_);
+    if (t - s == au_) continue;  // whole, handled above
+    bool mapped;
+    {
+      std::lock_guard<std::mutex> g(meta_mu_);
+      mapped = l->map.Find(a) != kNone;
+    }
+    if (!mapped) continue;
+    std::vector<uint8_t> zeros(t - s, 0);
+    Status st = WriteBytes(l, s, t - s, zeros.data(), ticket);
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+Status Core::CheckRange(LunState* l, uint64_t lba, uint64_t count) {
+  std::lock_guard<std::mutex> g(meta_mu_);
+  if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+  uint64_t blocks = l->size / l->bs;
+  if (lba > blocks || count > blocks - lba)
+    return Status(Code::kOutOfRange, "blocks [" + std::to_string(lba) + ", +" +
+                                         std::to_string(count) + ") beyond the end of LUN " +
+                                         l->name + " (" + std::to_string(blocks) + " blocks)");
+  return Status::Ok();
+}
+
+uint64_t Core::BlockCount(LunState* l) {
+  std::lock_guard<std::mutex> g(meta_mu_);
+  return l->size / l->bs;
+}
+
+namespace {
+// A contiguous view of an iovec list: the first element if it suffices, else
+// a bounce buffer.
+struct Gather {
+  std::vector<uint8_t> bounce;
+  uint8_t* p = nullptr;
+};
+Status PrepareIov(std::span<const iovec> iov, uint64_t bytes, Gather* g, bool copy_in) {
+  if (IovBytes(iov) < bytes)
+    return Status(Code::kInvalidArgument, "buffer smaller than count * block size");
+  if (!iov.empty() && iov[0].iov_len >= bytes) {
+    g->p = static_cast<uint8_t*>(iov[0].iov_base);
+    return Status::Ok();
+  }
+  g->bounce.resize(bytes);
+  g->p = g->bounce.data();
+  if (copy_in) {
+    uint64_t pos = 0;
+    for (const iovec& v : iov) {
+      uint64_t k = std::min<uint64_t>(v.iov_len, bytes - pos);
+      std::memcpy(g->p + pos, v.iov_base, k);
+      pos += k;
+      if (pos == bytes) break;
+    }
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  s = CheckRange(l, lba, count);  // the precise error first; again under the lock
+  if (!s.ok()) return s;
+  uint64_t off = lba * l->bs, len = count * l->bs;
+  if (IovBytes(iov) < len)
+    return Status(Code::kInvalidArgument, "buffer smaller than count * block size");
+  if (count == 0) return s;
+  RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), false);
+  s = CheckRange(l, lba, count);
+  if (!s.ok()) return s;
+  if (iov[0].iov_len >= len) return ReadBytes(l, off, len, static_cast<uint8_t*>(iov[0].iov_base));
+  return ReadBytesV(l, off, len, iov);  // scattered buffers: no bounce copy
+}
+
+Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
+  std::vector<Run> pieces;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+    l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
+  }
+  std::vector<iovec> part;
+  auto zero = [&](uint64_t s, uint64_t e) {
+    SliceIovec(iov, s - off, e - s, &part);
+    for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
+  };
+  uint64_t pos = off, end = off + len;
+  for (const Run& r : pieces) {
+    uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
+    if (s > pos) zero(pos, s);
+    SliceIovec(iov, s - off, e - s, &part);
+    Status st = file_->ReadV(AuOffset(r.phys) + (s - r.lba * au_), part.data(), part.size());
+    if (!st.ok()) return st;
+    pos = e;
+  }
+  if (pos < end) zero(pos, end);
+  return Status::Ok();
+}
+
+Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov,
+                   Durability d) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  s = CheckRange(l, lba, count);
+  if (!s.ok()) return s;
+  uint64_t off = lba * l->bs, len = count * l->bs;
+  Gather gb;
+  s = PrepareIov(iov, len, &gb, true);
+  if (!s.ok()) return s;
+  uint64_t ticket = 0;
+  if (count > 0) {
+    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    s = CheckRange(l, lba, count);
+    if (!s.ok()) return s;
+    s = WriteBytes(l, off, len, gb.p, &ticket);
+    if (!s.ok()) return s;
+  } else {
+    s = CheckRange(l, lba, count);
+    if (!s.ok()) return s;
+  }
+  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+}
+
+Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const void* cmp,
+                             const void* data, Durability d) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  uint64_t off = lba * l->bs, len = count * l->bs;
+  {
+    // Held across read, compare and write: atomic against every write.
+    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    s = CheckRange(l, lba, count);
+    if (!s.ok() || count == 0) return s;
+    std::vector<uint8_t> cur(len);
+    s = ReadBytes(l, off, len, cur.data());
+    if (!s.ok()) return s;
+    const auto* c = static_cast<const uint8_t*>(cmp);
+    if (std::memcmp(cur.data(), c, len) != 0) {
+      uint64_t i = 0;
+      while (cur[i] == c[i]) i++;
+      return Status(Code::kMiscompare, "compare_and_write: data differ").with_miscompare_offset(i);
+    }
+    uint64_t ticket = 0;
+    s = WriteBytes(l, off, len, static_cast<const uint8_t*>(data), &ticket);
+    if (!s.ok()) return s;
+  }
+  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+}
+
+Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, bool unmap_only) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  uint64_t off = lba * l->bs, len = count * l->bs;
+  if (count > 0) {
+    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    s = CheckRange(l, lba, count);
+    if (!s.ok()) return s;
+    uint64_t ticket = 0;
+    if (unmap_only) {
+      uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
+      if (w0 < w1) s = UnmapAus(l, w0, w1, &ticket);
+      if (!s.ok()) return s;
+    } else {
+      s = ZeroBytes(l, off, len, &ticket);
+      if (!s.ok()) return s;
+    }
+  } else {
+    s = CheckRange(l, lba, count);
+    if (!s.ok()) return s;
+  }
+  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+}
+
+Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  uint64_t off = lba * l->bs, len = count * l->bs;
+  if (count > 0) {
+    uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
+    RangeGuard rg(&l->lock, a0, a1, true);
+    s = CheckRange(l, lba, count);
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> g(meta_mu_);
+    std::vector<Run> pieces, holes;
+    l->map.Lookup(a0, a1 - a0, &pieces);
+    uint64_t pos = a0, need = 0;
+    for (const Run& r : pieces) {
+      if (r.lba > pos) holes.push_back({pos, 0, r.lba - pos});
+      pos = r.lba + r.len;
+    }
+    if (pos < a1) holes.push_back({pos, 0, a1 - pos});
+    for (const Run& h : holes) need += h.len;
+    std::vector<uint64_t> fresh;
+    s = ReserveLocked(need, holes.size() + 8, &fresh);
+    if (!s.ok()) return s;
+    Record rec;
+    rec.type = RecType::kMap;
+    rec.lun = l->id;
+    size_t k = 0;
+    for (const Run& h : holes)
+      for (uint64_t i = 0; i < h.len; i++, k++) {
+        uint64_t p = fresh[k];
+        if (!rec.runs.empty() && rec.runs.back().lba + rec.runs.back().len == h.lba + i &&
+            rec.runs.back().phys + rec.runs.back().len == p)
+          rec.runs.back().len++;
+        else
+          rec.runs.push_back({h.lba + i, p, 1});
+      }
+    space_.Mapped(fresh);
+    // These AUs read as zeros only because they were punched, and that punch
+    // may not be durable yet: like data, it must reach the disk before the
+    // record mapping them (else a surviving record could expose old data).
+    if (!rec.runs.empty()) {
+      jbuf_.NoteDataWritten();
+      AppendLocked(rec);
+    }
+  }
+  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+}
+
+Result<std::vector<AllocationRun>> Core::AllocationStatus(LunState* l, uint64_t lba,
+                                                          uint64_t count) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  s = CheckRange(l, lba, count);
+  if (!s.ok()) return s;
+  std::vector<AllocationRun> out;
+  if (count == 0) return out;
+  uint64_t bpa = au_ / l->bs;  // blocks per AU
+  std::vector<Run> pieces;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    l->map.Lookup(lba / bpa, DivUp(lba + count, bpa) - lba / bpa, &pieces);
+  }
+  auto add = [&](uint64_t b, uint64_t e, bool m) {
+    b = std::max(b, lba);
+    e = std::min(e, lba + count);
+    if (b >= e) return;
+    if (!out.empty() && out.back().mapped == m && out.back().lba + out.back().count == b)
+      out.back().count += e - b;
+    else
+      out.push_back({b, e - b, m});
+  };
+  uint64_t pos = lba;
+  for (const Run& r : pieces) {
+    add(pos, r.lba * bpa, false);
+    add(r.lba * bpa, (r.lba + r.len) * bpa, true);
+    pos = std::max(pos, (r.lba + r.len) * bpa);
+  }
+  add(pos, lba + count, false);
+  return out;
+}
+
+Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t dst_lba,
+                        uint64_t count, Durability d) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  if (src->bs != dst->bs)
+    return Status(Code::kInvalidArgument, "clone between LUNs of different block sizes");
+  const uint64_t bs = src->bs, soff = src_lba * bs, doff = dst_lba * bs, len = count * bs;
+  if (count > 0) {
+    uint64_t sa0 = soff / au_, sa1 = DivUp(soff + len, au_);
+    uint64_t da0 = doff / au_, da1 = DivUp(doff + len, au_);
+    RangeGuard g1, g2;
+    if (src == dst) {
+      g1 = RangeGuard(&src->lock, std::min(sa0, da0), std::max(sa1, da1), true);
+    } else if (src->id < dst->id) {
+      g1 = RangeGuard(&src->lock, sa0, sa1, false);
+      g2 = RangeGuard(&dst->lock, da0, da1, true);
+    } else {
+      g1 = RangeGuard(&dst->lock, da0, da1, true);
+      g2 = RangeGuard(&src->lock, sa0, sa1, false);
+    }
+    s = CheckRange(src, src_lba, count);
+    if (s.ok()) s = CheckRange(dst, dst_lba, count);
+    if (!s.ok()) return s;
+    uint64_t ticket = 0;
+    if (soff % au_ == doff % au_) {
+      // Same phase: whole AUs by reference, the partial edges by copying.
+      uint64_t w0 = DivUp(doff, au_), w1 = (doff + len) / au_;
+      uint64_t head = w0 < w1 ? w0 * au_ - doff : len;  // bytes before the whole AUs
+      uint64_t tail_off = w0 < w1 ? w1 * au_ : doff + len;
+      uint64_t tail = doff + len - tail_off;
+      std::vector<uint8_t> hb(head), tb(tail);
+      if (head) s = ReadBytes(src, soff, head, hb.data());
+      if (s.ok() && tail) s = ReadBytes(src, soff + (tail_off - doff), tail, tb.data());
+      if (!s.ok()) return s;
+      if (w0 < w1) {
+        std::lock_guard<std::mutex> g(meta_mu_);
+        uint64_t sw0 = (soff + head) / au_;
+        std::vector<Run> sp, dp;
+        src->map.Lookup(sw0, w1 - w0, &sp);
+        dst->map.Lookup(w0, w1 - w0, &dp);
+        if (!sp.empty() || !dp.empty()) {
+          if (!AffordableLocked(0, sp.size() + 2))
+            return Status(Code::kNoSpace, "no room for the clone's metadata");
+          Record rec;
+          rec.type = RecType::kClone;
+          rec.lun = src->id;
+          rec.lun2 = dst->id;
+          rec.a = sw0;
+          rec.b = w0;
+          rec.n = w1 - w0;
+          ticket = AppendLocked(rec);
+        }
+      }
+      if (head) s = WriteBytes(dst, doff, head, hb.data(), &ticket);
+      if (s.ok() && tail) s = WriteBytes(dst, tail_off, tail, tb.data(), &ticket);
+      if (!s.ok()) return s;
+    } else {
+      // Different phase: copy data, back to front if it overlaps forward.
+      const uint64_t step = 4ull * au_;
+      std::vector<uint8_t> buf(std::min(step, len));
+      bool backward = src == dst && doff > soff && doff < soff + len;
+      for (uint64_t done = 0; done < len;) {
+        uint64_t n = std::min(step, len - done);
+        uint64_t rel = backward ? len - done - n : done;
+        s = ReadBytes(src, soff + rel, n, buf.data());
+        if (s.ok()) s = WriteBytes(dst, doff + rel, n, buf.data(), &ticket);
+        if (!s.ok()) return s;
+        done += n;
+      }
+    }
+  } else {
+    s = CheckRange(src, src_lba, 0);
+    if (s.ok()) s = CheckRange(dst, dst_lba, 0);
+    if (!s.ok()) return s;
+  }
+  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+}
+
+}  // namespace cowstore::store

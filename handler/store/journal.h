@@ -1,0 +1,106 @@
+// The journal: records of metadata changes since the last checkpoint, in
+// the fixed region [kJournalOffset, kJournalOffset + capacity) of the pool.
+//
+// Three parts, each guarded by the lock of the one who uses it:
+//   JournalBuffer  records framed in memory, not yet written; hands out the
+//                  tickets that order operations (the pool's metadata lock).
+//   JournalWriter  the journal's tail on disk and the commit step that
+//                  appends a batch durably (the pool's commit lock).
+//   ReplayJournal  at open, applies the records that follow a checkpoint.
+// The record framing itself (FrameRecord/ParseRecord) is in meta.h, beside
+// the other on-disk formats.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "handler/store/env.h"
+#include "handler/store/meta.h"
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+// What one commit writes: the buffered records, the ticket of the last of
+// them, and whether any of them points at data written since the last commit.
+struct JournalBatch {
+  std::string bytes;
+  uint64_t last_ticket = 0;
+  bool data_dirty = false;
+};
+
+class JournalBuffer {
+ public:
+  // Frames `r` with the next LSN; returns its ticket (durable once a commit
+  // covering that ticket returns).
+  uint64_t Append(const Record& r);
+  // A ticket for an operation that needs no record (an in-place write): its
+  // data is durable once a commit covering the ticket has synced.
+  uint64_t TicketWithoutRecord() { return ++last_ticket_; }
+  // The ticket the next Append (or TicketWithoutRecord) will hand out.
+  uint64_t next_ticket() const { return last_ticket_ + 1; }
+  uint64_t last_ticket() const { return last_ticket_; }
+  // Data was written that buffered records will point at: the commit that
+  // writes them must sync the data first.
+  void NoteDataWritten() { data_dirty_ = true; }
+
+  size_t bytes() const { return buf_.size(); }
+  bool empty() const { return buf_.empty(); }
+  // Moves everything buffered into *b.
+  void TakeBatch(JournalBatch* b);
+  // A checkpoint captured every buffered record: drops them. Returns the
+  // LSN the new journal starts at.
+  uint64_t DropForCheckpoint();
+
+  // Where LSNs continue after replay, and the gap that keeps a torn tail or a
+  // fallen-back generation from passing for new records.
+  void set_next_lsn(uint64_t lsn) { next_lsn_ = lsn; }
+  void SkipLsns(uint64_t n) { next_lsn_ += n; }
+
+ private:
+  std::string buf_;
+  uint64_t next_lsn_ = 1;
+  uint64_t last_ticket_ = 0;
+  bool data_dirty_ = false;
+};
+
+class JournalWriter {
+ public:
+  void set_capacity(uint64_t bytes) { capacity_ = bytes; }
+  uint64_t capacity() const { return capacity_; }
+  uint64_t tail() const { return tail_; }
+  void set_tail(uint64_t tail) { tail_ = tail; }
+  // False if `bytes` more do not fit: the pool must checkpoint instead.
+  bool Fits(size_t bytes) const { return tail_ + bytes <= capacity_; }
+
+  // The commit step: sync the data the batch points at (if any), append the
+  // batch at the tail, sync again. On success the batch is durable and the
+  // tail moves past it; on failure the tail stays and the pool must be
+  // reopened (what reached the disk is only a torn, unreplayable tail).
+  Status WriteBatch(File* file, const JournalBatch& b);
+
+  // After a checkpoint made every record obsolete: empties the journal
+  // (punches the region, so no stale record can pass for a new one).
+  void Restart(File* file);
+
+ private:
+  uint64_t capacity_ = 0;
+  uint64_t tail_ = 0;
+};
+
+// Where replay stopped.
+struct ReplayEnd {
+  uint64_t tail = 0;      // bytes of valid records
+  uint64_t next_lsn = 0;  // the LSN after the last valid record
+  // A CRC-valid record with a later LSN lies where replay stopped: the
+  // journal belongs to a newer superblock than the one replay started from.
+  bool newer_record_follows = false;
+};
+
+// Applies the records of j[0..n) with consecutive LSNs from start_lsn to
+// *st; the first bad, torn or stale record ends replay. kCorruption if a
+// valid record does not fit the state.
+Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
+                     ReplayEnd* end);
+
+}  // namespace cowstore::store

@@ -1,0 +1,186 @@
+// The LUN table: create, delete, resize, clone, list and open LUNs.
+
+#include "handler/store/pool_impl.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace cowstore::store {
+namespace {
+
+bool ValidName(const std::string& n) {
+  if (n.empty() || n.size() > 64 || n[0] == '.' || n[0] == '-') return false;
+  for (char c : n)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
+      return false;
+  return true;
+}
+
+}  // namespace
+
+LunInfo Core::InfoLocked(const LunState& l) const {
+  LunInfo i;
+  i.name = l.name;
+  i.id = l.uuid;
+  i.size_bytes = l.size;
+  i.block_size = l.bs;
+  uint64_t excl = 0, shared = 0;
+  for (const auto& [lba, e] : l.map.runs())
+    for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_.refs(p) > 1 ? shared : excl)++;
+  i.mapped_bytes = (excl + shared) * au_;
+  i.exclusive_bytes = excl * au_;
+  i.shared_bytes = shared * au_;
+  return i;
+}
+
+Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t bs) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  if (!ValidName(name))
+    return Status(Code::kInvalidArgument, "bad LUN name '" + name +
+                                              "': 1..64 of [A-Za-z0-9_.-], not starting with . or -");
+  if (bs != 512 && bs != 4096) return Status(Code::kInvalidArgument, "block size must be 512 or 4096");
+  if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  LunInfo info;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    if (size / au_ > space_.total_units() * 1024)
+      return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
+    if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
+    if (!AffordableLocked(0, 8)) return Status(Code::kNoSpace, "no room for another LUN");
+    Record r;
+    r.type = RecType::kCreateLun;
+    r.lun = st_.next_lun_id;
+    r.uuid = NewUuid();
+    r.a = size;
+    r.bs = bs;
+    r.name = name;
+    AppendLocked(r);
+    info = InfoLocked(*st_.Find(r.lun));
+  }
+  s = Commit(CurrentSeq());
+  if (!s.ok()) return s;
+  return info;
+}
+
+Status Core::DeleteLun(const std::string& name) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    LunState* l = st_.FindName(name);
+    if (!l) return Status(Code::kNotFound, "no LUN " + name);
+    if (l->open_handles > 0) return Status(Code::kBusy, "LUN " + name + " is open");
+    Record r;
+    r.type = RecType::kDeleteLun;
+    r.lun = l->id;
+    AppendLocked(r);
+  }
+  return Commit(CurrentSeq());
+}
+
+Status Core::ResizeLun(const std::string& name, uint64_t size) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  std::shared_ptr<LunState> l;
+  {
+    std::lock_guard<std::mutex> g(meta_mu_);
+    LunState* p = st_.FindName(name);
+    if (!p) return Status(Code::kNotFound, "no LUN " + name);
+    l = st_.luns[p->id];
+  }
+  if (size == 0 || size % l->bs)
+    return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  {
+    RangeGuard rg(&l->lock, 0, kNone, true);
+    uint64_t old;
+    {
+      std::lock_guard<std::mutex> g(meta_mu_);
+      if (size / au_ > space_.total_units() * 1024)
+        return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
+      if (l->deleted) return Status(Code::kNotFound, "no LUN " + name);
+      old = l->size;
+    }
+    uint64_t ticket = 0;
+    if (size < old && size % au_) {
+      // Zero the cut-off tail of the last AU so growing later exposes zeros.
+      uint64_t end = std::min(old, DivUp(size, au_) * au_);
+      s = ZeroBytes(l.get(), size, end - size, &ticket);
+      if (!s.ok()) return s;
+    }
+    std::lock_guard<std::mutex> g(meta_mu_);
+    Record r;
+    r.type = RecType::kResizeLun;
+    r.lun = l->id;
+    r.a = size;
+    AppendLocked(r);
+  }
+  return Commit(CurrentSeq());
+}
+
+Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  if (!ValidName(dst)) return Status(Code::kInvalidArgument, "bad LUN name '" + dst + "'");
+  auto h = Acquire(src);
+  if (!h.ok()) return h.status();
+  std::shared_ptr<LunState> l = h.value();
+  LunInfo info;
+  {
+    RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
+    std::lock_guard<std::mutex> g(meta_mu_);
+    if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
+    else if (!AffordableLocked(0, l->map.extents() + 8)) s = Status(Code::kNoSpace, "no room for the clone's metadata");
+    if (s.ok()) {
+      Record r;
+      r.type = RecType::kCloneLun;
+      r.lun = l->id;
+      r.lun2 = st_.next_lun_id;
+      r.uuid = NewUuid();
+      r.name = dst;
+      AppendLocked(r);
+      info = InfoLocked(*st_.Find(r.lun2));
+    }
+  }
+  ReleaseHandle(l.get());
+  if (!s.ok()) return s;
+  s = Commit(CurrentSeq());
+  if (!s.ok()) return s;
+  return info;
+}
+
+std::vector<LunInfo> Core::ListLuns() {
+  std::lock_guard<std::mutex> g(meta_mu_);
+  std::vector<LunInfo> v;
+  for (const auto& [id, l] : st_.luns) v.push_back(InfoLocked(*l));
+  std::sort(v.begin(), v.end(), [](const LunInfo& a, const LunInfo& b) { return a.name < b.name; });
+  return v;
+}
+
+Result<LunInfo> Core::GetLun(const std::string& name) {
+  std::lock_guard<std::mutex> g(meta_mu_);
+  LunState* l = st_.FindName(name);
+  if (!l) return Status(Code::kNotFound, "no LUN " + name);
+  return InfoLocked(*l);
+}
+
+Result<std::shared_ptr<LunState>> Core::Acquire(const std::string& name) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  std::lock_guard<std::mutex> g(meta_mu_);
+  LunState* l = st_.FindName(name);
+  if (!l) return Status(Code::kNotFound, "no LUN " + name);
+  l->open_handles++;
+  return st_.luns[l->id];
+}
+
+void Core::ReleaseHandle(LunState* l) {
+  std::lock_guard<std::mutex> g(meta_mu_);
+  l->open_handles--;
+}
+
+}  // namespace cowstore::store

@@ -1,0 +1,221 @@
+// Creating and opening a pool: superblock choice, checkpoint load, journal
+// replay, and the rebuild of reference counts and free space from the maps.
+
+#include "handler/store/pool_impl.h"
+
+#include <cstring>
+#include <random>
+
+#include "handler/store/crc32c.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;  // skips LSNs a torn tail may hold
+
+}  // namespace
+
+Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
+                                           const PoolOptions& o) {
+  uint32_t au = o.allocation_unit;
+  if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1)) != 0)
+    return Status(Code::kInvalidArgument,
+                  "allocation unit must be a power of two from 64 KiB to 1 MiB");
+  if (o.soft_threshold_percent > 100)
+    return Status(Code::kInvalidArgument, "soft threshold is a percentage");
+  uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
+  if (jbytes < kMinJournalBytes || jbytes > (1ull << 30) || jbytes % 4096)
+    return Status(Code::kInvalidArgument, "journal size must be 64 KiB..1 GiB, 4 KiB aligned");
+  bool existed = env->Exists(path);
+  auto f = env->OpenLocked(path, existed ? Env::Mode::kReadWrite : Env::Mode::kCreate);
+  if (!f.ok()) return f.status();
+  std::unique_ptr<File> file = std::move(f.value());
+  auto fsize = file->Size();
+  if (!fsize.ok()) return fsize.status();
+  if (existed) {
+    char buf[kSuperblockSlot];
+    for (int slot = 0; slot < 2; slot++) {
+      Status s = file->Read(slot * kSuperblockSlot, sizeof buf, buf);
+      if (!s.ok()) return s;
+      if (std::memcmp(buf, "COWSTORE", 8) == 0)
+        return Status(Code::kAlreadyExists, "a pool already exists at " + path);
+    }
+    if (!file->IsBlockDevice() && *fsize > 0)
+      return Status(Code::kAlreadyExists, path + " exists and is not an empty file");
+  }
+  uint64_t size = o.size_bytes;
+  if (file->IsBlockDevice()) {
+    if (size == 0) size = *fsize;
+    if (size > *fsize) return Status(Code::kInvalidArgument, "size exceeds the device");
+  }
+  Superblock sb;
+  sb.uuid = NewUuid();
+  sb.au = au;
+  sb.size_bytes = size;
+  sb.journal_bytes = jbytes;
+  sb.data_offset = DivUp(kJournalOffset + jbytes, au) * au;
+  sb.soft_threshold_percent = o.soft_threshold_percent;
+  if (size < sb.data_offset + 8ull * au)
+    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
+                                              std::to_string(sb.data_offset + 8ull * au) +
+                                              " bytes");
+  std::mt19937_64 rng(std::random_device{}());
+  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
+  Status s;
+  if (!file->IsBlockDevice()) s = file->Truncate(size);
+  if (s.ok()) s = file->PunchHole(kJournalOffset, jbytes);
+  for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
+    sb.seq = seq;
+    std::string img = sb.Encode();
+    s = file->Write(seq * kSuperblockSlot, img.size(), img.data());
+  }
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  auto core = std::make_shared<Core>(env, std::move(file), false);
+  s = core->Load();
+  if (!s.ok()) return s;
+  return core;
+}
+
+Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool read_only) {
+  auto f = env->OpenLocked(path, read_only ? Env::Mode::kReadOnly : Env::Mode::kReadWrite);
+  if (!f.ok()) return f.status();
+  auto core = std::make_shared<Core>(env, std::move(f.value()), read_only);
+  Status s = core->Load();
+  if (!s.ok()) return s;
+  return core;
+}
+
+Status Core::Load() {
+  // 1. The newest valid superblock copy.
+  Superblock best;
+  bool have = false;
+  Status why;
+  for (int slot = 0; slot < 2; slot++) {
+    std::vector<char> buf(kSuperblockSlot);
+    Status s = file_->Read(slot * kSuperblockSlot, buf.size(), buf.data());
+    if (!s.ok()) return s;
+    Superblock sb;
+    s = Superblock::Decode(buf.data(), buf.size(), &sb);
+    if (!s.ok()) {
+      if (why.ok() || s.code() == Code::kUnsupported) why = s;
+      continue;
+    }
+    if (sb.seq % 2 != static_cast<uint64_t>(slot)) continue;
+    if (!have || sb.seq > best.seq) best = sb;
+    have = true;
+  }
+  if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
+  sb_ = best;
+  sb_uuid_ = best.uuid;
+  au_ = best.au;
+  data_offset_ = best.data_offset;
+  journal_.set_capacity(best.journal_bytes);
+  const uint64_t total_units = (best.size_bytes - data_offset_) / au_;
+  size_bytes_ = best.size_bytes;
+  space_.set_soft_percent(best.soft_threshold_percent);
+  auto fsize = file_->Size();
+  if (!fsize.ok()) return fsize.status();
+  if (file_->IsBlockDevice() && *fsize < best.size_bytes)
+    return Status(Code::kCorruption, "device is smaller than the pool's declared size");
+  st_ = MetaState();
+  st_.au = au_;
+
+  // 2. The checkpoint chain.
+  std::vector<uint64_t> ckpt_aus;
+  if (best.ckpt_first != kNone) {
+    std::string payload;
+    std::vector<char> chunk(au_);
+    uint64_t p = best.ckpt_first;
+    for (uint32_t i = 0; payload.size() < best.ckpt_bytes || i == 0; i++) {
+      if (p >= total_units || ckpt_aus.size() > total_units)
+        return Status(Code::kCorruption, "checkpoint chain leaves the pool");
+      Status s = file_->Read(AuOffset(p), au_, chunk.data());
+      if (!s.ok()) return s;
+      Decoder d(chunk.data(), kChunkHeader);
+      char magic[8];
+      uint64_t seq, next;
+      uint32_t idx, len, crc;
+      Uuid u;
+      d.Bytes(magic, 8);
+      d.U64(&seq);
+      d.U32(&idx);
+      d.U32(&len);
+      d.U64(&next);
+      d.Bytes(u.data(), 16);
+      Decoder(chunk.data() + kChunkHeader - 4, 4).U32(&crc);
+      bool ok = std::memcmp(magic, kChunkMagic, 8) == 0 && seq == best.ckpt_seq && idx == i &&
+                u == sb_uuid_ && len <= au_ - kChunkHeader;
+      if (ok) {
+        uint32_t c = Crc32c(0, chunk.data(), kChunkHeader - 4);
+        c = Crc32c(c, chunk.data() + kChunkHeader, len);
+        ok = c == crc;
+      }
+      if (!ok) return Status(Code::kCorruption, "checkpoint chunk " + std::to_string(i) + " at AU " +
+                                                    std::to_string(p) + " is damaged");
+      ckpt_aus.push_back(p);
+      payload.append(chunk.data() + kChunkHeader, len);
+      if (payload.size() >= best.ckpt_bytes) break;
+      p = next;
+    }
+    if (payload.size() != best.ckpt_bytes ||
+        Crc32c(0, payload.data(), payload.size()) != best.ckpt_crc)
+      return Status(Code::kCorruption, "checkpoint checksum mismatch");
+    Status s = DecodeState(payload, &st_);
+    if (!s.ok()) return s;
+    st_.au = au_;
+  }
+
+  // 3. Journal replay: records with consecutive LSNs from journal_start_lsn;
+  // the first bad or stale record ends it.
+  std::vector<uint8_t> j(journal_.capacity());
+  Status s = file_->Read(kJournalOffset, j.size(), j.data());
+  if (!s.ok()) return s;
+  ReplayEnd end;
+  s = ReplayJournal(j.data(), j.size(), best.journal_start_lsn, &st_, &end);
+  if (!s.ok()) return s;
+  journal_.set_tail(end.tail);
+  jbuf_.set_next_lsn(end.next_lsn);
+  // A valid record with a *later* LSN where replay stopped means the journal
+  // belongs to a newer superblock than the one we could read: the newest
+  // superblock is damaged. Refuse rather than roll the pool back silently.
+  if (end.newer_record_follows)
+    return Status(Code::kCorruption,
+                  "the journal is newer than every readable superblock (newest superblock "
+                  "damaged)");
+
+  // 4. Rebuild reference counts, AU states and free space from the maps.
+  for (const auto& [id, l] : st_.luns) {
+    if ((l->bs != 512 && l->bs != 4096) || l->size % l->bs || l->name.empty())
+      return Status(Code::kCorruption, "LUN " + l->name + " has a bad geometry");
+    uint64_t units = DivUp(l->size, au_);
+    for (const auto& [lba, e] : l->map.runs())
+      if (e.phys + e.len > total_units || lba + e.len > units)
+        return Status(Code::kCorruption, "LUN " + l->name + " maps outside its bounds");
+  }
+  s = space_.Rebuild(total_units, st_, std::move(ckpt_aus));
+  if (!s.ok()) return s;
+  if (read_only_) return Status::Ok();
+
+  // 5. Writable: zero every free AU (a crash may have left data in AUs whose
+  // mapping never became durable), then checkpoint with a fresh LSN range so
+  // a torn journal tail can never be mistaken for new records.
+  if (!file_->IsBlockDevice() && *fsize < best.size_bytes) {
+    s = file_->Truncate(best.size_bytes);
+    if (!s.ok()) return s;
+  }
+  for (const auto& [p, n] : space_.free().runs()) {
+    s = file_->PunchHole(AuOffset(p), n * au_);
+    if (!s.ok()) return s;
+  }
+  // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
+  // records of a generation we fell back from can pass for new records.
+  jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
+  uint64_t target;
+  s = CheckpointLocked(&target);
+  if (!s.ok()) return s;
+  ReleasePending(target);
+  return Status::Ok();
+}
+
+}  // namespace cowstore::store

@@ -1,0 +1,210 @@
+#include "handler/store/space_map.h"
+
+#include <algorithm>
+#include <iterator>
+
+namespace cowstore::store {
+
+void FreeRuns::Add(uint64_t p, uint64_t n) {
+  if (n == 0) return;
+  count_ += n;
+  auto next = runs_.lower_bound(p);
+  if (next != runs_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == p) {
+      prev->second += n;
+      if (next != runs_.end() && next->first == p + n) {
+        prev->second += next->second;
+        runs_.erase(next);
+      }
+      return;
+    }
+  }
+  if (next != runs_.end() && next->first == p + n) {
+    uint64_t len = n + next->second;
+    auto hint = runs_.erase(next);
+    runs_.emplace_hint(hint, p, len);
+    return;
+  }
+  runs_.emplace_hint(next, p, n);
+}
+
+bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
+  if (n > count_) return false;
+  if (n == 0) return true;
+  // Prefer one run that holds all n at or after the cursor, else take pieces.
+  auto it = runs_.lower_bound(cursor_);
+  for (auto j = it; j != runs_.end(); ++j) {
+    if (j->second >= n) { it = j; break; }
+  }
+  if (it == runs_.end()) it = runs_.begin();
+  while (n > 0) {
+    if (it == runs_.end()) it = runs_.begin();
+    uint64_t start = it->first, len = it->second;
+    uint64_t k = std::min(n, len);
+    for (uint64_t i = 0; i < k; i++) out->push_back(start + i);
+    it = runs_.erase(it);
+    if (k < len) it = runs_.emplace_hint(it, start + k, len - k);
+    count_ -= k;
+    n -= k;
+    cursor_ = start + k;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------- SpaceMap
+
+Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus) {
+  total_units_ = units;
+  refs_.assign(units, 0);
+  state_.assign(units, AuState::kNone);
+  pending_.clear();
+  unshared_.clear();
+  reserved_ = quarantined_ = mapped_units_ = 0;
+  meta_aus_ = std::move(ckpt_aus);
+  for (uint64_t p : meta_aus_) state_[p] = AuState::kMeta;
+  meta_units_ = meta_aus_.size();
+  for (const auto& [id, l] : st.luns) {
+    for (const auto& [lba, e] : l->map.runs()) {
+      for (uint64_t q = e.phys; q < e.phys + e.len; q++) {
+        if (state_[q] == AuState::kMeta)
+          return Status(Code::kCorruption, "a checkpoint AU is mapped by LUN " + l->name);
+        if (refs_[q] == UINT32_MAX) return Status(Code::kCorruption, "reference count overflow");
+        if (refs_[q]++ == 0) mapped_units_++;
+      }
+    }
+  }
+  free_.Clear();
+  for (uint64_t p = 0; p < units;) {
+    if (refs_[p] || state_[p] != AuState::kNone) { p++; continue; }
+    uint64_t q = p;
+    while (q < units && !refs_[q] && state_[q] == AuState::kNone) state_[q++] = AuState::kFree;
+    free_.Add(p, q - p);
+    p = q;
+  }
+  return Status::Ok();
+}
+
+void SpaceMap::Grow(uint64_t units) {
+  refs_.resize(units, 0);
+  state_.resize(units, AuState::kFree);
+  free_.Add(total_units_, units - total_units_);
+  total_units_ = units;
+}
+
+void SpaceMap::Inc(uint64_t phys, uint64_t n) {
+  for (uint64_t p = phys; p < phys + n; p++)
+    if (refs_[p]++ == 0) mapped_units_++;
+}
+
+void SpaceMap::Dec(uint64_t phys, uint64_t n, uint64_t tag) {
+  for (uint64_t p = phys; p < phys + n; p++) {
+    if (--refs_[p] == 1) unshared_[p] = tag;  // on disk it is still shared until `tag`
+    if (refs_[p] != 0) continue;
+    mapped_units_--;
+    state_[p] = AuState::kPending;
+    if (!pending_.empty() && pending_.back().tag == tag &&
+        pending_.back().phys + pending_.back().n == p)
+      pending_.back().n++;
+    else
+      pending_.push_back({p, 1, tag});
+  }
+}
+
+bool SpaceMap::WritableInPlace(uint64_t p, uint64_t durable_ticket) const {
+  if (refs_[p] != 1) return false;
+  auto u = unshared_.find(p);
+  return u == unshared_.end() || u->second <= durable_ticket;
+}
+
+bool SpaceMap::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+  uint64_t before = out->size();
+  if (!free_.Take(n, out)) return false;
+  for (size_t i = before; i < out->size(); i++) state_[(*out)[i]] = AuState::kReserved;
+  reserved_ += n;
+  return true;
+}
+
+void SpaceMap::Mapped(const std::vector<uint64_t>& aus) {
+  reserved_ -= aus.size();
+  for (uint64_t p : aus) state_[p] = AuState::kNone;
+}
+
+void SpaceMap::Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed) {
+  reserved_ -= aus.size();
+  for (uint64_t p : aus) {
+    if (std::find(unzeroed.begin(), unzeroed.end(), p) != unzeroed.end()) {
+      state_[p] = AuState::kQuarantine;
+      quarantined_++;
+    } else {
+      state_[p] = AuState::kFree;
+      free_.Add(p, 1);
+    }
+  }
+}
+
+std::vector<PendingRun> SpaceMap::TakeReleasable(uint64_t durable_ticket) {
+  std::vector<PendingRun> ready;
+  auto keep = pending_.begin();
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    if (it->tag <= durable_ticket) {
+      if (!ready.empty() && ready.back().phys + ready.back().n == it->phys)
+        ready.back().n += it->n;
+      else
+        ready.push_back(*it);
+    } else {
+      *keep++ = *it;
+    }
+  }
+  pending_.erase(keep, pending_.end());
+  for (auto it = unshared_.begin(); it != unshared_.end();)
+    it = it->second <= durable_ticket ? unshared_.erase(it) : std::next(it);
+  return ready;
+}
+
+void SpaceMap::Release(const PendingRun& r, bool zeroed) {
+  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
+    state_[p] = zeroed ? AuState::kFree : AuState::kQuarantine;
+  if (zeroed)
+    free_.Add(r.phys, r.n);
+  else
+    quarantined_ += r.n;
+}
+
+bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
+  uint64_t before = out->size();
+  if (!free_.Take(n, out)) return false;
+  for (size_t i = before; i < out->size(); i++) state_[(*out)[i]] = AuState::kMeta;
+  meta_units_ += n;
+  return true;
+}
+
+void SpaceMap::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
+  std::vector<uint64_t> old = std::move(meta_aus_);
+  meta_aus_ = std::move(aus);
+  meta_units_ -= old.size();
+  for (uint64_t p : old) state_[p] = AuState::kPending;
+  // The old checkpoint is unreachable now: free it through the pending path.
+  for (uint64_t p : old) pending_.push_back({p, 1, tag});
+}
+
+bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {
+  if (soft_percent_ == 0) return false;
+  uint64_t limit = soft_threshold_units();
+  uint64_t used_before = total_units_ - free_before, used_now = total_units_ - free_.count();
+  return used_before < limit && used_now >= limit;
+}
+
+uint64_t SpaceMap::shared_units() const {
+  uint64_t shared = 0;
+  for (uint64_t p = 0; p < total_units_; p++) shared += refs_[p] > 1;
+  return shared;
+}
+
+uint64_t SpaceMap::pending_units() const {
+  uint64_t n = 0;
+  for (const PendingRun& x : pending_) n += x.n;
+  return n;
+}
+
+}  // namespace cowstore::store
