@@ -1,14 +1,66 @@
-// Writing a checkpoint: the whole metadata state into fresh AUs, then a new
-// superblock pointing at it, which empties the journal.
-
-#include "handler/store/pool_impl.h"
+#include "handler/store/checkpoint.h"
 
 #include <algorithm>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/pool_impl.h"
 
 namespace cowstore::store {
 
+uint64_t CheckpointUnits(uint64_t bytes, uint32_t au) {
+  return std::max<uint64_t>(1, DivUp(bytes, au - kChunkHeader));
+}
+
+Status WriteCheckpointChain(File* file, uint64_t data_offset, uint32_t au,
+                            const std::vector<uint64_t>& aus, const std::string& payload,
+                            uint64_t seq, const Uuid& uuid) {
+  std::string chunk;
+  const size_t per = au - kChunkHeader;
+  for (size_t i = 0; i < aus.size(); i++) {
+    size_t off = std::min(i * per, payload.size());
+    ChunkHeader h;
+    h.seq = seq;
+    h.index = static_cast<uint32_t>(i);
+    h.len = static_cast<uint32_t>(std::min(per, payload.size() - off));
+    h.next = i + 1 < aus.size() ? aus[i + 1] : kNone;
+    h.uuid = uuid;
+    EncodeChunk(h, payload.data() + off, &chunk);
+    Status s = file->Write(data_offset + aus[i] * au, chunk.size(), chunk.data());
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status ReadCheckpointChain(File* file, const Superblock& sb, uint64_t units, std::string* payload,
+                           std::vector<uint64_t>* aus) {
+  payload->clear();
+  aus->clear();
+  std::vector<char> chunk(sb.au);
+  uint64_t p = sb.ckpt_first;
+  for (uint32_t i = 0; payload->size() < sb.ckpt_bytes || i == 0; i++) {
+    if (p >= units || aus->size() > units)
+      return Status(Code::kCorruption, "checkpoint chain leaves the pool");
+    Status s = file->Read(sb.data_offset + p * sb.au, sb.au, chunk.data());
+    if (!s.ok()) return s;
+    ChunkHeader h;
+    bool ok = DecodeChunk(chunk.data(), chunk.size(), &h) && h.seq == sb.ckpt_seq &&
+              h.index == i && h.uuid == sb.uuid;
+    if (!ok)
+      return Status(Code::kCorruption, "checkpoint chunk " + std::to_string(i) + " at AU " +
+                                           std::to_string(p) + " is damaged");
+    aus->push_back(p);
+    payload->append(chunk.data() + kChunkHeader, h.len);
+    if (payload->size() >= sb.ckpt_bytes) break;
+    p = h.next;
+  }
+  if (payload->size() != sb.ckpt_bytes || Crc32c(0, payload->data(), payload->size()) != sb.ckpt_crc)
+    return Status(Code::kCorruption, "checkpoint checksum mismatch");
+  return Status::Ok();
+}
+
+// Snapshots the state under the metadata lock, writes it into fresh AUs
+// outside it, then the superblock; the journal restarts empty and the
+// previous chain is freed once nothing can read it.
 Status Core::CheckpointLocked(uint64_t* target) {
   std::string payload;
   std::vector<uint64_t> aus;
@@ -16,8 +68,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   {
     std::lock_guard<std::mutex> g(meta_mu_);
     EncodeState(st_, &payload);
-    uint64_t n = std::max<uint64_t>(1, DivUp(payload.size(), au_ - kChunkHeader));
-    if (!space_.TakeMeta(n, &aus))
+    if (!space_.TakeMeta(CheckpointUnits(payload.size(), au_), &aus))
       return Status(Code::kNoSpace, "no room for a metadata checkpoint");
     *target = jbuf_.last_ticket();
     start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
@@ -29,28 +80,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   nsb.ckpt_bytes = payload.size();
   nsb.ckpt_crc = Crc32c(0, payload.data(), payload.size());
   nsb.journal_start_lsn = start_lsn;
-  Status s;
-  std::string chunk;
-  size_t per = au_ - kChunkHeader;
-  for (size_t i = 0; i < aus.size() && s.ok(); i++) {
-    size_t off = i * per;
-    size_t len = std::min(per, payload.size() - std::min(off, payload.size()));
-    chunk.clear();
-    Encoder e(&chunk);
-    e.Bytes(kChunkMagic, 8);
-    e.U64(nsb.seq);
-    e.U32(static_cast<uint32_t>(i));
-    e.U32(static_cast<uint32_t>(len));
-    e.U64(i + 1 < aus.size() ? aus[i + 1] : kNone);
-    e.Bytes(sb_uuid_.data(), 16);
-    chunk.resize(kChunkHeader - 4, '\0');
-    chunk.append(payload, off, len);
-    uint32_t crc = Crc32c(0, chunk.data(), chunk.size());
-    std::string c4;
-    Encoder(&c4).U32(crc);
-    chunk.insert(kChunkHeader - 4, c4);
-    s = file_->Write(AuOffset(aus[i]), chunk.size(), chunk.data());
-  }
+  Status s = WriteCheckpointChain(file_.get(), data_offset_, au_, aus, payload, nsb.seq, sb_uuid_);
   if (s.ok()) s = file_->Sync();  // data and checkpoint before the superblock
   if (s.ok()) s = WriteSuperblockLocked(nsb);
   if (s.ok()) s = file_->Sync();

@@ -7,6 +7,7 @@
 namespace cowstore::store {
 namespace {
 constexpr char kSbMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};
+constexpr char kChunkMagic[8] = {'C', 'O', 'W', 'C', 'K', 'P', 'T', '1'};
 constexpr uint32_t kStateMagic = 0x54534b43;  // "CKST"
 constexpr size_t kMaxName = 64;
 }  // namespace
@@ -85,6 +86,41 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
       sb->size_bytes < sb->data_offset)
     return Status(Code::kCorruption, "superblock geometry is inconsistent");
   return Status::Ok();
+}
+
+void EncodeChunk(const ChunkHeader& h, const char* payload, std::string* out) {
+  out->clear();
+  Encoder e(out);
+  e.Bytes(kChunkMagic, 8);
+  e.U64(h.seq);
+  e.U32(h.index);
+  e.U32(h.len);
+  e.U64(h.next);
+  e.Bytes(h.uuid.data(), 16);
+  out->resize(kChunkHeader - 4, '\0');
+  out->append(payload, h.len);
+  uint32_t crc = Crc32c(0, out->data(), out->size());
+  std::string c4;
+  Encoder(&c4).U32(crc);
+  out->insert(kChunkHeader - 4, c4);
+}
+
+bool DecodeChunk(const void* p, size_t n, ChunkHeader* h) {
+  if (n < kChunkHeader) return false;
+  const char* c = static_cast<const char*>(p);
+  Decoder d(c, kChunkHeader);
+  char magic[8];
+  uint32_t crc;
+  d.Bytes(magic, 8);
+  d.U64(&h->seq);
+  d.U32(&h->index);
+  d.U32(&h->len);
+  d.U64(&h->next);
+  d.Bytes(h->uuid.data(), 16);
+  Decoder(c + kChunkHeader - 4, 4).U32(&crc);
+  if (std::memcmp(magic, kChunkMagic, 8) != 0 || h->len > n - kChunkHeader) return false;
+  uint32_t sum = Crc32c(0, c, kChunkHeader - 4);
+  return Crc32c(sum, c + kChunkHeader, h->len) == crc;
 }
 
 LunState* MetaState::FindName(const std::string& name) const {

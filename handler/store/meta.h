@@ -79,9 +79,23 @@ struct Superblock {
   static Status Decode(const void* p, size_t n, Superblock* sb);
 };
 
-// Header of each checkpoint chunk (one per AU).
+// Checkpoint chunk, one per AU of the chain:
+//   magic(8) | seq(8) | index(4) | len(4) | next AU(8) | pool uuid(16) |
+//   zeros to 60 | crc32c(4) | payload[len]
+// The CRC covers the first 60 header bytes and the payload.
 constexpr size_t kChunkHeader = 64;
-constexpr char kChunkMagic[8] = {'C', 'O', 'W', 'C', 'K', 'P', 'T', '1'};
+struct ChunkHeader {
+  uint64_t seq = 0;     // the superblock seq that wrote the checkpoint
+  uint32_t index = 0;   // position in the chain
+  uint32_t len = 0;     // payload bytes in this chunk
+  uint64_t next = kNone;  // AU of the next chunk
+  Uuid uuid{};
+};
+// Replaces *out with the chunk holding payload[0..h.len).
+void EncodeChunk(const ChunkHeader& h, const char* payload, std::string* out);
+// Decodes the chunk at p[0..n); false unless its magic and CRC check and its
+// payload fits in n. The caller checks seq, index and uuid against the chain.
+bool DecodeChunk(const void* p, size_t n, ChunkHeader* h);
 
 struct LunState {
   uint32_t id = 0;

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <random>
 
-#include "handler/store/crc32c.h"
+#include "handler/store/checkpoint.h"
 
 namespace cowstore::store {
 namespace {
@@ -125,43 +125,9 @@ Status Core::Load() {
   std::vector<uint64_t> ckpt_aus;
   if (best.ckpt_first != kNone) {
     std::string payload;
-    std::vector<char> chunk(au_);
-    uint64_t p = best.ckpt_first;
-    for (uint32_t i = 0; payload.size() < best.ckpt_bytes || i == 0; i++) {
-      if (p >= total_units || ckpt_aus.size() > total_units)
-        return Status(Code::kCorruption, "checkpoint chain leaves the pool");
-      Status s = file_->Read(AuOffset(p), au_, chunk.data());
-      if (!s.ok()) return s;
-      Decoder d(chunk.data(), kChunkHeader);
-      char magic[8];
-      uint64_t seq, next;
-      uint32_t idx, len, crc;
-      Uuid u;
-      d.Bytes(magic, 8);
-      d.U64(&seq);
-      d.U32(&idx);
-      d.U32(&len);
-      d.U64(&next);
-      d.Bytes(u.data(), 16);
-      Decoder(chunk.data() + kChunkHeader - 4, 4).U32(&crc);
-      bool ok = std::memcmp(magic, kChunkMagic, 8) == 0 && seq == best.ckpt_seq && idx == i &&
-                u == sb_uuid_ && len <= au_ - kChunkHeader;
-      if (ok) {
-        uint32_t c = Crc32c(0, chunk.data(), kChunkHeader - 4);
-        c = Crc32c(c, chunk.data() + kChunkHeader, len);
-        ok = c == crc;
-      }
-      if (!ok) return Status(Code::kCorruption, "checkpoint chunk " + std::to_string(i) + " at AU " +
-                                                    std::to_string(p) + " is damaged");
-      ckpt_aus.push_back(p);
-      payload.append(chunk.data() + kChunkHeader, len);
-      if (payload.size() >= best.ckpt_bytes) break;
-      p = next;
-    }
-    if (payload.size() != best.ckpt_bytes ||
-        Crc32c(0, payload.data(), payload.size()) != best.ckpt_crc)
-      return Status(Code::kCorruption, "checkpoint checksum mismatch");
-    Status s = DecodeState(payload, &st_);
+    Status s = ReadCheckpointChain(file_.get(), best, total_units, &payload, &ckpt_aus);
+    if (!s.ok()) return s;
+    s = DecodeState(payload, &st_);
     if (!s.ok()) return s;
     st_.au = au_;
   }
