@@ -1,9 +1,19 @@
 // The pool's engine. Private to handler/store; callers use pool.h.
 //
+// Core ties the mechanisms together; its member functions live by mechanism:
+//   pool_impl.cc   reservations, the commit, flush, grow, space
+//   data_path.cc   Read, Write, CompareAndWrite, ZeroRange, Allocate, CloneRange
+//   lun_table.cc   create, delete, resize, clone, list and open LUNs
+//   checkpoint.cc  CheckpointLocked (and the chain format's I/O)
+//   recovery.cc    Create, Open, Load (superblock, checkpoint, replay, rebuild)
+//   check.cc       Check
+// with the state of two mechanisms in classes of their own: SpaceMap
+// (space_map.h) and the journal's JournalBuffer/JournalWriter (journal.h).
+//
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
 //   Core::commit_mu_ (one committer at a time: journal tail, superblock)
-//   Core::meta_mu_   (maps, refcounts, free space, the journal buffer)
+//   Core::meta_mu_   (LUN table and maps, space map, the journal buffer)
 // Data I/O never happens under meta_mu_.
 //
 // Cancellation: none of these functions is a cancellation-safe region. A

@@ -117,10 +117,15 @@ bool SpaceMap::WritableInPlace(uint64_t p, uint64_t durable_ticket) const {
   return u == unshared_.end() || u->second <= durable_ticket;
 }
 
-bool SpaceMap::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+bool SpaceMap::TakeFree(uint64_t n, AuState as, std::vector<uint64_t>* out) {
   uint64_t before = out->size();
   if (!free_.Take(n, out)) return false;
-  for (size_t i = before; i < out->size(); i++) state_[(*out)[i]] = AuState::kReserved;
+  for (size_t i = before; i < out->size(); i++) state_[(*out)[i]] = as;
+  return true;
+}
+
+bool SpaceMap::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+  if (!TakeFree(n, AuState::kReserved, out)) return false;
   reserved_ += n;
   return true;
 }
@@ -172,9 +177,7 @@ void SpaceMap::Release(const PendingRun& r, bool zeroed) {
 }
 
 bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
-  uint64_t before = out->size();
-  if (!free_.Take(n, out)) return false;
-  for (size_t i = before; i < out->size(); i++) state_[(*out)[i]] = AuState::kMeta;
+  if (!TakeFree(n, AuState::kMeta, out)) return false;
   meta_units_ += n;
   return true;
 }

@@ -117,6 +117,9 @@ class SpaceMap {
   uint64_t pending_units() const;
 
  private:
+  // Takes n free AUs into state `as`, appending them to *out.
+  bool TakeFree(uint64_t n, AuState as, std::vector<uint64_t>* out);
+
   uint64_t total_units_ = 0;
   std::vector<uint32_t> refs_;
   std::vector<AuState> state_;
