@@ -7,6 +7,10 @@
 // pools it is a chunked read+write that holds no lock for the whole copy, so
 // other commands to both LUs keep flowing. Segments run buffered and each
 // WCE=0 destination is flushed once before the status goes back.
+// The list ID never refuses a copy (TCMU gives no I_T nexus, so a "duplicate"
+// may be another initiator's): LIST ID USAGE 00b records the copy in the LU's
+// CopyListTable under its own CopyId for RECEIVE COPY RESULTS; 10b and 11b
+// hold nothing and so record nothing.
 #include <algorithm>
 #include <memory>
 #include <vector>
@@ -76,7 +80,7 @@ store::Status FlushDestinations(const std::vector<LogicalUnit*>& touched) {
   return first;
 }
 
-CommandResult RunCopy(Command& cmd, const XcopyParameters& x, CopyListTable* table) {
+CommandResult RunCopy(Command& cmd, const XcopyParameters& x, HeldCopy& held) {
   // Resolve each referenced CSCD once; the shared_ptrs keep the LUs alive.
   std::vector<std::shared_ptr<LogicalUnit>> resolved(x.cscds.size());
   auto resolve = [&](uint16_t index) -> LogicalUnit* {
@@ -143,7 +147,7 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, CopyListTable* tab
           .fetch_add(s.blocks, std::memory_order_relaxed);
       bytes += uint64_t{s.blocks} * r.src->lun().block_size();
     }
-    if (table) table->Progress(x.list_id, static_cast<uint16_t>(i + 1), bytes);
+    held.Progress(static_cast<uint16_t>(i + 1), bytes);
   }
   store::Status fs = FlushDestinations(touched);
   if (!fs.ok()) return SegmentFailure(cmd.lu, fs, plan.size() - 1, plan.back().seg->offset);
@@ -162,23 +166,11 @@ CommandResult ExtendedCopy(Command& cmd) {
   if (!parsed.good()) return parsed;
   cmd.lu.mutable_counters().xcopy_commands.fetch_add(1, std::memory_order_relaxed);
 
-  CopyListTable* table = nullptr;
-  if (x.list_id_usage == 0x00 || x.list_id_usage == 0x02) {
-    table = &cmd.lu.copy_lists();
-    if (!table->Begin(x.list_id, x.list_id_usage == 0x00)) {
-      return Sense(SenseKey::kIllegalRequest, asc::kOperationInProgress).FieldPointer(false, 0);
-    }
-  }
-  CommandResult r;
-  try {
-    r = RunCopy(cmd, x, table);
-  } catch (...) {
-    if (table) {
-      table->Finish(x.list_id, CheckCondition(SenseKey::kHardwareError, asc::kInternalTargetFailure));
-    }
-    throw;
-  }
-  if (table) table->Finish(x.list_id, r);
+  // 00b: held for RECEIVE COPY RESULTS. An exception out of RunCopy
+  // finishes the entry as INTERNAL TARGET FAILURE (HeldCopy's destructor).
+  HeldCopy held(x.list_id_usage == 0x00 ? &cmd.lu.copy_lists() : nullptr, x.list_id);
+  const CommandResult r = RunCopy(cmd, x, held);
+  held.Finish(r);
   return r;
 }
 

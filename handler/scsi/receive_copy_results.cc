@@ -1,6 +1,9 @@
 // RECEIVE COPY RESULTS (LID1 service actions): COPY STATUS and FAILED
 // SEGMENT DETAILS for list IDs held with LIST ID USAGE 00b, and OPERATING
 // PARAMETERS that state exactly the limits ParseXcopyParameters enforces.
+// Which copy answers for a list ID when several initiators used it (no I_T
+// nexus in TCMU) is CopyListTable's rule: a running one before any finished
+// one, else the last to finish.
 #include <vector>
 
 #include "handler/scsi/cdb.h"
@@ -12,7 +15,7 @@ namespace cowstore::scsi {
 namespace {
 
 CommandResult CopyStatus(Command& cmd, uint8_t list_id, uint32_t alloc_len) {
-  auto rec = cmd.lu.copy_lists().Get(list_id);
+  auto rec = cmd.lu.copy_lists().Status(list_id);
   if (!rec) return InvalidFieldInCdb(2);
   uint8_t d[12] = {};
   PutBe32(d, 8);

@@ -66,7 +66,8 @@ t() { printf '[run-e2e %6.1fs] %s\n' "$(echo "$(date +%s.%N) - $T0" | bc)" "$*";
 if [ -z "${SKIP_APT:-}" ]; then
     # Everything the host and the guest (which runs the host's binaries) need.
     PKGS="qemu-system-x86 qemu-utils busybox-static kmod cpio bc file e2fsprogs util-linux
-          tcmu-runner targetcli-fb python3-rtslib-fb dbus sg3-utils ddpt libiscsi-bin python3 iproute2"
+          tcmu-runner targetcli-fb python3-rtslib-fb dbus sg3-utils ddpt libiscsi-bin python3 iproute2
+          gcc libc6-dev libiscsi-dev"
     missing=
     for p in $PKGS; do
         dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || missing="$missing $p"

@@ -246,35 +246,6 @@ TEST_F(ExtendedCopyTest, ZeroBlockSegmentIsGood) {
   EXPECT_TRUE(IsGood(Xcopy(SameLun(0, 0, 1))));
 }
 
-TEST(CopyListTableTest, InProgressListIdIsUniqueAndHeldResultsReplaced) {
-  CopyListTable t;
-  EXPECT_TRUE(t.Begin(1, true));
-  EXPECT_FALSE(t.Begin(1, true));   // 00b: still in progress
-  EXPECT_FALSE(t.Begin(1, false));  // 10b must be unique among in-progress too
-  EXPECT_TRUE(t.Begin(2, false));
-  t.Progress(1, 3, 4096);
-  EXPECT_EQ(t.Get(1)->segments_processed, 3);
-  EXPECT_EQ(t.Get(1)->state, CopyRecord::State::kInProgress);
-  EXPECT_FALSE(t.Get(2).has_value());  // not held
-  t.Finish(1, Good());
-  t.Finish(2, Good());
-  EXPECT_EQ(t.Get(1)->state, CopyRecord::State::kCompleted);
-  EXPECT_TRUE(t.Begin(2, true));
-  EXPECT_TRUE(t.Begin(1, true));  // a new command with the id replaces the held results
-  EXPECT_EQ(t.Get(1)->state, CopyRecord::State::kInProgress);
-}
-
-TEST(CopyListTableTest, KeepsAtMostMaxHeldCompletedRecords) {
-  CopyListTable t;
-  for (int round = 0; round < 2; ++round) {
-    for (int id = 0; id < 256; ++id) {
-      ASSERT_TRUE(t.Begin(static_cast<uint8_t>(id), true));
-      t.Finish(static_cast<uint8_t>(id), Good());
-    }
-  }
-  EXPECT_TRUE(t.Get(255).has_value());
-}
-
 class ReceiveCopyResultsTest : public ExtendedCopyTest {};
 
 TEST_F(ReceiveCopyResultsTest, OperatingParametersMatchLimits) {

@@ -18,12 +18,15 @@
 #     intact, UNMAP gives space back), the soft-threshold unit attention 38/07
 #     exactly once, also on a quiet LUN of the same pool; a 4096-byte-block LUN
 #     (readcap, dd, WRITE SAME UNMAP, CAW)
-#  6. iscsi-test-cu families on cowstore and on LIO fileio side by side,
+#  6. several iSCSI initiators (distinct IQNs) copying at once with colliding
+#     EXTENDED COPY list IDs in every LIST ID USAGE (guest/xcopy_sessions.c)
+#  7. iscsi-test-cu families on cowstore and on LIO fileio side by side,
 #     cowstore gated on tests/e2e/icu-baseline-cowstore.txt
 # Exits 77 (skipped, with the reason) when handler_cowstore.so is not built.
 . "$(dirname "$0")/../guest/lib.sh"
 . "$E2E_DIR/guest/icu.sh"
 . "$E2E_DIR/guest/cowstore.sh"
+. "$E2E_DIR/guest/xcopy-sessions.sh"
 SGIO="python3 $E2E_DIR/guest/sgio.py"
 ACKW="python3 $E2E_DIR/guest/ackwriter.py"
 CAW_50000=8900000000000000c350000000010000        # COMPARE AND WRITE, LBA 50000, 1 block
@@ -353,6 +356,15 @@ step 4k-caw-2-v     all_bytes $K4 16000 8 315
 step 4k-caw-miscompare $SGIO cmd $SK4 $CAW4K_2000 --out $W/caw4k-bad --expect 0e/1d/00 --info 100
 step 4k-caw-unchanged all_bytes $K4 16000 8 315
 step 4k-caw-neighbours zeros_at $K4 15992 8 16008 8
+
+# ------------------------------------------------------------ several initiators, one list ID (issue 13)
+# Four iSCSI sessions with their own initiator IQNs send EXTENDED COPY at once
+# with the same list IDs in 00b, 10b and 11b; none may be refused, each checks
+# its data and what RECEIVE COPY RESULTS tells it (guest/xcopy_sessions.c).
+IQN_XCS=iqn.2003-01.org.cowstore.e2e:xcopy-sessions
+step xcs-build      xcs_build
+step xcs-target     xcs_target p0 6 $IQN_XCS
+step xcs-sessions   xcs_run $IQN_XCS 4 15
 
 # ------------------------------------------------------------ iscsi-test-cu, cowstore vs LIO fileio
 ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow}

@@ -1,0 +1,91 @@
+// An Env for tests that need a command to stay "in flight" at a known point:
+// it forwards to another Env, and while the gate is closed every Read and
+// ReadV of its files waits until the gate opens. A test closes the gate,
+// starts a command whose first store read goes through this Env (e.g. a
+// cross-pool EXTENDED COPY from a pool on it), waits until WaitForBlocked()
+// sees the reader parked, does what must happen while that command runs,
+// then opens the gate.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "handler/store/env.h"
+
+namespace cowstore::scsi::testing {
+
+class GatedEnv final : public store::Env {
+ public:
+  explicit GatedEnv(store::Env* base) : base_(base) {}
+
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // True once at least `n` reads are parked at the closed gate.
+  bool WaitForBlocked(int n, std::chrono::seconds limit = std::chrono::seconds(30)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, limit, [&] { return blocked_ >= n; });
+  }
+
+  store::Result<std::unique_ptr<store::File>> OpenLocked(const std::string& path,
+                                                         Mode mode) override {
+    auto f = base_->OpenLocked(path, mode);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<store::File>(new GatedFile(this, std::move(f.value())));
+  }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+
+ private:
+  class GatedFile final : public store::File {
+   public:
+    GatedFile(GatedEnv* env, std::unique_ptr<store::File> f) : env_(env), f_(std::move(f)) {}
+    store::Status Read(uint64_t off, size_t n, void* buf) override {
+      env_->Pass();
+      return f_->Read(off, n, buf);
+    }
+    store::Status ReadV(uint64_t off, const iovec* iov, size_t n) override {
+      env_->Pass();
+      return f_->ReadV(off, iov, n);
+    }
+    store::Status Write(uint64_t off, size_t n, const void* buf) override {
+      return f_->Write(off, n, buf);
+    }
+    store::Status Sync() override { return f_->Sync(); }
+    store::Result<uint64_t> Size() override { return f_->Size(); }
+    store::Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    store::Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+   private:
+    GatedEnv* env_;
+    std::unique_ptr<store::File> f_;
+  };
+
+  void Pass() {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (open_) return;
+    ++blocked_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+    --blocked_;
+  }
+
+  store::Env* const base_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;  // guarded by mu_
+  int blocked_ = 0;   // guarded by mu_
+};
+
+}  // namespace cowstore::scsi::testing
