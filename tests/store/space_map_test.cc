@@ -1,0 +1,279 @@
+// Unit tests of the space map (space_map.h): free-run bookkeeping and the
+// next-fit cursor, AU states through reserve / map / free / release, pending
+// frees by ticket, the unshared marks that forbid in-place writes, checkpoint
+// AUs, the soft threshold and the rebuild at open.
+#include "handler/store/space_map.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace cowstore::store {
+namespace {
+
+using V = std::vector<uint64_t>;
+using Runs = std::map<uint64_t, uint64_t>;
+
+// ---------------------------------------------------------------- FreeRuns
+
+TEST(FreeRuns, AddMergesWithBothNeighbours) {
+  FreeRuns f;
+  f.Add(10, 2);
+  f.Add(20, 2);
+  EXPECT_EQ(f.runs(), (Runs{{10, 2}, {20, 2}}));
+  f.Add(12, 3);  // joins the left run only
+  EXPECT_EQ(f.runs(), (Runs{{10, 5}, {20, 2}}));
+  f.Add(18, 2);  // joins the right run only
+  EXPECT_EQ(f.runs(), (Runs{{10, 5}, {18, 4}}));
+  f.Add(15, 3);  // fills the gap: one run
+  EXPECT_EQ(f.runs(), (Runs{{10, 12}}));
+  f.Add(0, 1);   // apart from everything
+  f.Add(5, 0);   // nothing
+  EXPECT_EQ(f.runs(), (Runs{{0, 1}, {10, 12}}));
+  EXPECT_EQ(f.count(), 13u);
+}
+
+TEST(FreeRuns, TakeIsNextFitFromTheCursor) {
+  FreeRuns f;
+  f.Add(0, 4);
+  f.Add(10, 4);
+  V out;
+  ASSERT_TRUE(f.Take(2, &out));
+  EXPECT_EQ(out, (V{0, 1}));
+  out.clear();
+  ASSERT_TRUE(f.Take(2, &out));  // continues where the last take ended
+  EXPECT_EQ(out, (V{2, 3}));
+  f.Add(0, 4);  // freed again behind the cursor: not reused first
+  out.clear();
+  ASSERT_TRUE(f.Take(1, &out));
+  EXPECT_EQ(out, (V{10}));
+  EXPECT_EQ(f.count(), 7u);
+}
+
+TEST(FreeRuns, TakePrefersOneRunThatHoldsEverything) {
+  FreeRuns f;
+  f.Add(0, 1);
+  f.Add(3, 2);
+  f.Add(8, 5);
+  V out;
+  ASSERT_TRUE(f.Take(3, &out));
+  EXPECT_EQ(out, (V{8, 9, 10}));
+  EXPECT_EQ(f.runs(), (Runs{{0, 1}, {3, 2}, {11, 2}}));
+}
+
+TEST(FreeRuns, TakeGathersPiecesAndWrapsAround) {
+  FreeRuns f;
+  f.Add(0, 2);
+  f.Add(5, 2);
+  f.Add(9, 1);
+  V out;
+  ASSERT_TRUE(f.Take(1, &out));  // cursor moves past 0
+  EXPECT_EQ(out, (V{0}));
+  out.clear();
+  ASSERT_TRUE(f.Take(3, &out));  // no run holds 3: pieces from the first run
+  EXPECT_EQ(out, (V{1, 5, 6}));
+  out.clear();
+  ASSERT_TRUE(f.Take(1, &out));
+  EXPECT_EQ(out, (V{9}));
+  f.Add(0, 1);
+  out.clear();
+  ASSERT_TRUE(f.Take(1, &out));  // nothing after the cursor: wraps to the start
+  EXPECT_EQ(out, (V{0}));
+  EXPECT_EQ(f.count(), 0u);
+}
+
+TEST(FreeRuns, TakeOfMoreThanIsFreeTakesNothing) {
+  FreeRuns f;
+  f.Add(0, 2);
+  f.Add(4, 2);
+  V out{99};
+  EXPECT_FALSE(f.Take(5, &out));
+  EXPECT_EQ(out, (V{99}));
+  EXPECT_EQ(f.count(), 4u);
+  EXPECT_TRUE(f.Take(0, &out));
+  EXPECT_EQ(out, (V{99}));
+  f.Clear();
+  EXPECT_EQ(f.count(), 0u);
+  EXPECT_TRUE(f.runs().empty());
+}
+
+// ---------------------------------------------------------------- SpaceMap
+
+// A state with one LUN mapping logical AUs [0, 3) to physical [2, 5).
+MetaState OneLun() {
+  MetaState st;
+  st.au = 64 * 1024;
+  auto l = std::make_shared<LunState>();
+  l->id = 1;
+  l->name = "a";
+  l->size = 16 * st.au;
+  l->map.Insert(0, 2, 3);
+  st.luns.emplace(1, l);
+  return st;
+}
+
+class SpaceMapTest : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(m_.Rebuild(16, OneLun(), {0, 1}).ok()); }
+  // Sums of the states, to check the counters against.
+  uint64_t InState(AuState s) {
+    uint64_t n = 0;
+    for (uint64_t p = 0; p < m_.total_units(); p++) n += m_.state(p) == s;
+    return n;
+  }
+  SpaceMap m_;
+};
+
+TEST_F(SpaceMapTest, RebuildCountsTheMapsAndFreesTheRest) {
+  EXPECT_EQ(m_.total_units(), 16u);
+  EXPECT_EQ(m_.state(0), AuState::kMeta);
+  EXPECT_EQ(m_.state(1), AuState::kMeta);
+  for (uint64_t p = 2; p < 5; p++) {
+    EXPECT_EQ(m_.state(p), AuState::kNone);
+    EXPECT_EQ(m_.refs(p), 1u);
+  }
+  EXPECT_EQ(m_.free().runs(), (Runs{{5, 11}}));
+  EXPECT_EQ(m_.free_units(), 11u);
+  EXPECT_EQ(m_.mapped_units(), 3u);
+  EXPECT_EQ(m_.meta_units(), 2u);
+  EXPECT_EQ(m_.meta_aus(), (V{0, 1}));
+  EXPECT_EQ(m_.shared_units(), 0u);
+  EXPECT_FALSE(m_.has_pending());
+}
+
+TEST_F(SpaceMapTest, RebuildRefusesAMappedCheckpointAu) {
+  SpaceMap m;
+  Status s = m.Rebuild(16, OneLun(), {3});
+  EXPECT_EQ(s.code(), Code::kCorruption);
+}
+
+TEST_F(SpaceMapTest, ReserveMapAndUnreserve) {
+  V got;
+  ASSERT_TRUE(m_.Reserve(3, &got));
+  EXPECT_EQ(got, (V{5, 6, 7}));
+  EXPECT_EQ(m_.reserved_units(), 3u);
+  EXPECT_EQ(InState(AuState::kReserved), 3u);
+  EXPECT_EQ(m_.free_units(), 8u);
+
+  m_.Mapped({5});
+  m_.Inc(5, 1);  // the record mapping it
+  EXPECT_EQ(m_.state(5), AuState::kNone);
+  EXPECT_EQ(m_.refs(5), 1u);
+  EXPECT_EQ(m_.reserved_units(), 2u);
+
+  m_.Unreserve({6, 7}, /*unzeroed=*/{7});
+  EXPECT_EQ(m_.state(6), AuState::kFree);
+  EXPECT_EQ(m_.state(7), AuState::kQuarantine);  // never handed out again
+  EXPECT_EQ(m_.reserved_units(), 0u);
+  EXPECT_EQ(m_.free_units(), 9u);
+  EXPECT_EQ(InState(AuState::kFree), m_.free_units());
+
+  V all;
+  EXPECT_FALSE(m_.Reserve(10, &all));  // only 9 free: nothing taken
+  EXPECT_TRUE(all.empty());
+  EXPECT_EQ(m_.free_units(), 9u);
+}
+
+TEST_F(SpaceMapTest, FreedAusWaitForTheirRecordThenRelease) {
+  m_.Dec(2, 2, /*tag=*/7);  // AUs 2 and 3 lose their only reference
+  EXPECT_EQ(m_.state(2), AuState::kPending);
+  EXPECT_EQ(m_.state(3), AuState::kPending);
+  EXPECT_EQ(m_.pending_units(), 2u);
+  EXPECT_EQ(m_.mapped_units(), 1u);
+  EXPECT_TRUE(m_.has_pending());
+
+  EXPECT_TRUE(m_.TakeReleasable(6).empty());  // its record is not durable yet
+  auto ready = m_.TakeReleasable(7);
+  ASSERT_EQ(ready.size(), 1u);  // one merged run
+  EXPECT_EQ(ready[0].phys, 2u);
+  EXPECT_EQ(ready[0].n, 2u);
+  EXPECT_FALSE(m_.has_pending());
+  EXPECT_EQ(m_.state(2), AuState::kPending);  // until released
+
+  m_.Release(ready[0], /*zeroed=*/true);
+  EXPECT_EQ(m_.state(2), AuState::kFree);
+  EXPECT_EQ(m_.free().runs(), (Runs{{2, 2}, {5, 11}}));
+}
+
+TEST_F(SpaceMapTest, PendingIsReleasedByTagOnly) {
+  m_.Dec(2, 1, 5);
+  m_.Dec(4, 1, 9);
+  m_.Dec(3, 1, 5);  // same tag, not contiguous with the last entry
+  auto ready = m_.TakeReleasable(5);
+  uint64_t n = 0;
+  for (const PendingRun& r : ready) {
+    EXPECT_LE(r.tag, 5u);
+    n += r.n;
+  }
+  EXPECT_EQ(n, 2u);  // AUs 2 and 3
+  EXPECT_EQ(m_.pending_units(), 1u);
+  EXPECT_EQ(m_.state(4), AuState::kPending);
+  ready = m_.TakeReleasable(9);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, 4u);
+  m_.Release(ready[0], /*zeroed=*/false);  // could not be zeroed
+  EXPECT_EQ(m_.state(4), AuState::kQuarantine);
+  EXPECT_EQ(m_.free_units(), 11u);
+}
+
+TEST_F(SpaceMapTest, UnsharedAuIsNotWrittenInPlaceUntilItsRecordIsDurable) {
+  EXPECT_TRUE(m_.WritableInPlace(2, 0));
+  m_.Inc(2, 1);  // a clone shares AU 2
+  EXPECT_EQ(m_.shared_units(), 1u);
+  EXPECT_FALSE(m_.WritableInPlace(2, 100));
+  m_.Dec(2, 1, /*tag=*/8);  // the clone lets go, in record 8
+  EXPECT_EQ(m_.refs(2), 1u);
+  EXPECT_FALSE(m_.WritableInPlace(2, 7));  // on disk it may still be shared
+  EXPECT_TRUE(m_.WritableInPlace(2, 8));
+  m_.TakeReleasable(8);  // record 8 durable: the mark goes
+  EXPECT_TRUE(m_.WritableInPlace(2, 0));
+  EXPECT_FALSE(m_.has_pending());  // nothing was freed
+}
+
+TEST_F(SpaceMapTest, NewCheckpointRetiresTheOldOneThroughPending) {
+  V aus;
+  ASSERT_TRUE(m_.TakeMeta(2, &aus));
+  EXPECT_EQ(aus, (V{5, 6}));
+  EXPECT_EQ(m_.state(5), AuState::kMeta);
+  EXPECT_EQ(m_.meta_units(), 4u);  // both chains, until the new one is installed
+  m_.InstallMeta(aus, /*tag=*/3);
+  EXPECT_EQ(m_.meta_aus(), (V{5, 6}));
+  EXPECT_EQ(m_.meta_units(), 2u);
+  EXPECT_EQ(m_.state(0), AuState::kPending);
+  EXPECT_EQ(m_.state(1), AuState::kPending);
+  EXPECT_TRUE(m_.TakeReleasable(2).empty());
+  auto ready = m_.TakeReleasable(3);
+  for (const PendingRun& r : ready) m_.Release(r, true);
+  EXPECT_EQ(m_.state(0), AuState::kFree);
+  EXPECT_EQ(m_.free_units(), 11u);
+}
+
+TEST_F(SpaceMapTest, SoftThresholdIsCrossedOnce) {
+  m_.set_soft_percent(50);  // 8 of 16 AUs
+  EXPECT_EQ(m_.soft_threshold_units(), 8u);
+  V got;
+  uint64_t before = m_.free_units();  // 5 used
+  ASSERT_TRUE(m_.Reserve(2, &got));   // 7 used
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before));
+  before = m_.free_units();
+  ASSERT_TRUE(m_.Reserve(1, &got));  // 8 used
+  EXPECT_TRUE(m_.CrossedSoftThreshold(before));
+  before = m_.free_units();
+  ASSERT_TRUE(m_.Reserve(1, &got));  // already above
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before));
+  m_.set_soft_percent(0);
+  EXPECT_FALSE(m_.CrossedSoftThreshold(16));
+}
+
+TEST_F(SpaceMapTest, GrowAddsFreeAus) {
+  m_.Grow(20);
+  EXPECT_EQ(m_.total_units(), 20u);
+  EXPECT_EQ(m_.free().runs(), (Runs{{5, 15}}));
+  for (uint64_t p = 16; p < 20; p++) {
+    EXPECT_EQ(m_.state(p), AuState::kFree);
+    EXPECT_EQ(m_.refs(p), 0u);
+  }
+}
+
+}  // namespace
+}  // namespace cowstore::store
