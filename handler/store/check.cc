@@ -17,8 +17,8 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     Status s = Commit(CurrentSeq());
     if (!s.ok()) problem("flush before check failed: " + s.ToString());
   }
-  std::lock_guard<std::mutex> cg(commit_mu_);
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock cg(&commit_mu_);
+  MutexLock g(&meta_mu_);
   if (!failed_.ok()) problem("pool is in the failed state: " + failed_.ToString());
   const uint64_t total_units = space_.total_units();
   std::vector<uint32_t> refs(total_units, 0);
@@ -92,7 +92,9 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       bool IsBlockDevice() const override { return f->IsBlockDevice(); }
     };
     disk.file_ = std::make_unique<Borrow>(file_.get());
-    Status s = disk.Load();
+    MutexLock dc(&disk.commit_mu_);  // `disk` is ours alone: for the analysis
+    Status s = disk.LoadLocked();
+    MutexLock dm(&disk.meta_mu_);
     if (!s.ok()) {
       problem("on-disk metadata does not load: " + s.ToString());
     } else {

@@ -66,7 +66,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   std::vector<uint64_t> aus;
   uint64_t start_lsn;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     EncodeState(st_, &payload);
     if (!space_.TakeMeta(CheckpointUnits(payload.size(), au_), &aus))
       return Status(Code::kNoSpace, "no room for a metadata checkpoint");
@@ -88,7 +88,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   sb_ = nsb;
   journal_.Restart(file_.get());
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     space_.InstallMeta(std::move(aus), *target);
   }
   return Status::Ok();

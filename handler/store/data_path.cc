@@ -25,7 +25,7 @@ size_t IovBytes(std::span<const iovec> iov) {
 Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
   std::vector<Run> pieces;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
     l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
   }
@@ -48,7 +48,7 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
     // Chunks reserve space one at a time; refuse up front a write that cannot
     // fit as a whole, so kNoSpace leaves it untouched (barring a concurrent
     // allocation by another LUN between chunks).
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     uint64_t a0 = off / au_, a1 = DivUp(off + len, au_), need = a1 - a0;
     std::vector<Run> pieces;
     l->map.Lookup(a0, a1 - a0, &pieces);
@@ -80,7 +80,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   std::vector<Plan> plan(a1 - a0);
   std::vector<uint64_t> fresh;
   for (int attempt = 0;; attempt++) {
-    std::unique_lock<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
     for (Plan& p : plan) p = {kNone, kNone, false};
     std::vector<Run> pieces;
@@ -98,7 +98,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     Status s = ReserveLocked(need, need, &fresh);
     if (s.ok()) break;
     if (attempt > 0 || !space_.has_pending()) return s;
-    g.unlock();  // frees are waiting for a commit: make them durable, retry
+    g.Unlock();  // frees are waiting for a commit: make them durable, retry
     Status c = Commit(CurrentSeq());
     if (!c.ok()) return c;
   }
@@ -137,7 +137,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     return s;
   }
 
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   Record rec;
   rec.type = RecType::kMap;
   rec.lun = l->id;
@@ -158,7 +158,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
 
 Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
   for (int attempt = 0;; attempt++) {
-    std::unique_lock<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     std::vector<Run> pieces;
     l->map.Lookup(w0, w1 - w0, &pieces);
     if (pieces.empty()) return Status::Ok();
@@ -166,7 +166,7 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
     if (!AffordableLocked(0, 2)) {
       if (attempt > 0 || !space_.has_pending())
         return Status(Code::kNoSpace, "no room for metadata to unmap");
-      g.unlock();
+      g.Unlock();
       Status c = Commit(CurrentSeq());
       if (!c.ok()) return c;
       continue;
@@ -196,7 +196,7 @@ Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket
     if (t - s == au_) continue;  // whole, handled above
     bool mapped;
     {
-      std::lock_guard<std::mutex> g(meta_mu_);
+      MutexLock g(&meta_mu_);
       mapped = l->map.Find(a) != kNone;
     }
     if (!mapped) continue;
@@ -208,7 +208,7 @@ Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket
 }
 
 Status Core::CheckRange(LunState* l, uint64_t lba, uint64_t count) {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
   uint64_t blocks = l->size / l->bs;
   if (lba > blocks || count > blocks - lba)
@@ -219,7 +219,7 @@ Status Core::CheckRange(LunState* l, uint64_t lba, uint64_t count) {
 }
 
 uint64_t Core::BlockCount(LunState* l) {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   return l->size / l->bs;
 }
 
@@ -271,7 +271,7 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
 Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
   std::vector<Run> pieces;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
     l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
   }
@@ -380,7 +380,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
     RangeGuard rg(&l->lock, a0, a1, true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     std::vector<Run> pieces, holes;
     l->map.Lookup(a0, a1 - a0, &pieces);
     uint64_t pos = a0, need = 0;
@@ -429,7 +429,7 @@ Result<std::vector<AllocationRun>> Core::AllocationStatus(LunState* l, uint64_t 
   uint64_t bpa = au_ / l->bs;  // blocks per AU
   std::vector<Run> pieces;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     l->map.Lookup(lba / bpa, DivUp(lba + count, bpa) - lba / bpa, &pieces);
   }
   auto add = [&](uint64_t b, uint64_t e, bool m) {
@@ -487,7 +487,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
       if (s.ok() && tail) s = ReadBytes(src, soff + (tail_off - doff), tail, tb.data());
       if (!s.ok()) return s;
       if (w0 < w1) {
-        std::lock_guard<std::mutex> g(meta_mu_);
+        MutexLock g(&meta_mu_);
         uint64_t sw0 = (soff + head) / au_;
         std::vector<Run> sp, dp;
         src->map.Lookup(sw0, w1 - w0, &sp);

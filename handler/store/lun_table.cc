@@ -44,7 +44,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
   LunInfo info;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     if (size / au_ > space_.total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
@@ -69,7 +69,7 @@ Status Core::DeleteLun(const std::string& name) {
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     LunState* l = st_.FindName(name);
     if (!l) return Status(Code::kNotFound, "no LUN " + name);
     if (l->open_handles > 0) return Status(Code::kBusy, "LUN " + name + " is open");
@@ -87,7 +87,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
   if (read_only_) return ReadOnly();
   std::shared_ptr<LunState> l;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     LunState* p = st_.FindName(name);
     if (!p) return Status(Code::kNotFound, "no LUN " + name);
     l = st_.luns[p->id];
@@ -98,7 +98,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
     RangeGuard rg(&l->lock, 0, kNone, true);
     uint64_t old;
     {
-      std::lock_guard<std::mutex> g(meta_mu_);
+      MutexLock g(&meta_mu_);
       if (size / au_ > space_.total_units() * 1024)
         return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
       if (l->deleted) return Status(Code::kNotFound, "no LUN " + name);
@@ -111,7 +111,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
       s = ZeroBytes(l.get(), size, end - size, &ticket);
       if (!s.ok()) return s;
     }
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     Record r;
     r.type = RecType::kResizeLun;
     r.lun = l->id;
@@ -132,7 +132,7 @@ Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
   LunInfo info;
   {
     RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
     else if (!AffordableLocked(0, l->map.extents() + 8)) s = Status(Code::kNoSpace, "no room for the clone's metadata");
     if (s.ok()) {
@@ -154,7 +154,7 @@ Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
 }
 
 std::vector<LunInfo> Core::ListLuns() {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   std::vector<LunInfo> v;
   for (const auto& [id, l] : st_.luns) v.push_back(InfoLocked(*l));
   std::sort(v.begin(), v.end(), [](const LunInfo& a, const LunInfo& b) { return a.name < b.name; });
@@ -162,7 +162,7 @@ std::vector<LunInfo> Core::ListLuns() {
 }
 
 Result<LunInfo> Core::GetLun(const std::string& name) {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   LunState* l = st_.FindName(name);
   if (!l) return Status(Code::kNotFound, "no LUN " + name);
   return InfoLocked(*l);
@@ -171,7 +171,7 @@ Result<LunInfo> Core::GetLun(const std::string& name) {
 Result<std::shared_ptr<LunState>> Core::Acquire(const std::string& name) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   LunState* l = st_.FindName(name);
   if (!l) return Status(Code::kNotFound, "no LUN " + name);
   l->open_handles++;
@@ -179,7 +179,7 @@ Result<std::shared_ptr<LunState>> Core::Acquire(const std::string& name) {
 }
 
 void Core::ReleaseHandle(LunState* l) {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   l->open_handles--;
 }
 

@@ -57,7 +57,7 @@ void Core::Unreserve(const std::vector<uint64_t>& aus, bool dirty) {
     for (uint64_t p : aus)
       if (!file_->PunchHole(AuOffset(p), au_).ok()) bad.push_back(p);
   }
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   space_.Unreserve(aus, bad);
 }
 
@@ -68,13 +68,13 @@ Status Core::WriteSuperblockLocked(const Superblock& sb) {
 
 Status Core::Commit(uint64_t ticket) {
   if (durable_seq_.load() >= ticket) return Status::Ok();
-  std::lock_guard<std::mutex> cg(commit_mu_);
+  MutexLock cg(&commit_mu_);
   if (durable_seq_.load() >= ticket) return Status::Ok();
   if (!failed_.ok()) return failed_;
   JournalBatch batch;
   bool ckpt = false;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     ckpt = !journal_.Fits(jbuf_.bytes());
     if (!ckpt) jbuf_.TakeBatch(&batch);
   }
@@ -92,7 +92,7 @@ Status Core::Commit(uint64_t ticket) {
 void Core::ReleasePending(uint64_t target) {
   std::vector<PendingRun> ready;
   {
-    std::lock_guard<std::mutex> g(meta_mu_);
+    MutexLock g(&meta_mu_);
     ready = space_.TakeReleasable(target);
   }
   if (ready.empty()) return;
@@ -101,7 +101,7 @@ void Core::ReleasePending(uint64_t target) {
   std::vector<bool> ok(ready.size());
   for (size_t i = 0; i < ready.size(); i++)
     ok[i] = file_->PunchHole(AuOffset(ready[i].phys), ready[i].n * au_).ok();
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   for (size_t i = 0; i < ready.size(); i++) space_.Release(ready[i], ok[i]);
 }
 
@@ -127,7 +127,7 @@ Status Core::Grow(uint64_t new_size) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
-  std::lock_guard<std::mutex> cg(commit_mu_);
+  MutexLock cg(&commit_mu_);
   if (!failed_.ok()) return failed_;
   if (file_->IsBlockDevice()) {
     auto dsz = file_->Size();
@@ -151,14 +151,14 @@ Status Core::Grow(uint64_t new_size) {
     return s;
   }
   sb_ = nsb;
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   space_.Grow((new_size - data_offset_) / au_);
   size_bytes_ = new_size;
   return Status::Ok();
 }
 
 SpaceInfo Core::Space() {
-  std::lock_guard<std::mutex> g(meta_mu_);
+  MutexLock g(&meta_mu_);
   SpaceInfo si;
   si.pool_size_bytes = size_bytes_;
   si.allocation_unit = au_;

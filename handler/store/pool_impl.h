@@ -25,7 +25,6 @@
 #include <atomic>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -34,6 +33,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/space_map.h"
+#include "handler/store/thread_annotations.h"
 
 namespace cowstore::store {
 
@@ -51,7 +51,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
                                               const PoolOptions& o);
   static Result<std::shared_ptr<Core>> Open(Env* env, const std::string& path, bool read_only);
 
-  Status Close();
+  Status Close() EXCLUDES(commit_mu_, meta_mu_);
   Status CheckUsable() const;
 
   // Pool operations.
@@ -86,37 +86,54 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
 
   Pool* owner = nullptr;
 
-  // RefSink (under meta_mu_).
-  void Inc(uint64_t phys, uint64_t n) override;
-  void Dec(uint64_t phys, uint64_t n) override;
+  // RefSink: ApplyRecord's reference changes, from AppendLocked.
+  void Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
+  void Dec(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
 
  private:
-  Status Load();
-  Status Commit(uint64_t ticket);
-  Status CheckpointLocked(uint64_t* target);  // REQUIRES commit_mu_
-  void ReleasePending(uint64_t target);       // REQUIRES commit_mu_
-  uint64_t AppendLocked(const Record& r);     // REQUIRES meta_mu_; returns ticket
-  uint64_t CkptUnits(uint64_t extents) const;
-  uint64_t CurrentSeq() { std::lock_guard<std::mutex> g(meta_mu_); return jbuf_.last_ticket(); }
-  bool AffordableLocked(uint64_t need, uint64_t extra_extents) const;
-  // Takes `need` AUs for an operation (REQUIRES meta_mu_). kNoSpace if the
-  // pool cannot give them while keeping room for a checkpoint.
-  Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out);
+  // Reads the pool (superblock, checkpoint, journal) into memory; a writable
+  // pool then writes a fresh checkpoint. Single-threaded (open), but takes
+  // the locks like everyone else.
+  Status Load() EXCLUDES(commit_mu_, meta_mu_) {
+    MutexLock g(&commit_mu_);
+    return LoadLocked();
+  }
+  Status LoadLocked() REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
+  // Makes every operation up to `ticket` durable (see journal.h).
+  Status Commit(uint64_t ticket) EXCLUDES(commit_mu_, meta_mu_);
+  Status CheckpointLocked(uint64_t* target) REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
+  void ReleasePending(uint64_t target) REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
+  // Applies `r` and buffers it; returns its ticket.
+  uint64_t AppendLocked(const Record& r) REQUIRES(meta_mu_);
+  uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
+  uint64_t CurrentSeq() EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    return jbuf_.last_ticket();
+  }
+  bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
+  // Takes `need` AUs for an operation. kNoSpace if the pool cannot give them
+  // while keeping room for a checkpoint.
+  Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out)
+      REQUIRES(meta_mu_);
   // Returns reserved AUs that may hold data: zero them, then free them.
-  void Unreserve(const std::vector<uint64_t>& aus, bool dirty);
+  void Unreserve(const std::vector<uint64_t>& aus, bool dirty) EXCLUDES(meta_mu_);
   uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
-  Status CheckRange(LunState* l, uint64_t lba, uint64_t count);
-  LunInfo InfoLocked(const LunState& l) const;
+  Status CheckRange(LunState* l, uint64_t lba, uint64_t count) EXCLUDES(meta_mu_);
+  LunInfo InfoLocked(const LunState& l) const REQUIRES(meta_mu_);
   // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
   // writes) covering the AUs touched. Write returns a commit ticket.
-  Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst);
-  Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov);
-  Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket);
+  Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) EXCLUDES(meta_mu_);
+  Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov)
+      EXCLUDES(meta_mu_);
+  Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket)
+      EXCLUDES(commit_mu_, meta_mu_);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
-                         uint64_t* ticket);
-  Status UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket);
-  Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket);
-  Status WriteSuperblockLocked(const Superblock& sb);
+                         uint64_t* ticket) EXCLUDES(commit_mu_, meta_mu_);
+  Status UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket)
+      EXCLUDES(commit_mu_, meta_mu_);
+  Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
+      EXCLUDES(commit_mu_, meta_mu_);
+  Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(commit_mu_);
 
   Env* env_;
   std::unique_ptr<File> file_;
@@ -127,19 +144,21 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // changes under both locks).
   uint32_t au_ = 0;
   uint64_t data_offset_ = 0;
-  uint64_t size_bytes_ = 0;  // declared size (under meta_mu_)
+  uint64_t size_bytes_ GUARDED_BY(meta_mu_) = 0;  // declared size
   Uuid sb_uuid_{};
 
-  std::mutex commit_mu_;
-  Superblock sb_;          // the newest durable superblock
-  JournalWriter journal_;  // the journal on disk: its tail
-  Status failed_;          // sticky: a commit failed, the pool must be reopened
-  std::atomic<uint64_t> durable_seq_{0};
+  Mutex commit_mu_ ACQUIRED_BEFORE(meta_mu_);
+  Superblock sb_ GUARDED_BY(commit_mu_);          // the newest durable superblock
+  JournalWriter journal_ GUARDED_BY(commit_mu_);  // the journal on disk: its tail
+  Status failed_ GUARDED_BY(commit_mu_);  // sticky: a commit failed, reopen the pool
+  std::atomic<uint64_t> durable_seq_{0};  // written under commit_mu_, read anywhere
 
-  mutable std::mutex meta_mu_;
-  MetaState st_;
-  SpaceMap space_;
-  JournalBuffer jbuf_;  // records not yet committed; hands out tickets
+  mutable Mutex meta_mu_;
+  // The LUN table and maps. LunState's fields other than its range lock are
+  // guarded by meta_mu_ too (the analysis cannot name it from meta.h).
+  MetaState st_ GUARDED_BY(meta_mu_);
+  SpaceMap space_ GUARDED_BY(meta_mu_);
+  JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
   std::atomic<uint64_t> soft_gen_{0};
 };
 

@@ -4,6 +4,7 @@
 #include "handler/store/pool_impl.h"
 
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "handler/store/checkpoint.h"
@@ -86,7 +87,8 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
   return core;
 }
 
-Status Core::Load() {
+Status Core::LoadLocked() {
+  MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
   // 1. The newest valid superblock copy.
   Superblock best;
   bool have = false;
@@ -166,17 +168,19 @@ Status Core::Load() {
   // 5. Writable: zero every free AU (a crash may have left data in AUs whose
   // mapping never became durable), then checkpoint with a fresh LSN range so
   // a torn journal tail can never be mistaken for new records.
+  // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
+  // records of a generation we fell back from can pass for new records.
+  jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
+  const std::map<uint64_t, uint64_t> free_runs = space_.free().runs();
+  g.Unlock();  // no data I/O under the metadata lock
   if (!file_->IsBlockDevice() && *fsize < best.size_bytes) {
     s = file_->Truncate(best.size_bytes);
     if (!s.ok()) return s;
   }
-  for (const auto& [p, n] : space_.free().runs()) {
+  for (const auto& [p, n] : free_runs) {
     s = file_->PunchHole(AuOffset(p), n * au_);
     if (!s.ok()) return s;
   }
-  // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
-  // records of a generation we fell back from can pass for new records.
-  jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
   uint64_t target;
   s = CheckpointLocked(&target);
   if (!s.ok()) return s;
