@@ -1,0 +1,164 @@
+// Unit tests of the checkpoint chain (checkpoint.h) and its chunk format
+// (meta.h): round trips of every size class, and each way a chain can be
+// damaged or stale, which must be refused, never half-read.
+#include "handler/store/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "handler/store/crc32c.h"
+#include "handler/store/fault_env.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint32_t kAu = 64 * 1024;
+constexpr uint64_t kDataOffset = 128 * 1024;
+constexpr uint64_t kUnits = 32;
+constexpr size_t kPer = kAu - kChunkHeader;  // payload bytes per chunk
+
+std::string Payload(size_t n) {
+  std::string s(n, '\0');
+  for (size_t i = 0; i < n; i++) s[i] = static_cast<char>(i * 131 + (i >> 11));
+  return s;
+}
+
+TEST(CheckpointChunk, RoundTripsAndRefusesAnyFlippedByte) {
+  ChunkHeader h;
+  h.seq = 9;
+  h.index = 2;
+  h.next = 17;
+  h.uuid[0] = 0xab;
+  std::string payload = Payload(300);
+  h.len = static_cast<uint32_t>(payload.size());
+  std::string c;
+  EncodeChunk(h, payload.data(), &c);
+  ASSERT_EQ(c.size(), kChunkHeader + payload.size());
+  ChunkHeader back;
+  ASSERT_TRUE(DecodeChunk(c.data(), c.size(), &back));
+  EXPECT_EQ(back.seq, 9u);
+  EXPECT_EQ(back.index, 2u);
+  EXPECT_EQ(back.len, 300u);
+  EXPECT_EQ(back.next, 17u);
+  EXPECT_EQ(back.uuid, h.uuid);
+  EXPECT_EQ(c.substr(kChunkHeader), payload);
+  for (size_t i = 0; i < c.size(); i++) {
+    std::string bad = c;
+    bad[i] ^= 0x01;
+    EXPECT_FALSE(DecodeChunk(bad.data(), bad.size(), &back)) << "byte " << i;
+  }
+  // A length beyond the buffer is refused, not read past.
+  EXPECT_FALSE(DecodeChunk(c.data(), c.size() - 1, &back));
+  EXPECT_FALSE(DecodeChunk(c.data(), kChunkHeader - 1, &back));
+}
+
+class CheckpointChainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto f = env_.OpenLocked("pool", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    file_ = std::move(f.value());
+    ASSERT_TRUE(file_->Truncate(kDataOffset + kUnits * kAu).ok());
+    sb_.uuid[3] = 0x5a;
+    sb_.au = kAu;
+    sb_.data_offset = kDataOffset;
+    sb_.seq = 4;
+  }
+  // Writes `payload` into `aus` and points sb_ at it.
+  void Write(const std::string& payload, const std::vector<uint64_t>& aus) {
+    ASSERT_EQ(aus.size(), CheckpointUnits(payload.size(), kAu));
+    ASSERT_TRUE(
+        WriteCheckpointChain(file_.get(), kDataOffset, kAu, aus, payload, sb_.seq, sb_.uuid).ok());
+    sb_.ckpt_first = aus[0];
+    sb_.ckpt_seq = sb_.seq;
+    sb_.ckpt_bytes = payload.size();
+    sb_.ckpt_crc = Crc32c(0, payload.data(), payload.size());
+  }
+  Status Read(std::string* payload, std::vector<uint64_t>* aus) {
+    return ReadCheckpointChain(file_.get(), sb_, kUnits, payload, aus);
+  }
+  FaultInjectionEnv env_;
+  std::unique_ptr<File> file_;
+  Superblock sb_;
+};
+
+TEST_F(CheckpointChainTest, RoundTripsEverySizeClass) {
+  // Empty, small, exactly one chunk, one byte over, several chunks.
+  for (size_t n : {size_t{0}, size_t{100}, kPer, kPer + 1, 3 * kPer + 17}) {
+    std::string payload = Payload(n);
+    std::vector<uint64_t> aus;
+    for (uint64_t i = 0; i < CheckpointUnits(n, kAu); i++) aus.push_back(20 - 3 * i);  // any order
+    Write(payload, aus);
+    std::string got;
+    std::vector<uint64_t> got_aus;
+    ASSERT_TRUE(Read(&got, &got_aus).ok()) << n;
+    EXPECT_EQ(got, payload) << n;
+    EXPECT_EQ(got_aus, aus) << n;
+  }
+  EXPECT_EQ(CheckpointUnits(0, kAu), 1u);
+  EXPECT_EQ(CheckpointUnits(kPer, kAu), 1u);
+  EXPECT_EQ(CheckpointUnits(kPer + 1, kAu), 2u);
+}
+
+TEST_F(CheckpointChainTest, DamagedChunkIsRefused) {
+  Write(Payload(2 * kPer + 5), {3, 7, 5});
+  env_.Corrupt("pool", kDataOffset + 7 * kAu + kChunkHeader + 10, 1);  // payload of chunk 1
+  std::string got;
+  std::vector<uint64_t> aus;
+  Status s = Read(&got, &aus);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("chunk 1 at AU 7"), std::string::npos) << s.ToString();
+}
+
+TEST_F(CheckpointChainTest, StaleChainIsRefused) {
+  Write(Payload(2 * kPer), {3, 4});
+  // A chunk of another checkpoint (older seq) where the chain leads.
+  Superblock newer = sb_;
+  newer.seq = sb_.seq + 1;
+  std::string p2 = Payload(2 * kPer);
+  p2[0] ^= 1;
+  ASSERT_TRUE(WriteCheckpointChain(file_.get(), kDataOffset, kAu, {9, 4}, p2, newer.seq,
+                                   newer.uuid)
+                  .ok());  // overwrote AU 4 with chunk 1 of seq 5
+  std::string got;
+  std::vector<uint64_t> aus;
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+
+  // Another pool's chunk (same seq, other uuid).
+  Write(Payload(100), {6});
+  Superblock other = sb_;
+  other.uuid[0] ^= 0xff;
+  ASSERT_TRUE(WriteCheckpointChain(file_.get(), kDataOffset, kAu, {6}, Payload(100), other.seq,
+                                   other.uuid)
+                  .ok());
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+}
+
+TEST_F(CheckpointChainTest, ChainLeavingThePoolIsRefused) {
+  Write(Payload(100), {2});
+  sb_.ckpt_first = kUnits;  // one past the last AU
+  std::string got;
+  std::vector<uint64_t> aus;
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+  // A chain whose next pointer leaves the pool: the superblock claims more
+  // bytes than the single chunk (whose next is kNone) holds.
+  sb_.ckpt_first = 2;
+  sb_.ckpt_bytes = kPer + 1;
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+}
+
+TEST_F(CheckpointChainTest, PayloadThatDisagreesWithTheSuperblockIsRefused) {
+  Write(Payload(1000), {2});
+  sb_.ckpt_crc ^= 1;
+  std::string got;
+  std::vector<uint64_t> aus;
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+  sb_.ckpt_crc ^= 1;
+  sb_.ckpt_bytes = 999;  // shorter than the chunk holds
+  EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+}
+
+}  // namespace
+}  // namespace cowstore::store
