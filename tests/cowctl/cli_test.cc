@@ -23,6 +23,8 @@
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
 #include "tests/cowctl/fake_tree.h"
+#include "tools/cowctl/lio.h"
+#include "tools/cowctl/util.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -68,7 +70,9 @@ class Cli : public ::testing::Test {
   void Pool(const std::string& name = "tank", const std::string& size = "1G") {
     Ok("pool create " + name + " --size " + size + " --allocation-unit 64K");
   }
-  std::string Bs(const std::string& name = "tank-vm1") { return host.T("core/user_0/" + name); }
+  std::string Bs(const std::string& name = "tank-vm1", int hba = 0) {
+    return host.T("core/user_" + std::to_string(hba) + "/" + name);
+  }
 };
 
 // ---------------------------------------------------------------- usage
@@ -625,7 +629,7 @@ class CliNarrow : public CliMap {
 
 TEST_F(CliNarrow, ANarrowedMappingSurvivesSaveWipeRestore) {
   std::string yaml = ReadText(file);
-  EXPECT_NE(yaml.find("version: 2\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("version: 3\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("      - initiator: " + esx1 + "\n        mapped_luns:\n          - {lun: 0, mapped_lun: 0}\n"
                       "          - {lun: 1, mapped_lun: 1}\n"),
             std::string::npos)
@@ -676,9 +680,9 @@ TEST_F(CliNarrow, AFileWithoutMappedLunsMapsEveryLunAsBefore) {
   std::string old, line;
   std::istringstream in(ReadText(file));
   while (std::getline(in, line)) {
-    if (line.find("mapped_lun") == std::string::npos) old += line + "\n";
+    if (line.find("mapped_lun") == std::string::npos && line.find("uuid:") == std::string::npos) old += line + "\n";
   }
-  old.replace(old.find("version: 2"), 10, "version: 1");
+  old.replace(old.find("version: 3"), 10, "version: 1");
   WriteText(file, old);
   Wipe();
   CmdResult r = Cowctl("restore " + file);
@@ -832,13 +836,17 @@ TEST_F(Cli, SaveClearRestoreIsIdempotent) {
   EXPECT_EQ(ReadText(again), yaml);
 }
 
-TEST_F(Cli, RestoreCreatesMissingPoolsAndLuns) {
+TEST_F(Cli, RestoreCreatesMissingPoolsAndLunsOnlyWhenAsked) {
   std::string file = host.dir.path() + "/c.yaml";
   WriteText(file, "pools:\n  - name: fresh\n    size: 256M\n    allocation_unit: 64K\n    luns:\n"
                   "      - {name: a, size: 8M}\n");
-  std::string out = Ok("restore " + file);
-  EXPECT_NE(out.find("created pool fresh\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("created LUN fresh/a"), std::string::npos) << out;
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_FALSE(Exists(pools + "/fresh"));
+  EXPECT_NE(r.err.find("cowctl: pool fresh: " + pools + "/fresh is missing"), std::string::npos) << r.err;
+  std::string out = Ok("restore --create-missing " + file);
+  EXPECT_NE(out.find("created pool fresh (empty"), std::string::npos) << out;
+  EXPECT_NE(out.find("created LUN fresh/a (empty"), std::string::npos) << out;
   EXPECT_EQ(out.find("at " + pools), std::string::npos) << out;  // no pool-create chatter
   EXPECT_NE(Ok("lun list").find("fresh/a"), std::string::npos);
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
@@ -851,8 +859,357 @@ TEST_F(Cli, RestoreErrorsNameFileLineField) {
   Err("restore " + host.dir.path() + "/missing.yaml", "cannot read");
   EXPECT_FALSE(Exists(pools + "/tank"));
   WriteText(file, "pools:\n  - name: tank\n    size: 1G\n    luns:\n      - {name: vm1, size: 1M, backstore: t-vm1}\n");
+  Pool();
+  Ok("lun create tank/vm1 --size 1M");
   std::filesystem::remove_all(host.proc + "/4242");
   Err("restore " + file, "tcmu-runner is not running");
+}
+
+// ---------------------------------------------------------------- restore at boot
+
+// A saved NAS: pool tank in the pool directory and pool nas on a file of
+// another filesystem (/mnt/nas), each with a LUN exported to ESXi.
+class Boot : public Cli {
+ protected:
+  std::string file = host.dir.path() + "/c.yaml";
+  std::string mnt = host.dir.path() + "/mnt/nas";
+  std::string tgt = "iqn.2024-01.io.cowstore:test.boot";
+  std::string esx1 = "iqn.1998-01.com.vmware:esx1";
+  void SetUp() override {
+    Pool();
+    std::filesystem::create_directories(mnt);
+    Ok("pool create nas --size 1G --allocation-unit 64K --file " + mnt + "/nas.pool");
+    Ok("lun create tank/vm1 --size 8M");
+    Ok("lun create nas/esxds --size 8M");
+    Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1);
+    Ok("export iscsi nas/esxds --target " + tgt + " -i " + esx1);
+    Ok("save " + file);
+  }
+  // LIO's configuration is gone, as after a reboot.
+  void Reboot() {
+    std::filesystem::remove_all(host.configfs + "/target");
+    std::filesystem::create_directories(host.configfs + "/target/core");
+  }
+  // The NAS filesystem not mounted: an empty mount point.
+  void Unmount() { std::filesystem::rename(mnt, mnt + ".away"), std::filesystem::create_directories(mnt); }
+  void Mount() { std::filesystem::remove(mnt), std::filesystem::rename(mnt + ".away", mnt); }
+  // Each entry of a pool directory or mount point: link target, or size and
+  // superblocks (pool files are too large to compare whole).
+  static std::string Pools(const std::string& dir) {
+    std::string out;
+    if (!Exists(dir)) return "(missing)\n";
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      std::string p = dir + "/" + n;
+      if (std::filesystem::is_symlink(p)) {
+        out += n + " -> " + std::filesystem::read_symlink(p).string() + "\n";
+        continue;
+      }
+      std::string head(8192, '\0');
+      std::ifstream(p).read(head.data(), static_cast<std::streamsize>(head.size()));
+      out += n + ": " + std::to_string(std::filesystem::file_size(p)) + " bytes, " +
+             std::to_string(std::hash<std::string>{}(head)) + "\n";
+    }
+    return out;
+  }
+  std::string Tree() { return Pools(pools) + testing::Snapshot(host.configfs) + Pools(mnt); }
+  std::string Backstores() { return Ok("backstore list"); }
+  int Edit(const std::string& from, const std::string& to, size_t nth = 0) {
+    std::string t = ReadText(file);
+    size_t at = t.find(from);
+    while (at != std::string::npos && nth-- > 0) at = t.find(from, at + 1);
+    EXPECT_NE(at, std::string::npos) << from << " not in\n" << t;
+    if (at == std::string::npos) return 0;
+    int line = 1 + static_cast<int>(std::count(t.begin(), t.begin() + static_cast<long>(at), '\n'));
+    WriteText(file, t.replace(at, from.size(), to));
+    return line;
+  }
+  std::string Uuid(const std::string& path) {
+    auto r = store::Pool::Open(store::DefaultEnv(), path, {true});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return "";
+    std::string u = UuidString(r.value()->uuid());
+    (void)r.value()->Close();
+    return u;
+  }
+};
+
+TEST_F(Boot, TheFileRecordsEachPoolsUuid) {
+  std::string yaml = ReadText(file);
+  EXPECT_NE(yaml.find("version: 3\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  - name: nas\n    uuid: " + Uuid(mnt + "/nas.pool") + "\n    file: " + mnt + "/nas.pool\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("  - name: tank\n    uuid: " + Uuid(pools + "/tank") + "\n"), std::string::npos) << yaml;
+}
+
+TEST_F(Boot, AnUnmountedPoolIsReportedNotCreatedAndTheOthersComeBack) {
+  Reboot();
+  Unmount();
+  const std::string mnt_before = Pools(mnt), pools_before = Pools(pools);
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  // tank's datastore is back online...
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+  // ...and nas is neither created nor faked: no file, no LUN, no backstore.
+  EXPECT_EQ(r.out.find("nas"), std::string::npos) << r.out;
+  EXPECT_EQ(Pools(mnt), mnt_before);
+  EXPECT_EQ(Pools(pools), pools_before);
+  EXPECT_EQ(Backstores().find("nas-esxds"), std::string::npos);
+  EXPECT_NE(r.err.find("cowctl: pool nas: " + pools + "/nas points at " + mnt + "/nas.pool, which is missing"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("1 item was not restored"), std::string::npos) << r.err;
+  // Mounted: a second restore (the unit restarted) finishes the job.
+  Mount();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "created backstore nas-esxds\nexported nas/esxds as LUN 1 of " + tgt + "\nmapped LUN 1 of " + tgt +
+                       " into " + esx1 + " as LUN 1\n");
+  EXPECT_NE(Ok("lun list").find("nas/esxds"), std::string::npos);
+}
+
+TEST_F(Boot, AMissingPoolIsCreatedOnlyWhenAsked) {
+  Reboot();
+  std::filesystem::rename(pools + "/tank", host.dir.path() + "/tank.away");  // the pool disk not mounted
+  const std::string tree = Tree();
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_FALSE(Exists(pools + "/tank"));
+  EXPECT_EQ(r.out.find("tank"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("cowctl: pool tank: " + pools + "/tank is missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("exported nas/esxds"), std::string::npos) << r.out;
+  Reboot();
+  r = Cowctl("restore --dry-run --create-missing " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("would create pool tank (empty)\nwould create LUN tank/vm1 (empty)\n"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(Tree(), tree);
+  const std::string saved_wwn = ReadText(file).substr(ReadText(file).find("wwn: ") + 5, 36);
+  r = Cowctl("restore --create-missing " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("created pool tank (empty"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("created LUN tank/vm1 (empty, with a new WWN"), std::string::npos) << r.out;
+  // The empty LUN does not pose as the one that held the data.
+  std::string wwn = ReadText(Bs("tank-vm1", 1) + "/wwn/vpd_unit_serial");
+  EXPECT_EQ(wwn.size(), 36u) << wwn;
+  EXPECT_NE(wwn, saved_wwn);
+}
+
+TEST_F(Boot, APoolWithAnotherUuidIsLeftAlone) {
+  Reboot();
+  // Another pool under the name (the disk replaced, or another NAS's disk).
+  Ok("lun delete tank/vm1");
+  Ok("pool delete tank");
+  Pool();
+  Ok("lun create tank/vm1 --size 8M");
+  const std::string other = Uuid(pools + "/tank"), pools_before = Pools(pools);
+  for (const char* flags : {"", "--create-missing "}) {
+    CmdResult r = Cowctl(std::string("restore ") + flags + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_NE(r.err.find("cowctl: pool tank: " + pools + "/tank holds the pool with UUID " + other +
+                         ", the file saved UUID "),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(Backstores().find("tank-vm1"), std::string::npos);
+    EXPECT_EQ(Pools(pools), pools_before);
+  }
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);  // the healthy pool is back
+}
+
+TEST_F(Boot, AMissingLunIsNeitherCreatedNorGivenItsSavedIdentity) {
+  Reboot();
+  Ok("lun delete tank/vm1");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: LUN tank/vm1: missing from pool tank"), std::string::npos) << r.err;
+  EXPECT_EQ(Ok("lun list").find("tank/vm1"), std::string::npos);
+  EXPECT_EQ(Backstores().find("tank-vm1"), std::string::npos);
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
+}
+
+TEST_F(Boot, AnOlderFileRestoresExistingPoolsAndCreatesNone) {
+  std::string old, line;
+  std::istringstream in(ReadText(file));
+  while (std::getline(in, line)) {
+    if (line.find("uuid:") == std::string::npos) old += line + "\n";
+  }
+  old.replace(old.find("version: 3"), 10, "version: 2");
+  WriteText(file, old);
+  Reboot();
+  Unmount();
+  std::filesystem::remove(pools + "/nas");  // and the link lost: the saved file: path is not there either
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+  EXPECT_FALSE(Exists(mnt + "/nas.pool"));
+  EXPECT_FALSE(Exists(pools + "/nas"));
+  EXPECT_NE(r.err.find("cowctl: pool nas: " + mnt + "/nas.pool is missing"), std::string::npos) << r.err;
+  // Mounted: the file pool (at the administrator's own path) is relinked.
+  Mount();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("relinked pool nas to " + mnt + "/nas.pool\n"), std::string::npos) << r.out;
+}
+
+TEST_F(Boot, EveryIdentityIsCheckedBeforeAnythingChanges) {
+  Reboot();
+  Unmount();  // a missing pool is not a reason to skip the checks
+  const std::string yaml = ReadText(file), tree = Tree();
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  // Two LUNs, one identity: a multipath initiator would take them for two paths to one disk.
+  int line = Edit("wwn: ", "wwn: " + wwn + "\n        x: ", 1);
+  Edit("\n        x: " + yaml.substr(yaml.find("wwn: ", yaml.find("wwn: ") + 1) + 5, 36), "");
+  Err("restore " + file, file + ":" + std::to_string(line) + ": pools[1].luns[0].wwn: gives the same identifier");
+  EXPECT_EQ(Tree(), tree);
+  struct Bad {
+    std::string from, to, error;
+  } bad[] = {
+      {"      - initiator: " + esx1 + "\n", "      - initiator: " + esx1 + "\n        chap_user: \"esx\\nadmin\"\n"
+                                          "        chap_password: secret123456\n",
+       "iscsi[0].acls[0].chap_user: may hold only printable ASCII"},
+      {"      - initiator: " + esx1 + "\n", "      - initiator: " + esx1 + "\n        chap_user: esx\n"
+                                          "        chap_password: \"s\u00e9cret123456\"\n",
+       "iscsi[0].acls[0].chap_password: may hold only printable ASCII"},
+      {"portals: [0.0.0.0:3260]", "portals: [\"[/../../../x]:3260\"]", "iscsi[0].portals[0]: expected IPv4:port"},
+      {"loopback:\n  []", "loopback:\n  - wwn: naa./../../../../aa\n    luns: [{lun: 0, pool: tank, name: vm1}]",
+       "loopback[0].wwn: expected naa. and 16 hex digits"},
+  };
+  for (const auto& b : bad) {
+    WriteText(file, yaml);
+    Edit(b.from, b.to);
+    Err("restore " + file, b.error);
+    Err("restore --dry-run " + file, b.error);
+    EXPECT_EQ(Tree(), tree) << b.error;
+  }
+}
+
+TEST_F(Boot, AWwnAnotherBackstoreHasIsRefusedBeforeAnythingChanges) {
+  Reboot();
+  // A backstore made by hand since, with nas/esxds's saved serial.
+  const std::string yaml = ReadText(file);
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  Ok("lun create tank/copy --size 8M --backstore");
+  WriteText(Bs("tank-copy") + "/wwn/vpd_unit_serial", wwn);
+  const std::string tree = Tree();
+  Err("restore " + file, "LUN nas/esxds would get the identifier " + NaaName(wwn) +
+                             ", which backstore user_0/tank-copy (tank/copy) has");
+  EXPECT_EQ(Tree(), tree);
+}
+
+TEST_F(Boot, ARestoreThatStopsPartWaySaysWhatItDid) {
+  Reboot();
+  // The iSCSI fabric cannot be made (say iscsi_target_mod failed to load).
+  WriteText(host.T("iscsi"), "");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_EQ(r.out, "created backstore nas-esxds\ncreated backstore tank-vm1\n");
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("cowctl: restore stopped part-way: cannot create " + host.T("iscsi/" + tgt)), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("what it did is listed on stdout"), std::string::npos) << r.err;
+  // The cause fixed, restore finishes the job.
+  std::filesystem::remove(host.T("iscsi"));
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+}
+
+// A pool on a block device (a loop device over a sparse file).
+class DeviceBoot : public Boot {
+ protected:
+  std::string img = host.dir.path() + "/disk.img", dev;
+  void SetUp() override {
+    Boot::SetUp();
+    {
+      std::ofstream(img).close();
+    }
+    std::filesystem::resize_file(img, 256u << 20);
+    FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
+    char buf[256] = {};
+    if (p) {
+      if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
+      ::pclose(p);
+    }
+    dev = Trim(buf);
+    if (dev.empty()) GTEST_SKIP() << "no loop device (losetup -f failed): device pools untested here";
+  }
+  void TearDown() override {
+    if (!dev.empty()) (void)std::system(("losetup -d " + dev).c_str());
+  }
+  // The first 64 KiB of the device.
+  std::string Head() {
+    std::string b(64 << 10, '\0');
+    int fd = ::open(dev.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::pread(fd, b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
+    ::close(fd);
+    return b;
+  }
+  void Put(uint64_t at, const std::string& bytes) {
+    int fd = ::open(dev.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)), static_cast<ssize_t>(bytes.size()));
+    ::fsync(fd);
+    ::close(fd);
+  }
+};
+
+TEST_F(DeviceBoot, RestoreNeverFormatsADevice) {
+  // What the saved name may point at after a reboot: an ext4 filesystem.
+  Put(1024 + 56, std::string("\x53\xef", 2));
+  Put(8192, "someone's only copy");
+  const std::string head = Head();
+  for (std::string header : {"version: 3\npools:\n  - name: disk\n    uuid: 0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef\n",
+                                    "version: 2\npools:\n  - name: disk\n"}) {
+    WriteText(file, header + "    device: " + dev + "\n    luns:\n      - {name: esxds, size: 8M}\n");
+    for (const char* flags : {"", "--create-missing "}) {
+      CmdResult r = Cowctl(std::string("restore ") + flags + file);
+      EXPECT_EQ(r.rc, 3) << r.out << r.err;
+      EXPECT_NE(r.err.find("cowctl: pool disk: " + dev + " holds no cowstore pool: not restored (restore never "
+                           "creates a pool on a device"),
+                std::string::npos)
+          << r.err;
+      EXPECT_EQ(r.out, "");
+      EXPECT_FALSE(Exists(pools + "/disk"));
+      EXPECT_TRUE(Head() == head) << "the device was written to";
+    }
+  }
+}
+
+TEST_F(DeviceBoot, ALostLinkIsRemadeOnlyToThePoolsOwnDevice) {
+  Ok("pool create disk --device " + dev + " --allocation-unit 64K");
+  Ok("lun create disk/esxds --size 8M");
+  Ok("save " + file);
+  const std::string saved = ReadText(file);
+  EXPECT_NE(saved.find("  - name: disk\n    uuid: " + Uuid(dev) + "\n    device: " + dev + "\n"), std::string::npos)
+      << saved;
+  std::filesystem::remove(pools + "/disk");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "relinked pool disk to " + dev + " (its UUID matches)\n");
+  EXPECT_NE(Ok("lun list").find("disk/esxds"), std::string::npos);
+  // An older file (no UUID) cannot tell this device from another: not relinked.
+  std::filesystem::remove(pools + "/disk");
+  Edit("    uuid: " + Uuid(dev) + "\n    device:", "    device:");
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: pool disk: the file records no pool UUID"), std::string::npos) << r.err;
+  EXPECT_FALSE(Exists(pools + "/disk"));
+  // Another pool on the device now (device names moved): left alone.
+  WriteText(file, saved);
+  Put(0, std::string(8192, '\0'));
+  Ok("pool create other --device " + dev + " --allocation-unit 64K");
+  std::filesystem::remove(pools + "/other");
+  const std::string head = Head();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: pool disk: " + dev + " holds the pool with UUID " + Uuid(dev)), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(Exists(pools + "/disk"));
+  EXPECT_TRUE(Head() == head);
 }
 
 // ---------------------------------------------------------------- the control socket
@@ -1287,12 +1644,14 @@ c cowctl pool ""
 c cowctl lun ""
 c cowctl export ""
 c cowctl export iscsi t/l --
+c cowctl restore --
 )");
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
   for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
-                        "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun"}) {
+                        "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun",
+                        "--dry-run --create-missing"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
 }
