@@ -70,6 +70,15 @@ class Cli : public ::testing::Test {
   void Pool(const std::string& name = "tank", const std::string& size = "1G") {
     Ok("pool create " + name + " --size " + size + " --allocation-unit 64K");
   }
+  // The naa.6001405... identifier of backstore `name`, from its unit serial.
+  std::string NaaOf(const std::string& name) {
+    for (const auto& hba : std::filesystem::directory_iterator(host.T("core"))) {
+      std::string serial = hba.path().string() + "/" + name + "/wwn/vpd_unit_serial";
+      if (Exists(serial)) return NaaName(ReadText(serial));
+    }
+    ADD_FAILURE() << "no backstore " << name;
+    return "";
+  }
   std::string Bs(const std::string& name = "tank-vm1", int hba = 0) {
     return host.T("core/user_" + std::to_string(hba) + "/" + name);
   }
@@ -94,6 +103,45 @@ TEST_F(Cli, BadUsageIsOneLineAndExit2) {
   Err("frobnicate", "", 2);
   Err("lun create tank/vm1", "--size is required", 2);
   Err("lun create tank/vm1 --size 1G --block-size x", "block-size", 2);
+}
+
+TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
+  Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, save, "
+                    "restore; see 'cowctl --help')", 2);
+  Err("--json --pool-dir " + pools + " pool frob tank",
+      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, grow, delete; see 'cowctl pool "
+      "--help')", 2);
+  Err("lun resiz tank/vm1 --size 2G", "unknown subcommand 'resiz' of 'cowctl lun'", 2);
+  Err("export nfs tank/vm1", "unknown subcommand 'nfs' of 'cowctl export' (one of: iscsi, loop, list;", 2);
+  // A missing subcommand and extra arguments keep CLI11's words.
+  Err("pool", "A subcommand is required", 2);
+  Err("lun show tank/vm1 extra", "extra", 2);
+}
+
+// As a non-root user (nobody): what fails for want of root says so, not
+// "not found" or "I/O error: check the device and dmesg".
+TEST_F(Cli, PermissionDeniedSaysRunAsRoot) {
+  Pool();
+  Ok("lun create tank/vm1 --size 8M");
+  std::filesystem::permissions(host.dir.path(), std::filesystem::perms(0755));
+  auto as_nobody = [&](const std::string& args) {
+    std::string e = host.dir.path() + "/nobody.err";
+    std::string cmd = "COWSTORE_POOL_DIR=" + pools + " COWSTORE_RUN_DIR=" + run +
+                      " setpriv --reuid=65534 --regid=65534 --clear-groups " + COWCTL_BINARY + " --configfs-root " +
+                      host.configfs + " --proc-root " + host.proc + " " + args + " >/dev/null 2>" + e + " </dev/null";
+    int st = std::system(cmd.c_str());
+    return std::make_pair(WEXITSTATUS(st), ReadText(e));
+  };
+  for (const char* args : {"pool show tank", "lun create tank/vm2 --size 8M", "pool create other --size 1G",
+                           "lun show tank/vm1", "save " }) {
+    std::string a = args;
+    if (a == "save ") a += host.dir.path() + "/c.yaml";
+    auto [rc, err] = as_nobody(a);
+    EXPECT_EQ(rc, 1) << a << ": " << err;
+    EXPECT_NE(err.find("(run cowctl as root)"), std::string::npos) << a << ": " << err;
+    EXPECT_EQ(err.find("dmesg"), std::string::npos) << a << ": " << err;
+  }
+  EXPECT_FALSE(Exists(pools + "/other"));
 }
 
 // ---------------------------------------------------------------- pools
@@ -193,6 +241,22 @@ TEST_F(Cli, LunLifecycle) {
   Ok("lun resize tank/vm1 --size 50M --force");
   Ok("lun delete tank/vm2");
   EXPECT_EQ(Ok("lun list tank").find("tank/vm2 "), std::string::npos);
+}
+
+// As lvresize -L +100G and targetcli's POOL/NAME habits.
+TEST_F(Cli, ResizeByAndCloneIntoPoolSlashName) {
+  Pool();
+  Ok("lun create tank/vm1 --size 100M");
+  EXPECT_NE(Ok("lun resize tank/vm1 --size +28M").find("is now 128 MiB"), std::string::npos);
+  EXPECT_NE(Ok("lun show tank/vm1 --json").find("\"size\": 134217728"), std::string::npos);
+  Err("lun resize tank/vm1 --size +1000", "multiple of the block size");
+  Err("lun resize tank/vm1 --size +lots", "invalid size");
+  EXPECT_NE(Ok("lun clone tank/vm1 tank/vm2").find("clone tank/vm2 of tank/vm1 created"), std::string::npos);
+  EXPECT_NE(Ok("lun snapshot tank/vm1 tank/s1").find("snapshot tank/s1 of tank/vm1 created"), std::string::npos);
+  Pool("other");
+  Err("lun clone tank/vm1 other/vm3", "a clone stays in the pool of its source");
+  Err("lun clone tank/vm1 tank/a/b", "write it as POOL/LUN");
+  EXPECT_EQ(Ok("lun list").find("vm3"), std::string::npos);
 }
 
 TEST_F(Cli, LunErrors) {
@@ -461,7 +525,8 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
   // Neither flag: the LUN is added and, as targetcli does, mapped into the ACLs the target has.
   CmdResult r = Cowctl("export iscsi tank/vm2 --target " + tgt);
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm2 as LUN 1 of " + tgt + "\nseen by " + esx + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm2 as LUN 1 of " + tgt + "\nseen by " + esx + "\nESXi lists it as " +
+                       NaaOf("tank-vm2") + "\n");
   EXPECT_EQ(r.err, "");
   EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
   EXPECT_TRUE(Exists(tpg + "/lun/lun_1"));
@@ -469,7 +534,7 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
   // --no-auto-map and no -i: added, seen by nobody, and cowctl says so.
   r = Cowctl("export iscsi tank/vm3 --target " + tgt + " --no-auto-map");
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nESXi lists it as " + NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(r.err, "cowctl: note: " + tgt + " admits only the initiators in its ACLs, and none maps LUN 2, so no "
                    "initiator sees it: map it with --initiator IQN\n");
   EXPECT_TRUE(Exists(tpg + "/lun/lun_2"));
@@ -518,7 +583,8 @@ TEST_F(CliMap, ANewLunIsSeenByEveryInitiatorTheTargetAllows) {
   // With -i naming one of them: the other one sees it too.
   r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx1);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\nESXi lists it as " +
+                       NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
 }
 
@@ -527,7 +593,8 @@ TEST_F(CliMap, ANewInitiatorSeesEveryLunOfTheTarget) {
   Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx1);
   CmdResult r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx2);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\nESXi lists it as " +
+                       NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
   // Naming a new initiator on a LUN already exported gives it every LUN too.
   r = Cowctl("--json export iscsi tank/vm1 --target " + tgt + " -i " + esx3);
@@ -772,6 +839,38 @@ TEST_F(Cli, VaaiStatusAsEsxiListsIt) {
   EXPECT_NE(out.find("Handler counters: unavailable"), std::string::npos);
   EXPECT_NE(Ok("vaai status tank/plain").find("unsupported (not exported)"), std::string::npos);
   Err("vaai status tank/nope", "not found");
+}
+
+// ESXi names a device by its NAA identifier (esxcli storage core device
+// list, vaai status get): cowctl shows the same one wherever it names a LUN.
+TEST_F(Cli, TheNaaEsxiShowsIsPrinted) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  // Not exported yet: the identifier its backstore will have.
+  std::string json = Ok("lun show tank/vm1 --json");
+  std::string wwn = json.substr(json.find("\"wwn\": \"") + 8, 36);
+  const std::string naa = NaaName(wwn);
+  ASSERT_EQ(naa.size(), 36u);
+  EXPECT_EQ(naa.substr(0, 11), "naa.6001405");
+  EXPECT_NE(json.find("\"naa\": \"" + naa + "\""), std::string::npos) << json;
+  EXPECT_NE(Ok("lun show tank/vm1").find("NAA:        " + naa + " (as ESXi will list it once exported)"),
+            std::string::npos)
+      << Ok("lun show tank/vm1");
+  std::string out = Ok("export iscsi tank/vm1 --target iqn.2024-01.io.cowstore:test.tank -i iqn.1998-01.com.vmware:esx1");
+  EXPECT_NE(out.find("ESXi lists it as " + naa + "\n"), std::string::npos) << out;
+  EXPECT_EQ(NaaOf("tank-vm1"), naa);
+  EXPECT_NE(Ok("lun show tank/vm1").find(naa + " (as ESXi lists it)"), std::string::npos);
+  out = Ok("vaai status tank/vm1");
+  EXPECT_EQ(out.rfind(naa + " (tank/vm1)\n   VAAI Plugin Name:", 0), 0u) << out;
+  EXPECT_NE(Ok("vaai status --json").find("\"naa\": \"" + naa + "\""), std::string::npos);
+  EXPECT_NE(Ok("export list").find(naa), std::string::npos);
+  EXPECT_NE(Ok("export list --json").find("\"naa\": \"" + naa + "\""), std::string::npos);
+  // A backstore with another serial (restored, or made by targetcli): its NAA is the one shown.
+  testing::WriteText(Bs() + "/wwn/vpd_unit_serial", "0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef");
+  EXPECT_NE(Ok("lun show tank/vm1").find("naa.60014050ec52bfca7bb48b794a424e65 (as ESXi lists it)"), std::string::npos)
+      << Ok("lun show tank/vm1");
+  out = Ok("export loop tank/vm1");
+  EXPECT_NE(out.find("naa.60014050ec52bfca7bb48b794a424e65)"), std::string::npos) << out;
 }
 
 TEST_F(Cli, TopDegradesGracefully) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "tests/cowctl/fake_tree.h"
 
 namespace cowstore::cowctl {
@@ -587,6 +589,9 @@ TEST(Iqn, Validation) {
   EXPECT_FALSE(ValidIqn("iqn.2003-01.org x"));
   EXPECT_TRUE(ValidPortal("[::]:3260"));
   EXPECT_TRUE(ValidPortal("[fe80::1:2]:3260"));
+  // Permission errors: root is told to look at dmesg, anyone else to be root.
+  EXPECT_EQ(ErrnoAdvice(EACCES, "see dmesg"), ::geteuid() == 0 ? "see dmesg" : "run cowctl as root");
+  EXPECT_EQ(ErrnoAdvice(EINVAL, "see dmesg"), "see dmesg");
   EXPECT_FALSE(ValidPortal("[..]:3260"));
   EXPECT_FALSE(ValidPortal("[::/..]:3260"));
   EXPECT_FALSE(ValidPortal("[1.2.3.4]:3260"));

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <ctime>
 #include <iostream>
@@ -43,11 +44,19 @@ std::optional<Backstore> BackstoreOf(const Context& ctx, const LunRef& ref) {
   return lio.FindBackstore(ref.pool, ref.lun);
 }
 
+// The identifier initiators see, as ESXi names the device (naa.6001405...):
+// from the backstore's unit serial when there is one, else from the LUN's
+// UUID, the serial cowctl gives a backstore it makes.
+std::string LunNaa(const store::LunInfo& l, const std::optional<Backstore>& bs) {
+  return NaaName(bs && !bs->wwn.empty() ? bs->wwn : UuidString(l.id));
+}
+
 Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
   Json j = Json::object();
   j["pool"] = pool;
   j["name"] = l.name;
   j["wwn"] = UuidString(l.id);
+  j["naa"] = LunNaa(l, bs);
   j["size"] = l.size_bytes;
   j["block_size"] = l.block_size;
   j["mapped"] = l.mapped_bytes;
@@ -69,6 +78,7 @@ std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std
   std::vector<std::pair<std::string, std::string>> kv = {
       {"LUN", pool + "/" + l.name},
       {"WWN", UuidString(l.id)},
+      {"NAA", LunNaa(l, bs) + (bs ? " (as ESXi lists it)" : " (as ESXi will list it once exported)")},
       {"size", FormatSize(l.size_bytes) + " (" + std::to_string(l.size_bytes) + " bytes)"},
       {"block size", std::to_string(l.block_size)},
       {"mapped", FormatSize(l.mapped_bytes)},
@@ -115,7 +125,14 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
   po.soft_threshold_percent = a.soft_threshold;
   if (::mkdir(ctx.pool_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw UserError("cannot create pool directory " + ctx.pool_dir + ": " + std::strerror(errno));
+    int err = errno;
+    std::string advice = ErrnoAdvice(err, "");
+    throw UserError("cannot create pool directory " + ctx.pool_dir + ": " + std::strerror(err) +
+                    (advice.empty() ? "" : " (" + advice + ")"));
+  }
+  if (::access(ctx.pool_dir.c_str(), W_OK) != 0 && !ErrnoAdvice(errno, "").empty()) {
+    throw UserError("cannot create pool '" + a.name + "' in " + ctx.pool_dir + ": " + std::strerror(errno) +
+                    " (run cowctl as root)");
   }
   std::string entry = PoolPath(ctx, a.name);
   struct stat st;
@@ -460,10 +477,17 @@ void LunShow(const Context& ctx, const std::string& refs) {
 
 void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force) {
   LunRef ref = ParseLunRef(refs);
-  uint64_t bytes = ParseSize(size, "size");
+  // "+100G" grows by that much (as lvresize -L +100G); else the new size.
+  const bool grow_by = !size.empty() && size[0] == '+';
+  const uint64_t given = ParseSize(grow_by ? size.substr(1) : size, "size");
+  uint64_t bytes = given;
   auto bs = BackstoreOf(ctx, ref);
   store::LunInfo l = WithPool(ctx, ref.pool, [&](PoolHandle& h) {
     auto cur = h.GetLun(ref.lun);
+    if (grow_by) {
+      if (given > UINT64_MAX - cur.size_bytes) throw UserError("size: " + size + " would overflow");
+      bytes = cur.size_bytes + given;
+    }
     if (bytes == 0 || bytes % cur.block_size) {
       throw UserError("size must be a non-zero multiple of the block size (" + std::to_string(cur.block_size) + ")");
     }
@@ -514,6 +538,16 @@ void LunClone(const Context& ctx, const std::string& srcs, const std::string& ds
               const BackstoreArgs& b) {
   LunRef src = ParseLunRef(srcs);
   std::string name = dst;
+  // "tank/b" as well as "b" (as targetcli users and 'lun create' write it):
+  // a clone shares extents, so it stays in its source's pool.
+  if (auto slash = name.find('/'); slash != std::string::npos) {
+    LunRef d = ParseLunRef(name);
+    if (d.pool != src.pool) {
+      throw UserError("a clone stays in the pool of its source (it shares its extents): name it " + src.pool + "/" +
+                      d.lun + ", or copy across pools with 'lun export' and 'lun import'");
+    }
+    name = d.lun;
+  }
   if (name.empty()) {
     char ts[32];
     std::time_t now = std::time(nullptr);
@@ -715,9 +749,10 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
   j["backstore"] = bs.name;
   j["demo_mode"] = spec.demo_mode;
   j["mapped_to"] = to;
+  j["naa"] = NaaName(bs.wwn);
   Emit(ctx, j,
        "exported " + ref.str() + " as LUN " + std::to_string(l.lun) + " of " + l.target + "\n" +
-           (seen.empty() ? std::string() : "seen by " + seen + "\n"));
+           (seen.empty() ? std::string() : "seen by " + seen + "\n") + "ESXi lists it as " + NaaName(bs.wwn) + "\n");
 }
 
 void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs& b) {
@@ -730,15 +765,16 @@ void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs
   j["fabric"] = "loopback";
   j["target"] = l.target;
   j["lun_number"] = l.lun;
+  j["naa"] = NaaName(bs.wwn);
   Emit(ctx, j, "exported " + ref.str() + " over tcm_loop as " + l.target + " LUN " + std::to_string(l.lun) +
-                   " (a local /dev/sdX appears)\n");
+                   " (a local /dev/sdX appears, " + NaaName(bs.wwn) + ")\n");
 }
 
 void ExportList(const Context& ctx) {
   Lio lio = MakeLio(ctx);
   lio.RequireCore();
   Json arr = Json::array();
-  Table t({"LUN", "FABRIC", "TARGET", "TPG", "LUN#", "BACKSTORE"});
+  Table t({"LUN", "FABRIC", "TARGET", "TPG", "LUN#", "BACKSTORE", "NAA"});
   for (const auto& b : lio.Backstores()) {
     for (const auto& l : lio.LinksTo(b)) {
       Json j = Json::object();
@@ -748,9 +784,10 @@ void ExportList(const Context& ctx) {
       j["tpg"] = l.tpg;
       j["lun_number"] = l.lun;
       j["backstore"] = b.name;
+      j["naa"] = NaaName(b.wwn);
       arr.push_back(j);
       t.Row({b.config.pool + "/" + b.config.lun, l.fabric, l.target, std::to_string(l.tpg), std::to_string(l.lun),
-             b.name});
+             b.name, NaaName(b.wwn)});
     }
   }
   Emit(ctx, arr, t.empty() ? std::string("no cowstore exports\n") : t.Render());
@@ -791,7 +828,10 @@ void VaaiStatus(const Context& ctx, const std::string& refs) {
     j["zero"] = st;
     j["delete"] = st;
     j["copy_group"] = group;
-    human += ref.str() + (bs ? " (naa from WWN " + bs->wwn + ")" : std::string()) + "\n";
+    // As esxcli storage core device vaai status get heads each device.
+    if (bs) j["naa"] = NaaName(bs->wwn);
+    else j["naa"] = nullptr;
+    human += bs ? NaaName(bs->wwn) + " (" + ref.str() + ")\n" : ref.str() + " (not exported)\n";
     human += "   VAAI Plugin Name: (none: VMW_VAAIP_T10, standard T10 commands)\n";
     human += "   ATS Status: " + st + "\n";
     human += "   Clone Status: " + st +
@@ -1469,6 +1509,40 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
   return 3;
 }
 
+// The word of argv that is not a subcommand where one is expected, with the
+// command it was given to and that command's subcommands (CLI11 says only
+// "A subcommand is required"). Options, and the values of those that take
+// one, are stepped over; nullopt once a command takes positional arguments.
+struct UnknownWord {
+  std::string word, command, choices;
+};
+std::optional<UnknownWord> FindUnknownCommand(CLI::App& app, int argc, char** argv) {
+  CLI::App* cur = &app;
+  std::string path = "cowctl";
+  for (int i = 1; i < argc; ++i) {
+    std::string tok = argv[i];
+    if (tok == "--") return std::nullopt;
+    if (tok.size() > 1 && tok[0] == '-') {
+      if (tok.find('=') != std::string::npos) continue;
+      const CLI::Option* o = nullptr;
+      for (CLI::App* a = cur; a && !o; a = a->get_parent()) o = a->get_option_no_throw(tok);
+      if (o && o->get_expected_min() > 0) ++i;  // its value
+      continue;
+    }
+    auto subs = cur->get_subcommands([](CLI::App*) { return true; });
+    if (subs.empty()) return std::nullopt;
+    auto it = std::find_if(subs.begin(), subs.end(), [&](CLI::App* a) { return a->check_name(tok); });
+    if (it == subs.end()) {
+      std::string choices;
+      for (auto* a : subs) choices += (choices.empty() ? "" : ", ") + a->get_name();
+      return UnknownWord{tok, path, choices};
+    }
+    cur = *it;
+    path += " " + tok;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -1548,7 +1622,7 @@ int Main(int argc, char** argv) {
   lsh->callback([&] { LunShow(ctx, lref); });
   auto* lr = lun->add_subcommand("resize", "Resize a LUN (exported LUNs: LIO and the initiators are told)");
   lr->add_option("lun", lref, "POOL/LUN")->required();
-  lr->add_option("--size,-s", lsize, "New size")->required();
+  lr->add_option("--size,-s", lsize, "New size, or +SIZE to grow by that much")->required();
   lr->add_flag("--force", lforce, "Allow shrinking (discards the end)");
   lr->callback([&] { LunResize(ctx, lref, lsize, lforce); });
   auto* ld = lun->add_subcommand("delete", "Delete a LUN (refused while exported unless --force)");
@@ -1557,7 +1631,7 @@ int Main(int argc, char** argv) {
   ld->callback([&] { LunDelete(ctx, lref, lforce); });
   auto* lcl = lun->add_subcommand("clone", "Clone a LUN: metadata only, fresh WWN");
   lcl->add_option("source", lref, "POOL/LUN")->required();
-  lcl->add_option("name", lname, "Name of the clone")->required();
+  lcl->add_option("name", lname, "Name of the clone (NAME or POOL/NAME, same pool)")->required();
   add_bs_opts(lcl, true);
   lcl->callback([&] {
     if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
@@ -1565,7 +1639,7 @@ int Main(int argc, char** argv) {
   });
   auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: a clone named SOURCE.snap-<time> by default");
   lsn->add_option("source", lref, "POOL/LUN")->required();
-  lsn->add_option("name", lname, "Name of the snapshot");
+  lsn->add_option("name", lname, "Name of the snapshot (NAME or POOL/NAME, same pool)");
   lsn->callback([&] { LunClone(ctx, lref, lname, true, BackstoreArgs{}); });
   auto* li = lun->add_subcommand("import", "Make a LUN from a raw image or block device (zero runs stay unmapped)");
   li->add_option("lun", lref, "POOL/LUN to create")->required();
@@ -1688,6 +1762,12 @@ int Main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
+    if (auto u = FindUnknownCommand(app, argc, argv)) {
+      std::cerr << "cowctl: unknown " << (u->command == "cowctl" ? "command" : "subcommand") << " '" << u->word
+                << "'" << (u->command == "cowctl" ? "" : " of '" + u->command + "'") << " (one of: " << u->choices
+                << "; see '" << u->command << " --help')\n";
+      return 2;
+    }
     std::string cmd = "cowctl";
     for (auto* sub = &app; !sub->get_subcommands().empty();) {
       sub = sub->get_subcommands().front();

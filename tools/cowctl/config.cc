@@ -356,7 +356,11 @@ Config ParseConfig(const std::string& text, const std::string& name) {
 
 Config LoadConfig(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw UserError("cannot read " + path + ": " + std::strerror(errno) + " (write one with 'cowctl save')");
+  if (!f) {
+    int err = errno;
+    throw UserError("cannot read " + path + ": " + std::strerror(err) + " (" +
+                    ErrnoAdvice(err, "write one with 'cowctl save'") + ")");
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   return ParseConfig(ss.str(), path);
@@ -445,7 +449,11 @@ void WriteConfig(const std::string& path, const Config& config) {
   if (!dir.empty()) ::mkdir(dir.c_str(), 0755);
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw UserError("cannot write " + tmp + ": " + std::strerror(errno));
+  if (fd < 0) {
+    int err = errno;
+    std::string advice = ErrnoAdvice(err, "");
+    throw UserError("cannot write " + tmp + ": " + std::strerror(err) + (advice.empty() ? "" : " (" + advice + ")"));
+  }
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -60,8 +60,8 @@ void WriteFile(const std::string& p, const std::string& value, bool append = fal
   if (opt && opt->refuse_write) {
     if (int err = opt->refuse_write(p, value)) {
       errno = err;
-      throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
-                      " (see dmesg for the kernel's reason)");
+      throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() + " (" +
+                      ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
     }
   }
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
@@ -71,20 +71,25 @@ void WriteFile(const std::string& p, const std::string& value, bool append = fal
     ::mkdir(p.substr(0, p.rfind('/')).c_str(), 0755);
     fd = ::open(p.c_str(), flags, 0644);
   }
-  if (fd < 0) throw UserError("cannot open " + p + ": " + Errno());
+  if (fd < 0) {
+    int err = errno;
+    throw UserError("cannot open " + p + ": " + Errno() + " (" + ErrnoAdvice(err, "is configfs mounted?") + ")");
+  }
   ssize_t n = ::write(fd, value.data(), value.size());
   int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(value.size())) {
     errno = err;
-    throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
-                    " (see dmesg for the kernel's reason)");
+    throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() + " (" +
+                    ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
   }
 }
 
 void MkDir(const std::string& p) {
   if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw UserError("cannot create " + p + ": " + Errno());
+    int err = errno;
+    throw UserError("cannot create " + p + ": " + Errno() + " (" +
+                    ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
   }
 }
 
@@ -529,6 +534,13 @@ bool ValidPortal(const std::string& portal) {
     }
   }
   return true;
+}
+
+std::string ErrnoAdvice(int err, const std::string& otherwise) {
+  // Only root may change LIO (configfs is root's; the kernel checks
+  // CAP_SYS_ADMIN) or open the pools; the kernel's log has nothing to add.
+  if ((err == EACCES || err == EPERM) && ::geteuid() != 0) return "run cowctl as root";
+  return otherwise;
 }
 
 std::string NaaName(const std::string& unit_serial) {

@@ -201,6 +201,11 @@ class Lio {
 // ExportIscsi, and so restore, takes any secret LIO accepts (ChapProblem).
 void CheckIscsiAccess(IscsiAccess access, const IscsiSpec& spec, const std::string& what);
 
+// What to do about a failed open/mkdir/write in configfs, the pool directory
+// or /etc/cowstore: "run cowctl as root" for EACCES/EPERM when not root,
+// else `otherwise`.
+std::string ErrnoAdvice(int err, const std::string& otherwise);
+
 // The NAA identifier an initiator sees for a backstore whose
 // wwn/vpd_unit_serial is `unit_serial` ("naa.6001405" and 25 hex digits, as
 // ESXi lists it): the handler's VPD 0x83 designator (handler/scsi/naa.h).

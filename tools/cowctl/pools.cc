@@ -12,6 +12,7 @@
 #include "handler/control/client.h"
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
+#include "tools/cowctl/lio.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -315,7 +316,13 @@ std::unique_ptr<PoolHandle> ConnectPool(const Context& ctx, const std::string& p
 std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool, bool read_only) {
   std::string path = PoolPath(ctx, pool);
   struct stat st;
+  // Not root: say so, rather than "not found" or the store's "I/O error".
+  auto denied = [&](int err) {
+    if (ErrnoAdvice(err, "") == "") return;
+    throw UserError("pool '" + pool + "': " + path + ": " + std::strerror(err) + " (run cowctl as root)");
+  };
   if (::lstat(path.c_str(), &st) != 0) {
+    denied(errno);
     throw UserError("pool '" + pool + "' not found in " + ctx.pool_dir +
                     " (create it with 'cowctl pool create', or point --pool-dir/COWSTORE_POOL_DIR at it)");
   }
@@ -323,6 +330,7 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
     throw UserError("pool '" + pool + "' points at a missing device or file (" + path +
                     "): attach the device, or remove the stale link");
   }
+  if (::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) != 0) denied(errno);
   store::OpenOptions oo;
   oo.read_only = read_only;
   auto r = store::Pool::Open(store::DefaultEnv(), path, oo);
