@@ -23,6 +23,8 @@
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
 #include "tests/cowctl/fake_tree.h"
+#include "tools/cowctl/lio.h"
+#include "tools/cowctl/util.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -68,7 +70,18 @@ class Cli : public ::testing::Test {
   void Pool(const std::string& name = "tank", const std::string& size = "1G") {
     Ok("pool create " + name + " --size " + size + " --allocation-unit 64K");
   }
-  std::string Bs(const std::string& name = "tank-vm1") { return host.T("core/user_0/" + name); }
+  // The naa.6001405... identifier of backstore `name`, from its unit serial.
+  std::string NaaOf(const std::string& name) {
+    for (const auto& hba : std::filesystem::directory_iterator(host.T("core"))) {
+      std::string serial = hba.path().string() + "/" + name + "/wwn/vpd_unit_serial";
+      if (Exists(serial)) return NaaName(ReadText(serial));
+    }
+    ADD_FAILURE() << "no backstore " << name;
+    return "";
+  }
+  std::string Bs(const std::string& name = "tank-vm1", int hba = 0) {
+    return host.T("core/user_" + std::to_string(hba) + "/" + name);
+  }
 };
 
 // ---------------------------------------------------------------- usage
@@ -90,6 +103,45 @@ TEST_F(Cli, BadUsageIsOneLineAndExit2) {
   Err("frobnicate", "", 2);
   Err("lun create tank/vm1", "--size is required", 2);
   Err("lun create tank/vm1 --size 1G --block-size x", "block-size", 2);
+}
+
+TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
+  Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, save, "
+                    "restore; see 'cowctl --help')", 2);
+  Err("--json --pool-dir " + pools + " pool frob tank",
+      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, grow, delete; see 'cowctl pool "
+      "--help')", 2);
+  Err("lun resiz tank/vm1 --size 2G", "unknown subcommand 'resiz' of 'cowctl lun'", 2);
+  Err("export nfs tank/vm1", "unknown subcommand 'nfs' of 'cowctl export' (one of: iscsi, loop, list;", 2);
+  // A missing subcommand and extra arguments keep CLI11's words.
+  Err("pool", "A subcommand is required", 2);
+  Err("lun show tank/vm1 extra", "extra", 2);
+}
+
+// As a non-root user (nobody): what fails for want of root says so, not
+// "not found" or "I/O error: check the device and dmesg".
+TEST_F(Cli, PermissionDeniedSaysRunAsRoot) {
+  Pool();
+  Ok("lun create tank/vm1 --size 8M");
+  std::filesystem::permissions(host.dir.path(), std::filesystem::perms(0755));
+  auto as_nobody = [&](const std::string& args) {
+    std::string e = host.dir.path() + "/nobody.err";
+    std::string cmd = "COWSTORE_POOL_DIR=" + pools + " COWSTORE_RUN_DIR=" + run +
+                      " setpriv --reuid=65534 --regid=65534 --clear-groups " + COWCTL_BINARY + " --configfs-root " +
+                      host.configfs + " --proc-root " + host.proc + " " + args + " >/dev/null 2>" + e + " </dev/null";
+    int st = std::system(cmd.c_str());
+    return std::make_pair(WEXITSTATUS(st), ReadText(e));
+  };
+  for (const char* args : {"pool show tank", "lun create tank/vm2 --size 8M", "pool create other --size 1G",
+                           "lun show tank/vm1", "save " }) {
+    std::string a = args;
+    if (a == "save ") a += host.dir.path() + "/c.yaml";
+    auto [rc, err] = as_nobody(a);
+    EXPECT_EQ(rc, 1) << a << ": " << err;
+    EXPECT_NE(err.find("(run cowctl as root)"), std::string::npos) << a << ": " << err;
+    EXPECT_EQ(err.find("dmesg"), std::string::npos) << a << ": " << err;
+  }
+  EXPECT_FALSE(Exists(pools + "/other"));
 }
 
 // ---------------------------------------------------------------- pools
@@ -189,6 +241,22 @@ TEST_F(Cli, LunLifecycle) {
   Ok("lun resize tank/vm1 --size 50M --force");
   Ok("lun delete tank/vm2");
   EXPECT_EQ(Ok("lun list tank").find("tank/vm2 "), std::string::npos);
+}
+
+// As lvresize -L +100G and targetcli's POOL/NAME habits.
+TEST_F(Cli, ResizeByAndCloneIntoPoolSlashName) {
+  Pool();
+  Ok("lun create tank/vm1 --size 100M");
+  EXPECT_NE(Ok("lun resize tank/vm1 --size +28M").find("is now 128 MiB"), std::string::npos);
+  EXPECT_NE(Ok("lun show tank/vm1 --json").find("\"size\": 134217728"), std::string::npos);
+  Err("lun resize tank/vm1 --size +1000", "multiple of the block size");
+  Err("lun resize tank/vm1 --size +lots", "invalid size");
+  EXPECT_NE(Ok("lun clone tank/vm1 tank/vm2").find("clone tank/vm2 of tank/vm1 created"), std::string::npos);
+  EXPECT_NE(Ok("lun snapshot tank/vm1 tank/s1").find("snapshot tank/s1 of tank/vm1 created"), std::string::npos);
+  Pool("other");
+  Err("lun clone tank/vm1 other/vm3", "a clone stays in the pool of its source");
+  Err("lun clone tank/vm1 tank/a/b", "write it as POOL/LUN");
+  EXPECT_EQ(Ok("lun list").find("vm3"), std::string::npos);
 }
 
 TEST_F(Cli, LunErrors) {
@@ -457,7 +525,8 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
   // Neither flag: the LUN is added and, as targetcli does, mapped into the ACLs the target has.
   CmdResult r = Cowctl("export iscsi tank/vm2 --target " + tgt);
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm2 as LUN 1 of " + tgt + "\nseen by " + esx + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm2 as LUN 1 of " + tgt + "\nseen by " + esx + "\nESXi lists it as " +
+                       NaaOf("tank-vm2") + "\n");
   EXPECT_EQ(r.err, "");
   EXPECT_FALSE(Exists(tpg + "/attrib/generate_node_acls"));
   EXPECT_TRUE(Exists(tpg + "/lun/lun_1"));
@@ -465,7 +534,7 @@ TEST_F(Cli, AnAclTargetTakesMoreLunsWithoutInitiator) {
   // --no-auto-map and no -i: added, seen by nobody, and cowctl says so.
   r = Cowctl("export iscsi tank/vm3 --target " + tgt + " --no-auto-map");
   EXPECT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nESXi lists it as " + NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(r.err, "cowctl: note: " + tgt + " admits only the initiators in its ACLs, and none maps LUN 2, so no "
                    "initiator sees it: map it with --initiator IQN\n");
   EXPECT_TRUE(Exists(tpg + "/lun/lun_2"));
@@ -514,7 +583,8 @@ TEST_F(CliMap, ANewLunIsSeenByEveryInitiatorTheTargetAllows) {
   // With -i naming one of them: the other one sees it too.
   r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx1);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\nESXi lists it as " +
+                       NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
 }
 
@@ -523,7 +593,8 @@ TEST_F(CliMap, ANewInitiatorSeesEveryLunOfTheTarget) {
   Ok("export iscsi tank/vm2 --target " + tgt + " -i " + esx1);
   CmdResult r = Cowctl("export iscsi tank/vm3 --target " + tgt + " -i " + esx2);
   ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\n");
+  EXPECT_EQ(r.out, "exported tank/vm3 as LUN 2 of " + tgt + "\nseen by " + esx1 + ", " + esx2 + "\nESXi lists it as " +
+                       NaaOf("tank-vm3") + "\n");
   EXPECT_EQ(Mappings(tpg), All({esx1, esx2}, {0, 1, 2}));
   // Naming a new initiator on a LUN already exported gives it every LUN too.
   r = Cowctl("--json export iscsi tank/vm1 --target " + tgt + " -i " + esx3);
@@ -625,7 +696,7 @@ class CliNarrow : public CliMap {
 
 TEST_F(CliNarrow, ANarrowedMappingSurvivesSaveWipeRestore) {
   std::string yaml = ReadText(file);
-  EXPECT_NE(yaml.find("version: 2\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("version: 3\n"), std::string::npos) << yaml;
   EXPECT_NE(yaml.find("      - initiator: " + esx1 + "\n        mapped_luns:\n          - {lun: 0, mapped_lun: 0}\n"
                       "          - {lun: 1, mapped_lun: 1}\n"),
             std::string::npos)
@@ -676,9 +747,9 @@ TEST_F(CliNarrow, AFileWithoutMappedLunsMapsEveryLunAsBefore) {
   std::string old, line;
   std::istringstream in(ReadText(file));
   while (std::getline(in, line)) {
-    if (line.find("mapped_lun") == std::string::npos) old += line + "\n";
+    if (line.find("mapped_lun") == std::string::npos && line.find("uuid:") == std::string::npos) old += line + "\n";
   }
-  old.replace(old.find("version: 2"), 10, "version: 1");
+  old.replace(old.find("version: 3"), 10, "version: 1");
   WriteText(file, old);
   Wipe();
   CmdResult r = Cowctl("restore " + file);
@@ -770,6 +841,38 @@ TEST_F(Cli, VaaiStatusAsEsxiListsIt) {
   Err("vaai status tank/nope", "not found");
 }
 
+// ESXi names a device by its NAA identifier (esxcli storage core device
+// list, vaai status get): cowctl shows the same one wherever it names a LUN.
+TEST_F(Cli, TheNaaEsxiShowsIsPrinted) {
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  // Not exported yet: the identifier its backstore will have.
+  std::string json = Ok("lun show tank/vm1 --json");
+  std::string wwn = json.substr(json.find("\"wwn\": \"") + 8, 36);
+  const std::string naa = NaaName(wwn);
+  ASSERT_EQ(naa.size(), 36u);
+  EXPECT_EQ(naa.substr(0, 11), "naa.6001405");
+  EXPECT_NE(json.find("\"naa\": \"" + naa + "\""), std::string::npos) << json;
+  EXPECT_NE(Ok("lun show tank/vm1").find("NAA:        " + naa + " (as ESXi will list it once exported)"),
+            std::string::npos)
+      << Ok("lun show tank/vm1");
+  std::string out = Ok("export iscsi tank/vm1 --target iqn.2024-01.io.cowstore:test.tank -i iqn.1998-01.com.vmware:esx1");
+  EXPECT_NE(out.find("ESXi lists it as " + naa + "\n"), std::string::npos) << out;
+  EXPECT_EQ(NaaOf("tank-vm1"), naa);
+  EXPECT_NE(Ok("lun show tank/vm1").find(naa + " (as ESXi lists it)"), std::string::npos);
+  out = Ok("vaai status tank/vm1");
+  EXPECT_EQ(out.rfind(naa + " (tank/vm1)\n   VAAI Plugin Name:", 0), 0u) << out;
+  EXPECT_NE(Ok("vaai status --json").find("\"naa\": \"" + naa + "\""), std::string::npos);
+  EXPECT_NE(Ok("export list").find(naa), std::string::npos);
+  EXPECT_NE(Ok("export list --json").find("\"naa\": \"" + naa + "\""), std::string::npos);
+  // A backstore with another serial (restored, or made by targetcli): its NAA is the one shown.
+  testing::WriteText(Bs() + "/wwn/vpd_unit_serial", "0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef");
+  EXPECT_NE(Ok("lun show tank/vm1").find("naa.60014050ec52bfca7bb48b794a424e65 (as ESXi lists it)"), std::string::npos)
+      << Ok("lun show tank/vm1");
+  out = Ok("export loop tank/vm1");
+  EXPECT_NE(out.find("naa.60014050ec52bfca7bb48b794a424e65)"), std::string::npos) << out;
+}
+
 TEST_F(Cli, TopDegradesGracefully) {
   Pool();
   CmdResult r = Cowctl("top --count 1 --interval 0.1");
@@ -832,13 +935,17 @@ TEST_F(Cli, SaveClearRestoreIsIdempotent) {
   EXPECT_EQ(ReadText(again), yaml);
 }
 
-TEST_F(Cli, RestoreCreatesMissingPoolsAndLuns) {
+TEST_F(Cli, RestoreCreatesMissingPoolsAndLunsOnlyWhenAsked) {
   std::string file = host.dir.path() + "/c.yaml";
   WriteText(file, "pools:\n  - name: fresh\n    size: 256M\n    allocation_unit: 64K\n    luns:\n"
                   "      - {name: a, size: 8M}\n");
-  std::string out = Ok("restore " + file);
-  EXPECT_NE(out.find("created pool fresh\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("created LUN fresh/a"), std::string::npos) << out;
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_FALSE(Exists(pools + "/fresh"));
+  EXPECT_NE(r.err.find("cowctl: pool fresh: " + pools + "/fresh is missing"), std::string::npos) << r.err;
+  std::string out = Ok("restore --create-missing " + file);
+  EXPECT_NE(out.find("created pool fresh (empty"), std::string::npos) << out;
+  EXPECT_NE(out.find("created LUN fresh/a (empty"), std::string::npos) << out;
   EXPECT_EQ(out.find("at " + pools), std::string::npos) << out;  // no pool-create chatter
   EXPECT_NE(Ok("lun list").find("fresh/a"), std::string::npos);
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
@@ -851,8 +958,357 @@ TEST_F(Cli, RestoreErrorsNameFileLineField) {
   Err("restore " + host.dir.path() + "/missing.yaml", "cannot read");
   EXPECT_FALSE(Exists(pools + "/tank"));
   WriteText(file, "pools:\n  - name: tank\n    size: 1G\n    luns:\n      - {name: vm1, size: 1M, backstore: t-vm1}\n");
+  Pool();
+  Ok("lun create tank/vm1 --size 1M");
   std::filesystem::remove_all(host.proc + "/4242");
   Err("restore " + file, "tcmu-runner is not running");
+}
+
+// ---------------------------------------------------------------- restore at boot
+
+// A saved NAS: pool tank in the pool directory and pool nas on a file of
+// another filesystem (/mnt/nas), each with a LUN exported to ESXi.
+class Boot : public Cli {
+ protected:
+  std::string file = host.dir.path() + "/c.yaml";
+  std::string mnt = host.dir.path() + "/mnt/nas";
+  std::string tgt = "iqn.2024-01.io.cowstore:test.boot";
+  std::string esx1 = "iqn.1998-01.com.vmware:esx1";
+  void SetUp() override {
+    Pool();
+    std::filesystem::create_directories(mnt);
+    Ok("pool create nas --size 1G --allocation-unit 64K --file " + mnt + "/nas.pool");
+    Ok("lun create tank/vm1 --size 8M");
+    Ok("lun create nas/esxds --size 8M");
+    Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1);
+    Ok("export iscsi nas/esxds --target " + tgt + " -i " + esx1);
+    Ok("save " + file);
+  }
+  // LIO's configuration is gone, as after a reboot.
+  void Reboot() {
+    std::filesystem::remove_all(host.configfs + "/target");
+    std::filesystem::create_directories(host.configfs + "/target/core");
+  }
+  // The NAS filesystem not mounted: an empty mount point.
+  void Unmount() { std::filesystem::rename(mnt, mnt + ".away"), std::filesystem::create_directories(mnt); }
+  void Mount() { std::filesystem::remove(mnt), std::filesystem::rename(mnt + ".away", mnt); }
+  // Each entry of a pool directory or mount point: link target, or size and
+  // superblocks (pool files are too large to compare whole).
+  static std::string Pools(const std::string& dir) {
+    std::string out;
+    if (!Exists(dir)) return "(missing)\n";
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    for (const auto& n : names) {
+      std::string p = dir + "/" + n;
+      if (std::filesystem::is_symlink(p)) {
+        out += n + " -> " + std::filesystem::read_symlink(p).string() + "\n";
+        continue;
+      }
+      std::string head(8192, '\0');
+      std::ifstream(p).read(head.data(), static_cast<std::streamsize>(head.size()));
+      out += n + ": " + std::to_string(std::filesystem::file_size(p)) + " bytes, " +
+             std::to_string(std::hash<std::string>{}(head)) + "\n";
+    }
+    return out;
+  }
+  std::string Tree() { return Pools(pools) + testing::Snapshot(host.configfs) + Pools(mnt); }
+  std::string Backstores() { return Ok("backstore list"); }
+  int Edit(const std::string& from, const std::string& to, size_t nth = 0) {
+    std::string t = ReadText(file);
+    size_t at = t.find(from);
+    while (at != std::string::npos && nth-- > 0) at = t.find(from, at + 1);
+    EXPECT_NE(at, std::string::npos) << from << " not in\n" << t;
+    if (at == std::string::npos) return 0;
+    int line = 1 + static_cast<int>(std::count(t.begin(), t.begin() + static_cast<long>(at), '\n'));
+    WriteText(file, t.replace(at, from.size(), to));
+    return line;
+  }
+  std::string Uuid(const std::string& path) {
+    auto r = store::Pool::Open(store::DefaultEnv(), path, {true});
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return "";
+    std::string u = UuidString(r.value()->uuid());
+    (void)r.value()->Close();
+    return u;
+  }
+};
+
+TEST_F(Boot, TheFileRecordsEachPoolsUuid) {
+  std::string yaml = ReadText(file);
+  EXPECT_NE(yaml.find("version: 3\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("  - name: nas\n    uuid: " + Uuid(mnt + "/nas.pool") + "\n    file: " + mnt + "/nas.pool\n"),
+            std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("  - name: tank\n    uuid: " + Uuid(pools + "/tank") + "\n"), std::string::npos) << yaml;
+}
+
+TEST_F(Boot, AnUnmountedPoolIsReportedNotCreatedAndTheOthersComeBack) {
+  Reboot();
+  Unmount();
+  const std::string mnt_before = Pools(mnt), pools_before = Pools(pools);
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  // tank's datastore is back online...
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+  // ...and nas is neither created nor faked: no file, no LUN, no backstore.
+  EXPECT_EQ(r.out.find("nas"), std::string::npos) << r.out;
+  EXPECT_EQ(Pools(mnt), mnt_before);
+  EXPECT_EQ(Pools(pools), pools_before);
+  EXPECT_EQ(Backstores().find("nas-esxds"), std::string::npos);
+  EXPECT_NE(r.err.find("cowctl: pool nas: " + pools + "/nas points at " + mnt + "/nas.pool, which is missing"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("1 item was not restored"), std::string::npos) << r.err;
+  // Mounted: a second restore (the unit restarted) finishes the job.
+  Mount();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "created backstore nas-esxds\nexported nas/esxds as LUN 1 of " + tgt + "\nmapped LUN 1 of " + tgt +
+                       " into " + esx1 + " as LUN 1\n");
+  EXPECT_NE(Ok("lun list").find("nas/esxds"), std::string::npos);
+}
+
+TEST_F(Boot, AMissingPoolIsCreatedOnlyWhenAsked) {
+  Reboot();
+  std::filesystem::rename(pools + "/tank", host.dir.path() + "/tank.away");  // the pool disk not mounted
+  const std::string tree = Tree();
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_FALSE(Exists(pools + "/tank"));
+  EXPECT_EQ(r.out.find("tank"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("cowctl: pool tank: " + pools + "/tank is missing"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("exported nas/esxds"), std::string::npos) << r.out;
+  Reboot();
+  r = Cowctl("restore --dry-run --create-missing " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("would create pool tank (empty)\nwould create LUN tank/vm1 (empty)\n"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(Tree(), tree);
+  const std::string saved_wwn = ReadText(file).substr(ReadText(file).find("wwn: ") + 5, 36);
+  r = Cowctl("restore --create-missing " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("created pool tank (empty"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("created LUN tank/vm1 (empty, with a new WWN"), std::string::npos) << r.out;
+  // The empty LUN does not pose as the one that held the data.
+  std::string wwn = ReadText(Bs("tank-vm1", 1) + "/wwn/vpd_unit_serial");
+  EXPECT_EQ(wwn.size(), 36u) << wwn;
+  EXPECT_NE(wwn, saved_wwn);
+}
+
+TEST_F(Boot, APoolWithAnotherUuidIsLeftAlone) {
+  Reboot();
+  // Another pool under the name (the disk replaced, or another NAS's disk).
+  Ok("lun delete tank/vm1");
+  Ok("pool delete tank");
+  Pool();
+  Ok("lun create tank/vm1 --size 8M");
+  const std::string other = Uuid(pools + "/tank"), pools_before = Pools(pools);
+  for (const char* flags : {"", "--create-missing "}) {
+    CmdResult r = Cowctl(std::string("restore ") + flags + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_NE(r.err.find("cowctl: pool tank: " + pools + "/tank holds the pool with UUID " + other +
+                         ", the file saved UUID "),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(Backstores().find("tank-vm1"), std::string::npos);
+    EXPECT_EQ(Pools(pools), pools_before);
+  }
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);  // the healthy pool is back
+}
+
+TEST_F(Boot, AMissingLunIsNeitherCreatedNorGivenItsSavedIdentity) {
+  Reboot();
+  Ok("lun delete tank/vm1");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: LUN tank/vm1: missing from pool tank"), std::string::npos) << r.err;
+  EXPECT_EQ(Ok("lun list").find("tank/vm1"), std::string::npos);
+  EXPECT_EQ(Backstores().find("tank-vm1"), std::string::npos);
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
+}
+
+TEST_F(Boot, AnOlderFileRestoresExistingPoolsAndCreatesNone) {
+  std::string old, line;
+  std::istringstream in(ReadText(file));
+  while (std::getline(in, line)) {
+    if (line.find("uuid:") == std::string::npos) old += line + "\n";
+  }
+  old.replace(old.find("version: 3"), 10, "version: 2");
+  WriteText(file, old);
+  Reboot();
+  Unmount();
+  std::filesystem::remove(pools + "/nas");  // and the link lost: the saved file: path is not there either
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+  EXPECT_FALSE(Exists(mnt + "/nas.pool"));
+  EXPECT_FALSE(Exists(pools + "/nas"));
+  EXPECT_NE(r.err.find("cowctl: pool nas: " + mnt + "/nas.pool is missing"), std::string::npos) << r.err;
+  // Mounted: the file pool (at the administrator's own path) is relinked.
+  Mount();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("relinked pool nas to " + mnt + "/nas.pool\n"), std::string::npos) << r.out;
+}
+
+TEST_F(Boot, EveryIdentityIsCheckedBeforeAnythingChanges) {
+  Reboot();
+  Unmount();  // a missing pool is not a reason to skip the checks
+  const std::string yaml = ReadText(file), tree = Tree();
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  // Two LUNs, one identity: a multipath initiator would take them for two paths to one disk.
+  int line = Edit("wwn: ", "wwn: " + wwn + "\n        x: ", 1);
+  Edit("\n        x: " + yaml.substr(yaml.find("wwn: ", yaml.find("wwn: ") + 1) + 5, 36), "");
+  Err("restore " + file, file + ":" + std::to_string(line) + ": pools[1].luns[0].wwn: gives the same identifier");
+  EXPECT_EQ(Tree(), tree);
+  struct Bad {
+    std::string from, to, error;
+  } bad[] = {
+      {"      - initiator: " + esx1 + "\n", "      - initiator: " + esx1 + "\n        chap_user: \"esx\\nadmin\"\n"
+                                          "        chap_password: secret123456\n",
+       "iscsi[0].acls[0].chap_user: may hold only printable ASCII"},
+      {"      - initiator: " + esx1 + "\n", "      - initiator: " + esx1 + "\n        chap_user: esx\n"
+                                          "        chap_password: \"s\u00e9cret123456\"\n",
+       "iscsi[0].acls[0].chap_password: may hold only printable ASCII"},
+      {"portals: [0.0.0.0:3260]", "portals: [\"[/../../../x]:3260\"]", "iscsi[0].portals[0]: expected IPv4:port"},
+      {"loopback:\n  []", "loopback:\n  - wwn: naa./../../../../aa\n    luns: [{lun: 0, pool: tank, name: vm1}]",
+       "loopback[0].wwn: expected naa. and 16 hex digits"},
+  };
+  for (const auto& b : bad) {
+    WriteText(file, yaml);
+    Edit(b.from, b.to);
+    Err("restore " + file, b.error);
+    Err("restore --dry-run " + file, b.error);
+    EXPECT_EQ(Tree(), tree) << b.error;
+  }
+}
+
+TEST_F(Boot, AWwnAnotherBackstoreHasIsRefusedBeforeAnythingChanges) {
+  Reboot();
+  // A backstore made by hand since, with nas/esxds's saved serial.
+  const std::string yaml = ReadText(file);
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  Ok("lun create tank/copy --size 8M --backstore");
+  WriteText(Bs("tank-copy") + "/wwn/vpd_unit_serial", wwn);
+  const std::string tree = Tree();
+  Err("restore " + file, "LUN nas/esxds would get the identifier " + NaaName(wwn) +
+                             ", which backstore user_0/tank-copy (tank/copy) has");
+  EXPECT_EQ(Tree(), tree);
+}
+
+TEST_F(Boot, ARestoreThatStopsPartWaySaysWhatItDid) {
+  Reboot();
+  // The iSCSI fabric cannot be made (say iscsi_target_mod failed to load).
+  WriteText(host.T("iscsi"), "");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_EQ(r.out, "created backstore nas-esxds\ncreated backstore tank-vm1\n");
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("cowctl: restore stopped part-way: cannot create " + host.T("iscsi/" + tgt)), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("what it did is listed on stdout"), std::string::npos) << r.err;
+  // The cause fixed, restore finishes the job.
+  std::filesystem::remove(host.T("iscsi"));
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+}
+
+// A pool on a block device (a loop device over a sparse file).
+class DeviceBoot : public Boot {
+ protected:
+  std::string img = host.dir.path() + "/disk.img", dev;
+  void SetUp() override {
+    Boot::SetUp();
+    {
+      std::ofstream(img).close();
+    }
+    std::filesystem::resize_file(img, 256u << 20);
+    FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
+    char buf[256] = {};
+    if (p) {
+      if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
+      ::pclose(p);
+    }
+    dev = Trim(buf);
+    if (dev.empty()) GTEST_SKIP() << "no loop device (losetup -f failed): device pools untested here";
+  }
+  void TearDown() override {
+    if (!dev.empty()) (void)std::system(("losetup -d " + dev).c_str());
+  }
+  // The first 64 KiB of the device.
+  std::string Head() {
+    std::string b(64 << 10, '\0');
+    int fd = ::open(dev.c_str(), O_RDONLY);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::pread(fd, b.data(), b.size(), 0), static_cast<ssize_t>(b.size()));
+    ::close(fd);
+    return b;
+  }
+  void Put(uint64_t at, const std::string& bytes) {
+    int fd = ::open(dev.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, bytes.data(), bytes.size(), static_cast<off_t>(at)), static_cast<ssize_t>(bytes.size()));
+    ::fsync(fd);
+    ::close(fd);
+  }
+};
+
+TEST_F(DeviceBoot, RestoreNeverFormatsADevice) {
+  // What the saved name may point at after a reboot: an ext4 filesystem.
+  Put(1024 + 56, std::string("\x53\xef", 2));
+  Put(8192, "someone's only copy");
+  const std::string head = Head();
+  for (std::string header : {"version: 3\npools:\n  - name: disk\n    uuid: 0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef\n",
+                                    "version: 2\npools:\n  - name: disk\n"}) {
+    WriteText(file, header + "    device: " + dev + "\n    luns:\n      - {name: esxds, size: 8M}\n");
+    for (const char* flags : {"", "--create-missing "}) {
+      CmdResult r = Cowctl(std::string("restore ") + flags + file);
+      EXPECT_EQ(r.rc, 3) << r.out << r.err;
+      EXPECT_NE(r.err.find("cowctl: pool disk: " + dev + " holds no cowstore pool: not restored (restore never "
+                           "creates a pool on a device"),
+                std::string::npos)
+          << r.err;
+      EXPECT_EQ(r.out, "");
+      EXPECT_FALSE(Exists(pools + "/disk"));
+      EXPECT_TRUE(Head() == head) << "the device was written to";
+    }
+  }
+}
+
+TEST_F(DeviceBoot, ALostLinkIsRemadeOnlyToThePoolsOwnDevice) {
+  Ok("pool create disk --device " + dev + " --allocation-unit 64K");
+  Ok("lun create disk/esxds --size 8M");
+  Ok("save " + file);
+  const std::string saved = ReadText(file);
+  EXPECT_NE(saved.find("  - name: disk\n    uuid: " + Uuid(dev) + "\n    device: " + dev + "\n"), std::string::npos)
+      << saved;
+  std::filesystem::remove(pools + "/disk");
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "relinked pool disk to " + dev + " (its UUID matches)\n");
+  EXPECT_NE(Ok("lun list").find("disk/esxds"), std::string::npos);
+  // An older file (no UUID) cannot tell this device from another: not relinked.
+  std::filesystem::remove(pools + "/disk");
+  Edit("    uuid: " + Uuid(dev) + "\n    device:", "    device:");
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: pool disk: the file records no pool UUID"), std::string::npos) << r.err;
+  EXPECT_FALSE(Exists(pools + "/disk"));
+  // Another pool on the device now (device names moved): left alone.
+  WriteText(file, saved);
+  Put(0, std::string(8192, '\0'));
+  Ok("pool create other --device " + dev + " --allocation-unit 64K");
+  std::filesystem::remove(pools + "/other");
+  const std::string head = Head();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: pool disk: " + dev + " holds the pool with UUID " + Uuid(dev)), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(Exists(pools + "/disk"));
+  EXPECT_TRUE(Head() == head);
 }
 
 // ---------------------------------------------------------------- the control socket
@@ -1287,12 +1743,14 @@ c cowctl pool ""
 c cowctl lun ""
 c cowctl export ""
 c cowctl export iscsi t/l --
+c cowctl restore --
 )");
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
   for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
-                        "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun"}) {
+                        "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun",
+                        "--dry-run --create-missing"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
 }

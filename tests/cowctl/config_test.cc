@@ -97,10 +97,78 @@ TEST(Config, ErrorsNameFileLineAndField) {
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: nope\n"), "c.yaml:2: iscsi[0].target: not a valid IQN");
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: iqn.2024-01.io.x:y\n    luns:\n      - {lun: 0, pool: t, name: a}\n"),
             "c.yaml:4: iscsi[0].luns[0]: LUN t/a is not in pools");
-  EXPECT_EQ(ErrorOf("version: 3\n"), "c.yaml:1: version: unsupported version (this cowctl reads versions 1 and 2)");
+  EXPECT_EQ(ErrorOf("version: 4\n"), "c.yaml:1: version: unsupported version (this cowctl reads versions 1 to 3)");
   EXPECT_EQ(ErrorOf("pools: [\n"), "c.yaml:2: (syntax): end of sequence flow not found");
   EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n  - name: t\n    size: 1G\n"),
             "c.yaml:4: pools[1].name: pool 't' listed twice");
+}
+
+// Every identity string restore writes into configfs or hands an initiator
+// is checked on load (these all loaded before, and restore then wrote them).
+TEST(Config, IdentitiesAreCheckedOnLoad) {
+  const std::string pool = "pools:\n  - name: t\n    size: 1G\n    luns:\n";
+  auto lun = [](const std::string& name, const std::string& wwn) {
+    return "      - {name: " + name + ", size: 1M, backstore: t-" + name + ", wwn: " + wwn + "}\n";
+  };
+  const std::string a = "00112233-4455-6677-8899-aabbccddeeff";
+  EXPECT_EQ(ErrorOf(pool + lun("a", a) + lun("b", a)),
+            "c.yaml:6: pools[0].luns[1].wwn: gives the same identifier (naa.600140500112233445566778899aabbc) as "
+            "pools[0].luns[0].wwn: an initiator would take the two LUNs for one disk");
+  // Two WWNs that differ only past the 25 hex digits the NAA keeps, or in case.
+  EXPECT_NE(ErrorOf(pool + lun("a", a) + lun("b", "00112233-4455-6677-8899-aabbccddee00")).find("same identifier"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(pool + lun("a", a) + lun("b", "00112233-4455-6677-8899-AABBCCDDEEFF")).find("same identifier"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(pool + lun("a", "\"x\\ny\"")),
+            "c.yaml:5: pools[0].luns[0].wwn: expected a UUID, 8-4-4-4-12 hex digits (as 'cowctl save' writes it)");
+  EXPECT_NE(ErrorOf(pool + lun("a", "../../../../../../../../../etc/passwd")).find("expected a UUID"), std::string::npos);
+  EXPECT_EQ(ErrorOf(pool + "      - {name: a, size: 1M, backstore: x}\n      - {name: b, size: 1M, backstore: x}\n"),
+            "c.yaml:6: pools[0].luns[1].backstore: backstore 'x' is also pools[0].luns[0]'s");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    uuid: nope\n    size: 1G\n"),
+            "c.yaml:3: pools[0].uuid: expected the pool's UUID, 8-4-4-4-12 hex digits (as 'cowctl save' writes it)");
+  EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    device: sdb\n"), "c.yaml:3: pools[0].device: expected an absolute path");
+
+  const std::string tgt = "iscsi:\n  - target: iqn.2024-01.io.x:y\n";
+  auto acl = [&](const std::string& user, const std::string& password) {
+    return tgt + "    acls:\n      - initiator: iqn.2024-01.io.x:i\n        chap_user: " + user +
+           "\n        chap_password: " + password + "\n";
+  };
+  EXPECT_EQ(ErrorOf(acl("\"esx\\nx\"", "secret123456")),
+            "c.yaml:5: iscsi[0].acls[0].chap_user: may hold only printable ASCII without spaces (no newline, no "
+            "accents)");
+  EXPECT_NE(ErrorOf(acl("esx", "\"s\u00e9cret123456\"")).find("iscsi[0].acls[0].chap_password: may hold only printable ASCII"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(acl("esx", "\"secret 123456\"")).find("chap_password: may hold only"), std::string::npos);
+  EXPECT_NE(ErrorOf(acl("esx", std::string(256, 'x'))).find("chap_password: must be 1 to 255 characters"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(acl("NULLuser", "secret123456")).find("chap_user: must not start with NULL"), std::string::npos);
+  EXPECT_EQ(ErrorOf(acl("esx", std::string(255, 'x'))), "");  // as long as LIO takes
+  EXPECT_EQ(ErrorOf(acl("esx", "short")), "");                  // a secret targetcli set: restored as it was
+
+  EXPECT_EQ(ErrorOf(tgt + "    portals: [\"[/../../x]:3260\"]\n"),
+            "c.yaml:3: iscsi[0].portals[0]: expected IPv4:port or [IPv6]:port");
+  EXPECT_NE(ErrorOf(tgt + "    portals: [\"[fe80::1/../x]:3260\"]\n").find("portals[0]"), std::string::npos);
+  EXPECT_EQ(ErrorOf(tgt + "    portals: [\"[::]:3260\", \"[fe80::1]:3261\"]\n"), "");
+  EXPECT_EQ(ErrorOf(tgt + tgt.substr(7)), "c.yaml:3: iscsi[1].target: target iqn.2024-01.io.x:y listed twice");
+
+  EXPECT_EQ(ErrorOf("loopback:\n  - wwn: naa./../../../../aa\n"),
+            "c.yaml:2: loopback[0].wwn: expected naa. and 16 hex digits");
+  EXPECT_EQ(ErrorOf("loopback:\n  - wwn: naa.5001405abcdef012\n  - wwn: naa.5001405abcdef012\n"),
+            "c.yaml:3: loopback[1].wwn: loopback target naa.5001405abcdef012 listed twice");
+  EXPECT_EQ(ErrorOf(pool + lun("a", a) + tgt + "    luns:\n      - {lun: 0, pool: t, name: a}\n"
+                    "      - {lun: 1, pool: t, name: a}\n"),
+            "c.yaml:10: iscsi[0].luns[1]: LUN t/a is exported twice by this target");
+}
+
+TEST(Config, Version3RecordsThePoolUuid) {
+  const std::string text = "version: 3\npools:\n  - name: t\n    uuid: 0EC52BFC-A7BB-48B7-94A4-24E650D2D1EF\n"
+                           "    size: 1G\n";
+  std::string dumped = DumpConfig(ParseConfig(text, "v3.yaml"));
+  EXPECT_NE(dumped.find("version: 3\n"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("  - name: t\n    uuid: 0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef\n"), std::string::npos) << dumped;
+  // Files from older cowctls (no uuid) still load.
+  EXPECT_EQ(DumpConfig(ParseConfig("version: 2\npools:\n  - name: t\n    size: 1G\n", "v2.yaml")).find("uuid"),
+            std::string::npos);
 }
 
 // A version 2 target: who sees which LUN, under which number.
@@ -134,7 +202,7 @@ TEST(Config, MappedLunsParseAndDumpBack) {
   EXPECT_EQ(acls[1].mapped_luns, std::vector<MappedLun>{});  // sees nothing
   EXPECT_FALSE(acls[2].mapped_luns.has_value());             // version 1 style: every LUN
   std::string dump = DumpConfig(c);
-  EXPECT_NE(dump.find("version: 2\n"), std::string::npos) << dump;
+  EXPECT_NE(dump.find("version: 3\n"), std::string::npos) << dump;
   EXPECT_NE(dump.find("        mapped_luns:\n          - {lun: 0, mapped_lun: 0}\n"
                       "          - {lun: 1, mapped_lun: 3, write_protect: true}\n"),
             std::string::npos)

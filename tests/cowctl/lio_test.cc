@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+
 #include "tests/cowctl/fake_tree.h"
 
 namespace cowstore::cowctl {
@@ -492,9 +494,24 @@ TEST_F(LioTest, BadExportInputIsRefusedBeforeAnythingIsMade) {
                UserError);
   EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "u", ""}}, std::nullopt}),
                UserError);
-  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "u", "short"}}, std::nullopt}),
+  // What LIO would not store as it was given (or store as "no CHAP").
+  for (const char* secret : {"two\nlines123456", "s\xc3\xa9" "cret123456", "with space12", "NULL12345678"}) {
+    EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "u", secret}}, std::nullopt}),
+                 UserError)
+        << secret;
+  }
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {}, {{"iqn.2024-01.io.x:i", "a\nb", "secret123456"}},
+                                   std::nullopt}),
                UserError);
+  // An IPv6 portal names a directory: only an address goes in it.
+  EXPECT_THROW(lio.ExportIscsi(b, {"iqn.2024-01.io.x:y", {"[/../../../x]:3260"}, {}, std::nullopt, true}), UserError);
   EXPECT_FALSE(Exists(host.T("iscsi/iqn.2024-01.io.x:y")));
+  EXPECT_FALSE(Exists(host.T("x")));
+  // So does a loopback WWN.
+  EXPECT_THROW(lio.ExportLoopback(b, "naa./../../../../aa"), UserError);
+  EXPECT_THROW(lio.ExportLoopback(b, "naa.5001405abcdefxyz"), UserError);
+  EXPECT_FALSE(Exists(host.T("loopback")));
+  EXPECT_FALSE(Exists(host.T("aa")));
 }
 
 TEST_F(LioTest, TakenLunNumberRollsBackTheNewTarget) {
@@ -571,6 +588,13 @@ TEST(Iqn, Validation) {
   EXPECT_FALSE(ValidIqn("iqn.bad"));
   EXPECT_FALSE(ValidIqn("iqn.2003-01.org x"));
   EXPECT_TRUE(ValidPortal("[::]:3260"));
+  EXPECT_TRUE(ValidPortal("[fe80::1:2]:3260"));
+  // Permission errors: root is told to look at dmesg, anyone else to be root.
+  EXPECT_EQ(ErrnoAdvice(EACCES, "see dmesg"), ::geteuid() == 0 ? "see dmesg" : "run cowctl as root");
+  EXPECT_EQ(ErrnoAdvice(EINVAL, "see dmesg"), "see dmesg");
+  EXPECT_FALSE(ValidPortal("[..]:3260"));
+  EXPECT_FALSE(ValidPortal("[::/..]:3260"));
+  EXPECT_FALSE(ValidPortal("[1.2.3.4]:3260"));
   EXPECT_FALSE(ValidPortal("0.0.0.0:0"));
   EXPECT_EQ(DefaultIscsiTarget("Tank_1").find("iqn.2024-01.io.cowstore:"), 0u);
   EXPECT_TRUE(ValidIqn(DefaultIscsiTarget("Tank_1")));

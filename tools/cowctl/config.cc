@@ -9,11 +9,27 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
 namespace cowstore::cowctl {
+
+bool ValidUuidString(const std::string& s) {
+  if (s.size() != 36) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? s[i] != '-' : !std::isxdigit(static_cast<unsigned char>(s[i]))) return false;
+  }
+  return true;
+}
+
 namespace {
+
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 
 class Parser {
  public:
@@ -142,26 +158,35 @@ class Parser {
     Keys(root, "(top)", {"version", "pools", "iscsi", "loopback"});
     // Version 2 added an ACL's mapped_luns; a version 1 file (none) still
     // reads, and an older cowctl refuses a version 2 file rather than map
-    // every LUN into every ACL.
+    // every LUN into every ACL. Version 3 added pools[].uuid; an older
+    // cowctl refuses it rather than restore without checking identities.
     if (root["version"]) {
       std::string v = root["version"].IsScalar() ? root["version"].as<std::string>() : "";
-      if (v != "1" && v != "2") {
-        Fail(root["version"], "version", "unsupported version (this cowctl reads versions 1 and 2)");
+      if (v != "1" && v != "2" && v != "3") {
+        Fail(root["version"], "version", "unsupported version (this cowctl reads versions 1 to 3)");
       }
     }
+    // Where each NAA identifier and backstore name was first seen.
+    std::map<std::string, std::string> naas, backstores;
     std::set<std::string> pool_names;
     auto pools = Seq(root, "pools", "");
     for (size_t i = 0; i < pools.size(); ++i) {
       const auto& n = pools[i];
       std::string f = "pools[" + std::to_string(i) + "]";
-      Keys(n, f, {"name", "device", "file", "size", "allocation_unit", "soft_threshold", "luns"});
+      Keys(n, f, {"name", "uuid", "device", "file", "size", "allocation_unit", "soft_threshold", "luns"});
       PoolConfig p;
       p.name = Str(n, n, "name", f, true);
       Name(n["name"], p.name, f + ".name", "pool");
       if (!pool_names.insert(p.name).second) Fail(n["name"], f + ".name", "pool '" + p.name + "' listed twice");
+      p.uuid = Lower(Str(n, n, "uuid", f, false));
+      if (n["uuid"] && !ValidUuidString(p.uuid)) {
+        Fail(n["uuid"], f + ".uuid", "expected the pool's UUID, 8-4-4-4-12 hex digits (as 'cowctl save' writes it)");
+      }
       p.device = Str(n, n, "device", f, false);
       p.file = Str(n, n, "file", f, false);
       if (!p.device.empty() && !p.file.empty()) Fail(n, f, "give either device or file, not both");
+      if (n["device"] && p.device.rfind("/", 0) != 0) Fail(n["device"], f + ".device", "expected an absolute path");
+      if (n["file"] && p.file.rfind("/", 0) != 0) Fail(n["file"], f + ".file", "expected an absolute path");
       p.size = Size(n, "size", f, p.device.empty(), 0);
       uint64_t au = Size(n, "allocation_unit", f, false, 1u << 20);
       if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1))) {
@@ -189,8 +214,25 @@ class Parser {
           Fail(l["size"], lf + ".size", "must be a non-zero multiple of the block size");
         }
         lc.backstore = Str(l, l, "backstore", lf, false);
-        if (!lc.backstore.empty()) Name(l["backstore"], lc.backstore, lf + ".backstore", "backstore");
+        if (!lc.backstore.empty()) {
+          Name(l["backstore"], lc.backstore, lf + ".backstore", "backstore");
+          auto [at, fresh] = backstores.emplace(lc.backstore, lf);
+          if (!fresh) Fail(l["backstore"], lf + ".backstore", "backstore '" + lc.backstore + "' is also " + at->second + "'s");
+        }
         lc.wwn = Str(l, l, "wwn", lf, false);
+        if (l["wwn"]) {
+          // It becomes the LUN's SCSI identity (VPD 0x80 and 0x83): a
+          // multipath initiator takes two LUNs with one NAA for two paths to
+          // one disk, and writes to both.
+          if (!ValidUuidString(lc.wwn)) {
+            Fail(l["wwn"], lf + ".wwn", "expected a UUID, 8-4-4-4-12 hex digits (as 'cowctl save' writes it)");
+          }
+          auto [at, fresh] = naas.emplace(NaaName(lc.wwn), lf);
+          if (!fresh) {
+            Fail(l["wwn"], lf + ".wwn", "gives the same identifier (" + at->first + ") as " + at->second +
+                                            ".wwn: an initiator would take the two LUNs for one disk");
+          }
+        }
         lc.copy_group = Str(l, l, "copy_group", lf, false);
         if (!lc.copy_group.empty()) Name(l["copy_group"], lc.copy_group, lf + ".copy_group", "copy group");
         if (l["wce"]) {
@@ -211,10 +253,15 @@ class Parser {
       IscsiConfig t;
       t.target = Str(n, n, "target", f, true);
       if (!ValidIqn(t.target)) Fail(n["target"], f + ".target", "not a valid IQN");
+      for (const auto& o : c.iscsi) {
+        if (o.target == t.target) Fail(n["target"], f + ".target", "target " + t.target + " listed twice");
+      }
       auto portals = Seq(n, "portals", f);
       for (size_t k = 0; k < portals.size(); ++k) {
-        std::string p = portals[k].as<std::string>();
-        if (!ValidPortal(p)) Fail(portals[k], f + ".portals[" + std::to_string(k) + "]", "expected IP:port");
+        std::string p = portals[k].IsScalar() ? portals[k].as<std::string>() : "";
+        if (!ValidPortal(p)) {
+          Fail(portals[k], f + ".portals[" + std::to_string(k) + "]", "expected IPv4:port or [IPv6]:port");
+        }
         t.portals.push_back(p);
       }
       t.luns = Luns(n, f);
@@ -229,6 +276,10 @@ class Parser {
         if (s.chap_user.empty() != s.chap_password.empty()) {
           Fail(a, af, "chap_user and chap_password go together");
         }
+        if (!s.chap_user.empty()) {
+          if (auto p = ChapProblem(s.chap_user); !p.empty()) Fail(a["chap_user"], af + ".chap_user", p);
+          if (auto p = ChapProblem(s.chap_password); !p.empty()) Fail(a["chap_password"], af + ".chap_password", p);
+        }
         // Absent (a version 1 file): the ACL maps every LUN of the target.
         if (a["mapped_luns"]) s.mapped_luns = MappedLuns(a, af, t);
         t.acls.push_back(s);
@@ -242,8 +293,9 @@ class Parser {
       Keys(n, f, {"wwn", "luns"});
       LoopbackConfig t;
       t.wwn = Str(n, n, "wwn", f, true);
-      if (t.wwn.size() != 20 || t.wwn.compare(0, 4, "naa.") != 0) {
-        Fail(n["wwn"], f + ".wwn", "expected naa. and 16 hex digits");
+      if (!ValidLoopbackWwn(t.wwn)) Fail(n["wwn"], f + ".wwn", "expected naa. and 16 hex digits");
+      for (const auto& o : c.loopback) {
+        if (o.wwn == t.wwn) Fail(n["wwn"], f + ".wwn", "loopback target " + t.wwn + " listed twice");
       }
       t.luns = Luns(n, f);
       c.loopback.push_back(std::move(t));
@@ -258,16 +310,25 @@ class Parser {
       }
       Fail(n, f, "LUN " + e.pool + "/" + e.name + " is not in pools");
     };
+    auto once = [&](const YAML::Node& n, const std::string& f, const std::vector<ExportLun>& luns, size_t k) {
+      for (size_t j = 0; j < k; ++j) {
+        if (luns[j].pool == luns[k].pool && luns[j].name == luns[k].name) {
+          Fail(n, f, "LUN " + luns[k].pool + "/" + luns[k].name + " is exported twice by this target");
+        }
+      }
+    };
     for (size_t i = 0; i < c.iscsi.size(); ++i) {
       for (size_t k = 0; k < c.iscsi[i].luns.size(); ++k) {
-        check_ref(iscsi[i]["luns"][k], "iscsi[" + std::to_string(i) + "].luns[" + std::to_string(k) + "]",
-                  c.iscsi[i].luns[k]);
+        std::string f = "iscsi[" + std::to_string(i) + "].luns[" + std::to_string(k) + "]";
+        check_ref(iscsi[i]["luns"][k], f, c.iscsi[i].luns[k]);
+        once(iscsi[i]["luns"][k], f, c.iscsi[i].luns, k);
       }
     }
     for (size_t i = 0; i < c.loopback.size(); ++i) {
       for (size_t k = 0; k < c.loopback[i].luns.size(); ++k) {
-        check_ref(loop[i]["luns"][k], "loopback[" + std::to_string(i) + "].luns[" + std::to_string(k) + "]",
-                  c.loopback[i].luns[k]);
+        std::string f = "loopback[" + std::to_string(i) + "].luns[" + std::to_string(k) + "]";
+        check_ref(loop[i]["luns"][k], f, c.loopback[i].luns[k]);
+        once(loop[i]["luns"][k], f, c.loopback[i].luns, k);
       }
     }
     return c;
@@ -295,7 +356,11 @@ Config ParseConfig(const std::string& text, const std::string& name) {
 
 Config LoadConfig(const std::string& path) {
   std::ifstream f(path);
-  if (!f) throw UserError("cannot read " + path + ": " + std::strerror(errno) + " (write one with 'cowctl save')");
+  if (!f) {
+    int err = errno;
+    throw UserError("cannot read " + path + ": " + std::strerror(err) + " (" +
+                    ErrnoAdvice(err, "write one with 'cowctl save'") + ")");
+  }
   std::stringstream ss;
   ss << f.rdbuf();
   return ParseConfig(ss.str(), path);
@@ -304,10 +369,11 @@ Config LoadConfig(const std::string& path) {
 std::string DumpConfig(const Config& c) {
   YAML::Emitter out;
   out << YAML::Comment("cowstore configuration: written by 'cowctl save', applied by 'cowctl restore'");
-  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << 2;
+  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << kConfigVersion;
   out << YAML::Key << "pools" << YAML::Value << YAML::BeginSeq;
   for (const auto& p : c.pools) {
     out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << p.name;
+    if (!p.uuid.empty()) out << YAML::Key << "uuid" << YAML::Value << p.uuid;
     if (!p.device.empty()) out << YAML::Key << "device" << YAML::Value << p.device;
     if (!p.file.empty()) out << YAML::Key << "file" << YAML::Value << p.file;
     out << YAML::Key << "size" << YAML::Value << p.size;
@@ -383,7 +449,11 @@ void WriteConfig(const std::string& path, const Config& config) {
   if (!dir.empty()) ::mkdir(dir.c_str(), 0755);
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) throw UserError("cannot write " + tmp + ": " + std::strerror(errno));
+  if (fd < 0) {
+    int err = errno;
+    std::string advice = ErrnoAdvice(err, "");
+    throw UserError("cannot write " + tmp + ": " + std::strerror(err) + (advice.empty() ? "" : " (" + advice + ")"));
+  }
   bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
   ::close(fd);
   if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -15,19 +15,27 @@ namespace cowstore::cowctl {
 
 inline constexpr const char* kDefaultConfigPath = "/etc/cowstore/cowstore.yaml";
 
+// Version 3 (this cowctl writes it; it reads 1 to 3) added pools[].uuid.
+inline constexpr int kConfigVersion = 3;
+
 struct LunConfig {
   std::string name;
   uint64_t size = 0;
   uint32_t block_size = 512;
   // Present when the LUN has a user:cowstore backstore.
   std::string backstore;   // rtslib storage object name
-  std::string wwn;         // vpd_unit_serial
+  std::string wwn;         // vpd_unit_serial: a UUID (8-4-4-4-12 hex digits)
   std::string copy_group;  // cfgstring option
   std::optional<bool> wce;
 };
 
 struct PoolConfig {
   std::string name;
+  // The pool's identity (its superblock UUID, lowercase 8-4-4-4-12), which
+  // restore checks before it uses, or relinks, a pool. Empty in a file of
+  // version 1 or 2: restore then uses a pool found under the name, relinks
+  // a `file:` pool (its path is the administrator's), never a `device:` one.
+  std::string uuid;
   std::string device;  // block device (the pool dir entry is a symlink to it)
   std::string file;    // pool file when it is not <pool_dir>/<name> itself
   uint64_t size = 0;
@@ -60,10 +68,18 @@ struct Config {
   std::vector<LoopbackConfig> loopback;
 };
 
+// Every field is checked on load, identities included: pool UUIDs and LUN
+// WWNs are UUIDs; two LUNs whose WWNs give one NAA identifier (NaaName) are
+// refused, as are a backstore name, an iSCSI target or a loopback WWN used
+// twice, a LUN exported twice by one target, CHAP strings LIO would not store (ChapProblem), portals that
+// are not IPv4:port or [IPv6]:port, and a loopback WWN that is not naa. and
+// 16 hex digits.
 // Throws UserError "<file>:<line>: <field>: <problem>".
 Config LoadConfig(const std::string& path);
 Config ParseConfig(const std::string& text, const std::string& name);
 std::string DumpConfig(const Config& config);
+// "0ec52bfc-a7bb-48b7-94a4-24e650d2d1ef" (any case): 8-4-4-4-12 hex digits.
+bool ValidUuidString(const std::string& s);
 // Atomically replaces `path` (mode 0600: it may hold CHAP secrets).
 void WriteConfig(const std::string& path, const Config& config);
 

@@ -1,5 +1,6 @@
 #include "tools/cowctl/lio.h"
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -12,6 +13,8 @@
 #include <functional>
 #include <map>
 #include <sstream>
+
+#include "handler/scsi/naa.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -57,8 +60,8 @@ void WriteFile(const std::string& p, const std::string& value, bool append = fal
   if (opt && opt->refuse_write) {
     if (int err = opt->refuse_write(p, value)) {
       errno = err;
-      throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
-                      " (see dmesg for the kernel's reason)");
+      throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() + " (" +
+                      ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
     }
   }
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
@@ -68,20 +71,25 @@ void WriteFile(const std::string& p, const std::string& value, bool append = fal
     ::mkdir(p.substr(0, p.rfind('/')).c_str(), 0755);
     fd = ::open(p.c_str(), flags, 0644);
   }
-  if (fd < 0) throw UserError("cannot open " + p + ": " + Errno());
+  if (fd < 0) {
+    int err = errno;
+    throw UserError("cannot open " + p + ": " + Errno() + " (" + ErrnoAdvice(err, "is configfs mounted?") + ")");
+  }
   ssize_t n = ::write(fd, value.data(), value.size());
   int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(value.size())) {
     errno = err;
-    throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() +
-                    " (see dmesg for the kernel's reason)");
+    throw UserError("writing '" + Trim(value) + "' to " + p + " failed: " + Errno() + " (" +
+                    ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
   }
 }
 
 void MkDir(const std::string& p) {
   if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw UserError("cannot create " + p + ": " + Errno());
+    int err = errno;
+    throw UserError("cannot create " + p + ": " + Errno() + " (" +
+                    ErrnoAdvice(err, "see dmesg for the kernel's reason") + ")");
   }
 }
 
@@ -362,6 +370,13 @@ std::optional<Backstore> Lio::FindBackstoreByKey(const std::string& key) const {
   return std::nullopt;
 }
 
+bool Lio::UserBackstoreExists(const std::string& name) const {
+  for (const auto& hba : List(T("core"))) {
+    if (Suffix(hba, "user_") && Exists(T("core/" + hba + "/" + name))) return true;
+  }
+  return false;
+}
+
 Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
   RequireCore();
   RequireName(spec.name, "backstore");
@@ -379,10 +394,9 @@ Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
     if (idx != std::string::npos) {
       if (auto n = Suffix(hba.substr(idx), "_")) used.push_back(*n);
     }
-    if (hba.compare(0, 5, "user_") == 0 && Exists(T("core/" + hba + "/" + spec.name))) {
-      throw UserError("a user backstore named '" + spec.name +
-                      "' already exists: pick another name with --backstore-name");
-    }
+  }
+  if (UserBackstoreExists(spec.name)) {
+    throw UserError("a user backstore named '" + spec.name + "' already exists: pick another name with --backstore-name");
   }
   uint32_t index = 0;
   while (std::find(used.begin(), used.end(), index) != used.end()) ++index;
@@ -507,7 +521,11 @@ bool ValidPortal(const std::string& portal) {
   std::string host = portal.substr(0, colon), port = portal.substr(colon + 1);
   if (port.empty() || port.size() > 5 || !std::all_of(port.begin(), port.end(), ::isdigit)) return false;
   if (std::stoul(port) == 0 || std::stoul(port) > 65535) return false;
-  if (host.front() == '[') return host.back() == ']' && host.size() > 2;
+  if (host.front() == '[') {
+    if (host.back() != ']' || host.size() < 3) return false;
+    in6_addr a;
+    return ::inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &a) == 1;
+  }
   auto parts = Split(host, '.');
   if (parts.size() != 4) return false;
   for (const auto& p : parts) {
@@ -516,6 +534,34 @@ bool ValidPortal(const std::string& portal) {
     }
   }
   return true;
+}
+
+std::string ErrnoAdvice(int err, const std::string& otherwise) {
+  // Only root may change LIO (configfs is root's; the kernel checks
+  // CAP_SYS_ADMIN) or open the pools; the kernel's log has nothing to add.
+  if ((err == EACCES || err == EPERM) && ::geteuid() != 0) return "run cowctl as root";
+  return otherwise;
+}
+
+std::string NaaName(const std::string& unit_serial) {
+  std::string out = "naa.";
+  for (uint8_t b : scsi::NaaFromUnitSerial(unit_serial)) out += Hex(b, 2);
+  return out;
+}
+
+bool ValidLoopbackWwn(const std::string& wwn) {
+  return wwn.size() == 20 && wwn.compare(0, 4, "naa.") == 0 &&
+         std::all_of(wwn.begin() + 4, wwn.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)); });
+}
+
+std::string ChapProblem(const std::string& v) {
+  // LIO refuses a write of 256 bytes or more into its 256-byte buffers.
+  if (v.empty() || v.size() > 255) return "must be 1 to 255 characters";
+  for (unsigned char c : v) {
+    if (c < 0x21 || c > 0x7e) return "may hold only printable ASCII without spaces (no newline, no accents)";
+  }
+  if (v.compare(0, 4, "NULL") == 0) return "must not start with NULL (LIO reads that as \"no CHAP\")";
+  return {};
 }
 
 std::string DefaultIscsiTarget(const std::string& pool) {
@@ -552,9 +598,11 @@ void ValidateIscsiSpec(const IscsiSpec& spec) {
     if (a.chap_user.empty() != a.chap_password.empty()) {
       throw UserError("CHAP needs both --chap-user and --chap-password");
     }
-    if (!a.chap_password.empty() && (a.chap_password.size() < 12 || a.chap_password.size() > 16)) {
-      // Microsoft and ESXi initiators insist on 12-16 characters.
-      throw UserError("CHAP password must be 12 to 16 characters long");
+    if (!a.chap_user.empty()) {
+      if (auto p = ChapProblem(a.chap_user); !p.empty()) throw UserError("CHAP user of " + a.initiator + " " + p);
+      if (auto p = ChapProblem(a.chap_password); !p.empty()) {
+        throw UserError("CHAP password of " + a.initiator + " " + p);
+      }
     }
   }
   for (const auto& a : spec.acls) {
@@ -593,6 +641,13 @@ void RefuseUnaskedDemoMode(IscsiAccess access, const IscsiSpec& spec, const std:
 
 void CheckIscsiAccess(IscsiAccess access, const IscsiSpec& spec, const std::string& what) {
   ValidateIscsiSpec(spec);
+  for (const auto& a : spec.acls) {
+    // A new secret from the command line: Microsoft's initiator insists on
+    // 12-16 characters (a saved file keeps whatever LIO accepted).
+    if (!a.chap_password.empty() && (a.chap_password.size() < 12 || a.chap_password.size() > 16)) {
+      throw UserError("CHAP password must be 12 to 16 characters long");
+    }
+  }
   RefuseUnaskedDemoMode(access, spec, what);
   if (!spec.acls.empty() && access == IscsiAccess::kDemo) {
     throw UserError("refusing to add " + what + " to " + spec.target +
@@ -740,7 +795,7 @@ FabricLun Lio::ExportLoopback(const Backstore& bs, const std::string& wwn_in) {
   // rtslib's loopback WWNs: naa.5001405 + 9 hex digits.
   std::string wwn = wwn_in.empty() ? "naa.5001405" + Hex(Hash64("t" + bs.wwn + bs.key()), 9) : wwn_in;
   std::string nexus = "naa.5001405" + Hex(Hash64("i" + bs.wwn + bs.key()), 9);
-  if (wwn.size() != 20 || wwn.compare(0, 4, "naa.") != 0) {
+  if (!ValidLoopbackWwn(wwn)) {
     throw UserError("invalid loopback WWN '" + wwn + "': expected naa. and 16 hex digits");
   }
   std::string tdir = T("loopback/" + wwn);

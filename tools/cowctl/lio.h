@@ -144,6 +144,9 @@ class Lio {
   std::vector<Backstore> Backstores() const;  // cowstore ones only
   std::optional<Backstore> FindBackstore(const std::string& pool, const std::string& lun) const;
   std::optional<Backstore> FindBackstoreByKey(const std::string& key) const;
+  // Whether any user backstore (cowstore's or another handler's) is named
+  // `name`: rtslib keeps storage object names unique per plugin.
+  bool UserBackstoreExists(const std::string& name) const;
   // Creates, configures and enables the backstore; removes it again on error.
   Backstore CreateBackstore(const BackstoreSpec& spec);
   // Refuses while a fabric LUN links to it.
@@ -193,12 +196,32 @@ class Lio {
 //  - acls: refused for a target in demo mode (the ACLs would not keep any
 //    initiator out); demo_mode together with acls is refused.
 // ExportIscsi applies the first and last rule itself (restore relies on
-// only those); the CLI calls this before it makes anything.
+// only those); the CLI calls this before it makes anything. It also holds a
+// new CHAP secret to 12-16 characters (Microsoft's initiator needs that);
+// ExportIscsi, and so restore, takes any secret LIO accepts (ChapProblem).
 void CheckIscsiAccess(IscsiAccess access, const IscsiSpec& spec, const std::string& what);
+
+// What to do about a failed open/mkdir/write in configfs, the pool directory
+// or /etc/cowstore: "run cowctl as root" for EACCES/EPERM when not root,
+// else `otherwise`.
+std::string ErrnoAdvice(int err, const std::string& otherwise);
+
+// The NAA identifier an initiator sees for a backstore whose
+// wwn/vpd_unit_serial is `unit_serial` ("naa.6001405" and 25 hex digits, as
+// ESXi lists it): the handler's VPD 0x83 designator (handler/scsi/naa.h).
+std::string NaaName(const std::string& unit_serial);
 
 // Default target name for a pool: iqn.2024-01.io.cowstore:<host>.<pool>
 std::string DefaultIscsiTarget(const std::string& pool);
 bool ValidIqn(const std::string& iqn);
+// "IPv4:port" or "[IPv6]:port" (the address parsed by inet_pton, so nothing
+// else reaches the np/ directory name in configfs).
 bool ValidPortal(const std::string& portal);
+// A loopback target's WWN: "naa." and 16 hex digits (it names a directory).
+bool ValidLoopbackWwn(const std::string& wwn);
+// A CHAP user name or secret as LIO stores it (auth/userid, auth/password):
+// 1..255 bytes of printable ASCII without spaces, not starting with "NULL"
+// (which LIO reads as "no CHAP"). Empty when fine, else what is wrong.
+std::string ChapProblem(const std::string& value);
 
 }  // namespace cowstore::cowctl

@@ -1,13 +1,18 @@
 #include "tools/cowctl/pools.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "handler/control/client.h"
 #include "handler/store/env.h"
+#include "handler/store/meta.h"
+#include "tools/cowctl/lio.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -216,6 +221,56 @@ class RemotePool final : public PoolHandle {
 
 std::string UuidHexString(const store::Uuid& id) { return UuidString(id); }
 
+PoolProbe ProbePool(const std::string& path) {
+  PoolProbe p;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) {
+    p.kind = errno == ENOENT ? PoolProbe::kAbsent : PoolProbe::kNotAPool;
+    p.detail = std::string("cannot open ") + path + ": " + std::strerror(errno);
+    return p;
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !(S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))) {
+    ::close(fd);
+    p.kind = PoolProbe::kNotAPool;
+    p.detail = path + " is neither a regular file nor a block device";
+    return p;
+  }
+  std::string buf(2 * store::kSuperblockSlot, '\0');
+  ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  int err = errno;
+  ::close(fd);
+  if (n < 0) {
+    p.kind = PoolProbe::kDamaged;
+    p.detail = std::string("cannot read ") + path + ": " + std::strerror(err);
+    return p;
+  }
+  bool magic = false;
+  std::string why;
+  for (size_t slot = 0; slot < 2; ++slot) {
+    size_t at = slot * store::kSuperblockSlot;
+    if (static_cast<size_t>(n) < at + store::kSuperblockSlot) break;
+    store::Superblock sb;
+    store::Status s = store::Superblock::Decode(buf.data() + at, store::kSuperblockSlot, &sb);
+    // kUnsupported (a newer format) still names its pool: Decode has read
+    // the UUID and checked the checksum before the version.
+    if (s.ok() || s.code() == store::Code::kUnsupported) {
+      p.kind = PoolProbe::kPool;
+      p.uuid = sb.uuid;
+      return p;
+    }
+    // Decode says kCorruption for a bad magic and a bad checksum alike; the
+    // first 8 bytes (docs/design/store.md) tell a damaged pool from none.
+    if (std::memcmp(buf.data() + at, "COWSTORE", 8) == 0) {
+      magic = true;
+      why = s.message();
+    }
+  }
+  p.kind = magic ? PoolProbe::kDamaged : PoolProbe::kNotAPool;
+  p.detail = magic ? path + " has a damaged cowstore superblock (" + why + ")" : path + " holds no cowstore pool";
+  return p;
+}
+
 [[noreturn]] void Fail(const store::Status& s, const std::string& what) {
   std::string hint;
   switch (s.code()) {
@@ -261,7 +316,13 @@ std::unique_ptr<PoolHandle> ConnectPool(const Context& ctx, const std::string& p
 std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool, bool read_only) {
   std::string path = PoolPath(ctx, pool);
   struct stat st;
+  // Not root: say so, rather than "not found" or the store's "I/O error".
+  auto denied = [&](int err) {
+    if (ErrnoAdvice(err, "") == "") return;
+    throw UserError("pool '" + pool + "': " + path + ": " + std::strerror(err) + " (run cowctl as root)");
+  };
   if (::lstat(path.c_str(), &st) != 0) {
+    denied(errno);
     throw UserError("pool '" + pool + "' not found in " + ctx.pool_dir +
                     " (create it with 'cowctl pool create', or point --pool-dir/COWSTORE_POOL_DIR at it)");
   }
@@ -269,6 +330,7 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
     throw UserError("pool '" + pool + "' points at a missing device or file (" + path +
                     "): attach the device, or remove the stale link");
   }
+  if (::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) != 0) denied(errno);
   store::OpenOptions oo;
   oo.read_only = read_only;
   auto r = store::Pool::Open(store::DefaultEnv(), path, oo);

@@ -65,4 +65,20 @@ std::unique_ptr<PoolHandle> ConnectPool(const Context& ctx, const std::string& p
 
 std::string UuidHexString(const store::Uuid& id);  // WWN form
 
+// What a path holds, read from its two superblock copies without opening
+// the pool (so it answers while tcmu-runner holds the pool, and it never
+// replays a journal or writes). Follows symlinks; opens non-blocking and
+// reads only a regular file or a block device.
+struct PoolProbe {
+  enum Kind {
+    kAbsent,    // nothing there (ENOENT, or a dangling link)
+    kNotAPool,  // no cowstore magic in either superblock copy (or not a file/device)
+    kDamaged,   // cowstore magic, but neither copy is valid
+    kPool,      // a pool: `uuid` is its identity
+  } kind = kAbsent;
+  store::Uuid uuid{};
+  std::string detail;  // why, for kNotAPool/kDamaged, or an open/read error
+};
+PoolProbe ProbePool(const std::string& path);
+
 }  // namespace cowstore::cowctl

@@ -62,6 +62,7 @@ step resize-seen      eval "echo 1 > /sys/block/${D#/dev/}/device/rescan; blockd
 # ------------------------------------------------------------ save, clear, restore
 step save             cowctl save $CONF
 step save-content     shows "copy_group: g1" cat $CONF
+step save-uuid        shows "uuid: " cat $CONF
 step clear-lio        targetcli clearconfig confirm=True
 step runner-stop      stop_runner
 step runner-restart   start_runner --handler-path "$COW_HANDLER_DIR"
@@ -71,6 +72,9 @@ LW2=$(cowctl --json export list | sed -n 's/.*"target": "\(naa\.[0-9a-f]*\)".*/\
 step loop-disk-again  wait_for 20 loop_dev "$LW2" 0
 D2=$(loop_dev "$LW2" 0)
 step read-after       same_as "$D2" $((8 * 2048)) $((4 * 2048)) $W/pat
+# The identifier cowctl prints is the one the initiator reads in VPD 0x83.
+NAA=$(cowctl --json lun show p0/vm1 | sed -n 's/.*"naa": "naa\.\([0-9a-f]*\)".*/\1/p')
+step naa-is-vpd83     eval "[ -n '$NAA' ] && sg_vpd -p di $D2 | tr -d ' ' | grep -qi '$NAA'"
 step iscsi-after      shows "LIO-ORG|cowstore" iscsi-inq "$(iscsi_url $TGT 0)"
 
 # ------------------------------------------------------------ targetcli round trip
