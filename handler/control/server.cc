@@ -13,6 +13,7 @@
 #include <exception>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -36,6 +37,12 @@ std::string ErrorReply(const Status& s) {
 }
 
 std::string ErrorReply(Code c, const std::string& msg) { return ErrorReply(Status(c, msg)); }
+
+// The peer closed the connection or shut down its sending side.
+bool PeerHungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 std::string UuidHex(const store::Uuid& id) {
   static const char* kHex = "0123456789abcdef";
@@ -197,7 +204,20 @@ store::Result<std::unique_ptr<Server>> Server::Start(store::Pool& pool, ServerOp
     ::unlink(path.c_str());
     return Status(Code::kIOError, std::string("control socket: pipe: ") + std::strerror(errno));
   }
+  PoolFile pool_file;
+  if (!options.pool_path.empty()) {
+    auto pf = PoolFileAt(options.pool_path);
+    if (!pf.ok()) {
+      ::close(fd);
+      ::close(pipefd[0]);
+      ::close(pipefd[1]);
+      ::unlink(path.c_str());
+      return pf.status();
+    }
+    pool_file = pf.value();
+  }
   std::unique_ptr<Server> s(new Server(pool, std::move(options), path, fd, pipefd));
+  s->pool_file_ = pool_file;
   try {
     s->impl_->acceptor = std::thread([srv = s.get()] { srv->Run(); });
   } catch (...) {
@@ -353,6 +373,17 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     return req->Get(key);
   };
   auto need_u64 = [&](const char* key) { return req->GetU64(key); };
+  // Import and export: the pool's own file is off limits, progress goes to
+  // the client, and a client that hangs up (or shuts down its side: cowctl
+  // on Ctrl-C) cancels the copy.
+  auto image_options = [&] {
+    ImageOptions o;
+    o.pool_file = pool_file_;
+    o.progress = pfn;
+    o.progress_ctx = pctx;
+    if (progress_fd >= 0) o.cancelled = [progress_fd] { return PeerHungUp(progress_fd); };
+    return o;
+  };
 
   if (verb == "hello") {
     Record ok("ok");
@@ -424,7 +455,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
       return ErrorReply(Code::kInvalidArgument, "lun-import needs name= path=<absolute> block_size= size=");
     }
     CopyStats st;
-    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, &st, pfn, pctx);
+    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, image_options(), &st);
     if (!r.ok()) return finish(ErrorReply(r.status()), false);
     Record ok("ok");
     ok.Set("written", st.written).Set("skipped", st.skipped);
@@ -434,10 +465,17 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     auto name = need("name");
     auto path = need("path");
     if (!name || !path || path->empty() || (*path)[0] != '/') {
-      return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1]");
+      return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1] [mode=<octal>]");
+    }
+    ImageOptions o = image_options();
+    o.force = req->Get("force") == "1";
+    if (req->Has("mode")) {
+      auto mode = ParseMode(req->Get("mode"));
+      if (!mode) return ErrorReply(Code::kInvalidArgument, "lun-export: mode= must be octal, at most 7777");
+      o.mode = *mode;
     }
     CopyStats st;
-    Status s = ExportImage(pool_, *name, *path, req->Get("force") == "1", &st, pfn, pctx);
+    Status s = ExportImage(pool_, *name, *path, o, &st);
     if (!s.ok()) return finish(ErrorReply(s), false);
     Record ok("ok");
     ok.Set("written", st.written).Set("skipped", st.skipped);

@@ -18,6 +18,7 @@
 
 #include "handler/store/env.h"
 #include "tools/cowctl/config.h"
+#include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/output.h"
 #include "tools/cowctl/pools.h"
@@ -559,6 +560,7 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
   control::CopyStats st;
   store::LunInfo l;
   {
+    Interruptible interruptible;  // Ctrl-C: the import stops and leaves nothing
     Progress progress("importing " + ref.str());
     l = h->Import(ref.lun, path, bs, bytes, &st, &progress);
   }
@@ -570,15 +572,19 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
                    FormatSize(st.skipped) + " of zeros left unmapped\n");
 }
 
-void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force) {
+void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force,
+                  const std::string& mode_text) {
   LunRef ref = ParseLunRef(refs);
+  auto mode = control::ParseMode(mode_text);
+  if (!mode) throw UserError("--mode " + mode_text + ": give octal permissions, as chmod takes them (e.g. 0640)");
   std::string path = Absolute(to);
   auto h = OpenPool(ctx, ref.pool, true);
   store::LunInfo l = h->GetLun(ref.lun);
   control::CopyStats st;
   {
+    Interruptible interruptible;  // Ctrl-C: the export stops, the old file stays
     Progress progress("exporting " + ref.str());
-    h->Export(ref.lun, path, force, &st, &progress);
+    h->Export(ref.lun, path, force, *mode, &st, &progress);
   }
   Json j = Json::object();
   j["lun"] = ref.str();
@@ -1319,8 +1325,10 @@ int Main(int argc, char** argv) {
   auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
   le->add_option("lun", lref, "POOL/LUN")->required();
   le->add_option("--to,-t", lpath, "Raw image file or block device")->required();
-  le->add_flag("--force", lforce, "Overwrite an existing file");
-  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce); });
+  le->add_flag("--force", lforce, "Replace an existing file, or overwrite a block device (never one in use)");
+  std::string lmode = "0600";
+  le->add_option("--mode", lmode, "Permissions of the image file (octal)")->capture_default_str();
+  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce, lmode); });
 
   // backstore
   auto* bsc = app.add_subcommand("backstore", "LIO user:cowstore backstores");

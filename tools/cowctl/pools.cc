@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "handler/control/client.h"
 #include "handler/store/env.h"
+#include "tools/cowctl/interrupt.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -20,6 +22,13 @@ store::Uuid ParseUuidHex(const std::string& hex) {
     id[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
   }
   return id;
+}
+
+// A failed copy: after Ctrl-C or SIGTERM, said as an interruption (the
+// copy rolled back), not as the I/O error it is reported as.
+[[noreturn]] void FailCopy(const store::Status& s, const std::string& what) {
+  if (Interruptible::interrupted()) throw UserError("interrupted: " + what + ": " + s.message());
+  Fail(s, what);
 }
 
 store::LunInfo LunFromRecord(const control::Record& r) {
@@ -40,7 +49,8 @@ void ProgressThunk(void* ctx, uint64_t done, uint64_t total) {
 
 class LocalPool final : public PoolHandle {
  public:
-  LocalPool(std::string name, std::unique_ptr<store::Pool> pool) : pool_(std::move(pool)) {
+  LocalPool(std::string name, std::string path, std::unique_ptr<store::Pool> pool)
+      : path_(std::move(path)), pool_(std::move(pool)) {
     name_ = std::move(name);
   }
   ~LocalPool() override { (void)pool_->Close(); }
@@ -80,17 +90,32 @@ class LocalPool final : public PoolHandle {
   std::optional<std::vector<control::LunCounters>> Counters() override { return std::nullopt; }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
-    auto r = control::ImportImage(*pool_, n, path, bs, size, stats, progress ? ProgressThunk : nullptr, progress);
-    if (!r.ok()) Fail(r.status(), "importing " + path + " into " + name_ + "/" + n);
+    auto r = control::ImportImage(*pool_, n, path, bs, size, Options(progress), stats);
+    if (!r.ok()) FailCopy(r.status(), "importing " + path + " into " + name_ + "/" + n);
     return r.value();
   }
-  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+  void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
               Progress* progress) override {
-    auto s = control::ExportImage(*pool_, n, path, force, stats, progress ? ProgressThunk : nullptr, progress);
-    if (!s.ok()) Fail(s, "exporting " + name_ + "/" + n + " to " + path);
+    control::ImageOptions o = Options(progress);
+    o.force = force;
+    o.mode = mode;
+    auto s = control::ExportImage(*pool_, n, path, o, stats);
+    if (!s.ok()) FailCopy(s, "exporting " + name_ + "/" + n + " to " + path);
   }
 
  private:
+  // The pool's own file is never an image; Ctrl-C stops the copy.
+  control::ImageOptions Options(Progress* progress) {
+    control::ImageOptions o;
+    auto pf = control::PoolFileAt(path_);
+    if (!pf.ok()) Fail(pf.status(), "pool '" + name_ + "'");
+    o.pool_file = pf.value();
+    o.cancelled = [] { return Interruptible::interrupted(); };
+    o.progress = progress ? ProgressThunk : nullptr;
+    o.progress_ctx = progress;
+    return o;
+  }
+  std::string path_;
   std::unique_ptr<store::Pool> pool_;
 };
 
@@ -111,8 +136,8 @@ class RemotePool final : public PoolHandle {
       cb = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
     }
     auto r = client_->Call(sent, cb);
-    if (!r.ok()) Fail(r.status(), what + " (through the handler's control socket)");
-    if (!r->ok()) Fail(r->status(), what);
+    if (!r.ok()) FailCopy(r.status(), what + " (through the handler's control socket)");
+    if (!r->ok()) FailCopy(r->status(), what);
     return r.value();
   }
   store::SpaceInfo Space() override {
@@ -177,16 +202,22 @@ class RemotePool final : public PoolHandle {
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
     client_->SetTimeout(0);  // as long as the copy takes
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
     auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
                   "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)", progress);
     stats->written = r.head.GetU64("written").value_or(0);
     stats->skipped = r.head.GetU64("skipped").value_or(0);
     return One(r);
   }
-  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+  void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
               Progress* progress) override {
     client_->SetTimeout(0);
-    auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0"),
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
+    // A handler older than `mode=` ignores it and writes 0644: that is its
+    // documented behaviour, not one cowctl can change from here.
+    auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0").Set("mode", octal),
                   "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
     stats->written = r.head.GetU64("written").value_or(0);
     stats->skipped = r.head.GetU64("skipped").value_or(0);
@@ -272,7 +303,7 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
   store::OpenOptions oo;
   oo.read_only = read_only;
   auto r = store::Pool::Open(store::DefaultEnv(), path, oo);
-  if (r.ok()) return std::make_unique<LocalPool>(pool, std::move(r.value()));
+  if (r.ok()) return std::make_unique<LocalPool>(pool, path, std::move(r.value()));
   if (r.status().code() != Code::kBusy) Fail(r.status(), "opening pool '" + pool + "'");
   std::string sock = control::SocketPath(ctx.run_dir, pool);
   auto c = control::Client::Connect(sock);
