@@ -10,7 +10,7 @@
 //   reply:   ok [key=value ...]\n  | error code=<CodeName> message=<text>\n
 //            then zero or more "<type> key=value ...\n" records
 //            then "end\n"
-//   A request with progress=1 to lun-import, lun-export or check (version 2)
+//   A request with progress=1 to lun-import, lun-export, check or scrub (version 2)
 //   may get "progress done=<n> total=<n>\n" lines before the status line;
 //   a server of version 1 ignores the key and sends none.
 //

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include "handler/control/image.h"
 #include "handler/control/protocol.h"
+#include "handler/control/scrub.h"
 
 namespace cowstore::control {
 namespace {
@@ -500,6 +502,23 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     ok.Set("allocated_units", rep.allocated_units).Set("leaked_units", rep.leaked_units);
     std::string out = Line(ok);
     for (const auto& p : rep.problems) out += Line(Record("problem").Set("text", p));
+    return finish(out + "end\n", true);
+  }
+  if (verb == "scrub") {
+    // Reads every mapped block: as long as the data takes to read. A client
+    // that hangs up stops it.
+    std::function<bool()> cancelled;
+    if (progress_fd >= 0) cancelled = [progress_fd] { return PeerHungUp(progress_fd); };
+    auto r = Scrub(pool_, pfn, pctx, cancelled);
+    if (!r.ok()) return finish(ErrorReply(r.status()), false);
+    const ScrubReport& rep = r.value();
+    Record ok("ok");
+    ok.Set("clean", rep.clean() ? 1 : 0).Set("luns", rep.luns).Set("mapped_bytes", rep.mapped_bytes);
+    ok.Set("read_bytes", rep.read_bytes);
+    std::string out = Line(ok);
+    for (const auto& u : rep.unreadable) {
+      out += Line(Record("unreadable").Set("lun", u.lun).Set("lba", u.lba).Set("count", u.count).Set("error", u.error));
+    }
     return finish(out + "end\n", true);
   }
   if (verb == "counters") {

@@ -81,7 +81,7 @@ class Server {
   const std::string& path() const { return path_; }
 
   // One request line -> the whole reply (exposed for tests). A request with
-  // progress=1 to lun-import, lun-export or check gets "progress done= total="
+  // progress=1 to lun-import, lun-export, check or scrub gets "progress done= total="
   // lines before its status line: Serve() sends them while the work runs
   // (never blocking: a line the socket cannot take at once is dropped);
   // without a socket (fd < 0, tests) they are collected at the front of the

@@ -425,6 +425,24 @@ TEST_F(Cli, CtrlCDuringImportLeavesNoLunAndTheNameFree) {
   Ok("lun import tank/x --from " + small);
 }
 
+// `pool check` reads metadata only and says so; `pool scrub` reads the data.
+TEST_F(Cli, CheckSaysItReadsMetadataOnlyAndScrubReadsTheData) {
+  Pool();
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(2 << 20, 'x'));
+  Ok("lun import tank/x --from " + img);
+  std::string out = Ok("pool check tank");
+  EXPECT_EQ(out.rfind("pool tank: metadata clean (", 0), 0u) << out;
+  EXPECT_NE(out.find("\n  data not read: 'cowctl pool scrub tank' reads every mapped block\n"), std::string::npos) << out;
+  EXPECT_NE(Ok("--json pool check tank").find("\"checked\": \"metadata\""), std::string::npos);
+  EXPECT_EQ(Ok("pool scrub tank"), "pool tank: data readable (1 LUNs, 2.00 MiB of 2.00 MiB mapped read)\n");
+  std::string j = Ok("--json pool scrub tank");
+  EXPECT_NE(j.find("\"clean\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"read_bytes\": 2097152"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"unreadable\": []"), std::string::npos) << j;
+  Err("pool scrub nope", "not found");
+}
+
 // ---------------------------------------------------------------- LIO
 
 TEST_F(Cli, LunCreateWithBackstore) {
@@ -958,7 +976,7 @@ TEST_F(Cli, EveryJsonOutputParses) {
   Ok("lun create tank/vm1 --size 8M --copy-group \"esx\"");
   Ok("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1");
   std::string file = host.dir.path() + "/c.yaml";
-  for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "lun list", "lun show tank/vm1",
+  for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "pool scrub tank", "lun list", "lun show tank/vm1",
                           "backstore list", "export list", "vaai status", "top --count 1 --interval 0.1",
                           "save " + file, "restore " + file, "lun snapshot tank/vm1 s1",
                           "lun resize tank/vm1 --size 16M"}) {
@@ -1137,6 +1155,19 @@ TEST_F(Served, CtrlCDuringAnImportByTheHandlerLeavesNothing) {
   EXPECT_FALSE(pool->GetLun("x.importing").ok());
 }
 
+TEST_F(Served, ScrubIsDoneByTheHandler) {
+  Serve();
+  Ok("lun create tank/vm1 --size 16M");
+  auto l = pool->OpenLun("vm1");
+  ASSERT_TRUE(l.ok());
+  std::string data(1 << 20, 'v');
+  ASSERT_TRUE(l.value()->Write(0, 2048, data.data(), store::Durability::kDurable).ok());
+  std::string j = Ok("--json pool scrub tank");
+  EXPECT_NE(j.find("\"online\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"read_bytes\": 1048576"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"clean\": true"), std::string::npos) << j;
+}
+
 TEST_F(Served, CowctlDrawsTheBarOnATerminalOnly) {
   Serve();
   // 8 MiB, every other MiB data: 8 copy chunks, so several progress lines.
@@ -1181,7 +1212,7 @@ c cowctl export iscsi t/l --
 )");
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
-  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
+  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete scrub",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
                         "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;

@@ -267,11 +267,13 @@ int PoolCheck(const Context& ctx, const std::string& name) {
   j["extents"] = rep.extents;
   j["allocated_units"] = rep.allocated_units;
   j["leaked_units"] = rep.leaked_units;
+  j["checked"] = "metadata";
   Json probs = Json::array();
-  std::string human = std::string("pool ") + name + ": " + (rep.clean ? "clean" : "PROBLEMS FOUND") + " (" +
-                      std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
+  std::string human = std::string("pool ") + name + ": metadata " + (rep.clean ? "clean" : "PROBLEMS FOUND") +
+                      " (" + std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
                       std::to_string(rep.allocated_units) + " allocated units, " +
-                      std::to_string(rep.leaked_units) + " leaked)\n";
+                      std::to_string(rep.leaked_units) + " leaked)\n" +
+                      "  data not read: 'cowctl pool scrub " + name + "' reads every mapped block\n";
   for (const auto& p : rep.problems) {
     probs.push_back(p);
     human += "  " + p + "\n";
@@ -279,6 +281,40 @@ int PoolCheck(const Context& ctx, const std::string& name) {
   j["problems"] = probs;
   Emit(ctx, j, human);
   return rep.clean ? 0 : 1;
+}
+
+int PoolScrub(const Context& ctx, const std::string& name) {
+  auto h = OpenPool(ctx, name, true);
+  control::ScrubReport rep;
+  {
+    Interruptible interruptible;  // Ctrl-C stops reading; nothing to undo
+    Progress progress("scrubbing " + name + (h->remote() ? " (by tcmu-runner's handler)" : ""));
+    rep = h->Scrub(&progress);
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["online"] = h->remote();
+  j["clean"] = rep.clean();
+  j["luns"] = rep.luns;
+  j["mapped_bytes"] = rep.mapped_bytes;
+  j["read_bytes"] = rep.read_bytes;
+  Json bad = Json::array();
+  std::string human = "pool " + name + ": " + (rep.clean() ? "data readable" : "UNREADABLE DATA") + " (" +
+                      std::to_string(rep.luns) + " LUNs, " + FormatSize(rep.read_bytes) + " of " +
+                      FormatSize(rep.mapped_bytes) + " mapped read)\n";
+  for (const auto& u : rep.unreadable) {
+    Json b = Json::object();
+    b["lun"] = name + "/" + u.lun;
+    b["lba"] = u.lba;
+    b["count"] = u.count;
+    b["error"] = u.error;
+    bad.push_back(b);
+    human += "  " + name + "/" + u.lun + " blocks " + std::to_string(u.lba) + "-" + std::to_string(u.lba + u.count - 1) +
+             ": " + u.error + "\n";
+  }
+  j["unreadable"] = bad;
+  Emit(ctx, j, human);
+  return rep.clean() ? 0 : 1;
 }
 
 void PoolGrow(const Context& ctx, const std::string& name, const std::string& size) {
@@ -1253,9 +1289,12 @@ int Main(int argc, char** argv) {
   auto* ps = pool->add_subcommand("show", "Space of a pool: size, allocated, shared, saved, free, per LUN");
   ps->add_option("name", pname, "Pool name")->required();
   ps->callback([&] { PoolShow(ctx, pname); });
-  auto* pk = pool->add_subcommand("check", "Run the store's checker over a pool");
+  auto* pk = pool->add_subcommand("check", "Check a pool's metadata (data is not read: see scrub)");
   pk->add_option("name", pname, "Pool name")->required();
   pk->callback([&] { rc = PoolCheck(ctx, pname); });
+  auto* psc = pool->add_subcommand("scrub", "Read every mapped block of a pool; report unreadable ranges by LUN");
+  psc->add_option("name", pname, "Pool name")->required();
+  psc->callback([&] { rc = PoolScrub(ctx, pname); });
   auto* pg = pool->add_subcommand("grow", "Grow a pool (file: to --size; device: to the device size)");
   pg->add_option("name", pname, "Pool name")->required();
   pg->add_option("--size,-s", psize, "New size (file pools)");

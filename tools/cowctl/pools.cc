@@ -87,6 +87,12 @@ class LocalPool final : public PoolHandle {
   store::CheckReport Check(Progress* progress) override {
     return pool_->Check(progress ? ProgressThunk : nullptr, progress);
   }
+  control::ScrubReport Scrub(Progress* progress) override {
+    auto r = control::Scrub(*pool_, progress ? ProgressThunk : nullptr, progress,
+                            [] { return Interruptible::interrupted(); });
+    if (!r.ok()) FailCopy(r.status(), "scrubbing pool " + name_);
+    return r.value();
+  }
   std::optional<std::vector<control::LunCounters>> Counters() override { return std::nullopt; }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
@@ -221,6 +227,21 @@ class RemotePool final : public PoolHandle {
                   "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
     stats->written = r.head.GetU64("written").value_or(0);
     stats->skipped = r.head.GetU64("skipped").value_or(0);
+  }
+  control::ScrubReport Scrub(Progress* progress) override {
+    client_->SetTimeout(0);  // as long as reading the data takes
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
+    auto r = Call(control::Record("scrub"), "scrubbing pool " + name_ + " (done by tcmu-runner's handler)", progress);
+    control::ScrubReport rep;
+    rep.luns = r.head.GetU64("luns").value_or(0);
+    rep.mapped_bytes = r.head.GetU64("mapped_bytes").value_or(0);
+    rep.read_bytes = r.head.GetU64("read_bytes").value_or(0);
+    for (const auto& rec : r.records) {
+      if (rec.type != "unreadable") continue;
+      rep.unreadable.push_back({rec.Get("lun"), rec.GetU64("lba").value_or(0), rec.GetU64("count").value_or(0),
+                                rec.Get("error")});
+    }
+    return rep;
   }
   std::optional<std::vector<control::LunCounters>> Counters() override {
     auto r = client_->Call(control::Record("counters"));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "handler/control/image.h"
+#include "handler/control/scrub.h"
 #include "handler/control/server.h"
 #include "handler/store/pool.h"
 #include "tools/cowctl/output.h"
@@ -40,6 +41,9 @@ class PoolHandle {
   virtual store::LunInfo CloneLun(const std::string& src, const std::string& dst) = 0;
   virtual void Grow(uint64_t size) = 0;
   virtual store::CheckReport Check(Progress* progress) = 0;
+  // Reads every mapped block (control/scrub.h); Ctrl-C stops it while an
+  // Interruptible lives.
+  virtual control::ScrubReport Scrub(Progress* progress) = 0;
   // Per-LUN handler counters; nullopt when the pool is not served.
   virtual std::optional<std::vector<control::LunCounters>> Counters() = 0;
   // A new LUN from a raw image or block device (absolute path); done by the
