@@ -406,7 +406,7 @@ TEST_F(Cli, CtrlCDuringImportLeavesNoLunAndTheNameFree) {
   Pool();
   std::string img = HugeSparseImage(host.dir.path());
   std::string out, err;
-  pid_t pid = Spawn("lun import tank/x --from " + img, &out, &err);
+  pid_t pid = Spawn("lun import tank/x --overcommit --from " + img, &out, &err);
   ASSERT_GT(pid, 0);
   // Copying: it has read 128 MiB of the image.
   for (int i = 0; i < 6000 && BytesRead(pid) < (128u << 20); ++i) ::usleep(10000);
@@ -423,6 +423,22 @@ TEST_F(Cli, CtrlCDuringImportLeavesNoLunAndTheNameFree) {
   std::string small = host.dir.path() + "/small.img";
   WriteText(small, std::string(4096, 'x'));
   Ok("lun import tank/x --from " + small);
+}
+
+// The rule `lun create` applies: a LUN larger than the pool only with
+// --overcommit, whether the size is given or the source's.
+TEST_F(Cli, ImportAppliesTheOvercommitRule) {
+  Pool("tank", "64M");
+  std::string img = host.dir.path() + "/big.img";
+  WriteText(img, "data");
+  ASSERT_EQ(::truncate(img.c_str(), 128 << 20), 0);
+  Err("lun import tank/x --from " + img, "is larger than pool 'tank' (64.0 MiB): grow the pool or pass --overcommit");
+  std::string small = host.dir.path() + "/small.img";
+  WriteText(small, "data");
+  Err("lun import tank/y --size 100M --from " + small, "pass --overcommit");
+  EXPECT_EQ(Ok("lun list tank").find("tank/"), std::string::npos);
+  Ok("lun import tank/x --overcommit --from " + img);
+  Ok("lun import tank/y --from " + small);
 }
 
 // `pool check` reads metadata only and says so; `pool scrub` reads the data.
@@ -1135,7 +1151,7 @@ TEST_F(Served, CtrlCDuringAnImportByTheHandlerLeavesNothing) {
   Serve();
   std::string img = HugeSparseImage(host.dir.path());
   std::string out, err;
-  pid_t pid = Spawn("lun import tank/x --from " + img, &out, &err);
+  pid_t pid = Spawn("lun import tank/x --overcommit --from " + img, &out, &err);
   ASSERT_GT(pid, 0);
   bool started = false;
   for (int i = 0; i < 6000 && !started; ++i) {

@@ -583,8 +583,26 @@ std::string Absolute(const std::string& p) {
   return std::string(cwd) + "/" + p;
 }
 
+// The size an import of `path` makes (0 when it cannot be told here: the
+// import itself then says why). Opens nothing that could block: a regular
+// file is sized by lstat, a block device through an O_NONBLOCK descriptor.
+uint64_t ImportSize(const std::string& path, uint32_t bs) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  uint64_t bytes = 0;
+  if (S_ISREG(st.st_mode)) {
+    bytes = static_cast<uint64_t>(st.st_size);
+  } else if (S_ISBLK(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+    ::close(fd);
+  }
+  return (bytes + bs - 1) / bs * bs;
+}
+
 void LunImport(const Context& ctx, const std::string& refs, const std::string& from, uint32_t bs,
-               const std::string& size) {
+               const std::string& size, bool overcommit) {
   LunRef ref = ParseLunRef(refs);
   CheckBlockSize(bs);
   uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
@@ -593,6 +611,13 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
   }
   std::string path = Absolute(from);
   auto h = OpenPool(ctx, ref.pool);
+  // The rule `lun create` applies: a LUN larger than its pool only when asked.
+  uint64_t lun_bytes = bytes ? bytes : ImportSize(path, bs);
+  uint64_t pool_bytes = h->Space().pool_size_bytes;
+  if (lun_bytes > pool_bytes && !overcommit) {
+    throw UserError("LUN size " + FormatSize(lun_bytes) + " is larger than pool '" + ref.pool + "' (" +
+                    FormatSize(pool_bytes) + "): grow the pool or pass --overcommit");
+  }
   control::CopyStats st;
   store::LunInfo l;
   {
@@ -1360,7 +1385,9 @@ int Main(int argc, char** argv) {
   li->add_option("--from,-f", lpath, "Raw image file or block device")->required();
   li->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
   li->add_option("--size,-s", lsize, "LUN size (default: the source's, rounded up to a block)");
-  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize); });
+  bool iovercommit = false;
+  li->add_flag("--overcommit", iovercommit, "Allow a LUN larger than the pool");
+  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize, iovercommit); });
   auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
   le->add_option("lun", lref, "POOL/LUN")->required();
   le->add_option("--to,-t", lpath, "Raw image file or block device")->required();
