@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "handler/control/image.h"
+#include "handler/control/messages.h"
 #include "handler/control/protocol.h"
 #include "handler/control/scrub.h"
 
@@ -44,23 +45,6 @@ std::string ErrorReply(Code c, const std::string& msg) { return ErrorReply(Statu
 bool PeerHungUp(int fd) {
   pollfd p{fd, POLLRDHUP, 0};
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
-}
-
-std::string UuidHex(const store::Uuid& id) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : id) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
-Record LunRecord(const store::LunInfo& l) {
-  Record r("lun");
-  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
-  r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
-  return r;
 }
 
 // Progress of one long request. Update() may run on any thread, possibly
@@ -393,15 +377,8 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     return Line(ok) + "end\n";
   }
   if (verb == "space") {
-    store::SpaceInfo s = pool_.Space();
-    Record p("pool");
-    p.Set("name", options_.pool_name).Set("size", s.pool_size_bytes).Set("allocation_unit", s.allocation_unit);
-    p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
-    p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
-    p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
-    p.Set("soft_threshold_units", s.soft_threshold_units);
-    std::string out = Line(Record("ok")) + Line(p);
-    for (const auto& l : s.luns) out += Line(LunRecord(l));
+    std::string out = Line(Record("ok"));
+    for (const auto& r : EncodeSpace(options_.pool_name, pool_.Space())) out += Line(r);
     return out + "end\n";
   }
   if (verb == "lun-get") {
@@ -409,7 +386,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!name) return ErrorReply(Code::kInvalidArgument, "lun-get needs name=");
     auto r = pool_.GetLun(*name);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-create") {
     auto name = need("name");
@@ -420,7 +397,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     }
     auto r = pool_.CreateLun(*name, *size, static_cast<uint32_t>(*bs));
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-delete") {
     auto name = need("name");
@@ -437,7 +414,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!s.ok()) return ErrorReply(s);
     auto r = pool_.GetLun(*name);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-clone") {
     auto src = need("src");
@@ -445,7 +422,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-clone needs src= dst=");
     auto r = pool_.CloneLun(*src, *dst);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-import") {
     // The handler process reads the image itself (the client is root).
@@ -460,8 +437,8 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, image_options(), &st);
     if (!r.ok()) return finish(ErrorReply(r.status()), false);
     Record ok("ok");
-    ok.Set("written", st.written).Set("skipped", st.skipped);
-    return finish(Line(ok) + Line(LunRecord(r.value())) + "end\n", true);
+    EncodeCopyStats(st, &ok);
+    return finish(Line(ok) + Line(EncodeLun(r.value())) + "end\n", true);
   }
   if (verb == "lun-export") {
     auto name = need("name");
@@ -480,7 +457,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     Status s = ExportImage(pool_, *name, *path, o, &st);
     if (!s.ok()) return finish(ErrorReply(s), false);
     Record ok("ok");
-    ok.Set("written", st.written).Set("skipped", st.skipped);
+    EncodeCopyStats(st, &ok);
     return finish(Line(ok) + "end\n", true);
   }
   if (verb == "grow") {
@@ -496,12 +473,11 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     return Line(Record("ok")) + "end\n";
   }
   if (verb == "check") {
-    store::CheckReport rep = pool_.Check(pfn, pctx);
     Record ok("ok");
-    ok.Set("clean", rep.clean ? 1 : 0).Set("luns", rep.luns).Set("extents", rep.extents);
-    ok.Set("allocated_units", rep.allocated_units).Set("leaked_units", rep.leaked_units);
+    std::vector<Record> records;
+    EncodeCheck(pool_.Check(pfn, pctx), &ok, &records);
     std::string out = Line(ok);
-    for (const auto& p : rep.problems) out += Line(Record("problem").Set("text", p));
+    for (const auto& r : records) out += Line(r);
     return finish(out + "end\n", true);
   }
   if (verb == "scrub") {
@@ -511,27 +487,17 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (progress_fd >= 0) cancelled = [progress_fd] { return PeerHungUp(progress_fd); };
     auto r = Scrub(pool_, pfn, pctx, cancelled);
     if (!r.ok()) return finish(ErrorReply(r.status()), false);
-    const ScrubReport& rep = r.value();
     Record ok("ok");
-    ok.Set("clean", rep.clean() ? 1 : 0).Set("luns", rep.luns).Set("mapped_bytes", rep.mapped_bytes);
-    ok.Set("read_bytes", rep.read_bytes);
+    std::vector<Record> records;
+    EncodeScrub(r.value(), &ok, &records);
     std::string out = Line(ok);
-    for (const auto& u : rep.unreadable) {
-      out += Line(Record("unreadable").Set("lun", u.lun).Set("lba", u.lba).Set("count", u.count).Set("error", u.error));
-    }
+    for (const auto& rec : records) out += Line(rec);
     return finish(out + "end\n", true);
   }
   if (verb == "counters") {
     std::string out = Line(Record("ok"));
     if (options_.counters) {
-      for (const auto& lc : options_.counters()) {
-        Record r("counters");
-        r.Set("lun", lc.lun);
-        for (const auto& [k, v] : lc.counters) {
-          if (k != "lun") r.Set(k, v);
-        }
-        out += Line(r);
-      }
+      for (const auto& r : EncodeCounters(options_.counters())) out += Line(r);
     }
     return out + "end\n";
   }

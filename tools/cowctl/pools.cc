@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "handler/control/client.h"
+#include "handler/control/messages.h"
 #include "handler/store/env.h"
 #include "tools/cowctl/interrupt.h"
 
@@ -16,31 +17,11 @@ namespace {
 
 using store::Code;
 
-store::Uuid ParseUuidHex(const std::string& hex) {
-  store::Uuid id{};
-  for (size_t i = 0; i < 16 && 2 * i + 1 < hex.size(); ++i) {
-    id[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return id;
-}
-
 // A failed copy: after Ctrl-C or SIGTERM, said as an interruption (the
 // copy rolled back), not as the I/O error it is reported as.
 [[noreturn]] void FailCopy(const store::Status& s, const std::string& what) {
   if (Interruptible::interrupted()) throw UserError("interrupted: " + what + ": " + s.message());
   Fail(s, what);
-}
-
-store::LunInfo LunFromRecord(const control::Record& r) {
-  store::LunInfo l;
-  l.name = r.Get("name");
-  l.id = ParseUuidHex(r.Get("id"));
-  l.size_bytes = r.GetU64("size").value_or(0);
-  l.block_size = static_cast<uint32_t>(r.GetU64("block_size").value_or(512));
-  l.mapped_bytes = r.GetU64("mapped").value_or(0);
-  l.exclusive_bytes = r.GetU64("exclusive").value_or(0);
-  l.shared_bytes = r.GetU64("shared").value_or(0);
-  return l;
 }
 
 void ProgressThunk(void* ctx, uint64_t done, uint64_t total) {
@@ -147,29 +128,11 @@ class RemotePool final : public PoolHandle {
     return r.value();
   }
   store::SpaceInfo Space() override {
-    auto r = Call(control::Record("space"), "reading space of pool " + name_);
-    store::SpaceInfo s;
-    for (const auto& rec : r.records) {
-      if (rec.type == "pool") {
-        s.pool_size_bytes = rec.GetU64("size").value_or(0);
-        s.allocation_unit = static_cast<uint32_t>(rec.GetU64("allocation_unit").value_or(0));
-        s.total_units = rec.GetU64("total_units").value_or(0);
-        s.allocated_units = rec.GetU64("allocated_units").value_or(0);
-        s.metadata_units = rec.GetU64("metadata_units").value_or(0);
-        s.shared_units = rec.GetU64("shared_units").value_or(0);
-        s.free_units = rec.GetU64("free_units").value_or(0);
-        s.mapped_bytes = rec.GetU64("mapped_bytes").value_or(0);
-        s.saved_bytes = rec.GetU64("saved_bytes").value_or(0);
-        s.soft_threshold_units = rec.GetU64("soft_threshold_units").value_or(0);
-      } else if (rec.type == "lun") {
-        s.luns.push_back(LunFromRecord(rec));
-      }
-    }
-    return s;
+    return control::DecodeSpace(Call(control::Record("space"), "reading space of pool " + name_).records);
   }
   store::LunInfo One(const control::Reply& r) {
     for (const auto& rec : r.records) {
-      if (rec.type == "lun") return LunFromRecord(rec);
+      if (rec.type == "lun") return control::DecodeLun(rec);
     }
     throw UserError("the handler's reply lacks the LUN");
   }
@@ -194,16 +157,7 @@ class RemotePool final : public PoolHandle {
   store::CheckReport Check(Progress* progress) override {
     client_->SetTimeout(0);  // as long as the check takes
     auto r = Call(control::Record("check"), "checking pool " + name_, progress);
-    store::CheckReport rep;
-    rep.clean = r.head.Get("clean") == "1";
-    rep.luns = r.head.GetU64("luns").value_or(0);
-    rep.extents = r.head.GetU64("extents").value_or(0);
-    rep.allocated_units = r.head.GetU64("allocated_units").value_or(0);
-    rep.leaked_units = r.head.GetU64("leaked_units").value_or(0);
-    for (const auto& rec : r.records) {
-      if (rec.type == "problem") rep.problems.push_back(rec.Get("text"));
-    }
-    return rep;
+    return control::DecodeCheck(r.head, r.records);
   }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
@@ -211,8 +165,7 @@ class RemotePool final : public PoolHandle {
     client_->SetInterrupt([] { return Interruptible::interrupted(); });
     auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
                   "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)", progress);
-    stats->written = r.head.GetU64("written").value_or(0);
-    stats->skipped = r.head.GetU64("skipped").value_or(0);
+    *stats = control::DecodeCopyStats(r.head);
     return One(r);
   }
   void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
@@ -225,39 +178,18 @@ class RemotePool final : public PoolHandle {
     // documented behaviour, not one cowctl can change from here.
     auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0").Set("mode", octal),
                   "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
-    stats->written = r.head.GetU64("written").value_or(0);
-    stats->skipped = r.head.GetU64("skipped").value_or(0);
+    *stats = control::DecodeCopyStats(r.head);
   }
   control::ScrubReport Scrub(Progress* progress) override {
     client_->SetTimeout(0);  // as long as reading the data takes
     client_->SetInterrupt([] { return Interruptible::interrupted(); });
     auto r = Call(control::Record("scrub"), "scrubbing pool " + name_ + " (done by tcmu-runner's handler)", progress);
-    control::ScrubReport rep;
-    rep.luns = r.head.GetU64("luns").value_or(0);
-    rep.mapped_bytes = r.head.GetU64("mapped_bytes").value_or(0);
-    rep.read_bytes = r.head.GetU64("read_bytes").value_or(0);
-    for (const auto& rec : r.records) {
-      if (rec.type != "unreadable") continue;
-      rep.unreadable.push_back({rec.Get("lun"), rec.GetU64("lba").value_or(0), rec.GetU64("count").value_or(0),
-                                rec.Get("error")});
-    }
-    return rep;
+    return control::DecodeScrub(r.head, r.records);
   }
   std::optional<std::vector<control::LunCounters>> Counters() override {
     auto r = client_->Call(control::Record("counters"));
     if (!r.ok() || !r->ok()) return std::nullopt;
-    std::vector<control::LunCounters> out;
-    for (const auto& rec : r->records) {
-      if (rec.type != "counters") continue;
-      control::LunCounters c;
-      c.lun = rec.Get("lun");
-      for (const auto& [k, v] : rec.fields) {
-        if (k == "lun") continue;
-        c.counters.emplace_back(k, control::Record().Set("v", v).GetU64("v").value_or(0));
-      }
-      out.push_back(std::move(c));
-    }
-    return out;
+    return control::DecodeCounters(r->records);
   }
 
  private:
