@@ -373,7 +373,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
 
   if (verb == "hello") {
     Record ok("ok");
-    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name).Set("features", "progress");
+    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name).Set("features", kFeatures);
     return Line(ok) + "end\n";
   }
   if (verb == "space") {

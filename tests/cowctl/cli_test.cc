@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -1169,6 +1170,57 @@ TEST_F(Served, CtrlCDuringAnImportByTheHandlerLeavesNothing) {
   EXPECT_NE(e.find("(nothing was kept)"), std::string::npos) << e;
   EXPECT_FALSE(pool->GetLun("x").ok());
   EXPECT_FALSE(pool->GetLun("x.importing").ok());
+}
+
+// A handler loaded before an upgrade (hello without "safe-images") would
+// follow links, wait on FIFOs and truncate in place: cowctl asks it for no
+// image copy and says what to do.
+TEST_F(Served, AnOlderHandlerIsAskedForNoImageCopy) {
+  Serve(false);  // the pool is held; an old handler answers on its socket
+  ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (run + "/tank.sock").c_str());
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::string> asked;  // written by the thread, read after join
+  std::thread old_handler([&] {
+    while (!stop) {
+      pollfd p{lfd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::string buf;
+      char chunk[4096];
+      ssize_t n;
+      while ((n = ::recv(c, chunk, sizeof chunk, 0)) > 0) {
+        buf.append(chunk, static_cast<size_t>(n));
+        size_t nl;
+        while ((nl = buf.find('\n')) != std::string::npos) {
+          std::string line = buf.substr(0, nl);
+          buf.erase(0, nl + 1);
+          asked.push_back(line.substr(0, line.find(' ')));
+          std::string verb = asked.back(), reply = "error code=InvalidArgument message=old\nend\n";
+          if (verb == "hello") reply = "ok version=2 pool=tank features=progress\nend\n";
+          if (verb == "space") reply = "ok\npool name=tank size=1073741824\nend\n";
+          if (verb == "lun-get") reply = "ok\nlun name=x size=1048576 block_size=512\nend\n";
+          (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+      ::close(c);
+    }
+  });
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(4096, 'd'));
+  Err("lun import tank/x --from " + img, "served by an older cowstore handler");
+  Err("lun export tank/x --to " + host.dir.path() + "/out.img", "restart tcmu-runner");
+  stop = true;
+  old_handler.join();
+  ::close(lfd);
+  for (const auto& v : asked) EXPECT_TRUE(v == "hello" || v == "space" || v == "lun-get") << v;
+  EXPECT_FALSE(Exists(host.dir.path() + "/out.img"));
 }
 
 TEST_F(Served, ScrubIsDoneByTheHandler) {

@@ -159,8 +159,20 @@ class RemotePool final : public PoolHandle {
     auto r = Call(control::Record("check"), "checking pool " + name_, progress);
     return control::DecodeCheck(r.head, r.records);
   }
+  // An older handler (still loaded by tcmu-runner after an upgrade) follows
+  // links, blocks on FIFOs, truncates in place and may overwrite its own
+  // pool: cowctl asks it for no image copy.
+  void RequireSafeImages(const std::string& what) {
+    auto r = client_->Call(control::Record("hello"));
+    std::string features = r.ok() && r->ok() ? "," + r->head.Get("features") + "," : "";
+    if (features.find(",safe-images,") == std::string::npos) {
+      throw UserError(what + ": pool '" + name_ + "' is served by an older cowstore handler, whose import and "
+                      "export are unsafe as root: restart tcmu-runner to load the installed handler, then retry");
+    }
+  }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
+    RequireSafeImages("importing " + path + " into " + name_ + "/" + n);
     client_->SetTimeout(0);  // as long as the copy takes
     client_->SetInterrupt([] { return Interruptible::interrupted(); });
     auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
@@ -170,12 +182,11 @@ class RemotePool final : public PoolHandle {
   }
   void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
               Progress* progress) override {
+    RequireSafeImages("exporting " + name_ + "/" + n + " to " + path);
     client_->SetTimeout(0);
     client_->SetInterrupt([] { return Interruptible::interrupted(); });
     char octal[8];
     std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
-    // A handler older than `mode=` ignores it and writes 0644: that is its
-    // documented behaviour, not one cowctl can change from here.
     auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0").Set("mode", octal),
                   "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
     *stats = control::DecodeCopyStats(r.head);
