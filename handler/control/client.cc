@@ -45,6 +45,13 @@ store::Result<std::unique_ptr<Client>> Client::Connect(const std::string& path, 
 
 Client::~Client() { ::close(fd_); }
 
+void Client::CheckInterrupt() {
+  if (!shut_down_ && interrupted_ && interrupted_()) {
+    ::shutdown(fd_, SHUT_WR);
+    shut_down_ = true;
+  }
+}
+
 void Client::SetTimeout(int timeout_ms) {
   timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
@@ -95,6 +102,7 @@ store::Result<Reply> Client::Call(const Record& request, const ProgressCallback&
         reply.records.push_back(std::move(*r));
       }
     }
+    CheckInterrupt();
     ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0 && send_error) return *send_error;

@@ -32,11 +32,19 @@ class Client {
   // version 2) go to `on_progress` in order, or are skipped without one.
   using ProgressCallback = std::function<void(uint64_t done, uint64_t total)>;
   store::Result<Reply> Call(const Record& request, const ProgressCallback& on_progress = nullptr);
+  // Checked while waiting for a reply (a signal handler's flag: a signal
+  // without SA_RESTART wakes the wait). Once it returns true, the sending
+  // side of the connection is shut down, which cancels a running import or
+  // export (the server rolls it back), and Call goes on reading its reply.
+  void SetInterrupt(std::function<bool()> interrupted) { interrupted_ = std::move(interrupted); }
 
  private:
   explicit Client(int fd) : fd_(fd) {}
+  void CheckInterrupt();
   int fd_;
   std::string buf_;
+  std::function<bool()> interrupted_;
+  bool shut_down_ = false;
 };
 
 }  // namespace cowstore::control

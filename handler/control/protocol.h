@@ -10,7 +10,7 @@
 //   reply:   ok [key=value ...]\n  | error code=<CodeName> message=<text>\n
 //            then zero or more "<type> key=value ...\n" records
 //            then "end\n"
-//   A request with progress=1 to lun-import, lun-export or check (version 2)
+//   A request with progress=1 to lun-import, lun-export, check or scrub (version 2)
 //   may get "progress done=<n> total=<n>\n" lines before the status line;
 //   a server of version 1 ignores the key and sends none.
 //
@@ -28,6 +28,11 @@
 namespace cowstore::control {
 
 inline constexpr int kProtocolVersion = 2;
+// What `hello` lists. "safe-images": lun-import/lun-export refuse links,
+// FIFOs and the pool's own file, replace files atomically, take mode= and
+// stop when the client hangs up; cowctl sends them to no handler without it
+// (an older one still loaded after an upgrade). "scrub": the scrub request.
+inline constexpr const char* kFeatures = "progress,safe-images,scrub";
 inline constexpr int kSendTimeoutMs = 10000;  // server: per final reply
 inline constexpr size_t kMaxLine = 64 * 1024;
 

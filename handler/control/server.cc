@@ -11,14 +11,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
 
 #include "handler/control/image.h"
+#include "handler/control/messages.h"
 #include "handler/control/protocol.h"
+#include "handler/control/scrub.h"
 
 namespace cowstore::control {
 namespace {
@@ -37,21 +41,10 @@ std::string ErrorReply(const Status& s) {
 
 std::string ErrorReply(Code c, const std::string& msg) { return ErrorReply(Status(c, msg)); }
 
-std::string UuidHex(const store::Uuid& id) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : id) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
-Record LunRecord(const store::LunInfo& l) {
-  Record r("lun");
-  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
-  r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
-  return r;
+// The peer closed the connection or shut down its sending side.
+bool PeerHungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
 // Progress of one long request. Update() may run on any thread, possibly
@@ -197,7 +190,20 @@ store::Result<std::unique_ptr<Server>> Server::Start(store::Pool& pool, ServerOp
     ::unlink(path.c_str());
     return Status(Code::kIOError, std::string("control socket: pipe: ") + std::strerror(errno));
   }
+  PoolFile pool_file;
+  if (!options.pool_path.empty()) {
+    auto pf = PoolFileAt(options.pool_path);
+    if (!pf.ok()) {
+      ::close(fd);
+      ::close(pipefd[0]);
+      ::close(pipefd[1]);
+      ::unlink(path.c_str());
+      return pf.status();
+    }
+    pool_file = pf.value();
+  }
   std::unique_ptr<Server> s(new Server(pool, std::move(options), path, fd, pipefd));
+  s->pool_file_ = pool_file;
   try {
     s->impl_->acceptor = std::thread([srv = s.get()] { srv->Run(); });
   } catch (...) {
@@ -353,22 +359,26 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     return req->Get(key);
   };
   auto need_u64 = [&](const char* key) { return req->GetU64(key); };
+  // Import and export: the pool's own file is off limits, progress goes to
+  // the client, and a client that hangs up (or shuts down its side: cowctl
+  // on Ctrl-C) cancels the copy.
+  auto image_options = [&] {
+    ImageOptions o;
+    o.pool_file = pool_file_;
+    o.progress = pfn;
+    o.progress_ctx = pctx;
+    if (progress_fd >= 0) o.cancelled = [progress_fd] { return PeerHungUp(progress_fd); };
+    return o;
+  };
 
   if (verb == "hello") {
     Record ok("ok");
-    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name).Set("features", "progress");
+    ok.Set("version", kProtocolVersion).Set("pool", options_.pool_name).Set("features", kFeatures);
     return Line(ok) + "end\n";
   }
   if (verb == "space") {
-    store::SpaceInfo s = pool_.Space();
-    Record p("pool");
-    p.Set("name", options_.pool_name).Set("size", s.pool_size_bytes).Set("allocation_unit", s.allocation_unit);
-    p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
-    p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
-    p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
-    p.Set("soft_threshold_units", s.soft_threshold_units);
-    std::string out = Line(Record("ok")) + Line(p);
-    for (const auto& l : s.luns) out += Line(LunRecord(l));
+    std::string out = Line(Record("ok"));
+    for (const auto& r : EncodeSpace(options_.pool_name, pool_.Space())) out += Line(r);
     return out + "end\n";
   }
   if (verb == "lun-get") {
@@ -376,7 +386,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!name) return ErrorReply(Code::kInvalidArgument, "lun-get needs name=");
     auto r = pool_.GetLun(*name);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-create") {
     auto name = need("name");
@@ -387,7 +397,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     }
     auto r = pool_.CreateLun(*name, *size, static_cast<uint32_t>(*bs));
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-delete") {
     auto name = need("name");
@@ -404,7 +414,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!s.ok()) return ErrorReply(s);
     auto r = pool_.GetLun(*name);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-clone") {
     auto src = need("src");
@@ -412,7 +422,7 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-clone needs src= dst=");
     auto r = pool_.CloneLun(*src, *dst);
     if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(LunRecord(r.value())) + "end\n";
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
   if (verb == "lun-import") {
     // The handler process reads the image itself (the client is root).
@@ -424,23 +434,30 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
       return ErrorReply(Code::kInvalidArgument, "lun-import needs name= path=<absolute> block_size= size=");
     }
     CopyStats st;
-    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, &st, pfn, pctx);
+    auto r = ImportImage(pool_, *name, *path, static_cast<uint32_t>(*bs), *size, image_options(), &st);
     if (!r.ok()) return finish(ErrorReply(r.status()), false);
     Record ok("ok");
-    ok.Set("written", st.written).Set("skipped", st.skipped);
-    return finish(Line(ok) + Line(LunRecord(r.value())) + "end\n", true);
+    EncodeCopyStats(st, &ok);
+    return finish(Line(ok) + Line(EncodeLun(r.value())) + "end\n", true);
   }
   if (verb == "lun-export") {
     auto name = need("name");
     auto path = need("path");
     if (!name || !path || path->empty() || (*path)[0] != '/') {
-      return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1]");
+      return ErrorReply(Code::kInvalidArgument, "lun-export needs name= path=<absolute> [force=1] [mode=<octal>]");
+    }
+    ImageOptions o = image_options();
+    o.force = req->Get("force") == "1";
+    if (req->Has("mode")) {
+      auto mode = ParseMode(req->Get("mode"));
+      if (!mode) return ErrorReply(Code::kInvalidArgument, "lun-export: mode= must be octal, at most 7777");
+      o.mode = *mode;
     }
     CopyStats st;
-    Status s = ExportImage(pool_, *name, *path, req->Get("force") == "1", &st, pfn, pctx);
+    Status s = ExportImage(pool_, *name, *path, o, &st);
     if (!s.ok()) return finish(ErrorReply(s), false);
     Record ok("ok");
-    ok.Set("written", st.written).Set("skipped", st.skipped);
+    EncodeCopyStats(st, &ok);
     return finish(Line(ok) + "end\n", true);
   }
   if (verb == "grow") {
@@ -456,25 +473,31 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     return Line(Record("ok")) + "end\n";
   }
   if (verb == "check") {
-    store::CheckReport rep = pool_.Check(pfn, pctx);
     Record ok("ok");
-    ok.Set("clean", rep.clean ? 1 : 0).Set("luns", rep.luns).Set("extents", rep.extents);
-    ok.Set("allocated_units", rep.allocated_units).Set("leaked_units", rep.leaked_units);
+    std::vector<Record> records;
+    EncodeCheck(pool_.Check(pfn, pctx), &ok, &records);
     std::string out = Line(ok);
-    for (const auto& p : rep.problems) out += Line(Record("problem").Set("text", p));
+    for (const auto& r : records) out += Line(r);
+    return finish(out + "end\n", true);
+  }
+  if (verb == "scrub") {
+    // Reads every mapped block: as long as the data takes to read. A client
+    // that hangs up stops it.
+    std::function<bool()> cancelled;
+    if (progress_fd >= 0) cancelled = [progress_fd] { return PeerHungUp(progress_fd); };
+    auto r = Scrub(pool_, pfn, pctx, cancelled);
+    if (!r.ok()) return finish(ErrorReply(r.status()), false);
+    Record ok("ok");
+    std::vector<Record> records;
+    EncodeScrub(r.value(), &ok, &records);
+    std::string out = Line(ok);
+    for (const auto& rec : records) out += Line(rec);
     return finish(out + "end\n", true);
   }
   if (verb == "counters") {
     std::string out = Line(Record("ok"));
     if (options_.counters) {
-      for (const auto& lc : options_.counters()) {
-        Record r("counters");
-        r.Set("lun", lc.lun);
-        for (const auto& [k, v] : lc.counters) {
-          if (k != "lun") r.Set(k, v);
-        }
-        out += Line(r);
-      }
+      for (const auto& r : EncodeCounters(options_.counters())) out += Line(r);
     }
     return out + "end\n";
   }

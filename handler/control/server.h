@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "handler/control/image.h"
 #include "handler/store/pool.h"
 
 namespace cowstore::control {
@@ -48,6 +49,9 @@ using CountersFn = std::function<std::vector<LunCounters>()>;
 struct ServerOptions {
   std::string run_dir = "/run/cowstore";  // env COWSTORE_RUN_DIR overrides the default
   std::string pool_name;                  // names the socket: <run_dir>/<pool_name>.sock
+  // The pool's file or device: import and export refuse it as an image
+  // (a stat() at Start; empty in tests that have no such guard to test).
+  std::string pool_path;
   CountersFn counters;                    // may be empty
 };
 
@@ -66,8 +70,10 @@ class Server {
   // Stops accepting, wakes every connection waiting for its next request
   // (they are closed), waits for every connection thread and removes the
   // socket file. A request already running (an import, an export, a check)
-  // is waited for until it completes, and its reply is still sent (bounded by
-  // kSendTimeoutMs).
+  // is waited for until it completes (or, for an import or export, until
+  // its client hangs up), and its reply is still sent (bounded by
+  // kSendTimeoutMs): so never destroy a Server while holding a lock that
+  // other work needs.
   ~Server();
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
@@ -75,11 +81,13 @@ class Server {
   const std::string& path() const { return path_; }
 
   // One request line -> the whole reply (exposed for tests). A request with
-  // progress=1 to lun-import, lun-export or check gets "progress done= total="
+  // progress=1 to lun-import, lun-export, check or scrub gets "progress done= total="
   // lines before its status line: Serve() sends them while the work runs
   // (never blocking: a line the socket cannot take at once is dropped);
   // without a socket (fd < 0, tests) they are collected at the front of the
-  // returned reply.
+  // returned reply. An import or export stops (and leaves nothing) when the
+  // peer of `progress_fd` closes or shuts down its end of the connection:
+  // that is how cowctl's Ctrl-C reaches the handler.
   std::string Handle(const std::string& line, int progress_fd = -1);
 
  private:
@@ -94,6 +102,7 @@ class Server {
   std::string path_;
   int listen_fd_;
   int stop_rd_, stop_wr_;
+  PoolFile pool_file_;
   std::unique_ptr<Impl> impl_;
 };
 

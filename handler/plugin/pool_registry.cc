@@ -57,8 +57,15 @@ PoolRegistry& PoolRegistry::Global() {
 
 store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::string& path,
                                                                   const std::string& name) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = pools_.find(path);
+  // A close of this pool is under way (its server finishing a request): the
+  // file lock is released only when it is done, so wait for it and open the
+  // pool anew. Other pools are not held up meanwhile.
+  while (it != pools_.end() && it->second.closing) {
+    closed_.wait(lock);
+    it = pools_.find(path);
+  }
   if (it == pools_.end()) {
     auto opened = store::Pool::Open(env_, path);
     if (!opened.ok()) return opened.status();
@@ -69,6 +76,7 @@ store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::str
       control::ServerOptions options;
       options.run_dir = control::DefaultRunDir();
       options.pool_name = name;
+      options.pool_path = path;
       options.counters = [luns = entry.luns] { return luns->Counters(); };
       auto server = control::Server::Start(*entry.pool, std::move(options));
       if (server.ok()) {
@@ -106,16 +114,30 @@ void PoolRegistry::SetLogicalUnit(const std::string& path, const std::string& lu
 }
 
 void PoolRegistry::Release(const std::string& path) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = pools_.find(path);
-  if (it == pools_.end() || --it->second.refs > 0) return;
-  // Stop serving cowctl before the pool goes, then close under the lock: a
-  // concurrent Acquire of the same path must wait until the file lock is
-  // released, or its Open would fail with kBusy.
-  it->second.server.reset();
-  store::Status st = it->second.pool->Close();
+  std::unique_ptr<control::Server> server;
+  store::Pool* pool = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pools_.find(path);
+    if (it == pools_.end() || --it->second.refs > 0) return;
+    it->second.closing = true;
+    server = std::move(it->second.server);
+    pool = it->second.pool.get();
+  }
+  // Stop serving cowctl before the pool goes, without the registry's mutex:
+  // stopping waits for the requests running (an import runs to its end, a
+  // reply may wait kSendTimeoutMs for a client), and meanwhile other pools'
+  // LUNs must open and close. The entry stays, marked closing, so that an
+  // Acquire of this path waits until the file lock is released instead of
+  // failing with kBusy.
+  server.reset();
+  store::Status st = pool->Close();
   if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, "closing pool " + path + ": " + st.ToString());
-  pools_.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pools_.erase(path);
+  }
+  closed_.notify_all();
 }
 
 size_t PoolRegistry::open_pools() const {

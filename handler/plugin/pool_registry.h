@@ -8,13 +8,17 @@
 // drops it: a device close, or another LUN's EXTENDED COPY that still held
 // it) the server is stopped and the pool flushed and closed.
 //
-// Thread safety: all methods are safe for concurrent use. Opening and
-// closing happen under the registry's mutex, so a close never races a
-// re-open of the same path. The control server's counters callback takes
-// only the per-pool LUN list's mutex, never the registry's, so stopping the
-// server under the registry's mutex cannot deadlock.
+// Thread safety: all methods are safe for concurrent use. Opening happens
+// under the registry's mutex; closing does not: stopping a control server
+// waits for its running requests (an import, a reply to a slow client), so
+// it runs outside the mutex and never holds up the LUNs of other pools. A
+// pool being closed stays in the registry, marked closing, and an Acquire
+// of its path waits for the close to finish (the pool's file lock) before
+// opening it again. The control server's callbacks never take the
+// registry's mutex.
 #pragma once
 
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,6 +74,7 @@ class PoolRegistry {
     std::shared_ptr<PoolLuns> luns;
     std::unique_ptr<control::Server> server;
     size_t refs = 0;
+    bool closing = false;  // Release is stopping the server and closing the pool
   };
   void Release(const std::string& path);
 
@@ -77,6 +82,7 @@ class PoolRegistry {
   const bool control_;
   mutable std::mutex mu_;
   std::map<std::string, Entry> pools_;  // guarded by mu_
+  std::condition_variable closed_;      // an entry marked closing was erased
 };
 
 }  // namespace cowstore::plugin

@@ -6,11 +6,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -52,6 +55,30 @@ class Cli : public ::testing::Test {
                       " 2>" + e + " </dev/null";
     int st = std::system(cmd.c_str());
     return {WEXITSTATUS(st), ReadText(o), ReadText(e)};
+  }
+  // The same, run by sh after `before` (e.g. "timeout 30", or limits to set).
+  CmdResult Cowctl(const std::string& args, const std::string& before) {
+    std::string o = host.dir.path() + "/out", e = host.dir.path() + "/err";
+    std::string cmd = before + " env COWSTORE_POOL_DIR=" + pools + " COWSTORE_RUN_DIR=" + run + " " + COWCTL_BINARY +
+                      " --configfs-root " + host.configfs + " --proc-root " + host.proc + " " + args + " >" + o +
+                      " 2>" + e + " </dev/null";
+    int st = std::system(cmd.c_str());
+    return {WEXITSTATUS(st), ReadText(o), ReadText(e)};
+  }
+  // Starts cowctl in the background (its stdout and stderr to files);
+  // returns its pid.
+  pid_t Spawn(const std::string& args, std::string* out_file, std::string* err_file) {
+    *out_file = host.dir.path() + "/bg.out";
+    *err_file = host.dir.path() + "/bg.err";
+    std::string cmd = "exec env COWSTORE_POOL_DIR=" + pools + " COWSTORE_RUN_DIR=" + run + " " + COWCTL_BINARY +
+                      " --configfs-root " + host.configfs + " --proc-root " + host.proc + " " + args + " >" +
+                      *out_file + " 2>" + *err_file + " </dev/null";
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    return pid;
   }
   // Succeeds or fails the test with cowctl's stderr.
   std::string Ok(const std::string& args) {
@@ -317,6 +344,188 @@ TEST_F(Cli, ImportErrorsLeaveNoLun) {
   Err("lun import tank/x --from " + host.dir.path() + "/small.img --size 1024", "smaller than");
   Err("lun import tank/x --from " + host.dir.path() + "/small.img --block-size 1000", "512 or 4096");
   EXPECT_EQ(Ok("lun list tank").find("tank/x"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- import and export as root
+
+// Bytes `pid` has read so far (rchar of /proc/PID/io), 0 if unknown.
+uint64_t BytesRead(pid_t pid) {
+  std::string io = ReadText("/proc/" + std::to_string(pid) + "/io");
+  size_t p = io.find("rchar: ");
+  return p == std::string::npos ? 0 : std::strtoull(io.c_str() + p + 7, nullptr, 10);
+}
+
+// A sparse image whose import takes minutes (reading 256 GiB of zeros).
+std::string HugeSparseImage(const std::string& dir) {
+  std::string p = dir + "/huge.img";
+  WriteText(p, "header");
+  EXPECT_EQ(::truncate(p.c_str(), 256ll << 30), 0);
+  return p;
+}
+
+// Waits for `pid` to exit (30 s at most, then kills it): its wait status.
+int Reap(pid_t pid) {
+  int st = 0;
+  for (int i = 0; i < 3000; ++i) {
+    if (::waitpid(pid, &st, WNOHANG) == pid) return st;
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, &st, 0);
+  return st;
+}
+
+TEST_F(Cli, ImportAndExportNeverFollowALink) {
+  Pool();
+  // A user's link to a file only root may read: not read into a LUN.
+  std::string secret = host.dir.path() + "/secret";
+  WriteText(secret, std::string(4096, 's'));
+  ASSERT_EQ(::chmod(secret.c_str(), 0600), 0);
+  std::string link = host.dir.path() + "/disk.img";
+  ASSERT_EQ(::symlink(secret.c_str(), link.c_str()), 0);
+  Err("lun import tank/x --from " + link, "is a symbolic link");
+  EXPECT_EQ(Ok("lun list tank").find("tank/x"), std::string::npos);
+  // A user's dangling link into a directory only root may write: nothing
+  // is created there, with or without --force.
+  Ok("lun create tank/y --size 1M");
+  std::string closed = host.dir.path() + "/root-only";
+  ASSERT_EQ(::mkdir(closed.c_str(), 0700), 0);
+  std::string dangling = host.dir.path() + "/out.img";
+  ASSERT_EQ(::symlink((closed + "/planted").c_str(), dangling.c_str()), 0);
+  Err("lun export tank/y --to " + dangling, "is a symbolic link");
+  Err("lun export tank/y --to " + dangling + " --force", "is a symbolic link");
+  EXPECT_FALSE(Exists(closed + "/planted"));
+}
+
+TEST_F(Cli, ExportNeverOverwritesItsOwnPool) {
+  Pool();
+  Ok("lun create tank/y --size 1M");
+  Err("lun export tank/y --to " + pools + "/tank --force", "this pool's own file");
+  EXPECT_NE(Ok("pool check tank").find("clean"), std::string::npos);
+  EXPECT_NE(Ok("lun list tank").find("tank/y"), std::string::npos);
+}
+
+TEST_F(Cli, ExportedImagesAreForRootUnlessAsked) {
+  Pool();
+  Ok("lun create tank/y --size 1M");
+  std::string a = host.dir.path() + "/a.img", b = host.dir.path() + "/b.img";
+  Ok("lun export tank/y --to " + a);
+  Ok("lun export tank/y --to " + b + " --mode 0644");
+  struct stat st;
+  ASSERT_EQ(::stat(a.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);  // as `save` writes
+  ASSERT_EQ(::stat(b.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0644u);
+  Err("lun export tank/y --to " + host.dir.path() + "/c.img --mode rw", "--mode rw: give octal permissions");
+}
+
+TEST_F(Cli, AFailedForcedExportKeepsTheFileItWouldReplace) {
+  Pool();
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(4 << 20, 'D'));
+  Ok("lun import tank/x --from " + img);
+  std::string out = host.dir.path() + "/old.img";
+  WriteText(out, std::string(8 << 20, 'O'));
+  // Writes past 512 KiB fail (EFBIG) as on a file system that fills up.
+  CmdResult r = Cowctl("lun export tank/x --to " + out + " --force", "trap '' XFSZ; ulimit -f 1024;");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("writing " + out + " failed"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadText(out), std::string(8 << 20, 'O'));  // whole, not truncated
+  for (const auto& e : std::filesystem::directory_iterator(host.dir.path())) {
+    EXPECT_EQ(e.path().filename().string().find(".cowctl-"), std::string::npos) << e.path();
+  }
+  Ok("lun export tank/x --to " + out + " --force");
+  EXPECT_EQ(ReadText(out), std::string(4 << 20, 'D'));
+}
+
+TEST_F(Cli, ImportFromAFifoIsRefusedAtOnce) {
+  Pool();
+  std::string fifo = host.dir.path() + "/img.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  CmdResult r = Cowctl("lun import tank/x --from " + fifo, "timeout 30");
+  EXPECT_EQ(r.rc, 1) << "(124: it waited in open() for a writer)\n" << r.err;
+  EXPECT_NE(r.err.find("is a FIFO, neither a regular file nor a block device"), std::string::npos) << r.err;
+}
+
+TEST_F(Cli, ExportToABlockDeviceNeedsForce) {
+  if (::geteuid() != 0 || std::system("losetup --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "needs root and losetup";
+  }
+  Pool();
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(4 << 20, 'D'));
+  Ok("lun import tank/x --from " + img);
+  std::string backing = host.dir.path() + "/disk";
+  WriteText(backing, std::string(4 << 20, 'B'));
+  std::string out = host.dir.path() + "/losetup.out";
+  if (std::system(("losetup --find --show " + backing + " >" + out + " 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "no loop device: " << ReadText(out);
+  }
+  std::string dev = ReadText(out);
+  dev.erase(dev.find_last_not_of('\n') + 1);
+  Err("lun export tank/x --to " + dev, "is a block device: pass --force to overwrite it");
+  EXPECT_EQ(ReadText(backing), std::string(4 << 20, 'B'));
+  Ok("lun export tank/x --to " + dev + " --force");
+  std::system(("losetup -d " + dev).c_str());
+  EXPECT_EQ(ReadText(backing), std::string(4 << 20, 'D'));
+}
+
+// docs/design/cowctl.md: a failed import deletes the LUN. Ctrl-C is one.
+TEST_F(Cli, CtrlCDuringImportLeavesNoLunAndTheNameFree) {
+  Pool();
+  std::string img = HugeSparseImage(host.dir.path());
+  std::string out, err;
+  pid_t pid = Spawn("lun import tank/x --overcommit --from " + img, &out, &err);
+  ASSERT_GT(pid, 0);
+  // Copying: it has read 128 MiB of the image.
+  for (int i = 0; i < 6000 && BytesRead(pid) < (128u << 20); ++i) ::usleep(10000);
+  EXPECT_GE(BytesRead(pid), 128u << 20);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int st = Reap(pid);
+  ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  std::string e = ReadText(err);
+  EXPECT_EQ(e.rfind("cowctl: interrupted: importing " + img + " into tank/x: ", 0), 0u) << e;
+  EXPECT_NE(e.find("(nothing was kept)"), std::string::npos) << e;
+  std::string list = Ok("lun list tank");
+  EXPECT_EQ(list.find("tank/x"), std::string::npos) << list;
+  std::string small = host.dir.path() + "/small.img";
+  WriteText(small, std::string(4096, 'x'));
+  Ok("lun import tank/x --from " + small);
+}
+
+// The rule `lun create` applies: a LUN larger than the pool only with
+// --overcommit, whether the size is given or the source's.
+TEST_F(Cli, ImportAppliesTheOvercommitRule) {
+  Pool("tank", "64M");
+  std::string img = host.dir.path() + "/big.img";
+  WriteText(img, "data");
+  ASSERT_EQ(::truncate(img.c_str(), 128 << 20), 0);
+  Err("lun import tank/x --from " + img, "is larger than pool 'tank' (64.0 MiB): grow the pool or pass --overcommit");
+  std::string small = host.dir.path() + "/small.img";
+  WriteText(small, "data");
+  Err("lun import tank/y --size 100M --from " + small, "pass --overcommit");
+  EXPECT_EQ(Ok("lun list tank").find("tank/"), std::string::npos);
+  Ok("lun import tank/x --overcommit --from " + img);
+  Ok("lun import tank/y --from " + small);
+}
+
+// `pool check` reads metadata only and says so; `pool scrub` reads the data.
+TEST_F(Cli, CheckSaysItReadsMetadataOnlyAndScrubReadsTheData) {
+  Pool();
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(2 << 20, 'x'));
+  Ok("lun import tank/x --from " + img);
+  std::string out = Ok("pool check tank");
+  EXPECT_EQ(out.rfind("pool tank: metadata clean (", 0), 0u) << out;
+  EXPECT_NE(out.find("\n  data not read: 'cowctl pool scrub tank' reads every mapped block\n"), std::string::npos) << out;
+  EXPECT_NE(Ok("--json pool check tank").find("\"checked\": \"metadata\""), std::string::npos);
+  EXPECT_EQ(Ok("pool scrub tank"), "pool tank: data readable (1 LUNs, 2.00 MiB of 2.00 MiB mapped read)\n");
+  std::string j = Ok("--json pool scrub tank");
+  EXPECT_NE(j.find("\"clean\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"read_bytes\": 2097152"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"unreadable\": []"), std::string::npos) << j;
+  Err("pool scrub nope", "not found");
 }
 
 // ---------------------------------------------------------------- LIO
@@ -887,7 +1096,7 @@ TEST_F(Cli, EveryJsonOutputParses) {
   Ok("lun create tank/vm1 --size 8M --copy-group \"esx\"");
   Ok("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1");
   std::string file = host.dir.path() + "/c.yaml";
-  for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "lun list", "lun show tank/vm1",
+  for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "pool scrub tank", "lun list", "lun show tank/vm1",
                           "backstore list", "export list", "vaai status", "top --count 1 --interval 0.1",
                           "save " + file, "restore " + file, "lun snapshot tank/vm1 s1",
                           "lun resize tank/vm1 --size 16M"}) {
@@ -1389,326 +1598,107 @@ TEST_F(Served, VaaiStatusShowsHandlerCounters) {
   EXPECT_NE(top.find("\"ats_miscompares\": 1"), std::string::npos) << top;
 }
 
-TEST_F(Served, ProtocolEdges) {
+// The control server itself (protocol, several clients, progress, import
+// and export inside the daemon) is tested in tests/control.
+
+// The handler runs the import; cowctl's Ctrl-C reaches it (cowctl shuts down
+// its side of the connection), which deletes the partial LUN, and cowctl
+// reports that once the handler has.
+TEST_F(Served, CtrlCDuringAnImportByTheHandlerLeavesNothing) {
   Serve();
-  EXPECT_EQ(server->Handle("hello"), "ok version=2 pool=tank features=progress\nend\n");
-  EXPECT_EQ(server->Handle("nonsense"), "error code=InvalidArgument message=unknown%20request%20%27nonsense%27\nend\n");
-  EXPECT_EQ(server->Handle("lun-create name=x"),
-            "error code=InvalidArgument message=lun-create%20needs%20name%3D%20size%3D%20block_size%3D\nend\n");
-  EXPECT_EQ(server->Handle("lun-get name"), "error code=InvalidArgument message=malformed%20request%20line\nend\n");
-  EXPECT_EQ(server->Handle("lun-get name=nope").rfind("error code=NotFound", 0), 0u);
-  EXPECT_EQ(server->Handle("lun-create name=a size=99999999999999999999999 block_size=512").rfind("error", 0), 0u);
-  auto c = control::Client::Connect(run + "/tank.sock");
-  ASSERT_TRUE(c.ok());
-  auto r = c.value()->Call(control::Record("lun-create").Set("name", "a b").Set("size", 1048576).Set("block_size", 512));
-  ASSERT_TRUE(r.ok());
-  EXPECT_FALSE(r->ok());
-  EXPECT_EQ(r->status().code(), store::Code::kInvalidArgument);
-  // Several requests on one connection.
-  for (int i = 0; i < 3; ++i) {
-    auto s = c.value()->Call(control::Record("space"));
-    ASSERT_TRUE(s.ok());
-    EXPECT_TRUE(s->ok());
+  std::string img = HugeSparseImage(host.dir.path());
+  std::string out, err;
+  pid_t pid = Spawn("lun import tank/x --overcommit --from " + img, &out, &err);
+  ASSERT_GT(pid, 0);
+  bool started = false;
+  for (int i = 0; i < 6000 && !started; ++i) {
+    started = pool->GetLun("x.importing").ok() || pool->GetLun("x").ok();
+    if (!started) ::usleep(10000);
   }
+  EXPECT_TRUE(started);
+  ASSERT_EQ(::kill(pid, SIGINT), 0);
+  int st = Reap(pid);
+  ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+  EXPECT_EQ(WEXITSTATUS(st), 1);
+  std::string e = ReadText(err);
+  EXPECT_EQ(e.rfind("cowctl: interrupted: importing " + img + " into tank/x (done by tcmu-runner's handler): ", 0), 0u)
+      << e;
+  EXPECT_NE(e.find("(nothing was kept)"), std::string::npos) << e;
+  EXPECT_FALSE(pool->GetLun("x").ok());
+  EXPECT_FALSE(pool->GetLun("x.importing").ok());
 }
 
-// ------------------------------------------------- several clients at once
-
-// A raw connection to the control socket, open as long as the object lives.
-class Conn {
- public:
-  explicit Conn(const std::string& sock) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
-    if (fd_ >= 0 && ::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-      ::close(fd_);
-      fd_ = -1;
-    }
-    // A bound for a broken server, not a timing under test.
-    timeval tv{30, 0};
-    if (fd_ >= 0) ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  }
-  ~Conn() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Conn(const Conn&) = delete;
-  Conn& operator=(const Conn&) = delete;
-  int fd() const { return fd_; }
-  bool ok() const { return fd_ >= 0; }
-  bool Send(const std::string& line) {
-    std::string l = line + "\n";
-    return fd_ >= 0 && ::send(fd_, l.data(), l.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(l.size());
-  }
-  // One reply up to and including "end\n" (less on EOF or the timeout).
-  std::string Reply() {
-    char buf[4096];
-    for (;;) {
-      size_t end = buf_.find("\nend\n");
-      if (end != std::string::npos) {
-        std::string out = buf_.substr(0, end + 5);
-        buf_.erase(0, end + 5);
-        return out;
-      }
-      ssize_t n = fd_ >= 0 ? ::recv(fd_, buf, sizeof buf, 0) : -1;
-      if (n <= 0) return std::exchange(buf_, "");
-      buf_.append(buf, static_cast<size_t>(n));
-    }
-  }
-  // The server closed the connection (or never took it: reset).
-  bool Closed() {
-    char c;
-    ssize_t n = ::recv(fd_, &c, 1, 0);
-    return n == 0 || (n < 0 && errno == ECONNRESET);
-  }
-
- private:
-  int fd_;
-  std::string buf_;
-};
-
-// The head record of a raw reply.
-control::Record Head(const std::string& reply) {
-  auto r = control::ParseRecord(reply.substr(0, reply.find('\n')));
-  return r ? *r : control::Record("unparsable");
-}
-
-TEST_F(Served, AnIdleConnectionDoesNotHoldUpAnother) {
-  Serve();
-  std::string sock = run + "/tank.sock";
-  Conn idle(sock);  // connected, sends nothing
-  ASSERT_TRUE(idle.ok());
-  // Answered while the idle connection is open: a server of one connection at
-  // a time answered only once it had dropped the idle one (60 s), past this
-  // client's timeout.
-  auto c = control::Client::Connect(sock, 20000);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto r = c.value()->Call(control::Record("space"));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(r->ok()) << r->head.Get("message");
-  // And the idle connection is still served.
-  ASSERT_TRUE(idle.Send("hello"));
-  EXPECT_EQ(Head(idle.Reply()).type, "ok");
-}
-
-TEST_F(Served, ALongRequestDoesNotHoldUpAnother) {
-  Serve();
-  std::string sock = run + "/tank.sock";
-  // An import from a FIFO cannot get past opening it until a writer comes:
-  // a request that lasts exactly as long as the test wants.
-  std::string fifo = host.dir.path() + "/img.fifo";
-  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
-  Conn import(sock);
-  ASSERT_TRUE(import.Send(control::FormatRecord(control::Record("lun-import")
-                                                    .Set("name", "vm1")
-                                                    .Set("path", fifo)
-                                                    .Set("block_size", 512)
-                                                    .Set("size", 1 << 20)
-                                                    .Set("progress", "1"))));
-  auto c = control::Client::Connect(sock, 20000);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto r = c.value()->Call(control::Record("space"));
-  // The import has not answered: nobody has opened the FIFO for writing yet.
-  pollfd p{import.fd(), POLLIN, 0};
-  EXPECT_EQ(::poll(&p, 1, 0), 0);
-  // Let it go (whatever happened above, or TearDown would wait for it): a
-  // writer lets its open return, and a FIFO is no image.
-  int w = -1;
-  for (int i = 0; i < 3000 && w < 0; ++i) {
-    w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-    if (w < 0) ::usleep(10000);
-  }
-  ASSERT_GE(w, 0) << "the import never opened the FIFO";
-  std::string reply = import.Reply();
-  ::close(w);
-  EXPECT_EQ(Head(reply).Get("code"), "InvalidArgument") << reply;
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_TRUE(r->ok()) << r->head.Get("message");
-}
-
-TEST_F(Served, ConnectionsBeyondTheBoundAreRefusedAtOnce) {
-  Serve();
-  std::string sock = run + "/tank.sock";
-  std::vector<std::unique_ptr<Conn>> held;
-  for (int i = 0; i < control::kMaxConnections; ++i) {
-    held.push_back(std::make_unique<Conn>(sock));
-    ASSERT_TRUE(held.back()->Send("hello"));
-    ASSERT_EQ(Head(held.back()->Reply()).type, "ok") << i;  // served: it holds a slot
-  }
-  // One more gets the error without asking anything, and is closed.
-  Conn extra(sock);
-  std::string reply = extra.Reply();
-  control::Record head = Head(reply);
-  EXPECT_EQ(head.type, "error") << reply;
-  EXPECT_EQ(head.Get("code"), "Busy") << reply;
-  EXPECT_EQ(head.Get("message"), "control socket busy: 8 connections being served, try again");
-  EXPECT_EQ(reply.substr(reply.find('\n') + 1), "end\n");
-  EXPECT_TRUE(extra.Closed());
-  // The client reads that reply whether or not its request got in first.
-  auto c = control::Client::Connect(sock, 20000);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  auto r = c.value()->Call(control::Record("space"));
-  ASSERT_TRUE(r.ok()) << r.status().ToString();
-  EXPECT_EQ(r->status().code(), store::Code::kBusy);
-  // The held ones are still served.
-  ASSERT_TRUE(held[0]->Send("hello"));
-  EXPECT_EQ(Head(held[0]->Reply()).type, "ok");
-  // Once they are gone, their slots are free again (as soon as their threads
-  // see the end of file).
-  held.clear();
-  bool served = false;
-  for (int i = 0; i < 300 && !served; ++i) {
-    auto again = control::Client::Connect(sock, 20000);
-    ASSERT_TRUE(again.ok()) << again.status().ToString();
-    auto a = again.value()->Call(control::Record("hello"));
-    served = a.ok() && a->ok();
-    if (!served) ::usleep(100000);
-  }
-  EXPECT_TRUE(served);
-}
-
-TEST_F(Served, StoppingWithIdleConnectionsReturnsPromptly) {
-  Serve();
-  std::string sock = run + "/tank.sock";
-  std::vector<std::unique_ptr<Conn>> idle;
-  for (int i = 0; i < 3; ++i) {
-    idle.push_back(std::make_unique<Conn>(sock));
-    ASSERT_TRUE(idle.back()->Send("hello"));
-    ASSERT_EQ(Head(idle.back()->Reply()).type, "ok");
-  }
-  idle.push_back(std::make_unique<Conn>(sock));  // never says anything
-  auto start = std::chrono::steady_clock::now();
-  server.reset();
-  // Woken, not dropped after the 60 s idle limit.
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
-  for (auto& c : idle) EXPECT_TRUE(c->Closed());
-  EXPECT_FALSE(Exists(sock));
-}
-
-// ------------------------------------------------- progress over the socket
-
-// A client of protocol version 1: one raw request line, the raw reply up to
-// and including "end\n".
-std::string RawCall(const std::string& sock, const std::string& line) {
-  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// A handler loaded before an upgrade (hello without "safe-images") would
+// follow links, wait on FIFOs and truncate in place: cowctl asks it for no
+// image copy and says what to do.
+TEST_F(Served, AnOlderHandlerIsAskedForNoImageCopy) {
+  Serve(false);  // the pool is held; an old handler answers on its socket
+  ASSERT_EQ(::mkdir(run.c_str(), 0700), 0);
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un a{};
   a.sun_family = AF_UNIX;
-  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    if (fd >= 0) ::close(fd);
-    return "connect failed";
-  }
-  std::string req = line + "\n", out;
-  if (::send(fd, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) out = "send failed";
-  char buf[4096];
-  while (out.size() < 4 || out.compare(out.size() - 4, 4, "end\n") != 0) {
-    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return out;
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (run + "/tank.sock").c_str());
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(lfd, 4), 0);
+  std::atomic<bool> stop{false};
+  std::vector<std::string> asked;  // written by the thread, read after join
+  std::thread old_handler([&] {
+    while (!stop) {
+      pollfd p{lfd, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      int c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) continue;
+      std::string buf;
+      char chunk[4096];
+      ssize_t n;
+      while ((n = ::recv(c, chunk, sizeof chunk, 0)) > 0) {
+        buf.append(chunk, static_cast<size_t>(n));
+        size_t nl;
+        while ((nl = buf.find('\n')) != std::string::npos) {
+          std::string line = buf.substr(0, nl);
+          buf.erase(0, nl + 1);
+          asked.push_back(line.substr(0, line.find(' ')));
+          std::string verb = asked.back(), reply = "error code=InvalidArgument message=old\nend\n";
+          if (verb == "hello") reply = "ok version=2 pool=tank features=progress\nend\n";
+          if (verb == "space") reply = "ok\npool name=tank size=1073741824\nend\n";
+          if (verb == "lun-get") reply = "ok\nlun name=x size=1048576 block_size=512\nend\n";
+          (void)!::send(c, reply.data(), reply.size(), MSG_NOSIGNAL);
+        }
+      }
+      ::close(c);
+    }
+  });
+  std::string img = host.dir.path() + "/d.img";
+  WriteText(img, std::string(4096, 'd'));
+  Err("lun import tank/x --from " + img, "served by an older cowstore handler");
+  Err("lun export tank/x --to " + host.dir.path() + "/out.img", "restart tcmu-runner");
+  stop = true;
+  old_handler.join();
+  ::close(lfd);
+  for (const auto& v : asked) EXPECT_TRUE(v == "hello" || v == "space" || v == "lun-get") << v;
+  EXPECT_FALSE(Exists(host.dir.path() + "/out.img"));
 }
 
-class Progressed : public Served {
- protected:
+TEST_F(Served, ScrubIsDoneByTheHandler) {
+  Serve();
+  Ok("lun create tank/vm1 --size 16M");
+  auto l = pool->OpenLun("vm1");
+  ASSERT_TRUE(l.ok());
+  std::string data(1 << 20, 'v');
+  ASSERT_TRUE(l.value()->Write(0, 2048, data.data(), store::Durability::kDurable).ok());
+  std::string j = Ok("--json pool scrub tank");
+  EXPECT_NE(j.find("\"online\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"read_bytes\": 1048576"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"clean\": true"), std::string::npos) << j;
+}
+
+TEST_F(Served, CowctlDrawsTheBarOnATerminalOnly) {
+  Serve();
+  // 8 MiB, every other MiB data: 8 copy chunks, so several progress lines.
   std::string img = host.dir.path() + "/big.img";
-  void SetUp() override {
-    // 8 MiB, every other MiB data: 8 copy chunks, so several progress lines.
-    std::string data;
-    for (int i = 0; i < 8; ++i) data += std::string(1 << 20, i % 2 ? '\0' : static_cast<char>('a' + i));
-    WriteText(img, data);
-  }
-  // Calls with progress=1 and checks the lines: in order, one total, the
-  // last at total. Returns how many arrived.
-  size_t CallWithProgress(control::Record req) {
-    auto c = control::Client::Connect(run + "/tank.sock");
-    EXPECT_TRUE(c.ok());
-    if (!c.ok()) return 0;
-    std::vector<std::pair<uint64_t, uint64_t>> seen;
-    auto r = c.value()->Call(req.Set("progress", "1"), [&](uint64_t d, uint64_t t) { seen.emplace_back(d, t); });
-    EXPECT_TRUE(r.ok() && r->ok()) << FormatRecord(req) << ": " << (r.ok() ? r->head.Get("message") : "");
-    EXPECT_FALSE(seen.empty()) << FormatRecord(req);
-    for (size_t i = 1; i < seen.size(); ++i) {
-      EXPECT_LT(seen[i - 1].first, seen[i].first) << "line " << i;
-      EXPECT_EQ(seen[i - 1].second, seen[i].second) << "line " << i;
-    }
-    if (!seen.empty()) {
-      EXPECT_EQ(seen.back().first, seen.back().second);
-    }
-    return seen.size();
-  }
-};
-
-TEST_F(Progressed, ImportExportCheckStreamProgressInOrderToTotal) {
-  Serve();
-  EXPECT_GE(CallWithProgress(control::Record("lun-import").Set("name", "x").Set("path", img).Set("block_size", 512).Set(
-                "size", 0)),
-            4u);
-  EXPECT_TRUE(pool->GetLun("x").ok());
-  std::string back = host.dir.path() + "/back.img";
-  EXPECT_GE(CallWithProgress(control::Record("lun-export").Set("name", "x").Set("path", back)), 2u);
-  EXPECT_EQ(ReadText(back), ReadText(img));
-  EXPECT_GE(CallWithProgress(control::Record("check")), 1u);
-}
-
-TEST_F(Progressed, ProgressLinesComeBeforeTheStatusLine) {
-  Serve();
-  std::string r = server->Handle("lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0 progress=1");
-  ASSERT_EQ(r.rfind("progress done=", 0), 0u) << r;
-  size_t ok = r.find("\nok written=");
-  ASSERT_NE(ok, std::string::npos) << r;
-  EXPECT_EQ(r.substr(0, ok + 1).rfind("progress done=8388608 total=8388608\n"), ok + 1 - 36) << r;
-  EXPECT_EQ(r.substr(r.size() - 4), "end\n");
-  // A failed request ends with its error, without a made-up last line.
-  std::string e = server->Handle("lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0 progress=1");
-  EXPECT_EQ(e.rfind("error code=AlreadyExists", 0), 0u) << e;
-}
-
-TEST_F(Progressed, OldClientsGetTheRepliesTheyAlwaysDid) {
-  Serve();
-  std::string sock = run + "/tank.sock";
-  std::string r = RawCall(sock, "lun-import name=x path=" + control::Encode(img) + " block_size=512 size=0");
-  EXPECT_EQ(r.rfind("ok written=4194304 skipped=4194304\nlun name=x ", 0), 0u) << r;
-  EXPECT_EQ(r.find("progress"), std::string::npos) << r;
-  r = RawCall(sock, "check");
-  EXPECT_EQ(r.rfind("ok clean=1 ", 0), 0u) << r;
-  EXPECT_EQ(r.find("progress"), std::string::npos) << r;
-  // A new client skips progress lines it did not ask a callback for.
-  auto c = control::Client::Connect(sock);
-  ASSERT_TRUE(c.ok());
-  auto rep = c.value()->Call(control::Record("check").Set("progress", "1"));
-  ASSERT_TRUE(rep.ok());
-  EXPECT_TRUE(rep->ok());
-  EXPECT_EQ(rep->head.Get("clean"), "1");
-}
-
-TEST_F(Progressed, AClientThatDoesNotReadDoesNotStallTheServer) {
-  Serve();
-  // Asks for progress on a long export, never reads, and hangs up.
-  Ok("lun import tank/x --from " + img);
-  {
-    int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", (run + "/tank.sock").c_str());
-    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    int small = 1;  // the smallest buffer the kernel allows
-    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    std::string req;
-    for (int i = 0; i < 20; ++i) req += "check progress=1\n";
-    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));
-    ::usleep(200 * 1000);
-    ::close(fd);
-  }
-  // The server is free again and serves everyone.
-  std::string out = Ok("pool check tank");
-  EXPECT_NE(out.find("clean"), std::string::npos) << out;
-}
-
-TEST_F(Progressed, CowctlDrawsTheBarOnATerminalOnly) {
-  Serve();
+  std::string data;
+  for (int i = 0; i < 8; ++i) data += std::string(1 << 20, i % 2 ? '\0' : static_cast<char>('a' + i));
+  WriteText(img, data);
   // Without a terminal: no bar, and --json output is unchanged.
   CmdResult r = Cowctl("--json lun import tank/x --from " + img);
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -1747,28 +1737,12 @@ c cowctl restore --
 )");
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
-  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete",
+  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete scrub",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
                         "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun",
                         "--dry-run --create-missing"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
-}
-
-TEST(Protocol, EncodingRoundTrips) {
-  std::string raw = "a b=c\n%\x01/ok:-_.,+";
-  EXPECT_EQ(control::Decode(control::Encode(raw)), raw);
-  EXPECT_EQ(control::Encode("a b"), "a%20b");
-  EXPECT_FALSE(control::Decode("%4"));
-  EXPECT_FALSE(control::Decode("%zz"));
-  auto r = control::ParseRecord("lun name=vm%201 size=10");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->Get("name"), "vm 1");
-  EXPECT_EQ(r->GetU64("size"), 10u);
-  EXPECT_FALSE(control::ParseRecord(""));
-  EXPECT_FALSE(control::ParseRecord("x  y=1"));
-  EXPECT_FALSE(control::ParseRecord("x =1"));
-  EXPECT_FALSE(control::Record().Set("n", "12a").GetU64("n"));
 }
 
 }  // namespace

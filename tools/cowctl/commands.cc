@@ -20,6 +20,7 @@
 
 #include "handler/store/env.h"
 #include "tools/cowctl/config.h"
+#include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/output.h"
 #include "tools/cowctl/pools.h"
@@ -284,11 +285,13 @@ int PoolCheck(const Context& ctx, const std::string& name) {
   j["extents"] = rep.extents;
   j["allocated_units"] = rep.allocated_units;
   j["leaked_units"] = rep.leaked_units;
+  j["checked"] = "metadata";
   Json probs = Json::array();
-  std::string human = std::string("pool ") + name + ": " + (rep.clean ? "clean" : "PROBLEMS FOUND") + " (" +
-                      std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
+  std::string human = std::string("pool ") + name + ": metadata " + (rep.clean ? "clean" : "PROBLEMS FOUND") +
+                      " (" + std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
                       std::to_string(rep.allocated_units) + " allocated units, " +
-                      std::to_string(rep.leaked_units) + " leaked)\n";
+                      std::to_string(rep.leaked_units) + " leaked)\n" +
+                      "  data not read: 'cowctl pool scrub " + name + "' reads every mapped block\n";
   for (const auto& p : rep.problems) {
     probs.push_back(p);
     human += "  " + p + "\n";
@@ -296,6 +299,40 @@ int PoolCheck(const Context& ctx, const std::string& name) {
   j["problems"] = probs;
   Emit(ctx, j, human);
   return rep.clean ? 0 : 1;
+}
+
+int PoolScrub(const Context& ctx, const std::string& name) {
+  auto h = OpenPool(ctx, name, true);
+  control::ScrubReport rep;
+  {
+    Interruptible interruptible;  // Ctrl-C stops reading; nothing to undo
+    Progress progress("scrubbing " + name + (h->remote() ? " (by tcmu-runner's handler)" : ""));
+    rep = h->Scrub(&progress);
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["online"] = h->remote();
+  j["clean"] = rep.clean();
+  j["luns"] = rep.luns;
+  j["mapped_bytes"] = rep.mapped_bytes;
+  j["read_bytes"] = rep.read_bytes;
+  Json bad = Json::array();
+  std::string human = "pool " + name + ": " + (rep.clean() ? "data readable" : "UNREADABLE DATA") + " (" +
+                      std::to_string(rep.luns) + " LUNs, " + FormatSize(rep.read_bytes) + " of " +
+                      FormatSize(rep.mapped_bytes) + " mapped read)\n";
+  for (const auto& u : rep.unreadable) {
+    Json b = Json::object();
+    b["lun"] = name + "/" + u.lun;
+    b["lba"] = u.lba;
+    b["count"] = u.count;
+    b["error"] = u.error;
+    bad.push_back(b);
+    human += "  " + name + "/" + u.lun + " blocks " + std::to_string(u.lba) + "-" + std::to_string(u.lba + u.count - 1) +
+             ": " + u.error + "\n";
+  }
+  j["unreadable"] = bad;
+  Emit(ctx, j, human);
+  return rep.clean() ? 0 : 1;
 }
 
 void PoolGrow(const Context& ctx, const std::string& name, const std::string& size) {
@@ -581,8 +618,26 @@ std::string Absolute(const std::string& p) {
   return std::string(cwd) + "/" + p;
 }
 
+// The size an import of `path` makes (0 when it cannot be told here: the
+// import itself then says why). Opens nothing that could block: a regular
+// file is sized by lstat, a block device through an O_NONBLOCK descriptor.
+uint64_t ImportSize(const std::string& path, uint32_t bs) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  uint64_t bytes = 0;
+  if (S_ISREG(st.st_mode)) {
+    bytes = static_cast<uint64_t>(st.st_size);
+  } else if (S_ISBLK(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+    ::close(fd);
+  }
+  return (bytes + bs - 1) / bs * bs;
+}
+
 void LunImport(const Context& ctx, const std::string& refs, const std::string& from, uint32_t bs,
-               const std::string& size) {
+               const std::string& size, bool overcommit) {
   LunRef ref = ParseLunRef(refs);
   CheckBlockSize(bs);
   uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
@@ -591,9 +646,17 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
   }
   std::string path = Absolute(from);
   auto h = OpenPool(ctx, ref.pool);
+  // The rule `lun create` applies: a LUN larger than its pool only when asked.
+  uint64_t lun_bytes = bytes ? bytes : ImportSize(path, bs);
+  uint64_t pool_bytes = h->Space().pool_size_bytes;
+  if (lun_bytes > pool_bytes && !overcommit) {
+    throw UserError("LUN size " + FormatSize(lun_bytes) + " is larger than pool '" + ref.pool + "' (" +
+                    FormatSize(pool_bytes) + "): grow the pool or pass --overcommit");
+  }
   control::CopyStats st;
   store::LunInfo l;
   {
+    Interruptible interruptible;  // Ctrl-C: the import stops and leaves nothing
     Progress progress("importing " + ref.str());
     l = h->Import(ref.lun, path, bs, bytes, &st, &progress);
   }
@@ -605,15 +668,19 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
                    FormatSize(st.skipped) + " of zeros left unmapped\n");
 }
 
-void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force) {
+void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force,
+                  const std::string& mode_text) {
   LunRef ref = ParseLunRef(refs);
+  auto mode = control::ParseMode(mode_text);
+  if (!mode) throw UserError("--mode " + mode_text + ": give octal permissions, as chmod takes them (e.g. 0640)");
   std::string path = Absolute(to);
   auto h = OpenPool(ctx, ref.pool, true);
   store::LunInfo l = h->GetLun(ref.lun);
   control::CopyStats st;
   {
+    Interruptible interruptible;  // Ctrl-C: the export stops, the old file stays
     Progress progress("exporting " + ref.str());
-    h->Export(ref.lun, path, force, &st, &progress);
+    h->Export(ref.lun, path, force, *mode, &st, &progress);
   }
   Json j = Json::object();
   j["lun"] = ref.str();
@@ -1578,9 +1645,12 @@ int Main(int argc, char** argv) {
   auto* ps = pool->add_subcommand("show", "Space of a pool: size, allocated, shared, saved, free, per LUN");
   ps->add_option("name", pname, "Pool name")->required();
   ps->callback([&] { PoolShow(ctx, pname); });
-  auto* pk = pool->add_subcommand("check", "Run the store's checker over a pool");
+  auto* pk = pool->add_subcommand("check", "Check a pool's metadata (data is not read: see scrub)");
   pk->add_option("name", pname, "Pool name")->required();
   pk->callback([&] { rc = PoolCheck(ctx, pname); });
+  auto* psc = pool->add_subcommand("scrub", "Read every mapped block of a pool; report unreadable ranges by LUN");
+  psc->add_option("name", pname, "Pool name")->required();
+  psc->callback([&] { rc = PoolScrub(ctx, pname); });
   auto* pg = pool->add_subcommand("grow", "Grow a pool (file: to --size; device: to the device size)");
   pg->add_option("name", pname, "Pool name")->required();
   pg->add_option("--size,-s", psize, "New size (file pools)");
@@ -1646,12 +1716,16 @@ int Main(int argc, char** argv) {
   li->add_option("--from,-f", lpath, "Raw image file or block device")->required();
   li->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
   li->add_option("--size,-s", lsize, "LUN size (default: the source's, rounded up to a block)");
-  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize); });
+  bool iovercommit = false;
+  li->add_flag("--overcommit", iovercommit, "Allow a LUN larger than the pool");
+  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize, iovercommit); });
   auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
   le->add_option("lun", lref, "POOL/LUN")->required();
   le->add_option("--to,-t", lpath, "Raw image file or block device")->required();
-  le->add_flag("--force", lforce, "Overwrite an existing file");
-  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce); });
+  le->add_flag("--force", lforce, "Replace an existing file, or overwrite a block device (never one in use)");
+  std::string lmode = "0600";
+  le->add_option("--mode", lmode, "Permissions of the image file (octal)")->capture_default_str();
+  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce, lmode); });
 
   // backstore
   auto* bsc = app.add_subcommand("backstore", "LIO user:cowstore backstores");

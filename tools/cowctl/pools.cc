@@ -7,11 +7,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "handler/control/client.h"
+#include "handler/control/messages.h"
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
+#include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
 
 namespace cowstore::cowctl {
@@ -19,24 +22,11 @@ namespace {
 
 using store::Code;
 
-store::Uuid ParseUuidHex(const std::string& hex) {
-  store::Uuid id{};
-  for (size_t i = 0; i < 16 && 2 * i + 1 < hex.size(); ++i) {
-    id[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
-  }
-  return id;
-}
-
-store::LunInfo LunFromRecord(const control::Record& r) {
-  store::LunInfo l;
-  l.name = r.Get("name");
-  l.id = ParseUuidHex(r.Get("id"));
-  l.size_bytes = r.GetU64("size").value_or(0);
-  l.block_size = static_cast<uint32_t>(r.GetU64("block_size").value_or(512));
-  l.mapped_bytes = r.GetU64("mapped").value_or(0);
-  l.exclusive_bytes = r.GetU64("exclusive").value_or(0);
-  l.shared_bytes = r.GetU64("shared").value_or(0);
-  return l;
+// A failed copy: after Ctrl-C or SIGTERM, said as an interruption (the
+// copy rolled back), not as the I/O error it is reported as.
+[[noreturn]] void FailCopy(const store::Status& s, const std::string& what) {
+  if (Interruptible::interrupted()) throw UserError("interrupted: " + what + ": " + s.message());
+  Fail(s, what);
 }
 
 void ProgressThunk(void* ctx, uint64_t done, uint64_t total) {
@@ -45,7 +35,8 @@ void ProgressThunk(void* ctx, uint64_t done, uint64_t total) {
 
 class LocalPool final : public PoolHandle {
  public:
-  LocalPool(std::string name, std::unique_ptr<store::Pool> pool) : pool_(std::move(pool)) {
+  LocalPool(std::string name, std::string path, std::unique_ptr<store::Pool> pool)
+      : path_(std::move(path)), pool_(std::move(pool)) {
     name_ = std::move(name);
   }
   ~LocalPool() override { (void)pool_->Close(); }
@@ -82,20 +73,41 @@ class LocalPool final : public PoolHandle {
   store::CheckReport Check(Progress* progress) override {
     return pool_->Check(progress ? ProgressThunk : nullptr, progress);
   }
+  control::ScrubReport Scrub(Progress* progress) override {
+    auto r = control::Scrub(*pool_, progress ? ProgressThunk : nullptr, progress,
+                            [] { return Interruptible::interrupted(); });
+    if (!r.ok()) FailCopy(r.status(), "scrubbing pool " + name_);
+    return r.value();
+  }
   std::optional<std::vector<control::LunCounters>> Counters() override { return std::nullopt; }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
-    auto r = control::ImportImage(*pool_, n, path, bs, size, stats, progress ? ProgressThunk : nullptr, progress);
-    if (!r.ok()) Fail(r.status(), "importing " + path + " into " + name_ + "/" + n);
+    auto r = control::ImportImage(*pool_, n, path, bs, size, Options(progress), stats);
+    if (!r.ok()) FailCopy(r.status(), "importing " + path + " into " + name_ + "/" + n);
     return r.value();
   }
-  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+  void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
               Progress* progress) override {
-    auto s = control::ExportImage(*pool_, n, path, force, stats, progress ? ProgressThunk : nullptr, progress);
-    if (!s.ok()) Fail(s, "exporting " + name_ + "/" + n + " to " + path);
+    control::ImageOptions o = Options(progress);
+    o.force = force;
+    o.mode = mode;
+    auto s = control::ExportImage(*pool_, n, path, o, stats);
+    if (!s.ok()) FailCopy(s, "exporting " + name_ + "/" + n + " to " + path);
   }
 
  private:
+  // The pool's own file is never an image; Ctrl-C stops the copy.
+  control::ImageOptions Options(Progress* progress) {
+    control::ImageOptions o;
+    auto pf = control::PoolFileAt(path_);
+    if (!pf.ok()) Fail(pf.status(), "pool '" + name_ + "'");
+    o.pool_file = pf.value();
+    o.cancelled = [] { return Interruptible::interrupted(); };
+    o.progress = progress ? ProgressThunk : nullptr;
+    o.progress_ctx = progress;
+    return o;
+  }
+  std::string path_;
   std::unique_ptr<store::Pool> pool_;
 };
 
@@ -116,34 +128,16 @@ class RemotePool final : public PoolHandle {
       cb = [progress](uint64_t done, uint64_t total) { progress->Update(done, total); };
     }
     auto r = client_->Call(sent, cb);
-    if (!r.ok()) Fail(r.status(), what + " (through the handler's control socket)");
-    if (!r->ok()) Fail(r->status(), what);
+    if (!r.ok()) FailCopy(r.status(), what + " (through the handler's control socket)");
+    if (!r->ok()) FailCopy(r->status(), what);
     return r.value();
   }
   store::SpaceInfo Space() override {
-    auto r = Call(control::Record("space"), "reading space of pool " + name_);
-    store::SpaceInfo s;
-    for (const auto& rec : r.records) {
-      if (rec.type == "pool") {
-        s.pool_size_bytes = rec.GetU64("size").value_or(0);
-        s.allocation_unit = static_cast<uint32_t>(rec.GetU64("allocation_unit").value_or(0));
-        s.total_units = rec.GetU64("total_units").value_or(0);
-        s.allocated_units = rec.GetU64("allocated_units").value_or(0);
-        s.metadata_units = rec.GetU64("metadata_units").value_or(0);
-        s.shared_units = rec.GetU64("shared_units").value_or(0);
-        s.free_units = rec.GetU64("free_units").value_or(0);
-        s.mapped_bytes = rec.GetU64("mapped_bytes").value_or(0);
-        s.saved_bytes = rec.GetU64("saved_bytes").value_or(0);
-        s.soft_threshold_units = rec.GetU64("soft_threshold_units").value_or(0);
-      } else if (rec.type == "lun") {
-        s.luns.push_back(LunFromRecord(rec));
-      }
-    }
-    return s;
+    return control::DecodeSpace(Call(control::Record("space"), "reading space of pool " + name_).records);
   }
   store::LunInfo One(const control::Reply& r) {
     for (const auto& rec : r.records) {
-      if (rec.type == "lun") return LunFromRecord(rec);
+      if (rec.type == "lun") return control::DecodeLun(rec);
     }
     throw UserError("the handler's reply lacks the LUN");
   }
@@ -168,49 +162,50 @@ class RemotePool final : public PoolHandle {
   store::CheckReport Check(Progress* progress) override {
     client_->SetTimeout(0);  // as long as the check takes
     auto r = Call(control::Record("check"), "checking pool " + name_, progress);
-    store::CheckReport rep;
-    rep.clean = r.head.Get("clean") == "1";
-    rep.luns = r.head.GetU64("luns").value_or(0);
-    rep.extents = r.head.GetU64("extents").value_or(0);
-    rep.allocated_units = r.head.GetU64("allocated_units").value_or(0);
-    rep.leaked_units = r.head.GetU64("leaked_units").value_or(0);
-    for (const auto& rec : r.records) {
-      if (rec.type == "problem") rep.problems.push_back(rec.Get("text"));
+    return control::DecodeCheck(r.head, r.records);
+  }
+  // An older handler (still loaded by tcmu-runner after an upgrade) follows
+  // links, blocks on FIFOs, truncates in place and may overwrite its own
+  // pool: cowctl asks it for no image copy.
+  void RequireSafeImages(const std::string& what) {
+    auto r = client_->Call(control::Record("hello"));
+    std::string features = r.ok() && r->ok() ? "," + r->head.Get("features") + "," : "";
+    if (features.find(",safe-images,") == std::string::npos) {
+      throw UserError(what + ": pool '" + name_ + "' is served by an older cowstore handler, whose import and "
+                      "export are unsafe as root: restart tcmu-runner to load the installed handler, then retry");
     }
-    return rep;
   }
   store::LunInfo Import(const std::string& n, const std::string& path, uint32_t bs, uint64_t size,
                         control::CopyStats* stats, Progress* progress) override {
+    RequireSafeImages("importing " + path + " into " + name_ + "/" + n);
     client_->SetTimeout(0);  // as long as the copy takes
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
     auto r = Call(control::Record("lun-import").Set("name", n).Set("path", path).Set("block_size", bs).Set("size", size),
                   "importing " + path + " into " + name_ + "/" + n + " (done by tcmu-runner's handler)", progress);
-    stats->written = r.head.GetU64("written").value_or(0);
-    stats->skipped = r.head.GetU64("skipped").value_or(0);
+    *stats = control::DecodeCopyStats(r.head);
     return One(r);
   }
-  void Export(const std::string& n, const std::string& path, bool force, control::CopyStats* stats,
+  void Export(const std::string& n, const std::string& path, bool force, mode_t mode, control::CopyStats* stats,
               Progress* progress) override {
+    RequireSafeImages("exporting " + name_ + "/" + n + " to " + path);
     client_->SetTimeout(0);
-    auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0"),
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mode));
+    auto r = Call(control::Record("lun-export").Set("name", n).Set("path", path).Set("force", force ? "1" : "0").Set("mode", octal),
                   "exporting " + name_ + "/" + n + " to " + path + " (done by tcmu-runner's handler)", progress);
-    stats->written = r.head.GetU64("written").value_or(0);
-    stats->skipped = r.head.GetU64("skipped").value_or(0);
+    *stats = control::DecodeCopyStats(r.head);
+  }
+  control::ScrubReport Scrub(Progress* progress) override {
+    client_->SetTimeout(0);  // as long as reading the data takes
+    client_->SetInterrupt([] { return Interruptible::interrupted(); });
+    auto r = Call(control::Record("scrub"), "scrubbing pool " + name_ + " (done by tcmu-runner's handler)", progress);
+    return control::DecodeScrub(r.head, r.records);
   }
   std::optional<std::vector<control::LunCounters>> Counters() override {
     auto r = client_->Call(control::Record("counters"));
     if (!r.ok() || !r->ok()) return std::nullopt;
-    std::vector<control::LunCounters> out;
-    for (const auto& rec : r->records) {
-      if (rec.type != "counters") continue;
-      control::LunCounters c;
-      c.lun = rec.Get("lun");
-      for (const auto& [k, v] : rec.fields) {
-        if (k == "lun") continue;
-        c.counters.emplace_back(k, control::Record().Set("v", v).GetU64("v").value_or(0));
-      }
-      out.push_back(std::move(c));
-    }
-    return out;
+    return control::DecodeCounters(r->records);
   }
 
  private:
@@ -334,7 +329,7 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
   store::OpenOptions oo;
   oo.read_only = read_only;
   auto r = store::Pool::Open(store::DefaultEnv(), path, oo);
-  if (r.ok()) return std::make_unique<LocalPool>(pool, std::move(r.value()));
+  if (r.ok()) return std::make_unique<LocalPool>(pool, path, std::move(r.value()));
   if (r.status().code() != Code::kBusy) Fail(r.status(), "opening pool '" + pool + "'");
   std::string sock = control::SocketPath(ctx.run_dir, pool);
   auto c = control::Client::Connect(sock);

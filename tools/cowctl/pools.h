@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "handler/control/image.h"
+#include "handler/control/scrub.h"
 #include "handler/control/server.h"
 #include "handler/store/pool.h"
 #include "tools/cowctl/output.h"
@@ -40,14 +41,19 @@ class PoolHandle {
   virtual store::LunInfo CloneLun(const std::string& src, const std::string& dst) = 0;
   virtual void Grow(uint64_t size) = 0;
   virtual store::CheckReport Check(Progress* progress) = 0;
+  // Reads every mapped block (control/scrub.h); Ctrl-C stops it while an
+  // Interruptible lives.
+  virtual control::ScrubReport Scrub(Progress* progress) = 0;
   // Per-LUN handler counters; nullopt when the pool is not served.
   virtual std::optional<std::vector<control::LunCounters>> Counters() = 0;
   // A new LUN from a raw image or block device (absolute path); done by the
-  // handler when it serves the pool.
+  // handler when it serves the pool. Both stop and roll back on Ctrl-C or
+  // SIGTERM while an Interruptible lives (the error then says "interrupted").
   virtual store::LunInfo Import(const std::string& name, const std::string& path, uint32_t block_size,
                                 uint64_t size, control::CopyStats* stats, Progress* progress) = 0;
-  virtual void Export(const std::string& name, const std::string& path, bool force, control::CopyStats* stats,
-                      Progress* progress) = 0;
+  // `mode`: permissions of a file written (not of a device).
+  virtual void Export(const std::string& name, const std::string& path, bool force, mode_t mode,
+                      control::CopyStats* stats, Progress* progress) = 0;
   const std::string& name() const { return name_; }
 
  protected:

@@ -1,0 +1,167 @@
+#include "handler/control/messages.h"
+
+namespace cowstore::control {
+namespace {
+
+std::string UuidHex(const store::Uuid& id) {
+  static const char* kHex = "0123456789abcdef";
+  std::string s;
+  for (uint8_t b : id) {
+    s += kHex[b >> 4];
+    s += kHex[b & 15];
+  }
+  return s;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// All zeros unless `hex` is 32 hex digits.
+store::Uuid UuidFromHex(const std::string& hex) {
+  store::Uuid id{};
+  if (hex.size() != 32) return id;
+  for (size_t i = 0; i < 16; ++i) {
+    int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return store::Uuid{};
+    id[i] = static_cast<uint8_t>(hi * 16 + lo);
+  }
+  return id;
+}
+
+uint64_t U64(const Record& r, const char* key) { return r.GetU64(key).value_or(0); }
+
+}  // namespace
+
+Record EncodeLun(const store::LunInfo& l) {
+  Record r("lun");
+  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
+  r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
+  return r;
+}
+
+store::LunInfo DecodeLun(const Record& r) {
+  store::LunInfo l;
+  l.name = r.Get("name");
+  l.id = UuidFromHex(r.Get("id"));
+  l.size_bytes = U64(r, "size");
+  l.block_size = static_cast<uint32_t>(r.GetU64("block_size").value_or(512));
+  l.mapped_bytes = U64(r, "mapped");
+  l.exclusive_bytes = U64(r, "exclusive");
+  l.shared_bytes = U64(r, "shared");
+  return l;
+}
+
+store::LunInfo DecodeFirstLun(const std::vector<Record>& records) {
+  for (const auto& r : records) {
+    if (r.type == "lun") return DecodeLun(r);
+  }
+  return {};
+}
+
+std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo& s) {
+  Record p("pool");
+  p.Set("name", pool).Set("size", s.pool_size_bytes).Set("allocation_unit", s.allocation_unit);
+  p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
+  p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
+  p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
+  p.Set("soft_threshold_units", s.soft_threshold_units);
+  std::vector<Record> out{p};
+  for (const auto& l : s.luns) out.push_back(EncodeLun(l));
+  return out;
+}
+
+store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
+  store::SpaceInfo s;
+  for (const auto& r : records) {
+    if (r.type == "pool") {
+      s.pool_size_bytes = U64(r, "size");
+      s.allocation_unit = static_cast<uint32_t>(U64(r, "allocation_unit"));
+      s.total_units = U64(r, "total_units");
+      s.allocated_units = U64(r, "allocated_units");
+      s.metadata_units = U64(r, "metadata_units");
+      s.shared_units = U64(r, "shared_units");
+      s.free_units = U64(r, "free_units");
+      s.mapped_bytes = U64(r, "mapped_bytes");
+      s.saved_bytes = U64(r, "saved_bytes");
+      s.soft_threshold_units = U64(r, "soft_threshold_units");
+    } else if (r.type == "lun") {
+      s.luns.push_back(DecodeLun(r));
+    }
+  }
+  return s;
+}
+
+void EncodeCheck(const store::CheckReport& c, Record* head, std::vector<Record>* records) {
+  head->Set("clean", c.clean ? 1 : 0).Set("luns", c.luns).Set("extents", c.extents);
+  head->Set("allocated_units", c.allocated_units).Set("leaked_units", c.leaked_units);
+  for (const auto& p : c.problems) records->push_back(Record("problem").Set("text", p));
+}
+
+store::CheckReport DecodeCheck(const Record& head, const std::vector<Record>& records) {
+  store::CheckReport c;
+  c.clean = head.Get("clean") == "1";
+  c.luns = U64(head, "luns");
+  c.extents = U64(head, "extents");
+  c.allocated_units = U64(head, "allocated_units");
+  c.leaked_units = U64(head, "leaked_units");
+  for (const auto& r : records) {
+    if (r.type == "problem") c.problems.push_back(r.Get("text"));
+  }
+  return c;
+}
+
+void EncodeScrub(const ScrubReport& s, Record* head, std::vector<Record>* records) {
+  head->Set("clean", s.clean() ? 1 : 0).Set("luns", s.luns).Set("mapped_bytes", s.mapped_bytes);
+  head->Set("read_bytes", s.read_bytes);
+  for (const auto& u : s.unreadable) {
+    records->push_back(Record("unreadable").Set("lun", u.lun).Set("lba", u.lba).Set("count", u.count).Set("error", u.error));
+  }
+}
+
+ScrubReport DecodeScrub(const Record& head, const std::vector<Record>& records) {
+  ScrubReport s;
+  s.luns = U64(head, "luns");
+  s.mapped_bytes = U64(head, "mapped_bytes");
+  s.read_bytes = U64(head, "read_bytes");
+  for (const auto& r : records) {
+    if (r.type == "unreadable") s.unreadable.push_back({r.Get("lun"), U64(r, "lba"), U64(r, "count"), r.Get("error")});
+  }
+  return s;
+}
+
+void EncodeCopyStats(const CopyStats& st, Record* head) { head->Set("written", st.written).Set("skipped", st.skipped); }
+
+CopyStats DecodeCopyStats(const Record& head) { return {U64(head, "written"), U64(head, "skipped")}; }
+
+std::vector<Record> EncodeCounters(const std::vector<LunCounters>& c) {
+  std::vector<Record> out;
+  for (const auto& lc : c) {
+    Record r("counters");
+    r.Set("lun", lc.lun);
+    for (const auto& [k, v] : lc.counters) {
+      if (k != "lun") r.Set(k, v);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::vector<LunCounters> DecodeCounters(const std::vector<Record>& records) {
+  std::vector<LunCounters> out;
+  for (const auto& r : records) {
+    if (r.type != "counters") continue;
+    LunCounters c;
+    c.lun = r.Get("lun");
+    for (const auto& [k, v] : r.fields) {
+      if (k != "lun") c.counters.emplace_back(k, U64(r, k.c_str()));
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+}  // namespace cowstore::control
