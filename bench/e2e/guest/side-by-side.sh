@@ -135,7 +135,6 @@ run_backend() {
     rm_loop_lun $wwn 1; rm_backstore $bsdir/zero; $dropfn zero
 }
 
-
 # ---------------------------------------------------------------- queue depth
 # run_qd: ESXi's clone shape at ESXi's queue depth, on cowstore. Two LUNs of S
 # in one copy group, exported as LUNs 0 (source) and 1 (destination) of one
@@ -158,7 +157,7 @@ QD_LIST=${E2E_BENCH_QDS:-"1 8 16 32"}
 QD_THREADS=${E2E_BENCH_QD_THREADS:-"8 32 64 16 32"}
 QD_TURS=${E2E_BENCH_QD_TURS:-1000}              # TEST UNIT READYs per depth
 QD_FS=${E2E_BENCH_QD_POOL_FS:-ext4}
-# qd_counters SGDEV_LABEL : the destination LUN's handler counters (cowctl top),
+# qd_counters POOL/LUN : that LUN's handler counters (cowctl --json top),
 # one "key value" a line; nothing if the control socket does not answer
 qd_counters() {
     local tool; tool=$(cow_tool) || return 0
@@ -190,7 +189,6 @@ qd_restart() {
     sleep 1
     echo "tcmu-runner threads: $(ls /proc/$RUNNER_PID/task | wc -l) (2 LUNs open)"
 }
-# qd_run LABEL Q : one 4 MiB XCOPY run into the emptied destination, counters around it
 # qd_strace_count Q OUT : the XCOPY run again with strace attached to every
 # thread of tcmu-runner, counting its fdatasync/fsync calls (written to OUT).
 # A separate pass: ptrace stops slow every syscall, so it is not timed.
