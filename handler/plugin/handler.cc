@@ -34,7 +34,11 @@
 namespace cowstore::plugin {
 namespace {
 
-constexpr int kDefaultThreadsPerLun = 16;
+// ESXi keeps up to 32 EXTENDED COPYs in flight per device, and a synchronous
+// handle_cmd holds its worker through the commit's fdatasync, so this is the
+// largest group commit one LUN can form (docs/design/plugin.md, "How many
+// worker threads"; measured with bench/e2e/side-by-side.sh --only qd).
+constexpr int kDefaultThreadsPerLun = 32;
 constexpr const char* kThreadsEnv = "COWSTORE_THREADS_PER_LUN";
 
 class NoCancel {

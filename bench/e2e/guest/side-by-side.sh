@@ -13,6 +13,12 @@
 # port statistics), the space the backing store consumed, and each backend's
 # fixed cost per SCSI command (TEST UNIT READY from one process), which bounds
 # what any offload can gain under emulation.
+# Then, on cowstore only, ESXi's clone shape at its queue depth (run_qd below):
+# 4 MiB single-segment EXTENDED COPY sent to the destination LU, 1/8/16/32 in
+# flight, beside TEST UNIT READY at the same depth and dd of the same bytes,
+# with the pool on ext4 (fdatasync costs something there), and 32 in flight
+# again with other tcmu-runner worker thread counts per LUN.
+# E2E_BENCH_ONLY=qd runs that part alone (minutes less of TCG).
 # Under TCG absolute times mean little: the ratios are the result.
 . /e2e-out/e2e.env                            # E2E_REPO: where the checkout is
 . "$E2E_REPO/tests/e2e/guest/lib.sh"
@@ -22,10 +28,13 @@ GIB=$((1 << 30)); MIB=$((1 << 20))
 S=$(( ${E2E_BENCH_SIZE_GIB:-4} * GIB ))       # the VMDK
 SB=$(( S / 512 ))                              # in blocks
 BENCH=$E2E_OUT/bench.txt; : > $BENCH
-say "side-by-side: VMDK ${E2E_BENCH_SIZE_GIB:-4} GiB"
+ONLY=${E2E_BENCH_ONLY:-}                       # "" (everything) or qd
+say "side-by-side: VMDK ${E2E_BENCH_SIZE_GIB:-4} GiB${ONLY:+, only $ONLY}"
 
-# fileio's zero LUN keeps 3 x S of written zeros; the clone LUN 3 x S of data
-step scratch mk_scratch $(( 3 * S + S / 2 + GIB ))
+# fileio's zero LUN keeps 3 x S of written zeros; the clone LUN 3 x S of data;
+# run_qd's pool on this ext4 holds 2 x S of data
+if [ "$ONLY" = qd ]; then step scratch mk_scratch $(( 2 * S + S / 2 + GIB ))
+else step scratch mk_scratch $(( 3 * S + S / 2 + GIB )); fi
 
 # ---------------------------------------------------------------- helpers
 # port_mb WWN LUN read|write : MiB LIO counted on the LUN's port (initiator path)
@@ -126,11 +135,176 @@ run_backend() {
     rm_loop_lun $wwn 1; rm_backstore $bsdir/zero; $dropfn zero
 }
 
+# ---------------------------------------------------------------- queue depth
+# run_qd: ESXi's clone shape at ESXi's queue depth, on cowstore. Two LUNs of S
+# in one copy group, exported as LUNs 0 (source) and 1 (destination) of one
+# tcm_loop target; the source filled with data. Every EXTENDED COPY is 4 MiB,
+# one block-to-block segment, sent to the destination LU (as ESXi sends it),
+# from one process keeping Q commands in flight (sgio.py loop --qd Q); the
+# destination is given back (UNMAP) before each run, so each copies into free
+# space. Beside it: TEST UNIT READY at the same Q (the per-command floor of
+# kernel + TCMU ring + tcmu-runner) and dd of the same bytes through the
+# initiator. The pool lives on ext4 (E2E_BENCH_QD_POOL_FS=tmpfs: on tmpfs,
+# where fdatasync is free) because with the write cache off every XCOPY is a
+# durable commit, and how many commits share one fdatasync is the question.
+# Q = 1, 8, 16, 32 with the handler's default worker threads per LUN, then
+# Q = 32 with each count of E2E_BENCH_QD_THREADS (tcmu-runner restarted with
+# COWSTORE_THREADS_PER_LUN): whether the runner's workers bound the batch.
+# Each XCOPY run is repeated untimed under strace to count tcmu-runner's
+# fdatasyncs per command (E2E_BENCH_QD_STRACE=0 skips that); the handler's
+# own counters are read too, and any whose name has "sync" is reported.
+QD_LIST=${E2E_BENCH_QDS:-"1 8 16 32"}
+QD_THREADS=${E2E_BENCH_QD_THREADS:-"8 32 64 16 32"}
+QD_TURS=${E2E_BENCH_QD_TURS:-1000}              # TEST UNIT READYs per depth
+QD_FS=${E2E_BENCH_QD_POOL_FS:-ext4}
+# qd_counters POOL/LUN : that LUN's handler counters (cowctl --json top),
+# one "key value" a line; nothing if the control socket does not answer
+qd_counters() {
+    local tool; tool=$(cow_tool) || return 0
+    timeout 20 "$tool" --json top --count 1 --interval 0.1 2>/dev/null | python3 -c '
+import json, sys
+try:
+    rows = json.loads(sys.stdin.read() or "[]")
+except ValueError:
+    rows = []
+for r in rows:
+    if r.get("lun") == sys.argv[1]:
+        for k, v in sorted((r.get("counters") or {}).items()):
+            print(k, v)
+' "$1"
+}
+# qd_delta BEFORE AFTER KEYREGEX : summed difference of the matching counters
+qd_delta() {
+    awk -v re="$3" 'NR == FNR { if ($1 ~ re) b[$1] = $2; next } $1 ~ re { d += $2 - b[$1]; n++ } END { if (n) print d }' \
+        <(printf '%s\n' "$1") <(printf '%s\n' "$2")
+}
+# qd_restart THREADS|default : tcmu-runner again with that many workers per LUN
+qd_restart() {
+    stop_runner
+    if [ "$1" = default ]; then unset COWSTORE_THREADS_PER_LUN; else export COWSTORE_THREADS_PER_LUN=$1; fi
+    start_runner --handler-path $W/handlers || return 1
+    unset COWSTORE_THREADS_PER_LUN
+    # the runner reopens both backstores; wait until the destination answers
+    wait_for 30 $SGIO cmd $QD_DSG 000000000000 --expect GOOD > /dev/null || return 1
+    sleep 1
+    echo "tcmu-runner threads: $(ls /proc/$RUNNER_PID/task | wc -l) (2 LUNs open)"
+}
+# qd_strace_count Q OUT : the XCOPY run again with strace attached to every
+# thread of tcmu-runner, counting its fdatasync/fsync calls (written to OUT).
+# A separate pass: ptrace stops slow every syscall, so it is not timed.
+qd_strace_count() {
+    local q=$1 out=$2 n=$(( S / (4 * MIB) )) spid rc
+    command -v strace > /dev/null || { echo "strace not installed"; return 1; }
+    blkdiscard $QD_DST || return 1
+    strace -f -c -e trace=fdatasync,fsync -o "$out" -p $RUNNER_PID & spid=$!
+    sleep 3                                    # attached to every thread
+    $SGIO loop $QD_DSG xcopy $n 0 8192 --src $QD_SSG --dst-lba 0 --qd $q; rc=$?
+    kill -INT $spid; wait $spid
+    cat "$out"
+    return $rc
+}
+# qd_run LABEL Q : one 4 MiB XCOPY run into the emptied destination, the
+# handler's counters around it; then the strace pass counting fdatasyncs
+declare -A QDMS QDSY QDFS
+qd_run() {
+    local label=$1 q=$2 n=$(( S / (4 * MIB) )) c0 c1 ms sy cmds f
+    step $label-discard blkdiscard $QD_DST || return 1
+    c0=$(qd_counters bench-qd/dst)
+    step $label $SGIO loop $QD_DSG xcopy $n 0 8192 --src $QD_SSG --dst-lba 0 --qd $q
+    ms=$(sgio_field per_cmd_ms "$(_logfile $label)")
+    c1=$(qd_counters bench-qd/dst)
+    cmds=$(qd_delta "$c0" "$c1" '^xcopy$')
+    sy=$(qd_delta "$c0" "$c1" 'sync')
+    QDMS[$label]=${ms:-}
+    QDSY[$label]=$([ -n "$sy" ] && [ -n "$cmds" ] && [ "$cmds" -gt 0 ] && awk -v a=$sy -v b=$cmds 'BEGIN { printf "%.2f", a / b }' || echo "n/a")
+    echo "$label: XCOPY counted by the handler ${cmds:-?} of $n; its sync counters: ${sy:-none}" >> "$(_logfile $label)"
+    [ "${E2E_BENCH_QD_STRACE:-1}" = 1 ] || return 0
+    f=$W/log/$label.strace
+    step $label-strace qd_strace_count $q $f
+    QDFS[$label]=$(awk -v n=$n '$NF == "fdatasync" || $NF == "fsync" { c += $4 } END { if (n) printf "%.2f", c / n }' $f 2>/dev/null)
+}
+run_qd() {
+    local wwn=naa.5001405bbe000030 q t dd_ms n=$(( S / (4 * MIB) )) tur
+    echo "== cowstore: 4 MiB EXTENDED COPY at ESXi's queue depth (pool on $QD_FS)" | tee -a $BENCH
+    stop_runner
+    # the first half's pool (its LUNs are gone) would keep its data in RAM
+    [ -z "$ONLY" ] && rm -f "$COWSTORE_POOL_DIR/bench"
+    if [ "$QD_FS" = ext4 ]; then export COWSTORE_POOL_DIR=$W/qd-pools
+    else export COWSTORE_POOL_DIR=/run/cowstore-qd-pools; fi
+    E2E_POOL_FS=$QD_FS step qd-pool cow_pool_create bench-qd $(( 3 * S )) || return 1
+    step qd-runner start_runner --handler-path $W/handlers || return 1
+    step qd-bs-src cow_bs 11 src $S bench-qd src esx || return 1
+    step qd-bs-dst cow_bs 11 dst $S bench-qd dst esx || return 1
+    step qd-lun-src mk_loop_lun $CFS/core/user_11/src $wwn 0 || return 1
+    step qd-lun-dst mk_loop_lun $CFS/core/user_11/dst $wwn 1 || return 1
+    QD_SRC=$(loop_dev $wwn 0); QD_SSG=$(loop_dev $wwn 0 scsi_generic)
+    QD_DST=$(loop_dev $wwn 1); QD_DSG=$(loop_dev $wwn 1 scsi_generic)
+    # what could bound the batch, as the kernel has it
+    {
+        echo "  limits: destination sd queue_depth $(cat /sys/block/$(basename $QD_DST)/device/queue_depth 2>/dev/null)," \
+             "nr_requests $(cat /sys/block/$(basename $QD_DST)/queue/nr_requests 2>/dev/null)," \
+             "tcm_loop can_queue $(cat /sys/block/$(basename $QD_DST)/device/../../scsi_host/*/can_queue 2>/dev/null | head -1)"
+        local a v line="  TCMU backstore attributes:"
+        for a in hw_queue_depth queue_depth max_data_area_mb cmd_ring_size_mb data_pages_per_blk cmd_time_out qfull_time_out hw_max_sectors; do
+            v=$(cat $CFS/core/user_11/dst/attrib/$a 2>/dev/null) && line+=" $a=$v"
+        done
+        echo "$line"
+        echo "  handler counters of the destination LUN: $(qd_counters bench-qd/dst | awk '{ printf "%s ", $1 }')"
+    } | tee -a $BENCH
+    step qd-fill $SGIO fill $QD_SRC 0 $SB || return 1
+    # dd of the same bytes, LU to LU through the initiator, into free space
+    local t0; t0=$(now)
+    step qd-dd dd if=$QD_SRC of=$QD_DST bs=4M count=$S iflag=direct,count_bytes oflag=direct status=none
+    dd_ms=$(echo "scale=3; $(elapsed $t0) * 1000 / $n" | bc)
+    step qd-dd-equal $SGIO same $QD_SRC 0 0 $SB --dev2 $QD_DST --sample $SAMPLE
+    step qd-threads-default qd_restart default || return 1
+    for q in $QD_LIST; do
+        step qd-tur-qd$q $SGIO loop $QD_DSG tur $QD_TURS --qd $q
+        tur=$(sgio_field per_cmd_ms "$(_logfile qd-tur-qd$q)"); QDMS[tur-qd$q]=${tur:-}
+        qd_run qd-xcopy-qd$q $q
+    done
+    step qd-xcopy-equal $SGIO same $QD_SRC 0 0 $SB --dev2 $QD_DST --sample $SAMPLE
+    # a count may come twice (e.g. "8 32 64 16 32"): repeats show the noise
+    local i=0
+    for t in $QD_THREADS; do
+        i=$((i + 1))
+        step qd-threads-$i-$t qd_restart $t || continue
+        step qd-s$i-t$t-tur-qd32 $SGIO loop $QD_DSG tur $QD_TURS --qd 32
+        tur=$(sgio_field per_cmd_ms "$(_logfile qd-s$i-t$t-tur-qd32)"); QDMS[s$i-tur-qd32]=${tur:-}
+        qd_run qd-s$i-t$t-xcopy-qd32 32
+        QDMS[s$i]=${QDMS[qd-s$i-t$t-xcopy-qd32]:-}; QDFS[s$i]=${QDFS[qd-s$i-t$t-xcopy-qd32]:-}
+        QDSY[s$i]=${QDSY[qd-s$i-t$t-xcopy-qd32]:-}
+    done
+    step qd-t-equal $SGIO same $QD_SRC 0 0 $SB --dev2 $QD_DST --sample $SAMPLE
+    # table: per command, ratio dd (same 4 MiB) / XCOPY
+    r() { [ -n "${QDMS[$1]:-}" ] && awk -v d="$dd_ms" -v x="${QDMS[$1]}" 'BEGIN { printf "1/%.0f", d / x }' || echo "n/a"; }
+    {
+    echo "  dd LU to LU through the initiator, 4 MiB O_DIRECT: $dd_ms ms per 4 MiB ($n x 4 MiB)"
+    printf '  %-34s %9s %9s %9s %12s %12s\n' "4 MiB XCOPY to the destination" "ms/cmd" "TUR ms" "XCOPY/dd" "fdatasync/cmd" "counter/cmd"
+    for q in $QD_LIST; do
+        printf '  %-34s %9s %9s %9s %12s %12s\n' "Q=$q, default worker threads" "${QDMS[qd-xcopy-qd$q]:-?}" \
+            "${QDMS[tur-qd$q]:-?}" "$(r qd-xcopy-qd$q)" "${QDFS[qd-xcopy-qd$q]:-?}" "${QDSY[qd-xcopy-qd$q]:-?}"
+    done
+    i=0
+    for t in $QD_THREADS; do
+        i=$((i + 1))
+        printf '  %-34s %9s %9s %9s %12s %12s\n' "Q=32, $t worker threads per LUN" "${QDMS[s$i]:-?}" \
+            "${QDMS[s$i-tur-qd32]:-?}" "$(r s$i)" "${QDFS[s$i]:-?}" "${QDSY[s$i]:-?}"
+    done
+    echo "  (ms/cmd: sgio.py's loop time / commands. fdatasync/cmd: tcmu-runner's fdatasync+fsync"
+    echo "   calls per XCOPY, counted by strace in a second, untimed pass of the same run."
+    echo "   counter/cmd: the handler's own counters whose name has 'sync' per XCOPY it counted"
+    echo "   (n/a: this handler exposes none).)"
+    } | tee -a $BENCH
+    rm_loop_lun $wwn 1; rm_loop_lun $wwn 0
+    rm_backstore $CFS/core/user_11/dst; rm_backstore $CFS/core/user_11/src
+}
+
 # ---------------------------------------------------------------- LIO fileio
 fio_mk() { mk_fileio_bs 9 $1 $W/fio-$1.img $2 emulate_tpu=1 emulate_tpws=1; }
 fio_space() { local t=0 f; for f in $W/fio-*.img; do [ -f $f ] && t=$(( t + $(file_bytes $f) )); done; echo $t; }
 fio_drop() { rm -f $W/fio-$1.img; }
-run_backend fileio fio_mk $CFS/core/fileio_9 fio_space fio_drop
+[ -z "$ONLY" ] && run_backend fileio fio_mk $CFS/core/fileio_9 fio_space fio_drop
 
 # ---------------------------------------------------------------- cowstore
 if [ ! -f "$COW_SO" ]; then
@@ -143,6 +317,7 @@ else
     ln -sf "$COW_SO" $W/handlers/
     ln -sf /usr/lib/x86_64-linux-gnu/tcmu-runner/handler_qcow.so $W/handlers/
     step runner-start start_runner --handler-path $W/handlers
+    if [ -z "$ONLY" ]; then
     if step qcow-image qemu-img create -q -f qcow2 $W/ref.qcow2 64M &&
        step qcow-bs mk_user_bs 7 ref 67108864 qcow/$W/ref.qcow2 &&
        step qcow-lun mk_loop_lun $CFS/core/user_7/ref naa.5001405bbe000070 0; then
@@ -156,7 +331,10 @@ else
     cow_drop() { cow_lun_delete bench $1; }
     run_backend cowstore cow_mk $CFS/core/user_9 cow_space cow_drop
     step pool-show cow_pool_show bench
+    fi
+    run_qd
 fi
+[ "$ONLY" = qd ] && { sed 's/^/E2E-NOTE /' $BENCH >> $RESULTS; finish; }
 
 # ---------------------------------------------------------------- ratios
 # ratio A B : T[A] / T[B]; per GiB when both are whole-S runs

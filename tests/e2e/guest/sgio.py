@@ -13,7 +13,9 @@ per-command figures; this tool sends many commands from one process.
       OP: tur | ws16 | write16 | read16 | caw | xcopy. Sends N commands, each
       BLOCKS blocks starting at LBA + i*BLOCKS (caw: always at LBA, 1 block,
       comparing with what it wrote last; xcopy: LID1, one 0x02 segment from
-      DEV to --dst DEV2 (default DEV) at --dst-lba + i*BLOCKS). Prints one line
+      DEV to --dst DEV2 (default DEV) at --dst-lba + i*BLOCKS; with --src SRC
+      the segment copies from SRC to DEV and the command goes to DEV, the
+      destination LU, as ESXi sends it). Prints one line
       with the loop's elapsed time and milliseconds per command; exit 1 if any
       command failed. --qd Q keeps Q commands in flight (Q threads, one file
       descriptor each), as an initiator with a queue does.
@@ -227,8 +229,11 @@ def xcopy_cdb(plen):
 def cmd_loop(a):
     dev = Device(a.dev)
     if a.op == "xcopy":
+        if a.src and a.dst:
+            raise SystemExit("sgio: --src and --dst: the command goes to DEV, which is one of them")
         dst = Device(a.dst) if a.dst else dev
-        src_naa, dst_naa = naa_designator(dev), naa_designator(dst)
+        src = Device(a.src) if a.src else dev
+        src_naa, dst_naa = naa_designator(src), naa_designator(dst)
         if src_naa is None or dst_naa is None:
             print("sgio: no NAA designator in VPD 0x83")
             return 1
@@ -524,6 +529,7 @@ def main():
     lp.add_argument("--unmap", action="store_true")
     lp.add_argument("--block-size", type=int, default=512)
     lp.add_argument("--dst", help="xcopy: destination device (default DEV)")
+    lp.add_argument("--src", help="xcopy: source device; the command goes to DEV, the destination")
     lp.add_argument("--dst-lba", type=int, default=0)
     lp.add_argument("--qd", type=int, default=1, help="commands in flight (threads)")
     f = sub.add_parser("fill")
