@@ -136,7 +136,7 @@ TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
   Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, save, "
                     "restore; see 'cowctl --help')", 2);
   Err("--json --pool-dir " + pools + " pool frob tank",
-      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, grow, delete; see 'cowctl pool "
+      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete; see 'cowctl pool "
       "--help')", 2);
   Err("lun resiz tank/vm1 --size 2G", "unknown subcommand 'resiz' of 'cowctl lun'", 2);
   Err("export nfs tank/vm1", "unknown subcommand 'nfs' of 'cowctl export' (one of: iscsi, loop, list;", 2);
