@@ -100,22 +100,27 @@ Status CommitQueue::Wait(uint64_t ticket) {
   }
 }
 
-Status CommitQueue::Exclusive(const std::function<Status()>& fn) {
+void CommitQueue::BeginExclusive() {
   std::unique_lock<std::mutex> lk(mu_);
-  if (leading_) {
-    Waiter w;
-    w.ticket = kExclusive;
-    waiters_.emplace(kExclusive, &w);
-    w.cv.wait(lk, [&] { return w.lead; });
-  } else {
+  if (!leading_) {
     leading_ = true;
+    return;
   }
-  lk.unlock();
-  Status s = fn();
-  lk.lock();
-  WakeSatisfiedLocked();  // fn may have made tickets durable (Publish)
+  Waiter w;
+  w.ticket = kExclusive;
+  waiters_.emplace(kExclusive, &w);
+  w.cv.wait(lk, [&] { return w.lead; });
+}
+
+void CommitQueue::EndExclusive() {
+  std::lock_guard<std::mutex> g(mu_);
+  WakeSatisfiedLocked();  // the exclusive part may have published tickets
   PassLeadershipLocked();
-  return s;
+}
+
+Status CommitQueue::Exclusive(const std::function<Status()>& fn) {
+  ExclusiveGuard g(this);
+  return fn();
 }
 
 void CommitQueue::Publish(uint64_t durable) {

@@ -65,6 +65,19 @@ class CommitQueue {
   // unless the caller passes it to Fail().
   Status Exclusive(const std::function<Status()>& fn);
 
+  // The same as a scope: the constructor waits as Exclusive() does, the
+  // destructor ends it (for callers with many exits).
+  class ExclusiveGuard {
+   public:
+    explicit ExclusiveGuard(CommitQueue* q) : q_(q) { q_->BeginExclusive(); }
+    ~ExclusiveGuard() { q_->EndExclusive(); }
+    ExclusiveGuard(const ExclusiveGuard&) = delete;
+    ExclusiveGuard& operator=(const ExclusiveGuard&) = delete;
+
+   private:
+    CommitQueue* q_;
+  };
+
   // For an Exclusive() fn that made tickets durable by itself (a checkpoint
   // written outside a batch): raises the durable ticket to `durable`.
   void Publish(uint64_t durable);
@@ -94,6 +107,8 @@ class CommitQueue {
   };
   static constexpr uint64_t kExclusive = ~uint64_t{0};
 
+  void BeginExclusive();
+  void EndExclusive();
   // REQUIRES mu_. Wakes every waiter the durable ticket (or the failure)
   // satisfies.
   void WakeSatisfiedLocked();

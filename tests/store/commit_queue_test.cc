@@ -299,6 +299,20 @@ TEST(CommitQueue, ExclusiveRunsBetweenBatchesAndBeforeWaitingOnes) {
   EXPECT_TRUE(st.queue.Wait(st.Append()).ok());
 }
 
+TEST(CommitQueue, ExclusiveGuardHoldsOffBatchesForItsScope) {
+  FakeStore st;
+  std::thread w;
+  {
+    CommitQueue::ExclusiveGuard g(&st.queue);
+    w = std::thread([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+    Eventually([&] { return st.Slept() == 1; });
+    std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(st.queue.stats().batches, 0u);  // the waiter cannot lead yet
+  }
+  w.join();
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+}
+
 TEST(CommitQueue, PublishFromExclusiveMakesTicketsDurable) {
   FakeStore st;
   uint64_t t = st.Append();
