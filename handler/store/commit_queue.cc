@@ -73,6 +73,10 @@ Status CommitQueue::Wait(uint64_t ticket) {
   // everything appended so far, so one is enough unless the commit function
   // returns early (which it may, e.g. after a checkpoint).
   for (;;) {
+    if (!failed_.ok()) {  // Fail() was called while we waited for our turn
+      PassLeadershipLocked();
+      return failed_;
+    }
     stats_.batches++;
     lk.unlock();
     Result<uint64_t> r = commit_();
