@@ -17,9 +17,9 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     Status s = Commit(CurrentSeq());
     if (!s.ok()) problem("flush before check failed: " + s.ToString());
   }
-  std::lock_guard<std::mutex> cg(commit_mu_);
+  CommitQueue::ExclusiveGuard leader(&queue_);  // no batch while the disk is compared
   std::lock_guard<std::mutex> g(meta_mu_);
-  if (!failed_.ok()) problem("pool is in the failed state: " + failed_.ToString());
+  if (Status f = queue_.failed(); !f.ok()) problem("pool is in the failed state: " + f.ToString());
   const uint64_t total_units = space_.total_units();
   std::vector<uint32_t> refs(total_units, 0);
   rep.luns = st_.luns.size();

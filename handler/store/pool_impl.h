@@ -12,14 +12,16 @@
 //
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
-//   Core::commit_mu_ (one committer at a time: journal tail, superblock)
+//   leadership of Core::queue_ (one batch or Exclusive section at a time:
+//                    journal tail, superblock; commit_queue.h)
 //   Core::meta_mu_   (LUN table and maps, space map, the journal buffer)
-// Data I/O never happens under meta_mu_.
+// Data I/O never happens under meta_mu_. Durable operations wait for their
+// ticket in queue_ after releasing their range locks.
 //
 // Cancellation: none of these functions is a cancellation-safe region. A
 // caller that may be cancelled (tcmu-runner threads) must disable
 // cancellation around every store call (pthread_setcancelstate), or a
-// cancelled commit would leave commit_mu_ held.
+// cancelled leader would never hand the commit queue on.
 #pragma once
 
 #include <atomic>
@@ -29,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/commit_queue.h"
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
@@ -45,7 +48,8 @@ inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open r
 class Core final : public RefSink, public std::enable_shared_from_this<Core> {
  public:
   Core(Env* env, std::unique_ptr<File> file, bool read_only)
-      : env_(env), file_(std::move(file)), read_only_(read_only) {}
+      : env_(env), file_(std::move(file)), read_only_(read_only),
+        queue_([this] { return CommitBatch(); }, [this](uint64_t d) { ReleasePending(d); }) {}
 
   static Result<std::shared_ptr<Core>> Create(Env* env, const std::string& path,
                                               const PoolOptions& o);
@@ -92,9 +96,19 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
 
  private:
   Status Load();
-  Status Commit(uint64_t ticket);
-  Status CheckpointLocked(uint64_t* target);  // REQUIRES commit_mu_
-  void ReleasePending(uint64_t target);       // REQUIRES commit_mu_
+  // Returns once `ticket` is durable (group commit through queue_).
+  Status Commit(uint64_t ticket) { return queue_.Wait(ticket); }
+  // A durable operation's commit: its own ticket (the newest record it
+  // appended or whose effect it observed), which covers everything buffered
+  // before it too; one that appended and observed nothing (ticket 0) waits
+  // for everything buffered so far (pool.h: a durable call makes earlier
+  // buffered ones durable).
+  Status CommitOwn(uint64_t ticket) { return Commit(ticket ? ticket : CurrentSeq()); }
+  // queue_'s commit function: one batch (or a checkpoint when the journal is
+  // full). REQUIRES leadership of queue_.
+  Result<uint64_t> CommitBatch();
+  Status CheckpointLocked(uint64_t* target);  // REQUIRES leadership of queue_
+  void ReleasePending(uint64_t target);       // REQUIRES leadership of queue_
   uint64_t AppendLocked(const Record& r);     // REQUIRES meta_mu_; returns ticket
   uint64_t CkptUnits(uint64_t extents) const;
   uint64_t CurrentSeq() { std::lock_guard<std::mutex> g(meta_mu_); return jbuf_.last_ticket(); }
@@ -130,11 +144,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t size_bytes_ = 0;  // declared size (under meta_mu_)
   Uuid sb_uuid_{};
 
-  std::mutex commit_mu_;
+  // Owned by the leader of queue_ (a batch or an Exclusive section):
   Superblock sb_;          // the newest durable superblock
   JournalWriter journal_;  // the journal on disk: its tail
-  Status failed_;          // sticky: a commit failed, the pool must be reopened
-  std::atomic<uint64_t> durable_seq_{0};
+  // Group commit: the durable ticket, the sticky failure (a failed commit:
+  // the pool must be reopened), one batch in flight at a time.
+  CommitQueue queue_;
 
   mutable std::mutex meta_mu_;
   MetaState st_;
