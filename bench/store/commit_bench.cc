@@ -309,6 +309,37 @@ void BM_DurableWrite1Block(benchmark::State& st) {
   }
 }
 
+// 1-block CAW against a durable 1-block write, alternating one of each so
+// that the disk's drift over the run hits both alike; medians compared.
+void BM_CawVsWrite(benchmark::State& st) {
+  Bench& b = B();
+  std::vector<uint8_t> c(kBs, 0), w(kBs, 0), blk(kBs, 0x5a);
+  Die(b.vmfs->Write(37 * kMiB / kBs, 1, c.data(), Durability::kDurable), "reset");
+  for (auto _ : st) {
+    std::vector<double> caw, wr;
+    uint64_t v = 0;
+    const double end = Now() + RunBudget();
+    while (caw.size() < 2000 && Now() < end) {
+      std::memcpy(c.data(), &v, 8);
+      uint64_t nv = v + 1;
+      std::memcpy(w.data(), &nv, 8);
+      double t = Now();
+      Die(b.vmfs->CompareAndWrite(37 * kMiB / kBs, 1, c.data(), w.data(), Durability::kDurable),
+          "caw");
+      caw.push_back(Now() - t);
+      v = nv;
+      std::memcpy(blk.data(), &v, 8);
+      t = Now();
+      Die(b.vmfs->Write(36 * kMiB / kBs, 1, blk.data(), Durability::kDurable), "write");
+      wr.push_back(Now() - t);
+    }
+    g_val["alt_caw"] = Pct(caw, 0.5);
+    g_val["alt_write"] = Pct(wr, 0.5);
+    g_val["alt_n"] = static_cast<double>(caw.size());
+    st.counters["caw_vs_write"] = g_val["alt_caw"] / g_val["alt_write"];
+  }
+}
+
 // ----------------------------------------------- CAW tail under XCOPY load
 
 // 32 threads clone 16 MiB segments of the VMDK into another LUN for `secs`
@@ -400,6 +431,8 @@ void Register() {
         ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("write1block/qd1", BM_DurableWrite1Block)
       ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("caw1block/vs_write1block_alternating", BM_CawVsWrite)
+      ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   benchmark::RegisterBenchmark("caw1block/under_32x16MiB_clones", BM_CawUnderCloneLoad)
       ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 }
@@ -475,10 +508,13 @@ void Summary() {
   }
   for (int d : kDepths) {
     buf[0] = 0;
-    if (d == 1 && has("caw_qd1") && has("write1_qd1")) {
-      double r = g_fig["caw_qd1"].sec_per_cmd / g_fig["write1_qd1"].sec_per_cmd;
-      std::snprintf(buf, sizeof buf, "%.2fx a durable 1-block write (%.1f us) (goal <= 1.5x) %s", r,
-                    g_fig["write1_qd1"].sec_per_cmd * 1e6, Verdict(r <= 1.5));
+    if (d == 1 && g_val.count("alt_caw")) {
+      double r = g_val["alt_caw"] / g_val["alt_write"];
+      std::snprintf(buf, sizeof buf,
+                    "median %.1f us = %.2fx a durable 1-block write (%.1f us), %.0f of each "
+                    "alternating (goal <= 1.5x) %s",
+                    g_val["alt_caw"] * 1e6, r, g_val["alt_write"] * 1e6, g_val["alt_n"],
+                    Verdict(r <= 1.5));
     }
     row("caw", d, 0, buf);
   }
