@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -340,6 +342,109 @@ TEST(Concurrency, EveryKindOfDurableOperationIsDurableWhenItReturns) {
   }
   CheckReport r = (*p)->Check();
   EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+}
+
+// Holds every data write of at least `min` bytes at a closed gate.
+class GateLargeWrites final : public Env {
+ public:
+  GateLargeWrites(Env* base, size_t min) : base_(base), min_(min) {}
+  void Close() {
+    std::lock_guard<std::mutex> g(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool AwaitBlocked() {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_for(g, std::chrono::seconds(30), [&] { return blocked_ > 0; });
+  }
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
+    auto f = base_->OpenLocked(path, mode);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new Gated(this, std::move(f.value())));
+  }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+
+ private:
+  class Gated final : public File {
+   public:
+    Gated(GateLargeWrites* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
+    Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+    Status Write(uint64_t off, size_t n, const void* buf) override {
+      if (n >= env_->min_) env_->Pass();
+      return f_->Write(off, n, buf);
+    }
+    Status Sync() override { return f_->Sync(); }
+    Result<uint64_t> Size() override { return f_->Size(); }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+   private:
+    GateLargeWrites* env_;
+    std::unique_ptr<File> f_;
+  };
+  void Pass() {
+    std::unique_lock<std::mutex> g(mu_);
+    if (open_) return;
+    blocked_++;
+    cv_.notify_all();
+    cv_.wait(g, [&] { return open_; });
+  }
+  Env* base_;
+  size_t min_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int blocked_ = 0;
+};
+
+// A small durable operation is never queued behind a large one's data I/O:
+// while a 2 MiB durable write is stuck writing its data, a CAW, a 4 KiB
+// durable write, a clone and a LUN creation on other LUNs all complete (their
+// batches do not wait for it).
+TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
+  FaultInjectionEnv base;
+  GateLargeWrites env(&base, 1 << 20);
+  PoolOptions o;
+  o.allocation_unit = kAu;
+  o.journal_bytes = 128 * 1024;
+  o.size_bytes = 192 * 1024 + 256 * kAu;
+  auto p = Pool::Create(&env, "pool", o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto pool = std::move(p.value());
+  ASSERT_TRUE(pool->CreateLun("big", 4 << 20, 512).ok());
+  ASSERT_TRUE(pool->CreateLun("small", 1 << 20, 512).ok());
+  auto big = pool->OpenLun("big").value();
+  auto small = pool->OpenLun("small").value();
+  std::vector<uint8_t> zero(512, 0), one(512, 1), four(4096, 4);
+  ASSERT_TRUE(small->Write(0, 1, zero.data(), D::kDurable).ok());
+  ASSERT_TRUE(small->Write(200, 1, zero.data(), D::kDurable).ok());  // a second AU mapped
+  env.Close();
+  std::vector<uint8_t> large(2 << 20, 7);
+  std::thread writer([&] { EXPECT_TRUE(big->Write(0, large.size() / 512, large.data(), D::kDurable).ok()); });
+  ASSERT_TRUE(env.AwaitBlocked());
+  std::atomic<bool> done{false};
+  std::thread small_ops([&] {
+    EXPECT_TRUE(small->CompareAndWrite(0, 1, zero.data(), one.data(), D::kDurable).ok());
+    EXPECT_TRUE(small->Write(8, 8, four.data(), D::kDurable).ok());
+    EXPECT_TRUE(pool->CloneRange(*small, 0, *small, kAu / 512 * 4, kAu / 512, D::kDurable).ok());
+    EXPECT_TRUE(pool->CreateLun("another", 1 << 20, 512).ok());
+    done = true;
+  });
+  for (int i = 0; i < 3000 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done.load()) << "small durable operations waited for a large write's data";
+  env.Open();
+  small_ops.join();
+  writer.join();
+  std::vector<uint8_t> v(512);
+  ASSERT_TRUE(small->Read(kAu / 512 * 4, 1, v.data()).ok());
+  EXPECT_EQ(v, one);
 }
 
 }  // namespace
