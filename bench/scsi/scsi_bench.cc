@@ -4,7 +4,13 @@
 //   1. XCOPY clone of a 20 GiB VMDK (4 MiB segments, one per EXTENDED COPY,
 //      as ESXi sends them) vs the same copy by READ(16)+WRITE(16) of 1 MiB.
 //   2. Eager-zeroing 100 GiB by 1 MiB WRITE SAME(16) vs WRITE(16) of zeros.
-//   3. 1-block COMPARE AND WRITE latency vs 1-block durable WRITE(16).
+//   3. 1-block COMPARE AND WRITE latency vs 1-block durable WRITE(16), and
+//      its p99 while 32 16 MiB XCOPYs run on another LUN of the same pool.
+//
+// XCOPY runs at queue depths 1, 8 and 32 and prints fdatasyncs per command
+// (the Env's sync counter); a run stops issuing after
+// COWSTORE_BENCH_RUN_SECONDS (default 8) and its 20 GiB time is then
+// extrapolated from the commands it did.
 //
 //   scsi_bench [--benchmark_filter=...]   (pool files in $COWSTORE_BENCH_DIR or .)
 //
@@ -42,6 +48,12 @@ namespace {
 constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
 constexpr uint32_t kBs = 512;
 std::map<std::string, double> g_total;  // name -> seconds for the whole job (or per op)
+std::map<std::string, double> g_syncs;  // name -> fdatasyncs per command
+
+double RunBudget() {
+  const char* s = std::getenv("COWSTORE_BENCH_RUN_SECONDS");
+  return s ? std::strtod(s, nullptr) : 8.0;
+}
 
 using cowstore::bench::Dir;
 using cowstore::bench::Now;
@@ -191,26 +203,34 @@ void BM_XcopyClone20GiB(benchmark::State& state) {
   for (auto _ : state) {
     LogicalUnit& dst = g_copy->Lu("clone" + std::to_string(round++), kVmdk);
     const uint64_t n = kVmdk / seg;
-    std::atomic<uint64_t> next{0};
-    const double t0 = Now();
+    std::atomic<uint64_t> next{0}, done{0};
+    const uint64_t s0 = store::DefaultEnv()->sync_calls();
+    const double t0 = Now(), stop = t0 + RunBudget();
     std::vector<std::thread> threads;
     for (int q = 0; q < queue; ++q) {
       threads.emplace_back([&] {
         for (uint64_t i; (i = next.fetch_add(1)) < n;) {
           auto p = XcopyParams(g_src->naa(), dst.naa(), i * seg / kBs, static_cast<uint32_t>(seg / kBs));
           Check(SendXcopy(*g_src, p), "xcopy");
+          done++;
+          if (Now() > stop) break;
         }
       });
     }
     for (auto& t : threads) t.join();
     const double t = Now() - t0;
     state.SetIterationTime(t);
-    g_total["xcopy_clone_" + std::to_string(state.range(0)) + "MiB_qd" + std::to_string(queue)] = t;
+    const std::string key =
+        "xcopy_clone_" + std::to_string(state.range(0)) + "MiB_qd" + std::to_string(queue);
+    g_total[key] = t * static_cast<double>(n) / static_cast<double>(done.load());  // all 20 GiB
+    g_syncs[key] = static_cast<double>(store::DefaultEnv()->sync_calls() - s0) /
+                   static_cast<double>(done.load());
+    state.counters["commands"] = static_cast<double>(done.load());
+    state.counters["syncs_per_cmd"] = g_syncs[key];
   }
-  state.counters["commands"] = static_cast<double>(kVmdk / seg);
 }
 BENCHMARK(BM_XcopyClone20GiB)
-    ->Args({4, 1})->Args({16, 1})->Args({4, 32})->Args({16, 32})
+    ->Args({4, 1})->Args({4, 8})->Args({4, 32})->Args({16, 1})->Args({16, 8})->Args({16, 32})
     ->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 // Many segments per command (sg_xcopy/ddpt style): 128 x 16 MiB segments.
@@ -341,6 +361,59 @@ void BM_DurableWrite1Block(benchmark::State& state) {
 }
 BENCHMARK(BM_DurableWrite1Block)->MinTime(2.0)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
+// 1-block CAW latency on the latency LU while 32 threads send 16 MiB XCOPYs
+// from the VMDK into another LU of the same pool (the VMFS heartbeat while
+// ESXi clones a VMDK on the same datastore).
+void BM_CompareAndWriteUnderXcopyLoad(benchmark::State& state) {
+  SetupCopySource();
+  LogicalUnit& hb = g_copy->Lu("heartbeat", kGiB);  // same pool as the copy
+  for (auto _ : state) {
+    LogicalUnit& dst = g_copy->Lu("load", kVmdk);
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> next{0};
+    const uint64_t seg = 16 * kMiB, n = kVmdk / seg;
+    std::vector<std::thread> load;
+    for (int q = 0; q < 32; ++q)
+      load.emplace_back([&] {
+        while (!stop) {
+          uint64_t i = next.fetch_add(1) % n;
+          auto p = XcopyParams(g_src->naa(), dst.naa(), i * seg / kBs, static_cast<uint32_t>(seg / kBs));
+          Check(SendXcopy(*g_src, p), "xcopy");
+        }
+      });
+    std::vector<uint8_t> buf(2 * kBs, 0), blk(kBs, 0);
+    std::vector<uint8_t> cdb(16, 0);
+    cdb[0] = 0x89;
+    cdb[13] = 1;
+    PutBe64(&cdb[2], 2);
+    Check(Exec(hb, Cdb16(0x8A, 2, 1), blk.data(), blk.size()), "reset");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::vector<double> lat;
+    uint64_t v = 0;
+    const double end = Now() + 5.0;
+    while (Now() < end) {
+      PutBe64(&buf[0], v);
+      PutBe64(&buf[kBs], v + 1);
+      const double t = Now();
+      Check(Exec(hb, cdb, buf.data(), buf.size()), "caw");
+      lat.push_back(Now() - t);
+      ++v;
+    }
+    stop = true;
+    for (auto& t : load) t.join();
+    std::sort(lat.begin(), lat.end());
+    g_total["caw_load_p50"] = lat[lat.size() / 2];
+    g_total["caw_load_p99"] = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+    g_total["caw_load_max"] = lat.back();
+    g_total["caw_load_n"] = static_cast<double>(lat.size());
+    g_total["load_xcopy_per_s"] = static_cast<double>(next.load()) / 5.1;
+    state.counters["caw_p99_ms"] = g_total["caw_load_p99"] * 1e3;
+  }
+}
+BENCHMARK(BM_CompareAndWriteUnderXcopyLoad)->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+const char* Verdict(bool ok) { return ok ? "PASS" : "MISS"; }
+
 void Summary() {
   auto has = [](const char* k) { return g_total.count(k) != 0; };
   std::printf("\n==== scsi_bench summary (same run; WCE=0, every GOOD durable; pool dir %s) ====\n",
@@ -352,8 +425,13 @@ void Summary() {
     for (const auto& [k, v] : g_total) {
       if (k.rfind("xcopy_clone_", 0) != 0) continue;
       const double r = v / rw;
-      std::printf("%s of 20 GiB: %.3f s (measured in full) -> ratio 1/%.0f %s (goal <= 1/1000)\n",
-                  k.c_str(), v, 1.0 / r, r <= 1e-3 ? "MET" : "NOT MET");
+      const bool multi = k.find("segments") != std::string::npos;
+      const double goal = k.find("_16MiB_qd32") != std::string::npos ? 2000
+                          : k.find("_4MiB_qd32") != std::string::npos ? 1000 : 0;
+      std::printf("%s of 20 GiB: %.3f s -> ratio 1/%.0f", k.c_str(), v, 1.0 / r);
+      if (!multi && g_syncs.count(k)) std::printf(", %.3f fdatasyncs per command", g_syncs[k]);
+      if (goal > 0) std::printf(" (goal <= 1/%.0f) %s", goal, Verdict(1.0 / r >= goal));
+      std::printf("\n");
     }
   }
   if (has("write_zero_sample") && has("ws_zero_100GiB")) {
@@ -361,14 +439,22 @@ void Summary() {
     const double r = g_total["ws_zero_100GiB"] / wz;
     std::printf("WRITE of zeros, 100 GiB: %.1f s (extrapolated from %.0f MiB in %.2f s)\n", wz,
                 g_total["write_zero_sample_bytes"] / kMiB, g_total["write_zero_sample"]);
-    std::printf("WRITE SAME 1 MiB x 102400 (100 GiB): %.3f s (measured in full) -> ratio 1/%.0f %s (goal <= 1/1000)\n",
-                g_total["ws_zero_100GiB"], 1.0 / r, r <= 1e-3 ? "MET" : "NOT MET");
+    std::printf("WRITE SAME 1 MiB x 102400 (100 GiB, thin LUN, one command at a time): %.3f s "
+                "(measured in full) -> ratio 1/%.0f (the mapped-LUN, 32-in-flight goal is in "
+                "bench/store/commit_bench)\n",
+                g_total["ws_zero_100GiB"], 1.0 / r);
   }
   if (has("caw_1block") && has("write_1block")) {
     const double r = g_total["caw_1block"] / g_total["write_1block"];
-    std::printf("1-block COMPARE AND WRITE %.1f us vs durable WRITE %.1f us -> %.2fx %s (goal <= 2x)\n",
-                g_total["caw_1block"] * 1e6, g_total["write_1block"] * 1e6, r, r <= 2.0 ? "MET" : "NOT MET");
+    std::printf("1-block COMPARE AND WRITE %.1f us vs durable WRITE %.1f us -> %.2fx (goal <= 1.5x) %s\n",
+                g_total["caw_1block"] * 1e6, g_total["write_1block"] * 1e6, r, Verdict(r <= 1.5));
   }
+  if (has("caw_load_p99"))
+    std::printf("1-block COMPARE AND WRITE while 32 16 MiB XCOPYs run on another LU (%.0f XCOPY/s): "
+                "%.0f CAWs, p50 %.2f ms, p99 %.2f ms, max %.2f ms (goal p99 <= 10 ms) %s\n",
+                g_total["load_xcopy_per_s"], g_total["caw_load_n"], g_total["caw_load_p50"] * 1e3,
+                g_total["caw_load_p99"] * 1e3, g_total["caw_load_max"] * 1e3,
+                Verdict(g_total["caw_load_p99"] <= 0.010));
 }
 
 }  // namespace

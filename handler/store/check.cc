@@ -17,9 +17,9 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     Status s = Commit(CurrentSeq());
     if (!s.ok()) problem("flush before check failed: " + s.ToString());
   }
-  MutexLock cg(&commit_mu_);
+  CommitQueue::ExclusiveGuard leader(&queue_);  // no batch while the disk is compared
   MutexLock g(&meta_mu_);
-  if (!failed_.ok()) problem("pool is in the failed state: " + failed_.ToString());
+  if (Status f = queue_.failed(); !f.ok()) problem("pool is in the failed state: " + f.ToString());
   const uint64_t total_units = space_.total_units();
   std::vector<uint32_t> refs(total_units, 0);
   rep.luns = st_.luns.size();
@@ -92,7 +92,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       bool IsBlockDevice() const override { return f->IsBlockDevice(); }
     };
     disk.file_ = std::make_unique<Borrow>(file_.get());
-    MutexLock dc(&disk.commit_mu_);  // `disk` is ours alone: for the analysis
+    CommitQueue::ExclusiveGuard dc(&disk.queue_);  // `disk` is ours alone: for the analysis
     Status s = disk.LoadLocked();
     MutexLock dm(&disk.meta_mu_);
     if (!s.ok()) {

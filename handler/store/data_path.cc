@@ -91,7 +91,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     for (Plan& p : plan) {
       // In place only if no durable state can still share the AU: its last
       // other reference may have gone in a record that is not durable yet.
-      p.inplace = p.old != kNone && space_.WritableInPlace(p.old, durable_seq_.load());
+      p.inplace = p.old != kNone && space_.WritableInPlace(p.old, queue_.durable());
       if (!p.inplace) need++;
     }
     fresh.clear();
@@ -150,8 +150,13 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       rec.runs.push_back({a0 + i, plan[i].target, 1});
   }
   space_.Mapped(fresh);
-  jbuf_.NoteDataWritten();
-  uint64_t t = rec.runs.empty() ? jbuf_.TicketWithoutRecord() : AppendLocked(rec);
+  uint64_t t;
+  if (rec.runs.empty()) {
+    t = jbuf_.TicketWithoutRecord();  // in place only: the journal's sync covers it
+  } else {
+    jbuf_.NoteDataWritten();  // the record points at new data: sync that first
+    t = AppendLocked(rec);
+  }
   *ticket = std::max(*ticket, t);
   return Status::Ok();
 }
@@ -161,7 +166,12 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
     MutexLock g(&meta_mu_);
     std::vector<Run> pieces;
     l->map.Lookup(w0, w1 - w0, &pieces);
-    if (pieces.empty()) return Status::Ok();
+    if (pieces.empty()) {
+      // Nothing to unmap, maybe thanks to a record not durable yet: a
+      // durable caller must wait for what it saw.
+      *ticket = std::max(*ticket, jbuf_.last_ticket());
+      return Status::Ok();
+    }
     // Splitting an extent adds one; keep the checkpoint's room guaranteed.
     if (!AffordableLocked(0, 2)) {
       if (attempt > 0 || !space_.has_pending())
@@ -198,6 +208,7 @@ Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket
     {
       MutexLock g(&meta_mu_);
       mapped = l->map.Find(a) != kNone;
+      *ticket = std::max(*ticket, jbuf_.last_ticket());  // what it saw
     }
     if (!mapped) continue;
     std::vector<uint8_t> zeros(t - s, 0);
@@ -315,7 +326,7 @@ Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const io
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
   }
-  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+  return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 
 Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const void* cmp,
@@ -324,6 +335,7 @@ Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const vo
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
   uint64_t off = lba * l->bs, len = count * l->bs;
+  uint64_t ticket = 0;
   {
     // Held across read, compare and write: atomic against every write.
     RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
@@ -338,11 +350,10 @@ Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const vo
       while (cur[i] == c[i]) i++;
       return Status(Code::kMiscompare, "compare_and_write: data differ").with_miscompare_offset(i);
     }
-    uint64_t ticket = 0;
     s = WriteBytes(l, off, len, static_cast<const uint8_t*>(data), &ticket);
     if (!s.ok()) return s;
   }
-  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+  return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 
 Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, bool unmap_only) {
@@ -350,11 +361,11 @@ Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, 
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
   uint64_t off = lba * l->bs, len = count * l->bs;
+  uint64_t ticket = 0;
   if (count > 0) {
     RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
-    uint64_t ticket = 0;
     if (unmap_only) {
       uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
       if (w0 < w1) s = UnmapAus(l, w0, w1, &ticket);
@@ -367,7 +378,7 @@ Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, 
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
   }
-  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+  return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 
 Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
@@ -375,6 +386,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
   uint64_t off = lba * l->bs, len = count * l->bs;
+  uint64_t ticket = 0;
   if (count > 0) {
     uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
     RangeGuard rg(&l->lock, a0, a1, true);
@@ -414,8 +426,9 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       jbuf_.NoteDataWritten();
       AppendLocked(rec);
     }
+    ticket = jbuf_.last_ticket();  // ours, or the newest the mapping it saw may rest on
   }
-  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+  return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 
 Result<std::vector<AllocationRun>> Core::AllocationStatus(LunState* l, uint64_t lba,
@@ -459,6 +472,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
   if (src->bs != dst->bs)
     return Status(Code::kInvalidArgument, "clone between LUNs of different block sizes");
   const uint64_t bs = src->bs, soff = src_lba * bs, doff = dst_lba * bs, len = count * bs;
+  uint64_t ticket = 0;
   if (count > 0) {
     uint64_t sa0 = soff / au_, sa1 = DivUp(soff + len, au_);
     uint64_t da0 = doff / au_, da1 = DivUp(doff + len, au_);
@@ -475,7 +489,6 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
     s = CheckRange(src, src_lba, count);
     if (s.ok()) s = CheckRange(dst, dst_lba, count);
     if (!s.ok()) return s;
-    uint64_t ticket = 0;
     if (soff % au_ == doff % au_) {
       // Same phase: whole AUs by reference, the partial edges by copying.
       uint64_t w0 = DivUp(doff, au_), w1 = (doff + len) / au_;
@@ -504,6 +517,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
           rec.n = w1 - w0;
           ticket = AppendLocked(rec);
         }
+        ticket = std::max(ticket, jbuf_.last_ticket());  // what it saw, if it appended nothing
       }
       if (head) s = WriteBytes(dst, doff, head, hb.data(), &ticket);
       if (s.ok() && tail) s = WriteBytes(dst, tail_off, tail, tb.data(), &ticket);
@@ -527,7 +541,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
     if (s.ok()) s = CheckRange(dst, dst_lba, 0);
     if (!s.ok()) return s;
   }
-  return d == Durability::kDurable ? Commit(CurrentSeq()) : Status::Ok();
+  return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 
 }  // namespace cowstore::store

@@ -8,6 +8,7 @@
 
 #include <sys/uio.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -56,6 +57,18 @@ class Env {
   // holder conflicts (another process, or another File in this process).
   virtual Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) = 0;
   virtual bool Exists(const std::string& path) = 0;
+
+  // File::Sync calls made so far by the files this Env opened (every call,
+  // failed ones too). Benchmarks and tests read the difference over a run to
+  // see how many operations shared one fdatasync.
+  uint64_t sync_calls() const { return sync_calls_.load(std::memory_order_relaxed); }
+
+ protected:
+  // Each implementation's File::Sync calls this once per call.
+  void CountSync() { sync_calls_.fetch_add(1, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> sync_calls_{0};
 };
 
 // The process-wide POSIX Env (pread/pwrite/fdatasync/fallocate/flock).

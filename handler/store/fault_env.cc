@@ -37,6 +37,7 @@ class FaultFile final : public File {
   }
 
   Status Sync() override {
+    env_->CountSync();
     std::lock_guard<std::mutex> g(env_->mu_);
     Status s = env_->Gate(FaultInjectionEnv::Op::kSync);
     if (!s.ok()) return s;

@@ -3,6 +3,13 @@
 namespace cowstore::store {
 
 uint64_t JournalBuffer::Append(const Record& r) {
+  // Recovery yields a prefix of the operations in ticket order: a record must
+  // not outlive in-place data with an earlier ticket, so that data now needs
+  // the sync before the records.
+  if (inplace_dirty_) {
+    data_dirty_ = true;
+    inplace_dirty_ = false;
+  }
   FrameRecord(r, next_lsn_++, &buf_);
   return ++last_ticket_;
 }
@@ -12,25 +19,27 @@ void JournalBuffer::TakeBatch(JournalBatch* b) {
   b->bytes.swap(buf_);
   b->last_ticket = last_ticket_;
   b->data_dirty = data_dirty_;
-  data_dirty_ = false;
+  b->inplace_dirty = inplace_dirty_;
+  data_dirty_ = inplace_dirty_ = false;
 }
 
 uint64_t JournalBuffer::DropForCheckpoint() {
   buf_.clear();
-  data_dirty_ = false;
+  data_dirty_ = inplace_dirty_ = false;  // the checkpoint syncs before its superblock
   return next_lsn_;
 }
 
 Status JournalWriter::WriteBatch(File* file, const JournalBatch& b) {
-  // Data first: everything the records point at is on disk before the
-  // records themselves. Metadata-only batches (clone, unmap) skip it.
+  // Data first: everything the records rest on is on disk before the
+  // records themselves. Metadata-only batches (clone, unmap) skip it, and so
+  // do in-place overwrites written after the batch's last record: the one
+  // sync after the journal write covers them.
   Status s;
   if (b.data_dirty) s = file->Sync();
-  if (s.ok() && !b.bytes.empty()) {
+  if (s.ok() && !b.bytes.empty())
     s = file->Write(kJournalOffset + tail_, b.bytes.size(), b.bytes.data());
-    if (s.ok()) s = file->Sync();
-    if (s.ok()) tail_ += b.bytes.size();
-  }
+  if (s.ok() && (!b.bytes.empty() || b.inplace_dirty)) s = file->Sync();
+  if (s.ok()) tail_ += b.bytes.size();
   return s;
 }
 

@@ -22,11 +22,14 @@
 namespace cowstore::store {
 
 // What one commit writes: the buffered records, the ticket of the last of
-// them, and whether any of them points at data written since the last commit.
+// them, whether the data sync must come first (a record points at data
+// written since the last commit, or follows in-place data in ticket order),
+// and whether in-place data alone needs the final sync.
 struct JournalBatch {
   std::string bytes;
   uint64_t last_ticket = 0;
   bool data_dirty = false;
+  bool inplace_dirty = false;
 };
 
 class JournalBuffer {
@@ -34,9 +37,14 @@ class JournalBuffer {
   // Frames `r` with the next LSN; returns its ticket (durable once a commit
   // covering that ticket returns).
   uint64_t Append(const Record& r);
-  // A ticket for an operation that needs no record (an in-place write): its
-  // data is durable once a commit covering the ticket has synced.
-  uint64_t TicketWithoutRecord() { return ++last_ticket_; }
+  // A ticket for an in-place write (no record points at its data: the AU is
+  // durably mapped already): durable once a commit covering the ticket has
+  // synced. No data sync has to precede the batch's records for it, unless
+  // a record is appended after it (see Append).
+  uint64_t TicketWithoutRecord() {
+    inplace_dirty_ = true;
+    return ++last_ticket_;
+  }
   // The ticket the next Append (or TicketWithoutRecord) will hand out.
   uint64_t next_ticket() const { return last_ticket_ + 1; }
   uint64_t last_ticket() const { return last_ticket_; }
@@ -62,6 +70,7 @@ class JournalBuffer {
   uint64_t next_lsn_ = 1;
   uint64_t last_ticket_ = 0;
   bool data_dirty_ = false;
+  bool inplace_dirty_ = false;
 };
 
 class JournalWriter {
@@ -73,8 +82,8 @@ class JournalWriter {
   // False if `bytes` more do not fit: the pool must checkpoint instead.
   bool Fits(size_t bytes) const { return tail_ + bytes <= capacity_; }
 
-  // The commit step: sync the data the batch points at (if any), append the
-  // batch at the tail, sync again. On success the batch is durable and the
+  // The commit step: sync the data the batch's records rest on (if any),
+  // append the batch at the tail, sync again (also for in-place data alone). On success the batch is durable and the
   // tail moves past it; on failure the tail stays and the pool must be
   // reopened (what reached the disk is only a torn, unreplayable tail).
   Status WriteBatch(File* file, const JournalBatch& b);

@@ -66,11 +66,10 @@ Status Core::WriteSuperblockLocked(const Superblock& sb) {
   return file_->Write((sb.seq % 2) * kSuperblockSlot, img.size(), img.data());
 }
 
-Status Core::Commit(uint64_t ticket) {
-  if (durable_seq_.load() >= ticket) return Status::Ok();
-  MutexLock cg(&commit_mu_);
-  if (durable_seq_.load() >= ticket) return Status::Ok();
-  if (!failed_.ok()) return failed_;
+// One batch: everything appended so far, or a checkpoint when it would not
+// fit in the journal. Runs only as queue_'s leader, so nothing else commits.
+Result<uint64_t> Core::CommitBatch() {
+  queue_.AssertLeader();  // the queue calls this only from its leader
   JournalBatch batch;
   bool ckpt = false;
   {
@@ -80,13 +79,8 @@ Status Core::Commit(uint64_t ticket) {
   }
   uint64_t target = batch.last_ticket;
   Status s = ckpt ? CheckpointLocked(&target) : journal_.WriteBatch(file_.get(), batch);
-  if (!s.ok()) {
-    failed_ = Status(s.code(), "commit failed, pool must be reopened: " + s.message());
-    return failed_;
-  }
-  durable_seq_.store(target);
-  ReleasePending(target);
-  return Status::Ok();
+  if (!s.ok()) return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+  return target;  // queue_ publishes it, wakes its waiters, then ReleasePending
 }
 
 void Core::ReleasePending(uint64_t target) {
@@ -113,7 +107,7 @@ Status Core::CheckUsable() const {
 Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
-  return Commit(~uint64_t{0} >> 1);  // everything buffered so far
+  return Commit(CurrentSeq());  // everything buffered so far
 }
 
 Status Core::Flush() {
@@ -127,8 +121,8 @@ Status Core::Grow(uint64_t new_size) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
-  MutexLock cg(&commit_mu_);
-  if (!failed_.ok()) return failed_;
+  CommitQueue::ExclusiveGuard leader(&queue_);  // the superblock: no batch meanwhile
+  if (Status f = queue_.failed(); !f.ok()) return f;
   if (file_->IsBlockDevice()) {
     auto dsz = file_->Size();
     if (!dsz.ok()) return dsz.status();
@@ -147,7 +141,7 @@ Status Core::Grow(uint64_t new_size) {
   s = WriteSuperblockLocked(nsb);
   if (s.ok()) s = file_->Sync();
   if (!s.ok()) {
-    failed_ = s;
+    queue_.Fail(s);
     return s;
   }
   sb_ = nsb;

@@ -12,14 +12,16 @@
 //
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
-//   Core::commit_mu_ (one committer at a time: journal tail, superblock)
+//   leadership of Core::queue_ (one batch or Exclusive section at a time:
+//                    journal tail, superblock; commit_queue.h)
 //   Core::meta_mu_   (LUN table and maps, space map, the journal buffer)
-// Data I/O never happens under meta_mu_.
+// Data I/O never happens under meta_mu_. Durable operations wait for their
+// ticket in queue_ after releasing their range locks.
 //
 // Cancellation: none of these functions is a cancellation-safe region. A
 // caller that may be cancelled (tcmu-runner threads) must disable
 // cancellation around every store call (pthread_setcancelstate), or a
-// cancelled commit would leave commit_mu_ held.
+// cancelled leader would never hand the commit queue on.
 #pragma once
 
 #include <atomic>
@@ -28,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/commit_queue.h"
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
@@ -45,13 +48,14 @@ inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open r
 class Core final : public RefSink, public std::enable_shared_from_this<Core> {
  public:
   Core(Env* env, std::unique_ptr<File> file, bool read_only)
-      : env_(env), file_(std::move(file)), read_only_(read_only) {}
+      : env_(env), file_(std::move(file)), read_only_(read_only),
+        queue_([this] { return CommitBatch(); }, [this](uint64_t d) { ReleasePending(d); }) {}
 
   static Result<std::shared_ptr<Core>> Create(Env* env, const std::string& path,
                                               const PoolOptions& o);
   static Result<std::shared_ptr<Core>> Open(Env* env, const std::string& path, bool read_only);
 
-  Status Close() EXCLUDES(commit_mu_, meta_mu_);
+  Status Close() EXCLUDES(queue_, meta_mu_);
   Status CheckUsable() const;
 
   // Pool operations.
@@ -92,17 +96,28 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
 
  private:
   // Reads the pool (superblock, checkpoint, journal) into memory; a writable
-  // pool then writes a fresh checkpoint. Single-threaded (open), but takes
-  // the locks like everyone else.
-  Status Load() EXCLUDES(commit_mu_, meta_mu_) {
-    MutexLock g(&commit_mu_);
+  // pool then writes a fresh checkpoint. Runs as queue_'s exclusive leader
+  // (nothing else can reach the pool during open, but the analysis checks it).
+  Status Load() EXCLUDES(queue_, meta_mu_) {
+    CommitQueue::ExclusiveGuard leader(&queue_);
     return LoadLocked();
   }
-  Status LoadLocked() REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
-  // Makes every operation up to `ticket` durable (see journal.h).
-  Status Commit(uint64_t ticket) EXCLUDES(commit_mu_, meta_mu_);
-  Status CheckpointLocked(uint64_t* target) REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
-  void ReleasePending(uint64_t target) REQUIRES(commit_mu_) EXCLUDES(meta_mu_);
+  Status LoadLocked() REQUIRES(queue_) EXCLUDES(meta_mu_);
+  // Returns once `ticket` is durable (group commit through queue_).
+  Status Commit(uint64_t ticket) EXCLUDES(queue_, meta_mu_) { return queue_.Wait(ticket); }
+  // A durable operation's commit: its own ticket (the newest record it
+  // appended or whose effect it observed), which covers everything buffered
+  // before it too; one that appended and observed nothing (ticket 0) waits
+  // for everything buffered so far (pool.h: a durable call makes earlier
+  // buffered ones durable).
+  Status CommitOwn(uint64_t ticket) EXCLUDES(queue_, meta_mu_) {
+    return Commit(ticket ? ticket : CurrentSeq());
+  }
+  // queue_'s commit function: one batch (or a checkpoint when the journal is
+  // full). Called by queue_ only, as its leader.
+  Result<uint64_t> CommitBatch() EXCLUDES(meta_mu_);
+  Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
+  void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);  // queue_'s after-hook
   // Applies `r` and buffers it; returns its ticket.
   uint64_t AppendLocked(const Record& r) REQUIRES(meta_mu_);
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
@@ -126,14 +141,14 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov)
       EXCLUDES(meta_mu_);
   Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket)
-      EXCLUDES(commit_mu_, meta_mu_);
+      EXCLUDES(queue_, meta_mu_);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
-                         uint64_t* ticket) EXCLUDES(commit_mu_, meta_mu_);
+                         uint64_t* ticket) EXCLUDES(queue_, meta_mu_);
   Status UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket)
-      EXCLUDES(commit_mu_, meta_mu_);
+      EXCLUDES(queue_, meta_mu_);
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
-      EXCLUDES(commit_mu_, meta_mu_);
-  Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(commit_mu_);
+      EXCLUDES(queue_, meta_mu_);
+  Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(queue_);
 
   Env* env_;
   std::unique_ptr<File> file_;
@@ -147,11 +162,13 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t size_bytes_ GUARDED_BY(meta_mu_) = 0;  // declared size
   Uuid sb_uuid_{};
 
-  Mutex commit_mu_ ACQUIRED_BEFORE(meta_mu_);
-  Superblock sb_ GUARDED_BY(commit_mu_);          // the newest durable superblock
-  JournalWriter journal_ GUARDED_BY(commit_mu_);  // the journal on disk: its tail
-  Status failed_ GUARDED_BY(commit_mu_);  // sticky: a commit failed, reopen the pool
-  std::atomic<uint64_t> durable_seq_{0};  // written under commit_mu_, read anywhere
+  // Group commit: the durable ticket, the sticky failure (a failed commit:
+  // the pool must be reopened), one batch in flight at a time. Its
+  // leadership (a batch or an Exclusive section) is a capability: what only
+  // the leader may touch is GUARDED_BY(queue_).
+  CommitQueue queue_ ACQUIRED_BEFORE(meta_mu_);
+  Superblock sb_ GUARDED_BY(queue_);          // the newest durable superblock
+  JournalWriter journal_ GUARDED_BY(queue_);  // the journal on disk: its tail
 
   mutable Mutex meta_mu_;
   // The LUN table and maps. LunState's fields other than its range lock are

@@ -25,10 +25,13 @@ Status Errno(const char* what, const std::string& path, int err) {
   return Status(code, std::string(what) + " " + path + ": " + std::strerror(err));
 }
 
+class PosixEnv;
+void CountSyncOf(PosixEnv* env);
+
 class PosixFile final : public File {
  public:
-  PosixFile(int fd, std::string path, bool blockdev)
-      : fd_(fd), path_(std::move(path)), blockdev_(blockdev) {}
+  PosixFile(PosixEnv* env, int fd, std::string path, bool blockdev)
+      : env_(env), fd_(fd), path_(std::move(path)), blockdev_(blockdev) {}
   ~PosixFile() override { ::close(fd_); }  // also drops the flock
 
   Status Read(uint64_t off, size_t n, void* buf) override {
@@ -91,6 +94,7 @@ class PosixFile final : public File {
   }
 
   Status Sync() override {
+    CountSyncOf(env_);
     if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_, errno);
     return Status::Ok();
   }
@@ -137,6 +141,7 @@ class PosixFile final : public File {
   bool IsBlockDevice() const override { return blockdev_; }
 
  private:
+  PosixEnv* env_;
   int fd_;
   std::string path_;
   bool blockdev_;
@@ -165,11 +170,16 @@ class PosixEnv final : public Env {
       ::close(fd);
       return Errno("fstat", path, err);
     }
-    return std::unique_ptr<File>(new PosixFile(fd, path, S_ISBLK(st.st_mode)));
+    return std::unique_ptr<File>(new PosixFile(this, fd, path, S_ISBLK(st.st_mode)));
   }
 
   bool Exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+ private:
+  friend void CountSyncOf(PosixEnv* env);
 };
+
+void CountSyncOf(PosixEnv* env) { env->CountSync(); }
 
 }  // namespace
 

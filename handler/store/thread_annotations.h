@@ -1,6 +1,6 @@
 // Clang thread-safety annotations and a mutex that carries them, so the
-// store's lock contracts ("guarded by meta_mu_", "call with commit_mu_
-// held") are checked by the compiler (-Wthread-safety, on for every clang
+// store's lock contracts ("guarded by meta_mu_", "call as the commit queue's
+// leader") are checked by the compiler (-Wthread-safety, on for every clang
 // build) instead of living in comments. Under GCC the annotations vanish.
 //
 // See https://clang.llvm.org/docs/ThreadSafetyAnalysis.html.

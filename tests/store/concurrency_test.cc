@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -234,6 +237,214 @@ TEST(Concurrency, DurableWritersShareCommits) {
       ASSERT_TRUE(b->Read(t * 1000 + i, 1, v.data()).ok());
       ASSERT_EQ(v[0], t + 1);
     }
+}
+
+// Every kind of durable operation at once, from several threads (they share
+// batches): each one that returned is on stable storage. The disk then dies
+// and loses everything unsynced; the reopened pool must hold exactly what
+// the threads' own models say.
+TEST(Concurrency, EveryKindOfDurableOperationIsDurableWhenItReturns) {
+  FaultInjectionEnv env;
+  auto pool = MakePool(&env);
+  for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(pool->CreateLun(n, 1 << 20, 512).ok());
+  auto a = pool->OpenLun("a").value();
+  auto b = pool->OpenLun("b").value();
+  auto c = pool->OpenLun("c").value();
+  constexpr int kThreads = 4, kIters = 60;
+  constexpr uint64_t kBpa = kAu / 512;  // blocks per AU
+  // Per thread: the value each block of its AUs must hold (0 = zeros).
+  std::vector<std::map<uint64_t, uint8_t>> want_a(kThreads), want_b(kThreads), want_c(kThreads);
+  std::atomic<int> bad{0};
+  std::atomic<bool> lun_exists{false};
+  std::vector<std::thread> th;
+  for (int t = 0; t < kThreads; t++)
+    th.emplace_back([&, t] {
+      const uint64_t base = t * kBpa;  // thread t owns AU t of every LUN
+      auto& wa = want_a[t];
+      auto& wb = want_b[t];
+      auto& wc = want_c[t];
+      std::vector<uint8_t> blk(512), cmp(512);
+      uint8_t caw_value = 0;
+      for (int i = 0; i < kIters; i++) {
+        uint8_t v = static_cast<uint8_t>(1 + (t * kIters + i) % 250);
+        uint64_t lba = base + i % 8;
+        switch (i % 6) {
+          case 0:  // write (a record the first time, in place later)
+            std::memset(blk.data(), v, 512);
+            if (!a->Write(lba, 1, blk.data(), D::kDurable).ok()) bad++;
+            wa[lba] = v;
+            break;
+          case 1:  // compare and write of a counter block
+            std::memset(cmp.data(), caw_value, 512);
+            std::memset(blk.data(), v, 512);
+            if (!a->CompareAndWrite(base + 100, 1, cmp.data(), blk.data(), D::kDurable).ok()) bad++;
+            caw_value = v;
+            wa[base + 100] = v;
+            break;
+          case 2:  // zero one block (an in-place edge write)
+            if (!a->ZeroRange(lba, 1, D::kDurable).ok()) bad++;
+            wa[lba] = 0;
+            break;
+          case 3:  // clone the whole AU (metadata only) into b
+            if (!pool->CloneRange(*a, base, *b, base, kBpa, D::kDurable).ok()) bad++;
+            for (uint64_t k = base; k < base + kBpa; k++) wb[k] = wa.count(k) ? wa[k] : 0;
+            break;
+          case 4:  // map c's AU with a write ...
+            std::memset(blk.data(), v, 512);
+            if (!c->Write(lba, 1, blk.data(), D::kDurable).ok()) bad++;
+            wc[lba] = v;
+            break;
+          case 5:  // ... and unmap it (or leave it mapped, every other time)
+            if (i % 12 == 5) {
+              if (!c->Unmap(base, kBpa, D::kDurable).ok()) bad++;
+              wc.clear();
+            }
+            break;
+        }
+      }
+    });
+  th.emplace_back([&] {  // LUN-table changes in the same batches
+    for (int i = 0; i < 20; i++) {
+      if (i % 2 == 0) {
+        if (!pool->CreateLun("x", 1 << 20, 512).ok()) bad++;
+        lun_exists = true;
+      } else {
+        if (!pool->DeleteLun("x").ok()) bad++;
+        lun_exists = false;
+      }
+    }
+    if (!pool->CreateLun("y", 1 << 20, 512).ok()) bad++;
+  });
+  for (auto& t : th) t.join();
+  ASSERT_EQ(bad.load(), 0);
+  // The disk dies now: nothing more is written, the unsynced is lost.
+  env.CrashAfter(0);
+  a.reset();
+  b.reset();
+  c.reset();
+  pool.reset();
+  env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 7);
+  auto p = Pool::Open(&env, "pool");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->GetLun("x").ok(), lun_exists.load());
+  EXPECT_TRUE((*p)->GetLun("y").ok());
+  std::vector<uint8_t> v(512);
+  for (const char* n : {"a", "b", "c"}) {
+    auto l = (*p)->OpenLun(n).value();
+    auto& want = n[0] == 'a' ? want_a : n[0] == 'b' ? want_b : want_c;
+    for (int t = 0; t < kThreads; t++)
+      for (uint64_t k = t * kBpa; k < (t + 1) * kBpa; k++) {
+        ASSERT_TRUE(l->Read(k, 1, v.data()).ok());
+        uint8_t expect = want[t].count(k) ? want[t][k] : 0;
+        ASSERT_TRUE(Uniform(v) && v[0] == expect)
+            << "LUN " << n << " block " << k << ": " << int(v[0]) << ", want " << int(expect);
+      }
+  }
+  CheckReport r = (*p)->Check();
+  EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+}
+
+// Holds every data write of at least `min` bytes at a closed gate.
+class GateLargeWrites final : public Env {
+ public:
+  GateLargeWrites(Env* base, size_t min) : base_(base), min_(min) {}
+  void Close() {
+    std::lock_guard<std::mutex> g(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool AwaitBlocked() {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_for(g, std::chrono::seconds(30), [&] { return blocked_ > 0; });
+  }
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
+    auto f = base_->OpenLocked(path, mode);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new Gated(this, std::move(f.value())));
+  }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+
+ private:
+  class Gated final : public File {
+   public:
+    Gated(GateLargeWrites* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
+    Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+    Status Write(uint64_t off, size_t n, const void* buf) override {
+      if (n >= env_->min_) env_->Pass();
+      return f_->Write(off, n, buf);
+    }
+    Status Sync() override { return f_->Sync(); }
+    Result<uint64_t> Size() override { return f_->Size(); }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+   private:
+    GateLargeWrites* env_;
+    std::unique_ptr<File> f_;
+  };
+  void Pass() {
+    std::unique_lock<std::mutex> g(mu_);
+    if (open_) return;
+    blocked_++;
+    cv_.notify_all();
+    cv_.wait(g, [&] { return open_; });
+  }
+  Env* base_;
+  size_t min_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+  int blocked_ = 0;
+};
+
+// A small durable operation is never queued behind a large one's data I/O:
+// while a 2 MiB durable write is stuck writing its data, a CAW, a 4 KiB
+// durable write, a clone and a LUN creation on other LUNs all complete (their
+// batches do not wait for it).
+TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
+  FaultInjectionEnv base;
+  GateLargeWrites env(&base, 1 << 20);
+  PoolOptions o;
+  o.allocation_unit = kAu;
+  o.journal_bytes = 128 * 1024;
+  o.size_bytes = 192 * 1024 + 256 * kAu;
+  auto p = Pool::Create(&env, "pool", o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto pool = std::move(p.value());
+  ASSERT_TRUE(pool->CreateLun("big", 4 << 20, 512).ok());
+  ASSERT_TRUE(pool->CreateLun("small", 1 << 20, 512).ok());
+  auto big = pool->OpenLun("big").value();
+  auto small = pool->OpenLun("small").value();
+  std::vector<uint8_t> zero(512, 0), one(512, 1), four(4096, 4);
+  ASSERT_TRUE(small->Write(0, 1, zero.data(), D::kDurable).ok());
+  ASSERT_TRUE(small->Write(200, 1, zero.data(), D::kDurable).ok());  // a second AU mapped
+  env.Close();
+  std::vector<uint8_t> large(2 << 20, 7);
+  std::thread writer([&] { EXPECT_TRUE(big->Write(0, large.size() / 512, large.data(), D::kDurable).ok()); });
+  ASSERT_TRUE(env.AwaitBlocked());
+  std::atomic<bool> done{false};
+  std::thread small_ops([&] {
+    EXPECT_TRUE(small->CompareAndWrite(0, 1, zero.data(), one.data(), D::kDurable).ok());
+    EXPECT_TRUE(small->Write(8, 8, four.data(), D::kDurable).ok());
+    EXPECT_TRUE(pool->CloneRange(*small, 0, *small, kAu / 512 * 4, kAu / 512, D::kDurable).ok());
+    EXPECT_TRUE(pool->CreateLun("another", 1 << 20, 512).ok());
+    done = true;
+  });
+  for (int i = 0; i < 3000 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(done.load()) << "small durable operations waited for a large write's data";
+  env.Open();
+  small_ops.join();
+  writer.join();
+  std::vector<uint8_t> v(512);
+  ASSERT_TRUE(small->Read(kAu / 512 * 4, 1, v.data()).ok());
+  EXPECT_EQ(v, one);
 }
 
 }  // namespace

@@ -1,0 +1,138 @@
+// Group commit: many durable operations share one journal write and one
+// fdatasync.
+//
+// An operation appends its record to the store's in-memory journal buffer and
+// gets a *ticket* (tickets grow in append order). To be durable it calls
+// Wait(ticket). One caller at a time is the *leader*: it runs the commit
+// function, which seals everything appended so far into one batch, makes it
+// durable (data sync if the batch carries data, journal write, sync; or a
+// checkpoint when the journal is full) and returns the newest ticket now
+// durable. While that batch's sync is in flight, new operations append and
+// wait: they form the next batch.
+//
+// Why not a mutex around the commit (as the store had): callers blocked on a
+// std::mutex are woken one at a time and in no order, so 32 callers shared a
+// sync only about two at a time, and a small operation could lose the mutex to
+// later arrivals for hundreds of milliseconds. Here:
+//   * a caller whose ticket is already durable returns at once, taking no lock;
+//   * every other caller sleeps on its own condition variable and is woken
+//     exactly when its ticket is durable (or the queue fails), never to find
+//     it must sleep again;
+//   * when a batch ends, the waiter with the oldest ticket still not durable
+//     becomes the next leader (an Exclusive() request goes first): nobody
+//     waits for a sync its ticket does not need, and nobody is overtaken;
+//   * at most one batch is in flight, so the commit function needs no lock of
+//     its own against itself.
+//
+// A failed commit is sticky: every waiter, and every later Wait() for a ticket
+// that is not durable, gets the error (the pool must be reopened).
+//
+// The leader runs the commit function and the after-durable hook without the
+// queue's lock; the hook (freeing AUs whose freeing record is now durable)
+// runs after the batch's waiters have been woken, before the next batch.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+
+#include "handler/store/status.h"
+#include "handler/store/thread_annotations.h"
+
+namespace cowstore::store {
+
+// Leadership of the queue is a capability for Clang's analysis: state only
+// the leader may touch is GUARDED_BY the queue.
+class CAPABILITY("commit leadership") CommitQueue {
+ public:
+  // Makes everything appended so far durable; returns the newest ticket that
+  // is now durable. Called by one leader at a time.
+  using CommitFn = std::function<Result<uint64_t>()>;
+  // Runs after a successful batch made `durable` durable.
+  using AfterFn = std::function<void(uint64_t durable)>;
+
+  explicit CommitQueue(CommitFn commit, AfterFn after = nullptr, uint64_t durable = 0);
+  CommitQueue(const CommitQueue&) = delete;
+  CommitQueue& operator=(const CommitQueue&) = delete;
+
+  // Returns once `ticket` is durable, leading batches when it is this
+  // caller's turn; the error if the queue has failed first.
+  Status Wait(uint64_t ticket);
+
+  // Runs fn while no batch is in flight and none can start (superblock
+  // changes, consistent checks). Waits for the batch in flight, goes before
+  // any waiting batch. Returns fn's status; a failure of fn is not sticky
+  // unless the caller passes it to Fail().
+  Status Exclusive(const std::function<Status()>& fn);
+
+  // The same as a scope: the constructor waits as Exclusive() does, the
+  // destructor ends it (for callers with many exits).
+  class SCOPED_CAPABILITY ExclusiveGuard {
+   public:
+    explicit ExclusiveGuard(CommitQueue* q) ACQUIRE(q) : q_(q) { q_->BeginExclusive(); }
+    ~ExclusiveGuard() RELEASE() { q_->EndExclusive(); }
+    ExclusiveGuard(const ExclusiveGuard&) = delete;
+    ExclusiveGuard& operator=(const ExclusiveGuard&) = delete;
+
+   private:
+    CommitQueue* q_;
+  };
+
+  // Tells the analysis that the caller leads the queue: for the commit
+  // function, which the queue calls only from its leader.
+  void AssertLeader() const ASSERT_CAPABILITY(this) {}
+
+  // For an Exclusive() fn that made tickets durable by itself (a checkpoint
+  // written outside a batch): raises the durable ticket to `durable`.
+  void Publish(uint64_t durable);
+
+  // Puts the queue in the failed state (if it is not already) and wakes every
+  // waiter with `why`.
+  void Fail(const Status& why);
+
+  // The newest durable ticket (never goes back).
+  uint64_t durable() const { return durable_.load(std::memory_order_acquire); }
+  Status failed() const;
+
+  struct Stats {
+    uint64_t batches = 0;       // commit function runs
+    uint64_t waits = 0;         // Wait() calls
+    uint64_t fast_returns = 0;  // ... that returned without any lock
+    uint64_t slept = 0;         // ... that slept at least once
+  };
+  Stats stats() const;
+
+ private:
+  struct Waiter {
+    uint64_t ticket = 0;        // kExclusive for Exclusive()
+    std::condition_variable cv;
+    bool lead = false;          // this waiter is now the leader
+    bool done = false;          // ticket durable, or the queue failed
+  };
+  static constexpr uint64_t kExclusive = ~uint64_t{0};
+
+  void BeginExclusive() ACQUIRE();
+  void EndExclusive() RELEASE();
+  // REQUIRES mu_. Wakes every waiter the durable ticket (or the failure)
+  // satisfies.
+  void WakeSatisfiedLocked();
+  // REQUIRES mu_, called by the leader. Hands leadership to the oldest
+  // Exclusive() request, else the waiter with the oldest ticket, else ends it.
+  void PassLeadershipLocked();
+
+  const CommitFn commit_;
+  const AfterFn after_;
+  std::atomic<uint64_t> durable_;
+
+  mutable std::mutex mu_;
+  bool leading_ = false;                     // a leader exists (batch or exclusive)
+  Status failed_;                            // sticky
+  std::multimap<uint64_t, Waiter*> waiters_;  // by ticket; Exclusive() at the end
+  Stats stats_;
+  std::atomic<uint64_t> waits_{0}, fast_{0};
+};
+
+}  // namespace cowstore::store

@@ -1,0 +1,412 @@
+// CommitQueue (handler/store/commit_queue.h): ordering, batching (observed
+// through the Env's sync counter), the fast path, leadership hand-off,
+// Exclusive(), failure propagation, and many threads (labels unit and
+// concurrency: run under TSan).
+//
+// The "store" here is a counter of appended tickets and a FaultInjectionEnv
+// file: a batch seals the counter, syncs the file once and returns the seal.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "handler/store/commit_queue.h"
+#include "handler/store/fault_env.h"
+
+namespace cowstore::store {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Blocks batches at will: a test closes the gate, lets a batch reach it, and
+// lets batches through one by one (Allow) or all (Open).
+class Gate {
+ public:
+  void Close() {
+    std::lock_guard<std::mutex> g(mu_);
+    permits_ = 0;
+  }
+  void Open() { Set(-1); }
+  void Allow(int n) {
+    std::lock_guard<std::mutex> g(mu_);
+    if (permits_ >= 0) permits_ += n;
+    cv_.notify_all();
+  }
+  void Pass() {
+    std::unique_lock<std::mutex> g(mu_);
+    arrived_++;
+    cv_.notify_all();
+    cv_.wait(g, [&] { return permits_ != 0; });
+    if (permits_ > 0) permits_--;
+  }
+  // Waits until `n` batches have reached the gate in total.
+  void AwaitArrivals(int n) {
+    std::unique_lock<std::mutex> g(mu_);
+    cv_.wait(g, [&] { return arrived_ >= n; });
+  }
+
+ private:
+  void Set(int p) {
+    std::lock_guard<std::mutex> g(mu_);
+    permits_ = p;
+    cv_.notify_all();
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int permits_ = -1;  // -1: open
+  int arrived_ = 0;
+};
+
+struct FakeStore {
+  FaultInjectionEnv env;
+  std::unique_ptr<File> file;
+  std::atomic<uint64_t> appended{0};   // the newest ticket handed out
+  std::atomic<uint64_t> durable{0};    // what the "disk" holds
+  std::atomic<int> in_flight{0};
+  std::atomic<bool> overlap{false};    // two batches ran at once
+  std::atomic<bool> fail_next{false};
+  std::chrono::microseconds sync_time{0};  // how long the "disk" takes to sync
+  std::mutex seal_mu;
+  std::vector<uint64_t> seals;         // each batch's seal, in order
+  std::vector<std::thread::id> leaders;  // the thread that ran each batch
+  Gate gate;
+  CommitQueue queue;
+
+  FakeStore()
+      : file(env.OpenLocked("f", Env::Mode::kCreate).value()),
+        queue([this] { return Batch(); }) {}
+
+  uint64_t Append() { return appended.fetch_add(1) + 1; }
+
+  Result<uint64_t> Batch() {
+    if (in_flight.fetch_add(1) != 0) overlap = true;
+    uint64_t seal = appended.load();  // everything appended so far
+    {
+      std::lock_guard<std::mutex> g(seal_mu);
+      seals.push_back(seal);
+      leaders.push_back(std::this_thread::get_id());
+    }
+    gate.Pass();
+    if (sync_time.count()) std::this_thread::sleep_for(sync_time);
+    Status s = fail_next.exchange(false) ? Status(Code::kIOError, "injected EIO") : file->Sync();
+    in_flight.fetch_sub(1);
+    if (!s.ok()) return s;
+    durable.store(seal);
+    return seal;
+  }
+  uint64_t Syncs() const { return env.sync_calls(); }
+  int Slept() const { return static_cast<int>(queue.stats().slept); }
+};
+
+// Spins (with sleeps) until pred holds; fails the test after 10 s.
+template <class Pred>
+void Eventually(Pred pred) {
+  for (int i = 0; i < 10000 && !pred(); i++) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(pred());
+}
+
+TEST(CommitQueue, DurableTicketReturnsAtOnceWithoutABatch) {
+  FakeStore st;
+  uint64_t t = st.Append();
+  ASSERT_TRUE(st.queue.Wait(t).ok());
+  uint64_t syncs = st.Syncs();
+  EXPECT_TRUE(st.queue.Wait(t).ok());
+  EXPECT_TRUE(st.queue.Wait(0).ok());
+  EXPECT_EQ(st.Syncs(), syncs);
+  CommitQueue::Stats s = st.queue.stats();
+  EXPECT_EQ(s.batches, 1u);
+  EXPECT_EQ(s.waits, 3u);
+  EXPECT_EQ(s.fast_returns, 2u);
+}
+
+TEST(CommitQueue, OneCallerOneBatchOneSync) {
+  FakeStore st;
+  uint64_t syncs = st.Syncs();
+  for (int i = 1; i <= 5; i++) {
+    uint64_t t = st.Append();
+    ASSERT_TRUE(st.queue.Wait(t).ok());
+    EXPECT_GE(st.durable.load(), t);
+    EXPECT_EQ(st.queue.durable(), t);
+    EXPECT_EQ(st.Syncs(), syncs + i);
+  }
+}
+
+// While one batch's sync is in flight, 31 callers append and wait: they all
+// go into the next batch, which costs one sync.
+TEST(CommitQueue, CallersArrivingDuringASyncShareTheNextOne) {
+  FakeStore st;
+  uint64_t syncs = st.Syncs();
+  st.gate.Close();
+  std::thread first([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.gate.AwaitArrivals(1);
+  std::vector<std::thread> rest;
+  for (int i = 0; i < 31; i++)
+    rest.emplace_back([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  Eventually([&] { return st.Slept() == 31; });
+  st.gate.Open();
+  first.join();
+  for (auto& t : rest) t.join();
+  EXPECT_EQ(st.Syncs(), syncs + 2);
+  EXPECT_EQ(st.queue.stats().batches, 2u);
+  ASSERT_EQ(st.seals.size(), 2u);
+  EXPECT_EQ(st.seals[0], 1u);
+  EXPECT_EQ(st.seals[1], 32u);
+  EXPECT_FALSE(st.overlap.load());
+}
+
+// A caller whose ticket the batch in flight covers returns when that batch
+// ends, while the next batch (which it does not need) is still running.
+TEST(CommitQueue, NobodyWaitsForASyncItDoesNotNeed) {
+  FakeStore st;
+  st.gate.Close();
+  uint64_t t1 = st.Append(), t2 = st.Append();
+  std::thread a([&] { EXPECT_TRUE(st.queue.Wait(t1).ok()); });
+  st.gate.AwaitArrivals(1);  // batch 1 sealed tickets 1 and 2
+  std::atomic<bool> b_done{false};
+  std::thread b([&] {
+    EXPECT_TRUE(st.queue.Wait(t2).ok());
+    b_done = true;
+  });
+  Eventually([&] { return st.Slept() == 1; });
+  uint64_t t3 = st.Append();
+  std::atomic<bool> c_done{false};
+  std::thread c([&] {
+    EXPECT_TRUE(st.queue.Wait(t3).ok());
+    c_done = true;
+  });
+  Eventually([&] { return st.Slept() == 2; });
+  // Let batch 1 finish, but hold batch 2 (led by c) at the gate.
+  st.gate.Allow(1);
+  a.join();
+  b.join();  // returned on batch 1 alone ...
+  EXPECT_TRUE(b_done.load());
+  st.gate.AwaitArrivals(2);  // ... while batch 2 runs
+  EXPECT_FALSE(c_done.load());
+  st.gate.Open();
+  c.join();
+  EXPECT_TRUE(c_done.load());
+  EXPECT_EQ(st.seals, (std::vector<uint64_t>{2, 3}));
+}
+
+// When a batch ends, the oldest ticket still waiting leads the next one, and
+// each waiter wakes once (no thundering herd that goes back to sleep).
+TEST(CommitQueue, OldestWaiterLeadsTheNextBatch) {
+  FakeStore st;
+  st.gate.Close();
+  std::thread first([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.gate.AwaitArrivals(1);
+  std::vector<std::thread> th;
+  std::vector<std::thread::id> ids;
+  for (int i = 0; i < 8; i++) {
+    uint64_t t = st.Append();
+    th.emplace_back([&, t] { EXPECT_TRUE(st.queue.Wait(t).ok()); });
+    ids.push_back(th.back().get_id());
+    Eventually([&] { return st.Slept() == i + 1; });
+  }
+  st.gate.Open();
+  first.join();
+  for (auto& t : th) t.join();
+  CommitQueue::Stats s = st.queue.stats();
+  EXPECT_EQ(s.batches, 2u);
+  EXPECT_EQ(s.slept, 8u);
+  ASSERT_EQ(st.leaders.size(), 2u);
+  EXPECT_EQ(st.leaders[1], ids[0]);  // ticket 2, the oldest waiter, led batch 2
+  EXPECT_EQ(st.seals.back(), 9u);    // and covered all 8
+}
+
+TEST(CommitQueue, FailureIsStickyAndWakesEveryWaiter) {
+  FakeStore st;
+  uint64_t ok_ticket = st.Append();
+  ASSERT_TRUE(st.queue.Wait(ok_ticket).ok());
+  st.gate.Close();
+  st.fail_next = true;
+  std::vector<std::thread> th;
+  std::atomic<int> errors{0};
+  th.emplace_back([&] {
+    if (st.queue.Wait(st.Append()).code() == Code::kIOError) errors++;
+  });
+  st.gate.AwaitArrivals(2);  // batch 1 was the successful one
+  for (int i = 0; i < 16; i++)
+    th.emplace_back([&] {
+      if (st.queue.Wait(st.Append()).code() == Code::kIOError) errors++;
+    });
+  Eventually([&] { return st.Slept() == 16; });
+  st.gate.Open();
+  for (auto& t : th) t.join();
+  EXPECT_EQ(errors.load(), 17);
+  uint64_t batches = st.queue.stats().batches;
+  EXPECT_EQ(batches, 2u);  // the failed batch; nobody led another one
+  // Later: a durable ticket is still fine, a new one gets the error at once.
+  EXPECT_TRUE(st.queue.Wait(ok_ticket).ok());
+  Status s = st.queue.Wait(st.Append());
+  EXPECT_EQ(s.code(), Code::kIOError);
+  EXPECT_NE(s.message().find("injected EIO"), std::string::npos);
+  EXPECT_EQ(st.queue.stats().batches, batches);
+  EXPECT_EQ(st.queue.durable(), ok_ticket);
+  EXPECT_FALSE(st.queue.failed().ok());
+}
+
+TEST(CommitQueue, FailFromOutsideWakesWaiters) {
+  FakeStore st;
+  st.gate.Close();
+  std::thread a([&] { (void)st.queue.Wait(st.Append()); });
+  st.gate.AwaitArrivals(1);
+  std::atomic<bool> got{false};
+  std::thread b([&] { got = st.queue.Wait(st.Append()).code() == Code::kNoSpace; });
+  Eventually([&] { return st.Slept() == 1; });
+  st.queue.Fail(Status(Code::kNoSpace, "superblock write failed"));
+  b.join();  // woken by Fail, not by the batch still at the gate
+  EXPECT_TRUE(got.load());
+  st.gate.Open();
+  a.join();
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+}
+
+TEST(CommitQueue, ExclusiveRunsBetweenBatchesAndBeforeWaitingOnes) {
+  FakeStore st;
+  st.gate.Close();
+  std::thread a([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.gate.AwaitArrivals(1);
+  std::thread b([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  std::atomic<bool> ran{false};
+  size_t seals_seen = 99;
+  std::thread x([&] {
+    EXPECT_TRUE(st.queue
+                    .Exclusive([&] {
+                      EXPECT_EQ(st.in_flight.load(), 0);
+                      std::lock_guard<std::mutex> g(st.seal_mu);
+                      seals_seen = st.seals.size();
+                      ran = true;
+                      return Status::Ok();
+                    })
+                    .ok());
+  });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ran.load());  // batch 1 is still in flight
+  st.gate.Open();
+  a.join();
+  b.join();
+  x.join();
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(seals_seen, 1u);  // after batch 1, before b's batch
+  // Exclusive's own status is returned and is not sticky.
+  EXPECT_EQ(st.queue.Exclusive([] { return Status(Code::kBusy, "x"); }).code(), Code::kBusy);
+  EXPECT_TRUE(st.queue.Wait(st.Append()).ok());
+}
+
+TEST(CommitQueue, ExclusiveGuardHoldsOffBatchesForItsScope) {
+  FakeStore st;
+  std::thread w;
+  {
+    CommitQueue::ExclusiveGuard g(&st.queue);
+    w = std::thread([&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+    Eventually([&] { return st.Slept() == 1; });
+    std::this_thread::sleep_for(10ms);
+    EXPECT_EQ(st.queue.stats().batches, 0u);  // the waiter cannot lead yet
+  }
+  w.join();
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+}
+
+TEST(CommitQueue, PublishFromExclusiveMakesTicketsDurable) {
+  FakeStore st;
+  uint64_t t = st.Append();
+  ASSERT_TRUE(st.queue.Exclusive([&] {
+    st.queue.Publish(t);
+    return Status::Ok();
+  }).ok());
+  EXPECT_EQ(st.queue.durable(), t);
+  EXPECT_TRUE(st.queue.Wait(t).ok());
+  EXPECT_EQ(st.queue.stats().batches, 0u);
+}
+
+TEST(CommitQueue, AfterHookSeesEachDurableTicketBeforeTheNextBatch) {
+  std::atomic<uint64_t> appended{0};
+  std::atomic<bool> in_after{false}, overlap{false};
+  std::vector<uint64_t> seen;
+  CommitQueue q(
+      [&]() -> Result<uint64_t> {
+        if (in_after) overlap = true;
+        return appended.load();
+      },
+      [&](uint64_t d) {
+        in_after = true;
+        seen.push_back(d);  // single-threaded: the leader only
+        std::this_thread::sleep_for(100us);
+        in_after = false;
+      });
+  std::vector<std::thread> th;
+  for (int i = 0; i < 8; i++)
+    th.emplace_back([&] {
+      for (int k = 0; k < 200; k++) EXPECT_TRUE(q.Wait(appended.fetch_add(1) + 1).ok());
+    });
+  for (auto& t : th) t.join();
+  EXPECT_FALSE(overlap.load());
+  ASSERT_FALSE(seen.empty());
+  for (size_t i = 1; i < seen.size(); i++) EXPECT_LT(seen[i - 1], seen[i]);
+  EXPECT_EQ(seen.back(), 1600u);
+}
+
+// Many threads: every Wait returns only once its ticket is on the "disk",
+// batches never overlap, seals only grow, and the threads share syncs.
+TEST(CommitQueue, ManyThreadsShareSyncsAndKeepOrder) {
+  FakeStore st;
+  st.sync_time = 200us;  // an fdatasync on a real disk: what lets batches form
+  constexpr int kThreads = 32, kOps = 300;
+  uint64_t syncs = st.Syncs();
+  std::atomic<int> bad{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < kThreads; i++)
+    th.emplace_back([&] {
+      for (int k = 0; k < kOps; k++) {
+        uint64_t t = st.Append();
+        if (!st.queue.Wait(t).ok() || st.durable.load() < t || st.queue.durable() < t) bad++;
+      }
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_FALSE(st.overlap.load());
+  for (size_t i = 1; i < st.seals.size(); i++) EXPECT_LE(st.seals[i - 1], st.seals[i]);
+  uint64_t used = st.Syncs() - syncs;
+  EXPECT_EQ(used, st.queue.stats().batches);
+  // 9,600 operations: unshared, one sync each. While a sync is in flight the
+  // other 31 threads append and wait, so batches hold many operations.
+  EXPECT_LT(used, uint64_t{kThreads} * kOps / 8) << used << " syncs";
+  EXPECT_EQ(st.queue.durable(), uint64_t{kThreads} * kOps);
+}
+
+TEST(EnvSyncCounter, CountsEverySyncOfEveryFile) {
+  FaultInjectionEnv env;
+  auto f = env.OpenLocked("x", Env::Mode::kCreate).value();
+  auto g = env.OpenLocked("y", Env::Mode::kCreate).value();
+  EXPECT_EQ(env.sync_calls(), 0u);
+  ASSERT_TRUE(f->Sync().ok());
+  ASSERT_TRUE(g->Sync().ok());
+  env.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  EXPECT_FALSE(f->Sync().ok());  // a failed call is counted too
+  EXPECT_EQ(env.sync_calls(), 3u);
+  EXPECT_EQ(env.calls(FaultInjectionEnv::Op::kSync), 3u);
+}
+
+TEST(EnvSyncCounter, PosixEnvCountsFdatasyncs) {
+  std::string path = ::testing::TempDir() + "/cowstore-sync-counter";
+  Env* env = DefaultEnv();
+  auto f = env->OpenLocked(path, Env::Mode::kCreate);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  uint64_t before = env->sync_calls();
+  ASSERT_TRUE(f.value()->Write(0, 4, "abcd").ok());
+  ASSERT_TRUE(f.value()->Sync().ok());
+  ASSERT_TRUE(f.value()->Sync().ok());
+  // Other tests in this process could sync too; none runs concurrently here.
+  EXPECT_EQ(env->sync_calls(), before + 2);
+  f.value().reset();
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace cowstore::store
