@@ -1,4 +1,4 @@
-// handler_cowstore.so's entry points: the tcmur_handler the daemon calls.
+// handler_cowstore.so's entry points: the tcmu::Handler the daemon calls.
 //
 // Mode (docs/design/plugin.md): handle_cmd only (no read/write/flush
 // callouts, so the runner emulates nothing) with nr_threads worker threads
@@ -65,7 +65,7 @@ size_t CdbLength(const uint8_t* cdb) {
 
 // CHECK CONDITION / HARDWARE ERROR / INTERNAL TARGET FAILURE, fixed format.
 void SetInternalFailure(uint8_t* sense) {
-  std::memset(sense, 0, SENSE_BUFFERSIZE);
+  std::memset(sense, 0, tcmu::kSenseBufferSize);
   sense[0] = 0x70;
   sense[2] = 0x04;
   sense[7] = 10;
@@ -87,30 +87,30 @@ void ZeroTail(const iovec* iov, size_t cnt, size_t filled) {
   }
 }
 
-int ToTcmuStatus(const scsi::CommandResult& r, tcmulib_cmd* cmd) {
+int ToTcmuStatus(const scsi::CommandResult& r, tcmu::LibCmd* cmd) {
   switch (r.status) {
     case scsi::ScsiStatus::kGood: {
       if (r.data_in_length > 0) ZeroTail(cmd->iovec, cmd->iov_cnt, r.data_in_length);
-      return TCMU_STS_OK;
+      return tcmu::kStsOk;
     }
     case scsi::ScsiStatus::kCheckCondition: {
-      std::memset(cmd->sense_buf, 0, SENSE_BUFFERSIZE);
-      const size_t n = std::min<size_t>(r.sense_length, SENSE_BUFFERSIZE);
+      std::memset(cmd->sense_buf, 0, tcmu::kSenseBufferSize);
+      const size_t n = std::min<size_t>(r.sense_length, tcmu::kSenseBufferSize);
       if (n == 0) {
         SetInternalFailure(cmd->sense_buf);
       } else {
         std::memcpy(cmd->sense_buf, r.sense.data(), n);
       }
-      return TCMU_STS_PASSTHROUGH_ERR;  // "the handler has set up the sense"
+      return tcmu::kStsPassthroughErr;  // "the handler has set up the sense"
     }
     case scsi::ScsiStatus::kTaskSetFull:
-      return TCMU_STS_NO_RESOURCE;  // libtcmu: TASK SET FULL
+      return tcmu::kStsNoResource;  // libtcmu: TASK SET FULL
     case scsi::ScsiStatus::kBusy:
     case scsi::ScsiStatus::kReservationConflict:  // the kernel owns reservations
-      return TCMU_STS_BUSY;
+      return tcmu::kStsBusy;
   }
   SetInternalFailure(cmd->sense_buf);
-  return TCMU_STS_PASSTHROUGH_ERR;
+  return tcmu::kStsPassthroughErr;
 }
 
 // configfs wwn/vpd_unit_serial; "" when unset or unreadable.
@@ -203,13 +203,13 @@ void Close(tcmu_device* dev) {
   }
 }
 
-int Reconfig(tcmu_device* dev, tcmulib_cfg_info* cfg) {
+int Reconfig(tcmu_device* dev, tcmu::CfgInfo* cfg) {
   NoCancel no_cancel;
   try {
     Device* device = DeviceOf(dev);
     if (!device || !cfg) return -EINVAL;
     switch (cfg->type) {
-      case TCMULIB_CFG_DEV_SIZE: {
+      case tcmu::kCfgDevSize: {
         std::string reason;
         int err = 0;
         if (!device->Resize(cfg->data.dev_size, &reason, &err)) {
@@ -220,12 +220,12 @@ int Reconfig(tcmu_device* dev, tcmulib_cfg_info* cfg) {
                                    std::to_string(cfg->data.dev_size) + " bytes");
         return 0;
       }
-      case TCMULIB_CFG_WRITE_CACHE:
+      case tcmu::kCfgWriteCache:
         device->SetWriteCache(cfg->data.write_cache);
         COWSTORE_LOG_INFO(dev, ToString(device->spec()) + ": write cache " +
                                    (cfg->data.write_cache ? "enabled" : "disabled"));
         return 0;
-      case TCMULIB_CFG_DEV_CFGSTR: {
+      case tcmu::kCfgDevCfgstring: {
         const char* s = cfg->data.dev_cfgstring;
         if (s && device->cfgstring() == s) return 0;
         COWSTORE_LOG_ERROR(dev, ToString(device->spec()) + ": changing the cfgstring of an open "
@@ -243,21 +243,21 @@ int Reconfig(tcmu_device* dev, tcmulib_cfg_info* cfg) {
   }
 }
 
-int HandleCmd(tcmu_device* dev, tcmur_cmd* rcmd) {
+int HandleCmd(tcmu_device* dev, tcmu::RunnerCmd* rcmd) {
   NoCancel no_cancel;
-  tcmulib_cmd* cmd = rcmd ? rcmd->lib_cmd : nullptr;
-  if (!cmd) return TCMU_STS_HW_ERR;  // nothing to put sense into
+  tcmu::LibCmd* cmd = rcmd ? rcmd->lib_cmd : nullptr;
+  if (!cmd) return tcmu::kStsHwErr;  // nothing to put sense into
   try {
     Device* device = DeviceOf(dev);
     if (!device || !cmd->cdb || (cmd->iov_cnt > 0 && !cmd->iovec)) {
       COWSTORE_LOG_ERROR(dev, "command without device, CDB or buffers");
       SetInternalFailure(cmd->sense_buf);
-      return TCMU_STS_PASSTHROUGH_ERR;
+      return tcmu::kStsPassthroughErr;
     }
     const std::span<const uint8_t> cdb(cmd->cdb, CdbLength(cmd->cdb));
     const std::span<const iovec> data(cmd->iovec, cmd->iov_cnt);
     const scsi::CommandResult result = device->Execute(cdb, data);
-    if (!result.good() && tcmu_get_log_level() >= TCMU_LOG_DEBUG) {
+    if (!result.good() && tcmu_get_log_level() >= tcmu::kLogDebug) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "CDB 0x%02x: status 0x%02x sense %x/%02x/%02x", cdb[0],
                     static_cast<unsigned>(result.status), result.sense[2] & 0x0f,
@@ -269,7 +269,7 @@ int HandleCmd(tcmu_device* dev, tcmur_cmd* rcmd) {
     throw;
   } catch (...) {
     SetInternalFailure(cmd->sense_buf);
-    return TCMU_STS_PASSTHROUGH_ERR;
+    return tcmu::kStsPassthroughErr;
   }
 }
 
@@ -294,8 +294,8 @@ constexpr const char kCfgDesc[] =
     "copy_group: EXTENDED COPY between LUNs of the same group. wce: write cache (default 0). "
     "':' and ',' may replace the first ';' and the others.";
 
-tcmur_handler g_handler = [] {
-  tcmur_handler h{};
+tcmu::Handler g_handler = [] {
+  tcmu::Handler h{};
   h.name = "cowstore: copy-on-write extent store with VAAI offloads";
   h.subtype = "cowstore";
   h.cfg_desc = kCfgDesc;
