@@ -1,6 +1,8 @@
 #!/bin/bash
-# Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner 1.5.4,
-# through real LIO (target_core_user), tcm_loop and iSCSI on 127.0.0.1.
+# Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner (the
+# installed 1.5.4, or with run-e2e.sh --tcmu-runner bullseye/1.5.2-6 Debian
+# 11's 1.5.2 with its own libtcmu), through real LIO (target_core_user),
+# tcm_loop and iSCSI on 127.0.0.1.
 #
 #  1. every VAAI primitive with sg3_utils on tcm_loop disks, data verified
 #     afterwards: sg_vpd (bl, lbpv, di, tpc), sg_readcap -l, sg_write_same
@@ -47,11 +49,14 @@ same_as_pat() {
 
 [ -f "$COW_SO" ] || skip_suite "handler_cowstore.so not found in ${COW_HANDLER_DIR:-?} (build it: cmake --preset default && cmake --build --preset default, or pass --handler-dir)"
 say "suite cowstore: handler $COW_SO, pool dir $COWSTORE_POOL_DIR"
+[ -x "$RUNNER_BIN" ] || skip_suite "no tcmu-runner executable (${RUNNER_BIN:-not installed})"
+note "runner: $(runner_describe)"
 
 # ------------------------------------------------------------ set-up
 step scratch        mk_scratch 1500M
 step dbus           start_dbus
 step runner-start   start_runner --handler-path "$COW_HANDLER_DIR"
+[ -n "${E2E_RUNNER_VERSION:-}" ] && step runner-version runner_is "$E2E_RUNNER_VERSION"
 step handler-on-bus shows "user:cowstore" targetcli ls /backstores
 step pool-create    cow_pool_create p0 8G
 GIB=1073741824
