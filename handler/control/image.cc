@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "handler/store/names.h"
+
 namespace cowstore::control {
 namespace {
 
@@ -116,8 +118,8 @@ store::Result<store::LunInfo> ImportImage(store::Pool& pool, const std::string& 
                                           store::ProgressFn progress, void* ctx) {
   CopyStats local;
   if (!stats) stats = &local;
-  if (block_size != 512 && block_size != 4096) {
-    return Status(Code::kInvalidArgument, "block size must be 512 or 4096");
+  if (!store::ValidBlockSize(block_size)) {
+    return Status(Code::kInvalidArgument, "block size must be " + std::string(store::kBlockSizeRule));
   }
   Fd in;
   in.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -19,6 +19,7 @@
 
 #include "handler/control/image.h"
 #include "handler/control/protocol.h"
+#include "handler/store/names.h"
 
 namespace cowstore::control {
 namespace {
@@ -37,19 +38,9 @@ std::string ErrorReply(const Status& s) {
 
 std::string ErrorReply(Code c, const std::string& msg) { return ErrorReply(Status(c, msg)); }
 
-std::string UuidHex(const store::Uuid& id) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : id) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
-}
-
 Record LunRecord(const store::LunInfo& l) {
   Record r("lun");
-  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
+  r.Set("name", l.name).Set("id", store::UuidText(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
   r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
   return r;
 }

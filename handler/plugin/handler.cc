@@ -25,7 +25,7 @@
 #include <new>
 #include <string>
 
-#include "handler/plugin/cfgstring.h"
+#include "handler/common/cfgstring.h"
 #include "handler/plugin/device.h"
 #include "handler/plugin/log.h"
 #include "handler/plugin/tcmu.h"
@@ -128,14 +128,14 @@ Device* DeviceOf(tcmu_device* dev) { return static_cast<Device*>(tcmur_dev_get_p
 bool CheckConfig(const char* cfgstring, char** reason) {
   NoCancel no_cancel;
   try {
-    LunSpec spec;
+    common::LunSpec spec;
     std::string why;
     if (!cfgstring) {
       why = "no cfgstring given";
-    } else if (ParseCfgstring(cfgstring, &spec, &why)) {
+    } else if (common::ParseCfgstring(cfgstring, &spec, &why)) {
       // Catch the commonest mistake now rather than at open: a pool that is
       // not there. (Whether it opens is up to open: it may be in use.)
-      const std::string path = PoolPath(spec);
+      const std::string path = common::PoolPath(spec);
       if (!store::DefaultEnv()->Exists(path)) {
         why = "pool '" + spec.pool + "' does not exist: no file " + path +
               " (create the pool first; tcmu-runner's COWSTORE_POOL_DIR sets the directory)";
@@ -171,7 +171,7 @@ int Open(tcmu_device* dev, bool reopen) {
       COWSTORE_LOG_ERROR(dev, "open failed: " + reason);
       return err ? err : -EIO;
     }
-    COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + ToString(device->spec()) +
+    COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + common::FormatCfgstring(device->spec()) +
                                " (pool " + device->pool_path() + ", " +
                                std::to_string(p.num_lbas) + " blocks of " +
                                std::to_string(p.block_size) + " bytes, unit serial " +
@@ -194,7 +194,7 @@ void Close(tcmu_device* dev) {
   try {
     std::unique_ptr<Device> device(DeviceOf(dev));
     tcmur_dev_set_private(dev, nullptr);
-    if (device) COWSTORE_LOG_INFO(dev, "closing " + ToString(device->spec()));
+    if (device) COWSTORE_LOG_INFO(dev, "closing " + common::FormatCfgstring(device->spec()));
     device.reset();
   } catch (abi::__forced_unwind&) {
     throw;
@@ -213,22 +213,22 @@ int Reconfig(tcmu_device* dev, tcmu::CfgInfo* cfg) {
         std::string reason;
         int err = 0;
         if (!device->Resize(cfg->data.dev_size, &reason, &err)) {
-          COWSTORE_LOG_ERROR(dev, ToString(device->spec()) + ": " + reason);
+          COWSTORE_LOG_ERROR(dev, common::FormatCfgstring(device->spec()) + ": " + reason);
           return err ? err : -EIO;
         }
-        COWSTORE_LOG_INFO(dev, ToString(device->spec()) + ": resized to " +
+        COWSTORE_LOG_INFO(dev, common::FormatCfgstring(device->spec()) + ": resized to " +
                                    std::to_string(cfg->data.dev_size) + " bytes");
         return 0;
       }
       case tcmu::kCfgWriteCache:
         device->SetWriteCache(cfg->data.write_cache);
-        COWSTORE_LOG_INFO(dev, ToString(device->spec()) + ": write cache " +
+        COWSTORE_LOG_INFO(dev, common::FormatCfgstring(device->spec()) + ": write cache " +
                                    (cfg->data.write_cache ? "enabled" : "disabled"));
         return 0;
       case tcmu::kCfgDevCfgstring: {
         const char* s = cfg->data.dev_cfgstring;
         if (s && device->cfgstring() == s) return 0;
-        COWSTORE_LOG_ERROR(dev, ToString(device->spec()) + ": changing the cfgstring of an open "
+        COWSTORE_LOG_ERROR(dev, common::FormatCfgstring(device->spec()) + ": changing the cfgstring of an open "
                                 "LUN (to '" + std::string(s ? s : "") + "') is not supported; "
                                 "delete the backstore and create it with the new cfgstring");
         return -EOPNOTSUPP;

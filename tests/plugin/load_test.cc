@@ -77,7 +77,7 @@ TEST_F(LoadTest, ExportsOnlyHandlerInit) {
   EXPECT_NE(dlsym(dl, "handler_init"), nullptr);
   // Internal C++ symbols (store, SCSI layer, runtime) are not visible.
   EXPECT_EQ(dlsym(dl, "_ZN8cowstore5store10DefaultEnvEv"), nullptr);
-  EXPECT_EQ(dlsym(dl, "_ZN8cowstore6plugin14ParseCfgstringESt17basic_string_viewIcSt11char_traitsIcEEPNS0_7LunSpecEPNSt7__cxx1112basic_stringIcS3_SaIcEEE"), nullptr);
+  EXPECT_EQ(dlsym(dl, "_ZN8cowstore6common14ParseCfgstringESt17basic_string_viewIcSt11char_traitsIcEEPNS0_7LunSpecEPNSt7__cxx1112basic_stringIcS3_SaIcEEE"), nullptr);
   dlclose(dl);
 }
 

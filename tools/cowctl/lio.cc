@@ -13,6 +13,8 @@
 #include <map>
 #include <sstream>
 
+#include "handler/store/names.h"
+
 namespace cowstore::cowctl {
 namespace {
 
@@ -365,8 +367,8 @@ std::optional<Backstore> Lio::FindBackstoreByKey(const std::string& key) const {
 Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
   RequireCore();
   RequireName(spec.name, "backstore");
-  if (spec.block_size != 512 && spec.block_size != 4096) {
-    throw UserError("block size must be 512 or 4096");
+  if (!store::ValidBlockSize(spec.block_size)) {
+    throw UserError("block size must be " + std::string(store::kBlockSizeRule));
   }
   if (auto b = FindBackstore(spec.config.pool, spec.config.lun)) {
     throw UserError("LUN " + spec.config.pool + "/" + spec.config.lun +

@@ -8,17 +8,16 @@
 
 #include "handler/control/client.h"
 #include "handler/store/env.h"
+#include "handler/store/names.h"
 
 namespace cowstore::cowctl {
 namespace {
 
 using store::Code;
 
-store::Uuid ParseUuidHex(const std::string& hex) {
+store::Uuid ParseUuidHex(const std::string& text) {
   store::Uuid id{};
-  for (size_t i = 0; i < 16 && 2 * i + 1 < hex.size(); ++i) {
-    id[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
-  }
+  store::ParseUuidText(text, &id);  // a malformed id reads as all zeros, as before
   return id;
 }
 
