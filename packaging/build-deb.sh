@@ -2,31 +2,26 @@
 # Builds the Debian source and binary packages of cowstore from the
 # committed tree, runs lintian, and installs the result into a scratch root.
 #
-# usage: packaging/build-deb.sh [--out DIR] [--install-root DIR] [--tcmu TARBALL]
+# usage: packaging/build-deb.sh [--out DIR] [--install-root DIR] [--worktree]
 #   --out           where the packages go (default build/deb)
 #   --install-root  unpack the built .debs there and check the installed files
 #   --worktree      package the work tree as it is (tracked and untracked,
 #                   not ignored) instead of the committed HEAD
-#   --tcmu          tcmu_1.5.4.orig.tar.xz (default: $COWSTORE_TCMU_TARBALL, a
-#                   copy a previous build fetched, or tools/fetch-tcmu-headers.sh)
-# The tcmu-runner 1.5.4 tarball becomes the source package's second upstream
-# component (cowstore_<v>.orig-tcmu.tar.xz), so dpkg-buildpackage itself
-# needs no network. Ends with "N passed, N failed" (checks of this script).
+# One upstream tarball, no tcmu-runner source: dpkg-buildpackage needs no
+# network. Ends with "N passed, N failed" (checks of this script).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
-OUT=$ROOT/build/deb; INSTALL_ROOT=; WORKTREE=; TCMU=${COWSTORE_TCMU_TARBALL:-}
+OUT=$ROOT/build/deb; INSTALL_ROOT=; WORKTREE=
 while [ $# -gt 0 ]; do
     case "$1" in
         --out) OUT=$2; shift 2 ;;
         --install-root) INSTALL_ROOT=$2; shift 2 ;;
-        --tcmu) TCMU=$2; shift 2 ;;
         --worktree) WORKTREE=1; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "build-deb: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
-SHA256=9dd159ce9692550731728b30b788ecf7adaa3cfdcd74f868e1caaa6e723ba5d7
 VERSION=$(sed -n 's/^project(cowstore VERSION \([0-9.]*\).*/\1/p' "$ROOT/CMakeLists.txt")
 DEBVER=$(dpkg-parsechangelog -l "$HERE/debian/changelog" -S Version)
 [ "${DEBVER%-*}" = "$VERSION" ] || { echo "build-deb: debian/changelog says $DEBVER, CMakeLists.txt $VERSION" >&2; exit 1; }
@@ -36,18 +31,7 @@ check() { # check DESCRIPTION CMD...
     else fail=$((fail + 1)); echo "FAILED: $1"; fi
 }
 
-# 1. The tcmu-runner tarball.
-if [ -z "$TCMU" ]; then
-    TCMU=$(ls "$ROOT"/build/*/_deps/tcmu/apt/download/tcmu_1.5.4.orig.tar.xz 2>/dev/null | head -1 || true)
-fi
-if [ -z "$TCMU" ]; then
-    bash "$ROOT/tools/fetch-tcmu-headers.sh" "$OUT/tcmu-fetch" >&2
-    TCMU=$(ls "$OUT"/tcmu-fetch/apt/download/tcmu_1.5.4.orig.tar.xz 2>/dev/null | head -1 || true)
-fi
-[ -n "$TCMU" ] && [ -f "$TCMU" ] || { echo "build-deb: no tcmu_1.5.4.orig.tar.xz (pass --tcmu)" >&2; exit 1; }
-echo "$SHA256  $TCMU" | sha256sum -c --quiet - || { echo "build-deb: $TCMU does not verify" >&2; exit 1; }
-
-# 2. Upstream tarballs and the unpacked source tree.
+# 1. The upstream tarball and the unpacked source tree.
 rm -rf "$OUT"; mkdir -p "$OUT"
 SRC=$OUT/cowstore-$VERSION
 if [ -n "$WORKTREE" ]; then
@@ -57,14 +41,11 @@ else
     git -C "$ROOT" archive --format=tar --prefix="cowstore-$VERSION/" HEAD -- . ':!packaging/debian' ':!build' |
         xz -T0 -6 > "$OUT/cowstore_$VERSION.orig.tar.xz"
 fi
-cp "$TCMU" "$OUT/cowstore_$VERSION.orig-tcmu.tar.xz"
 tar -C "$OUT" -xf "$OUT/cowstore_$VERSION.orig.tar.xz"
-mkdir -p "$SRC/tcmu"
-tar -C "$SRC/tcmu" --strip-components=1 -xf "$TCMU"
 cp -r "$HERE/debian" "$SRC/debian"
 cp "$HERE/systemd/cowstore-restore.service" "$SRC/debian/cowstore.cowstore-restore.service"
 
-# 3. Source package, then the binaries from a clean unpack of it.
+# 2. Source package, then the binaries from a clean unpack of it.
 (cd "$OUT" && dpkg-source -b "cowstore-$VERSION") >&2
 check "source package" test -f "$OUT/cowstore_$DEBVER.dsc"
 rm -rf "$SRC"
@@ -74,8 +55,12 @@ ARCH=$(dpkg --print-architecture)
 for p in cowstore cowstore-handler; do
     check "$p deb built" test -f "$OUT/${p}_${DEBVER}_$ARCH.deb"
 done
+check "source package has one upstream tarball (no tcmu component)" \
+    bash -c "! ls '$OUT'/cowstore_$VERSION.orig-*.tar.* >/dev/null 2>&1"
+check "handler depends on tcmu-runner (>= 1.5.2), no upper bound" bash -c \
+    "dep=\$(dpkg-deb -f '$OUT/cowstore-handler_${DEBVER}_$ARCH.deb' Depends); echo \"\$dep\" | grep -q 'tcmu-runner (>= 1.5.2)' && ! echo \"\$dep\" | grep -q 'tcmu-runner (<'"
 
-# 4. lintian on everything; errors and warnings fail.
+# 3. lintian on everything; errors and warnings fail.
 if command -v lintian >/dev/null; then
     lintian --fail-on error,warning --info "$OUT/cowstore_$DEBVER.dsc" "$OUT"/*_"$DEBVER"_"$ARCH".deb \
         | tee "$OUT/lintian.txt" >&2 || true
@@ -83,7 +68,7 @@ if command -v lintian >/dev/null; then
         lintian --fail-on error,warning "$OUT/cowstore_$DEBVER.dsc" "$OUT"/*_"$DEBVER"_"$ARCH".deb
 fi
 
-# 5. Install into a scratch root and check the files land where they must.
+# 4. Install into a scratch root and check the files land where they must.
 if [ -n "$INSTALL_ROOT" ]; then
     rm -rf "$INSTALL_ROOT"; mkdir -p "$INSTALL_ROOT"
     for d in "$OUT"/*_"$DEBVER"_"$ARCH".deb; do dpkg-deb -x "$d" "$INSTALL_ROOT"; done

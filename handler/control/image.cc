@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+#include "handler/store/names.h"
+
 namespace cowstore::control {
 namespace {
 
@@ -336,8 +338,8 @@ store::Result<store::LunInfo> ImportImage(store::Pool& pool, const std::string& 
                                           CopyStats* stats) {
   CopyStats local;
   if (!stats) stats = &local;
-  if (block_size != 512 && block_size != 4096) {
-    return Status(Code::kInvalidArgument, "block size must be 512 or 4096");
+  if (!store::ValidBlockSize(block_size)) {
+    return Status(Code::kInvalidArgument, "block size must be " + std::string(store::kBlockSizeRule));
   }
   Fd in;
   uint64_t src_size = 0;

@@ -1,34 +1,22 @@
 #include "handler/control/messages.h"
 
+#include "handler/store/names.h"
+
 namespace cowstore::control {
 namespace {
 
-std::string UuidHex(const store::Uuid& id) {
-  static const char* kHex = "0123456789abcdef";
-  std::string s;
-  for (uint8_t b : id) {
-    s += kHex[b >> 4];
-    s += kHex[b & 15];
-  }
-  return s;
+// A LUN's id on the wire: store::UuidText without its dashes, the 32 hex
+// digits every cowctl release reads; ParseUuidText reads both forms.
+std::string WireUuid(const store::Uuid& id) {
+  std::string t = store::UuidText(id);
+  std::erase(t, '-');
+  return t;
 }
 
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// All zeros unless `hex` is 32 hex digits.
-store::Uuid UuidFromHex(const std::string& hex) {
+// All zeros unless `text` is a LUN id.
+store::Uuid UuidFromWire(const std::string& text) {
   store::Uuid id{};
-  if (hex.size() != 32) return id;
-  for (size_t i = 0; i < 16; ++i) {
-    int hi = HexDigit(hex[2 * i]), lo = HexDigit(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return store::Uuid{};
-    id[i] = static_cast<uint8_t>(hi * 16 + lo);
-  }
+  if (!store::ParseUuidText(text, &id)) return store::Uuid{};
   return id;
 }
 
@@ -38,7 +26,7 @@ uint64_t U64(const Record& r, const char* key) { return r.GetU64(key).value_or(0
 
 Record EncodeLun(const store::LunInfo& l) {
   Record r("lun");
-  r.Set("name", l.name).Set("id", UuidHex(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
+  r.Set("name", l.name).Set("id", WireUuid(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
   r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
   return r;
 }
@@ -46,7 +34,7 @@ Record EncodeLun(const store::LunInfo& l) {
 store::LunInfo DecodeLun(const Record& r) {
   store::LunInfo l;
   l.name = r.Get("name");
-  l.id = UuidFromHex(r.Get("id"));
+  l.id = UuidFromWire(r.Get("id"));
   l.size_bytes = U64(r, "size");
   l.block_size = static_cast<uint32_t>(r.GetU64("block_size").value_or(512));
   l.mapped_bytes = U64(r, "mapped");

@@ -9,6 +9,7 @@
 
 #include "handler/plugin/log.h"
 #include "handler/plugin/pool_registry.h"
+#include "handler/store/names.h"
 
 namespace cowstore::plugin {
 namespace {
@@ -65,22 +66,22 @@ int ErrnoFor(const store::Status& status) {
 }
 
 std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason, int* err) {
-  LunSpec spec;
+  common::LunSpec spec;
   std::string why;
-  if (!ParseCfgstring(p.cfgstring, &spec, &why)) {
+  if (!common::ParseCfgstring(p.cfgstring, &spec, &why)) {
     *reason = why;
     *err = -EINVAL;
     return nullptr;
   }
-  const std::string name = ToString(spec);
+  const std::string name = common::FormatCfgstring(spec);
   auto fail = [&](std::string msg, int e) -> std::unique_ptr<Device> {
     *reason = name + ": " + std::move(msg);
     *err = e;
     return nullptr;
   };
-  if (p.block_size != 512 && p.block_size != 4096) {
-    return fail("hw_block_size " + std::to_string(p.block_size) +
-                    " is not supported; use 512 or 4096",
+  if (!store::ValidBlockSize(p.block_size)) {
+    return fail("hw_block_size " + std::to_string(p.block_size) + " is not supported; use " +
+                    std::string(store::kBlockSizeRule),
                 -EINVAL);
   }
   if (p.num_lbas == 0 || p.num_lbas > std::numeric_limits<uint64_t>::max() / p.block_size) {
@@ -88,7 +89,7 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
   }
   const uint64_t size = p.num_lbas * p.block_size;
 
-  const std::string path = PoolPath(spec);
+  const std::string path = common::PoolPath(spec);
   LunClaim claim;
   if (!claim.Acquire(path + "\n" + spec.lun)) {
     return fail("another backstore of this tcmu-runner already serves this LUN", -EBUSY);
@@ -162,7 +163,7 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
   std::unique_ptr<Device> device(new Device(std::move(claim), std::move(spec), path, p.cfgstring,
                                             std::move(held_lun),
                                             max_transfer, p.read_unit_serial));
-  store::Status st = device->MakeLogicalUnit(p.unit_serial, device->spec_.wce);
+  store::Status st = device->MakeLogicalUnit(p.unit_serial, device->spec_.write_cache());
   if (!st.ok()) {
     return fail("cannot set up the SCSI logical unit: " + st.ToString(), ErrnoFor(st));
   }
@@ -171,17 +172,8 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
 }
 
 store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool wce) {
-  std::string serial = configfs_serial;
-  if (serial.empty()) {
-    // No serial (yet): a stable one from the LUN's identity, UUID-shaped.
-    static const char kHex[] = "0123456789abcdef";
-    const store::Uuid id = lun_->id();
-    for (size_t i = 0; i < id.size(); ++i) {
-      if (i == 4 || i == 6 || i == 8 || i == 10) serial += '-';
-      serial += kHex[id[i] >> 4];
-      serial += kHex[id[i] & 0xf];
-    }
-  }
+  // No serial (yet): a stable one from the LUN's identity, as cowctl writes it.
+  const std::string serial = configfs_serial.empty() ? store::UuidText(lun_->id()) : configfs_serial;
   scsi::LunConfig config;
   config.unit_serial = serial;
   config.copy_group = spec_.copy_group;
@@ -209,7 +201,7 @@ void Device::ConfirmIdentity() {
   // The old LogicalUnit unregisters from the LunDirectory when replaced.
   store::Status st = MakeLogicalUnit(now, old->write_cache_enabled());
   if (!st.ok()) {
-    COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": keeping unit serial '" + before +
+    COWSTORE_LOG_ERROR(nullptr, common::FormatCfgstring(spec_) + ": keeping unit serial '" + before +
                                     "': cannot rebuild the logical unit for '" + now +
                                     "': " + st.ToString());
     return;
@@ -218,7 +210,7 @@ void Device::ConfirmIdentity() {
   // cache change) are still owed to the initiators.
   std::shared_ptr<scsi::LogicalUnit> fresh = logical_unit();
   for (scsi::UnitAttention ua; old->TakeUnitAttention(&ua);) fresh->RaiseUnitAttention(ua);
-  COWSTORE_LOG_INFO(nullptr, ToString(spec_) + ": unit serial is '" + now + "'" +
+  COWSTORE_LOG_INFO(nullptr, common::FormatCfgstring(spec_) + ": unit serial is '" + now + "'" +
                                  (before.empty() ? "" : " (was '" + before + "' at open)"));
 }
 
@@ -237,7 +229,7 @@ Device::~Device() {
   std::shared_ptr<scsi::LogicalUnit> lu = logical_unit();
   if (lu && lu->write_cache_enabled()) {
     store::Status st = lun_->Flush();
-    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": flush at close: " + st.ToString());
+    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, common::FormatCfgstring(spec_) + ": flush at close: " + st.ToString());
   }
 }
 
@@ -253,7 +245,7 @@ bool Device::Resize(uint64_t new_size_bytes, std::string* reason, int* err) {
   const uint64_t old_size = lun_->block_count() * bs;
   store::Status st = logical_unit()->Resize(new_size_bytes);
   if (st.ok() && new_size_bytes < old_size) {
-    COWSTORE_LOG_WARN(nullptr, ToString(spec_) + ": shrunk from " + Bytes(old_size) + " to " +
+    COWSTORE_LOG_WARN(nullptr, common::FormatCfgstring(spec_) + ": shrunk from " + Bytes(old_size) + " to " +
                                    Bytes(new_size_bytes) + "; the blocks beyond are released");
   }
   if (!st.ok()) {
@@ -273,7 +265,7 @@ void Device::SetWriteCache(bool enabled) {
     // Turning the cache off promises durability from now on, so make what
     // was buffered durable first.
     store::Status st = lun_->Flush();
-    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, ToString(spec_) + ": flush: " + st.ToString());
+    if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, common::FormatCfgstring(spec_) + ": flush: " + st.ToString());
   }
   lu->set_write_cache_enabled(enabled);
   lu->RaiseUnitAttention(scsi::UnitAttention::kModeParametersChanged);

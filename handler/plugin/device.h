@@ -32,7 +32,7 @@
 #include <span>
 #include <string>
 
-#include "handler/plugin/cfgstring.h"
+#include "handler/common/cfgstring.h"
 #include "handler/scsi/command_result.h"
 #include "handler/scsi/logical_unit.h"
 
@@ -89,13 +89,13 @@ class Device {
   // reconfig: the kernel's write cache attribute changed.
   void SetWriteCache(bool enabled);
 
-  const LunSpec& spec() const { return spec_; }
+  const common::LunSpec& spec() const { return spec_; }
   const std::string& pool_path() const { return pool_path_; }
   const std::string& cfgstring() const { return cfgstring_; }
   std::string unit_serial() const;
 
  private:
-  Device(LunClaim claim, LunSpec spec, std::string pool_path, std::string cfgstring,
+  Device(LunClaim claim, common::LunSpec spec, std::string pool_path, std::string cfgstring,
          std::shared_ptr<store::Lun> lun, uint32_t max_transfer_bytes,
          std::function<std::string()> read_unit_serial)
       : claim_(std::move(claim)),
@@ -112,7 +112,7 @@ class Device {
   std::shared_ptr<scsi::LogicalUnit> logical_unit() const;
 
   const LunClaim claim_;
-  const LunSpec spec_;
+  const common::LunSpec spec_;
   const std::string pool_path_;  // as resolved at open
   const std::string cfgstring_;
   const std::shared_ptr<store::Lun> lun_;  // keeps the pool referenced

@@ -1,4 +1,4 @@
-// handler_cowstore.so's entry points: the tcmur_handler the daemon calls.
+// handler_cowstore.so's entry points: the tcmu::Handler the daemon calls.
 //
 // Mode (docs/design/plugin.md): handle_cmd only (no read/write/flush
 // callouts, so the runner emulates nothing) with nr_threads worker threads
@@ -25,7 +25,7 @@
 #include <new>
 #include <string>
 
-#include "handler/plugin/cfgstring.h"
+#include "handler/common/cfgstring.h"
 #include "handler/plugin/device.h"
 #include "handler/plugin/log.h"
 #include "handler/plugin/tcmu.h"
@@ -69,7 +69,7 @@ size_t CdbLength(const uint8_t* cdb) {
 
 // CHECK CONDITION / HARDWARE ERROR / INTERNAL TARGET FAILURE, fixed format.
 void SetInternalFailure(uint8_t* sense) {
-  std::memset(sense, 0, SENSE_BUFFERSIZE);
+  std::memset(sense, 0, tcmu::kSenseBufferSize);
   sense[0] = 0x70;
   sense[2] = 0x04;
   sense[7] = 10;
@@ -91,30 +91,30 @@ void ZeroTail(const iovec* iov, size_t cnt, size_t filled) {
   }
 }
 
-int ToTcmuStatus(const scsi::CommandResult& r, tcmulib_cmd* cmd) {
+int ToTcmuStatus(const scsi::CommandResult& r, tcmu::LibCmd* cmd) {
   switch (r.status) {
     case scsi::ScsiStatus::kGood: {
       if (r.data_in_length > 0) ZeroTail(cmd->iovec, cmd->iov_cnt, r.data_in_length);
-      return TCMU_STS_OK;
+      return tcmu::kStsOk;
     }
     case scsi::ScsiStatus::kCheckCondition: {
-      std::memset(cmd->sense_buf, 0, SENSE_BUFFERSIZE);
-      const size_t n = std::min<size_t>(r.sense_length, SENSE_BUFFERSIZE);
+      std::memset(cmd->sense_buf, 0, tcmu::kSenseBufferSize);
+      const size_t n = std::min<size_t>(r.sense_length, tcmu::kSenseBufferSize);
       if (n == 0) {
         SetInternalFailure(cmd->sense_buf);
       } else {
         std::memcpy(cmd->sense_buf, r.sense.data(), n);
       }
-      return TCMU_STS_PASSTHROUGH_ERR;  // "the handler has set up the sense"
+      return tcmu::kStsPassthroughErr;  // "the handler has set up the sense"
     }
     case scsi::ScsiStatus::kTaskSetFull:
-      return TCMU_STS_NO_RESOURCE;  // libtcmu: TASK SET FULL
+      return tcmu::kStsNoResource;  // libtcmu: TASK SET FULL
     case scsi::ScsiStatus::kBusy:
     case scsi::ScsiStatus::kReservationConflict:  // the kernel owns reservations
-      return TCMU_STS_BUSY;
+      return tcmu::kStsBusy;
   }
   SetInternalFailure(cmd->sense_buf);
-  return TCMU_STS_PASSTHROUGH_ERR;
+  return tcmu::kStsPassthroughErr;
 }
 
 // configfs wwn/vpd_unit_serial; "" when unset or unreadable.
@@ -132,14 +132,14 @@ Device* DeviceOf(tcmu_device* dev) { return static_cast<Device*>(tcmur_dev_get_p
 bool CheckConfig(const char* cfgstring, char** reason) {
   NoCancel no_cancel;
   try {
-    LunSpec spec;
+    common::LunSpec spec;
     std::string why;
     if (!cfgstring) {
       why = "no cfgstring given";
-    } else if (ParseCfgstring(cfgstring, &spec, &why)) {
+    } else if (common::ParseCfgstring(cfgstring, &spec, &why)) {
       // Catch the commonest mistake now rather than at open: a pool that is
       // not there. (Whether it opens is up to open: it may be in use.)
-      const std::string path = PoolPath(spec);
+      const std::string path = common::PoolPath(spec);
       if (!store::DefaultEnv()->Exists(path)) {
         why = "pool '" + spec.pool + "' does not exist: no file " + path +
               " (create the pool first; tcmu-runner's COWSTORE_POOL_DIR sets the directory)";
@@ -175,7 +175,7 @@ int Open(tcmu_device* dev, bool reopen) {
       COWSTORE_LOG_ERROR(dev, "open failed: " + reason);
       return err ? err : -EIO;
     }
-    COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + ToString(device->spec()) +
+    COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + common::FormatCfgstring(device->spec()) +
                                " (pool " + device->pool_path() + ", " +
                                std::to_string(p.num_lbas) + " blocks of " +
                                std::to_string(p.block_size) + " bytes, unit serial " +
@@ -198,7 +198,7 @@ void Close(tcmu_device* dev) {
   try {
     std::unique_ptr<Device> device(DeviceOf(dev));
     tcmur_dev_set_private(dev, nullptr);
-    if (device) COWSTORE_LOG_INFO(dev, "closing " + ToString(device->spec()));
+    if (device) COWSTORE_LOG_INFO(dev, "closing " + common::FormatCfgstring(device->spec()));
     device.reset();
   } catch (abi::__forced_unwind&) {
     throw;
@@ -207,32 +207,32 @@ void Close(tcmu_device* dev) {
   }
 }
 
-int Reconfig(tcmu_device* dev, tcmulib_cfg_info* cfg) {
+int Reconfig(tcmu_device* dev, tcmu::CfgInfo* cfg) {
   NoCancel no_cancel;
   try {
     Device* device = DeviceOf(dev);
     if (!device || !cfg) return -EINVAL;
     switch (cfg->type) {
-      case TCMULIB_CFG_DEV_SIZE: {
+      case tcmu::kCfgDevSize: {
         std::string reason;
         int err = 0;
         if (!device->Resize(cfg->data.dev_size, &reason, &err)) {
-          COWSTORE_LOG_ERROR(dev, ToString(device->spec()) + ": " + reason);
+          COWSTORE_LOG_ERROR(dev, common::FormatCfgstring(device->spec()) + ": " + reason);
           return err ? err : -EIO;
         }
-        COWSTORE_LOG_INFO(dev, ToString(device->spec()) + ": resized to " +
+        COWSTORE_LOG_INFO(dev, common::FormatCfgstring(device->spec()) + ": resized to " +
                                    std::to_string(cfg->data.dev_size) + " bytes");
         return 0;
       }
-      case TCMULIB_CFG_WRITE_CACHE:
+      case tcmu::kCfgWriteCache:
         device->SetWriteCache(cfg->data.write_cache);
-        COWSTORE_LOG_INFO(dev, ToString(device->spec()) + ": write cache " +
+        COWSTORE_LOG_INFO(dev, common::FormatCfgstring(device->spec()) + ": write cache " +
                                    (cfg->data.write_cache ? "enabled" : "disabled"));
         return 0;
-      case TCMULIB_CFG_DEV_CFGSTR: {
+      case tcmu::kCfgDevCfgstring: {
         const char* s = cfg->data.dev_cfgstring;
         if (s && device->cfgstring() == s) return 0;
-        COWSTORE_LOG_ERROR(dev, ToString(device->spec()) + ": changing the cfgstring of an open "
+        COWSTORE_LOG_ERROR(dev, common::FormatCfgstring(device->spec()) + ": changing the cfgstring of an open "
                                 "LUN (to '" + std::string(s ? s : "") + "') is not supported; "
                                 "delete the backstore and create it with the new cfgstring");
         return -EOPNOTSUPP;
@@ -247,21 +247,21 @@ int Reconfig(tcmu_device* dev, tcmulib_cfg_info* cfg) {
   }
 }
 
-int HandleCmd(tcmu_device* dev, tcmur_cmd* rcmd) {
+int HandleCmd(tcmu_device* dev, tcmu::RunnerCmd* rcmd) {
   NoCancel no_cancel;
-  tcmulib_cmd* cmd = rcmd ? rcmd->lib_cmd : nullptr;
-  if (!cmd) return TCMU_STS_HW_ERR;  // nothing to put sense into
+  tcmu::LibCmd* cmd = rcmd ? rcmd->lib_cmd : nullptr;
+  if (!cmd) return tcmu::kStsHwErr;  // nothing to put sense into
   try {
     Device* device = DeviceOf(dev);
     if (!device || !cmd->cdb || (cmd->iov_cnt > 0 && !cmd->iovec)) {
       COWSTORE_LOG_ERROR(dev, "command without device, CDB or buffers");
       SetInternalFailure(cmd->sense_buf);
-      return TCMU_STS_PASSTHROUGH_ERR;
+      return tcmu::kStsPassthroughErr;
     }
     const std::span<const uint8_t> cdb(cmd->cdb, CdbLength(cmd->cdb));
     const std::span<const iovec> data(cmd->iovec, cmd->iov_cnt);
     const scsi::CommandResult result = device->Execute(cdb, data);
-    if (!result.good() && tcmu_get_log_level() >= TCMU_LOG_DEBUG) {
+    if (!result.good() && tcmu_get_log_level() >= tcmu::kLogDebug) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "CDB 0x%02x: status 0x%02x sense %x/%02x/%02x", cdb[0],
                     static_cast<unsigned>(result.status), result.sense[2] & 0x0f,
@@ -273,7 +273,7 @@ int HandleCmd(tcmu_device* dev, tcmur_cmd* rcmd) {
     throw;
   } catch (...) {
     SetInternalFailure(cmd->sense_buf);
-    return TCMU_STS_PASSTHROUGH_ERR;
+    return tcmu::kStsPassthroughErr;
   }
 }
 
@@ -298,8 +298,8 @@ constexpr const char kCfgDesc[] =
     "copy_group: EXTENDED COPY between LUNs of the same group. wce: write cache (default 0). "
     "':' and ',' may replace the first ';' and the others.";
 
-tcmur_handler g_handler = [] {
-  tcmur_handler h{};
+tcmu::Handler g_handler = [] {
+  tcmu::Handler h{};
   h.name = "cowstore: copy-on-write extent store with VAAI offloads";
   h.subtype = "cowstore";
   h.cfg_desc = kCfgDesc;

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "handler/store/names.h"
+
 namespace cowstore::store {
 
 CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
@@ -25,7 +27,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   rep.luns = st_.luns.size();
   uint64_t done = 0;
   for (const auto& [id, l] : st_.luns) {
-    if (l->bs != 512 && l->bs != 4096) problem("LUN " + l->name + ": bad block size");
+    if (!ValidBlockSize(l->bs)) problem("LUN " + l->name + ": bad block size");
     if (l->size % l->bs) problem("LUN " + l->name + ": size not a multiple of the block size");
     uint64_t units = DivUp(l->size, au_), prev_end = 0;
     for (const auto& [lba, e] : l->map.runs()) {

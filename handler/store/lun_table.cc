@@ -3,20 +3,10 @@
 #include "handler/store/pool_impl.h"
 
 #include <algorithm>
-#include <cctype>
+
+#include "handler/store/names.h"
 
 namespace cowstore::store {
-namespace {
-
-bool ValidName(const std::string& n) {
-  if (n.empty() || n.size() > 64 || n[0] == '.' || n[0] == '-') return false;
-  for (char c : n)
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'))
-      return false;
-  return true;
-}
-
-}  // namespace
 
 LunInfo Core::InfoLocked(const LunState& l) const {
   LunInfo i;
@@ -37,10 +27,10 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
-  if (!ValidName(name))
-    return Status(Code::kInvalidArgument, "bad LUN name '" + name +
-                                              "': 1..64 of [A-Za-z0-9_.-], not starting with . or -");
-  if (bs != 512 && bs != 4096) return Status(Code::kInvalidArgument, "block size must be 512 or 4096");
+  std::string why;
+  if (!ValidName(name, "LUN name", &why)) return Status(Code::kInvalidArgument, why);
+  if (!ValidBlockSize(bs))
+    return Status(Code::kInvalidArgument, "block size must be " + std::string(kBlockSizeRule));
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
   LunInfo info;
   {
@@ -125,7 +115,8 @@ Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
-  if (!ValidName(dst)) return Status(Code::kInvalidArgument, "bad LUN name '" + dst + "'");
+  std::string why;
+  if (!ValidName(dst, "LUN name", &why)) return Status(Code::kInvalidArgument, why);
   auto h = Acquire(src);
   if (!h.ok()) return h.status();
   std::shared_ptr<LunState> l = h.value();

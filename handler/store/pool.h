@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/names.h"  // Uuid; the rules for names, block sizes, allocation units
 #include "handler/store/status.h"
 
 namespace cowstore::store {
@@ -51,7 +52,6 @@ namespace cowstore::store {
 class Env;
 class Lun;
 
-using Uuid = std::array<uint8_t, 16>;
 
 enum class Durability : uint8_t {
   kBuffered,  // write cache on: durable at the next Flush()

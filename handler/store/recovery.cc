@@ -8,6 +8,7 @@
 #include <random>
 
 #include "handler/store/checkpoint.h"
+#include "handler/store/names.h"
 
 namespace cowstore::store {
 namespace {
@@ -19,9 +20,9 @@ constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;  // skips LSNs a torn tail may
 Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
                                            const PoolOptions& o) {
   uint32_t au = o.allocation_unit;
-  if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1)) != 0)
+  if (!ValidAllocationUnit(au))
     return Status(Code::kInvalidArgument,
-                  "allocation unit must be a power of two from 64 KiB to 1 MiB");
+                  "allocation unit must be " + std::string(kAllocationUnitRule));
   if (o.soft_threshold_percent > 100)
     return Status(Code::kInvalidArgument, "soft threshold is a percentage");
   uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
@@ -154,7 +155,7 @@ Status Core::LoadLocked() {
 
   // 4. Rebuild reference counts, AU states and free space from the maps.
   for (const auto& [id, l] : st_.luns) {
-    if ((l->bs != 512 && l->bs != 4096) || l->size % l->bs || l->name.empty())
+    if (!ValidBlockSize(l->bs) || l->size % l->bs || l->name.empty())
       return Status(Code::kCorruption, "LUN " + l->name + " has a bad geometry");
     uint64_t units = DivUp(l->size, au_);
     for (const auto& [lba, e] : l->map.runs())

@@ -93,7 +93,7 @@ TEST(Config, ErrorsNameFileLineAndField) {
                     "        block_size: 1024\n"),
             "c.yaml:7: pools[0].luns[0].block_size: must be 512 or 4096");
   EXPECT_EQ(ErrorOf("pools:\n  - name: t\n    size: 1G\n    allocation_unit: 3M\n"),
-            "c.yaml:4: pools[0].allocation_unit: must be a power of two from 64K to 1M");
+            "c.yaml:4: pools[0].allocation_unit: must be a power of two from 64 KiB to 1 MiB");
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: nope\n"), "c.yaml:2: iscsi[0].target: not a valid IQN");
   EXPECT_EQ(ErrorOf("iscsi:\n  - target: iqn.2024-01.io.x:y\n    luns:\n      - {lun: 0, pool: t, name: a}\n"),
             "c.yaml:4: iscsi[0].luns[0]: LUN t/a is not in pools");

@@ -8,8 +8,15 @@
 #
 # usage: tests/e2e/run-e2e.sh [--suite NAME|PATH] [--handler-dir DIR] [--out DIR]
 #                             [--timeout SECS] [--mem MIB] [--smp N|auto] [--shell]
+#                             [--tcmu-runner SUITE/VERSION]
 #   --suite       stock (default) | cowstore | smoke | path to a guest script
 #   --handler-dir where handler_cowstore.so is (default build/default/handler/plugin)
+#   --tcmu-runner run the suite in another Debian release's tcmu-runner instead of the
+#                 installed one, e.g. bullseye/1.5.2-6 (Debian 11, the oldest we support):
+#                 tools/fetch-tcmu-runner-debs.sh fetches tcmu-runner and libtcmu2 with
+#                 apt (private state, cached in the cache dir) and unpacks them; the guest
+#                 runs that runner with its own libtcmu (LD_LIBRARY_PATH). If they cannot
+#                 be had, the run is skipped (exit 77) with the reason.
 #   --out         results and logs (default build/e2e-out/<suite>)
 #   --timeout     host-side hard limit for the VM in seconds (default 900)
 #   --mem         guest memory in MiB (default 2048)
@@ -28,7 +35,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 
-SUITE=stock; HANDLER_DIR=; OUT=; TIMEOUT=900; MEM=${E2E_MEM:-2048}; SHELL_AFTER=; SMP=${E2E_SMP:-auto}
+SUITE=stock; HANDLER_DIR=; OUT=; TIMEOUT=900; RUNNER_SPEC=; MEM=${E2E_MEM:-2048}; SHELL_AFTER=; SMP=${E2E_SMP:-auto}
 while [ $# -gt 0 ]; do
     case "$1" in
         --suite) SUITE=$2; shift 2 ;;
@@ -44,6 +51,8 @@ while [ $# -gt 0 ]; do
         --smp) SMP=$2; shift 2 ;;
         --smp=*) SMP=${1#*=}; shift ;;
         --shell) SHELL_AFTER=1; shift ;;
+        --tcmu-runner) RUNNER_SPEC=$2; shift 2 ;;
+        --tcmu-runner=*) RUNNER_SPEC=${1#*=}; shift ;;
         -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) echo "run-e2e: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -54,7 +63,7 @@ elif [ -f "$HERE/suites/$SUITE.sh" ]; then SCRIPT=$HERE/suites/$SUITE.sh
 else echo "run-e2e: no suite '$SUITE' (have: $(cd "$HERE/suites" && ls *.sh | sed 's/\.sh$//' | tr '\n' ' '))" >&2; exit 2; fi
 HANDLER_DIR=$(realpath -m "${HANDLER_DIR:-$REPO/build/default/handler/plugin}")
 CACHE=$(realpath -m "${COWSTORE_E2E_CACHE:-$REPO/build/e2e-cache}")
-OUT=$(realpath -m "${OUT:-$REPO/build/e2e-out/$SUITE}")
+OUT=$(realpath -m "${OUT:-$REPO/build/e2e-out/$SUITE${RUNNER_SPEC:+-${RUNNER_SPEC#*/}}}")
 case "$SCRIPT$HANDLER_DIR" in *" "*) echo "run-e2e: paths with spaces are not supported (kernel command line)" >&2; exit 2 ;; esac
 
 T0=$(date +%s.%N)
@@ -80,6 +89,23 @@ if [ -z "${SKIP_APT:-}" ]; then
     fi
 fi
 
+RUNNER_ROOT=; RUNNER_VERSION=
+if [ -n "$RUNNER_SPEC" ]; then
+    case $RUNNER_SPEC in */?*) ;; *) echo "run-e2e: --tcmu-runner takes SUITE/VERSION, e.g. bullseye/1.5.2-6" >&2; exit 2 ;; esac
+    rsuite=${RUNNER_SPEC%%/*}; rversion=${RUNNER_SPEC#*/}
+    RUNNER_CACHE=$CACHE/tcmu-runner-$rversion
+    if ! why=$("$REPO/tools/fetch-tcmu-runner-debs.sh" "$RUNNER_CACHE" "$rsuite" "$rversion" 2>&1); then
+        echo "$why" | tail -n 8
+        echo "run-e2e: SKIPPED: tcmu-runner $rversion ($rsuite) cannot be had from Debian's archive here, so the suite '$SUITE' was NOT run against it"
+        SUMMARY_DONE=1
+        echo "0 passed, 0 failed, 1 skipped"
+        exit 77
+    fi
+    RUNNER_ROOT=$RUNNER_CACHE/root
+    RUNNER_VERSION=${rversion%-*}     # what the runner itself prints (1.5.2-6 -> 1.5.2)
+    t "tcmu-runner $rversion ($rsuite) in $RUNNER_ROOT"
+fi
+
 eval "$("$HERE/vm/fetch-kernel.sh" "$CACHE")"      # sets KVER, KROOT
 INITRD=$CACHE/initramfs-$KVER.cpio.gz
 "$HERE/vm/mkinitramfs.sh" "$KVER" "$KROOT" "$INITRD"
@@ -99,7 +125,12 @@ rm -rf "$OUT"; mkdir -p "$OUT/logs"
     echo "E2E_MEM=$MEM"
     echo "E2E_HOST_TIMEOUT=$TIMEOUT"
     echo "E2E_SMP=$SMP"
-    env | grep -E '^E2E_[A-Z0-9_]+=' | grep -vE '^E2E_(SUITE|REPO|HANDLER_DIR|MEM|HOST_TIMEOUT)=' \
+    if [ -n "$RUNNER_ROOT" ]; then
+        echo "E2E_RUNNER_ROOT=$RUNNER_ROOT"
+        echo "E2E_RUNNER_VERSION=$RUNNER_VERSION"
+        echo "E2E_RUNNER_PKG='tcmu-runner $rversion ($rsuite)'"
+    fi
+    env | grep -E '^E2E_[A-Z0-9_]+=' | grep -vE '^E2E_(SUITE|REPO|HANDLER_DIR|MEM|HOST_TIMEOUT|RUNNER_ROOT|RUNNER_VERSION|RUNNER_PKG)=' \
         | sed -E "s/^([^=]+)=(.*)$/\1='\2'/" || true
 } > "$OUT/e2e.env"
 
@@ -109,7 +140,7 @@ GUEST_TIMEOUT=$(( TIMEOUT > 60 ? TIMEOUT - 30 : TIMEOUT ))
 set +e
 KERNEL=$KROOT/boot/vmlinuz-$KVER INITRD=$INITRD OUTDIR=$OUT TIMEOUT=$TIMEOUT MEM=$MEM SMP=$SMP \
     "$HERE/vm/run-vm.sh" "$SCRIPT" e2e.timeout=$GUEST_TIMEOUT \
-    e2e.tmpfs=${E2E_TMPFS:-1g} e2e.expose="$REPO,$HANDLER_DIR" ${SHELL_AFTER:+e2e.shell=1} 2>&1 | tee "$OUT/console.log"
+    e2e.tmpfs=${E2E_TMPFS:-1g} e2e.expose="$REPO,$HANDLER_DIR${RUNNER_ROOT:+,$RUNNER_ROOT}" ${SHELL_AFTER:+e2e.shell=1} 2>&1 | tee "$OUT/console.log"
 rc=${PIPESTATUS[0]}
 set -e
 

@@ -26,14 +26,14 @@ class CommandTest : public PluginTest {
   }
   void ExpectGood(const Bytes& cdb, Bytes* data = nullptr) {
     fake::Outcome o = Run(dev_, cdb, data);
-    EXPECT_EQ(o.tcmu_status, TCMU_STS_OK) << "opcode " << std::hex << int(cdb[0]);
+    EXPECT_EQ(o.tcmu_status, tcmu::kStsOk) << "opcode " << std::hex << int(cdb[0]);
     EXPECT_EQ(o.scsi_status, 0) << "opcode " << std::hex << int(cdb[0]) << " sense "
                                 << int(o.sense_key()) << "/" << int(o.asc()) << "/"
                                 << int(o.ascq());
   }
   void ExpectCheck(const Bytes& cdb, Bytes* data, uint8_t key, uint8_t asc, uint8_t ascq) {
     fake::Outcome o = Run(dev_, cdb, data);
-    EXPECT_EQ(o.tcmu_status, TCMU_STS_PASSTHROUGH_ERR);
+    EXPECT_EQ(o.tcmu_status, tcmu::kStsPassthroughErr);
     EXPECT_EQ(o.scsi_status, 0x02);
     EXPECT_EQ(o.sense[0] & 0x7f, 0x70);  // fixed format, current
     EXPECT_EQ(o.sense_key(), key);

@@ -49,7 +49,7 @@ bool Runner::Load(const std::string& path, std::string* error) {
 
 int Runner::InitAgain() { return init_ ? init_() : -1; }
 
-void Runner::Register(tcmur_handler* h) {
+void Runner::Register(tcmu::Handler* h) {
   handler_ = h;
   ++registrations_;
 }
@@ -75,13 +75,13 @@ Outcome Runner::ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, io
   // ring; the sense buffer is not cleared.
   std::vector<uint8_t> ring_cdb(cdb);
   ring_cdb.resize(std::max<size_t>(cdb.size(), 16) + 256, 0xEE);
-  tcmulib_cmd cmd{};
+  tcmu::LibCmd cmd{};
   cmd.cmd_id = 1;
   cmd.cdb = ring_cdb.data();
   cmd.iovec = iov;
   cmd.iov_cnt = iov_cnt;
   std::memset(cmd.sense_buf, 0xCC, sizeof cmd.sense_buf);
-  tcmur_cmd rcmd{};
+  tcmu::RunnerCmd rcmd{};
   rcmd.lib_cmd = &cmd;
   cmd.hm_private = &rcmd;
 
@@ -89,19 +89,19 @@ Outcome Runner::ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, io
   out.tcmu_status = handler_->handle_cmd(dev, &rcmd);
   // libtcmu's tcmu_sts_to_scsi() for the codes a handler may return.
   switch (out.tcmu_status) {
-    case TCMU_STS_OK:
+    case tcmu::kStsOk:
       out.scsi_status = 0x00;
       return out;
-    case TCMU_STS_NO_RESOURCE:
+    case tcmu::kStsNoResource:
       out.scsi_status = 0x28;
       return out;
-    case TCMU_STS_BUSY:
-    case TCMU_STS_TIMEOUT:
+    case tcmu::kStsBusy:
+    case tcmu::kStsTimeout:
       out.scsi_status = 0x08;
       return out;
-    case TCMU_STS_PASSTHROUGH_ERR:
+    case tcmu::kStsPassthroughErr:
       break;
-    case TCMU_STS_HW_ERR:
+    case tcmu::kStsHwErr:
       std::memset(cmd.sense_buf, 0, sizeof cmd.sense_buf);
       cmd.sense_buf[0] = 0x70;
       cmd.sense_buf[2] = 0x04;
@@ -161,18 +161,18 @@ void VLog(int level, tcmu_device* dev, const char* fmt, va_list ap) {
     VLog(level, dev, fmt, ap);                                                       \
     va_end(ap);                                                                      \
   }
-FAKE_LOG_FN(tcmu_crit_message, TCMU_LOG_CRIT)
-FAKE_LOG_FN(tcmu_err_message, TCMU_LOG_ERROR)
-FAKE_LOG_FN(tcmu_warn_message, TCMU_LOG_WARN)
-FAKE_LOG_FN(tcmu_info_message, TCMU_LOG_INFO)
-FAKE_LOG_FN(tcmu_dbg_message, TCMU_LOG_DEBUG)
-FAKE_LOG_FN(tcmu_dbg_scsi_cmd_message, TCMU_LOG_DEBUG_SCSI_CMD)
+FAKE_LOG_FN(tcmu_crit_message, tcmu::kLogCrit)
+FAKE_LOG_FN(tcmu_err_message, tcmu::kLogError)
+FAKE_LOG_FN(tcmu_warn_message, tcmu::kLogWarn)
+FAKE_LOG_FN(tcmu_info_message, tcmu::kLogInfo)
+FAKE_LOG_FN(tcmu_dbg_message, tcmu::kLogDebug)
+FAKE_LOG_FN(tcmu_dbg_scsi_cmd_message, tcmu::kLogDebugScsiCmd)
 
 extern "C" {
 
-unsigned int tcmu_get_log_level(void) { return TCMU_LOG_DEBUG; }
+unsigned int tcmu_get_log_level(void) { return tcmu::kLogDebug; }
 
-int tcmur_register_handler(struct tcmur_handler* handler) {
+int tcmur_register_handler(tcmu::Handler* handler) {
   fake::Runner::Get().Register(handler);
   return 0;
 }
@@ -191,7 +191,6 @@ int tcmur_dev_update_size(struct tcmu_device* dev, uint64_t new_size) {
 
 void tcmu_notify_lock_lost(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
 void tcmu_notify_conn_lost(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
-void tcmu_notify_cmd_timed_out(struct tcmu_device*) { ++fake::Runner::Get().notifications; }
 
 char* tcmu_dev_get_cfgstring(struct tcmu_device* dev) { return dev->cfgstring.data(); }
 uint32_t tcmu_dev_get_block_size(struct tcmu_device* dev) { return dev->block_size; }

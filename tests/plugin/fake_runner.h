@@ -27,6 +27,8 @@
 
 #include "handler/plugin/tcmu.h"
 
+namespace tcmu = ::cowstore::plugin::tcmu;
+
 // The fake's device: what libtcmu's opaque struct tcmu_device holds for the
 // calls the plugin makes.
 struct tcmu_device {
@@ -52,7 +54,7 @@ struct LogLine {
 struct Outcome {
   int tcmu_status = 0;  // what handle_cmd returned
   uint8_t scsi_status = 0;
-  std::array<uint8_t, SENSE_BUFFERSIZE> sense{};
+  std::array<uint8_t, tcmu::kSenseBufferSize> sense{};
   uint8_t sense_key() const { return sense[2] & 0x0f; }
   uint8_t asc() const { return sense[12]; }
   uint8_t ascq() const { return sense[13]; }
@@ -67,7 +69,7 @@ class Runner {
   bool Load(const std::string& path, std::string* error);
   // Calls handler_init again (e.g. after changing the environment).
   int InitAgain();
-  tcmur_handler* handler() const { return handler_; }
+  tcmu::Handler* handler() const { return handler_; }
   int registrations() const { return registrations_; }
 
   // tcmu-runner's dev_added/dev_removed around the handler's open/close.
@@ -90,13 +92,13 @@ class Runner {
   std::atomic<int> notifications{0};      // tcmu_notify_*
 
   // Internal (the exported C functions).
-  void Register(tcmur_handler* h);
+  void Register(tcmu::Handler* h);
   void AddLog(int level, const tcmu_device* dev, std::string text);
 
  private:
   void* dl_ = nullptr;
   int (*init_)(void) = nullptr;
-  tcmur_handler* handler_ = nullptr;
+  tcmu::Handler* handler_ = nullptr;
   int registrations_ = 0;
   mutable std::mutex log_mu_;
   std::vector<LogLine> logs_;

@@ -148,8 +148,8 @@ TEST_F(OpenCloseTest, PoolDirectoryComesFromTheEnvironment) {
 TEST_F(OpenCloseTest, ReconfigResizeGrowsAndRaisesCapacityChanged) {
   tcmu_device* dev = OpenDevice("cowstore/tank/vm1", 8ull << 20);
   EXPECT_EQ(Run(dev, Tur()).scsi_status, 0);
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgDevSize;
   cfg.data.dev_size = 32ull << 20;
   EXPECT_EQ(handler().reconfig(dev, &cfg), 0);
   // The runner's own pending UA is never reported in handle_cmd-only mode:
@@ -167,8 +167,8 @@ TEST_F(OpenCloseTest, ReconfigResizeGrowsAndRaisesCapacityChanged) {
 
 TEST_F(OpenCloseTest, ReconfigResizeShrinksWithAWarning) {
   tcmu_device* dev = OpenDevice("cowstore/tank/vm1", 32ull << 20);
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgDevSize;
   cfg.data.dev_size = 8ull << 20;
   EXPECT_EQ(handler().reconfig(dev, &cfg), 0);
   EXPECT_TRUE(runner().LogContains("shrunk from 33554432 bytes to 8388608 bytes"));
@@ -178,8 +178,8 @@ TEST_F(OpenCloseTest, ReconfigResizeShrinksWithAWarning) {
 
 TEST_F(OpenCloseTest, ReconfigResizeToUnalignedSizeIsRefused) {
   tcmu_device* dev = OpenDevice("cowstore/tank/vm1", 8ull << 20, 4096);
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgDevSize;
   cfg.data.dev_size = (8ull << 20) + 512;
   EXPECT_EQ(handler().reconfig(dev, &cfg), -EINVAL);
   EXPECT_EQ(CapacityBlocks(dev), (8ull << 20) / 4096);
@@ -188,8 +188,8 @@ TEST_F(OpenCloseTest, ReconfigResizeToUnalignedSizeIsRefused) {
 TEST_F(OpenCloseTest, ReconfigCfgstringChangeIsRefusedSameStringAccepted) {
   tcmu_device* dev = OpenDevice("cowstore/tank/vm1:copy_group=a");
   std::string other = "cowstore/tank/vm2";
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_DEV_CFGSTR;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgDevCfgstring;
   cfg.data.dev_cfgstring = other.data();
   EXPECT_EQ(handler().reconfig(dev, &cfg), -EOPNOTSUPP);
   EXPECT_TRUE(runner().LogContains("changing the cfgstring of an open LUN"));
@@ -208,8 +208,8 @@ TEST_F(OpenCloseTest, ReconfigWriteCacheShowsInCachingModePage) {
     return (b[page + 2] & 0x04) != 0;
   };
   EXPECT_FALSE(wce());  // default wce=0
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_WRITE_CACHE;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgWriteCache;
   cfg.data.write_cache = true;
   EXPECT_EQ(handler().reconfig(dev, &cfg), 0);
   Run(dev, Tur());  // consumes MODE PARAMETERS CHANGED
@@ -246,8 +246,8 @@ TEST_F(OpenCloseTest, UnitAttentionsQueuedBeforeTheSerialWasSetAreStillReported)
   auto dev = MakeDevice("cowstore/tank/vm1", 8ull << 20);
   dev->wwn = "";
   ASSERT_EQ(OpenRc(dev.get()), 0);
-  tcmulib_cfg_info cfg{};
-  cfg.type = TCMULIB_CFG_DEV_SIZE;
+  tcmu::CfgInfo cfg{};
+  cfg.type = tcmu::kCfgDevSize;
   cfg.data.dev_size = 16ull << 20;
   ASSERT_EQ(handler().reconfig(dev.get(), &cfg), 0);
   dev->wwn = NewSerial();  // the logical unit is rebuilt at the first command

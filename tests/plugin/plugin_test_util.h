@@ -23,7 +23,7 @@ class PluginTest : public ::testing::Test {
   void TearDown() override;
 
   fake::Runner& runner() { return fake::Runner::Get(); }
-  tcmur_handler& handler() { return *runner().handler(); }
+  tcmu::Handler& handler() { return *runner().handler(); }
 
   // Creates pool `name` (a sparse file of `size` bytes) in the pool dir.
   void MakePool(const std::string& name, uint64_t size = 1ull << 30);

@@ -53,11 +53,11 @@ TEST_F(RobustnessTest, RandomCdbsWithRandomBuffersNeverCrash) {
 }
 
 TEST_F(RobustnessTest, MissingPiecesOfACommandGiveCheckConditionNotACrash) {
-  tcmulib_cmd cmd{};
-  tcmur_cmd rcmd{};
+  tcmu::LibCmd cmd{};
+  tcmu::RunnerCmd rcmd{};
   rcmd.lib_cmd = &cmd;
   // No CDB.
-  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), TCMU_STS_PASSTHROUGH_ERR);
+  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);
   EXPECT_EQ(cmd.sense_buf[2] & 0x0f, 0x4);
   EXPECT_EQ(cmd.sense_buf[12], 0x44);
   // Buffers announced but absent.
@@ -65,10 +65,10 @@ TEST_F(RobustnessTest, MissingPiecesOfACommandGiveCheckConditionNotACrash) {
   cmd.cdb = cdb;
   cmd.iov_cnt = 3;
   cmd.iovec = nullptr;
-  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), TCMU_STS_PASSTHROUGH_ERR);
+  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);
   // No tcmulib_cmd at all: nowhere to put sense.
   rcmd.lib_cmd = nullptr;
-  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), TCMU_STS_HW_ERR);
+  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsHwErr);
 }
 
 TEST_F(RobustnessTest, CommandOnDeviceThatIsNotOpenGivesCheckCondition) {

@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "handler/store/env.h"
+#include "handler/store/names.h"
 #include "tools/cowctl/config.h"
 #include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
@@ -119,8 +120,9 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   if (a.device.empty() && a.size.empty()) throw UserError("a file pool needs --size (e.g. --size 100G)");
   po.size_bytes = a.size.empty() ? 0 : ParseSize(a.size, "size");
   uint64_t au = ParseSize(a.au, "allocation unit");
-  if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1))) {
-    throw UserError("allocation unit must be a power of two from 64K to 1M (it must divide 1 MiB)");
+  if (!store::ValidAllocationUnit(au)) {
+    throw UserError("allocation unit must be " + std::string(store::kAllocationUnitRule) +
+                    " (it must divide 1 MiB)");
   }
   po.allocation_unit = static_cast<uint32_t>(au);
   if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
@@ -392,7 +394,7 @@ void PoolDelete(const Context& ctx, const std::string& name, bool force) {
 // ---------------------------------------------------------------- LUNs
 
 uint32_t CheckBlockSize(uint32_t bs) {
-  if (bs != 512 && bs != 4096) throw UserError("block size must be 512 or 4096");
+  if (!store::ValidBlockSize(bs)) throw UserError("block size must be " + std::string(store::kBlockSizeRule));
   return bs;
 }
 

@@ -13,6 +13,8 @@
 #include <set>
 #include <sstream>
 
+#include "handler/store/names.h"
+
 namespace cowstore::cowctl {
 
 bool ValidUuidString(const std::string& s) {
@@ -189,8 +191,8 @@ class Parser {
       if (n["file"] && p.file.rfind("/", 0) != 0) Fail(n["file"], f + ".file", "expected an absolute path");
       p.size = Size(n, "size", f, p.device.empty(), 0);
       uint64_t au = Size(n, "allocation_unit", f, false, 1u << 20);
-      if (au < (64u << 10) || au > (1u << 20) || (au & (au - 1))) {
-        Fail(n["allocation_unit"], f + ".allocation_unit", "must be a power of two from 64K to 1M");
+      if (!store::ValidAllocationUnit(au)) {
+        Fail(n["allocation_unit"], f + ".allocation_unit", "must be " + std::string(store::kAllocationUnitRule));
       }
       p.allocation_unit = static_cast<uint32_t>(au);
       uint64_t st = Size(n, "soft_threshold", f, false, 80);
@@ -208,7 +210,7 @@ class Parser {
         if (!lun_names.insert(lc.name).second) Fail(l["name"], lf + ".name", "LUN '" + lc.name + "' listed twice");
         lc.size = Size(l, "size", lf, true, 0);
         uint64_t bs = Size(l, "block_size", lf, false, 512);
-        if (bs != 512 && bs != 4096) Fail(l["block_size"], lf + ".block_size", "must be 512 or 4096");
+        if (!store::ValidBlockSize(bs)) Fail(l["block_size"], lf + ".block_size", "must be " + std::string(store::kBlockSizeRule));
         lc.block_size = static_cast<uint32_t>(bs);
         if (lc.size == 0 || lc.size % lc.block_size) {
           Fail(l["size"], lf + ".size", "must be a non-zero multiple of the block size");

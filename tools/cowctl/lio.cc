@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "handler/scsi/naa.h"
+#include "handler/store/names.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -380,8 +381,8 @@ bool Lio::UserBackstoreExists(const std::string& name) const {
 Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
   RequireCore();
   RequireName(spec.name, "backstore");
-  if (spec.block_size != 512 && spec.block_size != 4096) {
-    throw UserError("block size must be 512 or 4096");
+  if (!store::ValidBlockSize(spec.block_size)) {
+    throw UserError("block size must be " + std::string(store::kBlockSizeRule));
   }
   if (auto b = FindBackstore(spec.config.pool, spec.config.lun)) {
     throw UserError("LUN " + spec.config.pool + "/" + spec.config.lun +

@@ -14,6 +14,7 @@
 #include "handler/control/messages.h"
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
+#include "handler/store/names.h"
 #include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
 

@@ -8,21 +8,21 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "handler/common/cfgstring.h"
+#include "handler/store/names.h"
+
 namespace cowstore::cowctl {
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64 || name[0] == '.' || name[0] == '-') return false;
-  for (unsigned char c : name) {
-    if (!std::isalnum(c) && c != '_' && c != '.' && c != '-') return false;
-  }
-  return true;
-}
+bool ValidName(const std::string& name) { return store::ValidName(name); }
 
 void RequireName(const std::string& name, const char* what) {
-  if (!ValidName(name)) {
-    throw UserError(std::string("invalid ") + what + " name '" + name +
-                    "': use 1-64 characters of A-Z a-z 0-9 _ . - not starting with '.' or '-'");
-  }
+  std::string label = what;
+  label += " name";
+  std::string why;
+  if (store::ValidName(name, label, &why)) return;
+  std::string msg = "invalid ";  // built in steps: GCC 12 warns (-Wrestrict) on "..." + string
+  msg += why;
+  throw UserError(msg);
 }
 
 uint64_t ParseSize(const std::string& text, const char* what) {
@@ -82,51 +82,34 @@ LunRef ParseLunRef(const std::string& text) {
   return r;
 }
 
-std::string Cfgstring::str() const {
-  // The ';' form: the kernel cuts a control write at ',' and rtslib
-  // (targetcli's restoreconfig) refuses ':' in a config string.
-  std::string s = "cowstore/" + pool + "/" + lun;
-  for (const auto& [k, v] : options) s += ";" + k + "=" + v;
-  return s;
+// The format is common::ParseCfgstring/FormatCfgstring's (the handler's own);
+// cowctl keeps its options as a map of the ones given.
+namespace {
+common::LunSpec ToSpec(const Cfgstring& c) {
+  common::LunSpec spec{c.pool, c.lun, {}, {}};
+  if (auto it = c.options.find("copy_group"); it != c.options.end()) spec.copy_group = it->second;
+  if (auto it = c.options.find("wce"); it != c.options.end()) spec.wce = it->second == "1";
+  return spec;
 }
+}  // namespace
+
+std::string Cfgstring::str() const { return common::FormatCfgstring(ToSpec(*this)); }
 
 std::optional<Cfgstring> ParseCfgstring(const std::string& dev_config) {
-  const std::string prefix = "cowstore/";
-  std::string s = Trim(dev_config);
-  if (s.compare(0, prefix.size(), prefix) != 0) return std::nullopt;
-  s = s.substr(prefix.size());
-  std::string opts;
-  if (auto sep = s.find_first_of(":;"); sep != std::string::npos) {
-    opts = s.substr(sep + 1);
-    s = s.substr(0, sep);
-  }
-  for (auto& c : opts) {
-    if (c == ',' || c == ':') c = ';';
-  }
-  auto slash = s.find('/');
-  if (slash == std::string::npos) return std::nullopt;
-  Cfgstring c{s.substr(0, slash), s.substr(slash + 1), {}};
-  if (!ValidName(c.pool) || !ValidName(c.lun)) return std::nullopt;
-  for (const auto& kv : Split(opts, ';')) {
-    if (kv.empty()) continue;
-    auto eq = kv.find('=');
-    if (eq == std::string::npos) return std::nullopt;
-    if (kv.substr(0, eq) == "tcmur_cmd_time_out") continue;  // tcmu-runner's own
-    c.options[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  common::LunSpec spec;
+  std::string why;
+  // configfs shows attribute values with a trailing newline; nothing else
+  // is taken off, so cowctl reads exactly what the handler gets.
+  std::string_view text = dev_config;
+  if (!text.empty() && text.back() == '\n') text.remove_suffix(1);
+  if (!common::ParseCfgstring(text, &spec, &why)) return std::nullopt;
+  Cfgstring c{spec.pool, spec.lun, {}};
+  if (!spec.copy_group.empty()) c.options["copy_group"] = spec.copy_group;
+  if (spec.wce) c.options["wce"] = std::string(1, *spec.wce ? '1' : '0');
   return c;
 }
 
-std::string UuidString(const std::array<uint8_t, 16>& id) {
-  std::string s;
-  static const char* hex = "0123456789abcdef";
-  for (int i = 0; i < 16; ++i) {
-    if (i == 4 || i == 6 || i == 8 || i == 10) s += '-';
-    s += hex[id[i] >> 4];
-    s += hex[id[i] & 15];
-  }
-  return s;
-}
+std::string UuidString(const std::array<uint8_t, 16>& id) { return store::UuidText(id); }
 
 std::array<uint8_t, 16> RandomBytes16() {
   std::array<uint8_t, 16> b{};
@@ -171,10 +154,7 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-std::string DefaultPoolDir() {
-  const char* e = std::getenv("COWSTORE_POOL_DIR");
-  return e && *e ? e : "/var/lib/cowstore/pools";
-}
+std::string DefaultPoolDir() { return common::PoolDirectory(); }
 
 std::string DefaultRunDir() {
   const char* e = std::getenv("COWSTORE_RUN_DIR");

@@ -19,8 +19,8 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& what) : std::runtime_error(what) {}
 };
 
-// Pool and LUN names: 1..64 chars of [A-Za-z0-9_.-], not starting with '.'
-// or '-' (the store and the handler use the same rule).
+// Pool, LUN and copy group names: store::ValidName (handler/store/names.h),
+// the one rule the store and the handler check too.
 bool ValidName(const std::string& name);
 void RequireName(const std::string& name, const char* what);
 
@@ -38,9 +38,10 @@ struct LunRef {
 };
 LunRef ParseLunRef(const std::string& text);
 
-// The handler's cfgstring. cowctl writes cowstore/<pool>/<lun>[;key=value...]
-// (the kernel cuts control writes at ',', rtslib refuses ':'); it reads that
-// and the cowstore/<pool>/<lun>[:key=value[,key=value...]] form.
+// The handler's cfgstring, parsed and written by the handler's own functions
+// (handler/common/cfgstring.h): cowctl writes cowstore/<pool>/<lun>[;key=value...]
+// and reads every form the handler accepts, nothing else. `options` holds the
+// options given (copy_group, wce).
 struct Cfgstring {
   std::string pool;
   std::string lun;

@@ -4,7 +4,7 @@
 # pools are made and inspected. When the handler's cfgstring format or
 # cowctl's command line changes, change it here only.
 #
-# cfgstring (docs/design/plugin.md, handler/plugin/cfgstring.h):
+# cfgstring (docs/design/plugin.md, handler/common/cfgstring.h):
 #     cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1]
 # <pool> is the file $COWSTORE_POOL_DIR/<pool> in tcmu-runner's environment;
 # the handler creates <lun> with the backstore's size if it does not exist.

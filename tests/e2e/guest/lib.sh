@@ -140,14 +140,53 @@ start_dbus() {
     DBUS_PID=$(dbus-daemon --system --fork --print-pid) || return 1
     echo "dbus-daemon pid $DBUS_PID"
 }
+# The runner the suite uses: Debian's installed one, or, when the host passed
+# E2E_RUNNER_ROOT (run-e2e.sh --tcmu-runner SUITE/VERSION: Debian's packages
+# unpacked with dpkg-deb), that release's tcmu-runner with its own libtcmu.
+if [ -n "${E2E_RUNNER_ROOT:-}" ]; then
+    RUNNER_BIN=$E2E_RUNNER_ROOT/usr/bin/tcmu-runner
+    RUNNER_LIBDIR=$(dirname "$(ls "$E2E_RUNNER_ROOT"/usr/lib/*/libtcmu.so.2 2>/dev/null | head -n 1)")
+else
+    RUNNER_BIN=$(command -v tcmu-runner); RUNNER_LIBDIR=
+fi
+# runner_exec ARGS... : the runner (its libtcmu first on the library path).
+# Not for start_runner: a function run with & is a subshell, whose PID is not
+# the runner's.
+runner_exec() { env ${RUNNER_LIBDIR:+LD_LIBRARY_PATH=$RUNNER_LIBDIR} "$RUNNER_BIN" "$@"; }
+# runner_version : what the runner says it is ("tcmu-runner 1.5.2"; --version exits 1)
+runner_version() { runner_exec --version 2>&1 | head -n 1; }
+# runner_describe : version, binary, libtcmu and package, for the results
+runner_describe() {
+    echo "$(runner_version) ($RUNNER_BIN, libtcmu from ${RUNNER_LIBDIR:-the system}${E2E_RUNNER_PKG:+, Debian package $E2E_RUNNER_PKG})"
+}
+# runner_is VERSION : the running runner reports VERSION and has mapped the
+# libtcmu.so.2 it came with (not the system's)
+runner_is() {
+    local v; v=$(runner_version); echo "$v"
+    [ "$v" = "tcmu-runner $1" ] || { echo "expected tcmu-runner $1"; return 1; }
+    [ -n "$RUNNER_PID" ] || { echo "no runner running"; return 1; }
+    local exe; exe=$(readlink /proc/$RUNNER_PID/exe)
+    echo "pid $RUNNER_PID runs $exe"
+    [ "$(realpath "$exe")" = "$(realpath "$RUNNER_BIN")" ] || { echo "pid $RUNNER_PID is not $RUNNER_BIN"; return 1; }
+    local lib; lib=$(grep -o '/[^ ]*libtcmu\.so[^ ]*' /proc/$RUNNER_PID/maps | sort -u)
+    echo "libtcmu mapped by pid $RUNNER_PID: ${lib:-none}"
+    if [ -n "$RUNNER_LIBDIR" ]; then
+        [ -n "$lib" ] && ! grep -qv "^$(realpath "$RUNNER_LIBDIR")/" <<< "$(for l in $lib; do realpath "$l"; done)" \
+            || { echo "not (only) $RUNNER_LIBDIR's libtcmu"; return 1; }
+    fi
+}
+
 # start_runner [tcmu-runner args...] : start tcmu-runner in the background,
 # logging to the scratch disk (9p writes are synchronous and slow with -d).
 # Waits until it is alive and, with D-Bus running, on the bus.
 start_runner() {
     mkdir -p "$W/log"
-    tcmu-runner ${E2E_RUNNER_ARGS:-} -l "$W/log" "$@" >> "$W/log/tcmu-runner.stdout" 2>&1 &
+    # One simple command: bash forks and execs env, env execs the runner, so
+    # $! is the runner's own PID (stop_runner signals it).
+    env ${RUNNER_LIBDIR:+LD_LIBRARY_PATH=$RUNNER_LIBDIR} "$RUNNER_BIN" ${E2E_RUNNER_ARGS:-} -l "$W/log" "$@" \
+        >> "$W/log/tcmu-runner.stdout" 2>&1 &
     RUNNER_PID=$!
-    echo "tcmu-runner pid $RUNNER_PID args: ${E2E_RUNNER_ARGS:-} $*"
+    echo "tcmu-runner pid $RUNNER_PID ($RUNNER_BIN${RUNNER_LIBDIR:+, LD_LIBRARY_PATH=$RUNNER_LIBDIR}) args: ${E2E_RUNNER_ARGS:-} $*"
     if [ -n "$DBUS_PID" ]; then
         wait_for 30 eval 'busctl --system list 2>/dev/null | grep -q org.kernel.TCMUService1' || return 1
     else

@@ -1,6 +1,8 @@
 #!/bin/bash
-# Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner 1.5.4,
-# through real LIO (target_core_user), tcm_loop and iSCSI on 127.0.0.1.
+# Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner (the
+# installed 1.5.4, or with run-e2e.sh --tcmu-runner bullseye/1.5.2-6 Debian
+# 11's 1.5.2 with its own libtcmu), through real LIO (target_core_user),
+# tcm_loop and iSCSI on 127.0.0.1.
 #
 #  1. every VAAI primitive with sg3_utils on tcm_loop disks, data verified
 #     afterwards: sg_vpd (bl, lbpv, di, tpc), sg_readcap -l, sg_write_same
@@ -47,11 +49,14 @@ same_as_pat() {
 
 [ -f "$COW_SO" ] || skip_suite "handler_cowstore.so not found in ${COW_HANDLER_DIR:-?} (build it: cmake --preset default && cmake --build --preset default, or pass --handler-dir)"
 say "suite cowstore: handler $COW_SO, pool dir $COWSTORE_POOL_DIR"
+[ -x "$RUNNER_BIN" ] || skip_suite "no tcmu-runner executable (${RUNNER_BIN:-not installed})"
+note "runner: $(runner_describe)"
 
 # ------------------------------------------------------------ set-up
 step scratch        mk_scratch 1500M
 step dbus           start_dbus
 step runner-start   start_runner --handler-path "$COW_HANDLER_DIR"
+[ -n "${E2E_RUNNER_VERSION:-}" ] && step runner-version runner_is "$E2E_RUNNER_VERSION"
 step handler-on-bus shows "user:cowstore" targetcli ls /backstores
 step pool-create    cow_pool_create p0 8G
 GIB=1073741824
@@ -367,7 +372,7 @@ step xcs-target     xcs_target p0 6 $IQN_XCS
 step xcs-sessions   xcs_run $IQN_XCS 4 15
 
 # ------------------------------------------------------------ iscsi-test-cu, cowstore vs LIO fileio
-ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow}
+ICU_FAMILIES=${E2E_ICU_FAMILIES:-SCSI.Inquiry,SCSI.ReadCapacity10,SCSI.ReadCapacity16,SCSI.Read6,SCSI.Read10,SCSI.Read12,SCSI.Read16,SCSI.Write10,SCSI.Write12,SCSI.Write16,SCSI.Verify10,SCSI.Verify12,SCSI.Verify16,SCSI.WriteVerify10,SCSI.WriteVerify12,SCSI.WriteVerify16,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus,SCSI.ExtendedCopy,SCSI.ReceiveCopyResults,SCSI.ReportSupportedOpcodes,SCSI.ModeSense6,SCSI.TestUnitReady,SCSI.StartStopUnit,SCSI.PreventAllow,iSCSI.iSCSIResiduals}
 IQN_COW=iqn.2003-01.org.cowstore.e2e:cowstore
 IQN_FIO=iqn.2003-01.org.cowstore.e2e:fileio
 # 32 MiB max transfer: libiscsi's WriteSame16.Unmap WRITEs 65536 blocks in one

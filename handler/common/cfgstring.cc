@@ -1,18 +1,14 @@
-#include "handler/plugin/cfgstring.h"
+#include "handler/common/cfgstring.h"
 
 #include <cstdlib>
-#include <vector>
 
-namespace cowstore::plugin {
+#include "handler/store/names.h"
+
+namespace cowstore::common {
 namespace {
 
 constexpr std::string_view kRunnerTimeout = ";tcmur_cmd_time_out=";
 constexpr std::string_view kExample = "cowstore/tank/vm1 or cowstore/tank/vm1;copy_group=esx";
-
-bool NameChar(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-         c == '_' || c == '.' || c == '-';
-}
 
 // Printable rendering of user input inside a message.
 std::string Quote(std::string_view s) {
@@ -48,29 +44,6 @@ bool Fail(std::string* reason, std::string msg) {
 
 }  // namespace
 
-bool ValidName(std::string_view name, std::string_view what, std::string* reason) {
-  std::string w(what);
-  if (name.empty()) return Fail(reason, w + " is empty");
-  if (name.size() > kMaxNameLength) {
-    return Fail(reason, w + " " + Quote(name.substr(0, 16)) + "... is " +
-                            std::to_string(name.size()) + " characters long; at most " +
-                            std::to_string(kMaxNameLength) + " are allowed");
-  }
-  for (char c : name) {
-    if (!NameChar(c)) {
-      return Fail(reason, w + " " + Quote(name) + " contains " + Quote(std::string_view(&c, 1)) +
-                              "; use only letters, digits, '_', '.' and '-'");
-    }
-  }
-  if (name[0] == '.' || name[0] == '-') {
-    return Fail(reason, w + " " + Quote(name) + " must not start with '.' or '-'");
-  }
-  if (name.find("..") != std::string_view::npos) {
-    return Fail(reason, w + " " + Quote(name) + " must not contain \"..\"");
-  }
-  return true;
-}
-
 bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
   if (raw.size() > kMaxCfgstringLength) {
     return Fail(reason, "cfgstring is " + std::to_string(raw.size()) +
@@ -98,13 +71,13 @@ bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
   std::string_view lun = rest.substr(0, opt);
   std::string_view options = opt == std::string_view::npos ? std::string_view() : rest.substr(opt + 1);
 
-  if (!ValidName(pool, "pool name", reason)) return false;
+  if (!store::ValidName(pool, "pool name", reason)) return false;
   if (lun.find('/') != std::string_view::npos) {
     return Fail(reason, "cfgstring " + Quote(s) +
                             " has more than two path components; expected cowstore/<pool>/<lun> "
                             "(pools are files in the pool directory, not paths)");
   }
-  if (!ValidName(lun, "LUN name", reason)) return false;
+  if (!store::ValidName(lun, "LUN name", reason)) return false;
   out.pool = std::string(pool);
   out.lun = std::string(lun);
 
@@ -130,7 +103,7 @@ bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
     if (key == "copy_group") {
       if (seen_group) return Fail(reason, "option copy_group is given twice");
       seen_group = true;
-      if (!ValidName(value, "copy group name", reason)) return false;
+      if (!store::ValidName(value, "copy group name", reason)) return false;
       out.copy_group = std::string(value);
     } else if (key == "wce") {
       if (seen_wce) return Fail(reason, "option wce is given twice");
@@ -163,13 +136,11 @@ std::string PoolPath(const LunSpec& spec) {
   return dir + spec.pool;
 }
 
-std::string ToString(const LunSpec& spec) {
+std::string FormatCfgstring(const LunSpec& spec) {
   std::string s = std::string(kSubtype) + "/" + spec.pool + "/" + spec.lun;
-  std::vector<std::string> opts;
-  if (!spec.copy_group.empty()) opts.push_back("copy_group=" + spec.copy_group);
-  if (spec.wce) opts.push_back("wce=1");
-  for (size_t i = 0; i < opts.size(); ++i) s += (i == 0 ? ":" : ",") + opts[i];
+  if (!spec.copy_group.empty()) s += ";copy_group=" + spec.copy_group;
+  if (spec.wce) s += *spec.wce ? ";wce=1" : ";wce=0";
   return s;
 }
 
-}  // namespace cowstore::plugin
+}  // namespace cowstore::common

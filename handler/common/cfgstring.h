@@ -15,40 +15,42 @@
 // default 0). Unknown or repeated options are errors. tcmu-runner's own
 // per-device option ";tcmur_cmd_time_out=N" is ignored wherever it appears.
 //
+// The one definition of this format: the handler parses it (check_config,
+// open), cowctl writes it into configfs and reads it back, both through this
+// library (cowstore_common). Names follow store::ValidName.
+//
 // The ';' form exists because the ':' one cannot pass every tool: rtslib-fb
 // (targetcli) refuses ':' in a config string, and the kernel's configfs
 // control parser splits "dev_config=..." at ','. See docs/design/plugin.md.
 //
 // Pure functions, no tcmu-runner dependency; errors are sentences meant for
-// the person at targetcli.
+// the person at targetcli or cowctl.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
-namespace cowstore::plugin {
+namespace cowstore::common {
 
 inline constexpr std::string_view kSubtype = "cowstore";
 inline constexpr std::string_view kDefaultPoolDir = "/var/lib/cowstore/pools";
 inline constexpr const char* kPoolDirEnv = "COWSTORE_POOL_DIR";
 // The kernel keeps dev_config in a 256-byte buffer (TCMU_CONFIG_LEN).
 inline constexpr size_t kMaxCfgstringLength = 255;
-inline constexpr size_t kMaxNameLength = 64;
 
 struct LunSpec {
-  std::string pool;        // pool name (a file name inside the pool directory)
-  std::string lun;         // LUN name inside the pool
-  std::string copy_group;  // empty: none
-  bool wce = false;
+  std::string pool;         // pool name (a file name inside the pool directory)
+  std::string lun;          // LUN name inside the pool
+  std::string copy_group;   // empty: none
+  std::optional<bool> wce;  // as given; absent means off
+  bool write_cache() const { return wce.value_or(false); }
+  bool operator==(const LunSpec&) const = default;
 };
 
 // Parses and validates `cfgstring`. On failure returns false and sets
 // *reason to a sentence saying what is wrong and how to write it instead.
 bool ParseCfgstring(std::string_view cfgstring, LunSpec* spec, std::string* reason);
-
-// Whether `name` is a valid pool, LUN or copy group name; if not, *reason
-// (when non-null) says why, naming it as `what` ("pool name", ...).
-bool ValidName(std::string_view name, std::string_view what, std::string* reason);
 
 // The pool directory in effect: $COWSTORE_POOL_DIR if set and non-empty,
 // else kDefaultPoolDir. Trailing slashes removed.
@@ -57,7 +59,10 @@ std::string PoolDirectory();
 // <pool_dir>/<pool>. `spec` must have been validated by ParseCfgstring.
 std::string PoolPath(const LunSpec& spec);
 
-// Canonical form (for logs): cowstore/<pool>/<lun>[:copy_group=...,wce=1].
-std::string ToString(const LunSpec& spec);
+// The canonical text, as cowctl writes it into configfs and the handler
+// logs it: cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1] (the ';'
+// form: configfs cuts a control write at ',', rtslib refuses ':').
+// ParseCfgstring(FormatCfgstring(s)) == s for every valid spec.
+std::string FormatCfgstring(const LunSpec& spec);
 
-}  // namespace cowstore::plugin
+}  // namespace cowstore::common

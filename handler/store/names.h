@@ -1,0 +1,50 @@
+// The store's rules for what it accepts from outside, each written once:
+// names of pools, LUNs and copy groups, logical block sizes, allocation
+// units, and how a LUN's 128-bit identity is written as text. The store, the
+// handler and cowctl all check with these functions, so what one accepts the
+// others accept (tests/common/agreement_test.cc pins it).
+//
+// Pure functions, no I/O; this file and names.cc form the small library
+// cowstore_rules, which cowctl's store-free parts link too.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace cowstore::store {
+
+using Uuid = std::array<uint8_t, 16>;
+
+// Names of pools, LUNs and copy groups: 1..64 characters of [A-Za-z0-9_.-],
+// not starting with '.' or '-', without "..". A pool name is a file name in
+// the pool directory and a LUN name travels in the cfgstring, so neither may
+// ever read as a path.
+inline constexpr size_t kMaxNameLength = 64;
+// On failure *reason (when non-null) is a sentence naming the value as
+// `what` ("pool name", "LUN name", "copy group name") and saying what to do.
+bool ValidName(std::string_view name, std::string_view what = "name",
+               std::string* reason = nullptr);
+
+// Logical block size of a LUN: 512 or 4096 bytes.
+bool ValidBlockSize(uint64_t bytes);
+inline constexpr std::string_view kBlockSizeRule = "512 or 4096";
+
+// Allocation unit of a pool: a power of two from 64 KiB to 1 MiB, so it
+// always divides 1 MiB (ESXi aligns XCOPY and UNMAP to 1 MiB and needs the
+// optimal unmap granularity to divide it).
+inline constexpr uint32_t kMinAllocationUnit = 64u << 10;
+inline constexpr uint32_t kMaxAllocationUnit = 1u << 20;
+bool ValidAllocationUnit(uint64_t bytes);
+inline constexpr std::string_view kAllocationUnitRule = "a power of two from 64 KiB to 1 MiB";
+
+// A LUN's identity as text: 8-4-4-4-12 lowercase hex digits, the form
+// written to configfs wwn/vpd_unit_serial (from which the SCSI layer derives
+// the NAA designator).
+std::string UuidText(const Uuid& id);
+// Reads UuidText's form back (the 32 hex digits without dashes too); false
+// on anything else.
+bool ParseUuidText(std::string_view text, Uuid* id);
+
+}  // namespace cowstore::store
