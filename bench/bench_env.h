@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every benchmark program reads from its environment, and its clock.
 // COWSTORE_BENCH_DIR: where pools and baseline files go (default ".": put it
 // on the file system you want measured). COWSTORE_BENCH_SAMPLE_MIB: how many

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Builds the Debian source and binary packages of cowstore from the
 # committed tree, runs lintian, and installs the result into a scratch root.
 #

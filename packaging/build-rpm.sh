@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks packaging/rpm/cowstore.spec: parses it with rpmspec, lints it with
 # rpmlint (packaging/rpm/rpmlint.toml lists each accepted finding with its
 # reason; any other error or warning fails), builds the source RPM and the

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fetches tcmu-runner 1.5.4's source from Debian (source package `tcmu`) and
 # extracts it, so handler_cowstore.so can be compiled against the exact
 # headers the stock Debian daemon was built from. Nothing of tcmu-runner is

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Fetches a released tcmu-runner (packages `tcmu-runner` and `libtcmu2`) from
 # Debian's archive with apt's own tools, verified by apt against the signed
 # Release file, and unpacks both with dpkg-deb -x: a runner to test

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs every Debian 12 package cowstore needs to build, test, benchmark,
 # package and run its real-kernel suite. Idempotent; needs root (apt-get).
 # usage: tools/install-deps.sh [build|test|all]   (default: all)

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The README's main job: install what is needed, build, and show the product's point.
 #   part 1 (seconds): the copy-on-write store alone: a 20 GiB clone inside a
 #          pool as a metadata operation, against copying the same bytes.

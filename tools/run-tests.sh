@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The project's test command (README, .ci/run). Installs what is needed,
 # builds every configuration and runs every suite CI gates on:
 #   unit     GCC RelWithDebInfo build: unit + crash tests (ctest -L 'unit|crash')

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Side-by-side benchmark (not a CI gate): in one VM run, clone a "VMDK" by
 # EXTENDED COPY vs dd through the initiator, and eager-zero by WRITE SAME vs
 # writing zeros, on LIO fileio and on cowstore; prints times, ratios, bytes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SCSI layer's VAAI figures, each against a baseline measured in the same
 // run, all driven through LogicalUnit::Execute with CDB bytes:
 //

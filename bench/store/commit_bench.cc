@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Durable operations at ESXi's queue depths, through pool.h: how many share an
 // fdatasync, what each costs, and the floor it could cost, against baselines
 // measured in the same run.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's figures against baselines measured in the same run.
 //
 //   store_bench [--benchmark_filter=...]      (files in $COWSTORE_BENCH_DIR or .)

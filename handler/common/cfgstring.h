@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cfgstring of a cowstore LUN, as tcmu-runner hands it to the handler
 // (tcmu_dev_get_cfgstring, check_config):
 //

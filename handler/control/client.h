@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cowctl's side of the control socket (protocol.h).
 #pragma once
 

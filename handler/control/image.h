@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Raw images in and out of a pool: the copy loops behind `cowctl lun import`
 // and `lun export`, shared by cowctl (pool opened directly) and the control
 // server (pool held by the handler), so both behave the same.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fields of every control reply, written once: the server builds its
 // replies with the Encode functions and cowctl reads them with the Decode
 // ones, so a field's name and format live in one place (protocol.h has the

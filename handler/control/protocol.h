@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control protocol between cowctl and the handler process that holds a
 // pool open (docs/design/cowctl.md has the full description).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scrub: read every mapped block of every LUN of a pool and report the
 // ranges that cannot be read, with the LUN they belong to. `pool check`
 // verifies metadata only; this is its data counterpart, shared by cowctl

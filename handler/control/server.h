@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control socket a handler process serves for each pool it holds open,
 // so that cowctl can create, clone, snapshot, resize and delete LUNs, read
 // space and counters, and run the checker while tcmu-runner serves other

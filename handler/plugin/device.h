@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One open cowstore LUN behind one tcmu device: what open() builds, what
 // handle_cmd() runs commands against and what close() tears down.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // handler_cowstore.so's entry points: the tcmu::Handler the daemon calls.
 //
 // Mode (docs/design/plugin.md): handle_cmd only (no read/write/flush

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Logging through tcmu-runner's own log (its file and syslog, its level),
 // so cowstore's messages sit next to the daemon's. libtcmu exports
 // tcmu_{crit,err,warn,info,dbg}_message; tcmu_dev_err and friends are macros

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One store::Pool per pool path in the daemon, shared by every LUN of that
 // pool that is open (a pool file admits one opener: its lock is exclusive),
 // and with it the pool's control socket (handler/control), through which

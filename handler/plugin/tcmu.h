@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one door to tcmu-runner: only handler/plugin (and its tests) include
 // this file. The types are our own declaration (tcmu_abi.h); here are the C
 // functions the daemon gives a handler, with the prototypes they have had

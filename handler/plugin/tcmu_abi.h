@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Our own declaration of the part of tcmu-runner's handler ABI that
 // handler_cowstore.so uses, written from the documented layout
 // (docs/design/plugin.md, "The ABI we rely on"). No tcmu-runner header is

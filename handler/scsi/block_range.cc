@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "handler/scsi/block_range.h"
 
 #include "handler/scsi/cdb.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decoding of the LBA / transfer length / flag fields shared by the READ,
 // WRITE, VERIFY, WRITE AND VERIFY, SYNCHRONIZE CACHE and WRITE SAME CDBs.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Big-endian field access for CDBs and parameter data (SCSI is big-endian),
 // and the CDB length implied by an operation code's group.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One command in flight: the LU, the CDB and its data buffers, plus helpers
 // every command implementation needs (data-out gathering, data-in scatter,
 // LBA range checks, store status -> sense). Internal to handler/scsi.

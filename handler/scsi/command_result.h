@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one SCSI command produced: a SAM status, fixed-format sense data and
 // the number of data-in bytes actually filled (the adapter derives the
 // residual from it). Plain data, copyable, no allocation.

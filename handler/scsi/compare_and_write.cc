@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // COMPARE AND WRITE (SBC-3 5.2): the store's CompareAndWrite makes it atomic
 // against every write to the range (not only other CAWs). The data-out
 // buffer holds the verify data then the write data, NUMBER OF LOGICAL BLOCKS

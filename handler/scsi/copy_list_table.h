@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The copy manager's memory of EXTENDED COPY (LID1) list identifiers for one
 // LU: the copies begun with LIST ID USAGE 00b (hold) while they run, and
 // their results afterwards, for RECEIVE COPY RESULTS (COPY STATUS, FAILED

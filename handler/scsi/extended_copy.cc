@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EXTENDED COPY (LID1). Every segment is validated and every CSCD resolved
 // before the first byte moves, so a malformed or refused list changes
 // nothing. CSCDs name LUs by NAA through the LunDirectory, which applies the

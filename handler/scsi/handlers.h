@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Entry points of the command implementations, one file per command family.
 // Each receives a Command whose CDB already has the opcode's full length and
 // whose NACA bit has been checked; each returns a CommandResult and never

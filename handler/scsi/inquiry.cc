@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // INQUIRY: standard data (SPC-4, 3PC set) and dispatch to the VPD pages.
 #include <algorithm>
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // GET LBA STATUS (16) from the store's allocation runs: one descriptor per
 // run starting at the requested LBA, as many as the allocation length holds.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The SCSI/VAAI command layer's public contract: one LogicalUnit per opened
 // store LUN executes CDBs against it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The registry of open LogicalUnits, so that EXTENDED COPY can resolve an
 // identification CSCD (0xE4, NAA type 6) to a LogicalUnit.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MODE SENSE / MODE SELECT (6) and (10) with three pages: read-write error
 // recovery (0x01), caching (0x08: WCE is the only changeable bit and decides
 // whether GOOD means durable) and control (0x0A). Saved values are not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The LUN's NAA type 6 designator (VPD 0x83), derived from the unit serial
 // number (the WWN as configfs shows it in wwn/vpd_unit_serial) with the same
 // scheme as the Linux target and tcmu-runner's own VPD 0x83 emulation, so an

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The table of implemented commands: the single source for dispatch and for
 // REPORT SUPPORTED OPERATION CODES (so the report is exactly what runs).
 #pragma once

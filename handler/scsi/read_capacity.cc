@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // READ CAPACITY (10) and (16): LBPME=1 (thin), LBPRZ=1 (unmapped reads zero).
 #include "handler/scsi/cdb.h"
 #include "handler/scsi/handlers.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // READ and WRITE (6), (10), (12), (16). DPO is accepted and ignored (there
 // is no read cache to bypass); FUA makes that one write durable even with
 // WCE=1. RDPROTECT/WRPROTECT other than 0 are rejected: no protection

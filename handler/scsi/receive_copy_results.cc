@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RECEIVE COPY RESULTS (LID1 service actions): COPY STATUS and FAILED
 // SEGMENT DETAILS for list IDs held with LIST ID USAGE 00b, and OPERATING
 // PARAMETERS that state exactly the limits ParseXcopyParameters enforces.

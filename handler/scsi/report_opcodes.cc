@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // REPORT SUPPORTED OPERATION CODES (SPC-4 6.35): generated from the opcode
 // table, so it lists exactly the commands Execute() implements.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Building CHECK CONDITION results with fixed-format sense data (SPC-4
 // 4.5.3): sense key, ASC/ASCQ, INFORMATION with VALID, COMMAND-SPECIFIC
 // INFORMATION, and the sense-key-specific field pointer (SKSV, C/D, BPV, bit

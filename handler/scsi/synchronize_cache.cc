@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SYNCHRONIZE CACHE (10)/(16): makes every buffered write of the LUN
 // durable. The range is checked but the flush covers the whole LUN (the
 // store's unit of durability); IMMED is honoured by finishing first.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TEST UNIT READY, REQUEST SENSE, START STOP UNIT, PREVENT ALLOW MEDIUM
 // REMOVAL. The LU is a non-removable disk that is always ready.
 #include "handler/scsi/handlers.h"

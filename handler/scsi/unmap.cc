@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // UNMAP (SBC-3 5.28). Every descriptor is validated before anything
 // changes. Each range then goes through the store's ZeroRange, which
 // deallocates the whole allocation units (space returns to the pool) and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // VERIFY (10)/(16) with BYTCHK 00b (medium readable), 01b (compare with the
 // data-out buffer) and 11b (compare every block with one data-out block),
 // and WRITE AND VERIFY (10)/(16), whose write is always durable (the verify

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // INQUIRY vital product data pages: 00 supported pages, 80 unit serial,
 // 83 device identification (NAA type 6 + T10 vendor ID), 8F third-party
 // copy, B0 block limits, B1 block device characteristics, B2 logical block

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WRITE SAME (10)/(16). A zero pattern (or NDOB) becomes the store's
 // ZeroRange: whole allocation units are deallocated (LBPRZ: they read
 // zeros), the partial units at unaligned edges get zeros written, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Decoding and validation of an EXTENDED COPY (LID1) parameter list
 // (SPC-4 6.4): header, identification CSCDs (0xE4) and block-to-block
 // segment descriptors (0x02). Pure function of the bytes and the limits, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Check: recounts every reference and AU state from the maps and, on request,
 // compares the durable metadata with memory. Reports; never repairs.
 

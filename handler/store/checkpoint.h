@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checkpoints: the whole metadata state (EncodeState) written as a chain of
 // chunks into free AUs, one chunk per AU, each naming the next. A superblock
 // written after the chain (and a sync) makes it current; the superblock

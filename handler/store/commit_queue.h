@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Group commit: many durable operations share one journal write and one
 // fdatasync.
 //

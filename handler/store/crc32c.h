@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CRC32C (Castagnoli), the checksum of every on-disk metadata structure.
 #pragma once
 

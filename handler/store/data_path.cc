@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The data path: Read, Write, CompareAndWrite, ZeroRange/Unmap, Allocate,
 // AllocationStatus and CloneRange, under the callers' range locks.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's only door to the disk, in the manner of LevelDB's Env: every
 // read, write, sync, hole punch and lock goes through File, so tests can swap
 // in FaultInjectionEnv (fault_env.h) to cut power, tear writes, or inject EIO

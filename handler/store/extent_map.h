@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A LUN's map from logical allocation units to physical ones, kept as
 // non-overlapping runs (extents): lba_au -> {phys_au, len}. Adjacent runs
 // that are also physically contiguous are merged, so a sequentially written

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An in-memory Env for tests that models a disk with a volatile write cache.
 //
 // Every file keeps two images: what the OS would return now (`current`) and

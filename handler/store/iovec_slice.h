@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cutting a byte range out of a scatter/gather list, without copying: used by
 // the store (per-extent pieces of a caller's buffers) and by the SCSI layer
 // (the data of one command out of the transport's iovecs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The journal: records of metadata changes since the last checkpoint, in
 // the fixed region [kJournalOffset, kJournalOffset + capacity) of the pool.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The LUN table: create, delete, resize, clone, list and open LUNs.
 
 #include "handler/store/pool_impl.h"

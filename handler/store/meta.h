@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's metadata, its on-disk encodings and the one function that
 // changes it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store's rules for what it accepts from outside, each written once:
 // names of pools, LUNs and copy groups, logical block sizes, allocation
 // units, and how a LUN's 128-bit identity is written as text. The store, the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pool and Lun: thin handles over Core; every entry point turns exceptions
 // (std::bad_alloc and friends) into a Status so none escapes the API.
 #include <new>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public contract of the copy-on-write extent store.
 //
 // A Pool lives in one regular file (sparse, growable up to a declared size)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What ties the engine together: reference counting and reservations over
 // the space map, the commit step, and pool-wide operations (flush, grow, space).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pool's engine. Private to handler/store; callers use pool.h.
 //
 // Core ties the mechanisms together; its member functions live by mechanism:

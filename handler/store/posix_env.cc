@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // POSIX implementation of Env for regular files and block devices.
 #include <fcntl.h>
 #include <linux/falloc.h>

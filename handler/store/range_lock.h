@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Per-LUN range locks over allocation units: shared for reads (and clone
 // sources), exclusive for write-class operations. A caller holding one range
 // lock never waits for another except in the fixed order (LUN id, lba) that

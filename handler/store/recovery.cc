@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Creating and opening a pool: superblock choice, checkpoint load, journal
 // replay, and the rebuild of reference counts and free space from the maps.
 

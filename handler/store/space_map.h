@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The space map: what each allocation unit (AU) of the pool is, how many LUN
 // extents reference it, and which free AUs can be handed out.
 //

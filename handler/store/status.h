@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors are values, never exceptions: every store call returns a Status (or
 // a Result<T>) and the caller decides. Codes are storage-domain, not SCSI: the
 // SCSI layer maps them to sense data.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Clang thread-safety annotations and a mutex that carries them, so the
 // store's lock contracts ("guarded by meta_mu_", "call as the commit queue's
 // leader") are checked by the compiler (-Wthread-safety, on for every clang

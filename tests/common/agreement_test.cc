@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pins that cowctl, the handler and the store accept exactly the same names
 // and cfgstrings, and that every cfgstring cowctl writes is one the handler
 // reads back unchanged. (They once disagreed: cowctl made LUNs named "a..b"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The store itself applies the rules of handler/store/names.h: it makes a
 // LUN exactly when the name is one cowctl and the handler accept, and takes
 // exactly the block sizes and allocation units the rules allow.

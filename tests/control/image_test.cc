@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Import and export as root (handler/control/image.h): what they refuse to
 // open, and what a failure or a cancellation leaves behind.
 #include <fcntl.h>

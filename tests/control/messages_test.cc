@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every reply's fields round-trip through handler/control/messages.h and
 // the line format (the server encodes, cowctl decodes: one definition).
 #include "handler/control/messages.h"

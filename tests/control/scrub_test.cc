@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Scrub (handler/control/scrub.h): every mapped block is read, unreadable
 // ranges are named with their LUN, progress runs to the total; and the
 // control server's `scrub` request.

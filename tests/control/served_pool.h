@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Plays tcmu-runner for the control tests: a real pool in a temporary
 // directory, held open, served by a control::Server on a socket there; and
 // a raw connection to talk to it byte by byte.

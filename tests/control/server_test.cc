@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The control server (handler/control/server.h) over its socket: requests
 // and replies, several clients at once, progress, and the import/export
 // requests that run inside the daemon (so must never block or outlive their

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Drives the real cowctl binary against temporary pools, a fake configfs
 // tree and a fake /proc, the way an administrator would.
 #include <fcntl.h>

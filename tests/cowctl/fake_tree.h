@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A temporary directory tree that mimics configfs (target/core) and /proc
 // (a tcmu-runner process), for tests of cowctl's LIO code.
 #pragma once

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # cowstore real-kernel end-to-end harness: host entry point.
 #
 # Boots Debian 12's stock kernel under qemu TCG (no KVM, no LIO on the host),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes CDB decoding of every command: byte 0 picks the CDB length
 // (6..16), the next bytes are the CDB, the rest is the data buffer (data-out,
 // or space for data-in). The opcode is mapped onto the implemented ones most

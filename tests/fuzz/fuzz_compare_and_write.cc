@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes COMPARE AND WRITE: byte 0 = flags (byte 1 of the CDB, and bits
 // 2/6 steer the harness), byte 1 =
 // NUMBER OF LOGICAL BLOCKS, bytes 2-3 = LBA (small, so it lands inside the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A process-wide LogicalUnit on an in-memory pool for the fuzz targets, plus
 // a second LU in the same copy group (so EXTENDED COPY can reach another LU)
 // and the invariants every CommandResult must satisfy.

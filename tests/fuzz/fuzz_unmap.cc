@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the UNMAP parameter list (and its PARAMETER LIST LENGTH / ANCHOR
 // fields from the first bytes of the input).
 #include <vector>

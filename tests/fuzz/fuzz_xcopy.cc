@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Fuzzes the EXTENDED COPY parameter list: the pure parser, then the whole
 // command (CSCD resolution through the directory, segment checks, copies
 // between two LUs of one copy group) with the input as parameter list.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Without libFuzzer (GCC builds): runs LLVMFuzzerTestOneInput on every file
 // of the directories or files given, so the seed corpus is a regression test.
 #include <dirent.h>

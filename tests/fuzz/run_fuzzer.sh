@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # run_fuzzer.sh FUZZER SEED_DIR WORK_DIR: fuzzes for $FUZZ_SECONDS (default 60)
 # starting from the seed corpus; new inputs go to WORK_DIR. libFuzzer's final
 # stats line (stat::number_of_executed_units) reports the executions.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Compiled (never linked) against tcmu-runner 1.5.4's own headers, from
 // Debian's source package, by check_abi_against_tcmu_headers.sh: pins our
 // declaration (handler/plugin/tcmu_abi.h) field by field and value by value

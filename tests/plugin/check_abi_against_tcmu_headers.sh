@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Compiles tests/plugin/abi_vs_tcmu_runner_1_5_4.cc against tcmu-runner
 # 1.5.4's real headers: our own declaration of the ABI (handler/plugin/
 # tcmu_abi.h) must match them field by field. The build itself never needs

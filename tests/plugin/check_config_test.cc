@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // check_config: what targetcli shows the administrator ("cfgstring invalid:
 // <reason>") before anything is created.
 #include <gtest/gtest.h>

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Checks that dlopen(handler_cowstore.so) inside Debian's stock tcmu-runner
 # can never fail on a missing symbol: every symbol the plugin needs
 # (nm -D --undefined-only, strong ones; weak ones may stay unresolved) must

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: Apache-2.0
 # Runs check_undefined_symbols.sh against one of Debian's tcmu-runner
 # releases, fetched and unpacked by tools/fetch-tcmu-runner-debs.sh.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every implemented command, and the adapter's error paths, through the
 // built .so: CDB and buffers in through handle_cmd, status and sense out as
 // libtcmu would send them to the kernel. The SCSI layer's own tests cover

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The plugin serves each open pool's control socket (handler/control), so
 // cowctl can manage a pool tcmu-runner holds.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fake tcmu-runner for testing handler_cowstore.so without a kernel.
 //
 // The test executable exports (ENABLE_EXPORTS) what the real daemon gives a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading and registration: what tcmu-runner's load_our_module() does with
 // handler_cowstore.so, and the shape of the handler it registers.
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // open/close/reconfig: the LUN's life as the runner drives it.
 #include <gtest/gtest.h>
 

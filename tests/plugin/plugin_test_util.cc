@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tests/plugin/plugin_test_util.h"
 
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared fixture of the plugin tests: a scratch pool directory (exported to
 // the plugin as COWSTORE_POOL_DIR), pools made with the store API, fake tcmu
 // devices, and CDB builders. Every test drives the built handler_cowstore.so

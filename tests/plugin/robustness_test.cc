@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The daemon must survive whatever arrives: malformed commands, missing
 // buffers, thread cancellation mid-command (the runner pthread_cancel()s its
 // workers on device removal), and many threads at once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // COMPARE AND WRITE: success, miscompare sense with offset, unwritten
 // ranges compare as zeros, limits and malformed commands change nothing.
 #include <gtest/gtest.h>

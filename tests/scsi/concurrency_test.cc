@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency: VMFS-style ATS heartbeats racing plain writes, COMPARE AND
 // WRITE atomic against WRITE on the same block, disjoint ranges in
 // parallel, and a cross-pool EXTENDED COPY that does not stall other

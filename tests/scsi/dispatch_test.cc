@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Execute(): opcode dispatch, CDB length, NACA, unit attentions, TUR,
 // REQUEST SENSE, START STOP UNIT, PREVENT ALLOW MEDIUM REMOVAL.
 #include <gtest/gtest.h>

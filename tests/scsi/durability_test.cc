@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WCE=0 means every GOOD is durable: the test cuts power right after the
 // command (the disk dies, unsynced sectors are dropped), reopens the pool and
 // checks the command's effect is there. WCE=1 leaves it to FUA and

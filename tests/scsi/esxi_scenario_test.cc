@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ESXi-shaped scenarios on a sparse pool file (the POSIX Env under
 // /dev/shm when available): a 20 GiB "VMDK" cloned between two LUNs of one
 // copy group with 4 MiB and 16 MiB XCOPY segments (metadata clone: no data

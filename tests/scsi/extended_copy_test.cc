@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EXTENDED COPY (LID1) and RECEIVE COPY RESULTS.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // An Env for tests that need a command to stay "in flight" at a known point:
 // it forwards to another Env, and while the gate is closed every Read and
 // ReadV of its files waits until the gate opens. A test closes the gate,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NAA derivation, sense building and the LunDirectory access rule.
 #include <gtest/gtest.h>
 

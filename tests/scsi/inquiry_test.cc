@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // INQUIRY standard data and VPD pages 00, 80, 83, 8F, B0, B1, B2.
 #include <gtest/gtest.h>
 

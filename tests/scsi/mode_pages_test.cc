@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // MODE SENSE / MODE SELECT (6) and (10): pages, page controls, WCE and
 // durability, and the parameter-list checks of MODE SELECT.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // READ/WRITE 6/10/12/16, VERIFY 10/16, WRITE AND VERIFY 10/16,
 // SYNCHRONIZE CACHE 10/16.
 #include <gtest/gtest.h>

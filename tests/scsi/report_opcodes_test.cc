@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // REPORT SUPPORTED OPERATION CODES: every reporting option, RCTD, and that
 // the report matches what Execute() accepts.
 #include <gtest/gtest.h>

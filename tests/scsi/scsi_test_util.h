@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared fixture and CDB builders for the SCSI layer tests: a real store pool
 // on the store's in-memory FaultInjectionEnv, one or more LogicalUnits in a
 // private LunDirectory, and helpers that drive LogicalUnit::Execute with raw

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Thin provisioning: out of space is DATA PROTECT 0x27/0x07 with nothing
 // written and normal service once space is freed; crossing the soft
 // threshold raises UNIT ATTENTION 0x38/0x07 once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // WRITE SAME (10)/(16), UNMAP and GET LBA STATUS.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Many initiators' EXTENDED COPYs at once with colliding list IDs, on
 // tcmu-runner-like worker threads (run under TSan by the `concurrency`
 // label): CopyListTable hammered directly, then whole commands through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // EXTENDED COPY list IDs shared by several initiators (TCMU gives no I_T
 // nexus): CopyListTable's rules on their own (fake clock), then interleaved
 // copies through LogicalUnit::Execute, where one copy is held "in flight"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the checkpoint chain (checkpoint.h) and its chunk format
 // (meta.h): round trips of every size class, and each way a chain can be
 // damaged or stale, which must be refused, never half-read.

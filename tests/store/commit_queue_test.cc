@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CommitQueue (handler/store/commit_queue.h): ordering, batching (observed
 // through the Env's sync counter), the fast path, leadership hand-off,
 // Exclusive(), failure propagation, and many threads (labels unit and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrency tests (ctest label `concurrency`, run under TSan): parallel
 // I/O to disjoint ranges, compare-and-write racing plain writes, clones racing
 // writes, LUN-table changes racing I/O.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Opens pool images with damaged metadata: shared by the corruption test
 // (random damage, every build) and the libFuzzer target (fuzz preset).
 // The pool must answer Open with OK, kCorruption or kUnsupported — never crash,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Damaged metadata (superblocks, journal, checkpoint) gets a precise error or
 // a consistent pool: never a crash, never a pool that fails its own check.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Crash test: random operations; at random points the fault-injecting Env
 // "loses power" (the disk dies mid-call; unsynced sectors are then dropped,
 // kept, or torn). The pool is reopened (automatic recovery, sometimes itself

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Drives a pool with random operations and keeps a Model in step; shared by
 // the randomized model test and the crash test.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer target: open pool images with fuzzer-chosen metadata damage.
 #include <cstdio>
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the journal (journal.h): the in-memory buffer and its
 // tickets, the commit step's order of syncs and writes, and replay's edge
 // cases (empty, torn, bad CRC, wrong LSN, a record ending exactly at the end).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A reference model of a pool's logical contents, for the randomized and the
 // crash tests. Contents are tracked per 512-byte sector as a tag: 0 is zeros,
 // any other tag is a sector whose bytes are a function of the tag, so a read

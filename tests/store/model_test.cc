@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Randomized model-based test: random sequences of every operation over
 // several LUNs, checked against the in-memory model after every step, with a
 // full verification and Check() every few steps.

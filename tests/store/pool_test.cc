@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests: every operation of pool.h and its error paths.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Unit tests of the space map (space_map.h): free-run bookkeeping and the
 // next-fit cursor, AU states through reserve / map / free / release, pending
 // frees by ticket, the unshared marks that forbid in-place writes, checkpoint

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cowctl's command line: every subcommand, parsed with CLI11.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The saved configuration: every pool, LUN, backstore and export in one YAML
 // file (default /etc/cowstore/cowstore.yaml). `cowctl save` writes it from
 // what exists; `cowctl restore` makes what exists match it, idempotently.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Ctrl-C (SIGINT) and SIGTERM during a long copy (lun import, lun export):
 // the first one asks the copy to stop, so that it rolls back (an import
 // deletes its partial LUN, an export removes its temporary file) and cowctl

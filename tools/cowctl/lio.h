@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // LIO through configfs, following rtslib's layout so that what cowctl makes
 // shows in `targetcli ls` and survives saveconfig/restoreconfig:
 //

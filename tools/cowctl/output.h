@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Output for people (aligned tables, "key: value" blocks) and for scripts
 // (--json). Commands build a Json value and, when not in --json mode, a
 // human rendering of the same facts.

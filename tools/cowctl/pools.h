@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How cowctl reaches a pool: it opens the pool file itself when nobody holds
 // it; when the store answers kBusy (tcmu-runner has it open and holds its
 // flock), it talks to the handler through the pool's control socket.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small shared pieces of cowctl: names, sizes, LUN references, the handler's
 // cfgstring, WWNs, and the one error type every command reports.
 #pragma once

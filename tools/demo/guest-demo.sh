@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job's real-LUN part (tools/run-demo.sh runs it; see tools/demo/README.md).
 #
 # Inside the e2e VM (no LIO on the host kernel):

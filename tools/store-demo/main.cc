@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // store-demo: creates a pool in a sparse file, two 24 GiB LUNs, writes data
 // into the first, clones 20 GiB of it into the second, and prints what the
 // clone cost against copying the same range by read+write (the copy is timed

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Guest half of bench/e2e/side-by-side.sh (runs inside the e2e VM).
 #
 # The two experiments cowstore exists for, on LIO fileio and on cowstore,

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Guest suite for the real-kernel harness: cowctl against real LIO, Debian's
 # tcmu-runner and handler_cowstore.so (issue 5's end-to-end scenario).
 #

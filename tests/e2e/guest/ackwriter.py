@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """Acknowledged-write log for crash tests.
 
   ackwriter.py write DEV START_LBA SLOTS LOG [--gen G] [--seconds S]

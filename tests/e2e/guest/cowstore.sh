@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cowstore specifics for guest suites (sourced after lib.sh).
 #
 # The ONE place that knows how cowstore names LUNs (the cfgstring) and how

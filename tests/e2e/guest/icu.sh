@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libiscsi iscsi-test-cu helpers (sourced after lib.sh).
 #
 # icu_run LABEL URL SUITES   run each suite (comma list, e.g. SCSI.Read10,SCSI.Unmap)

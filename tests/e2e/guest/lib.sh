@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Helpers for e2e guest suites (sourced inside the VM, bash).
 #
 # Results: every check is one line in /e2e-out/results.txt

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """SG_IO from one process: exact sense checks and per-command timing loops.
 
 Starting one process per SCSI command costs ~56 ms under TCG, which swamps

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Several iSCSI initiators copying at once with colliding EXTENDED COPY list
 # IDs (issue 13), for guest suites (sourced after lib.sh and cowstore.sh).
 #

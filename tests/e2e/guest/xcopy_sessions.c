@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /*
  * xcopy_sessions: several iSCSI initiators (one session each, distinct
  * initiator IQNs) sending EXTENDED COPY (LID1) at the same time with

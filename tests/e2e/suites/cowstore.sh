@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Suite "cowstore": handler_cowstore.so in Debian's stock tcmu-runner (the
 # installed 1.5.4, or with run-e2e.sh --tcmu-runner bullseye/1.5.2-6 Debian
 # 11's 1.5.2 with its own libtcmu), through real LIO (target_core_user),

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Suite "residuals": libiscsi's iSCSI.iSCSIResiduals family (READ/WRITE whose
 # iSCSI expected data transfer length differs from the CDB's) on three
 # backstores in one VM: cowstore, Debian's stock handler_qcow in the same

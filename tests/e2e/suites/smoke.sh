@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Harness self-check: the guest boots, sees the host root and the modules,
 # can reach configfs and write results. ~10 s.
 . "$(dirname "$0")/../guest/lib.sh"

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Suite "stock": proves the harness with Debian's stock tcmu-runner handlers
 # (user:qcow), before and independently of handler_cowstore.so.
 #   - LUN made through configfs, exported via tcm_loop: sg3_utils + dd data checks

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Suite "xcopy-sessions": only the multi-initiator EXTENDED COPY check of
 # issue 13 (the cowstore suite runs it too), for working on it without the
 # whole cowstore suite: four iSCSI sessions with distinct initiator IQNs copy

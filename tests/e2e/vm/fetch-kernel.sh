@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Fetch Debian 12's stock kernel package and extract it into a cache directory.
 # We never install it (no postinst, no initrd generation: ~7 s instead of ~140 s);
 # we only need vmlinuz and the modules tree, with modules.dep from depmod.

@@ -1,4 +1,5 @@
 #!/bin/busybox sh
+# SPDX-License-Identifier: Apache-2.0
 # PID 1 of the e2e guest (runs from the initramfs built by mkinitramfs.sh).
 #
 # Loads the modules, mounts the host's / read-only over virtio-9p with a tmpfs

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Build the guest's initramfs: static busybox, the kernel modules the e2e
 # suites need (with their dependencies, in load order) and init.sh as /init.
 # Takes ~1 s and ~3 MB, so run-e2e.sh simply rebuilds it on every run.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: Apache-2.0
 # Boot the e2e guest under qemu TCG and return the guest script's exit status.
 #
 # usage: run-vm.sh GUEST_SCRIPT [extra kernel args...]
