@@ -125,9 +125,21 @@ bool DecodeChunk(const void* p, size_t n, ChunkHeader* h) {
 }
 
 LunState* MetaState::FindName(const std::string& name) const {
-  for (const auto& [id, l] : luns)
-    if (l->name == name) return l.get();
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : Find(it->second);
+}
+
+void MetaState::AddLun(std::shared_ptr<LunState> l) {
+  by_name_[l->name] = l->id;
+  uint32_t id = l->id;
+  luns.emplace(id, std::move(l));
+}
+
+void MetaState::EraseLun(uint32_t id) {
+  auto it = luns.find(id);
+  if (it == luns.end()) return;
+  by_name_.erase(it->second->name);
+  luns.erase(it);
 }
 
 uint64_t MetaState::extents() const {
@@ -263,7 +275,7 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       l->uuid = r.uuid;
       l->size = r.a;
       l->bs = r.bs;
-      st->luns.emplace(r.lun, std::move(l));
+      st->AddLun(std::move(l));
       st->next_lun_id = std::max(st->next_lun_id, r.lun + 1);
       return Status::Ok();
     }
@@ -280,7 +292,7 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
         l->map.Insert(lba, e.phys, e.len);
         if (sink) sink->Inc(e.phys, e.len);
       }
-      st->luns.emplace(r.lun2, std::move(l));
+      st->AddLun(std::move(l));
       st->next_lun_id = std::max(st->next_lun_id, r.lun2 + 1);
       return Status::Ok();
     }
@@ -290,7 +302,7 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       if (sink)
         for (const auto& [lba, e] : l->map.runs()) sink->Dec(e.phys, e.len);
       l->deleted = true;
-      st->luns.erase(r.lun);
+      st->EraseLun(r.lun);
       return Status::Ok();
     }
     case RecType::kResizeLun: {
@@ -388,7 +400,7 @@ Status DecodeState(const std::string& in, MetaState* st) {
     }
     if (st->luns.count(l->id) || st->FindName(l->name))
       return Status(Code::kCorruption, "checkpoint: duplicate LUN");
-    st->luns.emplace(l->id, std::move(l));
+    st->AddLun(std::move(l));
   }
   if (d.left() != 0) return bad;
   return Status::Ok();

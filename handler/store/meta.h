@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "handler/store/extent_map.h"
@@ -114,13 +115,20 @@ struct LunState {
 struct MetaState {
   uint32_t au = 0;
   uint32_t next_lun_id = 1;
+  // Changed only by ApplyRecord and DecodeState (through AddLun/EraseLun),
+  // which keep the name index in step.
   std::map<uint32_t, std::shared_ptr<LunState>> luns;
   LunState* Find(uint32_t id) const {
     auto it = luns.find(id);
     return it == luns.end() ? nullptr : it->second.get();
   }
-  LunState* FindName(const std::string& name) const;
+  LunState* FindName(const std::string& name) const;  // O(1): opening 40,000 LUNs is linear
   uint64_t extents() const;
+  void AddLun(std::shared_ptr<LunState> l);
+  void EraseLun(uint32_t id);
+
+ private:
+  std::unordered_map<std::string, uint32_t> by_name_;
 };
 
 enum class RecType : uint8_t {
