@@ -81,11 +81,24 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
     return Status(Code::kUnsupported, "pool format version " + std::to_string(sb->version) +
                                           " (this build reads version " +
                                           std::to_string(kFormatVersion) + ")");
+  // Every field is bounded by what Create and Grow can write, so nothing
+  // derived from it (offsets, unit counts, buffer sizes) can overflow or ask
+  // for more memory than a pool of that size legitimately needs.
   bool pow2 = sb->au && (sb->au & (sb->au - 1)) == 0;
   if (!pow2 || sb->au < (64u << 10) || sb->au > (1u << 20) || sb->journal_bytes < kMinJournalBytes ||
-      sb->data_offset < kJournalOffset + sb->journal_bytes || sb->data_offset % sb->au != 0 ||
-      sb->size_bytes < sb->data_offset)
+      sb->journal_bytes > kMaxJournalBytes || sb->journal_bytes % 4096 != 0 ||
+      sb->data_offset != (kJournalOffset + sb->journal_bytes + sb->au - 1) / sb->au * sb->au ||
+      sb->size_bytes < sb->data_offset + 8ull * sb->au ||
+      (sb->size_bytes - sb->data_offset) / sb->au > kMaxPoolUnits)
     return Status(Code::kCorruption, "superblock geometry is inconsistent");
+  uint64_t units = sb->total_units();
+  if (sb->ckpt_first != kNone &&
+      (sb->ckpt_first >= units || sb->ckpt_bytes == 0 || sb->ckpt_seq > sb->seq ||
+       sb->ckpt_bytes > units * (sb->au - kChunkHeader)))
+    return Status(Code::kCorruption, "superblock names a checkpoint outside the pool");
+  if (sb->soft_threshold_percent > 100 || sb->journal_start_lsn == 0 ||
+      sb->journal_start_lsn > (kNone >> 2))
+    return Status(Code::kCorruption, "superblock fields out of range");
   return Status::Ok();
 }
 

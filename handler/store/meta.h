@@ -30,6 +30,10 @@ constexpr uint64_t kSuperblockSlot = 4096;
 constexpr uint64_t kJournalOffset = 64 * 1024;
 constexpr uint64_t kDefaultJournalBytes = 16ull << 20;
 constexpr uint64_t kMinJournalBytes = 64 * 1024;
+constexpr uint64_t kMaxJournalBytes = 1ull << 30;
+// The most AUs a pool may have: its in-memory index costs 5 bytes per AU, so
+// this (4 Gi AUs, 4 PiB at 1 MiB) already needs 20 GiB of RAM.
+constexpr uint64_t kMaxPoolUnits = 1ull << 32;
 constexpr uint64_t kNone = ~uint64_t{0};
 
 // Little-endian encoder/decoder with bounds checks.
@@ -77,8 +81,11 @@ struct Superblock {
   uint32_t soft_threshold_percent = 0;
 
   std::string Encode() const;  // exactly kSuperblockSlot bytes
-  // kCorruption (bad magic/crc), kUnsupported (version), or ok.
+  // kCorruption (bad magic/crc, or fields no pool we create can hold: every
+  // size is bounded and derived offsets cannot overflow), kUnsupported
+  // (version), or ok.
   static Status Decode(const void* p, size_t n, Superblock* sb);
+  uint64_t total_units() const { return (size_bytes - data_offset) / au; }
 };
 
 // Checkpoint chunk, one per AU of the chain:

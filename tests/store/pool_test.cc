@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <vector>
 
 #include "handler/store/fault_env.h"
@@ -137,6 +138,61 @@ TEST(PoolOpen, UnsupportedVersion) {
     ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
   }
   EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
+}
+
+// Re-encodes both superblock copies with `edit` applied (valid CRCs).
+template <typename F>
+std::vector<uint8_t> EditSuperblocks(std::vector<uint8_t> img, F edit) {
+  for (int slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    if (!Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok()) continue;
+    edit(&sb);
+    std::string enc = sb.Encode();
+    std::memcpy(img.data() + slot * kSuperblockSlot, enc.data(), enc.size());
+  }
+  return img;
+}
+
+// CRC-valid superblocks with sizes no pool can have (a bug, a foreign tool,
+// a fuzzer) are corruption, not allocations of many GiB. Before the bounds,
+// a declared size of 2^62 made Open fail with "out of memory", and journal
+// lengths that wrap the offset passed the geometry check.
+TEST(PoolOpen, AbsurdSuperblockSizesAreCorruptionNotAllocations) {
+  FaultInjectionEnv base;
+  {
+    auto p = Pool::Create(&base, "p", Opts());
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+  }
+  const std::vector<uint8_t> img = base.Snapshot("p");
+  std::vector<std::pair<const char*, std::function<void(Superblock*)>>> edits = {
+      {"huge declared size", [](Superblock* s) { s->size_bytes = 1ull << 62; }},
+      {"more AUs than the index can hold",
+       [](Superblock* s) { s->size_bytes = s->data_offset + (kMaxPoolUnits + 1) * s->au; }},
+      {"huge journal", [](Superblock* s) {
+         s->journal_bytes = 1ull << 40;
+         s->data_offset = kJournalOffset + s->journal_bytes;
+         s->size_bytes = s->data_offset + 64 * kAu;
+       }},
+      {"journal length that wraps the offset", [](Superblock* s) {
+         s->journal_bytes = 0 - kJournalOffset;  // kJournalOffset + journal_bytes == 0
+         s->data_offset = s->au;
+       }},
+      {"data offset not where the journal ends", [](Superblock* s) { s->data_offset += s->au; }},
+      {"checkpoint past the end", [](Superblock* s) { s->ckpt_first = 1ull << 40; }},
+      {"checkpoint longer than the pool", [](Superblock* s) { s->ckpt_bytes = 1ull << 50; }},
+      {"start LSN zero", [](Superblock* s) { s->journal_start_lsn = 0; }},
+  };
+  for (auto& [what, edit] : edits) {
+    FaultInjectionEnv env;
+    {
+      auto f = env.OpenLocked("p", Env::Mode::kCreate);
+      std::vector<uint8_t> d = EditSuperblocks(img, edit);
+      ASSERT_TRUE((*f)->Write(0, d.size(), d.data()).ok());
+    }
+    auto p = Pool::Open(&env, "p", {.read_only = true});
+    EXPECT_EQ(p.status().code(), Code::kCorruption) << what << ": " << p.status().ToString();
+  }
 }
 
 TEST(PoolOpen, CorruptCheckpointIsDetected) {
