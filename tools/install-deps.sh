@@ -17,6 +17,7 @@ e2e_pkgs=(
   qemu-system-x86 qemu-utils busybox-static tcmu-runner libtcmu2 targetcli-fb
   python3-rtslib-fb dbus sg3-utils ddpt libiscsi-bin kmod cpio bc file
   e2fsprogs util-linux iproute2
+  gcc libc6-dev libiscsi-dev   # the guest compiles tests/e2e/guest/xcopy_sessions.c
 )
 pkg_pkgs=(debhelper devscripts lintian fakeroot rpm rpmlint clang-tidy cppcheck)
 
