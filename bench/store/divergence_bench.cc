@@ -1,0 +1,509 @@
+// SPDX-License-Identifier: Apache-2.0
+// Issue 10's problem statement, measured: what a clone costs once it is used.
+//
+//   divergence_bench [--full] [--lun-mib=N] [--writes=N]   (files in $COWSTORE_BENCH_DIR or .)
+//
+// For each v1 allocation unit (1 MiB, 64 KiB), in one run: a LUN with 4 KiB
+// blocks is written in full and cloned with CloneLun; then k = 1, 5, 20 % of
+// the clone's 4 KiB blocks are rewritten (buffered, then Flush), either at
+// random or as random 64 KiB runs, and the bytes the clone owns exclusively
+// (LunInfo::exclusive_bytes) are compared with k. Beside that: the first
+// durable 4 KiB write into shared data vs one into unshared data vs a raw
+// pwrite+fdatasync (alternating, medians), a 1 MiB sequential read of the clone
+// after 5 % random divergence vs raw, the metadata bytes written per GiB of
+// durable 4 KiB writes (counted by a wrapping Env), and the heap an open pool
+// holds. Format v3 (4 KiB sharing, issue 10) is printed as "not implemented"
+// beside the issue's goal until it exists.
+//
+// Not Google Benchmark: every case changes the pool once and is measured
+// once (a clone diverges only once), so there is no loop to repeat; the
+// latency figures are medians of alternating operations, as in store_bench.
+// Default LUN 256 MiB (77 s on the shared 2-core dev machine); --full uses
+// the issue's 1 GiB LUN (about 4x longer).
+#include <fcntl.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench/bench_env.h"
+#include "handler/store/env.h"
+#include "handler/store/extent_map.h"
+#include "handler/store/pool.h"
+
+using namespace cowstore::store;
+using cowstore::bench::Dir;
+using cowstore::bench::Now;
+
+namespace {
+
+constexpr uint64_t kKiB = 1024, kMiB = 1ull << 20, kGiB = 1ull << 30, kTiB = 1ull << 40;
+constexpr uint32_t kBlock = 4096;  // the LUN's logical block: the sharing granularity the issue asks for
+constexpr uint64_t kJournalOffset = 64 * kKiB;  // pool layout (docs/design/store.md)
+constexpr uint64_t kJournalBytes = 16 * kMiB;   // the default journal
+
+void Die(const Status& s, const char* what) {
+  if (s.ok()) return;
+  std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
+  std::exit(1);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void DropCache(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+uint64_t HeapBytes() {
+  struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;  // small blocks + mmap()ed large ones (big vectors)
+}
+
+// ------------------------------------------------ an Env that counts bytes
+
+// Sorts every write the store makes into metadata (superblock and journal
+// region, checkpoint chunks: recognised by their magic, kChunkMagic in
+// meta.cc) and data (the rest).
+// It sees only what the store asks of the file, so the figures hold for any
+// disk; `pages` also counts the 4 KiB pages each write touches, which is what
+// a page cache writes back for a 50-byte journal append.
+class CountingEnv : public Env {
+ public:
+  std::atomic<uint64_t> meta_bytes{0}, meta_pages{0}, ckpt_bytes{0}, data_bytes{0};
+  uint64_t data_offset = ~uint64_t{0};  // set once the pool's AU is known
+
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
+    auto f = DefaultEnv()->OpenLocked(path, mode);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<File>(new CountingFile(this, std::move(f.value())));
+  }
+  bool Exists(const std::string& path) override { return DefaultEnv()->Exists(path); }
+
+  struct Snapshot {
+    uint64_t meta, pages, ckpt, data;
+  };
+  Snapshot Now() const { return {meta_bytes, meta_pages, ckpt_bytes, data_bytes}; }
+
+ private:
+  class CountingFile : public File {
+   public:
+    CountingFile(CountingEnv* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
+    Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+    Status ReadV(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadV(off, iov, n); }
+    Status Write(uint64_t off, size_t n, const void* buf) override {
+      bool ckpt = n >= 8 && std::memcmp(buf, "COWCKPT1", 8) == 0;
+      if (off < env_->data_offset || ckpt) {
+        env_->meta_bytes += n;
+        env_->meta_pages += (off + n + 4095) / 4096 - off / 4096;
+        if (ckpt) env_->ckpt_bytes += n;
+      } else {
+        env_->data_bytes += n;
+      }
+      return f_->Write(off, n, buf);
+    }
+    Status Sync() override {
+      env_->Counted();
+      return f_->Sync();
+    }
+    Result<uint64_t> Size() override { return f_->Size(); }
+    Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+    Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+   private:
+    CountingEnv* env_;
+    std::unique_ptr<File> f_;
+  };
+  void Counted() { CountSync(); }
+};
+
+struct RawFile {
+  std::string path;
+  int fd;
+  RawFile(const std::string& name, uint64_t bytes) {
+    path = Dir() + "/" + name;
+    fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    if (fd < 0) std::exit(1);
+    std::vector<uint8_t> buf(kMiB, 0x5a);
+    for (uint64_t off = 0; off < bytes; off += kMiB)
+      if (::pwrite(fd, buf.data(), kMiB, static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB)) std::exit(1);
+    ::fdatasync(fd);
+  }
+  ~RawFile() {
+    ::close(fd);
+    ::unlink(path.c_str());
+  }
+};
+
+// ------------------------------------------------------------ the figures
+
+struct Divergence {
+  double owned = 0;        // exclusive bytes / LUN size
+  double seconds = 0;      // rewriting the blocks + Flush
+};
+
+struct Figures {
+  uint32_t au = 0;
+  Divergence random[3], clustered[3];  // k = 1, 5, 20 %
+  double first_shared = 0, unshared = 0, raw = 0;   // median seconds, durable 4 KiB
+  double seq_clone = 0, seq_raw = 0;                // median seconds, whole LUN in 1 MiB reads
+  double meta_unshared = 0, pages_unshared = 0;     // metadata bytes per GiB of durable 4 KiB writes
+  double meta_shared = 0, pages_shared = 0;
+  double data_shared = 0;                           // data bytes written per byte asked (CoW copies)
+  uint64_t ckpt_bytes = 0;                          // one checkpoint of the final pool
+  uint64_t open_heap = 0, extents = 0, units = 0;   // heap of the reopened pool
+  uint64_t empty_heap_1tib = 0;                     // heap of an empty 1 TiB pool (per-AU cost)
+};
+
+constexpr int kPercents[3] = {1, 5, 20};
+
+struct Config {
+  uint64_t lun = 256 * kMiB;
+  uint64_t writes = 500;  // durable 4 KiB writes per series
+};
+
+std::vector<uint8_t> Pattern(uint64_t seed, size_t n) {
+  std::vector<uint8_t> b(n);
+  std::mt19937_64 r(seed);
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    uint64_t v = r();
+    std::memcpy(&b[i], &v, 8);
+  }
+  return b;
+}
+
+// Rewrites k % of the clone's 4 KiB blocks (distinct blocks), buffered, then
+// flushes; `run` blocks at a time at random run-aligned places.
+double Diverge(Pool& pool, Lun& lun, uint64_t blocks, int percent, uint64_t run, std::mt19937_64& rng) {
+  uint64_t slots = blocks / run;
+  uint64_t want = blocks * static_cast<uint64_t>(percent) / 100 / run;
+  std::vector<uint64_t> idx(slots);
+  for (uint64_t i = 0; i < slots; i++) idx[i] = i;
+  for (uint64_t i = 0; i < want; i++) std::swap(idx[i], idx[i + rng() % (slots - i)]);
+  std::vector<uint8_t> buf = Pattern(rng(), run * kBlock);
+  double t0 = Now();
+  for (uint64_t i = 0; i < want; i++)
+    Die(lun.Write(idx[i] * run, run, buf.data(), Durability::kBuffered), "diverge");
+  Die(pool.Flush(), "flush");
+  return Now() - t0;
+}
+
+double ReadAll(Lun& lun, uint64_t bytes) {
+  std::vector<uint8_t> buf(kMiB);
+  double t0 = Now();
+  for (uint64_t off = 0; off < bytes; off += kMiB)
+    Die(lun.Read(off / kBlock, kMiB / kBlock, buf.data()), "read");
+  return Now() - t0;
+}
+
+double ReadAllRaw(int fd, uint64_t bytes) {
+  std::vector<uint8_t> buf(kMiB);
+  double t0 = Now();
+  for (uint64_t off = 0; off < bytes; off += kMiB)
+    if (::pread(fd, buf.data(), kMiB, static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB)) std::exit(1);
+  return Now() - t0;
+}
+
+Figures Measure(uint32_t au, const Config& cfg) {
+  Figures f;
+  f.au = au;
+  const uint64_t blocks = cfg.lun / kBlock;
+  std::string path = Dir() + "/bench-divergence.pool";
+  ::unlink(path.c_str());
+  CountingEnv env;
+  env.data_offset = (kJournalOffset + kJournalBytes + au - 1) / au * au;
+  PoolOptions o;
+  o.size_bytes = 8 * cfg.lun + 256 * kMiB;
+  o.allocation_unit = au;
+  o.soft_threshold_percent = 0;
+  auto created = Pool::Create(&env, path, o);
+  Die(created.status(), "create pool");
+  std::unique_ptr<Pool> pool = std::move(created.value());
+  std::mt19937_64 rng(au);
+
+  // The template: written in full, sequentially.
+  Die(pool->CreateLun("base", cfg.lun, kBlock).status(), "create base");
+  {
+    auto base = pool->OpenLun("base").value();
+    std::vector<uint8_t> buf = Pattern(1, kMiB);
+    for (uint64_t off = 0; off < cfg.lun; off += kMiB)
+      Die(base->Write(off / kBlock, kMiB / kBlock, buf.data(), Durability::kBuffered), "fill");
+    Die(pool->Flush(), "flush");
+  }
+  RawFile raw("bench-divergence.raw", cfg.lun);
+
+  for (int pattern = 0; pattern < 2; pattern++) {
+    for (int i = 0; i < 3; i++) {
+      Die(pool->CloneLun("base", "clone").status(), "clone");
+      auto clone = pool->OpenLun("clone").value();
+      Divergence& d = pattern == 0 ? f.random[i] : f.clustered[i];
+      d.seconds = Diverge(*pool, *clone, blocks, kPercents[i], pattern == 0 ? 1 : 64 * kKiB / kBlock, rng);
+      d.owned = static_cast<double>(pool->GetLun("clone")->exclusive_bytes) / static_cast<double>(cfg.lun);
+      if (pattern == 0 && kPercents[i] == 5) {
+        // Sequential read of the diverged clone vs raw: 3 alternating passes each.
+        std::vector<double> s, r;
+        for (int pass = 0; pass < 3; pass++) {
+          DropCache(path);
+          s.push_back(ReadAll(*clone, cfg.lun));
+          DropCache(raw.path);
+          r.push_back(ReadAllRaw(raw.fd, cfg.lun));
+        }
+        f.seq_clone = Median(s);
+        f.seq_raw = Median(r);
+      }
+      clone.reset();
+      Die(pool->DeleteLun("clone"), "delete clone");
+    }
+  }
+
+  // Durable 4 KiB writes, three series alternating: the first write into each
+  // of `n` distinct AUs of a fresh clone (all shared data), random writes into
+  // an unshared fully written LUN (in place), raw pwrite+fdatasync.
+  Die(pool->CloneLun("base", "fresh").status(), "clone");
+  Die(pool->CreateLun("solo", cfg.lun, kBlock).status(), "create solo");
+  {
+    auto fresh = pool->OpenLun("fresh").value();
+    auto solo = pool->OpenLun("solo").value();
+    std::vector<uint8_t> fill = Pattern(2, kMiB);
+    for (uint64_t off = 0; off < cfg.lun; off += kMiB)
+      Die(solo->Write(off / kBlock, kMiB / kBlock, fill.data(), Durability::kBuffered), "fill solo");
+    Die(pool->Flush(), "flush");
+    const uint64_t per_au = au / kBlock, aus = cfg.lun / au;
+    const uint64_t n = std::min<uint64_t>(cfg.writes, aus);
+    std::vector<uint64_t> order(aus);
+    for (uint64_t i = 0; i < aus; i++) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<uint8_t> buf = Pattern(3, kBlock);
+    std::vector<double> shared_t, unshared_t, raw_t;
+    uint64_t meta_u = 0, pages_u = 0, meta_s = 0, pages_s = 0, data_s = 0;
+    for (uint64_t i = 0; i < n; i++) {
+      for (int k = 0; k < 3; k++) {
+        int which = static_cast<int>((k + i) % 3);  // rotate which goes first
+        if (which == 0) {
+          uint64_t lba = order[i] * per_au + rng() % per_au;
+          auto before = env.Now();
+          double t0 = Now();
+          Die(fresh->Write(lba, 1, buf.data(), Durability::kDurable), "first write");
+          shared_t.push_back(Now() - t0);
+          auto after = env.Now();
+          meta_s += after.meta - before.meta;
+          pages_s += after.pages - before.pages;
+          data_s += after.data - before.data;
+        } else if (which == 1) {
+          uint64_t lba = rng() % blocks;
+          auto before = env.Now();
+          double t0 = Now();
+          Die(solo->Write(lba, 1, buf.data(), Durability::kDurable), "unshared write");
+          unshared_t.push_back(Now() - t0);
+          auto after = env.Now();
+          meta_u += after.meta - before.meta;
+          pages_u += after.pages - before.pages;
+        } else {
+          off_t off = static_cast<off_t>((rng() % blocks) * kBlock);
+          double t0 = Now();
+          if (::pwrite(raw.fd, buf.data(), kBlock, off) != kBlock) std::exit(1);
+          ::fdatasync(raw.fd);
+          raw_t.push_back(Now() - t0);
+        }
+      }
+    }
+    f.first_shared = Median(shared_t);
+    f.unshared = Median(unshared_t);
+    f.raw = Median(raw_t);
+    double per_gib = static_cast<double>(kGiB) / static_cast<double>(n * kBlock);
+    f.meta_unshared = static_cast<double>(meta_u) * per_gib;
+    f.pages_unshared = static_cast<double>(pages_u) * 4096 * per_gib;
+    f.meta_shared = static_cast<double>(meta_s) * per_gib;
+    f.pages_shared = static_cast<double>(pages_s) * 4096 * per_gib;
+    f.data_shared = static_cast<double>(data_s) / static_cast<double>(n * kBlock);
+  }
+
+  // The index: extents now, then the heap of the same pool reopened (Open
+  // loads the checkpoint, replays, rebuilds the space map, and writes a fresh
+  // checkpoint, which the Env counts).
+  CheckReport rep = pool->Check();
+  f.extents = rep.extents;
+  f.units = pool->Space().total_units;
+  Die(pool->Close(), "close");
+  pool.reset();
+  malloc_trim(0);
+  uint64_t h0 = HeapBytes();
+  auto before = env.Now();
+  auto reopened = Pool::Open(&env, path);
+  Die(reopened.status(), "reopen");
+  f.open_heap = HeapBytes() - h0;
+  f.ckpt_bytes = env.Now().ckpt - before.ckpt;
+  reopened.value().reset();
+  ::unlink(path.c_str());
+
+  // Per-AU cost: an empty pool declared 1 TiB (a sparse file; nothing written but metadata).
+  {
+    PoolOptions e = o;
+    e.size_bytes = kTiB;
+    malloc_trim(0);
+    uint64_t e0 = HeapBytes();
+    auto p = Pool::Create(DefaultEnv(), path, e);
+    Die(p.status(), "create 1 TiB pool");
+    f.empty_heap_1tib = HeapBytes() - e0;
+    p.value().reset();
+    ::unlink(path.c_str());
+  }
+  return f;
+}
+
+double BytesPerExtent() {
+  malloc_trim(0);
+  uint64_t h0 = HeapBytes();
+  auto* m = new ExtentMap();
+  const uint64_t n = 200000;
+  for (uint64_t i = 0; i < n; i++) m->Insert(2 * i, 3 * i, 1);  // nothing merges
+  double per = static_cast<double>(HeapBytes() - h0) / n;
+  delete m;
+  return per;
+}
+
+std::string Pct(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", v * 100);
+  return b;
+}
+
+void Print(const Config& cfg, const std::vector<Figures>& fs) {
+  auto au_name = [](uint32_t au) {
+    return au >= kMiB ? std::to_string(au / kMiB) + " MiB" : std::to_string(au / kKiB) + " KiB";
+  };
+  std::printf("\n==== cowstore divergence figures (issue 10), one run ====\n");
+  std::printf("LUN %llu MiB, 4 KiB blocks, written in full, CloneLun'd; k %% of the clone's 4 KiB blocks\n"
+              "rewritten (buffered, then Flush). \"owns\": LunInfo::exclusive_bytes / LUN size; \"x\": owns / k.\n"
+              "v3 is issue 10's format (4 KiB sharing): not implemented yet, so its column says so.\n\n",
+              static_cast<unsigned long long>(cfg.lun / kMiB));
+  std::printf("%-26s", "case");
+  for (const auto& f : fs) std::printf(" | v1 AU %-17s", au_name(f.au).c_str());
+  std::printf(" | %-15s | %s\n", "v3 (4 KiB)", "goal");
+  for (int pattern = 0; pattern < 2; pattern++) {
+    for (int i = 0; i < 3; i++) {
+      char name[64];
+      std::snprintf(name, sizeof name, "%s %d%%", pattern == 0 ? "random 4 KiB" : "clustered 64 KiB runs",
+                    kPercents[i]);
+      std::printf("%-26s", name);
+      for (const auto& f : fs) {
+        const Divergence& d = pattern == 0 ? f.random[i] : f.clustered[i];
+        char cell[64];
+        std::snprintf(cell, sizeof cell, "owns %6s = %5.1fx", Pct(d.owned).c_str(), d.owned * 100 / kPercents[i]);
+        std::printf(" | %-23s", cell);
+      }
+      std::printf(" | %-15s | %s\n", "not implemented", "owns <= 1.25x k");
+    }
+  }
+  std::printf("%-26s", "(time to diverge 20% rnd)");
+  for (const auto& f : fs) std::printf(" | %-23s", (std::to_string(f.random[2].seconds).substr(0, 5) + " s").c_str());
+  std::printf("\n\n");
+
+  std::printf("durable 4 KiB writes (medians of alternating series of min(%llu, AUs in the LUN) each: first\n"
+              "writes into distinct AUs of a fresh clone, random in-place writes into an unshared written LUN,\n"
+              "raw pwrite+fdatasync into a written file):\n",
+              static_cast<unsigned long long>(cfg.writes));
+  auto row = [&](const char* what, auto cell, const char* goal) {
+    std::printf("%-44s", what);
+    for (const auto& f : fs) std::printf(" | %-22s", cell(f).c_str());
+    std::printf(" | %-15s | %s\n", "not implemented", goal);
+  };
+  auto fmt = [](const char* f, double a, double b = 0, double c = 0) {
+    char s[96];
+    std::snprintf(s, sizeof s, f, a, b, c);
+    return std::string(s);
+  };
+  std::printf("%-44s", "");
+  for (const auto& f : fs) std::printf(" | v1 AU %-16s", au_name(f.au).c_str());
+  std::printf(" | %-15s | goal\n", "v3 (4 KiB)");
+  row("first write into shared / unshared write",
+      [&](const Figures& f) { return fmt("%.2fx (%.0f/%.0f us)", f.first_shared / f.unshared, f.first_shared * 1e6, f.unshared * 1e6); },
+      "<= 1.2x");
+  row("unshared write vs raw pwrite+fdatasync",
+      [&](const Figures& f) { return fmt("%.0f%% of raw (%.0f us)", f.raw / f.unshared * 100, f.raw * 1e6); },
+      ">= 90% of raw");
+  row("first write into shared vs raw",
+      [&](const Figures& f) { return fmt("%.0f%% of raw", f.raw / f.first_shared * 100); }, "(>= 75% of raw)");
+  row("data written per byte asked (first writes)",
+      [&](const Figures& f) { return fmt("%.0fx", f.data_shared); }, "1x");
+  row("metadata per GiB, unshared (bytes / pages)",
+      [&](const Figures& f) { return fmt("%.0f KiB / %.0f KiB", f.meta_unshared / kKiB, f.pages_unshared / kKiB); },
+      "<= 2% (20 MiB)");
+  row("metadata per GiB, first writes (B / pages)",
+      [&](const Figures& f) { return fmt("%.0f KiB / %.1f MiB", f.meta_shared / kKiB, f.pages_shared / kMiB); },
+      "<= 2% (20 MiB)");
+  std::printf("  (\"bytes\": what the store hands the file; \"pages\": the 4 KiB pages those writes touch,\n"
+              "   what the page cache writes back. A v1 checkpoint, rewritten whole whenever the 16 MiB\n"
+              "   journal fills, is not in these rows: see below.)\n\n");
+
+  row("1 MiB sequential read, clone after 5% rnd",
+      [&](const Figures& f) { return fmt("%.0f%% of raw (%.2f/%.2f s)", f.seq_raw / f.seq_clone * 100, f.seq_clone, f.seq_raw); },
+      ">= 80% of raw");
+  std::printf("\nmetadata RAM and checkpoints (the pool above, reopened):\n");
+  double per_extent = BytesPerExtent();
+  row("heap of the open pool (extents, AUs)",
+      [&](const Figures& f) {
+        return fmt("%.0f KiB (%.0f ext, %.0f AU)", static_cast<double>(f.open_heap) / kKiB,
+                   static_cast<double>(f.extents), static_cast<double>(f.units));
+      },
+      "");
+  row("one checkpoint of that pool",
+      [&](const Figures& f) { return fmt("%.0f KiB", static_cast<double>(f.ckpt_bytes) / kKiB); },
+      "scales w/ change");
+  row("heap of an empty 1 TiB pool",
+      [&](const Figures& f) { return fmt("%.1f MiB", static_cast<double>(f.empty_heap_1tib) / kMiB); }, "");
+  row("projected: 16 TiB pool, 1 M extents",
+      [&](const Figures& f) {
+        return fmt("%.0f MiB", (static_cast<double>(f.empty_heap_1tib) * 16 + per_extent * 1e6) / kMiB);
+      },
+      "<= 128 MiB");
+  std::printf("  (projection = 16 x the empty 1 TiB pool's heap (the per-AU space map) + 1 M x %.0f bytes,\n"
+              "   the heap one unmergeable extent costs in ExtentMap, measured here.)\n",
+              per_extent);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    if (a == "--full") {
+      cfg.lun = kGiB;
+    } else if (a.rfind("--lun-mib=", 0) == 0) {
+      cfg.lun = std::strtoull(a.c_str() + 10, nullptr, 10) * kMiB;
+    } else if (a.rfind("--writes=", 0) == 0) {
+      cfg.writes = std::strtoull(a.c_str() + 9, nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: %s [--full] [--lun-mib=N] [--writes=N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (cfg.lun < 16 * kMiB || cfg.lun % kMiB != 0 || cfg.writes == 0) {
+    std::fprintf(stderr, "--lun-mib must be a multiple of 1 >= 16; --writes > 0\n");
+    return 2;
+  }
+  std::vector<Figures> fs;
+  for (uint32_t au : {static_cast<uint32_t>(kMiB), static_cast<uint32_t>(64 * kKiB)}) {
+    double t0 = Now();
+    fs.push_back(Measure(au, cfg));
+    std::fprintf(stderr, "AU %u: %.1f s\n", au, Now() - t0);
+  }
+  Print(cfg, fs);
+  return 0;
+}
