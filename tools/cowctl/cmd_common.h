@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: Apache-2.0
+// What cowctl's commands share: how each noun's file adds its subcommands
+// (one Add*Commands function a file, called from commands.cc), the options
+// every command reads (Context), output, and the few helpers that more than
+// one noun uses. A command's own code lives in its noun's file: cmd_pool.cc,
+// cmd_lun.cc, cmd_backstore.cc, cmd_export.cc, cmd_vaai.cc, cmd_top.cc,
+// cmd_config.cc (save, restore).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "tools/cowctl/lio.h"
+#include "tools/cowctl/output.h"
+#include "tools/cowctl/pools.h"
+#include "tools/cowctl/util.h"
+
+namespace cowstore::cowctl {
+
+// The command line being built: each noun adds its subcommands to `app`.
+// A callback reads the global options from `ctx` and may set the exit status
+// in `rc`. Option values must outlive the parse: Keep() gives them a home
+// that lives as long as this object.
+class CommandLine {
+ public:
+  CommandLine(CLI::App& app, Context& ctx, int& rc) : app(app), ctx(ctx), rc(rc) {}
+  template <typename T>
+  T& Keep(T initial) {
+    auto p = std::make_shared<T>(std::move(initial));
+    kept_.push_back(p);
+    return *p;
+  }
+
+  CLI::App& app;
+  Context& ctx;
+  int& rc;
+
+ private:
+  std::vector<std::shared_ptr<void>> kept_;
+};
+
+void AddPoolCommands(CommandLine& cl);       // cmd_pool.cc: pool create/list/show/check/scrub/grow/delete
+void AddLunCommands(CommandLine& cl);        // cmd_lun.cc: lun create/list/show/resize/delete/clone/snapshot/import/export
+void AddBackstoreCommands(CommandLine& cl);  // cmd_backstore.cc: backstore create/list/delete
+void AddExportCommands(CommandLine& cl);     // cmd_export.cc: export iscsi/loop/list, unexport
+void AddVaaiCommands(CommandLine& cl);       // cmd_vaai.cc: vaai status
+void AddTopCommand(CommandLine& cl);         // cmd_top.cc: top
+void AddConfigCommands(CommandLine& cl);     // cmd_config.cc: save, restore
+
+// ---------------------------------------------------------------- output (cmd_common.cc)
+
+Lio MakeLio(const Context& ctx);
+// Prints `j` with --json, else `human`.
+void Emit(const Context& ctx, const Json& j, const std::string& human);
+
+// ---------------------------------------------------------------- LUNs (cmd_common.cc)
+
+std::optional<Backstore> BackstoreOf(const Context& ctx, const LunRef& ref);
+std::string LunNaa(const store::LunInfo& l, const std::optional<Backstore>& bs);
+Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs);
+
+// Opens a pool, retrying while it is briefly busy (the handler closing it).
+template <typename F>
+auto WithPool(const Context& ctx, const std::string& pool, F&& fn) {
+  for (int attempt = 0;; ++attempt) {
+    auto h = OpenPool(ctx, pool);
+    try {
+      return fn(*h);
+    } catch (const UserError& e) {
+      bool busy = std::string(e.what()).find("in use") != std::string::npos;
+      if (!busy || attempt >= 25) throw;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// ---------------------------------------------------------------- pools (cmd_pool.cc)
+
+struct PoolCreateArgs {
+  std::string name, size, device, file, au = "1M";
+  uint32_t soft_threshold = 80;
+};
+void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
+
+// ---------------------------------------------------------------- backstores (cmd_backstore.cc)
+
+struct BackstoreArgs {
+  bool make = false;
+  std::string name, copy_group;
+  std::string wce;  // "", "0", "1"
+};
+// --backstore (with_flag), --backstore-name, --copy-group, --wce.
+void AddBackstoreOptions(CLI::App* c, BackstoreArgs& bsa, bool with_flag);
+Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b);
+// Creates the LIO backstore of an existing LUN. The caller has released
+// its pool handle: tcmu-runner opens the pool when the backstore is enabled.
+Backstore MakeBackstore(const Context& ctx, const LunRef& ref, const store::LunInfo& l, const BackstoreArgs& b);
+store::LunInfo LunInfoOf(const Context& ctx, const LunRef& ref);
+
+// ---------------------------------------------------------------- exports (cmd_export.cc)
+
+void Unexport(const Context& ctx, const LunRef& ref, bool and_backstore);
+
+}  // namespace cowstore::cowctl

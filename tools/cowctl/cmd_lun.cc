@@ -1,0 +1,369 @@
+// SPDX-License-Identifier: Apache-2.0
+// cowctl lun: create, list, show, resize, delete, clone, snapshot, import, export.
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+
+#include "handler/store/names.h"
+#include "tools/cowctl/cmd_common.h"
+#include "tools/cowctl/interrupt.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
+  std::vector<std::pair<std::string, std::string>> kv = {
+      {"LUN", pool + "/" + l.name},
+      {"WWN", UuidString(l.id)},
+      {"NAA", LunNaa(l, bs) + (bs ? " (as ESXi lists it)" : " (as ESXi will list it once exported)")},
+      {"size", FormatSize(l.size_bytes) + " (" + std::to_string(l.size_bytes) + " bytes)"},
+      {"block size", std::to_string(l.block_size)},
+      {"mapped", FormatSize(l.mapped_bytes)},
+      {"exclusive", FormatSize(l.exclusive_bytes)},
+      {"shared", FormatSize(l.shared_bytes)},
+      {"backstore", bs ? "user:cowstore " + bs->name + " (" + bs->config.str() + ")" : "none (not exported)"},
+  };
+  return KeyValues(kv);
+}
+
+
+uint32_t CheckBlockSize(uint32_t bs) {
+  if (!store::ValidBlockSize(bs)) throw UserError("block size must be " + std::string(store::kBlockSizeRule));
+  return bs;
+}
+
+void DeleteLunRolledBack(const Context& ctx, const LunRef& ref) {
+  try {
+    WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+      h.DeleteLun(ref.lun);
+      return 0;
+    });
+  } catch (const UserError& e) {
+    std::cerr << "cowctl: warning: could not roll back LUN " << ref.str() << ": " << e.what() << "\n";
+  }
+}
+
+void LunCreate(const Context& ctx, const std::string& refs, const std::string& size, uint32_t bs,
+               bool overcommit, const BackstoreArgs& b) {
+  LunRef ref = ParseLunRef(refs);
+  CheckBlockSize(bs);
+  uint64_t bytes = ParseSize(size, "size");
+  if (bytes == 0 || bytes % bs) {
+    throw UserError("size must be a non-zero multiple of the block size (" + std::to_string(bs) + ")");
+  }
+  if (b.make) MakeCfg(ref, b);  // validate options before making anything
+  store::LunInfo l;
+  {
+    auto h = OpenPool(ctx, ref.pool);
+    auto s = h->Space();
+    if (bytes > s.pool_size_bytes && !overcommit) {
+      throw UserError("LUN size " + FormatSize(bytes) + " is larger than pool '" + ref.pool + "' (" +
+                      FormatSize(s.pool_size_bytes) + "): grow the pool or pass --overcommit");
+    }
+    l = h->CreateLun(ref.lun, bytes, bs);
+  }
+  std::optional<Backstore> made;
+  if (b.make) {
+    try {
+      made = MakeBackstore(ctx, ref, l, b);
+    } catch (const UserError&) {
+      DeleteLunRolledBack(ctx, ref);
+      throw;
+    }
+  }
+  Emit(ctx, LunJson(ref.pool, l, made),
+       "created LUN " + ref.str() + " (" + FormatSize(l.size_bytes) + ", " + std::to_string(l.block_size) +
+           "-byte blocks, WWN " + UuidString(l.id) + ")" +
+           (made ? ", backstore user:cowstore/" + made->name : std::string()) + "\n");
+}
+
+void LunList(const Context& ctx, const std::string& pool) {
+  std::vector<std::string> pools = pool.empty() ? PoolNames(ctx) : std::vector<std::string>{pool};
+  Lio lio = MakeLio(ctx);
+  std::vector<Backstore> bss = lio.Available() ? lio.Backstores() : std::vector<Backstore>{};
+  Json arr = Json::array();
+  Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "SHARED", "BACKSTORE", "WWN"});
+  for (const auto& p : pools) {
+    std::unique_ptr<PoolHandle> h;
+    try {
+      h = OpenPool(ctx, p, true);
+    } catch (const UserError&) {
+      if (!pool.empty()) throw;
+      continue;
+    }
+    for (const auto& l : h->Space().luns) {
+      std::optional<Backstore> bs;
+      for (const auto& b : bss) {
+        if (b.config.pool == p && b.config.lun == l.name) bs = b;
+      }
+      arr.push_back(LunJson(p, l, bs));
+      t.Row({p + "/" + l.name, FormatSize(l.size_bytes), std::to_string(l.block_size), FormatSize(l.mapped_bytes),
+             FormatSize(l.shared_bytes), bs ? bs->name : "-", UuidString(l.id)});
+    }
+  }
+  Emit(ctx, arr, t.empty() ? std::string("no LUNs\n") : t.Render());
+}
+
+void LunShow(const Context& ctx, const std::string& refs) {
+  LunRef ref = ParseLunRef(refs);
+  auto h = OpenPool(ctx, ref.pool, true);
+  auto l = h->GetLun(ref.lun);
+  auto bs = BackstoreOf(ctx, ref);
+  Emit(ctx, LunJson(ref.pool, l, bs), LunHuman(ref.pool, l, bs));
+}
+
+void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  // "+100G" grows by that much (as lvresize -L +100G); else the new size.
+  const bool grow_by = !size.empty() && size[0] == '+';
+  const uint64_t given = ParseSize(grow_by ? size.substr(1) : size, "size");
+  uint64_t bytes = given;
+  auto bs = BackstoreOf(ctx, ref);
+  store::LunInfo l = WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+    auto cur = h.GetLun(ref.lun);
+    if (grow_by) {
+      if (given > UINT64_MAX - cur.size_bytes) throw UserError("size: " + size + " would overflow");
+      bytes = cur.size_bytes + given;
+    }
+    if (bytes == 0 || bytes % cur.block_size) {
+      throw UserError("size must be a non-zero multiple of the block size (" + std::to_string(cur.block_size) + ")");
+    }
+    if (bytes < cur.size_bytes && !force) {
+      throw UserError("shrinking " + ref.str() + " from " + FormatSize(cur.size_bytes) + " to " + FormatSize(bytes) +
+                      " discards data: pass --force if you mean it");
+    }
+    return h.ResizeLun(ref.lun, bytes);
+  });
+  if (bs) {
+    // Tell LIO (and through it the handler's reconfig and the initiators).
+    std::string p = bs->path + "/attrib/dev_size";
+    int fd = ::open(p.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string v = std::to_string(bytes);
+      bool ok = ::write(fd, v.data(), v.size()) == static_cast<ssize_t>(v.size());
+      ::close(fd);
+      if (!ok) {
+        std::cerr << "cowctl: warning: LIO did not take the new size (" << std::strerror(errno)
+                  << "); initiators see it after the backstore is re-created\n";
+      }
+    }
+  }
+  Emit(ctx, LunJson(ref.pool, l, bs), "LUN " + ref.str() + " is now " + FormatSize(l.size_bytes) + "\n");
+}
+
+void LunDelete(const Context& ctx, const std::string& refs, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  if (auto bs = BackstoreOf(ctx, ref)) {
+    if (!force) {
+      throw UserError(ref.str() + " is exported (backstore " + bs->name +
+                      "): run 'cowctl unexport " + ref.str() + " --backstore' first, or use --force");
+    }
+    Unexport(ctx, ref, true);
+  }
+  WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+    h.DeleteLun(ref.lun);
+    return 0;
+  });
+  Json j = Json::object();
+  j["deleted"] = ref.str();
+  Emit(ctx, j, "deleted LUN " + ref.str() + "\n");
+}
+
+void LunClone(const Context& ctx, const std::string& srcs, const std::string& dst, bool snapshot,
+              const BackstoreArgs& b) {
+  LunRef src = ParseLunRef(srcs);
+  std::string name = dst;
+  // "tank/b" as well as "b" (as targetcli users and 'lun create' write it):
+  // a clone shares extents, so it stays in its source's pool.
+  if (auto slash = name.find('/'); slash != std::string::npos) {
+    LunRef d = ParseLunRef(name);
+    if (d.pool != src.pool) {
+      throw UserError("a clone stays in the pool of its source (it shares its extents): name it " + src.pool + "/" +
+                      d.lun + ", or copy across pools with 'lun export' and 'lun import'");
+    }
+    name = d.lun;
+  }
+  if (name.empty()) {
+    char ts[32];
+    std::time_t now = std::time(nullptr);
+    std::strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", std::gmtime(&now));
+    name = src.lun + ".snap-" + ts;
+    if (name.size() > 64) name = name.substr(name.size() - 64);
+  }
+  RequireName(name, "LUN");
+  LunRef dref{src.pool, name};
+  if (b.make) MakeCfg(dref, b);
+  store::LunInfo l = WithPool(ctx, src.pool, [&](PoolHandle& h) { return h.CloneLun(src.lun, name); });
+  std::optional<Backstore> made;
+  if (b.make) {
+    try {
+      made = MakeBackstore(ctx, dref, l, b);
+    } catch (const UserError&) {
+      DeleteLunRolledBack(ctx, dref);
+      throw;
+    }
+  }
+  Emit(ctx, LunJson(src.pool, l, made),
+       std::string(snapshot ? "snapshot " : "clone ") + dref.str() + " of " + src.str() + " created (WWN " +
+           UuidString(l.id) + ")\n");
+}
+
+// An absolute path, so that the handler process (another cwd) finds it.
+std::string Absolute(const std::string& p) {
+  if (!p.empty() && p[0] == '/') return p;
+  char cwd[4096];
+  if (!::getcwd(cwd, sizeof cwd)) throw UserError("cannot resolve " + p + ": " + std::strerror(errno));
+  return std::string(cwd) + "/" + p;
+}
+
+// The size an import of `path` makes (0 when it cannot be told here: the
+// import itself then says why). Opens nothing that could block: a regular
+// file is sized by lstat, a block device through an O_NONBLOCK descriptor.
+uint64_t ImportSize(const std::string& path, uint32_t bs) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return 0;
+  uint64_t bytes = 0;
+  if (S_ISREG(st.st_mode)) {
+    bytes = static_cast<uint64_t>(st.st_size);
+  } else if (S_ISBLK(st.st_mode)) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+    ::close(fd);
+  }
+  return (bytes + bs - 1) / bs * bs;
+}
+
+void LunImport(const Context& ctx, const std::string& refs, const std::string& from, uint32_t bs,
+               const std::string& size, bool overcommit) {
+  LunRef ref = ParseLunRef(refs);
+  CheckBlockSize(bs);
+  uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
+  if (!size.empty() && (bytes == 0 || bytes % bs)) {
+    throw UserError("size must be a non-zero multiple of the block size");
+  }
+  std::string path = Absolute(from);
+  auto h = OpenPool(ctx, ref.pool);
+  // The rule `lun create` applies: a LUN larger than its pool only when asked.
+  uint64_t lun_bytes = bytes ? bytes : ImportSize(path, bs);
+  uint64_t pool_bytes = h->Space().pool_size_bytes;
+  if (lun_bytes > pool_bytes && !overcommit) {
+    throw UserError("LUN size " + FormatSize(lun_bytes) + " is larger than pool '" + ref.pool + "' (" +
+                    FormatSize(pool_bytes) + "): grow the pool or pass --overcommit");
+  }
+  control::CopyStats st;
+  store::LunInfo l;
+  {
+    Interruptible interruptible;  // Ctrl-C: the import stops and leaves nothing
+    Progress progress("importing " + ref.str());
+    l = h->Import(ref.lun, path, bs, bytes, &st, &progress);
+  }
+  Json j = LunJson(ref.pool, l, std::nullopt);
+  j["imported_from"] = path;
+  j["written"] = st.written;
+  j["left_unmapped"] = st.skipped;
+  Emit(ctx, j, "imported " + path + " into " + ref.str() + ": " + FormatSize(st.written) + " written, " +
+                   FormatSize(st.skipped) + " of zeros left unmapped\n");
+}
+
+void LunExportRaw(const Context& ctx, const std::string& refs, const std::string& to, bool force,
+                  const std::string& mode_text) {
+  LunRef ref = ParseLunRef(refs);
+  auto mode = control::ParseMode(mode_text);
+  if (!mode) throw UserError("--mode " + mode_text + ": give octal permissions, as chmod takes them (e.g. 0640)");
+  std::string path = Absolute(to);
+  auto h = OpenPool(ctx, ref.pool, true);
+  store::LunInfo l = h->GetLun(ref.lun);
+  control::CopyStats st;
+  {
+    Interruptible interruptible;  // Ctrl-C: the export stops, the old file stays
+    Progress progress("exporting " + ref.str());
+    h->Export(ref.lun, path, force, *mode, &st, &progress);
+  }
+  Json j = Json::object();
+  j["lun"] = ref.str();
+  j["to"] = path;
+  j["size"] = l.size_bytes;
+  j["written"] = st.written;
+  j["holes"] = st.skipped;
+  Emit(ctx, j, "exported " + ref.str() + " to " + path + ": " + FormatSize(st.written) + " written, " +
+                   FormatSize(st.skipped) + " left as holes\n");
+}
+
+}  // namespace
+
+void AddLunCommands(CommandLine& cl) {
+  Context& ctx = cl.ctx;
+  auto* lun = cl.app.add_subcommand("lun", "Create, clone, snapshot, resize, import and delete LUNs");
+  lun->require_subcommand(1);
+  auto& lref = cl.Keep(std::string());
+  auto& lsize = cl.Keep(std::string());
+  auto& lname = cl.Keep(std::string());
+  auto& lpath = cl.Keep(std::string());
+  auto& lbs = cl.Keep(uint32_t{512});
+  auto& lforce = cl.Keep(false);
+  auto& overcommit = cl.Keep(false);
+  auto& bsa = cl.Keep(BackstoreArgs{});
+  auto* lc = lun->add_subcommand("create", "Create a thin LUN (VAAI-capable from birth)");
+  lc->add_option("lun", lref, "POOL/LUN")->required();
+  lc->add_option("--size,-s", lsize, "Size, e.g. 100G")->required();
+  lc->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
+  lc->add_flag("--overcommit", overcommit, "Allow a LUN larger than the pool");
+  AddBackstoreOptions(lc, bsa, true);
+  lc->callback([&] {
+    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    LunCreate(ctx, lref, lsize, lbs, overcommit, bsa);
+  });
+  auto& lpool = cl.Keep(std::string());
+  auto* ll = lun->add_subcommand("list", "List LUNs (of one pool or all)");
+  ll->add_option("pool", lpool, "Pool name");
+  ll->callback([&] { LunList(ctx, lpool); });
+  auto* lsh = lun->add_subcommand("show", "Show a LUN");
+  lsh->add_option("lun", lref, "POOL/LUN")->required();
+  lsh->callback([&] { LunShow(ctx, lref); });
+  auto* lr = lun->add_subcommand("resize", "Resize a LUN (exported LUNs: LIO and the initiators are told)");
+  lr->add_option("lun", lref, "POOL/LUN")->required();
+  lr->add_option("--size,-s", lsize, "New size, or +SIZE to grow by that much")->required();
+  lr->add_flag("--force", lforce, "Allow shrinking (discards the end)");
+  lr->callback([&] { LunResize(ctx, lref, lsize, lforce); });
+  auto* ld = lun->add_subcommand("delete", "Delete a LUN (refused while exported unless --force)");
+  ld->add_option("lun", lref, "POOL/LUN")->required();
+  ld->add_flag("--force", lforce, "Unexport and delete its backstore first");
+  ld->callback([&] { LunDelete(ctx, lref, lforce); });
+  auto* lcl = lun->add_subcommand("clone", "Clone a LUN: metadata only, fresh WWN");
+  lcl->add_option("source", lref, "POOL/LUN")->required();
+  lcl->add_option("name", lname, "Name of the clone (NAME or POOL/NAME, same pool)")->required();
+  AddBackstoreOptions(lcl, bsa, true);
+  lcl->callback([&] {
+    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    LunClone(ctx, lref, lname, false, bsa);
+  });
+  auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: a clone named SOURCE.snap-<time> by default");
+  lsn->add_option("source", lref, "POOL/LUN")->required();
+  lsn->add_option("name", lname, "Name of the snapshot (NAME or POOL/NAME, same pool)");
+  lsn->callback([&] { LunClone(ctx, lref, lname, true, BackstoreArgs{}); });
+  auto* li = lun->add_subcommand("import", "Make a LUN from a raw image or block device (zero runs stay unmapped)");
+  li->add_option("lun", lref, "POOL/LUN to create")->required();
+  li->add_option("--from,-f", lpath, "Raw image file or block device")->required();
+  li->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
+  li->add_option("--size,-s", lsize, "LUN size (default: the source's, rounded up to a block)");
+  auto& iovercommit = cl.Keep(false);
+  li->add_flag("--overcommit", iovercommit, "Allow a LUN larger than the pool");
+  li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize, iovercommit); });
+  auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
+  le->add_option("lun", lref, "POOL/LUN")->required();
+  le->add_option("--to,-t", lpath, "Raw image file or block device")->required();
+  le->add_flag("--force", lforce, "Replace an existing file, or overwrite a block device (never one in use)");
+  auto& lmode = cl.Keep(std::string("0600"));
+  le->add_option("--mode", lmode, "Permissions of the image file (octal)")->capture_default_str();
+  le->callback([&] { LunExportRaw(ctx, lref, lpath, lforce, lmode); });
+}
+
+}  // namespace cowstore::cowctl

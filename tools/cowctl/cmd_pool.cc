@@ -1,0 +1,337 @@
+// SPDX-License-Identifier: Apache-2.0
+// cowctl pool: create, list, show, check, scrub, grow, delete.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "handler/store/env.h"
+#include "handler/store/names.h"
+#include "tools/cowctl/cmd_common.h"
+#include "tools/cowctl/interrupt.h"
+
+namespace cowstore::cowctl {
+
+using store::Code;
+
+void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
+  RequireName(a.name, "pool");
+  store::PoolOptions po;
+  if (!a.device.empty() && !a.file.empty()) throw UserError("give either --device or --file, not both");
+  if (a.device.empty() && a.size.empty()) throw UserError("a file pool needs --size (e.g. --size 100G)");
+  po.size_bytes = a.size.empty() ? 0 : ParseSize(a.size, "size");
+  uint64_t au = ParseSize(a.au, "allocation unit");
+  if (!store::ValidAllocationUnit(au)) {
+    throw UserError("allocation unit must be " + std::string(store::kAllocationUnitRule) +
+                    " (it must divide 1 MiB)");
+  }
+  po.allocation_unit = static_cast<uint32_t>(au);
+  if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
+  po.soft_threshold_percent = a.soft_threshold;
+  if (::mkdir(ctx.pool_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    int err = errno;
+    std::string advice = ErrnoAdvice(err, "");
+    throw UserError("cannot create pool directory " + ctx.pool_dir + ": " + std::strerror(err) +
+                    (advice.empty() ? "" : " (" + advice + ")"));
+  }
+  if (::access(ctx.pool_dir.c_str(), W_OK) != 0 && !ErrnoAdvice(errno, "").empty()) {
+    throw UserError("cannot create pool '" + a.name + "' in " + ctx.pool_dir + ": " + std::strerror(errno) +
+                    " (run cowctl as root)");
+  }
+  std::string entry = PoolPath(ctx, a.name);
+  struct stat st;
+  if (::lstat(entry.c_str(), &st) == 0) throw UserError("pool '" + a.name + "' already exists (" + entry + ")");
+  std::string target = entry;
+  bool made_link = false, made_file = false;
+  if (!a.device.empty()) {
+    if (::stat(a.device.c_str(), &st) != 0) {
+      throw UserError("device " + a.device + " does not exist: check the name (lsblk)");
+    }
+    if (!S_ISBLK(st.st_mode)) throw UserError(a.device + " is not a block device (use --file for a file pool)");
+    target = a.device;
+  } else if (!a.file.empty()) {
+    if (a.file.empty() || a.file[0] != '/') throw UserError("--file needs an absolute path");
+    if (::lstat(a.file.c_str(), &st) == 0) throw UserError(a.file + " already exists: pick a new file");
+    target = a.file;
+    made_file = true;
+  } else {
+    made_file = true;
+  }
+  if (target != entry) {
+    if (::symlink(target.c_str(), entry.c_str()) != 0) {
+      throw UserError("cannot create " + entry + ": " + std::strerror(errno));
+    }
+    made_link = true;
+  }
+  auto r = store::Pool::Create(store::DefaultEnv(), target, po);
+  if (!r.ok()) {
+    if (made_file) ::unlink(target.c_str());
+    if (made_link) ::unlink(entry.c_str());
+    Fail(r.status(), "creating pool '" + a.name + "'");
+  }
+  store::SpaceInfo s = r.value()->Space();
+  (void)r.value()->Close();
+  Json j = Json::object();
+  j["pool"] = a.name;
+  j["path"] = entry;
+  j["size"] = s.pool_size_bytes;
+  j["allocation_unit"] = s.allocation_unit;
+  Emit(ctx, j, "created pool " + a.name + " (" + FormatSize(s.pool_size_bytes) + ", allocation unit " +
+                   FormatSize(s.allocation_unit) + ") at " + entry + "\n");
+}
+
+namespace {
+
+Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) {
+  Json j = Json::object();
+  uint64_t au = s.allocation_unit;
+  j["pool"] = name;
+  j["served_by_handler"] = remote;
+  j["size"] = s.pool_size_bytes;
+  j["allocation_unit"] = s.allocation_unit;
+  j["allocated"] = s.allocated_units * au;
+  j["metadata"] = s.metadata_units * au;
+  j["shared"] = s.shared_units * au;
+  j["free"] = s.free_units * au;
+  j["mapped"] = s.mapped_bytes;
+  j["saved_by_clones"] = s.saved_bytes;
+  j["soft_threshold"] = s.soft_threshold_units * au;
+  Json luns = Json::array();
+  for (const auto& l : s.luns) luns.push_back(LunJson(name, l, std::nullopt));
+  j["luns"] = luns;
+  return j;
+}
+
+void PoolList(const Context& ctx) {
+  Json arr = Json::array();
+  Table t({"POOL", "SIZE", "ALLOCATED", "FREE", "SHARED", "SAVED", "LUNS", "OPEN BY"});
+  for (const auto& name : PoolNames(ctx)) {
+    try {
+      auto h = OpenPool(ctx, name, true);
+      auto s = h->Space();
+      uint64_t au = s.allocation_unit;
+      arr.push_back(SpaceJson(name, s, h->remote()));
+      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.allocated_units * au), FormatSize(s.free_units * au),
+             FormatSize(s.shared_units * au), FormatSize(s.saved_bytes), std::to_string(s.luns.size()),
+             h->remote() ? "tcmu-runner" : "-"});
+    } catch (const UserError& e) {
+      Json j = Json::object();
+      j["pool"] = name;
+      j["error"] = e.what();
+      arr.push_back(j);
+      t.Row({name, "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
+    }
+  }
+  Emit(ctx, arr, t.empty() ? "no pools in " + ctx.pool_dir + "\n" : t.Render());
+}
+
+void PoolShow(const Context& ctx, const std::string& name) {
+  auto h = OpenPool(ctx, name, true);
+  auto s = h->Space();
+  Json j = SpaceJson(name, s, h->remote());
+  uint64_t au = s.allocation_unit;
+  auto pct = [&](uint64_t units) {
+    return s.total_units ? " (" + std::to_string(units * 100 / s.total_units) + "%)" : std::string();
+  };
+  std::string human = KeyValues({
+      {"pool", name},
+      {"path", PoolPath(ctx, name)},
+      {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
+      {"size", FormatSize(s.pool_size_bytes)},
+      {"allocation unit", FormatSize(au)},
+      {"allocated", FormatSize(s.allocated_units * au) + pct(s.allocated_units)},
+      {"metadata", FormatSize(s.metadata_units * au)},
+      {"shared", FormatSize(s.shared_units * au)},
+      {"saved by clones", FormatSize(s.saved_bytes)},
+      {"free", FormatSize(s.free_units * au) + pct(s.free_units)},
+      {"soft threshold", FormatSize(s.soft_threshold_units * au) + pct(s.soft_threshold_units)},
+  });
+  if (!s.luns.empty()) {
+    Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "EXCLUSIVE", "SHARED", "WWN"});
+    for (const auto& l : s.luns) {
+      t.Row({l.name, FormatSize(l.size_bytes), std::to_string(l.block_size), FormatSize(l.mapped_bytes),
+             FormatSize(l.exclusive_bytes), FormatSize(l.shared_bytes), UuidString(l.id)});
+    }
+    human += "\n" + t.Render();
+  }
+  Emit(ctx, j, human);
+}
+
+int PoolCheck(const Context& ctx, const std::string& name) {
+  std::string path = PoolPath(ctx, name);
+  store::CheckReport rep;
+  bool remote = false;
+  {
+    Progress progress("checking " + name);
+    auto r = store::Pool::CheckOffline(
+        store::DefaultEnv(), path, [](void* c, uint64_t d, uint64_t t) { static_cast<Progress*>(c)->Update(d, t); },
+        &progress);
+    progress.Done();
+    if (r.ok()) {
+      rep = r.value();
+    } else if (r.status().code() == Code::kBusy) {
+      auto h = OpenPool(ctx, name, true);
+      Progress remote_progress("checking " + name + " (by tcmu-runner's handler)");
+      rep = h->Check(&remote_progress);
+      remote_progress.Done();
+      remote = h->remote();
+    } else if (r.status().code() == Code::kNotFound) {
+      OpenPool(ctx, name, true);  // says what is missing
+      Fail(r.status(), "checking pool '" + name + "'");
+    } else {
+      Fail(r.status(), "checking pool '" + name + "'");
+    }
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["online"] = remote;
+  j["clean"] = rep.clean;
+  j["luns"] = rep.luns;
+  j["extents"] = rep.extents;
+  j["allocated_units"] = rep.allocated_units;
+  j["leaked_units"] = rep.leaked_units;
+  j["checked"] = "metadata";
+  Json probs = Json::array();
+  std::string human = std::string("pool ") + name + ": metadata " + (rep.clean ? "clean" : "PROBLEMS FOUND") +
+                      " (" + std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
+                      std::to_string(rep.allocated_units) + " allocated units, " +
+                      std::to_string(rep.leaked_units) + " leaked)\n" +
+                      "  data not read: 'cowctl pool scrub " + name + "' reads every mapped block\n";
+  for (const auto& p : rep.problems) {
+    probs.push_back(p);
+    human += "  " + p + "\n";
+  }
+  j["problems"] = probs;
+  Emit(ctx, j, human);
+  return rep.clean ? 0 : 1;
+}
+
+int PoolScrub(const Context& ctx, const std::string& name) {
+  auto h = OpenPool(ctx, name, true);
+  control::ScrubReport rep;
+  {
+    Interruptible interruptible;  // Ctrl-C stops reading; nothing to undo
+    Progress progress("scrubbing " + name + (h->remote() ? " (by tcmu-runner's handler)" : ""));
+    rep = h->Scrub(&progress);
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["online"] = h->remote();
+  j["clean"] = rep.clean();
+  j["luns"] = rep.luns;
+  j["mapped_bytes"] = rep.mapped_bytes;
+  j["read_bytes"] = rep.read_bytes;
+  Json bad = Json::array();
+  std::string human = "pool " + name + ": " + (rep.clean() ? "data readable" : "UNREADABLE DATA") + " (" +
+                      std::to_string(rep.luns) + " LUNs, " + FormatSize(rep.read_bytes) + " of " +
+                      FormatSize(rep.mapped_bytes) + " mapped read)\n";
+  for (const auto& u : rep.unreadable) {
+    Json b = Json::object();
+    b["lun"] = name + "/" + u.lun;
+    b["lba"] = u.lba;
+    b["count"] = u.count;
+    b["error"] = u.error;
+    bad.push_back(b);
+    human += "  " + name + "/" + u.lun + " blocks " + std::to_string(u.lba) + "-" + std::to_string(u.lba + u.count - 1) +
+             ": " + u.error + "\n";
+  }
+  j["unreadable"] = bad;
+  Emit(ctx, j, human);
+  return rep.clean() ? 0 : 1;
+}
+
+void PoolGrow(const Context& ctx, const std::string& name, const std::string& size) {
+  uint64_t bytes = size.empty() ? 0 : ParseSize(size, "size");
+  auto h = OpenPool(ctx, name);
+  auto before = h->Space();
+  if (bytes && bytes <= before.pool_size_bytes) {
+    throw UserError("pool '" + name + "' is already " + FormatSize(before.pool_size_bytes) +
+                    ": a pool only grows (give a larger --size)");
+  }
+  h->Grow(bytes);
+  auto s = h->Space();
+  Json j = Json::object();
+  j["pool"] = name;
+  j["size"] = s.pool_size_bytes;
+  Emit(ctx, j, "pool " + name + " grown from " + FormatSize(before.pool_size_bytes) + " to " +
+                   FormatSize(s.pool_size_bytes) + "\n");
+}
+
+void PoolDelete(const Context& ctx, const std::string& name, bool force) {
+  std::string entry = PoolPath(ctx, name);
+  Lio lio = MakeLio(ctx);
+  if (lio.Available()) {
+    for (const auto& b : lio.Backstores()) {
+      if (b.config.pool == name) {
+        throw UserError("pool '" + name + "' has the backstore " + b.name + " (LUN " + b.config.lun +
+                        "): delete its exports first");
+      }
+    }
+  }
+  {
+    auto h = OpenPool(ctx, name);
+    if (h->remote()) throw UserError("pool '" + name + "' is open in tcmu-runner: unexport its LUNs first");
+    auto s = h->Space();
+    if (!s.luns.empty() && !force) {
+      throw UserError("pool '" + name + "' still holds " + std::to_string(s.luns.size()) +
+                      " LUNs: delete them or use --force");
+    }
+  }
+  struct stat st;
+  bool link = ::lstat(entry.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+  if (link) {
+    char buf[4096];
+    ssize_t n = ::readlink(entry.c_str(), buf, sizeof buf - 1);
+    if (n > 0) {
+      buf[n] = 0;
+      struct stat t;
+      if (::stat(buf, &t) == 0 && S_ISREG(t.st_mode)) ::unlink(buf);
+    }
+  }
+  ::unlink(entry.c_str());
+  Json j = Json::object();
+  j["deleted"] = name;
+  Emit(ctx, j, "deleted pool " + name + (link ? " (the device keeps its data until overwritten)" : "") + "\n");
+}
+}  // namespace
+
+void AddPoolCommands(CommandLine& cl) {
+  Context& ctx = cl.ctx;
+  int& rc = cl.rc;
+  auto* pool = cl.app.add_subcommand("pool", "Create, inspect, check and grow pools");
+  pool->require_subcommand(1);
+  auto& pca = cl.Keep(PoolCreateArgs{});
+  auto* pc = pool->add_subcommand("create", "Create a pool on a sparse file or a block device");
+  pc->add_option("name", pca.name, "Pool name")->required();
+  pc->add_option("--size,-s", pca.size, "Size (file pools; e.g. 500G)");
+  pc->add_option("--device,-d", pca.device, "Block device to hold the pool (whole device)");
+  pc->add_option("--file", pca.file, "Put the pool file here (linked from the pool directory)");
+  pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
+  pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
+      ->capture_default_str();
+  pc->callback([&] { PoolCreate(ctx, pca); });
+  pool->add_subcommand("list", "List pools with their space")->callback([&] { PoolList(ctx); });
+  auto& pname = cl.Keep(std::string());
+  auto& psize = cl.Keep(std::string());
+  auto& pforce = cl.Keep(false);
+  auto* ps = pool->add_subcommand("show", "Space of a pool: size, allocated, shared, saved, free, per LUN");
+  ps->add_option("name", pname, "Pool name")->required();
+  ps->callback([&] { PoolShow(ctx, pname); });
+  auto* pk = pool->add_subcommand("check", "Check a pool's metadata (data is not read: see scrub)");
+  pk->add_option("name", pname, "Pool name")->required();
+  pk->callback([&] { rc = PoolCheck(ctx, pname); });
+  auto* psc = pool->add_subcommand("scrub", "Read every mapped block of a pool; report unreadable ranges by LUN");
+  psc->add_option("name", pname, "Pool name")->required();
+  psc->callback([&] { rc = PoolScrub(ctx, pname); });
+  auto* pg = pool->add_subcommand("grow", "Grow a pool (file: to --size; device: to the device size)");
+  pg->add_option("name", pname, "Pool name")->required();
+  pg->add_option("--size,-s", psize, "New size (file pools)");
+  pg->callback([&] { PoolGrow(ctx, pname, psize); });
+  auto* pd = pool->add_subcommand("delete", "Delete a pool and its file");
+  pd->add_option("name", pname, "Pool name")->required();
+  pd->add_flag("--force", pforce, "Delete even if it still holds LUNs");
+  pd->callback([&] { PoolDelete(ctx, pname, pforce); });
+}
+
+}  // namespace cowstore::cowctl
