@@ -64,6 +64,9 @@ class SpaceMap {
   // kCorruption if a map points at a checkpoint AU or a count overflows.
   // REQUIRES: every extent of `st` lies below `units`.
   Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  // Allocates the index for `units` AUs without changing anything, so that a
+  // Grow to that size cannot fail (throws std::bad_alloc if memory cannot).
+  void ReserveIndex(uint64_t units);
   // The pool grew to `units` AUs; the new ones are free.
   void Grow(uint64_t units);
 
