@@ -128,6 +128,9 @@ struct CheckReport {
   bool clean = true;
   std::vector<std::string> problems;  // one human-readable line each
   uint64_t luns = 0, extents = 0, allocated_units = 0, leaked_units = 0;
+  // The longest the check held the store's locks at once: the most any I/O
+  // waited for it (online check only).
+  uint64_t longest_lock_hold_us = 0;
 };
 
 // Progress callback for long operations (check, grow): done/total in units.

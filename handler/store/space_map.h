@@ -112,6 +112,9 @@ class SpaceMap {
   uint64_t total_units() const { return total_units_; }
   uint32_t refs(uint64_t p) const { return refs_[p]; }
   AuState state(uint64_t p) const { return state_[p]; }
+  // Every AU's count and state at once (for copying, e.g. by the check).
+  const std::vector<uint32_t>& all_refs() const { return refs_; }
+  const std::vector<AuState>& all_states() const { return state_; }
   const FreeRuns& free() const { return free_; }
   uint64_t free_units() const { return free_.count(); }
   uint64_t mapped_units() const { return mapped_units_; }

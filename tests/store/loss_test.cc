@@ -291,5 +291,42 @@ TEST(NoSilentLoss, DamagedNewestSuperblockFallsBackToAnExactCopy) {
   EXPECT_TRUE((*p)->Check().clean);
 }
 
+TEST(NoSilentLoss, OnlineCheckLetsWritesThrough) {
+  // A write issued while Check runs completes before Check ends: the check
+  // never holds the store's locks for the whole pass.
+  FaultInjectionEnv env;
+  PoolOptions o;
+  o.size_bytes = 16 * kMiB;
+  o.journal_bytes = 256 * 1024;
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 2000; i++) ASSERT_TRUE((*p)->CreateLun("l" + std::to_string(i), kMiB, 512).ok());
+  auto lun = (*p)->OpenLun("l0").value();
+  auto data = Pattern(4096, 13);
+  struct Ctx {
+    Lun* lun;
+    const uint8_t* data;
+    std::atomic<int> calls{0};
+    std::atomic<bool> completed_inside{false};
+    std::future<Status> write;  // outlives the callback: a blocked write ends after Check
+  } ctx{lun.get(), data.data(), {}, {}, {}};
+  CheckReport rep = (*p)->Check(
+      [](void* c, uint64_t done, uint64_t total) {
+        auto* x = static_cast<Ctx*>(c);
+        if (x->calls++ != 0 || done * 2 > total) return;  // once, early in the pass
+        x->write = std::async(std::launch::async, [x] {
+          return x->lun->Write(0, 8, x->data, Durability::kDurable);
+        });
+        if (x->write.wait_for(std::chrono::seconds(20)) == std::future_status::ready)
+          x->completed_inside = true;
+      },
+      &ctx);
+  ASSERT_TRUE(ctx.write.valid());
+  EXPECT_TRUE(ctx.write.get().ok());
+  EXPECT_TRUE(rep.clean) << (rep.problems.empty() ? "" : rep.problems[0]);
+  EXPECT_GT(ctx.calls.load(), 0);
+  EXPECT_TRUE(ctx.completed_inside.load()) << "a durable write waited for the whole check";
+}
+
 }  // namespace
 }  // namespace cowstore::store
