@@ -86,6 +86,11 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   return Status::Ok();
 }
 
+void SpaceMap::ReserveIndex(uint64_t units) {
+  refs_.reserve(units);
+  state_.reserve(units);
+}
+
 void SpaceMap::Grow(uint64_t units) {
   refs_.resize(units, 0);
   state_.resize(units, AuState::kFree);

@@ -64,6 +64,9 @@ class SpaceMap {
   // kCorruption if a map points at a checkpoint AU or a count overflows.
   // REQUIRES: every extent of `st` lies below `units`.
   Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  // Allocates the index for `units` AUs without changing anything, so that a
+  // Grow to that size cannot fail (throws std::bad_alloc if memory cannot).
+  void ReserveIndex(uint64_t units);
   // The pool grew to `units` AUs; the new ones are free.
   void Grow(uint64_t units);
 
@@ -109,6 +112,9 @@ class SpaceMap {
   uint64_t total_units() const { return total_units_; }
   uint32_t refs(uint64_t p) const { return refs_[p]; }
   AuState state(uint64_t p) const { return state_[p]; }
+  // Every AU's count and state at once (for copying, e.g. by the check).
+  const std::vector<uint32_t>& all_refs() const { return refs_; }
+  const std::vector<AuState>& all_states() const { return state_; }
   const FreeRuns& free() const { return free_; }
   uint64_t free_units() const { return free_.count(); }
   uint64_t mapped_units() const { return mapped_units_; }
