@@ -52,10 +52,10 @@ data_ok() {
     v1=$(wait_for 20 dev_of dp/vm1) && v2=$(wait_for 20 dev_of dp/vm2) && vc=$(wait_for 20 dev_of dp/vm1-snap) ||
         { echo "a LUN's disk is missing (vm1=$v1 vm2=$v2 vm1-snap=$vc)"; return 1; }
     echo "vm1=$v1 vm2=$v2 vm1-snap=$vc"
-    same_as "$v1" 0 8192 $W/pat2 && same_as_range "$v1" 8192 8192 $W/pat 8192 &&
-        zeros "$v1" 16384 2048 &&
-        same_as "$v2" 32768 16384 $W/pat && zeros "$v2" 0 32768 &&
-        same_as "$vc" 0 16384 $W/pat
+    same_as "$v1" 0 4096 $W/pat2 && same_as_range "$v1" 4096 4096 $W/pat 4096 &&
+        zeros "$v1" 8192 2048 &&
+        same_as "$v2" 32768 8192 $W/pat && zeros "$v2" 0 4096 && zeros "$v2" 28672 4096 &&
+        same_as "$vc" 0 8192 $W/pat
 }
 # same_as_range DEV LBA COUNT FILE FILE_LBA : blocks equal FILE's from FILE_LBA
 same_as_range() { cmp <(read_blocks "$1" "$2" "$3") <(dd if="$4" bs=512 skip="$5" count="$3" status=none); }
@@ -90,22 +90,22 @@ step export-vm2       cowctl export loop dp/vm2 --copy-group g1
 step disks-appear     wait_for 20 dev_of dp/vm2
 V1=$(dev_of dp/vm1); V2=$(dev_of dp/vm2); S1=$(dev_of dp/vm1 scsi_generic); S2=$(dev_of dp/vm2 scsi_generic)
 say "vm1=$V1 ($S1) vm2=$V2 ($S2)"
-step mk-patterns      bash -c "dd if=/dev/urandom of=$W/pat bs=1M count=8 status=none && dd if=/dev/urandom of=$W/pat2 bs=1M count=4 status=none"
+step mk-patterns      bash -c "dd if=/dev/urandom of=$W/pat bs=1M count=4 status=none && dd if=/dev/urandom of=$W/pat2 bs=1M count=2 status=none"
 step io-write         dd if=$W/pat of="$V1" bs=1M oflag=direct status=none
-step io-read          same_as "$V1" 0 16384 $W/pat
-step io-unwritten-zeros zeros "$V1" 16384 2048
-step io-on-the-device eval 'a=$(pool_field allocated); echo allocated=$a; [ $a -ge $((8 << 20)) ]'
+step io-read          same_as "$V1" 0 8192 $W/pat
+step io-unwritten-zeros zeros "$V1" 8192 2048
+step io-on-the-device eval 'a=$(pool_field allocated); echo allocated=$a; [ $a -ge $((4 << 20)) ]'
 
 # ------------------------------------------------------------ clone: XCOPY and cowctl
 SHARED0=$(pool_field shared)
-# 8 MiB from vm1 to vm2 at 16 MiB, aligned to the allocation unit: a metadata clone
-step xcopy            sg_xcopy if="$S1" of="$S2" bs=512 skip=0 seek=32768 count=16384
-step xcopy-data       same_as "$V2" 32768 16384 $W/pat
-step xcopy-shares     eval 's=$(pool_field shared); echo shared before=$SHARED0 after=$s; [ $s -ge $((SHARED0 + (8 << 20))) ]'
+# 4 MiB from vm1 to vm2 at 16 MiB, aligned to the allocation unit: a metadata clone
+step xcopy            sg_xcopy if="$S1" of="$S2" bs=512 skip=0 seek=32768 count=8192
+step xcopy-data       same_as "$V2" 32768 8192 $W/pat
+step xcopy-shares     eval 's=$(pool_field shared); echo shared before=$SHARED0 after=$s; [ $s -ge $((SHARED0 + (4 << 20))) ]'
 step clone-online     cowctl lun clone dp/vm1 vm1-snap
 step export-clone     cowctl export loop dp/vm1-snap --copy-group g1
-step clone-data       wait_for 20 eval 'same_as "$(dev_of dp/vm1-snap)" 0 16384 $W/pat'
-# copy on write: overwrite vm1's first 4 MiB; both clones keep the old data
+step clone-data       wait_for 20 eval 'same_as "$(dev_of dp/vm1-snap)" 0 8192 $W/pat'
+# copy on write: overwrite vm1's first 2 MiB; both clones keep the old data
 step cow-write        dd if=$W/pat2 of="$V1" bs=1M oflag=direct status=none
 step cow-all          data_ok
 
