@@ -27,7 +27,7 @@ of the command that failed.
 
 usage: readme_blocks.py lint README
        readme_blocks.py list README [--mode MODE]
-       readme_blocks.py run README --mode host|vm [--cwd DIR] [--log DIR]
+       readme_blocks.py run README --mode host|vm [--cwd DIR] [--log DIR] [--start-at REGEX]
        readme_blocks.py check README --repo DIR
 """
 import argparse
@@ -121,13 +121,19 @@ trap 'rc=$?; echo "README.md:$(( {first} + LINENO - {shift} )): this command fai
 """
 
 
-def run(path, mode, cwd, logdir):
+def run(path, mode, cwd, logdir, start_at=None):
     blocks, problems = parse(path)
     if problems:
         for p in problems:
             print(p, file=sys.stderr)
         return 1
     todo = [b for b in blocks if mode in b.modes]
+    if start_at:
+        first = next((n for n, b in enumerate(todo) if re.search(start_at, b.text)), None)
+        if first is None:
+            print(f"{path}: no '{mode}' block matches --start-at {start_at}", file=sys.stderr)
+            return 1
+        todo = todo[first:]
     if not todo:
         print(f"{path}: no block marked '{mode}'", file=sys.stderr)
         return 1
@@ -227,6 +233,7 @@ def main():
     ap.add_argument("--mode", choices=MODES)
     ap.add_argument("--cwd", default=".")
     ap.add_argument("--log")
+    ap.add_argument("--start-at", help="run: begin at the first block matching this regex")
     ap.add_argument("--repo", default=".")
     a = ap.parse_args()
     if a.action == "lint":
@@ -242,7 +249,7 @@ def main():
         return check(a.readme, a.repo)
     if a.mode not in ("host", "vm"):
         ap.error("run needs --mode host or --mode vm")
-    return run(a.readme, a.mode, a.cwd, a.log)
+    return run(a.readme, a.mode, a.cwd, a.log, a.start_at)
 
 
 if __name__ == "__main__":
