@@ -1746,5 +1746,28 @@ c cowctl restore --
   }
 }
 
+// What is offered for a pool or a LUN comes from the --pool-dir on the line
+// (either spelling; bash splits --pool-dir=DIR into three words), not from
+// the default directory.
+TEST(Completion, HonoursPoolDir) {
+  testing::TempDir d;
+  std::string pools = d.path() + "/pools", script = d.path() + "/c.sh", out = d.path() + "/out";
+  std::string bin = COWCTL_BINARY;
+  std::string dir = bin.substr(0, bin.rfind('/'));
+  ASSERT_EQ(std::system((bin + " --pool-dir " + pools + " pool create tank --size 64M >/dev/null && " + bin +
+                         " --pool-dir " + pools + " lun create tank/vm1 --size 16M >/dev/null")
+                            .c_str()),
+            0);
+  testing::WriteText(script, "unset COWSTORE_POOL_DIR; PATH=" + dir + ":$PATH\nsource " + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "${COMPREPLY[*]}"; }
+)" + "c cowctl --pool-dir " + pools + " pool scrub \"\"\n" +
+                                "c cowctl --pool-dir " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir = " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir=" + pools + " export iscsi \"\"\n");
+  ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
+  auto lines = testing::ReadText(out);
+  EXPECT_EQ(lines, "tank\ntank/vm1\ntank/vm1\ntank/vm1\n");
+}
+
 }  // namespace
 }  // namespace cowstore::cowctl
