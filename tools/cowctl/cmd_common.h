@@ -53,6 +53,7 @@ void AddExportCommands(CommandLine& cl);     // cmd_export.cc: export iscsi/loop
 void AddVaaiCommands(CommandLine& cl);       // cmd_vaai.cc: vaai status
 void AddTopCommand(CommandLine& cl);         // cmd_top.cc: top
 void AddConfigCommands(CommandLine& cl);     // cmd_config.cc: save, restore
+void AddLsCommand(CommandLine& cl);          // cmd_ls.cc: ls (the whole tree)
 
 // ---------------------------------------------------------------- output (cmd_common.cc)
 
