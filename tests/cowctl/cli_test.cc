@@ -119,7 +119,7 @@ TEST_F(Cli, HelpOnEverySubcommand) {
                           "pool delete", "lun", "lun create", "lun list", "lun show", "lun resize", "lun delete",
                           "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
                           "backstore list", "backstore delete", "export iscsi", "export loop", "export list",
-                          "unexport", "vaai status", "top", "save", "restore"}) {
+                          "unexport", "vaai status", "top", "save", "restore", "ls"}) {
     CmdResult r = Cowctl(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
@@ -135,7 +135,7 @@ TEST_F(Cli, BadUsageIsOneLineAndExit2) {
 
 TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
   Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, save, "
-                    "restore; see 'cowctl --help')", 2);
+                    "restore, ls; see 'cowctl --help')", 2);
   Err("--json --pool-dir " + pools + " pool frob tank",
       "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete; see 'cowctl pool "
       "--help')", 2);
@@ -625,6 +625,50 @@ TEST_F(Cli, IscsiExportAndDeleteProtection) {
   EXPECT_FALSE(Exists(host.T("iscsi/" + tgt)));
   EXPECT_FALSE(Exists(host.T("core/user_0")));
   EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+}
+
+// targetcli's ls for what cowctl manages: pools with their LUNs, backstores,
+// iSCSI targets with LUNs and ACLs, loopback; --json is the same tree.
+TEST_F(Cli, LsDrawsPoolsLunsBackstoresAndExports) {
+  EXPECT_NE(Ok("ls").find("o- pools [" + pools + ": 0 pools]"), std::string::npos);
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/plain --size 32M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  Ok("export iscsi tank/vm1 --target " + tgt + " --portal 127.0.0.1:3260 --initiator iqn.1998-01.com.vmware:esx1");
+  Ok("lun create tank/local --size 16M");
+  Ok("export loop tank/local");
+  std::string out = Ok("ls");
+  std::string naa = NaaOf("tank-vm1");
+  for (const std::string& line : std::vector<std::string>{
+           "o- / [cowstore]\n  o- pools [" + pools + ": 1 pool]\n  | o- tank [1.00 GiB, ",
+           " free, 3 LUNs]\n  |   o- vm1 [64.0 MiB, backstore tank-vm1]\n"
+           "  |   o- plain [32.0 MiB, not exported]\n  |   o- local [16.0 MiB, backstore tank-local]\n",
+        "  o- backstores [user:cowstore, 2 backstores]\n",
+        "  | o- tank-vm1 [tank/vm1, 64.0 MiB, " + naa + "]\n",
+        "  o- iscsi [1 target]\n  | o- " + tgt + " [tpg1, 1 ACL, portals 127.0.0.1:3260]\n"
+        "  |   o- luns [1 LUN]\n  |   | o- lun0 [tank-vm1 (tank/vm1)]\n  |   o- acls [1 ACL]\n"
+        "  |     o- iqn.1998-01.com.vmware:esx1\n  |       o- mapped_lun0 [lun0]\n",
+        "  o- loopback [1 target]\n    o- naa.",
+        " [1 LUN]\n      o- lun0 [tank-local (tank/local)]\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n--- in:\n" << out;
+  }
+  std::string json = Ok("ls --json");
+  for (const char* want : {"\"name\": \"pools\"", "\"name\": \"vm1\"", "\"info\": \"tank-vm1 (tank/vm1)\"",
+                           "\"name\": \"mapped_lun0\""}) {
+    EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
+  }
+  // ls/rm: the aliases of every list and delete command.
+  EXPECT_EQ(Ok("pool ls"), Ok("pool list"));
+  EXPECT_EQ(Ok("lun ls tank"), Ok("lun list tank"));
+  EXPECT_EQ(Ok("backstore ls"), Ok("backstore list"));
+  EXPECT_EQ(Ok("export ls"), Ok("export list"));
+  Ok("lun rm tank/plain");
+  Ok("backstore rm tank/local --force");
+  Ok("lun rm tank/local");
+  Ok("lun rm tank/vm1 --force");
+  Ok("pool rm tank");
+  EXPECT_NE(Ok("ls").find("o- pools [" + pools + ": 0 pools]"), std::string::npos);
 }
 
 TEST_F(Cli, LioCommandsWithoutConfigfsSayWhatToDo) {
@@ -1780,6 +1824,29 @@ c cowctl restore --
                         "--dry-run --create-missing"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
+}
+
+// What is offered for a pool or a LUN comes from the --pool-dir on the line
+// (either spelling; bash splits --pool-dir=DIR into three words), not from
+// the default directory.
+TEST(Completion, HonoursPoolDir) {
+  testing::TempDir d;
+  std::string pools = d.path() + "/pools", script = d.path() + "/c.sh", out = d.path() + "/out";
+  std::string bin = COWCTL_BINARY;
+  std::string dir = bin.substr(0, bin.rfind('/'));
+  ASSERT_EQ(std::system((bin + " --pool-dir " + pools + " pool create tank --size 64M >/dev/null && " + bin +
+                         " --pool-dir " + pools + " lun create tank/vm1 --size 16M >/dev/null")
+                            .c_str()),
+            0);
+  testing::WriteText(script, "unset COWSTORE_POOL_DIR; PATH=" + dir + ":$PATH\nsource " + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "${COMPREPLY[*]}"; }
+)" + "c cowctl --pool-dir " + pools + " pool scrub \"\"\n" +
+                                "c cowctl --pool-dir " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir = " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir=" + pools + " export iscsi \"\"\n");
+  ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
+  auto lines = testing::ReadText(out);
+  EXPECT_EQ(lines, "tank\ntank/vm1\ntank/vm1\ntank/vm1\n");
 }
 
 }  // namespace

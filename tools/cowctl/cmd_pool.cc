@@ -356,7 +356,7 @@ void AddPoolCommands(CommandLine& cl) {
   pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
       ->capture_default_str();
   pc->callback([&] { PoolCreate(ctx, pca); });
-  pool->add_subcommand("list", "List pools with their space")->callback([&] { PoolList(ctx); });
+  pool->add_subcommand("list", "List pools with their space")->alias("ls")->callback([&] { PoolList(ctx); });
   auto& pname = cl.Keep(std::string());
   auto& psize = cl.Keep(std::string());
   auto& pforce = cl.Keep(false);
@@ -381,6 +381,7 @@ void AddPoolCommands(CommandLine& cl) {
   pg->add_option("--size,-s", psize, "New size (file pools)");
   pg->callback([&] { PoolGrow(ctx, pname, psize); });
   auto* pd = pool->add_subcommand("delete", "Delete a pool and its file");
+  pd->alias("rm");
   pd->add_option("name", pname, "Pool name")->required();
   pd->add_flag("--force", pforce, "Delete even if it still holds LUNs");
   pd->callback([&] { PoolDelete(ctx, pname, pforce); });

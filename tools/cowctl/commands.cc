@@ -72,6 +72,7 @@ int Main(int argc, char** argv) {
   AddVaaiCommands(cl);
   AddTopCommand(cl);
   AddConfigCommands(cl);
+  AddLsCommand(cl);
 
   try {
     app.parse(argc, argv);
