@@ -2,7 +2,7 @@
 // Fuzzes Pool::Open with damaged metadata, judged against a model.
 //
 // A deterministic workload (LUN create/write/clone/unmap/clone-range/delete,
-// a checkpoint in the middle) runs on a 16 MiB pool with a 256 KiB journal in
+// a checkpoint in the middle) runs on a 4 MiB pool (64 KiB AUs) with a 256 KiB journal in
 // the in-memory FaultInjectionEnv; after every durable operation the model
 // records each LUN's size, block size and a hash of its bytes (the durable
 // prefixes), and which journal bytes that operation wrote. Two base images
@@ -45,7 +45,7 @@ using namespace cowstore::store;
 constexpr uint32_t kAu = 64 * 1024;
 constexpr uint64_t kJournalOff = 64 * 1024;
 constexpr uint64_t kJournalBytes = 256 * 1024;
-constexpr uint64_t kPoolBytes = 16ull << 20;
+constexpr uint64_t kPoolBytes = 4ull << 20;
 constexpr const char* kPath = "p";
 
 [[noreturn]] void Finding(const std::string& what) {
