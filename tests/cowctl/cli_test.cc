@@ -26,6 +26,7 @@
 #include "handler/control/server.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
+#include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/util.h"
@@ -1614,15 +1615,8 @@ class Served : public Cli {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     pool = std::move(r.value());
     if (!with_server) return;
-    control::ServerOptions o;
-    o.run_dir = run;
-    o.pool_name = "tank";
-    o.counters = [] {
-      return std::vector<control::LunCounters>{{"vm1", {{"commands", 10}, {"ats", 3}, {"ats_miscompares", 1}}}};
-    };
-    auto s = control::Server::Start(*pool, o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server = std::move(s.value());
+    server = control_test::StartTestServer(*pool, run, "tank");
+    ASSERT_TRUE(server);
   }
   void TearDown() override {
     server.reset();
