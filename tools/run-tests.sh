@@ -11,7 +11,9 @@
 #   e2e      real kernel in qemu: LIO + stock tcmu-runner + our handler (the
 #            build's); the same suite in Debian 11's tcmu-runner 1.5.2 (the
 #            oldest we support; its VAAI iscsi-test-cu families only); then
-#            cowctl's scenario with the installed package's cowctl and handler
+#            cowctl's scenario with the installed package's cowctl and handler;
+#            README.md's "Using it" run as written (suite readme) and a pool
+#            on a block device (suite device-pool)
 # usage: sudo tools/run-tests.sh            (all stages)
 #        STAGES="unit tsan" tools/run-tests.sh
 # env:   JOBS (default: nproc), FUZZ_SECONDS (default 60), SKIP_APT=1
@@ -98,6 +100,11 @@ run_e2e()   {
   else
     echo "e2e: no installed package in $pkg (run the package stage first)"; rc=1
   fi
+  # README.md's "Using it" as written, installing the package stage's .debs
+  # (no packages: the suite skips, which fails here), and a pool on a block
+  # device through create, I/O, clones, runner restart and boot restore.
+  SKIP_APT=1 tests/e2e/run-e2e.sh --suite readme || rc=1
+  SKIP_APT=1 tests/e2e/run-e2e.sh --suite device-pool --handler-dir "$ROOT/build/default/handler/plugin" || rc=1
   return $rc
 }
 run_package() {

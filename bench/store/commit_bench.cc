@@ -12,20 +12,35 @@
 //                   replicated), into a fresh LUN;
 //   zero            ZeroRange (WRITE SAME of zeros) of 1 MiB over a fully
 //                   mapped 100 GiB LUN (102,400 x 1 MiB at depth 32; 10,240 at
-//                   depths 1 and 8, the per-command cost is what is compared);
+//                   depths 1 and 8, the per-command cost is what is compared).
+//                   That LUN is mapped by Allocate, so its AUs hold no blocks
+//                   in the pool file and freeing them punches holes in holes;
 //   unmap           Unmap of 1 MiB, same shape;
+//   zero_data/unmap_data  the same at depth 32 over a 1 GiB LUN whose every
+//                   AU holds written data (rewritten before each run, not
+//                   timed): what re-zeroing or unmapping a used VMDK costs,
+//                   including punching the freed AUs out of the pool file
+//                   (milliseconds per MiB on a file system mounted with
+//                   `discard`);
 //   caw             1-block COMPARE AND WRITE, each thread on its own AU.
 // Baselines: fdatasync (4 KiB pwrite + fdatasync on a file in the same
 // directory, median), a READ+WRITE copy and a write of zeros (1 GiB sample,
 // COWSTORE_BENCH_SAMPLE_MIB, extrapolated linearly), the same operations
-// buffered at depth 1 (their metadata work alone), a durable 1-block write.
+// buffered at depth 1 (their metadata work alone, as CPU time of the calling
+// thread: a wall-clock figure on a loaded machine is mostly time spent
+// runnable but not running), a durable 1-block write, punching 1 MiB of
+// written data out of a file.
 // Floor per command = fdatasync / queue depth + metadata work (one shared
-// sync per full batch: what ideal group commit gives).
+// sync per full batch: what ideal group commit gives). The disk's fdatasync
+// drifts by 30x within a minute on a shared machine, so each durable run's
+// floor uses its own fdatasync sample, taken just before and just after it
+// (the "sync us" column); the start-of-run median is printed for reference.
 // Then: 1-block CAW latency on one LUN while 32 threads clone 16 MiB ranges on
 // another LUN of the same pool, and raw fdatasync latency under the same load.
 // The summary prints every figure with its goal and PASS/MISS.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -53,7 +68,8 @@ using cowstore::bench::SampleBytes;
 namespace {
 
 constexpr uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
-constexpr uint64_t kVmdk = 20 * kGiB, kZeroLun = 100 * kGiB;
+constexpr uint64_t kVmdk = 20 * kGiB, kZeroLun = 100 * kGiB, kUsed = kGiB;
+constexpr int kSyncSample = 15;  // raw syncs before and after each durable run
 constexpr uint32_t kBs = 512;
 constexpr int kDepths[] = {1, 8, 32};
 
@@ -65,6 +81,8 @@ void Die(const Status& s, const char* what) {
 
 struct Fig {
   double sec_per_cmd = 0, syncs_per_cmd = 0;
+  double cpu_per_cmd = 0;  // CPU time of the calling threads (user + system)
+  double sync = 0;         // raw fdatasync median around this run (0: none taken)
   uint64_t cmds = 0;
 };
 std::map<std::string, Fig> g_fig;      // "<shape>_qd<n>" (and "_buffered")
@@ -83,25 +101,35 @@ double RunBudget() {
   return s ? std::strtod(s, nullptr) : 6.0;
 }
 
+double ThreadCpu() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // Runs op(0..n-1) on `depth` threads, each taking the next index when its
 // previous call returns (stopping early after RunBudget()); returns the cost
 // per command and syncs per command.
 Fig RunAtDepth(int depth, uint64_t n, const std::function<void(uint64_t)>& op) {
   std::atomic<uint64_t> next{0}, done{0};
+  std::atomic<uint64_t> cpu_ns{0};
   uint64_t s0 = DefaultEnv()->sync_calls();
   double t0 = Now(), stop = t0 + RunBudget();
   std::vector<std::thread> th;
   for (int q = 0; q < depth; q++)
     th.emplace_back([&] {
+      double c0 = ThreadCpu();
       for (uint64_t i; (i = next.fetch_add(1)) < n;) {
         op(i);
         done++;
         if (Now() > stop) break;
       }
+      cpu_ns += static_cast<uint64_t>((ThreadCpu() - c0) * 1e9);
     });
   for (auto& t : th) t.join();
   Fig f;
   f.cmds = done.load();
+  f.cpu_per_cmd = static_cast<double>(cpu_ns.load()) * 1e-9 / static_cast<double>(f.cmds);
   f.sec_per_cmd = (Now() - t0) / static_cast<double>(f.cmds);
   f.syncs_per_cmd =
       static_cast<double>(DefaultEnv()->sync_calls() - s0) / static_cast<double>(f.cmds);
@@ -111,7 +139,7 @@ Fig RunAtDepth(int depth, uint64_t n, const std::function<void(uint64_t)>& op) {
 struct Bench {
   std::string path, raw_path;
   std::unique_ptr<Pool> pool;
-  std::shared_ptr<Lun> src, zero, vmfs;
+  std::shared_ptr<Lun> src, zero, vmfs, used;
   int raw_fd = -1;
   int next_lun = 0;
 
@@ -143,6 +171,8 @@ struct Bench {
     for (uint64_t g = 1; g < kVmdk / kGiB; g++)
       Die(pool->CloneRange(*src, 0, *src, g * kGiB / kBs, kGiB / kBs, Durability::kBuffered),
           "replicate");
+    used = MakeLun("used", kUsed);
+    FillUsed();
     zero = MakeLun("zero", kZeroLun);
     Die(zero->Allocate(0, kZeroLun / kBs, Durability::kBuffered), "allocate");
     vmfs = MakeLun("vmfs", kGiB);
@@ -154,6 +184,7 @@ struct Bench {
   ~Bench() {
     src.reset();
     zero.reset();
+    used.reset();
     vmfs.reset();
     (void)pool->Close();
     pool.reset();
@@ -171,6 +202,34 @@ struct Bench {
   void Drop(std::shared_ptr<Lun>& l, const std::string& name) {
     l.reset();
     Die(pool->DeleteLun(name), "delete LUN");
+  }
+  // Writes data into every AU of `used` that is not mapped (all of it at
+  // first, what a zero or unmap run emptied afterwards), then flushes.
+  void FillUsed() {
+    std::vector<uint8_t> buf(kMiB);
+    std::mt19937_64 rng(11);
+    for (size_t j = 0; j < buf.size(); j += 8) *reinterpret_cast<uint64_t*>(&buf[j]) = rng();
+    for (uint64_t i = 0; i < kUsed / kMiB; i++) {
+      auto st = used->GetAllocationStatus(i * kMiB / kBs, kMiB / kBs);
+      Die(st.status(), "allocation status");
+      if (st->size() == 1 && st->front().mapped) continue;
+      Die(used->Write(i * kMiB / kBs, kMiB / kBs, buf.data(), Durability::kBuffered), "fill used");
+    }
+    Die(pool->Flush(), "flush");
+  }
+  // Runs RunAtDepth; a durable run gets the median of kSyncSample raw syncs
+  // taken just before it and as many just after it (the disk's state around
+  // that run, for its floor).
+  Fig Measure(int depth, uint64_t n, Durability d, const std::function<void(uint64_t)>& op) {
+    std::vector<double> v;
+    if (d == Durability::kDurable)
+      for (int i = 0; i < kSyncSample; i++) v.push_back(RawSync());
+    Fig f = RunAtDepth(depth, n, op);
+    if (d == Durability::kDurable) {
+      for (int i = 0; i < kSyncSample; i++) v.push_back(RawSync());
+      f.sync = Pct(v, 0.5);
+    }
+    return f;
   }
   // 4 KiB pwrite + fdatasync on a plain file beside the pool.
   double RawSync() {
@@ -220,6 +279,23 @@ void BM_Baselines(benchmark::State& st) {
     ::fdatasync(b.raw_fd);
     g_val["zeros_per_mib"] = (Now() - t0) / static_cast<double>(sample / kMiB);
     (void)::ftruncate(b.raw_fd, 0);
+    // Punching written data out of a file: 32 x 1 MiB one by one, then one
+    // 32 MiB punch (what the store pays to free AUs that held data).
+    for (uint64_t off = 0; off < 64 * kMiB; off += kMiB)
+      if (::pwrite(b.raw_fd, zeros.data() /* content is irrelevant */, kMiB,
+                   static_cast<off_t>(off)) != static_cast<ssize_t>(kMiB))
+        std::exit(1);
+    ::fdatasync(b.raw_fd);
+    t0 = Now();
+    for (uint64_t off = 0; off < 32 * kMiB; off += kMiB)
+      (void)::fallocate(b.raw_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                        static_cast<off_t>(off), static_cast<off_t>(kMiB));
+    g_val["punch_1mib"] = (Now() - t0) / 32;
+    t0 = Now();
+    (void)::fallocate(b.raw_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(32 * kMiB), static_cast<off_t>(32 * kMiB));
+    g_val["punch_32mib"] = Now() - t0;
+    (void)::ftruncate(b.raw_fd, 0);
     st.counters["fdatasync_us"] = g_val["fdatasync"] * 1e6;
   }
 }
@@ -232,7 +308,7 @@ void Clone(benchmark::State& st, uint64_t seg, int depth, Durability d) {
   for (auto _ : st) {
     std::string name = b.FreshName();
     auto dst = b.MakeLun(name, kVmdk);
-    Fig f = RunAtDepth(depth, kVmdk / seg, [&](uint64_t i) {
+    Fig f = b.Measure(depth, kVmdk / seg, d, [&](uint64_t i) {
       Die(b.pool->CloneRange(*b.src, i * seg / kBs, *dst, i * seg / kBs, seg / kBs, d), "clone");
     });
     b.Drop(dst, name);
@@ -250,7 +326,7 @@ void ZeroOrUnmap(benchmark::State& st, bool unmap, int depth, Durability d) {
   Bench& b = B();
   const uint64_t n = depth == 32 && d == Durability::kDurable ? kZeroLun / kMiB : 10240;
   for (auto _ : st) {
-    Fig f = RunAtDepth(depth, n, [&](uint64_t i) {
+    Fig f = b.Measure(depth, n, d, [&](uint64_t i) {
       Status s = unmap ? b.zero->Unmap(i * kMiB / kBs, kMiB / kBs, d)
                        : b.zero->ZeroRange(i * kMiB / kBs, kMiB / kBs, d);
       Die(s, unmap ? "unmap" : "zero");
@@ -261,6 +337,23 @@ void ZeroOrUnmap(benchmark::State& st, bool unmap, int depth, Durability d) {
     std::string key = std::string(unmap ? "unmap" : "zero") + "_qd" + std::to_string(depth) +
                       (d == Durability::kBuffered ? "_buffered" : "");
     g_fig[key] = f;
+    st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
+    st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
+  }
+}
+
+// The same over AUs that hold written data (a used VMDK), at depth 32.
+void ZeroOrUnmapData(benchmark::State& st, bool unmap) {
+  Bench& b = B();
+  const uint64_t n = kUsed / kMiB;
+  for (auto _ : st) {
+    Fig f = b.Measure(32, n, Durability::kDurable, [&](uint64_t i) {
+      Status s = unmap ? b.used->Unmap(i * kMiB / kBs, kMiB / kBs, Durability::kDurable)
+                       : b.used->ZeroRange(i * kMiB / kBs, kMiB / kBs, Durability::kDurable);
+      Die(s, unmap ? "unmap" : "zero");
+    });
+    b.FillUsed();  // written data again for the next run (not timed)
+    g_fig[std::string(unmap ? "unmap_data" : "zero_data") + "_qd32"] = f;
     st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
     st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
   }
@@ -278,7 +371,7 @@ void Caw(benchmark::State& st, int depth) {
     std::vector<std::atomic<uint64_t>> cur(depth);
     thread_local int slot = -1;
     std::atomic<int> slots{0};
-    Fig f = RunAtDepth(depth, n, [&](uint64_t) {
+    Fig f = b.Measure(depth, n, Durability::kDurable, [&](uint64_t) {
       if (slot < 0 || slot >= depth) slot = slots.fetch_add(1);
       // Each thread flips its own heartbeat block between two values.
       std::vector<uint8_t> c(kBs, 0), w(kBs, 0);
@@ -425,6 +518,9 @@ void Register() {
       benchmark::RegisterBenchmark((s + "/qd" + std::to_string(d)).c_str(),
                                    [unmap, d](benchmark::State& st) { ZeroOrUnmap(st, unmap, d, Durability::kDurable); })
           ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark((s + "/written_data_qd32").c_str(),
+                                 [unmap](benchmark::State& st) { ZeroOrUnmapData(st, unmap); })
+        ->Iterations(1)->UseRealTime()->Unit(benchmark::kMillisecond);
   }
   for (int d : kDepths)
     benchmark::RegisterBenchmark(("caw1block/qd" + std::to_string(d)).c_str(),
@@ -454,21 +550,31 @@ void Summary() {
                 g_val["copy_sample_mib"]);
   double zmib = g_val.count("zeros_per_mib") ? g_val["zeros_per_mib"] : 0;
   if (zmib > 0) std::printf("writing 1 MiB of zeros: %.1f us (from the same sample)\n", zmib * 1e6);
-  std::printf("%-10s %3s %7s %10s %10s %10s %10s  %s\n", "shape", "QD", "cmds", "us/cmd",
-              "syncs/cmd", "floor us", "vs floor", "ratio to baseline / goal");
+  if (g_val.count("punch_1mib"))
+    std::printf("punching written data out of a file: 1 MiB at a time %.1f us each; 32 MiB at once "
+                "%.1f us\n", g_val["punch_1mib"] * 1e6, g_val["punch_32mib"] * 1e6);
+  std::printf("%-10s %3s %7s %10s %10s %9s %9s %10s %9s  %s\n", "shape", "QD", "cmds", "us/cmd",
+              "syncs/cmd", "cpu us", "sync us", "floor us", "vs floor", "ratio to baseline / goal");
+  // A run's floor: its own fdatasync sample (else the start-of-run one) / QD
+  // + the metadata work.
+  auto floor_of = [&](const Fig& f, int d, double meta) {
+    double s = f.sync > 0 ? f.sync : sync;
+    return s > 0 ? s / d + meta : 0.0;
+  };
   auto row = [&](const std::string& shape, int d, double meta, const std::string& tail) {
     std::string k = shape + "_qd" + std::to_string(d);
     if (!has(k)) return;
     const Fig& f = g_fig[k];
-    double floor = sync > 0 ? sync / d + meta : 0;
-    std::printf("%-10s %3d %7llu %10.1f %10.3f %10.1f %9.2fx  %s\n", shape.c_str(), d,
+    double floor = floor_of(f, d, meta);
+    std::printf("%-10s %3d %7llu %10.1f %10.3f %9.1f %9.1f %10.1f %8.2fx  %s\n", shape.c_str(), d,
                 static_cast<unsigned long long>(f.cmds), f.sec_per_cmd * 1e6, f.syncs_per_cmd,
-                floor * 1e6, floor > 0 ? f.sec_per_cmd / floor : 0.0, tail.c_str());
+                f.cpu_per_cmd * 1e6, f.sync * 1e6, floor * 1e6,
+                floor > 0 ? f.sec_per_cmd / floor : 0.0, tail.c_str());
   };
   char buf[256];
   for (uint64_t seg : {4u, 16u}) {
     std::string shape = "clone" + std::to_string(seg);
-    double meta = has(shape + "_qd1_buffered") ? g_fig[shape + "_qd1_buffered"].sec_per_cmd : 0;
+    double meta = has(shape + "_qd1_buffered") ? g_fig[shape + "_qd1_buffered"].cpu_per_cmd : 0;
     double goal = seg == 4 ? 1000 : 2000;
     for (int d : kDepths) {
       std::string k = shape + "_qd" + std::to_string(d);
@@ -485,16 +591,17 @@ void Summary() {
       row(shape, d, meta, buf);
     }
     if (has(shape + "_qd1_buffered"))
-      std::printf("%-10s     metadata work alone (buffered, QD1): %.1f us/cmd\n", shape.c_str(), meta * 1e6);
+      std::printf("%-10s     metadata work alone (buffered, QD1): %.1f us/cmd CPU (%.1f us/cmd wall)\n",
+                  shape.c_str(), meta * 1e6, g_fig[shape + "_qd1_buffered"].sec_per_cmd * 1e6);
   }
   for (const char* shape : {"zero", "unmap"}) {
     std::string s = shape;
-    double meta = has(s + "_qd1_buffered") ? g_fig[s + "_qd1_buffered"].sec_per_cmd : 0;
+    double meta = has(s + "_qd1_buffered") ? g_fig[s + "_qd1_buffered"].cpu_per_cmd : 0;
     for (int d : kDepths) {
       std::string k = s + "_qd" + std::to_string(d);
       buf[0] = 0;
       if (has(k) && zmib > 0) {
-        double per = g_fig[k].sec_per_cmd, r = zmib / per, floor = sync / d + meta;
+        double per = g_fig[k].sec_per_cmd, r = zmib / per, floor = floor_of(g_fig[k], d, meta);
         if (d == 32)
           std::snprintf(buf, sizeof buf,
                         "1/%.0f of writing the zeros (goal <= 1/100) %s; %.2fx the floor (goal <= 1.5x) %s",
@@ -505,7 +612,18 @@ void Summary() {
       row(s, d, meta, buf);
     }
     if (has(s + "_qd1_buffered"))
-      std::printf("%-10s     metadata work alone (buffered, QD1): %.1f us/cmd\n", shape, meta * 1e6);
+      std::printf("%-10s     metadata work alone (buffered, QD1): %.1f us/cmd CPU (%.1f us/cmd wall)\n",
+                  shape, meta * 1e6, g_fig[s + "_qd1_buffered"].sec_per_cmd * 1e6);
+    // Over written data: the same metadata work, plus punching what it frees.
+    std::string kd = s + "_data_qd32";
+    buf[0] = 0;
+    if (has(kd) && zmib > 0) {
+      double per = g_fig[kd].sec_per_cmd, r = zmib / per, floor = floor_of(g_fig[kd], 32, meta);
+      std::snprintf(buf, sizeof buf,
+                    "over written data: 1/%.0f of writing the zeros (goal <= 1/100) %s; %.2fx the floor",
+                    r, Verdict(r >= 100), per / floor);
+    }
+    row(s + "_data", 32, meta, buf);
   }
   for (int d : kDepths) row("caw", d, 0, "");
   if (g_val.count("alt_caw")) {
@@ -525,7 +643,10 @@ void Summary() {
                 g_val["sync_load_p50"] * 1e3, g_val["sync_load_p99"] * 1e3,
                 g_val["sync_load_max"] * 1e3);
   }
-  std::printf("(floor = fdatasync / QD + the operation's metadata work (buffered, QD1). Each run "
+  std::printf("(floor = the run's fdatasync sample (sync us: median of %d raw syncs before and %d "
+              "after it) / QD + the operation's metadata work (CPU, buffered, QD1); cpu us = CPU "
+              "time of the calling threads per command)\n", kSyncSample, kSyncSample);
+  std::printf("(Each run "
               "stops after %.0f s (COWSTORE_BENCH_RUN_SECONDS): 20 GiB and 100 GiB figures are "
               "per-command cost x commands when a run did not finish; zero/unmap QD 1 and 8 "
               "offer 10,240 commands, QD 32 all 102,400)\n", RunBudget());

@@ -88,6 +88,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
   sb_ = nsb;
   journal_.Restart(file_.get());
+  journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record
   {
     MutexLock g(&meta_mu_);
     space_.InstallMeta(std::move(aus), *target);

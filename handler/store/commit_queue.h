@@ -19,18 +19,28 @@
 //   * every other caller sleeps on its own condition variable and is woken
 //     exactly when its ticket is durable (or the queue fails), never to find
 //     it must sleep again;
-//   * when a batch ends, the waiter with the oldest ticket still not durable
-//     becomes the next leader (an Exclusive() request goes first): nobody
-//     waits for a sync its ticket does not need, and nobody is overtaken;
+//   * when a batch ends, the leader wakes the waiters the batch covered,
+//     holding no lock (a woken waiter never queues on the queue's lock behind
+//     the others), then hands leadership on (to an Exclusive() request, else
+//     the waiter with the oldest ticket still not durable): nobody waits for a
+//     sync its ticket does not need, and nobody is overtaken. Waking first
+//     lets the callers just woken issue their next operations into the next
+//     batch: with callers in a closed loop (a queue depth), handing on first
+//     splits them into two half-size batches that alternate;
 //   * at most one batch is in flight, so the commit function needs no lock of
 //     its own against itself.
 //
 // A failed commit is sticky: every waiter, and every later Wait() for a ticket
 // that is not durable, gets the error (the pool must be reopened).
 //
-// The leader runs the commit function and the after-durable hook without the
-// queue's lock; the hook (freeing AUs whose freeing record is now durable)
-// runs after the batch's waiters have been woken, before the next batch.
+// The after-durable hook (freeing AUs whose freeing record is now durable:
+// hole punches, which on a file system mounted with `discard` cost
+// milliseconds) runs on the old leader's thread *after* it handed leadership
+// on, so it overlaps the next batch instead of delaying it. Hooks of
+// successive batches may therefore overlap each other and later batches
+// (each is handed the ticket its batch made durable); an Exclusive() section
+// starts only once every hook has finished, and DrainHooks() waits for the
+// hooks already started.
 #pragma once
 
 #include <atomic>
@@ -38,7 +48,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <set>
+#include <vector>
 
 #include "handler/store/status.h"
 #include "handler/store/thread_annotations.h"
@@ -52,7 +65,9 @@ class CAPABILITY("commit leadership") CommitQueue {
   // Makes everything appended so far durable; returns the newest ticket that
   // is now durable. Called by one leader at a time.
   using CommitFn = std::function<Result<uint64_t>()>;
-  // Runs after a successful batch made `durable` durable.
+  // Runs after a successful batch made `durable` durable, outside the
+  // leadership (see above): may run concurrently with itself and with
+  // later batches, never with an Exclusive() section.
   using AfterFn = std::function<void(uint64_t durable)>;
 
   explicit CommitQueue(CommitFn commit, AfterFn after = nullptr, uint64_t durable = 0);
@@ -63,10 +78,11 @@ class CAPABILITY("commit leadership") CommitQueue {
   // caller's turn; the error if the queue has failed first.
   Status Wait(uint64_t ticket);
 
-  // Runs fn while no batch is in flight and none can start (superblock
-  // changes, consistent checks). Waits for the batch in flight, goes before
-  // any waiting batch. Returns fn's status; a failure of fn is not sticky
-  // unless the caller passes it to Fail().
+  // Runs fn while no batch or after-hook is in flight and none can start
+  // (superblock changes, consistent checks). Waits for the batch in flight
+  // and the hooks running, goes before any waiting batch. Returns fn's
+  // status; a failure of fn is not sticky unless the caller passes it to
+  // Fail().
   Status Exclusive(const std::function<Status()>& fn);
 
   // The same as a scope: the constructor waits as Exclusive() does, the
@@ -85,6 +101,11 @@ class CAPABILITY("commit leadership") CommitQueue {
   // Tells the analysis that the caller leads the queue: for the commit
   // function, which the queue calls only from its leader.
   void AssertLeader() const ASSERT_CAPABILITY(this) {}
+
+  // Returns once every after-hook that had started when it was called has
+  // finished (e.g. before retrying an allocation that needs the AUs those
+  // hooks are freeing).
+  void DrainHooks();
 
   // For an Exclusive() fn that made tickets durable by itself (a checkpoint
   // written outside a batch): raises the durable ticket to `durable`.
@@ -107,22 +128,36 @@ class CAPABILITY("commit leadership") CommitQueue {
   Stats stats() const;
 
  private:
+  // One sleeping caller. Signalled through its own mutex, outside mu_, so a
+  // batch's waiters do not wake only to queue on mu_; shared so the signaller
+  // may still touch it after the waiter has returned.
   struct Waiter {
-    uint64_t ticket = 0;        // kExclusive for Exclusive()
+    enum State : uint8_t { kWaiting, kLead, kDone };
+    uint64_t ticket = 0;  // kExclusive for Exclusive()
+    std::mutex m;
     std::condition_variable cv;
-    bool lead = false;          // this waiter is now the leader
-    bool done = false;          // ticket durable, or the queue failed
+    State state = kWaiting;  // guarded by m
+  };
+  using WaiterPtr = std::shared_ptr<Waiter>;
+  // Signals decided under mu_ and delivered after releasing it.
+  struct Wakeups {
+    WaiterPtr lead;               // the next leader (signalled first)
+    std::vector<WaiterPtr> done;  // tickets durable, or the queue failed
   };
   static constexpr uint64_t kExclusive = ~uint64_t{0};
 
   void BeginExclusive() ACQUIRE();
   void EndExclusive() RELEASE();
-  // REQUIRES mu_. Wakes every waiter the durable ticket (or the failure)
+  // REQUIRES mu_. Takes every waiter the durable ticket (or the failure)
   // satisfies.
-  void WakeSatisfiedLocked();
+  void CollectSatisfiedLocked(Wakeups* w);
   // REQUIRES mu_, called by the leader. Hands leadership to the oldest
   // Exclusive() request, else the waiter with the oldest ticket, else ends it.
-  void PassLeadershipLocked();
+  void PassLeadershipLocked(Wakeups* w);
+  // Without mu_: signals the new leader, then the satisfied waiters.
+  static void Deliver(Wakeups* w);
+  // Sleeps until signalled; returns the state it was signalled with.
+  static Waiter::State Sleep(Waiter* w);
 
   const CommitFn commit_;
   const AfterFn after_;
@@ -131,7 +166,10 @@ class CAPABILITY("commit leadership") CommitQueue {
   mutable std::mutex mu_;
   bool leading_ = false;                     // a leader exists (batch or exclusive)
   Status failed_;                            // sticky
-  std::multimap<uint64_t, Waiter*> waiters_;  // by ticket; Exclusive() at the end
+  std::multimap<uint64_t, WaiterPtr> waiters_;  // by ticket; Exclusive() at the end
+  uint64_t hook_seq_ = 0;                       // after-hooks started so far
+  std::set<uint64_t> running_hooks_;            // their numbers, while they run
+  std::condition_variable hooks_done_;          // a hook finished (with mu_)
   Stats stats_;
   std::atomic<uint64_t> waits_{0}, fast_{0};
 };

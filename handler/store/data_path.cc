@@ -102,6 +102,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     g.Unlock();  // frees are waiting for a commit: make them durable, retry
     Status c = Commit(CurrentSeq());
     if (!c.ok()) return c;
+    queue_.DrainHooks();  // and wait for the hooks putting them on the free list
   }
   if (!fresh.empty()) PollBacking();  // the pool grew: does its backing store keep up?
   size_t k = 0;
@@ -181,6 +182,7 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
       g.Unlock();
       Status c = Commit(CurrentSeq());
       if (!c.ok()) return c;
+      queue_.DrainHooks();
       continue;
     }
     Record rec;

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/journal.h"
 
+#include "handler/store/replay.h"
+
 namespace cowstore::store {
 
-uint64_t JournalBuffer::Append(const Record& r) {
+uint64_t JournalBuffer::Append(const Record& r, uint64_t proven) {
   // Recovery yields a prefix of the operations in ticket order: a record must
   // not outlive in-place data with an earlier ticket, so that data now needs
   // the sync before the records.
@@ -11,7 +13,7 @@ uint64_t JournalBuffer::Append(const Record& r) {
     data_dirty_ = true;
     inplace_dirty_ = false;
   }
-  FrameRecord(r, next_lsn_++, &buf_);
+  FrameRecord(r, next_lsn_++, proven, &buf_);
   return ++last_ticket_;
 }
 
@@ -19,6 +21,7 @@ void JournalBuffer::TakeBatch(JournalBatch* b) {
   b->bytes.clear();
   b->bytes.swap(buf_);
   b->last_ticket = last_ticket_;
+  b->last_lsn = next_lsn_ - 1;
   b->data_dirty = data_dirty_;
   b->inplace_dirty = inplace_dirty_;
   data_dirty_ = inplace_dirty_ = false;
@@ -41,6 +44,9 @@ Status JournalWriter::WriteBatch(File* file, const JournalBatch& b) {
     s = file->Write(kJournalOffset + tail_, b.bytes.size(), b.bytes.data());
   if (s.ok() && (!b.bytes.empty() || b.inplace_dirty)) s = file->Sync();
   if (s.ok()) tail_ += b.bytes.size();
+  // Only now, after the sync: a record framed from here on vouches for this
+  // batch (its `proven`), so replay can tell damage to it from a tear.
+  if (s.ok()) durable_lsn_.store(b.last_lsn);
   return s;
 }
 
@@ -53,21 +59,17 @@ void JournalWriter::Restart(File* file) {
 
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
                      ReplayEnd* end) {
-  uint64_t off = 0, lsn = start_lsn;
-  for (;;) {
-    Record r;
-    size_t k = ParseRecord(j + off, n - off, lsn, &r);
-    if (k == 0) break;
+  JournalReplay jr = ScanJournal(j, n, start_lsn);
+  for (const Record& r : jr.records) {
     Status s = ApplyRecord(st, r, nullptr);
     if (!s.ok()) return s;
-    off += k;
-    lsn++;
   }
-  end->tail = off;
-  end->next_lsn = lsn;
-  Record r;
-  uint64_t found = 0;
-  end->newer_record_follows = ParseRecord(j + off, n - off, kNone, &r, &found) && found > lsn;
+  end->tail = jr.end;
+  end->next_lsn = jr.next_lsn;
+  end->newer_record_follows = jr.newer_generation;
+  end->damaged = jr.damaged;
+  end->lost = std::move(jr.lost);
+  end->explain = jr.Explain();
   return Status::Ok();
 }
 

@@ -12,9 +12,11 @@
 // the other on-disk formats.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
@@ -29,6 +31,7 @@ namespace cowstore::store {
 struct JournalBatch {
   std::string bytes;
   uint64_t last_ticket = 0;
+  uint64_t last_lsn = 0;  // of the last record framed so far (durable with this batch)
   bool data_dirty = false;
   bool inplace_dirty = false;
 };
@@ -36,8 +39,10 @@ struct JournalBatch {
 class JournalBuffer {
  public:
   // Frames `r` with the next LSN; returns its ticket (durable once a commit
-  // covering that ticket returns).
-  uint64_t Append(const Record& r);
+  // covering that ticket returns). `proven` is JournalWriter::durable_lsn():
+  // the record vouches that everything up to it reached stable storage (0,
+  // for tests: it vouches for nothing).
+  uint64_t Append(const Record& r, uint64_t proven = 0);
   // A ticket for an in-place write (no record points at its data: the AU is
   // durably mapped already): durable once a commit covering the ticket has
   // synced. No data sync has to precede the batch's records for it, unless
@@ -46,6 +51,8 @@ class JournalBuffer {
     inplace_dirty_ = true;
     return ++last_ticket_;
   }
+  // The LSN the next Append frames.
+  uint64_t next_lsn() const { return next_lsn_; }
   // The ticket the next Append (or TicketWithoutRecord) will hand out.
   uint64_t next_ticket() const { return last_ticket_ + 1; }
   uint64_t last_ticket() const { return last_ticket_; }
@@ -93,9 +100,17 @@ class JournalWriter {
   // (punches the region, so no stale record can pass for a new one).
   void Restart(File* file);
 
+  // The highest LSN known durable: set only after a batch's sync returned,
+  // or once a checkpoint's superblock holds every earlier record. Atomic: it
+  // is read by whoever frames records (Core::DurableLsn) without leading
+  // the commit queue.
+  uint64_t durable_lsn() const { return durable_lsn_.load(); }
+  void set_durable_lsn(uint64_t lsn) { durable_lsn_.store(lsn); }
+
  private:
   uint64_t capacity_ = 0;
   uint64_t tail_ = 0;
+  std::atomic<uint64_t> durable_lsn_{0};
 };
 
 // Where replay stopped.
@@ -105,11 +120,17 @@ struct ReplayEnd {
   // A CRC-valid record with a later LSN lies where replay stopped: the
   // journal belongs to a newer superblock than the one replay started from.
   bool newer_record_follows = false;
+  // Replay stopped at a record that later records prove was durable: it is
+  // damaged, not torn (replay.h). `lost` names what opening anyway gives up.
+  bool damaged = false;
+  std::vector<std::string> lost;
+  std::string explain;  // one line for the error when damaged or newer
 };
 
 // Applies the records of j[0..n) with consecutive LSNs from start_lsn to
-// *st; the first bad, torn or stale record ends replay. kCorruption if a
-// valid record does not fit the state.
+// *st; the first bad, torn or stale record ends replay, and *end says whether
+// that was a torn tail or something Open must refuse (replay.h). kCorruption
+// if a valid record does not fit the state.
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
                      ReplayEnd* end);
 

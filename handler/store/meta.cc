@@ -197,6 +197,8 @@ void Record::EncodePayload(std::string* out) const {
       e.U64(b);
       e.U64(n);
       break;
+    case RecType::kSeal:
+      break;
   }
 }
 
@@ -231,11 +233,14 @@ bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
     case RecType::kClone:
       ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.U64(&r->a) && d.U64(&r->b) && d.U64(&r->n);
       break;
+    case RecType::kSeal:
+      ok = true;
+      break;
   }
   return ok && d.left() == 0;
 }
 
-void FrameRecord(const Record& r, uint64_t lsn, std::string* out) {
+void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* out) {
   size_t start = out->size();
   out->append(kRecordHeader, '\0');
   r.EncodePayload(out);
@@ -245,24 +250,55 @@ void FrameRecord(const Record& r, uint64_t lsn, std::string* out) {
   e.U32(0);
   e.U32(plen);
   e.U64(lsn);
+  e.U64(proven);
   e.U8(static_cast<uint8_t>(r.type));
   std::memcpy(out->data() + start, hdr.data(), kRecordHeader);
   uint32_t crc = Crc32c(0, out->data() + start + 4, out->size() - start - 4);
   for (int i = 0; i < 4; i++) (*out)[start + i] = static_cast<char>(crc >> (8 * i));
 }
 
-size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, uint64_t* lsn_out) {
+size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, RecordFrame* frame) {
   Decoder d(p, n);
   uint32_t crc, plen;
-  uint64_t lsn;
+  uint64_t lsn, proven;
   uint8_t type;
-  if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U8(&type)) return 0;
+  if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U64(&proven) || !d.U8(&type)) return 0;
   if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeader) return 0;
+  if (proven >= lsn) return 0;  // a record can only vouch for earlier ones
   if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
-  if (type < 1 || type > static_cast<uint8_t>(RecType::kCloneLun)) return 0;
+  if (type < 1 || type > static_cast<uint8_t>(RecType::kSeal)) return 0;
   if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
-  if (lsn_out) *lsn_out = lsn;
+  if (frame) *frame = {lsn, proven};
   return kRecordHeader + plen;
+}
+
+std::string DescribeRecord(const Record& r) {
+  auto lun = [](uint32_t id) { return "LUN #" + std::to_string(id); };
+  auto n = [](uint64_t v) { return std::to_string(v); };
+  switch (r.type) {
+    case RecType::kCreateLun:
+      return "create " + lun(r.lun) + " '" + r.name + "' (" + n(r.a) + " bytes)";
+    case RecType::kCloneLun:
+      return "clone " + lun(r.lun) + " to new " + lun(r.lun2) + " '" + r.name + "'";
+    case RecType::kDeleteLun:
+      return "delete " + lun(r.lun);
+    case RecType::kResizeLun:
+      return "resize " + lun(r.lun) + " to " + n(r.a) + " bytes";
+    case RecType::kMap: {
+      uint64_t units = 0;
+      for (const Run& x : r.runs) units += x.len;
+      return "write " + lun(r.lun) + ": " + n(units) + " AUs mapped" +
+             (r.runs.empty() ? "" : " from AU " + n(r.runs[0].lba));
+    }
+    case RecType::kUnmap:
+      return "unmap " + lun(r.lun) + " AUs [" + n(r.a) + ", +" + n(r.n) + ")";
+    case RecType::kClone:
+      return "clone " + lun(r.lun) + " AUs [" + n(r.a) + ", +" + n(r.n) + ") to " + lun(r.lun2) +
+             " at AU " + n(r.b);
+    case RecType::kSeal:
+      return "clean-close mark";
+  }
+  return "unknown record";
 }
 
 namespace {
@@ -366,6 +402,8 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
         for (const Run& y : removed) sink->Dec(y.phys, y.len);
       return Status::Ok();
     }
+    case RecType::kSeal:
+      return Status::Ok();
   }
   return Bad("unknown record type");
 }

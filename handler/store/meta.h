@@ -25,7 +25,8 @@
 
 namespace cowstore::store {
 
-constexpr uint32_t kFormatVersion = 1;
+// Version 2 added the `proven` LSN to every journal record (see FrameRecord).
+constexpr uint32_t kFormatVersion = 2;
 constexpr uint64_t kSuperblockSlot = 4096;
 constexpr uint64_t kJournalOffset = 64 * 1024;
 constexpr uint64_t kDefaultJournalBytes = 16ull << 20;
@@ -114,6 +115,7 @@ struct LunState {
   uint32_t bs = 512;
   ExtentMap map;
   // Run-time only.
+  uint64_t mod_lsn = 0;  // LSN of the last record that changed it (0: none since open)
   RangeLock lock;
   int open_handles = 0;
   bool deleted = false;
@@ -122,6 +124,7 @@ struct LunState {
 struct MetaState {
   uint32_t au = 0;
   uint32_t next_lun_id = 1;
+  uint64_t table_lsn = 0;  // run time: LSN of the last LUN-table change since open
   // Changed only by ApplyRecord and DecodeState (through AddLun/EraseLun),
   // which keep the name index in step.
   std::map<uint32_t, std::shared_ptr<LunState>> luns;
@@ -140,6 +143,7 @@ struct MetaState {
 
 enum class RecType : uint8_t {
   kCreateLun = 1, kDeleteLun, kResizeLun, kMap, kUnmap, kClone, kCloneLun,
+  kSeal,  // no-op written by Close: its `proven` vouches for every record before it
 };
 
 struct Record {
@@ -155,14 +159,34 @@ struct Record {
   static bool DecodePayload(RecType t, const void* p, size_t n, Record* r);
 };
 
-// Journal framing: crc32c(4) | payload len(4) | lsn(8) | type(1) | payload.
-constexpr size_t kRecordHeader = 17;
-void FrameRecord(const Record& r, uint64_t lsn, std::string* out);
+// Journal framing: crc32c(4) | payload len(4) | lsn(8) | proven(8) | type(1)
+// | payload. `proven` is the highest LSN that was durable (its commit's sync
+// had returned) when the record was framed: a CRC-valid record proves that
+// every record up to `proven` reached stable storage, so damage there is
+// media corruption, never a write torn by a power cut (docs/design/store.md,
+// "Recovery rules").
+constexpr size_t kRecordHeader = 25;
+void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* out);
+struct RecordFrame {
+  uint64_t lsn = 0;
+  uint64_t proven = 0;
+};
 // Parses the record at p[0..n); returns its total size, or 0 if it is not a
 // valid record with the expected lsn (which ends replay). expect_lsn = kNone
-// accepts any LSN, reported through lsn_out.
+// accepts any LSN, reported through frame.
 size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r,
-                   uint64_t* lsn_out = nullptr);
+                   RecordFrame* frame = nullptr);
+// Conveniences for tests and tools: a record that vouches for nothing
+// (proven 0), and parsing that only reports the LSN.
+inline void FrameRecord(const Record& r, uint64_t lsn, std::string* out) { FrameRecord(r, lsn, 0, out); }
+inline size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, uint64_t* lsn_out) {
+  RecordFrame f;
+  size_t k = ParseRecord(p, n, expect_lsn, r, &f);
+  if (k) *lsn_out = f.lsn;
+  return k;
+}
+// One line naming a record for people ("Map LUN 2: 1 run at AU 0").
+std::string DescribeRecord(const Record& r);
 
 // Receives reference count changes from ApplyRecord (null during replay:
 // counts are rebuilt from the maps afterwards).

@@ -158,7 +158,7 @@ Result<std::unique_ptr<Pool>> Pool::Create(Env* env, const std::string& path,
 Result<std::unique_ptr<Pool>> Pool::Open(Env* env, const std::string& path,
                                          const OpenOptions& options) {
   return Guard([&]() -> Result<std::unique_ptr<Pool>> {
-    auto c = Core::Open(env, path, options.read_only);
+    auto c = Core::Open(env, path, options.read_only, options.accept_journal_loss);
     if (!c.ok()) return c.status();
     c.value()->set_backing_check_interval_ms(options.backing_check_interval_ms);
     return std::unique_ptr<Pool>(new PoolImpl(c.value()));
@@ -178,6 +178,19 @@ Result<CheckReport> Pool::CheckOffline(Env* env, const std::string& path, Progre
       return r;
     }
     return c.value()->Check(progress, ctx, true);
+  });
+}
+
+Result<JournalLoss> Pool::RepairJournal(Env* env, const std::string& path, bool apply) {
+  return Guard([&]() -> Result<JournalLoss> {
+    // Read-only: recovery runs in memory only. Writable: Open checkpoints the
+    // surviving prefix, which clears the journal; then the pool is closed.
+    auto c = Core::Open(env, path, !apply, true);
+    if (!c.ok()) return c.status();
+    JournalLoss loss = c.value()->journal_loss();
+    Status s = c.value()->Close();
+    if (!s.ok()) return s;
+    return loss;
   });
 }
 

@@ -85,6 +85,20 @@ struct OpenOptions {
   // Others fill the host filesystem too, so it is asked again over time;
   // 0 asks at every allocation (tests).
   uint32_t backing_check_interval_ms = 1000;
+  // The documented recovery for a journal whose *committed* records are
+  // damaged (docs/design/store.md, "Recovery"): replay stops at the damage and
+  // the damaged record and every record after it are given up. Without it
+  // such a pool is refused with kCorruption. Prefer Pool::RepairJournal,
+  // which says what is given up.
+  bool accept_journal_loss = false;
+};
+
+// What repairing a damaged journal gives up (Pool::RepairJournal).
+struct JournalLoss {
+  bool damaged = false;              // false: the journal is intact, nothing to do
+  uint64_t offset = 0;               // journal byte offset of the first damaged record
+  uint64_t lsn = 0;                  // the LSN replay expected there
+  std::vector<std::string> dropped;  // one line per record given up, in LSN order
 };
 
 struct LunInfo {
@@ -140,6 +154,9 @@ struct CheckReport {
   bool clean = true;
   std::vector<std::string> problems;  // one human-readable line each
   uint64_t luns = 0, extents = 0, allocated_units = 0, leaked_units = 0;
+  // The longest the check held the store's locks at once: the most any I/O
+  // waited for it (online check only).
+  uint64_t longest_lock_hold_us = 0;
 };
 
 // Progress callback for long operations (check, grow): done/total in units.
@@ -159,6 +176,11 @@ class Pool {
   // Full offline invariant check of a pool that is not open anywhere.
   static Result<CheckReport> CheckOffline(Env* env, const std::string& path,
                                           ProgressFn progress = nullptr, void* ctx = nullptr);
+  // The documented recovery for committed journal records that are damaged:
+  // with apply = false only reports what opening with accept_journal_loss
+  // would give up (nothing written); with apply = true does it: the pool is
+  // opened, the surviving prefix checkpointed and the pool closed again.
+  static Result<JournalLoss> RepairJournal(Env* env, const std::string& path, bool apply);
 
   // Flushes and releases the pool. Open Lun handles become kClosed.
   virtual ~Pool() = default;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <random>
 
 #include "handler/store/crc32c.h"
@@ -30,7 +31,14 @@ void Core::Dec(uint64_t phys, uint64_t n) {
 uint64_t Core::AppendLocked(const Record& r) {
   Status s = ApplyRecord(&st_, r, this);
   (void)s;  // records built at run time always fit the state
-  return jbuf_.Append(r);
+  // Which LSN changed what, so an online check can tell which LUNs the
+  // durable metadata it read must already describe.
+  uint64_t lsn = jbuf_.next_lsn();
+  for (uint32_t id : {r.lun, r.lun2})
+    if (LunState* l = st_.Find(id)) l->mod_lsn = lsn;
+  if (r.type == RecType::kCreateLun || r.type == RecType::kDeleteLun || r.type == RecType::kCloneLun)
+    st_.table_lsn = lsn;
+  return jbuf_.Append(r, DurableLsn());
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
@@ -63,9 +71,17 @@ void Core::Unreserve(const std::vector<uint64_t>& aus, bool dirty) {
   space_.Unreserve(aus, bad);
 }
 
+// Writes `sb` into both slots: first slot seq % 2, synced, then the other.
+// A torn write leaves an intact newest copy in the other slot, and once both
+// are written either copy alone opens the pool exactly (an older copy would
+// name a checkpoint that has since been freed). The caller syncs after.
 Status Core::WriteSuperblockLocked(const Superblock& sb) {
   std::string img = sb.Encode();
-  return file_->Write((sb.seq % 2) * kSuperblockSlot, img.size(), img.data());
+  uint64_t first = sb.seq % 2;
+  Status s = file_->Write(first * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file_->Sync();
+  if (s.ok()) s = file_->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  return s;
 }
 
 // One batch: everything appended so far, or a checkpoint when it would not
@@ -109,7 +125,20 @@ Status Core::CheckUsable() const {
 Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
-  return Commit(CurrentSeq());  // everything buffered so far
+  Status s = Commit(CurrentSeq());  // everything buffered so far
+  if (!s.ok()) return s;
+  // Seal: a last record whose `proven` vouches for every record before it, so
+  // damage to the final commit of a cleanly closed pool is refused rather
+  // than taken for a power-cut tear (docs/design/store.md, "Recovery rules").
+  {
+    CommitQueue::ExclusiveGuard leader(&queue_);  // no batch in flight: durable_lsn is final
+    MutexLock g(&meta_mu_);
+    if (journal_.tail() == 0 && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
+    Record seal;
+    seal.type = RecType::kSeal;
+    AppendLocked(seal);
+  }
+  return Commit(CurrentSeq());
 }
 
 Status Core::Flush() {
@@ -133,6 +162,20 @@ Status Core::Grow(uint64_t new_size) {
   }
   if (new_size < sb_.size_bytes) return Status(Code::kInvalidArgument, "a pool cannot shrink");
   if (new_size == sb_.size_bytes) return Status::Ok();
+  const uint64_t units = (new_size - data_offset_) / au_;
+  if (units > kMaxPoolUnits)
+    return Status(Code::kInvalidArgument, "a pool holds at most " + std::to_string(kMaxPoolUnits) +
+                                              " allocation units");
+  // Allocate the index first: once a superblock names the new size, every
+  // later open must index it, so a size memory cannot index fails here, with
+  // nothing changed.
+  try {
+    MutexLock g(&meta_mu_);
+    space_.ReserveIndex(units);
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) +
+                                      " allocation units: the pool keeps its size");
+  }
   if (!file_->IsBlockDevice()) {
     s = file_->Truncate(new_size);
     if (!s.ok()) return s;
@@ -148,7 +191,7 @@ Status Core::Grow(uint64_t new_size) {
   }
   sb_ = nsb;
   MutexLock g(&meta_mu_);
-  space_.Grow((new_size - data_offset_) / au_);
+  space_.Grow(units);  // within the reserved index: cannot throw
   size_bytes_ = new_size;
   return Status::Ok();
 }

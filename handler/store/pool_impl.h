@@ -54,7 +54,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
 
   static Result<std::shared_ptr<Core>> Create(Env* env, const std::string& path,
                                               const PoolOptions& o);
-  static Result<std::shared_ptr<Core>> Open(Env* env, const std::string& path, bool read_only);
+  static Result<std::shared_ptr<Core>> Open(Env* env, const std::string& path, bool read_only,
+                                            bool accept_journal_loss = false);
+  // What recovery gave up under accept_journal_loss (nothing otherwise).
+  const JournalLoss& journal_loss() const { return loss_; }
 
   Status Close() EXCLUDES(queue_, meta_mu_);
   Status CheckUsable() const;
@@ -122,6 +125,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);  // queue_'s after-hook
   // Applies `r` and buffers it; returns its ticket.
   uint64_t AppendLocked(const Record& r) REQUIRES(meta_mu_);
+  // The highest durable LSN, which every record framed now carries as its
+  // `proven`. Safe without leading queue_ (the analysis cannot see it):
+  // JournalWriter keeps it in an atomic it raises only after a batch's sync
+  // returned or a checkpoint's superblock is durable, so any value read is
+  // durable; a stale one merely vouches for less.
+  uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return journal_.durable_lsn(); }
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
   uint64_t CurrentSeq() EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
@@ -160,6 +169,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Env* env_;
   std::unique_ptr<File> file_;
   bool read_only_;
+  bool accept_journal_loss_ = false;  // OpenOptions::accept_journal_loss
+  JournalLoss loss_;
   std::atomic<bool> closed_{false};
 
   // Geometry (fixed after open; the pool's AU count is space_'s, which Grow

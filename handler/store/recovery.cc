@@ -80,10 +80,12 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   return core;
 }
 
-Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool read_only) {
+Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool read_only,
+                                         bool accept_journal_loss) {
   auto f = env->OpenLocked(path, read_only ? Env::Mode::kReadOnly : Env::Mode::kReadWrite);
   if (!f.ok()) return f.status();
   auto core = std::make_shared<Core>(env, std::move(f.value()), read_only);
+  core->accept_journal_loss_ = accept_journal_loss;
   Status s = core->Load();
   if (!s.ok()) return s;
   return core;
@@ -91,10 +93,12 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
 
 Status Core::LoadLocked() {
   MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
-  // 1. The newest valid superblock copy.
+  // 1. The newest valid superblock copy. Both slots normally hold the same
+  // newest copy (WriteSuperblockLocked).
   Superblock best;
   bool have = false;
   Status why;
+  int damaged_slot = -1;
   for (int slot = 0; slot < 2; slot++) {
     std::vector<char> buf(kSuperblockSlot);
     Status s = file_->Read(slot * kSuperblockSlot, buf.size(), buf.data());
@@ -103,13 +107,22 @@ Status Core::LoadLocked() {
     s = Superblock::Decode(buf.data(), buf.size(), &sb);
     if (!s.ok()) {
       if (why.ok() || s.code() == Code::kUnsupported) why = s;
+      damaged_slot = slot;
       continue;
     }
-    if (sb.seq % 2 != static_cast<uint64_t>(slot)) continue;
     if (!have || sb.seq > best.seq) best = sb;
     have = true;
   }
   if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
+  // With one copy unreadable the other may be older than it was: if what it
+  // names does not load, say both things rather than blame the checkpoint.
+  auto fallback = [&](const Status& s) {
+    if (damaged_slot < 0 || s.ok()) return s;
+    return Status(s.code(), "superblock slot " + std::to_string(damaged_slot) +
+                                " is damaged and the copy in slot " +
+                                std::to_string(1 - damaged_slot) + " (sequence " +
+                                std::to_string(best.seq) + ") does not load: " + s.message());
+  };
   sb_ = best;
   sb_uuid_ = best.uuid;
   au_ = best.au;
@@ -122,6 +135,15 @@ Status Core::LoadLocked() {
   if (!fsize.ok()) return fsize.status();
   if (file_->IsBlockDevice() && *fsize < best.size_bytes)
     return Status(Code::kCorruption, "device is smaller than the pool's declared size");
+  // Create and Grow extend a pool file (and sync) before any superblock names
+  // the size, and a pool never shrinks: a shorter file was cut or copied
+  // incompletely, and what lay past its end would read as zeros.
+  if (!file_->IsBlockDevice() && *fsize < best.size_bytes)
+    return Status(Code::kCorruption,
+                  "pool file is " + std::to_string(*fsize) + " bytes, shorter than the " +
+                      std::to_string(best.size_bytes) +
+                      " bytes its superblock declares: it was truncated or copied incompletely "
+                      "(docs/design/store.md, \"Recovery procedures\")");
   st_ = MetaState();
   st_.au = au_;
 
@@ -130,14 +152,16 @@ Status Core::LoadLocked() {
   if (best.ckpt_first != kNone) {
     std::string payload;
     Status s = ReadCheckpointChain(file_.get(), best, total_units, &payload, &ckpt_aus);
-    if (!s.ok()) return s;
+    if (!s.ok()) return fallback(s);
     s = DecodeState(payload, &st_);
-    if (!s.ok()) return s;
+    if (!s.ok()) return fallback(s);
     st_.au = au_;
   }
 
   // 3. Journal replay: records with consecutive LSNs from journal_start_lsn;
-  // the first bad or stale record ends it.
+  // the first bad or stale record ends it. A torn tail ends it quietly;
+  // damage to records later ones vouch for, or a journal of a newer
+  // superblock, is refused unless the caller knowingly accepts the loss.
   std::vector<uint8_t> j(journal_.capacity());
   Status s = file_->Read(kJournalOffset, j.size(), j.data());
   if (!s.ok()) return s;
@@ -146,13 +170,11 @@ Status Core::LoadLocked() {
   if (!s.ok()) return s;
   journal_.set_tail(end.tail);
   jbuf_.set_next_lsn(end.next_lsn);
-  // A valid record with a *later* LSN where replay stopped means the journal
-  // belongs to a newer superblock than the one we could read: the newest
-  // superblock is damaged. Refuse rather than roll the pool back silently.
-  if (end.newer_record_follows)
-    return Status(Code::kCorruption,
-                  "the journal is newer than every readable superblock (newest superblock "
-                  "damaged)");
+  loss_ = JournalLoss();
+  if (end.damaged || end.newer_record_follows) {
+    if (!accept_journal_loss_) return Status(Code::kCorruption, end.explain);
+    loss_ = {true, end.tail, end.next_lsn, end.lost};
+  }
 
   // 4. Rebuild reference counts, AU states and free space from the maps.
   for (const auto& [id, l] : st_.luns) {
@@ -175,10 +197,6 @@ Status Core::LoadLocked() {
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
   const std::map<uint64_t, uint64_t> free_runs = space_.free().runs();
   g.Unlock();  // no data I/O under the metadata lock
-  if (!file_->IsBlockDevice() && *fsize < best.size_bytes) {
-    s = file_->Truncate(best.size_bytes);
-    if (!s.ok()) return s;
-  }
   for (const auto& [p, n] : free_runs) {
     s = file_->PunchHole(AuOffset(p), n * au_);
     if (!s.ok()) return s;

@@ -60,6 +60,7 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   refs_.assign(units, 0);
   state_.assign(units, AuState::kNone);
   pending_.clear();
+  releasing_ = 0;
   unshared_.clear();
   reserved_ = quarantined_ = mapped_units_ = 0;
   meta_aus_ = std::move(ckpt_aus);
@@ -84,6 +85,11 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
     p = q;
   }
   return Status::Ok();
+}
+
+void SpaceMap::ReserveIndex(uint64_t units) {
+  refs_.reserve(units);
+  state_.reserve(units);
 }
 
 void SpaceMap::Grow(uint64_t units) {
@@ -153,22 +159,35 @@ std::vector<PendingRun> SpaceMap::TakeReleasable(uint64_t durable_ticket) {
   std::vector<PendingRun> ready;
   auto keep = pending_.begin();
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (it->tag <= durable_ticket) {
-      if (!ready.empty() && ready.back().phys + ready.back().n == it->phys)
-        ready.back().n += it->n;
-      else
-        ready.push_back(*it);
-    } else {
+    if (it->tag <= durable_ticket)
+      ready.push_back(*it);
+    else
       *keep++ = *it;
-    }
   }
   pending_.erase(keep, pending_.end());
+  // In AU order, merged where contiguous: one punch per physical run, however
+  // the records that freed them were interleaved (a punch costs the same
+  // for 1 AU as for many on some file systems).
+  std::sort(ready.begin(), ready.end(),
+            [](const PendingRun& a, const PendingRun& b) { return a.phys < b.phys; });
+  size_t k = 0;
+  for (size_t i = 0; i < ready.size(); i++) {
+    releasing_ += ready[i].n;
+    if (k > 0 && ready[k - 1].phys + ready[k - 1].n == ready[i].phys) {
+      ready[k - 1].n += ready[i].n;
+      ready[k - 1].tag = std::max(ready[k - 1].tag, ready[i].tag);
+    } else {
+      ready[k++] = ready[i];
+    }
+  }
+  ready.resize(k);
   for (auto it = unshared_.begin(); it != unshared_.end();)
     it = it->second <= durable_ticket ? unshared_.erase(it) : std::next(it);
   return ready;
 }
 
 void SpaceMap::Release(const PendingRun& r, bool zeroed) {
+  releasing_ -= r.n;
   for (uint64_t p = r.phys; p < r.phys + r.n; p++)
     state_[p] = zeroed ? AuState::kFree : AuState::kQuarantine;
   if (zeroed)
@@ -206,7 +225,7 @@ uint64_t SpaceMap::shared_units() const {
 }
 
 uint64_t SpaceMap::pending_units() const {
-  uint64_t n = 0;
+  uint64_t n = releasing_;
   for (const PendingRun& x : pending_) n += x.n;
   return n;
 }

@@ -64,6 +64,9 @@ class SpaceMap {
   // kCorruption if a map points at a checkpoint AU or a count overflows.
   // REQUIRES: every extent of `st` lies below `units`.
   Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  // Allocates the index for `units` AUs without changing anything, so that a
+  // Grow to that size cannot fail (throws std::bad_alloc if memory cannot).
+  void ReserveIndex(uint64_t units);
   // The pool grew to `units` AUs; the new ones are free.
   void Grow(uint64_t units);
 
@@ -84,13 +87,16 @@ class SpaceMap {
   void Mapped(const std::vector<uint64_t>& aus);
   void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed);
 
-  // Pending frees. TakeReleasable removes and returns (merged where
-  // contiguous) the runs freed by records up to ticket `durable_ticket`, and
-  // forgets the shared-on-disk marks that ticket resolves. Release returns a
+  // Pending frees. TakeReleasable removes and returns the runs freed by
+  // records up to ticket `durable_ticket` (in AU order, merged where
+  // contiguous), and forgets the shared-on-disk marks that ticket resolves;
+  // the AUs stay kPending (counted as releasing) until Release returns each
   // run to the free list, or to quarantine if it could not be zeroed.
-  bool has_pending() const { return !pending_.empty(); }
+  // has_pending: some AUs will become free without any new record.
+  bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
   void Release(const PendingRun& r, bool zeroed);
+  uint64_t releasing_units() const { return releasing_; }
 
   // Checkpoint AUs. TakeMeta takes n free AUs for a new checkpoint;
   // InstallMeta makes `aus` the current checkpoint and retires the previous
@@ -109,6 +115,9 @@ class SpaceMap {
   uint64_t total_units() const { return total_units_; }
   uint32_t refs(uint64_t p) const { return refs_[p]; }
   AuState state(uint64_t p) const { return state_[p]; }
+  // Every AU's count and state at once (for copying, e.g. by the check).
+  const std::vector<uint32_t>& all_refs() const { return refs_; }
+  const std::vector<AuState>& all_states() const { return state_; }
   const FreeRuns& free() const { return free_; }
   uint64_t free_units() const { return free_.count(); }
   uint64_t mapped_units() const { return mapped_units_; }
@@ -130,6 +139,7 @@ class SpaceMap {
   // AUs whose reference count fell to 1 in a record not yet durable, with
   // that record's ticket: they must not be overwritten in place before it.
   std::unordered_map<uint64_t, uint64_t> unshared_;
+  uint64_t releasing_ = 0;  // taken by TakeReleasable, not yet Released
   uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
   uint32_t soft_percent_ = 0;
 };

@@ -21,12 +21,8 @@ class Image : public ::testing::Test {
   std::unique_ptr<store::Pool> pool;
   control::ImageOptions opts;
   void SetUp() override {
-    store::PoolOptions po;
-    po.size_bytes = 1ull << 30;
-    po.allocation_unit = 64 << 10;
-    auto c = store::Pool::Create(store::DefaultEnv(), pool_path, po);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    pool = std::move(c.value());
+    pool = CreateTestPool(pool_path);
+    ASSERT_TRUE(pool);
     auto pf = control::PoolFileAt(pool_path);
     ASSERT_TRUE(pf.ok());
     opts.pool_file = pf.value();

@@ -31,6 +31,34 @@ using cowctl::testing::ReadText;
 using cowctl::testing::TempDir;
 using cowctl::testing::WriteText;
 
+// The pool every control test uses: 1 GiB of 64 KiB units at `path`, open.
+inline std::unique_ptr<store::Pool> CreateTestPool(const std::string& path) {
+  store::PoolOptions po;
+  po.size_bytes = 1ull << 30;
+  po.allocation_unit = 64 << 10;
+  auto c = store::Pool::Create(store::DefaultEnv(), path, po);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c.value()) : nullptr;
+}
+
+// Serves `pool` as tcmu-runner would, as pool `name` with a socket in
+// `run_dir`, reporting fixed counters for LUN vm1 (10 commands, 3 ATS, 1
+// miscompare). `pool_path` non-empty: the server guards that file.
+inline std::unique_ptr<control::Server> StartTestServer(store::Pool& pool, const std::string& run_dir,
+                                                        const std::string& name,
+                                                        const std::string& pool_path = "") {
+  control::ServerOptions o;
+  o.run_dir = run_dir;
+  o.pool_name = name;
+  o.pool_path = pool_path;
+  o.counters = [] {
+    return std::vector<control::LunCounters>{{"vm1", {{"commands", 10}, {"ats", 3}, {"ats_miscompares", 1}}}};
+  };
+  auto s = control::Server::Start(pool, o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? std::move(s.value()) : nullptr;
+}
+
 class ServedPool : public ::testing::Test {
  protected:
   TempDir dir;
@@ -42,22 +70,10 @@ class ServedPool : public ::testing::Test {
 
   // A 1 GiB pool of 64 KiB units, open, and (unless told not to) served.
   void Serve(bool guard_pool_file = true) {
-    store::PoolOptions po;
-    po.size_bytes = 1ull << 30;
-    po.allocation_unit = 64 << 10;
-    auto c = store::Pool::Create(store::DefaultEnv(), pool_path, po);
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    pool = std::move(c.value());
-    control::ServerOptions o;
-    o.run_dir = run;
-    o.pool_name = "tank";
-    if (guard_pool_file) o.pool_path = pool_path;
-    o.counters = [] {
-      return std::vector<control::LunCounters>{{"vm1", {{"commands", 10}, {"ats", 3}, {"ats_miscompares", 1}}}};
-    };
-    auto s = control::Server::Start(*pool, o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server = std::move(s.value());
+    pool = CreateTestPool(pool_path);
+    ASSERT_TRUE(pool);
+    server = StartTestServer(*pool, run, "tank", guard_pool_file ? pool_path : "");
+    ASSERT_TRUE(server);
   }
   void TearDown() override {
     server.reset();

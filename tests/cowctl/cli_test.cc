@@ -27,6 +27,7 @@
 #include "handler/control/server.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
+#include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
 #include "tools/cowctl/lio.h"
@@ -121,7 +122,7 @@ TEST_F(Cli, HelpOnEverySubcommand) {
                           "pool delete", "lun", "lun create", "lun list", "lun show", "lun resize", "lun delete",
                           "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
                           "backstore list", "backstore delete", "export iscsi", "export loop", "export list",
-                          "unexport", "vaai status", "top", "metrics", "save", "restore"}) {
+                          "unexport", "vaai status", "top", "metrics", "save", "restore", "ls"}) {
     CmdResult r = Cowctl(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
@@ -137,7 +138,7 @@ TEST_F(Cli, BadUsageIsOneLineAndExit2) {
 
 TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
   Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, metrics, "
-                    "save, restore; see 'cowctl --help')", 2);
+                    "save, restore, ls; see 'cowctl --help')", 2);
   Err("--json --pool-dir " + pools + " pool frob tank",
       "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete; see 'cowctl pool "
       "--help')", 2);
@@ -243,6 +244,40 @@ TEST_F(Cli, PoolGrow) {
   EXPECT_NE(Ok("pool grow tank --size 2G").find("from 1.00 GiB to 2.00 GiB"), std::string::npos);
 }
 
+TEST_F(Cli, PoolCheckRepairDropsOnlyWhatItListsAndOnlyWhenTold) {
+  Pool();
+  Ok("lun create tank/vm1 --size 10M");
+  Ok("lun create tank/vm2 --size 10M");
+  {
+    // Flip a bit in the first journal record's CRC (the journal starts at 64 KiB).
+    int fd = ::open((pools + "/tank").c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    char b;
+    ASSERT_EQ(::pread(fd, &b, 1, 65539), 1);
+    b ^= 0x20;
+    ASSERT_EQ(::pwrite(fd, &b, 1, 65539), 1);
+    ::close(fd);
+  }
+  CmdResult r = Cowctl("pool check tank");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("journal record"), std::string::npos) << r.out;
+  // No terminal and no --yes: nothing is dropped.
+  Err("pool check tank --repair", "confirm with --yes");
+  EXPECT_EQ(Cowctl("pool check tank").rc, 1);
+  std::string out = Ok("pool check tank --repair --yes");
+  // Each cowctl run checkpoints at open, so the journal held only vm2's
+  // creation (and the clean-close mark vouching for it).
+  EXPECT_NE(out.find("gives up these 1 committed operation(s)"), std::string::npos) << out;
+  EXPECT_NE(out.find("damaged, contents unknown"), std::string::npos) << out;
+  EXPECT_NE(out.find("clean"), std::string::npos) << out;
+  std::string luns = Ok("lun list tank");
+  EXPECT_NE(luns.find("vm1"), std::string::npos) << luns;
+  EXPECT_EQ(luns.find("vm2"), std::string::npos) << luns;
+  std::string again = Ok("pool check tank --repair");  // clean: nothing to repair
+  EXPECT_NE(again.find("clean"), std::string::npos) << again;
+  EXPECT_EQ(again.find("repaired"), std::string::npos) << again;
+}
+
 TEST_F(Cli, PoolGrowThenReopen) {
   Pool();
   Ok("pool grow tank --size 2G");
@@ -310,7 +345,9 @@ TEST_F(Cli, LunErrors) {
   Err("lun resize tank/vm1 --size 1000", "multiple of the block size");
   Err("lun create tank/vm2 --size 1M --backstore --copy-group 'a b'", "invalid copy group");
   Err("lun create tank/vm2 --size 1M --wce 2", "0 or 1");
-  EXPECT_EQ(Ok("lun list tank").find("vm2"), std::string::npos);  // nothing half-made
+  std::string luns = Ok("lun list tank");
+  EXPECT_NE(luns.find("vm1"), std::string::npos) << luns;
+  EXPECT_EQ(luns.find("vm2"), std::string::npos) << luns;  // nothing half-made
 }
 
 TEST_F(Cli, ImportLeavesZeroRunsUnmappedAndExportRoundTrips) {
@@ -663,6 +700,50 @@ TEST_F(Cli, IscsiExportAndDeleteProtection) {
   EXPECT_FALSE(Exists(host.T("iscsi/" + tgt)));
   EXPECT_FALSE(Exists(host.T("core/user_0")));
   EXPECT_EQ(Ok("lun list tank").find("vm1"), std::string::npos);
+}
+
+// targetcli's ls for what cowctl manages: pools with their LUNs, backstores,
+// iSCSI targets with LUNs and ACLs, loopback; --json is the same tree.
+TEST_F(Cli, LsDrawsPoolsLunsBackstoresAndExports) {
+  EXPECT_NE(Ok("ls").find("o- pools [" + pools + ": 0 pools]"), std::string::npos);
+  Pool();
+  Ok("lun create tank/vm1 --size 64M");
+  Ok("lun create tank/plain --size 32M");
+  std::string tgt = "iqn.2024-01.io.cowstore:test.tank";
+  Ok("export iscsi tank/vm1 --target " + tgt + " --portal 127.0.0.1:3260 --initiator iqn.1998-01.com.vmware:esx1");
+  Ok("lun create tank/local --size 16M");
+  Ok("export loop tank/local");
+  std::string out = Ok("ls");
+  std::string naa = NaaOf("tank-vm1");
+  for (const std::string& line : std::vector<std::string>{
+           "o- / [cowstore]\n  o- pools [" + pools + ": 1 pool]\n  | o- tank [1.00 GiB, ",
+           " free, 3 LUNs]\n  |   o- vm1 [64.0 MiB, backstore tank-vm1]\n"
+           "  |   o- plain [32.0 MiB, not exported]\n  |   o- local [16.0 MiB, backstore tank-local]\n",
+        "  o- backstores [user:cowstore, 2 backstores]\n",
+        "  | o- tank-vm1 [tank/vm1, 64.0 MiB, " + naa + "]\n",
+        "  o- iscsi [1 target]\n  | o- " + tgt + " [tpg1, 1 ACL, portals 127.0.0.1:3260]\n"
+        "  |   o- luns [1 LUN]\n  |   | o- lun0 [tank-vm1 (tank/vm1)]\n  |   o- acls [1 ACL]\n"
+        "  |     o- iqn.1998-01.com.vmware:esx1\n  |       o- mapped_lun0 [lun0]\n",
+        "  o- loopback [1 target]\n    o- naa.",
+        " [1 LUN]\n      o- lun0 [tank-local (tank/local)]\n"}) {
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n--- in:\n" << out;
+  }
+  std::string json = Ok("ls --json");
+  for (const char* want : {"\"name\": \"pools\"", "\"name\": \"vm1\"", "\"info\": \"tank-vm1 (tank/vm1)\"",
+                           "\"name\": \"mapped_lun0\""}) {
+    EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
+  }
+  // ls/rm: the aliases of every list and delete command.
+  EXPECT_EQ(Ok("pool ls"), Ok("pool list"));
+  EXPECT_EQ(Ok("lun ls tank"), Ok("lun list tank"));
+  EXPECT_EQ(Ok("backstore ls"), Ok("backstore list"));
+  EXPECT_EQ(Ok("export ls"), Ok("export list"));
+  Ok("lun rm tank/plain");
+  Ok("backstore rm tank/local --force");
+  Ok("lun rm tank/local");
+  Ok("lun rm tank/vm1 --force");
+  Ok("pool rm tank");
+  EXPECT_NE(Ok("ls").find("o- pools [" + pools + ": 0 pools]"), std::string::npos);
 }
 
 TEST_F(Cli, LioCommandsWithoutConfigfsSayWhatToDo) {
@@ -1608,15 +1689,8 @@ class Served : public Cli {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     pool = std::move(r.value());
     if (!with_server) return;
-    control::ServerOptions o;
-    o.run_dir = run;
-    o.pool_name = "tank";
-    o.counters = [] {
-      return std::vector<control::LunCounters>{{"vm1", {{"commands", 10}, {"ats", 3}, {"ats_miscompares", 1}}}};
-    };
-    auto s = control::Server::Start(*pool, o);
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    server = std::move(s.value());
+    server = control_test::StartTestServer(*pool, run, "tank");
+    ASSERT_TRUE(server);
   }
   void TearDown() override {
     server.reset();
@@ -1925,6 +1999,29 @@ c cowctl pool create p --
                         "--soft-threshold --overcommit"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
+}
+
+// What is offered for a pool or a LUN comes from the --pool-dir on the line
+// (either spelling; bash splits --pool-dir=DIR into three words), not from
+// the default directory.
+TEST(Completion, HonoursPoolDir) {
+  testing::TempDir d;
+  std::string pools = d.path() + "/pools", script = d.path() + "/c.sh", out = d.path() + "/out";
+  std::string bin = COWCTL_BINARY;
+  std::string dir = bin.substr(0, bin.rfind('/'));
+  ASSERT_EQ(std::system((bin + " --pool-dir " + pools + " pool create tank --size 64M >/dev/null && " + bin +
+                         " --pool-dir " + pools + " lun create tank/vm1 --size 16M >/dev/null")
+                            .c_str()),
+            0);
+  testing::WriteText(script, "unset COWSTORE_POOL_DIR; PATH=" + dir + ":$PATH\nsource " + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "${COMPREPLY[*]}"; }
+)" + "c cowctl --pool-dir " + pools + " pool scrub \"\"\n" +
+                                "c cowctl --pool-dir " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir = " + pools + " lun show \"\"\n" +
+                                "c cowctl --pool-dir=" + pools + " export iscsi \"\"\n");
+  ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
+  auto lines = testing::ReadText(out);
+  EXPECT_EQ(lines, "tank\ntank/vm1\ntank/vm1\ntank/vm1\n");
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "handler/scsi/cdb.h"
+#include "tests/common/cdb_builder.h"
 #include "tests/fuzz/fuzz_lu.h"
 
 using namespace cowstore::scsi;
@@ -16,13 +16,12 @@ using namespace cowstore::scsi;
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 4) return 0;
   auto& w = fuzz::World();
-  uint8_t cdb[16] = {0x89};
-  cdb[1] = data[0];
-  cdb[13] = data[1] % 8;
+  namespace cdb = cowstore::testing::cdb;
+  const uint8_t blocks = data[1] % 8;
   const uint64_t lba = (uint64_t{data[2]} << 8 | data[3]) % 20000;
-  PutBe64(cdb + 2, lba);
+  const auto caw = cdb::CompareAndWrite(lba, blocks, data[0]);
   std::vector<uint8_t> buf(data + 4, data + size);
-  const size_t half = size_t{cdb[13]} * 512;
+  const size_t half = size_t{blocks} * 512;
   // Mostly give the buffer the size the CDB implies (pattern repeated), so
   // the compare/write paths run; with bit 6 keep the raw (usually wrong) size.
   if (!(data[0] & 0x40) && !buf.empty()) {
@@ -33,19 +32,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Half the time, make the compare half match what is on the LUN.
   if ((data[0] & 0x04) && buf.size() == 2 * half && half) {
     iovec v{buf.data(), half};
-    uint8_t rd[16] = {0x88};
-    PutBe64(rd + 2, lba);
-    PutBe32(rd + 10, cdb[13]);
+    const auto rd = cdb::Read16(lba, blocks);
     if (!w.lu->Execute(rd, std::span<const iovec>(&v, 1)).good()) return 0;
   }
   std::vector<uint8_t> copy = buf;
-  CommandResult r = fuzz::Run(*w.lu, cdb, buf.data(), buf.size());
+  CommandResult r = fuzz::Run(*w.lu, caw, buf.data(), buf.size());
   if (r.good() && half && buf.size() == 2 * half) {
     std::vector<uint8_t> now(half);
     iovec v{now.data(), half};
-    uint8_t rd[16] = {0x88};
-    PutBe64(rd + 2, lba);
-    PutBe32(rd + 10, cdb[13]);
+    const auto rd = cdb::Read16(lba, blocks);
     if (w.lu->Execute(rd, std::span<const iovec>(&v, 1)).good() &&
         std::memcmp(now.data(), copy.data() + half, half) != 0) {
       std::abort();  // GOOD but the write half is not there

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "handler/scsi/cdb.h"
+#include "tests/common/cdb_builder.h"
 #include "tests/fuzz/fuzz_lu.h"
 
 using namespace cowstore::scsi;
@@ -23,12 +24,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       PutBe32(&p[off + 8], n);
     }
   }
-  uint8_t cdb[10] = {0x42};
-  cdb[1] = data[0] & 0x01;
-  // Usually the true length; sometimes a lying one.
+  // ANCHOR from bit 0. Usually the true length; sometimes a lying one.
   uint16_t pll = (data[0] & 0x02) ? static_cast<uint16_t>(data[1] << 8 | data[2])
                                   : static_cast<uint16_t>(p.size());
-  PutBe16(cdb + 7, pll);
+  const auto cdb = cowstore::testing::cdb::Unmap(pll, data[0] & 0x01);
   fuzz::Run(*w.lu, cdb, p.data(), p.size());
   return 0;
 }

@@ -4,11 +4,12 @@
 // between two LUs of one copy group) with the input as parameter list.
 // Byte 0 of the input picks whether the real NAAs are patched into the
 // first CSCDs, so the fuzzer reaches the copy paths quickly.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "handler/scsi/cdb.h"
 #include "handler/scsi/xcopy_parameters.h"
+#include "tests/common/cdb_builder.h"
 #include "tests/fuzz/fuzz_lu.h"
 
 using namespace cowstore::scsi;
@@ -30,16 +31,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < 2; ++i) {
       size_t off = 16 + 32 * i;
       if (p.size() < off + 24) break;
-      const Naa& naa = (i == 0 ? w.lu : w.peer)->naa();
-      p[off] = 0xE4;
-      p[off + 4] = 0x01;
-      p[off + 5] = 0x03;
-      p[off + 7] = 16;
-      std::memcpy(&p[off + 8], naa.data(), naa.size());
+      // The identification CSCD's first 24 bytes (type, designator, NAA);
+      // the device type specific tail stays the fuzzer's.
+      const auto cscd = cowstore::testing::cdb::IdentCscd((i == 0 ? w.lu : w.peer)->naa());
+      std::copy_n(cscd.begin(), 24, p.begin() + off);
     }
   }
-  uint8_t cdb[16] = {0x83};
-  PutBe32(cdb + 10, static_cast<uint32_t>(p.size()));
+  const auto cdb = cowstore::testing::cdb::ExtendedCopy(static_cast<uint32_t>(p.size()));
   fuzz::Run(*w.lu, cdb, p.data(), p.size());
   return 0;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Shared fixture of the plugin tests: a scratch pool directory (exported to
-// the plugin as COWSTORE_POOL_DIR), pools made with the store API, fake tcmu
-// devices, and CDB builders. Every test drives the built handler_cowstore.so
-// through fake::Runner.
+// the plugin as COWSTORE_POOL_DIR), pools made with the store API and fake
+// tcmu devices; CDBs come from tests/common/cdb_builder.h. Every test drives
+// the built handler_cowstore.so through fake::Runner.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,11 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/cdb_builder.h"
 #include "tests/plugin/fake_runner.h"
 
 namespace cowstore::plugin_test {
 
-using Bytes = std::vector<uint8_t>;
+using ::cowstore::testing::cdb::Bytes;
 
 class PluginTest : public ::testing::Test {
  protected:
@@ -57,44 +58,25 @@ class PluginTest : public ::testing::Test {
 
 std::string NewSerial();
 
-// CDB builders (big-endian fields as SBC-3/SPC-4 define them).
-Bytes Tur();
-Bytes Inquiry(bool evpd, uint8_t page, uint16_t alloc);
-Bytes RequestSense(uint8_t alloc);
-Bytes ReadCapacity10();
-Bytes ReadCapacity16(uint32_t alloc = 32);
-Bytes Read6(uint32_t lba, uint8_t blocks);
-Bytes Write6(uint32_t lba, uint8_t blocks);
-Bytes Read10(uint32_t lba, uint16_t blocks, uint8_t flags = 0);
-Bytes Write10(uint32_t lba, uint16_t blocks, uint8_t flags = 0);
-Bytes Read12(uint32_t lba, uint32_t blocks);
-Bytes Write12(uint32_t lba, uint32_t blocks);
-Bytes Read16(uint64_t lba, uint32_t blocks, uint8_t flags = 0);
-Bytes Write16(uint64_t lba, uint32_t blocks, uint8_t flags = 0);
-Bytes Verify16(uint64_t lba, uint32_t blocks, uint8_t bytchk);
-Bytes WriteAndVerify16(uint64_t lba, uint32_t blocks);
-Bytes SyncCache10();
-Bytes SyncCache16();
-Bytes WriteSame16(uint64_t lba, uint32_t blocks, uint8_t flags = 0);
-Bytes Unmap(uint16_t param_len);
-Bytes UnmapParams(const std::vector<std::pair<uint64_t, uint32_t>>& ranges);
-Bytes CompareAndWrite(uint64_t lba, uint8_t blocks);
-Bytes GetLbaStatus(uint64_t lba, uint32_t alloc);
-Bytes ModeSense6(uint8_t page, uint8_t alloc);
-Bytes ModeSense10(uint8_t page, uint16_t alloc);
-Bytes StartStopUnit(bool start);
-Bytes PreventAllow(bool prevent);
-Bytes ReportOpcodes(uint32_t alloc);
-Bytes ExtendedCopy(uint32_t param_len);
-Bytes ReceiveCopyResults(uint8_t service_action, uint8_t list_id, uint32_t alloc);
-// LID1 EXTENDED COPY parameter list: identification CSCDs (0xE4, NAA) and
-// block-to-block (0x02) segments {src cscd, dst cscd, blocks, src lba, dst lba}.
+// CDBs and parameter lists come from the shared builder.
+using namespace ::cowstore::testing::cdb;
+
+// LID1 EXTENDED COPY parameter list naming `naas` (identification CSCDs)
+// with block-to-block segments {src cscd, dst cscd, blocks, src lba, dst lba}.
 struct XcopySegment {
   uint16_t src, dst;
   uint16_t blocks;
   uint64_t src_lba, dst_lba;
 };
-Bytes XcopyParams(uint8_t list_id, uint8_t list_id_usage, const std::vector<Bytes>& naas,
-                  const std::vector<XcopySegment>& segments, uint32_t block_size);
+inline Bytes XcopyParams(uint8_t list_id, uint8_t list_id_usage, const std::vector<Bytes>& naas,
+                         const std::vector<XcopySegment>& segments, uint32_t block_size) {
+  XcopyList l;
+  l.list_id = list_id;
+  l.list_id_usage = list_id_usage;
+  for (const Bytes& n : naas) l.cscds.push_back(IdentCscd(n, block_size));
+  for (const XcopySegment& s : segments)
+    l.segments.push_back(BlockSegment(s.src, s.dst, s.blocks, s.src_lba, s.dst_lba));
+  return l.Build();
+}
 
 }  // namespace cowstore::plugin_test

@@ -25,11 +25,11 @@ class ConcurrencyTest : public ScsiTest {
   CommandResult Caw(uint64_t lba, const Bytes& cmp, const Bytes& neu) {
     Bytes d = cmp;
     d.insert(d.end(), neu.begin(), neu.end());
-    return Exec(CompareAndWriteCdb(lba, 1), d);
+    return Exec(CompareAndWrite(lba, 1), d);
   }
   Bytes Block(uint64_t lba) {
     Bytes out;
-    CommandResult r = ExecIn(Cdb16(0x88, lba, 1), kBlock, &out);
+    CommandResult r = ExecIn(Read16(lba, 1), kBlock, &out);
     EXPECT_TRUE(IsGood(r));
     return out;
   }
@@ -78,7 +78,7 @@ TEST_F(ConcurrencyTest, AtsHeartbeatsWithRacingPlainWrites) {
     uint8_t v = 1;
     while (!stop.load()) {
       Bytes d(8 * kBlock, v++);
-      if (!Exec(Cdb16(0x8A, plain_base, 8), d).good()) ++failures;
+      if (!Exec(Write16(plain_base, 8), d).good()) ++failures;
     }
   });
   for (int h = 0; h < kHosts; ++h) threads[h].join();
@@ -142,12 +142,12 @@ TEST_F(ConcurrencyTest, DisjointRangesInParallel) {
       for (int i = 0; i < 40; ++i) {
         const uint64_t lba = (t * 8 + i % 8) * kAuBlocks / 4;
         Bytes d = Pattern(16 * kBlock, static_cast<uint8_t>(t * 40 + i));
-        if (!Exec(Cdb16(0x8A, lba, 16), d).good()) ++bad;
+        if (!Exec(Write16(lba, 16), d).good()) ++bad;
         Bytes out;
-        if (!ExecIn(Cdb16(0x88, lba, 16), d.size(), &out).good() || out != d) ++bad;
+        if (!ExecIn(Read16(lba, 16), d.size(), &out).good() || out != d) ++bad;
         if (i % 10 == 0) {
           Bytes inq;
-          if (!ExecIn(InquiryCdb(true, 0xB0, 64), 64, &inq).good()) ++bad;
+          if (!ExecIn(Inquiry(true, 0xB0, 64), 64, &inq).good()) ++bad;
         }
       }
     });
@@ -202,12 +202,12 @@ TEST_F(ConcurrencyTest, CrossPoolCopyDoesNotStallOtherCommands) {
     std::atomic<bool> copying{true};
     std::atomic<int> done_during{0};
     std::thread copier([&] {
-      EXPECT_TRUE(IsGood(Exec(*a, XcopyCdb(static_cast<uint32_t>(p.size())), p)));
+      EXPECT_TRUE(IsGood(Exec(*a, ExtendedCopy(static_cast<uint32_t>(p.size())), p)));
       copying = false;
     });
     while (copying.load()) {
       Bytes out;
-      ExecIn(*b, Cdb16(0x88, 100 * kAuBlocks / 2, 1), kBlock, &out);
+      ExecIn(*b, Read16(100 * kAuBlocks / 2, 1), kBlock, &out);
       Write(*a, 59 * kAuBlocks, Bytes(kBlock, 5));
       if (copying.load()) ++done_during;
     }

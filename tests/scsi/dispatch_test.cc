@@ -43,7 +43,7 @@ TEST_F(DispatchTest, ShortCdbIsInvalidFieldInCdb) {
 }
 
 TEST_F(DispatchTest, NacaBitRejected) {
-  Bytes cdb = Cdb10(0x28, 0, 1);
+  Bytes cdb = Read10(0, 1);
   cdb[9] = 0x04;
   CommandResult r = Exec(cdb);
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
@@ -53,7 +53,7 @@ TEST_F(DispatchTest, NacaBitRejected) {
 TEST_F(DispatchTest, UnitAttentionReportedOnceAndSkippedByInquiry) {
   lu_->RaiseUnitAttention(UnitAttention::kPowerOnResetOccurred);
   Bytes out;
-  EXPECT_TRUE(IsGood(ExecIn(InquiryCdb(false, 0, 96), 96, &out)));  // INQUIRY does not consume
+  EXPECT_TRUE(IsGood(ExecIn(Inquiry(false, 0, 96), 96, &out)));  // INQUIRY does not consume
   EXPECT_TRUE(HasSense(Exec(Bytes(6, 0)), SenseKey::kUnitAttention, asc::kPowerOnResetOccurred));
   EXPECT_TRUE(IsGood(Exec(Bytes(6, 0))));
 }

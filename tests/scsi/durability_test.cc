@@ -52,7 +52,7 @@ TEST_F(DurabilityTest, BufferedWriteWithoutSyncIsLost) {
 
 TEST_F(DurabilityTest, FuaAndSynchronizeCacheWithCacheOn) {
   lu_->set_write_cache_enabled(true);
-  ASSERT_TRUE(IsGood(Exec(Cdb10(0x2A, 9, 1, 0x08), Pattern(kBlock, 2))));  // FUA
+  ASSERT_TRUE(IsGood(Exec(Write10(9, 1, 0x08), Pattern(kBlock, 2))));  // FUA
   ASSERT_TRUE(IsGood(Write(20, Pattern(kBlock, 3))));
   ASSERT_TRUE(IsGood(Exec(Cdb10(0x35, 0, 0))));
   CrashAndReopen();
@@ -63,7 +63,7 @@ TEST_F(DurabilityTest, FuaAndSynchronizeCacheWithCacheOn) {
 TEST_F(DurabilityTest, CompareAndWriteSurvives) {
   Bytes d(2 * kBlock, 0);
   d[kBlock] = 7;
-  ASSERT_TRUE(IsGood(Exec(CompareAndWriteCdb(3, 1), d)));
+  ASSERT_TRUE(IsGood(Exec(CompareAndWrite(3, 1), d)));
   CrashAndReopen();
   EXPECT_EQ(Read(3, 1)[0], 7);
 }
@@ -71,7 +71,7 @@ TEST_F(DurabilityTest, CompareAndWriteSurvives) {
 TEST_F(DurabilityTest, MultiDescriptorUnmapSurvives) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(4 * kAuBlocks * kBlock, 3))));
   Bytes p = UnmapParams({{0, kAuBlocks}, {2 * kAuBlocks, kAuBlocks}, {kAuBlocks + 1, 3}});
-  ASSERT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  ASSERT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
   CrashAndReopen();
   EXPECT_EQ(Read(0, kAuBlocks), Bytes(kAuBlocks * kBlock, 0));
   EXPECT_EQ(Read(kAuBlocks + 1, 3), Bytes(3 * kBlock, 0));
@@ -80,7 +80,7 @@ TEST_F(DurabilityTest, MultiDescriptorUnmapSurvives) {
 }
 
 TEST_F(DurabilityTest, LongPatternWriteSameSurvives) {
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, 0, 3 * kAuBlocks + 5), Pattern(kBlock, 4))));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(0, 3 * kAuBlocks + 5), Pattern(kBlock, 4))));
   CrashAndReopen();
   EXPECT_EQ(Read(3 * kAuBlocks + 4, 1), Pattern(kBlock, 4));
   EXPECT_EQ(Read(0, 1), Pattern(kBlock, 4));
@@ -94,7 +94,7 @@ TEST_F(DurabilityTest, MultiSegmentExtendedCopySurvives) {
                 BlockSegment(0, 0, kAuBlocks, kAuBlocks, 9 * kAuBlocks),
                 BlockSegment(0, 0, 7, 3, 20 * kAuBlocks + 1)};
   Bytes p = l.Build();
-  ASSERT_TRUE(IsGood(Exec(XcopyCdb(static_cast<uint32_t>(p.size())), p)));
+  ASSERT_TRUE(IsGood(Exec(ExtendedCopy(static_cast<uint32_t>(p.size())), p)));
   const Bytes src = Read(0, 2 * kAuBlocks);
   CrashAndReopen();
   EXPECT_EQ(Read(8 * kAuBlocks, 2 * kAuBlocks), src);

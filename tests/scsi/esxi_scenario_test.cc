@@ -65,7 +65,7 @@ class EsxiScenarioTest : public ::testing::Test {
   static Bytes Read(LogicalUnit& lu, uint64_t lba, uint32_t blocks) {
     Bytes b(size_t{blocks} * kBs);
     iovec v{b.data(), b.size()};
-    Bytes cdb = Cdb16(0x88, lba, blocks);
+    Bytes cdb = Read16(lba, blocks);
     EXPECT_TRUE(IsGood(lu.Execute(cdb, std::span<const iovec>(&v, 1))));
     return b;
   }
@@ -86,7 +86,7 @@ TEST_F(EsxiScenarioTest, CloneTwentyGiBVmdkBetweenLunsOfOneCopyGroup) {
   for (uint64_t g = 1; g < 20; ++g) data_lbas.push_back((g * kGiB + 3 * kMiB) / kBs);
   for (size_t i = 0; i < data_lbas.size(); ++i) {
     Bytes d = Pattern(kMiB, static_cast<uint8_t>(i));
-    ASSERT_TRUE(IsGood(Exec(*src, Cdb16(0x8A, data_lbas[i], kMiB / kBs), d)));
+    ASSERT_TRUE(IsGood(Exec(*src, Write16(data_lbas[i], kMiB / kBs), d)));
   }
   const store::SpaceInfo before = pool_->Space();
   // First half in 4 MiB segments (ESXi default), second half in 16 MiB ones;
@@ -99,7 +99,7 @@ TEST_F(EsxiScenarioTest, CloneTwentyGiBVmdkBetweenLunsOfOneCopyGroup) {
     l.cscds = {IdentCscd(src->naa()), IdentCscd(dst->naa())};
     l.segments = {BlockSegment(0, 1, static_cast<uint16_t>(seg / kBs), off / kBs, off / kBs)};
     Bytes p = l.Build();
-    ASSERT_TRUE(IsGood(Exec(*src, XcopyCdb(static_cast<uint32_t>(p.size())), p))) << off;
+    ASSERT_TRUE(IsGood(Exec(*src, ExtendedCopy(static_cast<uint32_t>(p.size())), p))) << off;
     off += seg;
     ++commands;
   }
@@ -124,12 +124,12 @@ TEST_F(EsxiScenarioTest, EagerZeroWithOneMiBWriteSame) {
   auto lu = Lu("vmfs", 4 * kGiB, "c30ffee0-0000-4000-8000-000000000003", "");
   // Some old data in the way, as when a datastore is reused.
   for (uint64_t i = 0; i < 16; ++i) {
-    ASSERT_TRUE(IsGood(Exec(*lu, Cdb16(0x8A, i * 64 * kMiB / kBs, kMiB / kBs), Pattern(kMiB, 1))));
+    ASSERT_TRUE(IsGood(Exec(*lu, Write16(i * 64 * kMiB / kBs, kMiB / kBs), Pattern(kMiB, 1))));
   }
   const uint64_t allocated_before = pool_->Space().allocated_units;
   const uint64_t n = 2 * kGiB / kMiB;  // 2 GiB of a 100 GiB eager-zero, same commands
   for (uint64_t i = 0; i < n; ++i) {
-    ASSERT_TRUE(IsGood(Exec(*lu, Cdb16(0x93, i * kMiB / kBs, kMiB / kBs), Bytes(kBs, 0))));
+    ASSERT_TRUE(IsGood(Exec(*lu, WriteSame16(i * kMiB / kBs, kMiB / kBs), Bytes(kBs, 0))));
   }
   EXPECT_EQ(Read(*lu, 64 * kMiB / kBs, 16), Bytes(16 * kBs, 0));
   // Zeroing deallocated the old data inside the range and allocated nothing.
@@ -140,14 +140,14 @@ TEST_F(EsxiScenarioTest, EagerZeroWithOneMiBWriteSame) {
 TEST_F(EsxiScenarioTest, UnmapReclaimVisibleInPoolSpace) {
   auto lu = Lu("vmfs6", 1 * kGiB, "d40ffee0-0000-4000-8000-000000000004", "");
   for (uint64_t i = 0; i < 64; ++i) {
-    ASSERT_TRUE(IsGood(Exec(*lu, Cdb16(0x8A, i * kMiB / kBs, kMiB / kBs), Pattern(kMiB, 2))));
+    ASSERT_TRUE(IsGood(Exec(*lu, Write16(i * kMiB / kBs, kMiB / kBs), Pattern(kMiB, 2))));
   }
   const uint64_t free_before = pool_->Space().free_units;
   // VMFS6 automatic UNMAP: 1 MiB granularity, many descriptors per command.
   std::vector<std::pair<uint64_t, uint32_t>> ranges;
   for (uint64_t i = 0; i < 64; ++i) ranges.push_back({i * kMiB / kBs, kMiB / kBs});
   Bytes p = UnmapParams(ranges);
-  ASSERT_TRUE(IsGood(Exec(*lu, UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  ASSERT_TRUE(IsGood(Exec(*lu, Unmap(static_cast<uint16_t>(p.size())), p)));
   EXPECT_EQ(pool_->Space().free_units, free_before + 64);
   EXPECT_EQ(pool_->GetLun("vmfs6")->mapped_bytes, 0u);
   EXPECT_EQ(Read(*lu, 0, 8), Bytes(8 * kBs, 0));

@@ -16,7 +16,7 @@ class ExtendedCopyTest : public ScsiTest {
  protected:
   CommandResult Xcopy(LogicalUnit& lu, const XcopyList& l) {
     Bytes p = l.Build();
-    return Exec(lu, XcopyCdb(static_cast<uint32_t>(p.size())), p);
+    return Exec(lu, ExtendedCopy(static_cast<uint32_t>(p.size())), p);
   }
   CommandResult Xcopy(const XcopyList& l) { return Xcopy(*lu_, l); }
   XcopyList SameLun(uint16_t blocks, uint64_t src, uint64_t dst) {
@@ -27,7 +27,7 @@ class ExtendedCopyTest : public ScsiTest {
   }
   Bytes Rcr(uint8_t sa, uint8_t list_id, CommandResult* r = nullptr) {
     Bytes out;
-    CommandResult res = ExecIn(ReceiveCopyResultsCdb(sa, list_id, 1024), 1024, &out);
+    CommandResult res = ExecIn(ReceiveCopyResults(sa, list_id, 1024), 1024, &out);
     if (r) *r = res;
     else EXPECT_TRUE(IsGood(res));
     return out;
@@ -57,7 +57,7 @@ TEST_F(ExtendedCopyTest, WholeUnitsAreSharedNotCopied) {
 }
 
 TEST_F(ExtendedCopyTest, EmptyParameterListIsGood) {
-  EXPECT_TRUE(IsGood(Exec(XcopyCdb(0))));
+  EXPECT_TRUE(IsGood(Exec(ExtendedCopy(0))));
 }
 
 TEST_F(ExtendedCopyTest, ListIdUsageVariants) {
@@ -78,12 +78,12 @@ TEST_F(ExtendedCopyTest, TruncatedParameterListIsLengthError) {
   Bytes p = SameLun(8, 0, 100).Build();
   for (size_t cut : {size_t{10}, size_t{16 + 31}, p.size() - 1}) {
     Bytes q(p.begin(), p.begin() + cut);
-    EXPECT_TRUE(HasSense(Exec(XcopyCdb(static_cast<uint32_t>(q.size())), q),
+    EXPECT_TRUE(HasSense(Exec(ExtendedCopy(static_cast<uint32_t>(q.size())), q),
                          SenseKey::kIllegalRequest, asc::kParameterListLengthError))
         << cut;
   }
   // Parameter list length larger than the data-out buffer.
-  EXPECT_TRUE(HasSense(Exec(XcopyCdb(static_cast<uint32_t>(p.size() + 10)), p),
+  EXPECT_TRUE(HasSense(Exec(ExtendedCopy(static_cast<uint32_t>(p.size() + 10)), p),
                        SenseKey::kIllegalRequest, asc::kParameterListLengthError));
 }
 
@@ -145,7 +145,7 @@ TEST_F(ExtendedCopyTest, MalformedDescriptorsPointAtTheField) {
   Bytes p = l.Build();
   PutBe32(&p[12], 4);  // inline data
   p.resize(p.size() + 4);
-  r = Exec(XcopyCdb(static_cast<uint32_t>(p.size())), p);
+  r = Exec(ExtendedCopy(static_cast<uint32_t>(p.size())), p);
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInParameterList));
   EXPECT_TRUE(HasFieldPointer(r, false, 12));
   l = SameLun(1, 0, 1);

@@ -14,14 +14,14 @@ class InquiryTest : public ScsiTest {
  protected:
   Bytes Vpd(uint8_t page, uint16_t alloc = 1024) {
     Bytes out;
-    EXPECT_TRUE(IsGood(ExecIn(InquiryCdb(true, page, alloc), alloc, &out)));
+    EXPECT_TRUE(IsGood(ExecIn(Inquiry(true, page, alloc), alloc, &out)));
     return out;
   }
 };
 
 TEST_F(InquiryTest, StandardDataHas3pcHisupAndSpc4) {
   Bytes d;
-  ASSERT_TRUE(IsGood(ExecIn(InquiryCdb(false, 0, 260), 260, &d)));
+  ASSERT_TRUE(IsGood(ExecIn(Inquiry(false, 0, 260), 260, &d)));
   ASSERT_GE(d.size(), 36u);
   EXPECT_EQ(d[0], 0x00);
   EXPECT_EQ(d[2], 0x06);
@@ -35,25 +35,25 @@ TEST_F(InquiryTest, StandardDataHas3pcHisupAndSpc4) {
 
 TEST_F(InquiryTest, AllocationLengthTruncates) {
   Bytes d;
-  CommandResult r = ExecIn(InquiryCdb(false, 0, 5), 260, &d);
+  CommandResult r = ExecIn(Inquiry(false, 0, 5), 260, &d);
   EXPECT_TRUE(IsGood(r));
   EXPECT_EQ(r.data_in_length, 5u);
 }
 
 TEST_F(InquiryTest, PageCodeWithoutEvpdRejected) {
-  CommandResult r = Exec(InquiryCdb(false, 0x83, 255));
+  CommandResult r = Exec(Inquiry(false, 0x83, 255));
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   EXPECT_TRUE(HasFieldPointer(r, true, 2));
 }
 
 TEST_F(InquiryTest, CmddtRejected) {
-  Bytes cdb = InquiryCdb(false, 0, 255);
+  Bytes cdb = Inquiry(false, 0, 255);
   cdb[1] = 0x02;
   EXPECT_TRUE(HasSense(Exec(cdb), SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
 }
 
 TEST_F(InquiryTest, UnknownVpdPageRejected) {
-  CommandResult r = Exec(InquiryCdb(true, 0x86, 255));
+  CommandResult r = Exec(Inquiry(true, 0x86, 255));
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   EXPECT_TRUE(HasFieldPointer(r, true, 2));
 }
@@ -166,7 +166,7 @@ TEST_F(InquiryTest, ReadCapacity10And16) {
   ASSERT_EQ(d.size(), 8u);
   EXPECT_EQ(Be32(&d[0]), kLunBytes / kBlock - 1);
   EXPECT_EQ(Be32(&d[4]), kBlock);
-  ASSERT_TRUE(IsGood(ExecIn(ReadCapacity16Cdb(32), 32, &d)));
+  ASSERT_TRUE(IsGood(ExecIn(ReadCapacity16(32), 32, &d)));
   ASSERT_EQ(d.size(), 32u);
   EXPECT_EQ(Be64(&d[0]), kLunBytes / kBlock - 1);
   EXPECT_EQ(Be32(&d[8]), kBlock);
@@ -177,7 +177,7 @@ TEST_F(InquiryTest, ReadCapacity10And16) {
 
 TEST_F(InquiryTest, ReadCapacity16AllocationLength) {
   Bytes d;
-  CommandResult r = ExecIn(ReadCapacity16Cdb(12), 32, &d);
+  CommandResult r = ExecIn(ReadCapacity16(12), 32, &d);
   EXPECT_TRUE(IsGood(r));
   EXPECT_EQ(d.size(), 12u);
 }
@@ -191,7 +191,7 @@ TEST_F(InquiryTest, ResizeRaisesCapacityChangedAndReportsNewSize) {
   ASSERT_TRUE(lu_->Resize(2 * kLunBytes).ok());
   EXPECT_TRUE(HasSense(Exec(Bytes(6, 0)), SenseKey::kUnitAttention, asc::kCapacityDataHasChanged));
   Bytes d;
-  ASSERT_TRUE(IsGood(ExecIn(ReadCapacity16Cdb(32), 32, &d)));
+  ASSERT_TRUE(IsGood(ExecIn(ReadCapacity16(32), 32, &d)));
   EXPECT_EQ(Be64(&d[0]), 2 * kLunBytes / kBlock - 1);
 }
 

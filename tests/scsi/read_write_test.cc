@@ -25,16 +25,16 @@ TEST_F(ReadWriteTest, EveryWriteSizeRoundTrips) {
   ASSERT_TRUE(IsGood(ExecIn(Cdb6(0x08, 10, 2), 2 * kBlock, &out)));
   EXPECT_EQ(out, d1);
   Bytes d2 = Pattern(3 * kBlock, 2);
-  ASSERT_TRUE(IsGood(Exec(Cdb10(0x2A, 20, 3, 0x08), d2)));  // FUA
-  ASSERT_TRUE(IsGood(ExecIn(Cdb10(0x28, 20, 3, 0x10), 3 * kBlock, &out)));  // DPO
+  ASSERT_TRUE(IsGood(Exec(Write10(20, 3, 0x08), d2)));  // FUA
+  ASSERT_TRUE(IsGood(ExecIn(Read10(20, 3, 0x10), 3 * kBlock, &out)));  // DPO
   EXPECT_EQ(out, d2);
   Bytes d3 = Pattern(4 * kBlock, 3);
-  ASSERT_TRUE(IsGood(Exec(Cdb12(0xAA, 30, 4), d3)));
-  ASSERT_TRUE(IsGood(ExecIn(Cdb12(0xA8, 30, 4), 4 * kBlock, &out)));
+  ASSERT_TRUE(IsGood(Exec(Write12(30, 4), d3)));
+  ASSERT_TRUE(IsGood(ExecIn(Read12(30, 4), 4 * kBlock, &out)));
   EXPECT_EQ(out, d3);
   Bytes d4 = Pattern(5 * kBlock, 4);
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x8A, blocks() - 5, 5), d4)));
-  ASSERT_TRUE(IsGood(ExecIn(Cdb16(0x88, blocks() - 5, 5), 5 * kBlock, &out)));
+  ASSERT_TRUE(IsGood(Exec(Write16(blocks() - 5, 5), d4)));
+  ASSERT_TRUE(IsGood(ExecIn(Read16(blocks() - 5, 5), 5 * kBlock, &out)));
   EXPECT_EQ(out, d4);
 }
 
@@ -46,34 +46,34 @@ TEST_F(ReadWriteTest, Read6ZeroLengthMeans256Blocks) {
 }
 
 TEST_F(ReadWriteTest, ZeroTransferLengthIsGoodAndChangesNothing) {
-  EXPECT_TRUE(IsGood(Exec(Cdb10(0x2A, 0, 0))));
-  EXPECT_TRUE(IsGood(Exec(Cdb16(0x88, 0, 0))));
-  EXPECT_TRUE(IsGood(Exec(Cdb16(0x88, blocks(), 0))));
+  EXPECT_TRUE(IsGood(Exec(Write10(0, 0))));
+  EXPECT_TRUE(IsGood(Exec(Read16(0, 0))));
+  EXPECT_TRUE(IsGood(Exec(Read16(blocks(), 0))));
 }
 
 TEST_F(ReadWriteTest, BeyondEndIsLbaOutOfRange) {
   Bytes d = Pattern(2 * kBlock, 5);
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x8A, blocks() - 1, 2), d), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(Write16(blocks() - 1, 2), d), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
   EXPECT_EQ(Read(blocks() - 1, 1), Bytes(kBlock, 0));  // nothing written
   Bytes out;
-  EXPECT_TRUE(HasSense(ExecIn(Cdb16(0x88, blocks(), 1), kBlock, &out), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(ExecIn(Read16(blocks(), 1), kBlock, &out), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(ExecIn(Cdb16(0x88, ~0ull, 1), kBlock, &out), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(ExecIn(Read16(~0ull, 1), kBlock, &out), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(ExecIn(Cdb16(0x88, 1ull << 63, 1), kBlock, &out), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(ExecIn(Read16(1ull << 63, 1), kBlock, &out), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x88, blocks() + 1, 0)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(Read16(blocks() + 1, 0)), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
 }
 
 TEST_F(ReadWriteTest, ProtectFieldsRejected) {
   for (uint8_t prot = 1; prot < 8; ++prot) {
-    CommandResult r = Exec(Cdb10(0x2A, 0, 1, static_cast<uint8_t>(prot << 5)), Bytes(kBlock, 1));
+    CommandResult r = Exec(Write10(0, 1, static_cast<uint8_t>(prot << 5)), Bytes(kBlock, 1));
     EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
     EXPECT_TRUE(HasFieldPointer(r, true, 1, 7));
     Bytes out;
-    r = ExecIn(Cdb16(0x88, 0, 1, static_cast<uint8_t>(prot << 5)), kBlock, &out);
+    r = ExecIn(Read16(0, 1, static_cast<uint8_t>(prot << 5)), kBlock, &out);
     EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   }
   EXPECT_EQ(Read(0, 1), Bytes(kBlock, 0));
@@ -82,13 +82,13 @@ TEST_F(ReadWriteTest, ProtectFieldsRejected) {
 TEST_F(ReadWriteTest, TransferAboveMaximumRejected) {
   const uint32_t max = lu_->limits().max_transfer_blocks;
   Bytes out;
-  CommandResult r = ExecIn(Cdb16(0x88, 0, max + 1), 0, &out);
+  CommandResult r = ExecIn(Read16(0, max + 1), 0, &out);
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   EXPECT_TRUE(HasFieldPointer(r, true, 10));
 }
 
 TEST_F(ReadWriteTest, ShortDataOutRejectedWithoutWriting) {
-  CommandResult r = Exec(Cdb10(0x2A, 0, 2), Bytes(kBlock, 7));
+  CommandResult r = Exec(Write10(0, 2), Bytes(kBlock, 7));
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   EXPECT_EQ(Read(0, 2), Bytes(2 * kBlock, 0));
 }
@@ -96,7 +96,7 @@ TEST_F(ReadWriteTest, ShortDataOutRejectedWithoutWriting) {
 TEST_F(ReadWriteTest, ShortDataInBufferGetsWhatFits) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(2 * kBlock, 9))));
   Bytes out;
-  CommandResult r = ExecIn(Cdb10(0x28, 0, 2), kBlock + 100, &out);
+  CommandResult r = ExecIn(Read10(0, 2), kBlock + 100, &out);
   EXPECT_TRUE(IsGood(r));
   EXPECT_EQ(r.data_in_length, kBlock + 100);
   const Bytes full = Pattern(2 * kBlock, 9);
@@ -109,14 +109,14 @@ TEST_F(ReadWriteTest, ScatteredIovecsWork) {
   for (size_t off = 0; off < data.size(); off += 300) {
     iov.push_back(iovec{data.data() + off, std::min<size_t>(300, data.size() - off)});
   }
-  Bytes cdb = Cdb10(0x2A, 40, 4);
+  Bytes cdb = Write10(40, 4);
   ASSERT_TRUE(IsGood(lu_->Execute(cdb, iov)));
   Bytes back(4 * kBlock);
   std::vector<iovec> in;
   for (size_t off = 0; off < back.size(); off += 700) {
     in.push_back(iovec{back.data() + off, std::min<size_t>(700, back.size() - off)});
   }
-  Bytes rcdb = Cdb10(0x28, 40, 4);
+  Bytes rcdb = Read10(40, 4);
   ASSERT_TRUE(IsGood(lu_->Execute(rcdb, in)));
   EXPECT_EQ(back, data);
 }

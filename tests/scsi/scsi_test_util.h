@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Shared fixture and CDB builders for the SCSI layer tests: a real store pool
+// Shared fixture for the SCSI layer tests: a real store pool
 // on the store's in-memory FaultInjectionEnv, one or more LogicalUnits in a
 // private LunDirectory, and helpers that drive LogicalUnit::Execute with raw
-// CDB bytes.
+// CDB bytes (built by tests/common/cdb_builder.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,35 +17,40 @@
 #include "handler/scsi/lun_directory.h"
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
+#include "tests/common/cdb_builder.h"
 
 namespace cowstore::scsi::testing {
 
-using Bytes = std::vector<uint8_t>;
+namespace cdb = ::cowstore::testing::cdb;
 
-// CDB builders (big-endian fields filled in, everything else zero).
-Bytes Cdb6(uint8_t op, uint32_t lba, uint8_t len, uint8_t byte1 = 0);
-Bytes Cdb10(uint8_t op, uint32_t lba, uint16_t len, uint8_t byte1 = 0);
-Bytes Cdb12(uint8_t op, uint32_t lba, uint32_t len, uint8_t byte1 = 0);
-Bytes Cdb16(uint8_t op, uint64_t lba, uint32_t len, uint8_t byte1 = 0);
-Bytes CompareAndWriteCdb(uint64_t lba, uint8_t blocks, uint8_t byte1 = 0);
-Bytes UnmapCdb(uint16_t param_len);
-Bytes UnmapParams(const std::vector<std::pair<uint64_t, uint32_t>>& ranges);
-Bytes GetLbaStatusCdb(uint64_t lba, uint32_t alloc);
-Bytes ReadCapacity16Cdb(uint32_t alloc = 32);
-Bytes InquiryCdb(bool evpd, uint8_t page, uint16_t alloc);
-Bytes XcopyCdb(uint32_t param_len);
-Bytes ReceiveCopyResultsCdb(uint8_t sa, uint8_t list_id, uint32_t alloc);
-
-// EXTENDED COPY (LID1) parameter list builder.
-struct XcopyList {
-  uint8_t list_id = 0;
-  uint8_t list_id_usage = 3;  // 11b: no list ID
-  std::vector<Bytes> cscds;
-  std::vector<Bytes> segments;
-  Bytes Build() const;
-};
-Bytes IdentCscd(const Naa& naa, uint32_t block_length = 512);
-Bytes BlockSegment(uint16_t src, uint16_t dst, uint16_t blocks, uint64_t src_lba, uint64_t dst_lba);
+// CDBs and parameter lists: the shared builder (named into this namespace,
+// so the SCSI layer's own names cannot hide them).
+using cdb::Bytes;
+using cdb::Cdb6;
+using cdb::Cdb10;
+using cdb::Cdb12;
+using cdb::Cdb16;
+using cdb::Read6;
+using cdb::Write6;
+using cdb::Read10;
+using cdb::Write10;
+using cdb::Read12;
+using cdb::Write12;
+using cdb::Read16;
+using cdb::Write16;
+using cdb::WriteSame10;
+using cdb::WriteSame16;
+using cdb::CompareAndWrite;
+using cdb::Unmap;
+using cdb::UnmapParams;
+using cdb::GetLbaStatus;
+using cdb::ReadCapacity16;
+using cdb::Inquiry;
+using cdb::ExtendedCopy;
+using cdb::ReceiveCopyResults;
+using cdb::XcopyList;
+using cdb::IdentCscd;
+using cdb::BlockSegment;
 
 Bytes Pattern(size_t n, uint8_t seed);
 

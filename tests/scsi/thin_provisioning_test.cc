@@ -56,11 +56,11 @@ TEST_F(ThinProvisioningTest, OutOfSpaceIsDataProtectAndNothingWritten) {
   EXPECT_EQ(Read(written * kAuBlocks, kAuBlocks), Bytes(kAuBlocks * kBlock, 0));
   EXPECT_GE(lu_->counters().no_space_errors.load(), 1u);
   // Other write paths report the same.
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x93, written * kAuBlocks, 10), Bytes(kBlock, 9)),
+  EXPECT_TRUE(HasSense(Exec(WriteSame16(written * kAuBlocks, 10), Bytes(kBlock, 9)),
                        SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
   // Free space with UNMAP, then the write succeeds.
   Bytes p = UnmapParams({{0, 2 * kAuBlocks}});
-  ASSERT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  ASSERT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
   EXPECT_TRUE(IsGood(Write(written * kAuBlocks, Bytes(kAuBlocks * kBlock, 0xAB))));
   EXPECT_EQ(Read(written * kAuBlocks, 1), Bytes(kBlock, 0xAB));
   EXPECT_EQ(Read(2 * kAuBlocks, 1), Bytes(kBlock, 3));  // earlier data intact
@@ -153,7 +153,7 @@ TEST_F(ThinProvisioningTest, CompareAndWriteOutOfSpace) {
   const uint64_t written = FillPool(&last);
   Bytes d(2 * kBlock, 0);
   d[kBlock] = 1;
-  CommandResult r = Exec(CompareAndWriteCdb(written * kAuBlocks + 5, 1), d);
+  CommandResult r = Exec(CompareAndWrite(written * kAuBlocks + 5, 1), d);
   EXPECT_TRUE(HasSense(r, SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
   EXPECT_EQ(Read(written * kAuBlocks + 5, 1), Bytes(kBlock, 0));
 }

@@ -17,7 +17,7 @@ class WriteSameTest : public ScsiTest {
   // Status of the first descriptor of GET LBA STATUS at lba: 0 mapped, 1 deallocated.
   std::pair<uint8_t, uint32_t> LbaStatus(uint64_t lba) {
     Bytes d;
-    EXPECT_TRUE(IsGood(ExecIn(GetLbaStatusCdb(lba, 24), 24, &d)));
+    EXPECT_TRUE(IsGood(ExecIn(GetLbaStatus(lba, 24), 24, &d)));
     EXPECT_EQ(d.size(), 24u);
     EXPECT_EQ(Be64(&d[8]), lba);
     return {d[8 + 12], Be32(&d[8 + 8])};
@@ -26,8 +26,8 @@ class WriteSameTest : public ScsiTest {
 
 TEST_F(WriteSameTest, PatternFillsRangeBothCdbs) {
   Bytes blk = Pattern(kBlock, 1);
-  ASSERT_TRUE(IsGood(Exec(Cdb10(0x41, 3, 5), blk)));
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, 8, 300), blk)));
+  ASSERT_TRUE(IsGood(Exec(WriteSame10(3, 5), blk)));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(8, 300), blk)));
   Bytes got = Read(3, 305);
   for (size_t i = 0; i < 305; ++i) {
     ASSERT_EQ(Bytes(got.begin() + i * kBlock, got.begin() + (i + 1) * kBlock), blk) << i;
@@ -40,7 +40,7 @@ TEST_F(WriteSameTest, ZerosDeallocateWholeUnitsAndZeroEdges) {
   const uint64_t mapped = LunMapped();
   EXPECT_EQ(mapped, 4u << 20);
   // From mid-AU 0 to mid-AU 3: AUs 1 and 2 become unmapped.
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, kAuBlocks / 2, 3 * kAuBlocks), Bytes(kBlock, 0))));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(kAuBlocks / 2, 3 * kAuBlocks), Bytes(kBlock, 0))));
   EXPECT_EQ(LunMapped(), 2u << 20);
   EXPECT_EQ(Read(kAuBlocks / 2, 3 * kAuBlocks), Bytes(3 * kAuBlocks * kBlock, 0));
   EXPECT_NE(Read(kAuBlocks / 2 - 1, 1), Bytes(kBlock, 0));
@@ -49,67 +49,67 @@ TEST_F(WriteSameTest, ZerosDeallocateWholeUnitsAndZeroEdges) {
 
 TEST_F(WriteSameTest, UnmapBitUnalignedEdgesStillReadZeros) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(2 * kAuBlocks * kBlock, 3))));
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, 1, kAuBlocks, 0x08), Bytes(kBlock, 0))));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(1, kAuBlocks, 0x08), Bytes(kBlock, 0))));
   EXPECT_EQ(Read(1, kAuBlocks), Bytes(kAuBlocks * kBlock, 0));
-  ASSERT_TRUE(IsGood(Exec(Cdb10(0x41, 7, 3, 0x08), Bytes(kBlock, 0))));
+  ASSERT_TRUE(IsGood(Exec(WriteSame10(7, 3, 0x08), Bytes(kBlock, 0))));
 }
 
 TEST_F(WriteSameTest, UnmapBitWithNonZeroPatternWritesThePattern) {
   Bytes blk = Pattern(kBlock, 4);
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, 0, 4, 0x08), blk)));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(0, 4, 0x08), blk)));
   EXPECT_EQ(Read(3, 1), blk);
 }
 
 TEST_F(WriteSameTest, NdobMeansZeros) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(8 * kBlock, 5))));
-  ASSERT_TRUE(IsGood(Exec(Cdb16(0x93, 2, 4, 0x01))));
+  ASSERT_TRUE(IsGood(Exec(WriteSame16(2, 4, 0x01))));
   EXPECT_EQ(Read(2, 4), Bytes(4 * kBlock, 0));
   EXPECT_NE(Read(6, 1), Bytes(kBlock, 0));
 }
 
 TEST_F(WriteSameTest, ZeroBlocksRejectedBecauseWsnz) {
-  CommandResult r = Exec(Cdb16(0x93, 0, 0), Bytes(kBlock, 0));
+  CommandResult r = Exec(WriteSame16(0, 0), Bytes(kBlock, 0));
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   EXPECT_TRUE(HasFieldPointer(r, true, 10));
-  EXPECT_TRUE(HasSense(Exec(Cdb10(0x41, 0, 0), Bytes(kBlock, 0)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(WriteSame10(0, 0), Bytes(kBlock, 0)), SenseKey::kIllegalRequest,
                        asc::kInvalidFieldInCdb));
 }
 
 TEST_F(WriteSameTest, MaximumWriteSameLength) {
   const uint64_t max = lu_->limits().max_write_same_blocks;
   if (max + 1 <= 0xFFFFFFFFu) {
-    CommandResult r = Exec(Cdb16(0x93, 0, static_cast<uint32_t>(max + 1)), Bytes(kBlock, 0));
+    CommandResult r = Exec(WriteSame16(0, static_cast<uint32_t>(max + 1)), Bytes(kBlock, 0));
     EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
   }
   const uint64_t n = std::min<uint64_t>(max, blocks());
-  EXPECT_TRUE(IsGood(Exec(Cdb16(0x93, blocks() - n, static_cast<uint32_t>(n)), Bytes(kBlock, 0))));
+  EXPECT_TRUE(IsGood(Exec(WriteSame16(blocks() - n, static_cast<uint32_t>(n)), Bytes(kBlock, 0))));
 }
 
 TEST_F(WriteSameTest, BeyondEndIsLbaOutOfRange) {
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x93, blocks() - 1, 2), Bytes(kBlock, 0)),
+  EXPECT_TRUE(HasSense(Exec(WriteSame16(blocks() - 1, 2), Bytes(kBlock, 0)),
                        SenseKey::kIllegalRequest, asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x93, 1ull << 63, 1), Bytes(kBlock, 0)),
+  EXPECT_TRUE(HasSense(Exec(WriteSame16(1ull << 63, 1), Bytes(kBlock, 0)),
                        SenseKey::kIllegalRequest, asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(Exec(Cdb10(0x41, static_cast<uint32_t>(blocks()), 1), Bytes(kBlock, 0)),
+  EXPECT_TRUE(HasSense(Exec(WriteSame10(static_cast<uint32_t>(blocks()), 1), Bytes(kBlock, 0)),
                        SenseKey::kIllegalRequest, asc::kLbaOutOfRange));
 }
 
 TEST_F(WriteSameTest, UnsupportedBitsRejectedWithPointers) {
   struct Case { uint8_t byte1; int bit; };
   for (Case c : {Case{0x10, 4}, Case{0x04, 2}, Case{0x02, 1}, Case{0x20, 7}, Case{0xE0, 7}}) {
-    CommandResult r = Exec(Cdb16(0x93, 0, 1, c.byte1), Bytes(kBlock, 1));
+    CommandResult r = Exec(WriteSame16(0, 1, c.byte1), Bytes(kBlock, 1));
     EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb)) << int(c.byte1);
     EXPECT_TRUE(HasFieldPointer(r, true, 1, c.bit)) << int(c.byte1);
   }
-  EXPECT_TRUE(HasSense(Exec(Cdb10(0x41, 0, 1, 0x01), Bytes(kBlock, 1)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(WriteSame10(0, 1, 0x01), Bytes(kBlock, 1)), SenseKey::kIllegalRequest,
                        asc::kInvalidFieldInCdb));
   EXPECT_EQ(Read(0, 1), Bytes(kBlock, 0));
 }
 
 TEST_F(WriteSameTest, WrongDataOutSizeRejected) {
-  EXPECT_TRUE(HasSense(Exec(Cdb10(0x41, 0, 1, 0x08), Bytes(kBlock / 2, 0)),
+  EXPECT_TRUE(HasSense(Exec(WriteSame10(0, 1, 0x08), Bytes(kBlock / 2, 0)),
                        SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
-  EXPECT_TRUE(HasSense(Exec(Cdb16(0x93, 0, 1), Bytes(2 * kBlock, 1)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(WriteSame16(0, 1), Bytes(2 * kBlock, 1)), SenseKey::kIllegalRequest,
                        asc::kInvalidFieldInCdb));
   EXPECT_EQ(Read(0, 1), Bytes(kBlock, 0));
 }
@@ -123,7 +123,7 @@ TEST_F(UnmapTest, ManyDescriptorsReturnSpaceAndReadZeros) {
   for (uint64_t au = 0; au < 8; au += 2) ranges.push_back({au * kAuBlocks, kAuBlocks});
   ranges.push_back({kAuBlocks + 3, 5});  // unaligned piece inside AU 1
   Bytes p = UnmapParams(ranges);
-  ASSERT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  ASSERT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
   EXPECT_EQ(pool_->Space().free_units, free_before + 4);
   EXPECT_EQ(Read(0, kAuBlocks), Bytes(kAuBlocks * kBlock, 0));
   EXPECT_EQ(Read(kAuBlocks + 3, 5), Bytes(5 * kBlock, 0));
@@ -135,31 +135,31 @@ TEST_F(UnmapTest, OneToManyBlocksAtStartReadZeros) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(256 * kBlock, 7))));
   for (uint32_t i = 1; i <= 256; i *= 2) {
     Bytes p = UnmapParams({{0, i}});
-    ASSERT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+    ASSERT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
     EXPECT_EQ(Read(0, i), Bytes(size_t{i} * kBlock, 0));
   }
 }
 
 TEST_F(UnmapTest, EmptyAndZeroLengthDescriptorsAreGood) {
-  EXPECT_TRUE(IsGood(Exec(UnmapCdb(0))));
+  EXPECT_TRUE(IsGood(Exec(Unmap(0))));
   Bytes p = UnmapParams({{5, 0}});
-  EXPECT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  EXPECT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
   p = UnmapParams({});
-  EXPECT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  EXPECT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
 }
 
 TEST_F(UnmapTest, ShortParameterListIsLengthError) {
   Bytes p(6, 0);
-  EXPECT_TRUE(HasSense(Exec(UnmapCdb(6), p), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(Unmap(6), p), SenseKey::kIllegalRequest,
                        asc::kParameterListLengthError));
-  EXPECT_TRUE(HasSense(Exec(UnmapCdb(24), Bytes(8, 0)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(Unmap(24), Bytes(8, 0)), SenseKey::kIllegalRequest,
                        asc::kParameterListLengthError));
 }
 
 TEST_F(UnmapTest, OutOfRangeDescriptorChangesNothing) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(kBlock, 8))));
   Bytes p = UnmapParams({{0, 1}, {blocks() - 1, 2}});
-  EXPECT_TRUE(HasSense(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(Unmap(static_cast<uint16_t>(p.size())), p), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
   EXPECT_EQ(Read(0, 1), Pattern(kBlock, 8));
 }
@@ -168,19 +168,19 @@ TEST_F(UnmapTest, LimitsEnforcedAsAdvertised) {
   const Limits l = lu_->limits();
   std::vector<std::pair<uint64_t, uint32_t>> many(l.max_unmap_descriptors + 1, {0, 1});
   Bytes p = UnmapParams(many);
-  CommandResult r = Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p);
+  CommandResult r = Exec(Unmap(static_cast<uint16_t>(p.size())), p);
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInParameterList));
   many.pop_back();
   p = UnmapParams(many);
-  EXPECT_TRUE(IsGood(Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p)));
+  EXPECT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
   p = UnmapParams({{0, l.max_unmap_blocks + 1}});
-  r = Exec(UnmapCdb(static_cast<uint16_t>(p.size())), p);
+  r = Exec(Unmap(static_cast<uint16_t>(p.size())), p);
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInParameterList));
   EXPECT_TRUE(HasFieldPointer(r, false, 16));
 }
 
 TEST_F(UnmapTest, AnchorRejected) {
-  Bytes cdb = UnmapCdb(24);
+  Bytes cdb = Unmap(24);
   cdb[1] = 1;
   CommandResult r = Exec(cdb, UnmapParams({{0, 1}}));
   EXPECT_TRUE(HasSense(r, SenseKey::kIllegalRequest, asc::kInvalidFieldInCdb));
@@ -192,7 +192,7 @@ class LbaStatusTest : public WriteSameTest {};
 TEST_F(LbaStatusTest, ReportsMappedAndDeallocatedRuns) {
   ASSERT_TRUE(IsGood(Write(kAuBlocks, Pattern(kBlock, 9))));
   Bytes d;
-  ASSERT_TRUE(IsGood(ExecIn(GetLbaStatusCdb(0, 1024), 1024, &d)));
+  ASSERT_TRUE(IsGood(ExecIn(GetLbaStatus(0, 1024), 1024, &d)));
   ASSERT_GE(d.size(), 8u + 3 * 16);
   EXPECT_EQ(Be32(&d[0]) + 4, d.size());
   EXPECT_EQ(Be64(&d[8]), 0u);
@@ -214,18 +214,18 @@ TEST_F(LbaStatusTest, StartsAtRequestedLbaNearEnd) {
 }
 
 TEST_F(LbaStatusTest, BeyondEndRejected) {
-  EXPECT_TRUE(HasSense(Exec(GetLbaStatusCdb(blocks(), 24)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(GetLbaStatus(blocks(), 24)), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
-  EXPECT_TRUE(HasSense(Exec(GetLbaStatusCdb(~0ull, 24)), SenseKey::kIllegalRequest,
+  EXPECT_TRUE(HasSense(Exec(GetLbaStatus(~0ull, 24)), SenseKey::kIllegalRequest,
                        asc::kLbaOutOfRange));
 }
 
 TEST_F(LbaStatusTest, SmallAllocationLength) {
   Bytes d;
-  CommandResult r = ExecIn(GetLbaStatusCdb(0, 16), 16, &d);
+  CommandResult r = ExecIn(GetLbaStatus(0, 16), 16, &d);
   EXPECT_TRUE(IsGood(r));
   EXPECT_EQ(d.size(), 16u);
-  EXPECT_TRUE(IsGood(ExecIn(GetLbaStatusCdb(0, 0), 0, &d)));
+  EXPECT_TRUE(IsGood(ExecIn(GetLbaStatus(0, 0), 0, &d)));
 }
 
 }  // namespace

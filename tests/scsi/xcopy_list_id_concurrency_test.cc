@@ -150,7 +150,7 @@ TEST_F(XcopyInitiatorsTest, CollidingListIdsInEveryUsage) {
         planned_held.insert({to, list_id, bytes});
       }
       Bytes p = l.Build();
-      CommandResult r = Exec(*lus_[to], XcopyCdb(static_cast<uint32_t>(p.size())), p);
+      CommandResult r = Exec(*lus_[to], ExtendedCopy(static_cast<uint32_t>(p.size())), p);
       if (!r.good()) {
         refused++;
         continue;
@@ -161,7 +161,7 @@ TEST_F(XcopyInitiatorsTest, CollidingListIdsInEveryUsage) {
       }
       if (usage != 0) continue;
       Bytes d;
-      CommandResult s = ExecIn(*lus_[to], ReceiveCopyResultsCdb(0x00, list_id, 64), 64, &d);
+      CommandResult s = ExecIn(*lus_[to], ReceiveCopyResults(0x00, list_id, 64), 64, &d);
       if (!s.good()) {
         bad_status++;  // our own held copy just finished: something must answer
         continue;
@@ -190,7 +190,7 @@ TEST_F(XcopyInitiatorsTest, CollidingListIdsInEveryUsage) {
   EXPECT_EQ(held.size(), 4u);  // the plan holds every list ID on both LUs
   for (const auto& [lu, id] : held) {
     Bytes d;
-    CommandResult s = ExecIn(*lus_[lu], ReceiveCopyResultsCdb(0x00, id, 64), 64, &d);
+    CommandResult s = ExecIn(*lus_[lu], ReceiveCopyResults(0x00, id, 64), 64, &d);
     ASSERT_TRUE(IsGood(s)) << lu << " " << int(id);
     EXPECT_EQ(d[4] & 0x7F, 0x01);
     EXPECT_TRUE(planned_held.count({lu, id, uint64_t{Be32(&d[8])} << (10 * d[7])}));

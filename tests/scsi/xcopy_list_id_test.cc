@@ -265,7 +265,7 @@ class XcopyListIdTest : public ScsiTest {
   }
   CommandResult Xcopy(LogicalUnit& lu, const XcopyList& l) {
     Bytes p = l.Build();
-    return Exec(lu, XcopyCdb(static_cast<uint32_t>(p.size())), p);
+    return Exec(lu, ExtendedCopy(static_cast<uint32_t>(p.size())), p);
   }
   // A copy inside `lu` of `blocks` from LBA 0 to `dst`.
   CommandResult CopyWithin(LogicalUnit& lu, uint8_t id, uint8_t usage, uint16_t blocks,
@@ -275,7 +275,7 @@ class XcopyListIdTest : public ScsiTest {
   CopyStatusData Status(LogicalUnit& lu, uint8_t id) {
     CopyStatusData s;
     Bytes d;
-    s.result = ExecIn(lu, ReceiveCopyResultsCdb(0x00, id, 64), 64, &d);
+    s.result = ExecIn(lu, ReceiveCopyResults(0x00, id, 64), 64, &d);
     if (s.result.good() && d.size() >= 12) {
       s.status = d[4] & 0x7F;
       s.segments = Be16(&d[5]);
@@ -284,7 +284,7 @@ class XcopyListIdTest : public ScsiTest {
     return s;
   }
   CommandResult FailedSegmentDetails(LogicalUnit& lu, uint8_t id, Bytes* d) {
-    return ExecIn(lu, ReceiveCopyResultsCdb(0x04, id, 256), 256, d);
+    return ExecIn(lu, ReceiveCopyResults(0x04, id, 256), 256, d);
   }
   // Starts an EXTENDED COPY of `blocks` from the gated LU g to `to` (sent to
   // `to`) and returns once it is parked in its first read of g: from then

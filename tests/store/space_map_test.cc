@@ -188,10 +188,14 @@ TEST_F(SpaceMapTest, FreedAusWaitForTheirRecordThenRelease) {
   ASSERT_EQ(ready.size(), 1u);  // one merged run
   EXPECT_EQ(ready[0].phys, 2u);
   EXPECT_EQ(ready[0].n, 2u);
-  EXPECT_FALSE(m_.has_pending());
   EXPECT_EQ(m_.state(2), AuState::kPending);  // until released
+  EXPECT_EQ(m_.releasing_units(), 2u);
+  EXPECT_EQ(m_.pending_units(), 2u);
+  EXPECT_TRUE(m_.has_pending());  // they will be free without a new record
 
   m_.Release(ready[0], /*zeroed=*/true);
+  EXPECT_FALSE(m_.has_pending());
+  EXPECT_EQ(m_.releasing_units(), 0u);
   EXPECT_EQ(m_.state(2), AuState::kFree);
   EXPECT_EQ(m_.free().runs(), (Runs{{2, 2}, {5, 11}}));
 }
@@ -207,6 +211,8 @@ TEST_F(SpaceMapTest, PendingIsReleasedByTagOnly) {
     n += r.n;
   }
   EXPECT_EQ(n, 2u);  // AUs 2 and 3
+  EXPECT_EQ(m_.pending_units(), 3u);  // 2 releasing, 1 waiting
+  for (const PendingRun& r : ready) m_.Release(r, true);
   EXPECT_EQ(m_.pending_units(), 1u);
   EXPECT_EQ(m_.state(4), AuState::kPending);
   ready = m_.TakeReleasable(9);
@@ -214,7 +220,38 @@ TEST_F(SpaceMapTest, PendingIsReleasedByTagOnly) {
   EXPECT_EQ(ready[0].phys, 4u);
   m_.Release(ready[0], /*zeroed=*/false);  // could not be zeroed
   EXPECT_EQ(m_.state(4), AuState::kQuarantine);
-  EXPECT_EQ(m_.free_units(), 11u);
+  EXPECT_EQ(m_.free_units(), 13u);
+}
+
+// Frees interleaved across records and out of AU order come back as one run
+// per physical stretch (one hole punch each), in AU order.
+TEST_F(SpaceMapTest, ReleasableRunsAreMergedInAuOrder) {
+  V got;
+  ASSERT_TRUE(m_.Reserve(3, &got));  // AUs 5, 6, 7: now 2..7 are mapped
+  m_.Mapped(got);
+  m_.Inc(5, 3);
+  m_.Dec(6, 1, 5);
+  m_.Dec(4, 1, 6);
+  m_.Dec(2, 1, 7);
+  m_.Dec(5, 1, 8);
+  m_.Dec(3, 1, 9);
+  m_.Inc(7, 1);
+  m_.Dec(7, 1, 9);  // AU 7 keeps its reference
+  auto ready = m_.TakeReleasable(8);  // records 5..8: AUs 6, 4, 2, 5
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0].phys, 2u);
+  EXPECT_EQ(ready[0].n, 1u);
+  EXPECT_EQ(ready[1].phys, 4u);
+  EXPECT_EQ(ready[1].n, 3u);
+  EXPECT_EQ(m_.releasing_units(), 4u);
+  for (const PendingRun& r : ready) m_.Release(r, true);
+  ready = m_.TakeReleasable(9);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, 3u);
+  m_.Release(ready[0], true);
+  EXPECT_FALSE(m_.has_pending());
+  EXPECT_EQ(m_.refs(7), 1u);
+  EXPECT_EQ(m_.free().runs(), (Runs{{2, 5}, {8, 8}}));
 }
 
 TEST_F(SpaceMapTest, UnsharedAuIsNotWrittenInPlaceUntilItsRecordIsDurable) {

@@ -98,8 +98,9 @@ void AddBackstoreCommands(CommandLine& cl) {
   bc->add_option("lun", lref, "POOL/LUN")->required();
   AddBackstoreOptions(bc, bsa, false);
   bc->callback([&] { BackstoreCreate(ctx, lref, bsa); });
-  bsc->add_subcommand("list", "List cowstore backstores")->callback([&] { BackstoreList(ctx); });
+  bsc->add_subcommand("list", "List cowstore backstores")->alias("ls")->callback([&] { BackstoreList(ctx); });
   auto* bd = bsc->add_subcommand("delete", "Delete a LUN's backstore (refused while exported unless --force)");
+  bd->alias("rm");
   bd->add_option("lun", lref, "POOL/LUN")->required();
   bd->add_flag("--force", lforce, "Unexport first");
   bd->callback([&] {

@@ -54,6 +54,7 @@ void AddVaaiCommands(CommandLine& cl);       // cmd_vaai.cc: vaai status
 void AddTopCommand(CommandLine& cl);         // cmd_top.cc: top
 void AddMetricsCommand(CommandLine& cl);     // cmd_metrics.cc: metrics (Prometheus text format)
 void AddConfigCommands(CommandLine& cl);     // cmd_config.cc: save, restore
+void AddLsCommand(CommandLine& cl);          // cmd_ls.cc: ls (the whole tree)
 
 // ---------------------------------------------------------------- output (cmd_common.cc)
 
@@ -67,16 +68,17 @@ std::optional<Backstore> BackstoreOf(const Context& ctx, const LunRef& ref);
 std::string LunNaa(const store::LunInfo& l, const std::optional<Backstore>& bs);
 Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs);
 
-// Opens a pool, retrying while it is briefly busy (the handler closing it).
+// Opens a pool and runs fn on it, again while the store (or the handler,
+// through its control reply) says kBusy: the handler is briefly closing the
+// LUN. Any other error, whatever its words, is thrown at once.
 template <typename F>
 auto WithPool(const Context& ctx, const std::string& pool, F&& fn) {
   for (int attempt = 0;; ++attempt) {
     auto h = OpenPool(ctx, pool);
     try {
       return fn(*h);
-    } catch (const UserError& e) {
-      bool busy = std::string(e.what()).find("in use") != std::string::npos;
-      if (!busy || attempt >= 25) throw;
+    } catch (const StoreError& e) {
+      if (e.code() != store::Code::kBusy || attempt >= 25) throw;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

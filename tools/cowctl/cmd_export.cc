@@ -174,7 +174,7 @@ void AddExportCommands(CommandLine& cl) {
   elp->add_option("lun", lref, "POOL/LUN")->required();
   AddBackstoreOptions(elp, bsa, false);
   elp->callback([&] { ExportLoop(ctx, lref, bsa); });
-  ex->add_subcommand("list", "List exports of cowstore LUNs")->callback([&] { ExportList(ctx); });
+  ex->add_subcommand("list", "List exports of cowstore LUNs")->alias("ls")->callback([&] { ExportList(ctx); });
   auto& with_bs = cl.Keep(false);
   auto* ue = cl.app.add_subcommand("unexport", "Remove every iSCSI/loopback export of a LUN");
   ue->add_option("lun", lref, "POOL/LUN")->required();

@@ -319,6 +319,7 @@ void AddLunCommands(CommandLine& cl) {
   });
   auto& lpool = cl.Keep(std::string());
   auto* ll = lun->add_subcommand("list", "List LUNs (of one pool or all)");
+  ll->alias("ls");
   ll->add_option("pool", lpool, "Pool name");
   ll->callback([&] { LunList(ctx, lpool); });
   auto* lsh = lun->add_subcommand("show", "Show a LUN");
@@ -331,6 +332,7 @@ void AddLunCommands(CommandLine& cl) {
   lr->add_flag("--overcommit", overcommit, "Allow the pool's LUNs to total more than the pool can hold");
   lr->callback([&] { LunResize(ctx, lref, lsize, lforce, overcommit); });
   auto* ld = lun->add_subcommand("delete", "Delete a LUN (refused while exported unless --force)");
+  ld->alias("rm");
   ld->add_option("lun", lref, "POOL/LUN")->required();
   ld->add_flag("--force", lforce, "Unexport and delete its backstore first");
   ld->callback([&] { LunDelete(ctx, lref, lforce); });

@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
+#include <string>
 
 #include "handler/store/env.h"
 #include "handler/store/names.h"
@@ -63,8 +65,7 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   // (An Env that cannot tell leaves it to the store's own errors.)
   if (auto b = store::DefaultEnv()->BackingOf(target); b.ok()) {
     ApplyOvercommitRule(PoolPromise(a.name, po.size_bytes, *b), a.overcommit);
-  }
-  if (target != entry) {
+  }  if (target != entry) {
     if (::symlink(target.c_str(), entry.c_str()) != 0) {
       throw UserError("cannot create " + entry + ": " + std::strerror(errno));
     }
@@ -171,6 +172,49 @@ void PoolShow(const Context& ctx, const std::string& name) {
     human += "\n" + t.Render();
   }
   Emit(ctx, j, human);
+}
+
+// The documented recovery for committed journal records that are damaged
+// (docs/design/store.md, "Recovery"): says exactly which operations are given
+// up, asks (or takes --yes), then opens the pool dropping them.
+int PoolRepair(const Context& ctx, const std::string& name, bool yes) {
+  std::string path = PoolPath(ctx, name);
+  auto plan = store::Pool::RepairJournal(store::DefaultEnv(), path, false);
+  if (!plan.ok()) {
+    if (plan.status().code() == Code::kBusy)
+      throw UserError("pool '" + name + "' is in use (served by tcmu-runner?): stop serving it before a repair");
+    Fail(plan.status(), "repairing pool '" + name + "'");
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  Json dropped = Json::array();
+  for (const auto& d : plan->dropped) dropped.push_back(d);
+  j["dropped"] = dropped;
+  if (!plan->damaged) {
+    j["repaired"] = false;
+    Emit(ctx, j, "pool " + name + ": the journal is intact; --repair fixes nothing else\n");
+    return 1;
+  }
+  std::string list = "pool " + name + ": the journal is damaged at offset " + std::to_string(plan->offset) +
+                     " (LSN " + std::to_string(plan->lsn) + "). Repairing gives up these " +
+                     std::to_string(plan->dropped.size()) + " committed operation(s):\n";
+  for (const auto& d : plan->dropped) list += "  " + d + "\n";
+  if (!yes) {
+    if (ctx.json || ::isatty(0) != 1)
+      throw UserError("pool '" + name + "': the repair drops " + std::to_string(plan->dropped.size()) +
+                      " committed operation(s) (see 'cowctl pool check " + name +
+                      " --repair' on a terminal); confirm with --yes");
+    std::cerr << list << "Type 'drop' to give them up and open the pool: " << std::flush;
+    std::string answer;
+    std::getline(std::cin, answer);
+    if (answer != "drop") throw UserError("repair of pool '" + name + "' cancelled: nothing changed");
+  }
+  auto done = store::Pool::RepairJournal(store::DefaultEnv(), path, true);
+  if (!done.ok()) Fail(done.status(), "repairing pool '" + name + "'");
+  j["repaired"] = true;
+  Emit(ctx, j, (yes ? list : std::string()) + "pool " + name + ": repaired; " +
+                   std::to_string(done->dropped.size()) + " operation(s) dropped\n");
+  return 0;
 }
 
 int PoolCheck(const Context& ctx, const std::string& name) {
@@ -327,7 +371,7 @@ void AddPoolCommands(CommandLine& cl) {
       ->capture_default_str();
   pc->add_flag("--overcommit", pca.overcommit, "Allow a pool file larger than its filesystem's free space");
   pc->callback([&] { PoolCreate(ctx, pca); });
-  pool->add_subcommand("list", "List pools with their space")->callback([&] { PoolList(ctx); });
+  pool->add_subcommand("list", "List pools with their space")->alias("ls")->callback([&] { PoolList(ctx); });
   auto& pname = cl.Keep(std::string());
   auto& psize = cl.Keep(std::string());
   auto& pforce = cl.Keep(false);
@@ -336,7 +380,14 @@ void AddPoolCommands(CommandLine& cl) {
   ps->callback([&] { PoolShow(ctx, pname); });
   auto* pk = pool->add_subcommand("check", "Check a pool's metadata (data is not read: see scrub)");
   pk->add_option("name", pname, "Pool name")->required();
-  pk->callback([&] { rc = PoolCheck(ctx, pname); });
+  auto& prepair = cl.Keep(false);
+  auto& pyes = cl.Keep(false);
+  pk->add_flag("--repair", prepair, "Damaged journal: drop the operations after the damage (lists them, asks)");
+  pk->add_flag("--yes", pyes, "With --repair: do not ask");
+  pk->callback([&] {
+    rc = PoolCheck(ctx, pname);
+    if (prepair && rc != 0) rc = PoolRepair(ctx, pname, pyes) == 0 ? PoolCheck(ctx, pname) : 1;
+  });
   auto* psc = pool->add_subcommand("scrub", "Read every mapped block of a pool; report unreadable ranges by LUN");
   psc->add_option("name", pname, "Pool name")->required();
   psc->callback([&] { rc = PoolScrub(ctx, pname); });
@@ -345,6 +396,7 @@ void AddPoolCommands(CommandLine& cl) {
   pg->add_option("--size,-s", psize, "New size (file pools)");
   pg->callback([&] { PoolGrow(ctx, pname, psize); });
   auto* pd = pool->add_subcommand("delete", "Delete a pool and its file");
+  pd->alias("rm");
   pd->add_option("name", pname, "Pool name")->required();
   pd->add_flag("--force", pforce, "Delete even if it still holds LUNs");
   pd->callback([&] { PoolDelete(ctx, pname, pforce); });

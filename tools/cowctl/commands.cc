@@ -73,6 +73,7 @@ int Main(int argc, char** argv) {
   AddTopCommand(cl);
   AddMetricsCommand(cl);
   AddConfigCommands(cl);
+  AddLsCommand(cl);
 
   try {
     app.parse(argc, argv);

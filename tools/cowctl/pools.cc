@@ -283,7 +283,7 @@ PoolProbe ProbePool(const std::string& path) {
   }
   std::string msg = what + ": " + hint;
   if (!s.message().empty()) msg += " (" + s.message() + ")";
-  throw UserError(msg);
+  throw StoreError(s.code(), msg);
 }
 
 std::string PoolPath(const Context& ctx, const std::string& pool) {

@@ -67,7 +67,20 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
 // The socket of a pool the handler serves, or nullptr.
 std::unique_ptr<PoolHandle> ConnectPool(const Context& ctx, const std::string& pool);
 
-// A store error as one line for the user.
+// A store error (local, or as the handler's control reply named it), said
+// as one line for the user, with the store's code kept for the code that
+// acts on it (WithPool retries kBusy): decisions are made on the code, never
+// on the words.
+class StoreError : public UserError {
+ public:
+  StoreError(store::Code code, const std::string& what) : UserError(what), code_(code) {}
+  store::Code code() const { return code_; }
+
+ private:
+  store::Code code_;
+};
+
+// Throws StoreError: `what`, a hint for the code, and the store's message.
 [[noreturn]] void Fail(const store::Status& s, const std::string& what);
 
 std::string UuidHexString(const store::Uuid& id);  // WWN form

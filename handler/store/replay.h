@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reads a journal region the way recovery must (docs/design/store.md,
+// "Recovery rules"): the records to replay, and whether replay stopped at a
+// power-cut tear (normal: those records were never acknowledged) or at damage
+// to records that were durable (which must never be dropped silently).
+//
+// Pure: bytes in, verdict out. Recovery applies the records; this file only
+// decides which ones and why.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "handler/store/meta.h"
+
+namespace cowstore::store {
+
+struct JournalReplay {
+  std::vector<Record> records;  // consecutive LSNs from the start LSN, to apply in order
+  uint64_t end = 0;             // journal bytes holding them (where the next record goes)
+  uint64_t next_lsn = 0;        // the LSN replay expected at `end`
+
+  // Replay stopped at `end`, but a CRC-valid record further on vouches (its
+  // `proven` LSN) that the record expected at `end` had been durable: that
+  // record is damaged on the media and everything after it would be lost.
+  bool damaged = false;
+  // The record at `end` is CRC-valid but carries a later LSN than expected:
+  // the journal belongs to a newer superblock than the one being used.
+  bool newer_generation = false;
+  // With damaged or newer_generation: what opening anyway gives up, one line
+  // per record, the unreadable one first.
+  std::vector<std::string> lost;
+  std::string Explain() const;  // one line for the error message
+};
+
+// `j` is the whole journal region; `start_lsn` the superblock's.
+JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn);
+
+}  // namespace cowstore::store
