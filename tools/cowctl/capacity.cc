@@ -38,15 +38,13 @@ Promise LunPromise(const std::string& pool, const store::SpaceInfo& s, uint64_t 
   p.subject = "the LUNs of pool '" + pool + "'";
   p.promised = s.provisioned_bytes + added;
   if (p.promised < added) p.promised = UINT64_MAX;  // saturate
-  p.holdable = HoldableBytes(s);
-  if (p.holdable == s.pool_size_bytes) {
-    p.holder = "the pool (" + FormatSize(s.pool_size_bytes) + ")";
-    p.remedy = "grow the pool";
-  } else {
-    p.holder = "what the pool can hold (" + FormatSize(p.holdable) + ": " + BackingName(s) + " has " +
-               FormatSize(s.backing_free_bytes) + " free for its remaining " + FormatSize(RemainingGrowth(s)) + ")";
-    p.remedy = "free space under the pool";
-  }
+  // The pool's own size: thin on thin (a backing store short of the pool's
+  // growth) is the pool's promise, warned about when it is made (pool create)
+  // and shown by pool show/list and the soft threshold, not refused again at
+  // every LUN.
+  p.holdable = s.pool_size_bytes;
+  p.holder = "the pool (" + FormatSize(s.pool_size_bytes) + ")";
+  p.remedy = "grow the pool";
   return p;
 }
 

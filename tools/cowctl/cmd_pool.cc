@@ -61,11 +61,15 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   } else {
     made_file = true;
   }
-  // Thin on thin: a pool file may outgrow its filesystem only when asked.
-  // (An Env that cannot tell leaves it to the store's own errors.)
-  if (auto b = store::DefaultEnv()->BackingOf(target); b.ok()) {
-    ApplyOvercommitRule(PoolPromise(a.name, po.size_bytes, *b), a.overcommit);
-  }  if (target != entry) {
+  // Thin on thin: a sparse pool file larger than its filesystem's free space
+  // is legitimate (it grows as written), so it is warned about, not refused;
+  // --overcommit says the administrator knows. pool show/list and the soft
+  // threshold keep warning while it can outgrow the filesystem. (An Env that
+  // cannot tell leaves it to the store's own errors.)
+  if (auto b = store::DefaultEnv()->BackingOf(target); b.ok() && !a.overcommit) {
+    ApplyOvercommitRule(PoolPromise(a.name, po.size_bytes, *b), /*overcommit=*/true);
+  }
+  if (target != entry) {
     if (::symlink(target.c_str(), entry.c_str()) != 0) {
       throw UserError("cannot create " + entry + ": " + std::strerror(errno));
     }
@@ -369,7 +373,7 @@ void AddPoolCommands(CommandLine& cl) {
   pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
   pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
       ->capture_default_str();
-  pc->add_flag("--overcommit", pca.overcommit, "Allow a pool file larger than its filesystem's free space");
+  pc->add_flag("--overcommit", pca.overcommit, "Do not warn when the pool file is larger than its filesystem's free space");
   pc->callback([&] { PoolCreate(ctx, pca); });
   pool->add_subcommand("list", "List pools with their space")->alias("ls")->callback([&] { PoolList(ctx); });
   auto& pname = cl.Keep(std::string());
