@@ -45,6 +45,9 @@ fi
 tar -C "$OUT" -xf "$OUT/cowstore_$VERSION.orig.tar.xz"
 cp -r "$HERE/debian" "$SRC/debian"
 cp "$HERE/systemd/cowstore-restore.service" "$SRC/debian/cowstore.cowstore-restore.service"
+for u in service timer; do
+    cp "$HERE/systemd/cowstore-metrics.$u" "$SRC/debian/cowstore.cowstore-metrics.$u"
+done
 
 # 2. Source package, then the binaries from a clean unpack of it.
 (cd "$OUT" && dpkg-source -b "cowstore-$VERSION") >&2
@@ -81,6 +84,8 @@ if [ -n "$INSTALL_ROOT" ]; then
     check "man page" test -f "$INSTALL_ROOT/usr/share/man/man8/cowctl.8.gz"
     check "bash completion" test -f "$INSTALL_ROOT/usr/share/bash-completion/completions/cowctl"
     check "restore unit" test -f "$INSTALL_ROOT/lib/systemd/system/cowstore-restore.service"
+    check "metrics service and timer" test -f "$INSTALL_ROOT/lib/systemd/system/cowstore-metrics.service" -a \
+        -f "$INSTALL_ROOT/lib/systemd/system/cowstore-metrics.timer"
     check "config dir" test -d "$INSTALL_ROOT/etc/cowstore"
     check "pool dir" test -d "$INSTALL_ROOT/var/lib/cowstore/pools"
     check "no tcmu-runner file installed" bash -c "! dpkg-deb -c '$OUT/cowstore-handler_${DEBVER}_$ARCH.deb' | grep -qE 'libtcmu|\.h$'"

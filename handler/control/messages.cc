@@ -57,7 +57,12 @@ std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo&
   p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
   p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
   p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
-  p.Set("soft_threshold_units", s.soft_threshold_units);
+  p.Set("soft_threshold_units", s.soft_threshold_units).Set("provisioned_bytes", s.provisioned_bytes);
+  // Thin on thin; absent when the handler's Env cannot tell.
+  if (s.backing_known) {
+    p.Set("backing_grows", s.backing_grows ? 1 : 0).Set("backing_size", s.backing_size_bytes);
+    p.Set("backing_free", s.backing_free_bytes).Set("backing_short", s.backing_short ? 1 : 0);
+  }
   std::vector<Record> out{p};
   for (const auto& l : s.luns) out.push_back(EncodeLun(l));
   return out;
@@ -77,10 +82,19 @@ store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
       s.mapped_bytes = U64(r, "mapped_bytes");
       s.saved_bytes = U64(r, "saved_bytes");
       s.soft_threshold_units = U64(r, "soft_threshold_units");
+      s.provisioned_bytes = U64(r, "provisioned_bytes");
+      s.backing_known = r.Has("backing_free");
+      s.backing_grows = r.Get("backing_grows") == "1";
+      s.backing_size_bytes = U64(r, "backing_size");
+      s.backing_free_bytes = U64(r, "backing_free");
+      s.backing_short = r.Get("backing_short") == "1";
     } else if (r.type == "lun") {
       s.luns.push_back(DecodeLun(r));
     }
   }
+  // An older handler sends no provisioned_bytes: it is the LUNs' sizes.
+  if (s.provisioned_bytes == 0)
+    for (const auto& l : s.luns) s.provisioned_bytes += l.size_bytes;
   return s;
 }
 

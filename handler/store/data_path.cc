@@ -104,6 +104,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     if (!c.ok()) return c;
     queue_.DrainHooks();  // and wait for the hooks putting them on the free list
   }
+  if (!fresh.empty()) PollBacking();  // the pool grew: does its backing store keep up?
   size_t k = 0;
   for (Plan& p : plan) p.target = p.inplace ? p.old : fresh[k++];
 
@@ -390,6 +391,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
   if (read_only_) return ReadOnly();
   uint64_t off = lba * l->bs, len = count * l->bs;
   uint64_t ticket = 0;
+  bool grew = false;
   if (count > 0) {
     uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
     RangeGuard rg(&l->lock, a0, a1, true);
@@ -408,6 +410,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
     std::vector<uint64_t> fresh;
     s = ReserveLocked(need, holes.size() + 8, &fresh);
     if (!s.ok()) return s;
+    grew = !fresh.empty();
     Record rec;
     rec.type = RecType::kMap;
     rec.lun = l->id;
@@ -431,6 +434,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
     }
     ticket = jbuf_.last_ticket();  // ours, or the newest the mapping it saw may rest on
   }
+  if (grew) PollBacking();
   return d == Durability::kDurable ? CommitOwn(ticket) : Status::Ok();
 }
 

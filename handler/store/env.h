@@ -18,6 +18,19 @@
 
 namespace cowstore::store {
 
+// What holds a pool's bytes, for thin on thin: a sparse pool file takes
+// space from its filesystem as AUs are first written, so the filesystem's
+// free space bounds how far the pool can really grow; a block device is the
+// pool's whole, already (the pool cannot outgrow it).
+struct BackingSpace {
+  bool grows = true;         // a file that allocates as it is written; false: a block device
+  uint64_t size_bytes = 0;   // the filesystem's size, or the device's
+  // What the pool may still take: the filesystem's free bytes available to
+  // an unprivileged writer (statvfs f_bavail, so root's reserve is left to
+  // the host), or for a device its size.
+  uint64_t free_bytes = 0;
+};
+
 class File {
  public:
   virtual ~File() = default;
@@ -46,6 +59,11 @@ class File {
   // its size. Falls back to writing zeros where the file system cannot punch.
   virtual Status PunchHole(uint64_t off, uint64_t n) = 0;
   virtual bool IsBlockDevice() const = 0;
+  // The space behind this file (see BackingSpace). kUnsupported where the
+  // Env cannot tell; the store then makes no thin-on-thin check.
+  virtual Result<BackingSpace> Backing() {
+    return Status(Code::kUnsupported, "backing space unknown");
+  }
 };
 
 class Env {
@@ -58,6 +76,13 @@ class Env {
   // holder conflicts (another process, or another File in this process).
   virtual Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) = 0;
   virtual bool Exists(const std::string& path) = 0;
+  // The space behind `path` before a pool is made there: a block device's
+  // size, or the free space of the filesystem that holds (or would hold)
+  // the file. Opens nothing that could block. kUnsupported where unknown.
+  virtual Result<BackingSpace> BackingOf(const std::string& path) {
+    (void)path;
+    return Status(Code::kUnsupported, "backing space unknown");
+  }
 
   // File::Sync calls made so far by the files this Env opened (every call,
   // failed ones too). Benchmarks and tests read the difference over a run to

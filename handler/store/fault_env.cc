@@ -89,6 +89,7 @@ class FaultFile final : public File {
   }
 
   bool IsBlockDevice() const override { return false; }
+  Result<BackingSpace> Backing() override { return env_->backing(); }
 
  private:
   void Dirty(uint64_t off, uint64_t n) {
@@ -142,6 +143,21 @@ Result<std::unique_ptr<File>> FaultInjectionEnv::OpenLocked(const std::string& p
     return Status(Code::kBusy, path + " is in use by another process");
   if (shared) im.shared_locks++; else im.exclusive = true;
   return std::unique_ptr<File>(new FaultFile(this, it->second, shared));
+}
+
+Result<BackingSpace> FaultInjectionEnv::BackingOf(const std::string& path) {
+  (void)path;
+  return backing();
+}
+
+void FaultInjectionEnv::SetBacking(const BackingSpace& b) {
+  std::lock_guard<std::mutex> g(mu_);
+  backing_ = b;
+}
+
+BackingSpace FaultInjectionEnv::backing() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return backing_;
 }
 
 bool FaultInjectionEnv::Exists(const std::string& path) {

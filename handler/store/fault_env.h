@@ -41,6 +41,11 @@ class FaultInjectionEnv final : public Env {
 
   Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override;
   bool Exists(const std::string& path) override;
+  // Every file's backing store is the one SetBacking() describes (default:
+  // a filesystem with 1 PiB free, which no test pool outgrows).
+  Result<BackingSpace> BackingOf(const std::string& path) override;
+  void SetBacking(const BackingSpace& b);
+  BackingSpace backing() const;
 
   // After `n` more mutating calls (Write, Sync, PunchHole, Truncate) the disk
   // is dead: later calls fail with kIOError and have no effect. A negative n
@@ -89,6 +94,7 @@ class FaultInjectionEnv final : public Env {
   struct Fault { Op op; uint64_t nth; Code code; };
   std::vector<Fault> faults_;
   uint64_t op_counts_[5] = {};
+  BackingSpace backing_{true, 1ull << 50, 1ull << 50};
 };
 
 }  // namespace cowstore::store

@@ -150,6 +150,7 @@ Result<std::unique_ptr<Pool>> Pool::Create(Env* env, const std::string& path,
   return Guard([&]() -> Result<std::unique_ptr<Pool>> {
     auto c = Core::Create(env, path, options);
     if (!c.ok()) return c.status();
+    c.value()->set_backing_check_interval_ms(options.backing_check_interval_ms);
     return std::unique_ptr<Pool>(new PoolImpl(c.value()));
   });
 }
@@ -159,6 +160,7 @@ Result<std::unique_ptr<Pool>> Pool::Open(Env* env, const std::string& path,
   return Guard([&]() -> Result<std::unique_ptr<Pool>> {
     auto c = Core::Open(env, path, options.read_only, options.accept_journal_loss);
     if (!c.ok()) return c.status();
+    c.value()->set_backing_check_interval_ms(options.backing_check_interval_ms);
     return std::unique_ptr<Pool>(new PoolImpl(c.value()));
   });
 }

@@ -73,10 +73,18 @@ struct PoolOptions {
   // Bytes of the journal region (4 KiB multiple, 64 KiB .. 1 GiB); 0 = 16 MiB.
   // A full journal triggers a checkpoint; small values exercise that in tests.
   uint64_t journal_bytes = 0;
+  // Not stored: as OpenOptions::backing_check_interval_ms, for the pool
+  // Create returns open.
+  uint32_t backing_check_interval_ms = 1000;
 };
 
 struct OpenOptions {
   bool read_only = false;  // for offline inspection (check, show)
+  // How often, at most, an allocation asks the Env how much its backing
+  // store has free (thin on thin: Pool::soft_threshold_generation()).
+  // Others fill the host filesystem too, so it is asked again over time;
+  // 0 asks at every allocation (tests).
+  uint32_t backing_check_interval_ms = 1000;
   // The documented recovery for a journal whose *committed* records are
   // damaged (docs/design/store.md, "Recovery"): replay stops at the damage and
   // the damaged record and every record after it are given up. Without it
@@ -114,8 +122,26 @@ struct SpaceInfo {
   uint64_t mapped_bytes = 0;       // sum of every LUN's mapped_bytes
   uint64_t saved_bytes = 0;        // mapped_bytes - bytes of distinct data AUs
   uint64_t soft_threshold_units = 0;
+  uint64_t provisioned_bytes = 0;  // sum of every LUN's size
+  // Thin on thin: what holds the pool (env.h BackingSpace), as the Env
+  // tells it (backing_known false, and the figures 0, when it cannot).
+  bool backing_known = false;
+  bool backing_grows = false;       // a file taking space as it fills; false: a device
+  uint64_t backing_size_bytes = 0;  // the filesystem's or the device's size
+  uint64_t backing_free_bytes = 0;  // what the pool may still take (the device's size for a device)
+  // The backing store would not hold the pool's remaining growth (its free
+  // units, holes in its file until written): the pool can run out of space
+  // before it is full. OutgrowsBacking() is the rule.
+  bool backing_short = false;
   std::vector<LunInfo> luns;
 };
+
+// Thin on thin, the one rule: a pool that grows into its backing store
+// (`b.grows`) and may still take `remaining_growth_bytes` outgrows it when
+// the store has less free. A device never: the pool is inside it already.
+inline bool OutgrowsBacking(bool grows, uint64_t backing_free_bytes, uint64_t remaining_growth_bytes) {
+  return grows && backing_free_bytes < remaining_growth_bytes;
+}
 
 // One run of GetAllocationStatus: [lba, lba+count) all mapped or all not.
 struct AllocationRun {
@@ -191,8 +217,11 @@ class Pool {
   // Grows the declared size (regular files; block devices to the device size).
   virtual Status Grow(uint64_t new_size_bytes) = 0;
   virtual SpaceInfo Space() const = 0;
-  // Increments each time allocation rises across the soft threshold; a
-  // caller remembers the last value it saw to signal the crossing once.
+  // Increments each time allocation rises across the soft threshold, and
+  // each time an allocation finds the backing store newly short of the
+  // pool's remaining growth (SpaceInfo::backing_short; asked at most every
+  // backing_check_interval_ms); a caller remembers the last value it saw to
+  // signal each once.
   virtual uint64_t soft_threshold_generation() const = 0;
   // Online invariant check (takes the metadata lock; I/O may stall briefly).
   virtual CheckReport Check(ProgressFn progress = nullptr, void* ctx = nullptr) = 0;

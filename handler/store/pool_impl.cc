@@ -5,6 +5,7 @@
 #include "handler/store/pool_impl.h"
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <random>
 
@@ -195,9 +196,37 @@ Status Core::Grow(uint64_t new_size) {
   return Status::Ok();
 }
 
+void Core::PollBacking() {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t due = backing_next_ns_.load(std::memory_order_relaxed);
+  if (now < due) return;
+  // One asker per interval; the others go on at once.
+  if (!backing_next_ns_.compare_exchange_strong(due, now + backing_interval_ns_)) return;
+  auto b = file_->Backing();
+  if (!b.ok()) return;  // the Env cannot tell: no thin-on-thin signal
+  uint64_t growth;
+  {
+    MutexLock g(&meta_mu_);
+    growth = space_.free_units() * au_;
+  }
+  const bool outgrows = OutgrowsBacking(b->grows, b->free_bytes, growth);
+  if (!outgrows) backing_short_.store(false);
+  else if (!backing_short_.exchange(true)) soft_gen_++;
+}
+
 SpaceInfo Core::Space() {
-  MutexLock g(&meta_mu_);
   SpaceInfo si;
+  // Asked before taking the lock (a system call; see PollBacking).
+  if (file_) {
+    if (auto b = file_->Backing(); b.ok()) {
+      si.backing_known = true;
+      si.backing_grows = b->grows;
+      si.backing_size_bytes = b->size_bytes;
+      si.backing_free_bytes = b->free_bytes;
+    }
+  }
+  MutexLock g(&meta_mu_);
   si.pool_size_bytes = size_bytes_;
   si.allocation_unit = au_;
   si.total_units = space_.total_units();
@@ -208,9 +237,12 @@ SpaceInfo Core::Space() {
   for (const auto& [id, l] : st_.luns) {
     si.luns.push_back(InfoLocked(*l));
     si.mapped_bytes += si.luns.back().mapped_bytes;
+    si.provisioned_bytes += si.luns.back().size_bytes;
   }
   si.saved_bytes = si.mapped_bytes - space_.mapped_units() * au_;
   si.soft_threshold_units = space_.soft_threshold_units();
+  si.backing_short = si.backing_known &&
+                     OutgrowsBacking(si.backing_grows, si.backing_free_bytes, si.free_units * au_);
   return si;
 }
 

@@ -77,6 +77,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status Grow(uint64_t new_size);
   SpaceInfo Space();
   uint64_t soft_generation() const { return soft_gen_.load(); }
+  void set_backing_check_interval_ms(uint32_t ms) { backing_interval_ns_ = int64_t{ms} * 1000000; }
   CheckReport Check(ProgressFn progress, void* ctx, bool compare_disk);
 
   // LUN operations (lba/count in the LUN's blocks).
@@ -159,6 +160,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
   Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(queue_);
+  // Thin on thin, after an allocation: at most once per interval asks the
+  // Env what the backing store has free; finding it newly short of the
+  // pool's remaining growth (OutgrowsBacking) bumps soft_gen_. Never under
+  // meta_mu_: it is a system call, which may wait on a network filesystem.
+  void PollBacking() EXCLUDES(meta_mu_);
 
   Env* env_;
   std::unique_ptr<File> file_;
@@ -189,6 +195,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   SpaceMap space_ GUARDED_BY(meta_mu_);
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
   std::atomic<uint64_t> soft_gen_{0};
+  // PollBacking's state: when it may ask next (steady clock, ns), and what
+  // it found last (short: the crossing was signalled).
+  std::atomic<int64_t> backing_next_ns_{0};
+  int64_t backing_interval_ns_ = 1000000000;
+  std::atomic<bool> backing_short_{false};
 };
 
 }  // namespace cowstore::store

@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -24,6 +25,22 @@ namespace {
 Status Errno(const char* what, const std::string& path, int err) {
   Code code = (err == ENOSPC || err == EDQUOT) ? Code::kNoSpace : Code::kIOError;
   return Status(code, std::string(what) + " " + path + ": " + std::strerror(err));
+}
+
+BackingSpace FromStatvfs(const struct statvfs& v) {
+  BackingSpace b;
+  b.grows = true;
+  b.size_bytes = static_cast<uint64_t>(v.f_blocks) * v.f_frsize;
+  b.free_bytes = static_cast<uint64_t>(v.f_bavail) * v.f_frsize;
+  return b;
+}
+
+BackingSpace OfDevice(uint64_t size) {
+  BackingSpace b;
+  b.grows = false;
+  b.size_bytes = size;
+  b.free_bytes = size;
+  return b;
 }
 
 class PosixEnv;
@@ -141,6 +158,17 @@ class PosixFile final : public File {
 
   bool IsBlockDevice() const override { return blockdev_; }
 
+  Result<BackingSpace> Backing() override {
+    if (blockdev_) {
+      auto sz = Size();
+      if (!sz.ok()) return sz.status();
+      return OfDevice(*sz);
+    }
+    struct statvfs v;
+    if (::fstatvfs(fd_, &v) != 0) return Errno("fstatvfs", path_, errno);
+    return FromStatvfs(v);
+  }
+
  private:
   PosixEnv* env_;
   int fd_;
@@ -175,6 +203,30 @@ class PosixEnv final : public Env {
   }
 
   bool Exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }
+
+  Result<BackingSpace> BackingOf(const std::string& path) override {
+    struct stat st;
+    if (::stat(path.c_str(), &st) == 0 && S_ISBLK(st.st_mode)) {
+      // O_NONBLOCK: sizing a device must not wait on it.
+      int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0) return Errno("open", path, errno);
+      uint64_t sz = 0;
+      int rc = ::ioctl(fd, BLKGETSIZE64, &sz);
+      int err = errno;
+      ::close(fd);
+      if (rc != 0) return Errno("BLKGETSIZE64", path, err);
+      return OfDevice(sz);
+    }
+    // The file, or (not made yet) the directory that will hold it.
+    std::string at = path;
+    if (::stat(at.c_str(), &st) != 0) {
+      size_t slash = at.rfind('/');
+      at = slash == std::string::npos ? "." : (slash == 0 ? "/" : at.substr(0, slash));
+    }
+    struct statvfs v;
+    if (::statvfs(at.c_str(), &v) != 0) return Errno("statvfs", at, errno);
+    return FromStatvfs(v);
+  }
 
  private:
   friend void CountSyncOf(PosixEnv* env);

@@ -59,7 +59,28 @@ TEST(Messages, LunAndSpaceRoundTrip) {
   s.saved_bytes = 1 << 20;
   s.soft_threshold_units = 12800;
   s.luns = {SomeLun("a"), SomeLun("b")};
+  s.provisioned_bytes = 3ull << 30;
+  s.backing_known = true;
+  s.backing_grows = true;
+  s.backing_size_bytes = 100ull << 30;
+  s.backing_free_bytes = 79ull << 30;
+  s.backing_short = true;
   store::SpaceInfo d = control::DecodeSpace(Wire(control::EncodeSpace("tank", s)));
+  EXPECT_EQ(d.provisioned_bytes, s.provisioned_bytes);
+  EXPECT_TRUE(d.backing_known);
+  EXPECT_TRUE(d.backing_grows);
+  EXPECT_EQ(d.backing_size_bytes, s.backing_size_bytes);
+  EXPECT_EQ(d.backing_free_bytes, s.backing_free_bytes);
+  EXPECT_TRUE(d.backing_short);
+  // A handler whose Env cannot tell sends no backing figures; an older one
+  // no provisioned size either (it is the LUNs' sizes).
+  s.backing_known = false;
+  s.provisioned_bytes = 0;
+  store::SpaceInfo u = control::DecodeSpace(Wire(control::EncodeSpace("tank", s)));
+  EXPECT_FALSE(u.backing_known);
+  EXPECT_FALSE(u.backing_short);
+  EXPECT_EQ(u.backing_free_bytes, 0u);
+  EXPECT_EQ(u.provisioned_bytes, s.luns[0].size_bytes + s.luns[1].size_bytes);
   EXPECT_EQ(d.pool_size_bytes, s.pool_size_bytes);
   EXPECT_EQ(d.allocation_unit, s.allocation_unit);
   EXPECT_EQ(d.total_units, s.total_units);

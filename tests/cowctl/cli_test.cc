@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -28,6 +29,7 @@
 #include "handler/store/pool.h"
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
+#include "tests/cowctl/prometheus_check.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/util.h"
 
@@ -120,7 +122,7 @@ TEST_F(Cli, HelpOnEverySubcommand) {
                           "pool delete", "lun", "lun create", "lun list", "lun show", "lun resize", "lun delete",
                           "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
                           "backstore list", "backstore delete", "export iscsi", "export loop", "export list",
-                          "unexport", "vaai status", "top", "save", "restore", "ls"}) {
+                          "unexport", "vaai status", "top", "metrics", "save", "restore", "ls"}) {
     CmdResult r = Cowctl(std::string(sub) + " --help");
     EXPECT_EQ(r.rc, 0) << sub;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
@@ -135,8 +137,8 @@ TEST_F(Cli, BadUsageIsOneLineAndExit2) {
 }
 
 TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
-  Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, save, "
-                    "restore, ls; see 'cowctl --help')", 2);
+  Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, metrics, "
+                    "save, restore, ls; see 'cowctl --help')", 2);
   Err("--json --pool-dir " + pools + " pool frob tank",
       "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete; see 'cowctl pool "
       "--help')", 2);
@@ -332,7 +334,8 @@ TEST_F(Cli, LunErrors) {
   Err("lun create tank/vm2 --size 1M --block-size 1024", "512 or 4096");
   Err("lun create tank/vm2 --size 1000", "multiple of the block size");
   Err("lun create tank/vm2 --size 0", "non-zero");
-  Err("lun create tank/vm2 --size 2T", "larger than pool");
+  Err("lun create tank/vm2 --size 2T", "would promise 2.00 TiB, more than the pool (1.00 GiB): grow the pool or pass "
+                                        "--overcommit");
   Ok("lun create tank/big --size 2G --overcommit");
   Err("lun show tank/nope", "not found");
   Err("lun delete tank/nope", "not found");
@@ -523,7 +526,8 @@ TEST_F(Cli, CtrlCDuringImportLeavesNoLunAndTheNameFree) {
   ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   EXPECT_EQ(WEXITSTATUS(st), 1);
   std::string e = ReadText(err);
-  EXPECT_EQ(e.rfind("cowctl: interrupted: importing " + img + " into tank/x: ", 0), 0u) << e;
+  // (After the warning that --overcommit allowed the LUNs to pass the pool.)
+  EXPECT_NE(e.find("\ncowctl: interrupted: importing " + img + " into tank/x: "), std::string::npos) << e;
   EXPECT_NE(e.find("(nothing was kept)"), std::string::npos) << e;
   std::string list = Ok("lun list tank");
   EXPECT_EQ(list.find("tank/x"), std::string::npos) << list;
@@ -539,13 +543,85 @@ TEST_F(Cli, ImportAppliesTheOvercommitRule) {
   std::string img = host.dir.path() + "/big.img";
   WriteText(img, "data");
   ASSERT_EQ(::truncate(img.c_str(), 128 << 20), 0);
-  Err("lun import tank/x --from " + img, "is larger than pool 'tank' (64.0 MiB): grow the pool or pass --overcommit");
+  Err("lun import tank/x --from " + img,
+      "the LUNs of pool 'tank' would promise 128 MiB, more than the pool (64.0 MiB): grow the pool or pass --overcommit");
   std::string small = host.dir.path() + "/small.img";
   WriteText(small, "data");
   Err("lun import tank/y --size 100M --from " + small, "pass --overcommit");
   EXPECT_EQ(Ok("lun list tank").find("tank/"), std::string::npos);
-  Ok("lun import tank/x --overcommit --from " + img);
   Ok("lun import tank/y --from " + small);
+  Ok("lun import tank/x --overcommit --from " + img);
+  // The LUNs' total counts: the pool is overcommitted now, so even a small
+  // import needs --overcommit.
+  Err("lun import tank/z --from " + small, "the LUNs of pool 'tank' would promise 128 MiB, more than the pool");
+}
+
+// One rule for lun create, resize and import: the LUNs' total may pass what
+// the pool holds only with --overcommit.
+TEST_F(Cli, ResizeAndCreateApplyTheOvercommitRuleToTheLunsTotal) {
+  Pool("tank", "64M");
+  Ok("lun create tank/a --size 32M");
+  Err("lun create tank/b --size 40M", "the LUNs of pool 'tank' would promise 72.0 MiB, more than the pool (64.0 MiB): "
+                                      "grow the pool or pass --overcommit");
+  Err("lun resize tank/a --size 70M", "would promise 70.0 MiB, more than the pool (64.0 MiB)");
+  Err("lun resize tank/a --size +33M", "would promise 65.0 MiB");
+  EXPECT_NE(Ok("lun show tank/a").find("32.0 MiB"), std::string::npos);  // nothing changed
+  Ok("lun resize tank/a --size +32M");  // exactly the pool
+  CmdResult r = Cowctl("lun resize tank/a --size 80M --overcommit");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("cowctl: warning: the LUNs of pool 'tank' would promise 80.0 MiB"), std::string::npos) << r.err;
+  Ok("lun resize tank/a --size 16M --force");  // shrinking promises nothing
+  Ok("lun create tank/b --size 48M");
+}
+
+// Thin on thin: a pool file larger than its filesystem's free space is made
+// with a warning (none with --overcommit), and pool show and list warn too.
+TEST_F(Cli, APoolFileLargerThanItsFilesystemIsWarnedAbout) {
+  ::mkdir(pools.c_str(), 0755);
+  struct statvfs v;
+  ASSERT_EQ(::statvfs(pools.c_str(), &v), 0);
+  const uint64_t mib = (static_cast<uint64_t>(v.f_bavail) * v.f_frsize >> 20) + 1024;  // 1 GiB more than is free
+  const std::string size = std::to_string(mib) + "M";
+  CmdResult r = Cowctl("pool create big --size " + size + " --allocation-unit 1M");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("cowctl: warning: pool 'big' would promise"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("more than its filesystem ("), std::string::npos) << r.err;
+  // --overcommit: the administrator knows; no warning at create.
+  r = Cowctl("pool create big2 --size " + size + " --overcommit --allocation-unit 1M");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  std::string show = Ok("pool show big");
+  EXPECT_NE(show.find("WARNING:"), std::string::npos) << show;
+  EXPECT_NE(show.find("writes will fail before the pool is full"), std::string::npos) << show;
+  EXPECT_NE(show.find("(filesystem)"), std::string::npos) << show;
+  std::string j = Ok("--json pool show big");
+  EXPECT_NE(j.find("\"outgrows_backing\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"kind\": \"filesystem\""), std::string::npos) << j;
+  std::string list = Ok("pool list");
+  EXPECT_NE(list.find("warning: pool big: the pool can still grow by"), std::string::npos) << list;
+  // A pool that fits says nothing of the kind.
+  Pool("small", "64M");
+  EXPECT_EQ(Ok("pool show small").find("WARNING"), std::string::npos);
+  EXPECT_NE(Ok("--json pool show small").find("\"outgrows_backing\": false"), std::string::npos);
+}
+
+TEST_F(Cli, PoolShowAndListCountProvisionedAndTheBackingStore) {
+  Pool();
+  Ok("lun create tank/a --size 100M");
+  Ok("lun create tank/b --size 200M");
+  std::string show = Ok("pool show tank");
+  EXPECT_NE(show.find("provisioned:     300 MiB (0.29x of the pool)"), std::string::npos) << show;
+  EXPECT_NE(show.find("backing free:"), std::string::npos) << show;
+  std::string j = Ok("--json pool show tank");
+  EXPECT_NE(j.find("\"provisioned\": 314572800"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"overcommit_ratio\": 0.293"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"backing_free\": "), std::string::npos) << j;
+  EXPECT_NE(j.find("\"warnings\": []"), std::string::npos) << j;
+  std::string list = Ok("pool list");
+  EXPECT_NE(list.find("PROVISIONED"), std::string::npos) << list;
+  EXPECT_NE(list.find("BACKING FREE"), std::string::npos) << list;
+  EXPECT_NE(list.find("300 MiB (0.29x)"), std::string::npos) << list;
+  EXPECT_NE(Ok("--json pool list").find("\"provisioned\": 314572800"), std::string::npos);
 }
 
 // `pool check` reads metadata only and says so; `pool scrub` reads the data.
@@ -1179,7 +1255,7 @@ TEST_F(Cli, EveryJsonOutputParses) {
   Ok("export iscsi tank/vm1 --initiator iqn.1998-01.com.vmware:esx1");
   std::string file = host.dir.path() + "/c.yaml";
   for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "pool scrub tank", "lun list", "lun show tank/vm1",
-                          "backstore list", "export list", "vaai status", "top --count 1 --interval 0.1",
+                          "backstore list", "export list", "vaai status", "top -n 1 -d 0.1",
                           "save " + file, "restore " + file, "lun snapshot tank/vm1 s1",
                           "lun resize tank/vm1 --size 16M"}) {
     std::string out = Ok("--json " + cmd);
@@ -1669,8 +1745,110 @@ TEST_F(Served, VaaiStatusShowsHandlerCounters) {
   std::string out = Ok("vaai status tank/vm1");
   EXPECT_NE(out.find("commands=10 ats=3 ats_miscompares=1"), std::string::npos) << out;
   std::string top = Ok("top --count 1 --interval 0.1 --json");
-  EXPECT_NE(top.find("\"lun\": \"tank/vm1\""), std::string::npos) << top;
-  EXPECT_NE(top.find("\"ats_miscompares\": 1"), std::string::npos) << top;
+  EXPECT_NE(top.find("\"lun\":\"tank/vm1\""), std::string::npos) << top;  // JSON Lines: one compact line
+  EXPECT_NE(top.find("\"ats_miscompares\":1"), std::string::npos) << top;
+}
+
+// procps top's -d and -n; rates per second over the measured interval, in
+// bytes for what the handler counts in blocks; --json is JSON Lines.
+class ServedCounting : public Served {
+ protected:
+  std::atomic<uint64_t> calls{0};
+  void Serve() {
+    Pool();
+    Ok("lun create tank/vm1 --size 16M");  // 512-byte blocks
+    auto r = store::Pool::Open(store::DefaultEnv(), pools + "/tank");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    pool = std::move(r.value());
+    control::ServerOptions o;
+    o.run_dir = run;
+    o.pool_name = "tank";
+    // Each ask (one per sample) adds one step: 4096 bytes read, 8 blocks
+    // cloned by XCOPY, 2 commands.
+    o.counters = [this] {
+      uint64_t n = ++calls;
+      return std::vector<control::LunCounters>{
+          {"vm1", {{"commands", 2 * n}, {"read_bytes", 4096 * n}, {"clone_blocks", 8 * n}, {"ats_miscompares", 1}}}};
+    };
+    auto s = control::Server::Start(*pool, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    server = std::move(s.value());
+  }
+  static double Field(const std::string& line, const std::string& key) {
+    size_t at = line.find("\"" + key + "\":");
+    if (at == std::string::npos) return -1;
+    return std::strtod(line.c_str() + at + key.size() + 3, nullptr);
+  }
+};
+
+TEST_F(ServedCounting, TopTakesDAndNAndGivesJsonLinesInBytesPerSecond) {
+  Serve();
+  std::string out = Ok("top -n 2 -d 0.1 --json");
+  std::vector<std::string> lines;
+  std::istringstream in(out);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 2u) << out;  // -n 2: two samples, one line each
+  for (const auto& l : lines) {
+    EXPECT_EQ(l.front(), '{');
+    EXPECT_EQ(l.back(), '}');
+    EXPECT_NE(l.find("\"lun\":\"tank/vm1\""), std::string::npos) << l;
+    EXPECT_NE(l.find("\"ats_miscompares\":1"), std::string::npos) << l;
+    const double s = Field(l, "seconds");
+    EXPECT_GE(s, 0.1) << l;  // -d 0.1
+    // One step per sample over `seconds`: the rates say so, within rounding.
+    EXPECT_NEAR(Field(l, "read_bytes_per_s") * s, 4096, 41) << l;
+    EXPECT_NEAR(Field(l, "cloned_bytes_per_s") * s, 8 * 512, 41) << l;  // blocks as bytes
+    EXPECT_NEAR(Field(l, "iops") * s, 2, 0.05) << l;
+  }
+  if (std::system("python3 -c pass >/dev/null 2>&1") == 0) {
+    testing::WriteText(host.dir.path() + "/top.jsonl", out);
+    EXPECT_EQ(std::system(("python3 -c 'import json,sys; [json.loads(l) for l in open(sys.argv[1])]' " +
+                           host.dir.path() + "/top.jsonl").c_str()),
+              0)
+        << out;
+  }
+  // Text: human units per second, one screen per sample.
+  std::string text = Ok("top -n 2 -d 0.1");
+  size_t screens = 0;
+  for (size_t at = 0; (at = text.find("cowctl top - ", at)) != std::string::npos; ++at) ++screens;
+  EXPECT_EQ(screens, 2u) << text;
+  EXPECT_NE(text.find("KiB/s"), std::string::npos) << text;
+  Err("top -d 0.05", "at least 0.1");
+}
+
+// The exporter: every pool's space and the serving handler's counters, in a
+// form the textfile collector parses; --output replaces the file whole.
+TEST_F(Served, MetricsParseAndCarryThePoolsAndTheHandlersCounters) {
+  Serve();
+  Ok("lun create tank/vm1 --size 16M");
+  Pool("other", "64M");  // not served: space, no counters
+  std::string out = Ok("metrics");
+  auto e = testing::ParseExposition(out);
+  std::string problems;
+  for (const auto& p : e.problems) problems += p + "\n";
+  ASSERT_TRUE(e.problems.empty()) << problems << out;
+  EXPECT_EQ(e.samples["cowstore_pool_up{pool=\"tank\"}"], 1);
+  EXPECT_EQ(e.samples["cowstore_pool_served{pool=\"tank\"}"], 1);
+  EXPECT_EQ(e.samples["cowstore_pool_served{pool=\"other\"}"], 0);
+  EXPECT_EQ(e.samples["cowstore_pool_size_bytes{pool=\"other\"}"], 64 << 20);
+  EXPECT_EQ(e.samples["cowstore_pool_provisioned_bytes{pool=\"tank\"}"], 16 << 20);
+  EXPECT_GT(e.samples["cowstore_pool_backing_free_bytes{pool=\"tank\"}"], 0);  // through the handler
+  EXPECT_GT(e.samples["cowstore_pool_soft_threshold_bytes{pool=\"tank\"}"], 0);
+  EXPECT_EQ(e.samples["cowstore_lun_commands_total{pool=\"tank\",lun=\"vm1\"}"], 10);
+  EXPECT_EQ(e.samples["cowstore_lun_vaai_ats_total{pool=\"tank\",lun=\"vm1\"}"], 3);
+  EXPECT_EQ(e.samples["cowstore_lun_vaai_ats_miscompares_total{pool=\"tank\",lun=\"vm1\"}"], 1);
+  EXPECT_EQ(e.samples.count("cowstore_lun_commands_total{pool=\"other\",lun=\"vm1\"}"), 0u);
+  // For node_exporter's textfile collector: replaced whole, readable by it.
+  std::string dir = host.dir.path() + "/textfile";
+  ::mkdir(dir.c_str(), 0755);
+  EXPECT_EQ(Ok("metrics --output " + dir + "/cowstore.prom"), "");
+  EXPECT_TRUE(testing::ParseExposition(ReadText(dir + "/cowstore.prom")).problems.empty());
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/cowstore.prom").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  Err("metrics --output " + dir + "/missing/cowstore.prom", "cannot write");
+  Err("--json metrics", "--json does not apply");
 }
 
 // The control server itself (protocol, several clients, progress, import
@@ -1696,7 +1874,8 @@ TEST_F(Served, CtrlCDuringAnImportByTheHandlerLeavesNothing) {
   ASSERT_TRUE(WIFEXITED(st)) << "killed by signal " << (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
   EXPECT_EQ(WEXITSTATUS(st), 1);
   std::string e = ReadText(err);
-  EXPECT_EQ(e.rfind("cowctl: interrupted: importing " + img + " into tank/x (done by tcmu-runner's handler): ", 0), 0u)
+  EXPECT_NE(e.find("\ncowctl: interrupted: importing " + img + " into tank/x (done by tcmu-runner's handler): "),
+            std::string::npos)
       << e;
   EXPECT_NE(e.find("(nothing was kept)"), std::string::npos) << e;
   EXPECT_FALSE(pool->GetLun("x").ok());
@@ -1809,13 +1988,17 @@ c cowctl lun ""
 c cowctl export ""
 c cowctl export iscsi t/l --
 c cowctl restore --
+c cowctl top -
+c cowctl metrics --
+c cowctl pool create p --
 )");
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
-  for (const char* w : {"pool lun backstore export unexport vaai top save restore", "create list show check grow delete scrub",
+  for (const char* w : {"pool lun backstore export unexport vaai top metrics save restore", "create list show check grow delete scrub",
                         "create list show resize delete clone snapshot import export", "iscsi loop list",
                         "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun",
-                        "--dry-run --create-missing"}) {
+                        "--dry-run --create-missing", "-d -n --delay --iterations", "--output",
+                        "--soft-threshold --overcommit"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
   }
 }

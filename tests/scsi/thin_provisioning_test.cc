@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Thin provisioning: out of space is DATA PROTECT 0x27/0x07 with nothing
 // written and normal service once space is freed; crossing the soft
-// threshold raises UNIT ATTENTION 0x38/0x07 once.
+// threshold raises UNIT ATTENTION 0x38/0x07 once, and so does a backing
+// filesystem that no longer holds the pool's remaining growth (thin on thin).
 #include <gtest/gtest.h>
 
 #include "tests/scsi/scsi_test_util.h"
@@ -94,6 +95,57 @@ TEST_F(ThinProvisioningTest, SoftThresholdReachesEveryLuOfThePool) {
   // The writer had it too (on its next command after the crossing).
   CommandResult wt = Exec(Bytes(6, 0));
   EXPECT_EQ(writer_uas + (wt.good() ? 0 : 1), 1);
+}
+
+// Thin on thin: the pool file's filesystem filling up (here, the fake Env's
+// free-space figure) is reported as the soft threshold, once per crossing,
+// long before the pool's own threshold (50 %) is near.
+class ThinOnThinTest : public ScsiTest {
+ protected:
+  void SetUp() override {
+    store::PoolOptions opts;
+    opts.size_bytes = 40ull << 20;
+    opts.allocation_unit = 1u << 20;
+    opts.soft_threshold_percent = 50;
+    opts.backing_check_interval_ms = 0;  // asked at every allocation
+    auto pool = store::Pool::Create(&env_, "/thin-on-thin", opts);
+    ASSERT_TRUE(pool.ok()) << pool.status().message();
+    pool_ = std::move(pool.value());
+    lu_ = AddLu(*pool_, "thin", 64ull << 20, Config("7777aaaa-0000-0000-0000-0000000000b1"));
+    ASSERT_NE(lu_, nullptr);
+  }
+  // Writes AU `au` and a TEST UNIT READY; returns how many of the two
+  // reported the soft threshold (a WRITE that did is repeated).
+  int WriteAu(uint64_t au) {
+    int uas = 0;
+    CommandResult w = Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 7));
+    if (!w.good()) {
+      EXPECT_TRUE(HasSense(w, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+      ++uas;
+      EXPECT_TRUE(IsGood(Write(au * kAuBlocks, Bytes(kAuBlocks * kBlock, 7))));
+    }
+    CommandResult t = Exec(Bytes(6, 0));
+    if (!t.good()) {
+      EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+      ++uas;
+    }
+    return uas;
+  }
+};
+
+TEST_F(ThinOnThinTest, ABackingFilesystemThatWouldNotHoldThePoolsGrowthIsTheSoftThreshold) {
+  EXPECT_EQ(WriteAu(0), 0);  // 1 PiB free: nothing to say
+  // The host filesystem has 4 MiB left; the pool can still grow by ~30 MiB.
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 4ull << 20});
+  EXPECT_EQ(WriteAu(1), 1);
+  EXPECT_EQ(WriteAu(2), 0);  // once
+  EXPECT_TRUE(pool_->Space().backing_short);
+  // Space again (someone freed files), then short again: reported again.
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 40});
+  EXPECT_EQ(WriteAu(3), 0);
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 20});
+  EXPECT_EQ(WriteAu(4), 1);
+  EXPECT_LT(pool_->Space().allocated_units, pool_->Space().soft_threshold_units);  // not the percentage
 }
 
 TEST_F(ThinProvisioningTest, CompareAndWriteOutOfSpace) {

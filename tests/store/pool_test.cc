@@ -515,6 +515,120 @@ TEST(PoolSpace, Grow) {
   EXPECT_EQ((*q)->Space().total_units, 32u);
 }
 
+// ---------------------------------------------------------------- thin on thin
+
+BackingSpace FsWithFree(uint64_t free) { return BackingSpace{true, 1ull << 40, free}; }
+
+TEST(PoolSpace, SpaceCountsProvisionedAndTheBackingStore) {
+  FaultInjectionEnv env;
+  env.SetBacking(FsWithFree(100ull << 20));
+  auto p = Pool::Create(&env, "p", Opts(16));  // 1 MiB of data units
+  ASSERT_TRUE(p.ok());
+  Pool& pool = **p;
+  ASSERT_TRUE(pool.CreateLun("a", 4 << 20, 512).ok());
+  ASSERT_TRUE(pool.CreateLun("b", 3 << 20, 4096).ok());
+  SpaceInfo s = pool.Space();
+  EXPECT_EQ(s.provisioned_bytes, 7u << 20);
+  EXPECT_TRUE(s.backing_known);
+  EXPECT_TRUE(s.backing_grows);
+  EXPECT_EQ(s.backing_size_bytes, 1ull << 40);
+  EXPECT_EQ(s.backing_free_bytes, 100u << 20);
+  EXPECT_FALSE(s.backing_short);
+  // One byte less than the pool's remaining growth (its free units).
+  env.SetBacking(FsWithFree(s.free_units * kAu - 1));
+  EXPECT_TRUE(pool.Space().backing_short);
+  env.SetBacking(FsWithFree(s.free_units * kAu));
+  EXPECT_FALSE(pool.Space().backing_short);
+  // A device holds the whole pool already: never short.
+  env.SetBacking(BackingSpace{false, 8 << 20, 8 << 20});
+  EXPECT_FALSE(pool.Space().backing_short);
+  EXPECT_FALSE(pool.Space().backing_grows);
+}
+
+TEST(PoolSpace, ABackingStoreShortOfTheRemainingGrowthSignalsTheSoftThresholdOnce) {
+  FaultInjectionEnv env;
+  PoolOptions o = Opts(16);
+  o.soft_threshold_percent = 0;    // only the backing store can signal
+  o.backing_check_interval_ms = 0;  // asked at every allocation
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_TRUE(p.ok());
+  Pool& pool = **p;
+  ASSERT_TRUE(pool.CreateLun("a", 4 << 20, 512).ok());
+  auto a = pool.OpenLun("a").value();
+  auto data = Pattern(kAu, 1);
+  uint64_t au = 0;
+  auto write_new_au = [&] { ASSERT_TRUE(a->Write(au++ * 128, 128, data.data(), D::kBuffered).ok()); };
+  const uint64_t gen = pool.soft_threshold_generation();
+  write_new_au();  // plenty free
+  EXPECT_EQ(pool.soft_threshold_generation(), gen);
+  // The host filesystem fills (others' files): the next allocation sees it.
+  env.SetBacking(FsWithFree(kAu));
+  EXPECT_EQ(pool.soft_threshold_generation(), gen);  // nothing asked yet
+  write_new_au();
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  write_new_au();  // still short: signalled once
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  // Rewriting a mapped unit allocates nothing and asks nothing.
+  env.SetBacking(FsWithFree(1ull << 30));
+  ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
+  env.SetBacking(FsWithFree(kAu));
+  ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  // Room again, then short again: a second crossing, a second signal.
+  env.SetBacking(FsWithFree(1ull << 30));
+  write_new_au();
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  env.SetBacking(FsWithFree(0));
+  ASSERT_TRUE(a->Allocate(au++ * 128, 128, D::kBuffered).ok());  // thick allocation counts too
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 2);
+  // A device pool never outgrows its device.
+  env.SetBacking(FsWithFree(1ull << 30));
+  write_new_au();
+  env.SetBacking(BackingSpace{false, 1 << 20, 1 << 20});
+  write_new_au();
+  EXPECT_EQ(pool.soft_threshold_generation(), gen + 2);
+}
+
+TEST(PoolSpace, TheBackingStoreIsAskedAtMostOncePerInterval) {
+  FaultInjectionEnv env;
+  PoolOptions o = Opts(16);
+  o.soft_threshold_percent = 0;
+  o.backing_check_interval_ms = 3600 * 1000;  // an hour: only the first allocation asks
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->CreateLun("a", 4 << 20, 512).ok());
+  auto a = (*p)->OpenLun("a").value();
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
+  env.SetBacking(FsWithFree(0));
+  ASSERT_TRUE(a->Write(128, 128, data.data(), D::kBuffered).ok());
+  EXPECT_EQ((*p)->soft_threshold_generation(), 0u);
+  EXPECT_TRUE((*p)->Space().backing_short);  // Space() asks every time
+}
+
+TEST(PosixEnv, BackingIsTheFilesystemsFreeSpace) {
+  std::string dir = ::testing::TempDir();
+  std::string path = dir + "/cowstore-backing-" + std::to_string(::getpid());
+  std::filesystem::remove(path);
+  // Before the pool exists: the filesystem that will hold it.
+  auto before = DefaultEnv()->BackingOf(path);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_TRUE(before->grows);
+  std::filesystem::space_info fs = std::filesystem::space(dir);
+  EXPECT_EQ(before->size_bytes, fs.capacity);
+  // Free space moves as others write; within 64 MiB of what std::filesystem says.
+  EXPECT_LT(std::max(before->free_bytes, fs.available) - std::min(before->free_bytes, fs.available), 64u << 20);
+  {
+    auto p = Pool::Create(DefaultEnv(), path, Opts());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    SpaceInfo s = (*p)->Space();
+    EXPECT_TRUE(s.backing_known);
+    EXPECT_TRUE(s.backing_grows);
+    EXPECT_EQ(s.backing_size_bytes, fs.capacity);
+  }
+  std::filesystem::remove(path);
+}
+
 // ---------------------------------------------------------------- faults
 
 TEST_F(PoolTest, DataWriteErrorsLeaveThePoolConsistent) {

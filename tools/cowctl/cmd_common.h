@@ -3,7 +3,7 @@
 // (one Add*Commands function a file, called from commands.cc), the options
 // every command reads (Context), output, and the few helpers that more than
 // one noun uses. A command's own code lives in its noun's file: cmd_pool.cc,
-// cmd_lun.cc, cmd_backstore.cc, cmd_export.cc, cmd_vaai.cc, cmd_top.cc,
+// cmd_lun.cc, cmd_backstore.cc, cmd_export.cc, cmd_vaai.cc, cmd_top.cc, cmd_metrics.cc,
 // cmd_config.cc (save, restore).
 #pragma once
 
@@ -52,6 +52,7 @@ void AddBackstoreCommands(CommandLine& cl);  // cmd_backstore.cc: backstore crea
 void AddExportCommands(CommandLine& cl);     // cmd_export.cc: export iscsi/loop/list, unexport
 void AddVaaiCommands(CommandLine& cl);       // cmd_vaai.cc: vaai status
 void AddTopCommand(CommandLine& cl);         // cmd_top.cc: top
+void AddMetricsCommand(CommandLine& cl);     // cmd_metrics.cc: metrics (Prometheus text format)
 void AddConfigCommands(CommandLine& cl);     // cmd_config.cc: save, restore
 void AddLsCommand(CommandLine& cl);          // cmd_ls.cc: ls (the whole tree)
 
@@ -88,6 +89,9 @@ auto WithPool(const Context& ctx, const std::string& pool, F&& fn) {
 struct PoolCreateArgs {
   std::string name, size, device, file, au = "1M";
   uint32_t soft_threshold = 80;
+  // A pool file larger than its filesystem's free space (capacity.h, the
+  // one overcommit rule); warned about when allowed.
+  bool overcommit = false;
 };
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
 

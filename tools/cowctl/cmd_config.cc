@@ -410,8 +410,10 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
         if (dry_run) {
           note("would create pool " + p.name + " (empty)");
         } else {
+          // The saved size was accepted once; a filesystem now short of it
+          // is warned about (on stderr), not a reason to keep the pool away.
           PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
-                           p.soft_threshold};
+                           p.soft_threshold, true};
           QuietPoolCreate(ctx, a);
           note("created pool " + p.name + " (empty, as --create-missing asked; 'cowctl save' records its new UUID)");
         }

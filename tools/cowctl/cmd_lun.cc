@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "handler/store/names.h"
+#include "tools/cowctl/capacity.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/interrupt.h"
 
@@ -62,11 +63,7 @@ void LunCreate(const Context& ctx, const std::string& refs, const std::string& s
   store::LunInfo l;
   {
     auto h = OpenPool(ctx, ref.pool);
-    auto s = h->Space();
-    if (bytes > s.pool_size_bytes && !overcommit) {
-      throw UserError("LUN size " + FormatSize(bytes) + " is larger than pool '" + ref.pool + "' (" +
-                      FormatSize(s.pool_size_bytes) + "): grow the pool or pass --overcommit");
-    }
+    ApplyOvercommitRule(LunPromise(ref.pool, h->Space(), bytes), overcommit);
     l = h->CreateLun(ref.lun, bytes, bs);
   }
   std::optional<Backstore> made;
@@ -119,7 +116,8 @@ void LunShow(const Context& ctx, const std::string& refs) {
   Emit(ctx, LunJson(ref.pool, l, bs), LunHuman(ref.pool, l, bs));
 }
 
-void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force) {
+void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force,
+               bool overcommit) {
   LunRef ref = ParseLunRef(refs);
   // "+100G" grows by that much (as lvresize -L +100G); else the new size.
   const bool grow_by = !size.empty() && size[0] == '+';
@@ -138,6 +136,9 @@ void LunResize(const Context& ctx, const std::string& refs, const std::string& s
     if (bytes < cur.size_bytes && !force) {
       throw UserError("shrinking " + ref.str() + " from " + FormatSize(cur.size_bytes) + " to " + FormatSize(bytes) +
                       " discards data: pass --force if you mean it");
+    }
+    if (bytes > cur.size_bytes) {
+      ApplyOvercommitRule(LunPromise(ref.pool, h.Space(), bytes - cur.size_bytes), overcommit);
     }
     return h.ResizeLun(ref.lun, bytes);
   });
@@ -251,13 +252,8 @@ void LunImport(const Context& ctx, const std::string& refs, const std::string& f
   }
   std::string path = Absolute(from);
   auto h = OpenPool(ctx, ref.pool);
-  // The rule `lun create` applies: a LUN larger than its pool only when asked.
-  uint64_t lun_bytes = bytes ? bytes : ImportSize(path, bs);
-  uint64_t pool_bytes = h->Space().pool_size_bytes;
-  if (lun_bytes > pool_bytes && !overcommit) {
-    throw UserError("LUN size " + FormatSize(lun_bytes) + " is larger than pool '" + ref.pool + "' (" +
-                    FormatSize(pool_bytes) + "): grow the pool or pass --overcommit");
-  }
+  // The rule `lun create` applies, to the size given or the source's.
+  ApplyOvercommitRule(LunPromise(ref.pool, h->Space(), bytes ? bytes : ImportSize(path, bs)), overcommit);
   control::CopyStats st;
   store::LunInfo l;
   {
@@ -315,7 +311,7 @@ void AddLunCommands(CommandLine& cl) {
   lc->add_option("lun", lref, "POOL/LUN")->required();
   lc->add_option("--size,-s", lsize, "Size, e.g. 100G")->required();
   lc->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
-  lc->add_flag("--overcommit", overcommit, "Allow a LUN larger than the pool");
+  lc->add_flag("--overcommit", overcommit, "Allow the pool's LUNs to total more than the pool can hold");
   AddBackstoreOptions(lc, bsa, true);
   lc->callback([&] {
     if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
@@ -333,7 +329,8 @@ void AddLunCommands(CommandLine& cl) {
   lr->add_option("lun", lref, "POOL/LUN")->required();
   lr->add_option("--size,-s", lsize, "New size, or +SIZE to grow by that much")->required();
   lr->add_flag("--force", lforce, "Allow shrinking (discards the end)");
-  lr->callback([&] { LunResize(ctx, lref, lsize, lforce); });
+  lr->add_flag("--overcommit", overcommit, "Allow the pool's LUNs to total more than the pool can hold");
+  lr->callback([&] { LunResize(ctx, lref, lsize, lforce, overcommit); });
   auto* ld = lun->add_subcommand("delete", "Delete a LUN (refused while exported unless --force)");
   ld->alias("rm");
   ld->add_option("lun", lref, "POOL/LUN")->required();
@@ -357,7 +354,7 @@ void AddLunCommands(CommandLine& cl) {
   li->add_option("--block-size,-b", lbs, "Logical block size: 512 or 4096")->capture_default_str();
   li->add_option("--size,-s", lsize, "LUN size (default: the source's, rounded up to a block)");
   auto& iovercommit = cl.Keep(false);
-  li->add_flag("--overcommit", iovercommit, "Allow a LUN larger than the pool");
+  li->add_flag("--overcommit", iovercommit, "Allow the pool's LUNs to total more than the pool can hold");
   li->callback([&] { LunImport(ctx, lref, lpath, lbs, lsize, iovercommit); });
   auto* le = lun->add_subcommand("export", "Write a LUN to a raw image (sparse) or block device");
   le->add_option("lun", lref, "POOL/LUN")->required();

@@ -10,6 +10,7 @@
 
 #include "handler/store/env.h"
 #include "handler/store/names.h"
+#include "tools/cowctl/capacity.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/interrupt.h"
 
@@ -60,6 +61,14 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   } else {
     made_file = true;
   }
+  // Thin on thin: a sparse pool file larger than its filesystem's free space
+  // is legitimate (it grows as written), so it is warned about, not refused;
+  // --overcommit says the administrator knows. pool show/list and the soft
+  // threshold keep warning while it can outgrow the filesystem. (An Env that
+  // cannot tell leaves it to the store's own errors.)
+  if (auto b = store::DefaultEnv()->BackingOf(target); b.ok() && !a.overcommit) {
+    ApplyOvercommitRule(PoolPromise(a.name, po.size_bytes, *b), /*overcommit=*/true);
+  }
   if (target != entry) {
     if (::symlink(target.c_str(), entry.c_str()) != 0) {
       throw UserError("cannot create " + entry + ": " + std::strerror(errno));
@@ -99,6 +108,7 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
   j["mapped"] = s.mapped_bytes;
   j["saved_by_clones"] = s.saved_bytes;
   j["soft_threshold"] = s.soft_threshold_units * au;
+  AddCapacityJson(s, j);  // provisioned, overcommit ratio, backing store, warnings
   Json luns = Json::array();
   for (const auto& l : s.luns) luns.push_back(LunJson(name, l, std::nullopt));
   j["luns"] = luns;
@@ -107,25 +117,31 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
 
 void PoolList(const Context& ctx) {
   Json arr = Json::array();
-  Table t({"POOL", "SIZE", "ALLOCATED", "FREE", "SHARED", "SAVED", "LUNS", "OPEN BY"});
+  Table t({"POOL", "SIZE", "ALLOCATED", "FREE", "SHARED", "SAVED", "PROVISIONED", "BACKING FREE", "LUNS",
+           "OPEN BY"});
+  std::string warnings;
   for (const auto& name : PoolNames(ctx)) {
     try {
       auto h = OpenPool(ctx, name, true);
       auto s = h->Space();
       uint64_t au = s.allocation_unit;
       arr.push_back(SpaceJson(name, s, h->remote()));
+      std::string backing = !s.backing_known ? "?" : s.backing_grows ? FormatSize(s.backing_free_bytes) : "device";
+      if (OutgrowWarning(s)) backing += " (!)";
       t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.allocated_units * au), FormatSize(s.free_units * au),
-             FormatSize(s.shared_units * au), FormatSize(s.saved_bytes), std::to_string(s.luns.size()),
-             h->remote() ? "tcmu-runner" : "-"});
+             FormatSize(s.shared_units * au), FormatSize(s.saved_bytes),
+             FormatSize(s.provisioned_bytes) + " (" + FormatRatio(OvercommitRatio(s)) + ")", backing,
+             std::to_string(s.luns.size()), h->remote() ? "tcmu-runner" : "-"});
+      if (auto w = OutgrowWarning(s)) warnings += "warning: pool " + name + ": " + *w + "\n";
     } catch (const UserError& e) {
       Json j = Json::object();
       j["pool"] = name;
       j["error"] = e.what();
       arr.push_back(j);
-      t.Row({name, "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
+      t.Row({name, "?", "?", "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
     }
   }
-  Emit(ctx, arr, t.empty() ? "no pools in " + ctx.pool_dir + "\n" : t.Render());
+  Emit(ctx, arr, t.empty() ? "no pools in " + ctx.pool_dir + "\n" : t.Render() + warnings);
 }
 
 void PoolShow(const Context& ctx, const std::string& name) {
@@ -136,7 +152,7 @@ void PoolShow(const Context& ctx, const std::string& name) {
   auto pct = [&](uint64_t units) {
     return s.total_units ? " (" + std::to_string(units * 100 / s.total_units) + "%)" : std::string();
   };
-  std::string human = KeyValues({
+  std::vector<std::pair<std::string, std::string>> kv = {
       {"pool", name},
       {"path", PoolPath(ctx, name)},
       {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
@@ -148,7 +164,9 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"saved by clones", FormatSize(s.saved_bytes)},
       {"free", FormatSize(s.free_units * au) + pct(s.free_units)},
       {"soft threshold", FormatSize(s.soft_threshold_units * au) + pct(s.soft_threshold_units)},
-  });
+  };
+  for (auto& e : CapacityKeyValues(s)) kv.push_back(std::move(e));  // provisioned, backing store, warning
+  std::string human = KeyValues(kv);
   if (!s.luns.empty()) {
     Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "EXCLUSIVE", "SHARED", "WWN"});
     for (const auto& l : s.luns) {
@@ -355,6 +373,7 @@ void AddPoolCommands(CommandLine& cl) {
   pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
   pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
       ->capture_default_str();
+  pc->add_flag("--overcommit", pca.overcommit, "Do not warn when the pool file is larger than its filesystem's free space");
   pc->callback([&] { PoolCreate(ctx, pca); });
   pool->add_subcommand("list", "List pools with their space")->alias("ls")->callback([&] { PoolList(ctx); });
   auto& pname = cl.Keep(std::string());

@@ -71,6 +71,7 @@ int Main(int argc, char** argv) {
   AddExportCommands(cl);
   AddVaaiCommands(cl);
   AddTopCommand(cl);
+  AddMetricsCommand(cl);
   AddConfigCommands(cl);
   AddLsCommand(cl);
 

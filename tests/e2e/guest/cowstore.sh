@@ -44,7 +44,7 @@ cow_tool() {
 }
 
 # cow_pool_create NAME SIZE [COWCTL OPTIONS...] : a pool file $COWSTORE_POOL_DIR/NAME
-# (sparse); e.g. --allocation-unit 1M, --soft-threshold 50
+# (sparse, allowed to outgrow its tmpfs); e.g. --allocation-unit 1M, --soft-threshold 50
 cow_pool_create() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
     mkdir -p "$COWSTORE_POOL_DIR"
@@ -52,8 +52,10 @@ cow_pool_create() {
         mount -t tmpfs -o size=90% tmpfs "$COWSTORE_POOL_DIR" || return 1
     fi
     local name=$1 size=$2; shift 2
-    echo "+ $tool pool create $name --size $size $* (in $COWSTORE_POOL_DIR)"
-    "$tool" pool create "$name" --size "$size" "$@"
+    # --overcommit: the guest's pools are declared larger than the tmpfs under
+    # them on purpose (thin on thin); cowctl refuses that unless asked.
+    echo "+ $tool pool create $name --size $size --overcommit $* (in $COWSTORE_POOL_DIR)"
+    "$tool" pool create "$name" --size "$size" --overcommit "$@"
 }
 # cow_lun_create POOL LUN SIZE [COWCTL OPTIONS...] : a LUN made by cowctl before any
 # backstore opens it (e.g. --overcommit: larger than the pool, which the handler's
