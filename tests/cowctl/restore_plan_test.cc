@@ -111,5 +111,40 @@ TEST(RestorePlan, AFileThatIsNoPoolIsNeverOverwritten) {
   EXPECT_NE(s.problem.find("never overwrites a file"), std::string::npos) << s.problem;
 }
 
+// A LUN missing from a pool that is there (deleted since the save) is not
+// created unless asked, and then empty with a new WWN; one that differs from
+// the file keeps the pool's size, with a warning.
+TEST(RestorePlan, MissingLunsAreCreatedOnlyWhenAsked) {
+  PoolConfig p = FilePool();
+  p.luns.push_back({});
+  p.luns.back().name = "esxds";
+  p.luns.back().size = 1 << 30;
+  p.luns.back().block_size = 512;
+  p.luns.push_back(p.luns.back());
+  p.luns.back().name = "gone";
+  PoolStep s;
+  s.cfg = &p;
+  s.action = PoolStep::kUse;
+  s.luns.push_back({});
+  s.luns.back().name = "esxds";
+  s.luns.back().size_bytes = 2u << 30;
+  s.luns.back().block_size = 512;
+
+  LunPlan plan;
+  PlanLuns(s, false, &plan);
+  EXPECT_EQ(plan.ready, std::set<std::string>{"nas/esxds"});
+  EXPECT_TRUE(plan.created.empty());
+  ASSERT_EQ(plan.problems.size(), 1u);
+  EXPECT_NE(plan.problems[0].find("LUN nas/gone: missing from pool nas"), std::string::npos) << plan.problems[0];
+  ASSERT_EQ(plan.warnings.size(), 1u);
+  EXPECT_NE(plan.warnings[0].find("keeping the pool's"), std::string::npos) << plan.warnings[0];
+
+  LunPlan asked;
+  PlanLuns(s, true, &asked);
+  EXPECT_EQ(asked.ready, (std::set<std::string>{"nas/esxds", "nas/gone"}));
+  EXPECT_EQ(asked.created, std::set<std::string>{"nas/gone"});
+  EXPECT_TRUE(asked.problems.empty());
+}
+
 }  // namespace
 }  // namespace cowstore::cowctl

@@ -157,25 +157,12 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
       steps.push_back(std::move(s));
       continue;
     }
-    for (const auto& l : p.luns) {
-      std::string key = p.name + "/" + l.name;
-      auto it = std::find_if(s.luns.begin(), s.luns.end(), [&](const store::LunInfo& x) { return x.name == l.name; });
-      if (it != s.luns.end()) {
-        if (it->size_bytes != l.size || it->block_size != l.block_size) {
-          std::cerr << "cowctl: warning: " << file << ": LUN " << key << " is " << it->size_bytes << " bytes / "
-                    << it->block_size << "-byte blocks, the file says " << l.size << " / " << l.block_size
-                    << "; keeping the pool's\n";
-        }
-      } else if (create_missing) {
-        created.insert(key);
-      } else {
-        problems.push_back("LUN " + key + ": missing from pool " + p.name +
-                           " (deleted since the save?): not created, not exported (if it is really gone, "
-                           "'cowctl restore --create-missing' creates it empty, with a new WWN)");
-        continue;
-      }
-      ready.insert(key);
-    }
+    LunPlan lp;
+    PlanLuns(s, create_missing, &lp);
+    for (const auto& w : lp.warnings) std::cerr << "cowctl: warning: " << file << ": " << w << "\n";
+    problems.insert(problems.end(), lp.problems.begin(), lp.problems.end());
+    ready.insert(lp.ready.begin(), lp.ready.end());
+    created.insert(lp.created.begin(), lp.created.end());
     steps.push_back(std::move(s));
   }
   auto is_ready = [&](const ExportLun& e) { return ready.count(e.pool + "/" + e.name) > 0; };

@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 namespace cowstore::cowctl {
 
 PoolFacts ReadPoolFacts(const Context& ctx, const PoolConfig& p) {
@@ -79,6 +81,30 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
   }
   s.action = PoolStep::kCreate;
   return s;
+}
+
+void PlanLuns(const PoolStep& s, bool create_missing, LunPlan* plan) {
+  const PoolConfig& p = *s.cfg;
+  for (const auto& l : p.luns) {
+    std::string key = p.name + "/" + l.name;
+    auto it = std::find_if(s.luns.begin(), s.luns.end(), [&](const store::LunInfo& x) { return x.name == l.name; });
+    if (it != s.luns.end()) {
+      if (it->size_bytes != l.size || it->block_size != l.block_size) {
+        plan->warnings.push_back("LUN " + key + " is " + std::to_string(it->size_bytes) + " bytes / " +
+                                 std::to_string(it->block_size) + "-byte blocks, the file says " +
+                                 std::to_string(l.size) + " / " + std::to_string(l.block_size) +
+                                 "; keeping the pool's");
+      }
+    } else if (create_missing) {
+      plan->created.insert(key);
+    } else {
+      plan->problems.push_back("LUN " + key + ": missing from pool " + p.name +
+                               " (deleted since the save?): not created, not exported (if it is really gone, "
+                               "'cowctl restore --create-missing' creates it empty, with a new WWN)");
+      continue;
+    }
+    plan->ready.insert(key);
+  }
 }
 
 }  // namespace cowstore::cowctl

@@ -6,6 +6,7 @@
 // rule can be tested without root, devices or a pool.
 #pragma once
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,5 +39,16 @@ struct PoolStep {
 // that pool; creates one only when asked (and never on a device). Reads
 // nothing but its arguments.
 PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing);
+
+// The LUNs of a pool restore uses (kUse, kRelink: `s.luns` filled), held
+// against the file's: "pool/lun" keys.
+struct LunPlan {
+  std::set<std::string> ready;          // there (or to be created): exported as the file says
+  std::set<std::string> created;        // missing, created empty (--create-missing), with a new WWN
+  std::vector<std::string> problems;    // missing and not created: not restored, one line each
+  std::vector<std::string> warnings;    // there, but not as the file says (the pool's is kept)
+};
+// Adds the LUNs of pool step `s` to `plan`. Reads nothing but its arguments.
+void PlanLuns(const PoolStep& s, bool create_missing, LunPlan* plan);
 
 }  // namespace cowstore::cowctl
