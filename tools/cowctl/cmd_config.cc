@@ -14,6 +14,7 @@
 #include "handler/store/env.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/config.h"
+#include "tools/cowctl/restore_plan.h"
 
 namespace cowstore::cowctl {
 namespace {
@@ -121,84 +122,6 @@ void QuietPoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   std::cout.rdbuf(old);
 }
 
-// What restore does with one pool of the file, decided before anything is
-// changed (docs/design/cowctl.md, "Restore at boot").
-struct PoolStep {
-  const PoolConfig* cfg = nullptr;
-  enum Action { kUse, kRelink, kCreate, kSkip } action = kSkip;
-  std::string target;                 // kRelink: the device or file the entry will point at
-  std::string problem;                // kSkip: why, one line
-  std::vector<store::LunInfo> luns;   // kUse, kRelink: what the pool holds now
-};
-
-std::string LinkTarget(const std::string& path) {
-  char buf[4096];
-  ssize_t n = ::readlink(path.c_str(), buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : path;
-}
-
-// Restore uses a pool only if it is the one the file saved (same UUID, when
-// the file has it); relinks a lost entry only to a device or file holding
-// that pool; creates one only when asked (and never on a device).
-PoolStep PlanPool(const Context& ctx, const PoolConfig& p, bool create_missing) {
-  PoolStep s;
-  s.cfg = &p;
-  const std::string entry = PoolPath(ctx, p.name);
-  auto skip = [&](const std::string& why) {
-    s.action = PoolStep::kSkip;
-    s.problem = "pool " + p.name + ": " + why;
-    return s;
-  };
-  auto other = [&](const PoolProbe& pr, const std::string& where) {
-    return skip(where + " holds the pool with UUID " + UuidString(pr.uuid) + ", the file saved UUID " + p.uuid +
-                ": another pool, left alone (if it is the one you want, run 'cowctl save' to record it)");
-  };
-  struct stat st;
-  if (::lstat(entry.c_str(), &st) == 0) {
-    PoolProbe pr = ProbePool(entry);
-    if (pr.kind == PoolProbe::kAbsent) {
-      return skip(entry + " points at " + LinkTarget(entry) +
-                  ", which is missing (device not attached, or its filesystem not mounted?): not restored");
-    }
-    if (pr.kind != PoolProbe::kPool) return skip(pr.detail + ": not restored");
-    if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, entry);
-    s.action = PoolStep::kUse;
-    return s;
-  }
-  // The pool directory has no entry for it: the saved device or file may
-  // still hold it (a lost link), else it is missing.
-  const std::string saved = !p.device.empty() ? p.device : p.file;
-  if (!saved.empty()) {
-    PoolProbe pr = ProbePool(saved);
-    if (pr.kind == PoolProbe::kPool) {
-      if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, saved);
-      if (p.uuid.empty() && !p.device.empty()) {
-        return skip("the file records no pool UUID (written by an older cowctl), so restore cannot tell that " +
-                    p.device + " holds this pool (device names change between boots): if it does, run 'ln -s " +
-                    p.device + " " + entry + "' and 'cowctl save'");
-      }
-      s.action = PoolStep::kRelink;
-      s.target = saved;
-      return s;
-    }
-    if (!p.device.empty()) {
-      if (pr.kind == PoolProbe::kAbsent) {
-        return skip("device " + p.device + " is missing: not restored (attach it, then restore again)");
-      }
-      return skip(pr.detail + ": not restored (restore never creates a pool on a device; if " + p.device +
-                  " is meant for it, run 'cowctl pool create " + p.name + " --device " + p.device + "')");
-    }
-    if (pr.kind != PoolProbe::kAbsent) return skip(pr.detail + ": not restored (restore never overwrites a file)");
-  }
-  if (!create_missing) {
-    return skip((p.file.empty() ? entry : p.file) +
-                " is missing (its filesystem not mounted?): not restored, nothing created (if it is really "
-                "gone, 'cowctl restore --create-missing' creates it empty)");
-  }
-  s.action = PoolStep::kCreate;
-  return s;
-}
-
 // The LUNs a usable pool holds now, read without changing it.
 std::vector<store::LunInfo> PoolLuns(const Context& ctx, const PoolStep& s) {
   if (s.action == PoolStep::kUse) return OpenPool(ctx, s.cfg->name, true)->Space().luns;
@@ -220,7 +143,7 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
   std::vector<PoolStep> steps;
   std::set<std::string> ready, created;  // "pool/lun": restorable; to be created empty
   for (const auto& p : c.pools) {
-    PoolStep s = PlanPool(ctx, p, create_missing);
+    PoolStep s = PlanPool(p, ReadPoolFacts(ctx, p), create_missing);
     if (s.action == PoolStep::kUse || s.action == PoolStep::kRelink) {
       try {
         s.luns = PoolLuns(ctx, s);
@@ -234,25 +157,12 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
       steps.push_back(std::move(s));
       continue;
     }
-    for (const auto& l : p.luns) {
-      std::string key = p.name + "/" + l.name;
-      auto it = std::find_if(s.luns.begin(), s.luns.end(), [&](const store::LunInfo& x) { return x.name == l.name; });
-      if (it != s.luns.end()) {
-        if (it->size_bytes != l.size || it->block_size != l.block_size) {
-          std::cerr << "cowctl: warning: " << file << ": LUN " << key << " is " << it->size_bytes << " bytes / "
-                    << it->block_size << "-byte blocks, the file says " << l.size << " / " << l.block_size
-                    << "; keeping the pool's\n";
-        }
-      } else if (create_missing) {
-        created.insert(key);
-      } else {
-        problems.push_back("LUN " + key + ": missing from pool " + p.name +
-                           " (deleted since the save?): not created, not exported (if it is really gone, "
-                           "'cowctl restore --create-missing' creates it empty, with a new WWN)");
-        continue;
-      }
-      ready.insert(key);
-    }
+    LunPlan lp;
+    PlanLuns(s, create_missing, &lp);
+    for (const auto& w : lp.warnings) std::cerr << "cowctl: warning: " << file << ": " << w << "\n";
+    problems.insert(problems.end(), lp.problems.begin(), lp.problems.end());
+    ready.insert(lp.ready.begin(), lp.ready.end());
+    created.insert(lp.created.begin(), lp.created.end());
     steps.push_back(std::move(s));
   }
   auto is_ready = [&](const ExportLun& e) { return ready.count(e.pool + "/" + e.name) > 0; };

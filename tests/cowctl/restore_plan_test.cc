@@ -1,0 +1,150 @@
+// SPDX-License-Identifier: Apache-2.0
+// PlanPool (tools/cowctl/restore_plan.h): what restore does with a saved
+// pool, from the facts alone: no root, no device, no pool.
+#include <gtest/gtest.h>
+
+#include "tools/cowctl/restore_plan.h"
+
+namespace cowstore::cowctl {
+namespace {
+
+const store::Uuid kSaved = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+const store::Uuid kOther = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
+
+PoolProbe Pool(const store::Uuid& id) {
+  PoolProbe p;
+  p.kind = PoolProbe::kPool;
+  p.uuid = id;
+  return p;
+}
+PoolProbe Probe(PoolProbe::Kind kind, const std::string& detail) {
+  PoolProbe p;
+  p.kind = kind;
+  p.detail = detail;
+  return p;
+}
+
+PoolConfig FilePool() {
+  PoolConfig p;
+  p.name = "nas";
+  p.uuid = UuidString(kSaved);
+  p.file = "/mnt/disk/nas.pool";
+  return p;
+}
+PoolConfig DevicePool() {
+  PoolConfig p = FilePool();
+  p.file.clear();
+  p.device = "/dev/sdb";
+  return p;
+}
+PoolFacts Entry(const PoolProbe& at_entry, const std::string& target = "/mnt/disk/nas.pool") {
+  PoolFacts f;
+  f.entry = "/var/lib/cowstore/pools/nas";
+  f.entry_exists = true;
+  f.at_entry = at_entry;
+  f.link_target = target;
+  return f;
+}
+PoolFacts NoEntry(const PoolProbe& at_saved) {
+  PoolFacts f;
+  f.entry = "/var/lib/cowstore/pools/nas";
+  f.at_saved = at_saved;
+  return f;
+}
+
+TEST(RestorePlan, ThePoolTheFileSavedIsUsed) {
+  PoolConfig p = FilePool();
+  EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved)), false).action, PoolStep::kUse);
+}
+
+TEST(RestorePlan, AnotherPoolUnderTheSameNameIsLeftAlone) {
+  PoolConfig p = FilePool();
+  PoolStep s = PlanPool(p, Entry(Pool(kOther)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("another pool, left alone"), std::string::npos) << s.problem;
+}
+
+// The disk not mounted at boot: reported, nothing created, even though the
+// link is there; with --create-missing neither (the link says where it was).
+TEST(RestorePlan, AnUnmountedPoolIsNeverCreated) {
+  PoolConfig p = FilePool();
+  for (bool create : {false, true}) {
+    PoolStep s = PlanPool(p, Entry(Probe(PoolProbe::kAbsent, "")), create);
+    EXPECT_EQ(s.action, PoolStep::kSkip);
+    EXPECT_NE(s.problem.find("which is missing"), std::string::npos) << s.problem;
+  }
+  PoolStep s = PlanPool(p, NoEntry(Probe(PoolProbe::kAbsent, "")), false);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("nothing created"), std::string::npos) << s.problem;
+  EXPECT_EQ(PlanPool(p, NoEntry(Probe(PoolProbe::kAbsent, "")), true).action, PoolStep::kCreate);
+}
+
+TEST(RestorePlan, ADeviceIsRelinkedOnlyWhenItHoldsThisPool) {
+  PoolConfig p = DevicePool();
+  PoolStep s = PlanPool(p, NoEntry(Pool(kSaved)), false);
+  EXPECT_EQ(s.action, PoolStep::kRelink);
+  EXPECT_EQ(s.target, "/dev/sdb");
+  EXPECT_EQ(PlanPool(p, NoEntry(Pool(kOther)), false).action, PoolStep::kSkip);
+  // An older file (no UUID) cannot tell: device names change between boots.
+  p.uuid.clear();
+  s = PlanPool(p, NoEntry(Pool(kSaved)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("records no pool UUID"), std::string::npos) << s.problem;
+}
+
+TEST(RestorePlan, NoPoolIsEverCreatedOnADevice) {
+  PoolConfig p = DevicePool();
+  for (bool create : {false, true}) {
+    PoolStep s = PlanPool(p, NoEntry(Probe(PoolProbe::kNotAPool, "/dev/sdb holds no cowstore pool")), create);
+    EXPECT_EQ(s.action, PoolStep::kSkip);
+    EXPECT_NE(s.problem.find("never creates a pool on a device"), std::string::npos) << s.problem;
+    s = PlanPool(p, NoEntry(Probe(PoolProbe::kAbsent, "")), create);
+    EXPECT_EQ(s.action, PoolStep::kSkip);
+    EXPECT_NE(s.problem.find("device /dev/sdb is missing"), std::string::npos) << s.problem;
+  }
+}
+
+TEST(RestorePlan, AFileThatIsNoPoolIsNeverOverwritten) {
+  PoolConfig p = FilePool();
+  PoolStep s = PlanPool(p, NoEntry(Probe(PoolProbe::kNotAPool, "/mnt/disk/nas.pool holds no cowstore pool")), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("never overwrites a file"), std::string::npos) << s.problem;
+}
+
+// A LUN missing from a pool that is there (deleted since the save) is not
+// created unless asked, and then empty with a new WWN; one that differs from
+// the file keeps the pool's size, with a warning.
+TEST(RestorePlan, MissingLunsAreCreatedOnlyWhenAsked) {
+  PoolConfig p = FilePool();
+  p.luns.push_back({});
+  p.luns.back().name = "esxds";
+  p.luns.back().size = 1 << 30;
+  p.luns.back().block_size = 512;
+  p.luns.push_back(p.luns.back());
+  p.luns.back().name = "gone";
+  PoolStep s;
+  s.cfg = &p;
+  s.action = PoolStep::kUse;
+  s.luns.push_back({});
+  s.luns.back().name = "esxds";
+  s.luns.back().size_bytes = 2u << 30;
+  s.luns.back().block_size = 512;
+
+  LunPlan plan;
+  PlanLuns(s, false, &plan);
+  EXPECT_EQ(plan.ready, std::set<std::string>{"nas/esxds"});
+  EXPECT_TRUE(plan.created.empty());
+  ASSERT_EQ(plan.problems.size(), 1u);
+  EXPECT_NE(plan.problems[0].find("LUN nas/gone: missing from pool nas"), std::string::npos) << plan.problems[0];
+  ASSERT_EQ(plan.warnings.size(), 1u);
+  EXPECT_NE(plan.warnings[0].find("keeping the pool's"), std::string::npos) << plan.warnings[0];
+
+  LunPlan asked;
+  PlanLuns(s, true, &asked);
+  EXPECT_EQ(asked.ready, (std::set<std::string>{"nas/esxds", "nas/gone"}));
+  EXPECT_EQ(asked.created, std::set<std::string>{"nas/gone"});
+  EXPECT_TRUE(asked.problems.empty());
+}
+
+}  // namespace
+}  // namespace cowstore::cowctl
