@@ -36,6 +36,7 @@
 
 #include "handler/store/env.h"
 #include "handler/store/fault_env.h"
+#include "handler/store/meta.h"
 #include "handler/store/pool.h"
 
 namespace {
@@ -186,14 +187,20 @@ class Workload {
     r.bytes = std::move(img);
     const uint8_t* j = r.bytes.data() + kJournalOff;
     r.op_journal_bytes.resize(journals_.size());
-    uint64_t used = 0;
     // Operations before the last checkpoint live in it, not in the journal.
-    for (size_t i = first_in_journal_; i < journals_.size(); i++)
-      for (uint64_t o = 0; o < kJournalBytes; o++)
-        if (journals_[i][o] != journals_[i - 1][o] && j[o] == journals_[i][o]) {
-          r.op_journal_bytes[i].push_back(o);
-          used = std::max(used, o + 1);
-        }
+    // Each later one appended one record (framing in meta.h); all of the
+    // record's bytes are that operation's, zeros included.
+    uint64_t off = 0;
+    for (size_t i = first_in_journal_; i < journals_.size(); i++) {
+      uint32_t len = 0;
+      if (off + kRecordHeader <= kJournalBytes) std::memcpy(&len, j + off + 4, 4);
+      if (len == 0 || off + kRecordHeader + len > kJournalBytes)
+        Finding("harness: operation " + std::to_string(i) + " wrote no record at " +
+                std::to_string(off));
+      for (uint64_t o = off; o < off + kRecordHeader + len; o++) r.op_journal_bytes[i].push_back(o);
+      off += kRecordHeader + len;
+    }
+    const uint64_t used = off;
     r.regions = {{0, 512}, {4096, 512}, {kJournalOff, used + 64}, {kJournalOff, kJournalBytes}};
     const uint64_t data = ((kJournalOff + kJournalBytes + kAu - 1) / kAu) * kAu;
     for (uint64_t off = data; off + kAu <= r.bytes.size(); off += kAu)
