@@ -76,6 +76,10 @@ Status Core::CheckpointLocked(uint64_t* target) {
   }
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
+  // The upgrade of a version-1 pool: this superblock names a checkpoint and
+  // a journal generation in the current format, so it is the one write that
+  // changes the version (until it is durable the old one opens as it was).
+  nsb.version = kFormatVersion;
   nsb.ckpt_first = aus[0];
   nsb.ckpt_seq = nsb.seq;
   nsb.ckpt_bytes = payload.size();

@@ -58,8 +58,8 @@ void JournalWriter::Restart(File* file) {
 }
 
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
-                     ReplayEnd* end) {
-  JournalReplay jr = ScanJournal(j, n, start_lsn);
+                     ReplayEnd* end, uint32_t version) {
+  JournalReplay jr = ScanJournal(j, n, start_lsn, version);
   for (const Record& r : jr.records) {
     Status s = ApplyRecord(st, r, nullptr);
     if (!s.ok()) return s;

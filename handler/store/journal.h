@@ -132,6 +132,6 @@ struct ReplayEnd {
 // that was a torn tail or something Open must refuse (replay.h). kCorruption
 // if a valid record does not fit the state.
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
-                     ReplayEnd* end);
+                     ReplayEnd* end, uint32_t version = kFormatVersion);
 
 }  // namespace cowstore::store

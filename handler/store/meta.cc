@@ -77,9 +77,10 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
   uint32_t crc;
   if (!ok || !d.U32(&crc) || crc != Crc32c(0, p, body))
     return Status(Code::kCorruption, "superblock checksum mismatch");
-  if (sb->version != kFormatVersion)
+  if (sb->version < kOldestFormatVersion || sb->version > kFormatVersion)
     return Status(Code::kUnsupported, "pool format version " + std::to_string(sb->version) +
-                                          " (this build reads version " +
+                                          " (this build reads versions " +
+                                          std::to_string(kOldestFormatVersion) + " to " +
                                           std::to_string(kFormatVersion) + ")");
   // Every field is bounded by what Create and Grow can write, so nothing
   // derived from it (offsets, unit counts, buffer sizes) can overflow or ask
@@ -272,6 +273,22 @@ size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, R
   return kRecordHeader + plen;
 }
 
+size_t ParseRecordV1(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r,
+                     uint64_t* lsn_out) {
+  Decoder d(p, n);
+  uint32_t crc, plen;
+  uint64_t lsn;
+  uint8_t type;
+  if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U8(&type)) return 0;
+  if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeaderV1) return 0;
+  if (Crc32c(0, p + 4, kRecordHeaderV1 - 4 + plen) != crc) return 0;
+  // Version 1 knew the types up to CloneLun (Seal came with version 2).
+  if (type < 1 || type > static_cast<uint8_t>(RecType::kCloneLun)) return 0;
+  if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeaderV1, plen, r)) return 0;
+  if (lsn_out) *lsn_out = lsn;
+  return kRecordHeaderV1 + plen;
+}
+
 std::string DescribeRecord(const Record& r) {
   auto lun = [](uint32_t id) { return "LUN #" + std::to_string(id); };
   auto n = [](uint64_t v) { return std::to_string(v); };
@@ -419,6 +436,7 @@ void EncodeState(const MetaState& st, std::string* out) {
     e.U64(l->size);
     e.U32(l->bs);
     e.Str(l->name);
+    e.U32(0);  // attribute bytes: none defined yet (meta.h)
     e.U64(l->map.extents());
     for (const auto& [lba, x] : l->map.runs()) {
       e.U64(lba);
@@ -428,7 +446,7 @@ void EncodeState(const MetaState& st, std::string* out) {
   }
 }
 
-Status DecodeState(const std::string& in, MetaState* st) {
+Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
   Decoder d(in.data(), in.size());
   uint32_t magic, nluns;
   Status bad(Code::kCorruption, "checkpoint does not decode");
@@ -438,8 +456,24 @@ Status DecodeState(const std::string& in, MetaState* st) {
     auto l = std::make_shared<LunState>();
     uint64_t next;
     if (!d.U32(&l->id) || !d.Bytes(l->uuid.data(), 16) || !d.U64(&l->size) || !d.U32(&l->bs) ||
-        !d.Str(&l->name, kMaxName) || !d.U64(&next) || next > d.left() / 24)
+        !d.Str(&l->name, kMaxName))
       return bad;
+    if (version >= 2) {
+      uint32_t attr_bytes;
+      if (!d.U32(&attr_bytes) || attr_bytes > d.left()) return bad;
+      Decoder a(d.here(), attr_bytes);
+      while (a.left() > 0) {
+        uint32_t tag, len;
+        if (!a.U32(&tag) || !a.U32(&len) || !a.Skip(len)) return bad;
+        // No tag is defined in this version (meta.h); a later one adds cases
+        // here and refuses only the tags it does not know.
+        return Status(Code::kUnsupported, "LUN '" + l->name + "' has attribute " +
+                                              std::to_string(tag) +
+                                              ", which needs a newer cowstore");
+      }
+      d.Skip(attr_bytes);
+    }
+    if (!d.U64(&next) || next > d.left() / 24) return bad;
     uint64_t prev_end = 0;
     for (uint64_t k = 0; k < next; k++) {
       uint64_t lba, phys, len;

@@ -25,8 +25,14 @@
 
 namespace cowstore::store {
 
-// Version 2 added the `proven` LSN to every journal record (see FrameRecord).
+// The format this build writes. Version 2 added the `proven` LSN to every
+// journal record (see FrameRecord) and an attribute tail to each LUN of a
+// checkpoint (EncodeState). Version 1 pools are read as they are and become
+// version 2 at their first checkpoint, which a writable open always writes:
+// the superblock that names the version-2 checkpoint and journal is the
+// only one that says version 2 (docs/design/store.md, "Format versions").
 constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kOldestFormatVersion = 1;
 constexpr uint64_t kSuperblockSlot = 4096;
 constexpr uint64_t kJournalOffset = 64 * 1024;
 constexpr uint64_t kDefaultJournalBytes = 16ull << 20;
@@ -59,6 +65,8 @@ class Decoder {
   bool U64(uint64_t* v);
   bool Bytes(void* out, size_t n);
   bool Str(std::string* s, size_t max);
+  bool Skip(size_t n) { if (n_ < n) return false; p_ += n; n_ -= n; return true; }
+  const uint8_t* here() const { return p_; }
   size_t left() const { return n_; }
 
  private:
@@ -185,6 +193,11 @@ inline size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Recor
   if (k) *lsn_out = f.lsn;
   return k;
 }
+// Version 1 framing, read only (pools made before version 2): crc32c(4) |
+// payload len(4) | lsn(8) | type(1) | payload. Records vouch for nothing.
+constexpr size_t kRecordHeaderV1 = 17;
+size_t ParseRecordV1(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r,
+                     uint64_t* lsn_out = nullptr);
 // One line naming a record for people ("Map LUN 2: 1 run at AU 0").
 std::string DescribeRecord(const Record& r);
 
@@ -201,8 +214,14 @@ class RefSink {
 // inconsistent metadata). At run time records are built to fit.
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink);
 
-// Checkpoint payload: the LUN table and every extent map.
+// Checkpoint payload: the LUN table and every extent map, written in the
+// current format. Per LUN (version 2): id(4) | uuid(16) | size(8) | bs(4) |
+// name | attribute bytes(4) | attributes | extent count(8) | extents. The
+// attributes are a sequence of tag(4) | length(4) | value, for LUN
+// properties added later without a new format version; this version defines
+// none and refuses a tag it does not know (kUnsupported: a property ignored,
+// such as read-only, could lose data). Version 1 has no attribute field.
 void EncodeState(const MetaState& st, std::string* out);
-Status DecodeState(const std::string& in, MetaState* st);
+Status DecodeState(const std::string& in, MetaState* st, uint32_t version = kFormatVersion);
 
 }  // namespace cowstore::store

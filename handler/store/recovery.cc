@@ -153,7 +153,7 @@ Status Core::LoadLocked() {
     std::string payload;
     Status s = ReadCheckpointChain(file_.get(), best, total_units, &payload, &ckpt_aus);
     if (!s.ok()) return fallback(s);
-    s = DecodeState(payload, &st_);
+    s = DecodeState(payload, &st_, best.version);
     if (!s.ok()) return fallback(s);
     st_.au = au_;
   }
@@ -166,7 +166,7 @@ Status Core::LoadLocked() {
   Status s = file_->Read(kJournalOffset, j.size(), j.data());
   if (!s.ok()) return s;
   ReplayEnd end;
-  s = ReplayJournal(j.data(), j.size(), best.journal_start_lsn, &st_, &end);
+  s = ReplayJournal(j.data(), j.size(), best.journal_start_lsn, &st_, &end, best.version);
   if (!s.ok()) return s;
   journal_.set_tail(end.tail);
   jbuf_.set_next_lsn(end.next_lsn);

@@ -15,12 +15,13 @@ constexpr uint64_t kLsnHorizon = 1ull << 40;
 
 }  // namespace
 
-JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn) {
+JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn, uint32_t version) {
   JournalReplay out;
   uint64_t off = 0, lsn = start_lsn;
+  const bool v1 = version < 2;
   for (;;) {
     Record r;
-    size_t k = ParseRecord(j + off, n - off, lsn, &r);
+    size_t k = v1 ? ParseRecordV1(j + off, n - off, lsn, &r) : ParseRecord(j + off, n - off, lsn, &r);
     if (k == 0) break;
     out.records.push_back(std::move(r));
     off += k;
@@ -28,6 +29,13 @@ JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn) {
   }
   out.end = off;
   out.next_lsn = lsn;
+  if (v1) {
+    // No record vouches for another: only a newer generation is detectable.
+    Record r;
+    uint64_t found = 0;
+    out.newer_generation = ParseRecordV1(j + off, n - off, kNone, &r, &found) && found > lsn;
+    return out;
+  }
 
   // Replay stopped at `off`. A power cut can only tear the last commit, and
   // every record framed while that commit was in flight carries proven < lsn;

@@ -35,7 +35,11 @@ struct JournalReplay {
   std::string Explain() const;  // one line for the error message
 };
 
-// `j` is the whole journal region; `start_lsn` the superblock's.
-JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn);
+// `j` is the whole journal region; `start_lsn` the superblock's; `version`
+// its format version. Version 1 records carry no `proven`, so a version-1
+// journal can only be told torn or newer, never proven damaged (the window
+// closes at the upgrade: docs/design/store.md, "Format versions").
+JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
+                          uint32_t version = kFormatVersion);
 
 }  // namespace cowstore::store
