@@ -49,6 +49,7 @@ class FaultFile final : public File {
       std::memcpy(im_->durable.data() + off, im_->current.data() + off, n);
     }
     im_->dirty.clear();
+    im_->durable_size = im_->current.size();
     return Status::Ok();
   }
 
@@ -105,6 +106,7 @@ class FaultFile final : public File {
 void FaultInjectionEnv::Resize(Image& im, uint64_t size) {
   im.current.resize(size, 0);
   im.durable.resize(size, 0);
+  im.durable_size = std::min(im.durable_size, size);  // an extension waits for Sync()
   // Sectors past the end are gone; a partly cut sector keeps its dirty mark.
   im.dirty.erase(im.dirty.lower_bound((size + kSector - 1) / kSector), im.dirty.end());
 }
@@ -215,6 +217,15 @@ void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
       std::memcpy(im.current.data() + off, im.durable.data() + off, n);
     }
     im.dirty.clear();
+    // An extension not yet synced survives only if everything does (or, at
+    // random, as a whole: a size is one inode field).
+    bool keep_size = loss == Loss::kKeepAll || ((loss == Loss::kRandom || loss == Loss::kTear) && (rng() & 1));
+    if (keep_size) {
+      im.durable_size = im.current.size();
+    } else {
+      im.current.resize(im.durable_size);
+      im.durable.resize(im.durable_size);
+    }
   }
   crashed_ = false;
   crash_countdown_ = -1;

@@ -5,8 +5,11 @@
 // what is on stable storage (`durable`). Write/PunchHole change `current` and
 // mark the 512-byte sectors they touch as unsynced; Sync() makes them durable.
 // PowerLoss() then decides, per unsynced sector, whether it reached the media
-// (kept), did not (dropped), or was torn inside the sector. File sizes and
-// locks are not cached: they change at once.
+// (kept), did not (dropped), or was torn inside the sector. A file that
+// Truncate() extends keeps its old durable size until the next Sync() (on a
+// real file system the new size is inode metadata that fdatasync commits):
+// PowerLoss() then drops the extension unless it keeps everything. Shrinking
+// and locks take effect at once.
 //
 // Faults: Crash-after-N makes the N+1-th mutating call (and all later ones)
 // fail with kIOError and change nothing, as if the machine had died there;
@@ -79,6 +82,7 @@ class FaultInjectionEnv final : public Env {
   struct Image {
     std::vector<uint8_t> current, durable;
     std::set<uint64_t> dirty;  // sector indexes written since the last sync
+    uint64_t durable_size = 0;  // the size a power cut leaves (<= current.size())
     int shared_locks = 0;
     bool exclusive = false;
   };

@@ -177,7 +177,11 @@ Status Core::Grow(uint64_t new_size) {
                                       " allocation units: the pool keeps its size");
   }
   if (!file_->IsBlockDevice()) {
+    // The new size must be durable before a superblock declares it: a cut
+    // between the two would leave a pool that declares more than its file
+    // holds, which open refuses (a short file is data loss).
     s = file_->Truncate(new_size);
+    if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
   }
   Superblock nsb = sb_;

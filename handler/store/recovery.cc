@@ -67,6 +67,8 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   Status s;
   if (!file->IsBlockDevice()) s = file->Truncate(size);
   if (s.ok()) s = file->PunchHole(kJournalOffset, jbytes);
+  // The size before the superblocks that declare it (as Grow does).
+  if (s.ok()) s = file->Sync();
   for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
     sb.seq = seq;
     std::string img = sb.Encode();
