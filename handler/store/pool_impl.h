@@ -77,7 +77,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status Grow(uint64_t new_size);
   SpaceInfo Space();
   uint64_t soft_generation() const { return soft_gen_.load(); }
-  void set_backing_check_interval_ms(uint32_t ms) { backing_interval_ns_ = int64_t{ms} * 1000000; }
+  void set_backing_check_interval_ms(uint32_t ms) {
+    backing_signal_ = ms != kBackingSignalOff;
+    backing_interval_ns_ = int64_t{ms} * 1000000;
+  }
   CheckReport Check(ProgressFn progress, void* ctx, bool compare_disk);
 
   // LUN operations (lba/count in the LUN's blocks).
@@ -199,6 +202,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // it found last (short: the crossing was signalled).
   std::atomic<int64_t> backing_next_ns_{0};
   int64_t backing_interval_ns_ = 1000000000;
+  bool backing_signal_ = false;  // set once, before the pool is shared
   std::atomic<bool> backing_short_{false};
 };
 
