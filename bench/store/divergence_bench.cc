@@ -35,12 +35,14 @@
 #include <vector>
 
 #include "bench/bench_env.h"
+#include "bench/page_cache.h"
 #include "handler/store/env.h"
 #include "handler/store/extent_map.h"
 #include "handler/store/pool.h"
 
 using namespace cowstore::store;
 using cowstore::bench::Dir;
+using cowstore::bench::DropCache;
 using cowstore::bench::Now;
 
 namespace {
@@ -59,14 +61,6 @@ void Die(const Status& s, const char* what) {
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
-}
-
-void DropCache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
 }
 
 uint64_t HeapBytes() {

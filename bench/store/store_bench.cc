@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench/bench_env.h"
+#include "bench/page_cache.h"
 #include "handler/store/env.h"
 #include "handler/store/extent_map.h"
 #include "handler/store/pool.h"
@@ -41,6 +42,7 @@ BenchPool* g_io = nullptr;
 RawFile* g_raw = nullptr;
 
 using cowstore::bench::Dir;
+using cowstore::bench::DropCache;
 using cowstore::bench::Now;
 using cowstore::bench::SampleBytes;
 void Die(const Status& s, const char* what) {
@@ -48,15 +50,6 @@ void Die(const Status& s, const char* what) {
   std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
   std::exit(1);
 }
-// Drops a file's pages from the page cache so reads come from the disk.
-void DropCache(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return;
-  ::fdatasync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-}
-
 struct BenchPool {
   std::string path;
   std::unique_ptr<Pool> pool;
