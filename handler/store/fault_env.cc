@@ -202,13 +202,17 @@ void FaultInjectionEnv::ClearFaults() {
 void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
   std::lock_guard<std::mutex> g(mu_);
   std::mt19937_64 rng(seed);
+  // Whether one unsynced piece (a sector, or a file's new size: one inode
+  // field) reached the media.
+  auto survives = [&] {
+    return loss == Loss::kKeepAll || ((loss == Loss::kRandom || loss == Loss::kTear) && (rng() & 1));
+  };
   for (auto& [path, imp] : files_) {
     Image& im = *imp;
     for (uint64_t sec : im.dirty) {
       uint64_t off = sec * kSector;
       uint64_t n = std::min<uint64_t>(kSector, im.current.size() - off);
-      bool keep = loss == Loss::kKeepAll || ((loss == Loss::kRandom || loss == Loss::kTear) && (rng() & 1));
-      if (keep) {
+      if (survives()) {
         std::memcpy(im.durable.data() + off, im.current.data() + off, n);
       } else if (loss == Loss::kTear && rng() % 4 == 0) {
         uint64_t cut = rng() % n;  // first `cut` bytes made it
@@ -217,10 +221,8 @@ void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
       std::memcpy(im.current.data() + off, im.durable.data() + off, n);
     }
     im.dirty.clear();
-    // An extension not yet synced survives only if everything does (or, at
-    // random, as a whole: a size is one inode field).
-    bool keep_size = loss == Loss::kKeepAll || ((loss == Loss::kRandom || loss == Loss::kTear) && (rng() & 1));
-    if (keep_size) {
+    // An extension not yet synced survives as a whole or not at all.
+    if (survives()) {
       im.durable_size = im.current.size();
     } else {
       im.current.resize(im.durable_size);

@@ -201,7 +201,7 @@ Status Core::Grow(uint64_t new_size) {
 }
 
 void Core::PollBacking() {
-  if (!backing_signal_) return;
+  if (backing_interval_ns_ < 0) return;  // the signal is off
   const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
                           std::chrono::steady_clock::now().time_since_epoch()).count();
   int64_t due = backing_next_ns_.load(std::memory_order_relaxed);

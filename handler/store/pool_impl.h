@@ -77,9 +77,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status Grow(uint64_t new_size);
   SpaceInfo Space();
   uint64_t soft_generation() const { return soft_gen_.load(); }
+  // kBackingSignalOff becomes a negative interval: never asked.
   void set_backing_check_interval_ms(uint32_t ms) {
-    backing_signal_ = ms != kBackingSignalOff;
-    backing_interval_ns_ = int64_t{ms} * 1000000;
+    backing_interval_ns_ = ms == kBackingSignalOff ? -1 : int64_t{ms} * 1000000;
   }
   CheckReport Check(ProgressFn progress, void* ctx, bool compare_disk);
 
@@ -201,8 +201,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // PollBacking's state: when it may ask next (steady clock, ns), and what
   // it found last (short: the crossing was signalled).
   std::atomic<int64_t> backing_next_ns_{0};
-  int64_t backing_interval_ns_ = 1000000000;
-  bool backing_signal_ = false;  // set once, before the pool is shared
+  int64_t backing_interval_ns_ = -1;  // set once, before the pool is shared
   std::atomic<bool> backing_short_{false};
 };
 
