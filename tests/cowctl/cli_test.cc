@@ -1702,7 +1702,33 @@ class Served : public Cli {
 
 TEST_F(Served, LockedPoolWithoutSocketSaysSo) {
   Serve(false);
-  Err("pool show tank", "held by another process and nothing answers");
+  Err("--wait 0 pool show tank", "held by another process and nothing answers");
+}
+
+// Another cowctl (here: this test) holds the pool for a moment, as a
+// snapshot timer would: cowctl waits for it instead of failing.
+TEST_F(Served, WaitsForAnotherCowctlToLetGo) {
+  Serve(false);
+  std::thread holder([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    ASSERT_TRUE(pool->Close().ok());
+    pool.reset();
+  });
+  CmdResult r = Cowctl("pool show tank");
+  holder.join();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("held by another process; waiting up to 10 s"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("tank"), std::string::npos) << r.out;
+}
+
+TEST_F(Served, GivesUpWhenTheWaitEnds) {
+  Serve(false);
+  const auto t0 = std::chrono::steady_clock::now();
+  CmdResult r = Cowctl("--wait 1 pool show tank");
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(1));
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("nothing answers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(waited 1 s)"), std::string::npos) << r.err;
 }
 
 TEST_F(Served, CowctlGoesThroughTheSocket) {

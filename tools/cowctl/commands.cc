@@ -62,6 +62,9 @@ int Main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--proc-root", ctx.proc_root, "procfs, to find tcmu-runner (tests)")->group("");
   app.add_flag("--json", ctx.json, "Machine-readable JSON output");
+  app.add_option("--wait", ctx.wait_seconds, "Seconds to wait for a pool another cowctl holds (0: fail at once)")
+      ->check(CLI::Range(0, 3600))
+      ->capture_default_str();
   int rc = 0;
 
   CommandLine cl(app, ctx, rc);

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "handler/control/client.h"
 #include "handler/control/messages.h"
@@ -330,16 +332,28 @@ std::unique_ptr<PoolHandle> OpenPool(const Context& ctx, const std::string& pool
   if (::access(path.c_str(), read_only ? R_OK : R_OK | W_OK) != 0) denied(errno);
   store::OpenOptions oo;
   oo.read_only = read_only;
-  auto r = store::Pool::Open(store::DefaultEnv(), path, oo);
-  if (r.ok()) return std::make_unique<LocalPool>(pool, path, std::move(r.value()));
-  if (r.status().code() != Code::kBusy) Fail(r.status(), "opening pool '" + pool + "'");
-  std::string sock = control::SocketPath(ctx.run_dir, pool);
-  auto c = control::Client::Connect(sock);
-  if (!c.ok()) {
-    throw UserError("pool '" + pool + "' is held by another process and nothing answers on " + sock +
-                    ": wait for the other cowctl, or restart tcmu-runner");
+  // The pool's lock is held either by tcmu-runner (which answers on the
+  // control socket) or by another cowctl, which lets go when its command
+  // ends: wait for that one as flock -w does, saying so once.
+  const std::string sock = control::SocketPath(ctx.run_dir, pool);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ctx.wait_seconds);
+  for (bool said = false;; said = true) {
+    auto r = store::Pool::Open(store::DefaultEnv(), path, oo);
+    if (r.ok()) return std::make_unique<LocalPool>(pool, path, std::move(r.value()));
+    if (r.status().code() != Code::kBusy) Fail(r.status(), "opening pool '" + pool + "'");
+    auto c = control::Client::Connect(sock);
+    if (c.ok()) return std::make_unique<RemotePool>(pool, std::move(c.value()));
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw UserError("pool '" + pool + "' is held by another process and nothing answers on " + sock +
+                      (ctx.wait_seconds > 0 ? " (waited " + std::to_string(ctx.wait_seconds) + " s)" : "") +
+                      ": wait for the other cowctl (--wait SECONDS), or restart tcmu-runner");
+    }
+    if (!said) {
+      std::fprintf(stderr, "cowctl: pool '%s' is held by another process; waiting up to %d s\n", pool.c_str(),
+                   ctx.wait_seconds);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  return std::make_unique<RemotePool>(pool, std::move(c.value()));
 }
 
 }  // namespace cowstore::cowctl

@@ -23,6 +23,9 @@ struct Context {
   std::string configfs_root = "/sys/kernel/config";
   std::string proc_root = "/proc";
   bool json = false;
+  // How long to wait for a pool another cowctl holds (e.g. a snapshot timer
+  // firing during an admin's command) before giving up; 0: fail at once.
+  int wait_seconds = 10;
 };
 
 // <pool_dir>/<pool>; the entry may be a symlink to a block device or file.
