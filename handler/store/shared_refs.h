@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+// Reference counts of shared physical grains, and only those
+// (docs/design/store-v3.md, 3.2): an interval map phys -> (len, refs) whose
+// records all have refs >= 2. A mapped grain with no record has one owner; an
+// unmapped grain is free; SharedRefs cannot tell those two apart, the maps
+// can. Unshared data, most of a pool, costs nothing here.
+//
+// Records are maximal: two adjacent records never have the same count (they
+// would be one), so the state is canonical and the incremental result of any
+// Inc/Dec sequence equals Rebuild from the maps that sequence produced.
+//
+// A counter per region of kRegionGrains (16 MiB of 4 KiB grains) says how
+// many shared grains the region holds, so "may I write in place?" skips the
+// tree when the region shares nothing (ZFS BRT's trick).
+//
+// Bound on counts: a grain's count is the number of logical grains, over all
+// LUNs, that map it. Nothing else in the store bounds that below 2^32 (a LUN
+// may be larger than the pool, and XCOPY may copy one grain to every LBA of
+// it), so the bound is enforced here: at most max_refs (default kMaxRefs, the
+// 32-bit count field of the packed record). Inc refuses what would pass it
+// and changes nothing; Rebuild refuses maps that pass it.
+//
+// Storage: std::map, one node per record (64 heap bytes per record with
+// glibc, measured by store_shared_refs_test, against the design's 24). It
+// moves to the packed B+tree of plan step 1 (run_tree.h) once that lands;
+// nothing outside this file's .cc sees the container.
+//
+// Not thread-safe: the pool guards it with its metadata lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "handler/store/extent_map.h"
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+// Physical grains [phys, phys+len).
+struct GrainRun {
+  uint64_t phys = 0;
+  uint64_t len = 0;
+  bool operator==(const GrainRun&) const = default;
+};
+
+// Grains [phys, phys+len) each have `refs` owners (>= 2).
+struct SharedRecord {
+  uint64_t phys = 0;
+  uint64_t len = 0;
+  uint64_t refs = 0;
+  bool operator==(const SharedRecord&) const = default;
+};
+
+// A LUN's mapped logical grains split by whether their physical grain has
+// other owners (v1's rule, LunInfo::exclusive_bytes/shared_bytes, per grain).
+// A grain the LUN itself maps twice (XCOPY inside it) counts as shared.
+struct LunShare {
+  uint64_t exclusive = 0;
+  uint64_t shared = 0;
+  bool operator==(const LunShare&) const = default;
+};
+
+class SharedRefs {
+ public:
+  static constexpr uint64_t kRegionGrains = 4096;        // 16 MiB at 4 KiB
+  static constexpr uint64_t kMaxPoolGrains = 1ull << 48;  // the packed 48-bit grain
+  static constexpr uint64_t kMaxRefs = UINT32_MAX;        // the packed 32-bit count
+
+  // A pool of pool_grains data grains (REQUIRES <= kMaxPoolGrains; max_refs
+  // >= 2). Tests pass a small max_refs to reach the bound.
+  explicit SharedRefs(uint64_t pool_grains, uint64_t max_refs = kMaxRefs);
+
+  // Rebuilds from every LUN's map (runs lba -> phys, len in grains) by one
+  // sweep: O(E log E) for E runs. kCorruption if a run leaves the pool or a
+  // grain would pass max_refs (the engine never produces either).
+  static Result<SharedRefs> Rebuild(uint64_t pool_grains, const std::vector<std::vector<Run>>& luns,
+                                    uint64_t max_refs = kMaxRefs);
+
+  // [p, p+n) gains one owner (clone, XCOPY): grains without a record enter
+  // with 2, records go up by one. kInvalidArgument, nothing changed, if the
+  // range leaves the pool or a grain of it already has max_refs owners.
+  // REQUIRES: every grain of the range is mapped.
+  Status Inc(uint64_t p, uint64_t n);
+  // [p, p+n) loses one owner (overwrite, unmap, delete): records at 2
+  // disappear (one owner left), grains without a record are free now and are
+  // appended to *freed (may be null) in ascending, merged runs.
+  // REQUIRES: every grain of the range is mapped (inside the pool).
+  void Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed);
+
+  // Count of grain p if shared (>= 2), else 0 (one owner, or free).
+  uint64_t SharedCount(uint64_t p) const;
+  // Whether any grain of [p, p+n) is shared: the in-place test. (Ranges are
+  // clipped to the pool here and below: nothing beyond it is shared.) The region
+  // counters answer without the tree when the range's regions share nothing.
+  bool AnyShared(uint64_t p, uint64_t n) const;
+  // Appends the records overlapping [p, p+n), clipped to it, in order.
+  void Lookup(uint64_t p, uint64_t n, std::vector<SharedRecord>* out) const;
+  // A LUN's runs intersected with the records: O(runs x log records).
+  LunShare Usage(const std::vector<Run>& lun) const;
+
+  // Shared grains in region r (0 beyond the pool).
+  uint32_t RegionShared(uint64_t r) const { return r < regions_.size() ? regions_[r] : 0; }
+  uint64_t regions() const { return regions_.size(); }
+  uint64_t pool_grains() const { return pool_grains_; }
+  uint64_t max_refs() const { return max_refs_; }
+  size_t records() const { return m_.size(); }
+  uint64_t shared_grains() const { return shared_grains_; }
+  // Every record, in order (tests, check).
+  std::vector<SharedRecord> All() const;
+
+  bool operator==(const SharedRefs& o) const {
+    return pool_grains_ == o.pool_grains_ && m_ == o.m_ && regions_ == o.regions_;
+  }
+
+ private:
+  struct Span {
+    uint64_t len;
+    uint64_t refs;
+    bool operator==(const Span&) const = default;
+  };
+  using Map = std::map<uint64_t, Span>;
+
+  // Splits the record containing x (if one starts before x) so one starts at x.
+  void SplitAt(uint64_t x);
+  // Joins the record ending at x with the one starting at x if counts match.
+  void MergeAt(uint64_t x);
+  // First record that ends after p.
+  Map::const_iterator FirstEndingAfter(uint64_t p) const;
+  // Adds delta to the counters of the regions [p, p+n) overlaps.
+  void AddToRegions(uint64_t p, uint64_t n, int64_t delta);
+
+  uint64_t pool_grains_;
+  uint64_t max_refs_;
+  Map m_;
+  std::vector<uint32_t> regions_;
+  uint64_t shared_grains_ = 0;
+};
+
+}  // namespace cowstore::store
