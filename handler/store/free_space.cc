@@ -326,7 +326,8 @@ Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {
   if (r.start > total_ || r.len > total_ - r.start) return bad("beyond the pool");
   if (index_.Overlaps(r.start, r.len)) return bad("some are free");
   for (const auto& [lun, c] : chunks_)
-    if (r.start < c.end && c.cursor < r.end()) return bad("some are in a LUN's open chunk");
+    if (c.cursor < c.end && r.start < c.end && c.cursor < r.end())
+      return bad("some are in a LUN's open chunk");
   return Status::Ok();
 }
 

@@ -304,6 +304,22 @@ TEST(FreeSpace, BadFreesAndReleasesAreRefusedAndChangeNothing) {
   EXPECT_EQ(fs.pending_grains(), 5u);
 }
 
+TEST(FreeSpace, AUsedUpChunkDoesNotGuardTheGrainsAroundIt) {
+  // LUN 1 uses its chunk [0,8) up; a record then frees grains across the
+  // chunk's end. (Found by the randomised test: an empty chunk was taken as
+  // covering its end grain.)
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(16, {}).ok());
+  GV out;
+  ASSERT_TRUE(fs.Allocate(5, Lun(1), &out).ok());
+  ASSERT_TRUE(fs.Allocate(3, Lun(1), &out).ok());
+  ASSERT_TRUE(fs.Allocate(8, Meta(), &out).ok());
+  EXPECT_EQ(out, (GV{{0, 16}}));
+  EXPECT_FALSE(fs.open_chunk(1).has_value());
+  fs.Mapped(16);
+  EXPECT_TRUE(fs.Free({4, 8}, 1).ok());
+}
+
 TEST(FreeSpace, RebuildTakesSharedOverlappingRunsInAnyOrderAndGrowAddsAtTheEnd) {
   FreeSpace fs(8);
   ASSERT_TRUE(fs.Rebuild(100, {{40, 10}, {0, 10}, {5, 10}, {42, 3}, {70, 0}}).ok());
@@ -383,7 +399,15 @@ void CheckAgainst(const FreeSpace& fs, const Reference& ref, int luns, const cha
   EXPECT_EQ(fs.quarantined_grains(), ref.Count(kQuarantine));
 }
 
-void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
+// How often the workload reached each outcome, so the test can show it
+// exercised them all.
+struct Reached {
+  uint64_t allocations = 0, free_fraction_sum = 0, checks = 0;
+  uint64_t no_space = 0, goal_taken = 0, released = 0, quarantined = 0, multi_run = 0;
+};
+
+void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reached* reached) {
+  const bool calm = seed % 3 != 0;  // else allocations outpace frees: a full pool
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
@@ -408,14 +432,16 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
   CheckAgainst(fs, ref, kLuns, "after rebuild");
 
   for (int op = 0; op < ops; op++) {
-    switch (pick(10)) {
-      case 0: case 1: case 2: {  // allocate
+    switch (pick(12)) {
+      case 0: case 1: case 2: {  // allocate (less often on a calm pool)
+        if (calm && pick(2) == 0) break;
         uint64_t n = pick(8) == 0 ? 1 + pick(total / 4) : 1 + pick(chunk);
         uint32_t lun = static_cast<uint32_t>(pick(kLuns + 1));
         uint64_t goal = AllocHint::kNoGoal;
         if (pick(3) == 0) goal = pick(total);
         else if (pick(2) == 0 && !mapped.empty()) goal = mapped[pick(mapped.size())].end();
         uint64_t free_before = ref.Count(kFree);
+        reached->allocations++;
         Runs index_before = fs.index().by_offset();
         GV out;
         Status s = fs.Allocate(n, {lun, goal}, &out);
@@ -424,10 +450,13 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
           ASSERT_TRUE(out.empty());
           ASSERT_EQ(fs.index().by_offset(), index_before);
           ASSERT_EQ(fs.free_grains(), free_before);
+          reached->no_space++;
           break;
         }
         ASSERT_TRUE(s.ok()) << s.ToString();
         ASSERT_EQ(Sum(out), n);
+        reached->goal_taken += goal != AllocHint::kNoGoal && out[0].start == goal;
+        reached->multi_run += out.size() > 1;
         for (const GrainRun& r : out) {
           for (uint64_t g = r.start; g < r.end(); g++) {
             ASSERT_LT(g, total);
@@ -455,24 +484,27 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
         }
         break;
       }
-      case 5: case 6: {  // a record drops the last reference to part of a mapped run
-        if (mapped.empty()) break;
-        size_t i = pick(mapped.size());
-        GrainRun r = mapped[i];
-        uint64_t off = pick(r.len), n = 1 + pick(r.len - off);
-        mapped.erase(mapped.begin() + i);
-        if (off > 0) mapped.push_back({r.start, off});
-        if (off + n < r.len) mapped.push_back({r.start + off + n, r.len - off - n});
+      case 5: case 6: case 7: {  // a record drops the last reference to parts of mapped runs
         uint64_t t = next_ticket++;
-        ASSERT_TRUE(fs.Free({r.start + off, n}, t).ok());
-        for (uint64_t g = r.start + off; g < r.start + off + n; g++) {
-          ref.st[g] = kPending;
-          ref.ticket[g] = t;
+        for (int k = calm ? 4 : 1; k > 0 && !mapped.empty(); k--) {
+          size_t i = pick(mapped.size());
+          GrainRun r = mapped[i];
+          uint64_t off = pick(2) ? 0 : pick(r.len);
+          uint64_t n = pick(2) ? r.len - off : 1 + pick(r.len - off);
+          mapped.erase(mapped.begin() + i);
+          if (off > 0) mapped.push_back({r.start, off});
+          if (off + n < r.len) mapped.push_back({r.start + off + n, r.len - off - n});
+          Status s = fs.Free({r.start + off, n}, t);
+          ASSERT_TRUE(s.ok()) << s.ToString();
+          for (uint64_t g = r.start + off; g < r.start + off + n; g++) {
+            ref.st[g] = kPending;
+            ref.ticket[g] = t;
+          }
         }
         break;
       }
-      case 7: {  // a ticket becomes durable: exactly its pending grains come back
-        durable = std::min(next_ticket - 1, durable + pick(4));
+      case 8: {  // a ticket becomes durable: exactly its pending grains come back
+        durable = std::min(next_ticket - 1, durable + pick(8));
         std::vector<PendingRun> ready = fs.TakeReleasable(durable);
         std::vector<uint8_t> got(total, 0);
         for (const PendingRun& p : ready)
@@ -486,21 +518,35 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
         releasing.insert(releasing.end(), ready.begin(), ready.end());
         break;
       }
-      case 8: {  // punched (or not): back to the index, or quarantine
+      case 9: case 10: {  // punched (or not): back to the index, or quarantine
         if (releasing.empty()) break;
         size_t i = pick(releasing.size());
         PendingRun p = releasing[i];
         releasing.erase(releasing.begin() + i);
         bool zeroed = pick(20) != 0;
         ASSERT_TRUE(fs.Release(p, zeroed).ok());
+        reached->released++;
+        reached->quarantined += !zeroed;
         for (uint64_t g = p.phys; g < p.phys + p.n; g++) ref.st[g] = zeroed ? kFree : kQuarantine;
         break;
       }
-      case 9:  // a LUN closes: its chunk's unused grains go back
+      case 11:  // a LUN closes: its chunk's unused grains go back
         fs.CloseChunk(static_cast<uint32_t>(1 + pick(kLuns)));
         break;
     }
+    if (op % 1500 == 1499) {
+      // Reopen: everything but the mapped runs is free again (reservations
+      // die with the process, pending frees and quarantine are re-derived).
+      ASSERT_TRUE(fs.Rebuild(total, mapped).ok());
+      for (uint64_t g = 0; g < total; g++)
+        if (ref.st[g] != kMapped) ref.st[g] = kFree;
+      reserved.clear();
+      releasing.clear();
+      durable = next_ticket - 1;
+    }
     if (op % 16 == 0) {
+      reached->checks++;
+      reached->free_fraction_sum += 100 * ref.Count(kFree) / total;
       CheckAgainst(fs, ref, kLuns, "during the workload");
       if (::testing::Test::HasFailure()) return;
     }
@@ -509,10 +555,25 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops) {
 }
 
 TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
+  Reached reached;
   for (uint32_t seed = 1; seed <= 12; seed++) {
-    RandomWorkload(seed, 1024 + 512 * (seed % 5), seed % 2 ? 16 : 64, 6000);
+    RandomWorkload(seed, 1024 + 512 * (seed % 5), seed % 2 ? 16 : 64, 6000, &reached);
     if (HasFailure()) return;
   }
+  std::printf("reached: %llu allocations, %llu %% free on average, %llu full-pool refusals, %llu goals taken, %llu split allocations, "
+              "%llu releases (%llu unzeroed)\n",
+              static_cast<unsigned long long>(reached.allocations),
+              static_cast<unsigned long long>(reached.free_fraction_sum / reached.checks),
+              static_cast<unsigned long long>(reached.no_space),
+              static_cast<unsigned long long>(reached.goal_taken),
+              static_cast<unsigned long long>(reached.multi_run),
+              static_cast<unsigned long long>(reached.released),
+              static_cast<unsigned long long>(reached.quarantined));
+  EXPECT_GT(reached.no_space, 0u);
+  EXPECT_GT(reached.goal_taken, 0u);
+  EXPECT_GT(reached.multi_run, 0u);
+  EXPECT_GT(reached.released, 0u);
+  EXPECT_GT(reached.quarantined, 0u);
 }
 
 // ---------------------------------------------------- RAM per free run
