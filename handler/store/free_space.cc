@@ -187,7 +187,7 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   total_ = total;
   chunks_.clear();
   pending_.clear();
-  chunk_held_ = reserved_ = releasing_ = quarantined_ = 0;
+  chunk_held_ = reserved_ = releasing_ = quarantined_ = pending_count_ = 0;
   return Status::Ok();
 }
 
@@ -325,6 +325,12 @@ Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {
   };
   if (r.start > total_ || r.len > total_ - r.start) return bad("beyond the pool");
   if (index_.Overlaps(r.start, r.len)) return bad("some are free");
+  auto next = pending_.lower_bound(r.start);
+  if (next != pending_.end() && next->first < r.end()) return bad("some are pending");
+  if (next != pending_.begin()) {
+    const PendingRun& before = std::prev(next)->second;
+    if (before.phys + before.n > r.start) return bad("some are pending");
+  }
   for (const auto& [lun, c] : chunks_)
     if (c.cursor < c.end && r.start < c.end && c.cursor < r.end())
       return bad("some are in a LUN's open chunk");
@@ -333,7 +339,8 @@ Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {
 
 Status FreeSpace::Unreserve(const GrainRun& r, bool zeroed) {
   if (Status s = CheckNotFree(r, "unreserve"); !s.ok()) return s;
-  if (r.len > reserved_) return Status(Code::kInvalidArgument, "unreserve of grains never reserved");
+  if (r.len > reserved_)
+    return Status(Code::kInvalidArgument, "unreserve of grains never reserved");
   reserved_ -= r.len;
   if (zeroed)
     (void)index_.Insert(r.start, r.len);  // checked above: none of it is free
@@ -345,41 +352,37 @@ Status FreeSpace::Unreserve(const GrainRun& r, bool zeroed) {
 Status FreeSpace::Free(const GrainRun& r, uint64_t ticket) {
   if (r.len == 0) return Status::Ok();
   if (Status s = CheckNotFree(r, "free"); !s.ok()) return s;
-  for (const PendingRun& p : pending_)
-    if (r.start < p.phys + p.n && p.phys < r.end())
-      return Status(Code::kInvalidArgument, "free of grains already pending");
-  if (!pending_.empty() && pending_.back().tag == ticket &&
-      pending_.back().phys + pending_.back().n == r.start)
-    pending_.back().n += r.len;
+  auto next = pending_.lower_bound(r.start);
+  auto prev = next == pending_.begin() ? pending_.end() : std::prev(next);
+  if (prev != pending_.end() && prev->second.tag == ticket &&
+      prev->second.phys + prev->second.n == r.start)
+    prev->second.n += r.len;
   else
-    pending_.push_back({r.start, r.len, ticket});
+    pending_.emplace_hint(next, r.start, PendingRun{r.start, r.len, ticket});
+  pending_count_ += r.len;
   return Status::Ok();
 }
 
 std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
+  // In grain order (the map's), merged where contiguous: one punch per
+  // physical run, however the records that freed them were interleaved.
   std::vector<PendingRun> ready;
-  auto keep = pending_.begin();
-  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-    if (it->tag <= durable_ticket)
-      ready.push_back(*it);
-    else
-      *keep++ = *it;
-  }
-  pending_.erase(keep, pending_.end());
-  // In grain order, merged where contiguous: one punch per physical run.
-  std::sort(ready.begin(), ready.end(),
-            [](const PendingRun& a, const PendingRun& b) { return a.phys < b.phys; });
-  size_t k = 0;
-  for (size_t i = 0; i < ready.size(); i++) {
-    releasing_ += ready[i].n;
-    if (k > 0 && ready[k - 1].phys + ready[k - 1].n == ready[i].phys) {
-      ready[k - 1].n += ready[i].n;
-      ready[k - 1].tag = std::max(ready[k - 1].tag, ready[i].tag);
-    } else {
-      ready[k++] = ready[i];
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.tag > durable_ticket) {
+      ++it;
+      continue;
     }
+    const PendingRun& p = it->second;
+    if (!ready.empty() && ready.back().phys + ready.back().n == p.phys) {
+      ready.back().n += p.n;
+      ready.back().tag = std::max(ready.back().tag, p.tag);
+    } else {
+      ready.push_back(p);
+    }
+    releasing_ += p.n;
+    pending_count_ -= p.n;
+    it = pending_.erase(it);
   }
-  ready.resize(k);
   return ready;
 }
 
@@ -394,10 +397,5 @@ Status FreeSpace::Release(const PendingRun& r, bool zeroed) {
   return Status::Ok();
 }
 
-uint64_t FreeSpace::pending_grains() const {
-  uint64_t n = releasing_;
-  for (const PendingRun& p : pending_) n += p.n;
-  return n;
-}
 
 }  // namespace cowstore::store

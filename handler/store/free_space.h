@@ -117,7 +117,8 @@ class FreeSpace {
   // n reserved grains are now mapped by a record.
   void Mapped(uint64_t n);
   // Gives back reserved grains an operation did not use; `zeroed` false if
-  // they could not be zeroed (quarantine). kInvalidArgument if any is free.
+  // they could not be zeroed (quarantine). kInvalidArgument if any is free
+  // or pending.
   Status Unreserve(const GrainRun& r, bool zeroed);
   // Returns a LUN's unused chunk grains to the index (LUN deleted or closed).
   void CloseChunk(uint32_t lun);
@@ -131,7 +132,7 @@ class FreeSpace {
   // or into quarantine if it could not be zeroed.
   Status Free(const GrainRun& r, uint64_t ticket);
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
-  // kInvalidArgument, changing nothing, if any of r is free already.
+  // kInvalidArgument, changing nothing, if any of r is free or still pending.
   Status Release(const PendingRun& r, bool zeroed);
   bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
 
@@ -140,7 +141,8 @@ class FreeSpace {
   // Free grains: in the index plus those held unused in LUN chunks.
   uint64_t free_grains() const { return index_.grains() + chunk_held_; }
   uint64_t reserved_grains() const { return reserved_; }
-  uint64_t pending_grains() const;
+  // Pending and releasing: out of the index until Release.
+  uint64_t pending_grains() const { return pending_count_ + releasing_; }
   uint64_t releasing_grains() const { return releasing_; }
   uint64_t quarantined_grains() const { return quarantined_; }
   const FreeRunIndex& index() const { return index_; }
@@ -162,7 +164,7 @@ class FreeSpace {
   void OpenChunk(Chunk* c, uint64_t goal);
   // Gives every LUN's unused chunk grains back to the index.
   void ReclaimChunks();
-  // kInvalidArgument unless r lies in the pool and none of it is free.
+  // kInvalidArgument unless r lies in the pool and none of it is free or pending.
   Status CheckNotFree(const GrainRun& r, const char* what) const;
   static void Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len);
 
@@ -171,7 +173,10 @@ class FreeSpace {
   FreeRunIndex index_;
   std::unordered_map<uint32_t, Chunk> chunks_;
   uint64_t chunk_held_ = 0;
-  std::vector<PendingRun> pending_;  // phys = first grain, n = grains, tag = ticket
+  // Pending frees by first grain (phys = first grain, n = grains, tag =
+  // ticket): a double free is one lookup, and release comes out in order.
+  std::map<uint64_t, PendingRun> pending_;
+  uint64_t pending_count_ = 0;  // grains in pending_
   uint64_t reserved_ = 0, releasing_ = 0, quarantined_ = 0;
 };
 

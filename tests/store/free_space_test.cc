@@ -294,6 +294,8 @@ TEST(FreeSpace, BadFreesAndReleasesAreRefusedAndChangeNothing) {
   EXPECT_EQ(fs.Unreserve({70, 1}, true).code(), Code::kInvalidArgument);
   EXPECT_EQ(fs.Release({70, 1, 1}, true).code(), Code::kInvalidArgument);
   EXPECT_EQ(fs.Release({20, 1, 1}, true).code(), Code::kInvalidArgument);  // never taken
+  EXPECT_EQ(fs.Release({12, 1, 1}, true).code(), Code::kInvalidArgument);  // still pending
+  EXPECT_EQ(fs.Unreserve({12, 1}, true).code(), Code::kInvalidArgument);   // pending
   EXPECT_EQ(fs.pending_grains(), 5u);
   EXPECT_EQ(fs.index().by_offset(), (Runs{{58, 42}}));
   EXPECT_EQ(fs.free_grains(), 48u);
@@ -560,8 +562,8 @@ TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
     RandomWorkload(seed, 1024 + 512 * (seed % 5), seed % 2 ? 16 : 64, 6000, &reached);
     if (HasFailure()) return;
   }
-  std::printf("reached: %llu allocations, %llu %% free on average, %llu full-pool refusals, %llu goals taken, %llu split allocations, "
-              "%llu releases (%llu unzeroed)\n",
+  std::printf("reached: %llu allocations, %llu %% free on average, %llu full-pool refusals, "
+              "%llu goals taken, %llu split allocations, %llu releases (%llu unzeroed)\n",
               static_cast<unsigned long long>(reached.allocations),
               static_cast<unsigned long long>(reached.free_fraction_sum / reached.checks),
               static_cast<unsigned long long>(reached.no_space),
