@@ -102,17 +102,20 @@ class FreeSpace {
   // Drops every chunk, reservation, pending and quarantine count.
   // kCorruption if a run reaches beyond `total` (nothing changed then).
   Status Rebuild(uint64_t total, std::vector<GrainRun> allocated);
-  // The pool grew to `total` grains; the new ones are free.
+  // The pool grew to `total` grains; the new ones are free (a smaller
+  // `total` changes nothing: the pool never shrinks).
   void Grow(uint64_t total);
 
   // Takes n free grains for an operation (they become reserved), appending
-  // them to *out as runs, merged where contiguous. A LUN's grains come from its
-  // open chunk in order; when that is used up, the next chunk is taken near
-  // the previous one. Requests of a chunk or more, and metadata (kNoLun), come
-  // straight from the index: at the goal if n grains are free there (or in a
-  // run a few runs on), else the best-fitting run nearest it. kNoSpace, taking nothing, if
-  // fewer than n grains are free (other LUNs' unused chunk grains count as
-  // free: they are taken back before the pool is called full).
+  // them to *out as runs, merged where contiguous.
+  // - A LUN's requests of less than a chunk: from the goal if that grain is
+  //   free (a used-up chunk reopens there), else from the LUN's open chunk in
+  //   order; a used-up chunk is followed by one next to it (or best-fit).
+  // - Requests of a chunk or more, and metadata (kNoLun): straight from the
+  //   index, at the goal if n grains are free there or a few runs on, else
+  //   from the best-fitting run nearest it, else the longest runs whole.
+  // kNoSpace, taking nothing, if fewer than n grains are free; other LUNs'
+  // unused chunk grains count as free and are taken back before that.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
   // n reserved grains are now mapped by a record.
   void Mapped(uint64_t n);
@@ -126,10 +129,10 @@ class FreeSpace {
   // Pending frees. Free: the record with ticket `ticket` dropped the last
   // reference to r; its grains are pending until that ticket is durable
   // (kInvalidArgument, changing nothing, if r is out of the pool or any of it
-  // is free or pending already). TakeReleasable removes and returns the runs freed by records up
-  // to `durable_ticket`, in grain order, merged where contiguous; they stay
-  // out of the index (releasing) until Release puts each back after its punch,
-  // or into quarantine if it could not be zeroed.
+  // is free or pending already). TakeReleasable removes and returns the runs
+  // freed by records up to `durable_ticket`, in grain order, merged where
+  // contiguous; they stay out of the index (releasing) until Release puts
+  // each back after its punch, or into quarantine if it could not be zeroed.
   Status Free(const GrainRun& r, uint64_t ticket);
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
   // kInvalidArgument, changing nothing, if any of r is free or still pending.
