@@ -1,0 +1,186 @@
+// SPDX-License-Identifier: Apache-2.0
+// Free space by runs (format v3, design store-v3.md 3.3 and 3.5): the pool's
+// free grains kept as runs in two indexes, by offset and by size class (as
+// XFS's bnobt/cntbt), and the allocator that carves them into per-LUN chunks.
+//
+// Nothing here is per grain: the indexes hold one entry per free run, and free
+// runs are the gaps between allocated runs, so RAM is O(allocated runs) and
+// not O(pool size). Reference counts are not kept here (SharedRefs and the
+// LUN maps know them); this component only knows which grains are free.
+//
+// A grain moves free -> reserved (Allocate; its operation writes the data)
+// -> mapped (Mapped; a record maps it) -> pending (Free; its last reference
+// went in the record with that ticket) -> releasing (TakeReleasable, once that
+// ticket is durable; the caller punches it) -> free again (Release, after the
+// punch), exactly as the flat SpaceMap does per AU. A grain that could not be
+// zeroed goes to quarantine instead and stays out until the next open (which
+// derives everything again with Rebuild).
+//
+// Not thread-safe: the pool guards it with its metadata lock.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "handler/store/space_map.h"  // PendingRun, shared with the flat map
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+// Grains [start, start + len).
+struct GrainRun {
+  uint64_t start = 0, len = 0;
+  uint64_t end() const { return start + len; }
+  bool operator==(const GrainRun&) const = default;
+};
+
+// The two indexes over the same free runs: by offset (merging neighbours) and
+// by size class (class k holds the runs of 2^k <= len < 2^(k+1) grains, each
+// class ordered by start so the run nearest a goal is one lookup away).
+class FreeRunIndex {
+ public:
+  // Adds [start, start+len), merging with free runs on either side. False,
+  // changing nothing, if any of those grains is already free (a double free).
+  bool Insert(uint64_t start, uint64_t len);
+  // Removes [start, start+len). REQUIRES: it lies inside one free run.
+  void Remove(uint64_t start, uint64_t len);
+  // The free run holding grain g, if g is free.
+  std::optional<GrainRun> RunHolding(uint64_t g) const;
+  // True if any grain of [start, start+len) is free.
+  bool Overlaps(uint64_t start, uint64_t len) const;
+  // A run of at least `len` grains from the smallest size class that can hold
+  // it, the one nearest `goal` within that class; nullopt if none is that long.
+  std::optional<GrainRun> BestFit(uint64_t len, uint64_t goal) const;
+  // The nearest run of at least `len` grains that starts at or after `goal`
+  // (or holds it), looking at no more than `max_steps` runs; else nullopt.
+  std::optional<GrainRun> NextFit(uint64_t goal, uint64_t len, int max_steps) const;
+  // A run from the highest non-empty size class (so within 2x of the longest),
+  // the one nearest `goal` there; nullopt if nothing is free.
+  std::optional<GrainRun> FromLargestClass(uint64_t goal) const;
+  void Clear();
+
+  uint64_t grains() const { return grains_; }
+  uint64_t run_count() const { return by_offset_.size(); }
+  const std::map<uint64_t, uint64_t>& by_offset() const { return by_offset_; }
+
+ private:
+  static int ClassOf(uint64_t len);
+  // The run of `cls` nearest `goal`. REQUIRES: the class is not empty.
+  GrainRun NearestInClass(int cls, uint64_t goal) const;
+  void AddRun(uint64_t start, uint64_t len);
+  void DropRun(std::map<uint64_t, uint64_t>::iterator it);
+
+  std::map<uint64_t, uint64_t> by_offset_;          // start -> length
+  std::array<std::set<uint64_t>, 64> by_class_;    // starts, per size class
+  uint64_t class_mask_ = 0;                         // bit k: class k not empty
+  uint64_t grains_ = 0;
+};
+
+// Where an allocation would like to land.
+struct AllocHint {
+  static constexpr uint32_t kNoLun = 0;  // metadata: no chunk, straight from the index
+  uint32_t lun = kNoLun;
+  // The preferred first grain (e.g. the one after the physical grain of LBA
+  // L-1, when the caller knows that one is this LUN's own); honoured if it is
+  // free. kNoGoal: no preference.
+  static constexpr uint64_t kNoGoal = UINT64_MAX;
+  uint64_t goal = kNoGoal;
+};
+
+class FreeSpace {
+ public:
+  // chunk_grains: the per-LUN chunk (one AU's worth of grains, >= 1).
+  explicit FreeSpace(uint64_t chunk_grains);
+
+  // Derives the free runs of a pool of `total` grains from the allocated runs
+  // (mapped, metadata; in any order, overlapping allowed: shared extents).
+  // Drops every chunk, reservation, pending and quarantine count.
+  // kCorruption if a run reaches beyond `total` (nothing changed then).
+  Status Rebuild(uint64_t total, std::vector<GrainRun> allocated);
+  // The pool grew to `total` grains; the new ones are free (a smaller
+  // `total` changes nothing: the pool never shrinks).
+  void Grow(uint64_t total);
+
+  // Takes n free grains for an operation (they become reserved), appending
+  // them to *out as runs, merged where contiguous.
+  // - A LUN's requests of less than a chunk: from the goal if that grain is
+  //   free (a used-up chunk reopens there), else from the LUN's open chunk in
+  //   order; a used-up chunk is followed by one next to it (or best-fit).
+  // - Requests of a chunk or more, and metadata (kNoLun): straight from the
+  //   index, at the goal if n grains are free there or a few runs on, else
+  //   from the best-fitting run nearest it, else the longest runs whole.
+  // kNoSpace, taking nothing, if fewer than n grains are free; other LUNs'
+  // unused chunk grains count as free and are taken back before that.
+  Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
+  // n reserved grains are now mapped by a record.
+  void Mapped(uint64_t n);
+  // Gives back reserved grains an operation did not use; `zeroed` false if
+  // they could not be zeroed (quarantine). kInvalidArgument if any is free
+  // or pending.
+  Status Unreserve(const GrainRun& r, bool zeroed);
+  // Returns a LUN's unused chunk grains to the index (LUN deleted or closed).
+  void CloseChunk(uint32_t lun);
+
+  // Pending frees. Free: the record with ticket `ticket` dropped the last
+  // reference to r; its grains are pending until that ticket is durable
+  // (kInvalidArgument, changing nothing, if r is out of the pool or any of it
+  // is free or pending already). TakeReleasable removes and returns the runs
+  // freed by records up to `durable_ticket`, in grain order, merged where
+  // contiguous; they stay out of the index (releasing) until Release puts
+  // each back after its punch, or into quarantine if it could not be zeroed.
+  Status Free(const GrainRun& r, uint64_t ticket);
+  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
+  // kInvalidArgument, changing nothing, if any of r is free or still pending.
+  Status Release(const PendingRun& r, bool zeroed);
+  bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
+
+  uint64_t chunk_grains() const { return chunk_grains_; }
+  uint64_t total_grains() const { return total_; }
+  // Free grains: in the index plus those held unused in LUN chunks.
+  uint64_t free_grains() const { return index_.grains() + chunk_held_; }
+  uint64_t reserved_grains() const { return reserved_; }
+  // Pending and releasing: out of the index until Release.
+  uint64_t pending_grains() const { return pending_count_ + releasing_; }
+  uint64_t releasing_grains() const { return releasing_; }
+  uint64_t quarantined_grains() const { return quarantined_; }
+  const FreeRunIndex& index() const { return index_; }
+  // A LUN's open chunk: its unused grains [cursor, end) (nullopt: none open).
+  std::optional<GrainRun> open_chunk(uint32_t lun) const;
+
+ private:
+  struct Chunk {
+    uint64_t cursor = 0, end = 0;  // unused grains [cursor, end)
+    uint64_t last_end = 0;         // where the last chunk ended: the next goal
+    bool has_last = false;
+  };
+  // A free run for n grains: one holding n at or just after the goal (a few
+  // runs on), else the best fit nearest it; nullopt if no run holds n.
+  std::optional<GrainRun> FindRun(uint64_t n, uint64_t goal) const;
+  // Takes n grains straight from the index, near `goal`, whole runs best-fit.
+  void TakeFromIndex(uint64_t n, uint64_t goal, std::vector<GrainRun>* out);
+  // Opens a new chunk for c (its previous one is used up).
+  void OpenChunk(Chunk* c, uint64_t goal);
+  // Gives every LUN's unused chunk grains back to the index.
+  void ReclaimChunks();
+  // kInvalidArgument unless r lies in the pool and none of it is free or pending.
+  Status CheckNotFree(const GrainRun& r, const char* what) const;
+  static void Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len);
+
+  uint64_t chunk_grains_;
+  uint64_t total_ = 0;
+  FreeRunIndex index_;
+  std::unordered_map<uint32_t, Chunk> chunks_;
+  uint64_t chunk_held_ = 0;
+  // Pending frees by first grain (phys = first grain, n = grains, tag =
+  // ticket): a double free is one lookup, and release comes out in order.
+  std::map<uint64_t, PendingRun> pending_;
+  uint64_t pending_count_ = 0;  // grains in pending_
+  uint64_t reserved_ = 0, releasing_ = 0, quarantined_ = 0;
+};
+
+}  // namespace cowstore::store
