@@ -255,6 +255,16 @@ std::vector<uint8_t> FaultInjectionEnv::Snapshot(const std::string& path) const 
   return it == files_.end() ? std::vector<uint8_t>() : it->second->current;
 }
 
+void FaultInjectionEnv::Install(const std::string& path, const uint8_t* data, size_t n) {
+  std::lock_guard<std::mutex> g(mu_);
+  std::shared_ptr<Image>& im = files_[path];
+  if (!im) im = std::make_shared<Image>();
+  im->current.assign(data, data + n);
+  im->durable.assign(data, data + n);
+  im->durable_size = n;
+  im->dirty.clear();
+}
+
 uint64_t FaultInjectionEnv::unsynced_sectors(const std::string& path) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);

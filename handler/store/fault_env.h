@@ -76,6 +76,12 @@ class FaultInjectionEnv final : public Env {
   uint64_t unsynced_sectors(const std::string& path) const;
   // The current image (what a read returns now), bypassing locks.
   std::vector<uint8_t> Snapshot(const std::string& path) const;
+  // Creates or replaces `path` with the n bytes at `data`, every one of them
+  // durable (a disk image made elsewhere): no per-sector bookkeeping, and a
+  // replaced file keeps its buffers, so a fuzzer installing megabytes per
+  // input allocates (and page-faults) nothing after the first. The file must
+  // not be open.
+  void Install(const std::string& path, const uint8_t* data, size_t n);
 
  private:
   friend class FaultFile;
