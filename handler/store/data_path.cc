@@ -99,10 +99,9 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     Status s = ReserveLocked(need, need, &fresh);
     if (s.ok()) break;
     if (attempt > 0 || !space_.has_pending()) return s;
-    g.Unlock();  // frees are waiting for a commit: make them durable, retry
-    Status c = Commit(CurrentSeq());
+    g.Unlock();  // frees under way (commit, punch): wait for them, retry
+    Status c = ReclaimPending();
     if (!c.ok()) return c;
-    queue_.DrainHooks();  // and wait for the hooks putting them on the free list
   }
   if (!fresh.empty()) PollBacking();  // the pool grew: does its backing store keep up?
   size_t k = 0;
@@ -180,9 +179,8 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
       if (attempt > 0 || !space_.has_pending())
         return Status(Code::kNoSpace, "no room for metadata to unmap");
       g.Unlock();
-      Status c = Commit(CurrentSeq());
+      Status c = ReclaimPending();
       if (!c.ok()) return c;
-      queue_.DrainHooks();
       continue;
     }
     Record rec;
@@ -397,19 +395,28 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
     RangeGuard rg(&l->lock, a0, a1, true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
-    MutexLock g(&meta_mu_);
-    std::vector<Run> pieces, holes;
-    l->map.Lookup(a0, a1 - a0, &pieces);
-    uint64_t pos = a0, need = 0;
-    for (const Run& r : pieces) {
-      if (r.lba > pos) holes.push_back({pos, 0, r.lba - pos});
-      pos = r.lba + r.len;
-    }
-    if (pos < a1) holes.push_back({pos, 0, a1 - pos});
-    for (const Run& h : holes) need += h.len;
+    std::vector<Run> holes;
     std::vector<uint64_t> fresh;
-    s = ReserveLocked(need, holes.size() + 8, &fresh);
-    if (!s.ok()) return s;
+    MutexLock g(&meta_mu_);
+    for (int attempt = 0;; attempt++) {
+      std::vector<Run> pieces;
+      holes.clear();
+      l->map.Lookup(a0, a1 - a0, &pieces);
+      uint64_t pos = a0, need = 0;
+      for (const Run& r : pieces) {
+        if (r.lba > pos) holes.push_back({pos, 0, r.lba - pos});
+        pos = r.lba + r.len;
+      }
+      if (pos < a1) holes.push_back({pos, 0, a1 - pos});
+      for (const Run& h : holes) need += h.len;
+      s = ReserveLocked(need, holes.size() + 8, &fresh);
+      if (s.ok()) break;
+      if (attempt > 0 || !space_.has_pending()) return s;
+      g.Unlock();  // frees under way (commit, punch): wait for them, retry
+      s = ReclaimPending();
+      if (!s.ok()) return s;
+      g.Lock();
+    }
     grew = !fresh.empty();
     Record rec;
     rec.type = RecType::kMap;
@@ -512,6 +519,17 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         std::vector<Run> sp, dp;
         src->map.Lookup(sw0, w1 - w0, &sp);
         dst->map.Lookup(w0, w1 - w0, &dp);
+        if ((!sp.empty() || !dp.empty()) && !AffordableLocked(0, sp.size() + 2) &&
+            space_.has_pending()) {
+          g.Unlock();  // frees under way (commit, punch): wait for them, look again
+          s = ReclaimPending();
+          if (!s.ok()) return s;
+          g.Lock();
+          sp.clear();
+          dp.clear();
+          src->map.Lookup(sw0, w1 - w0, &sp);
+          dst->map.Lookup(w0, w1 - w0, &dp);
+        }
         if (!sp.empty() || !dp.empty()) {
           if (!AffordableLocked(0, sp.size() + 2))
             return Status(Code::kNoSpace, "no room for the clone's metadata");

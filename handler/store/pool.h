@@ -125,7 +125,8 @@ struct SpaceInfo {
   uint64_t allocated_units = 0;    // AUs with refcount > 0 (data + metadata)
   uint64_t metadata_units = 0;     // AUs holding metadata (checkpoints)
   uint64_t shared_units = 0;       // AUs with refcount > 1
-  uint64_t free_units = 0;         // allocatable now
+  uint64_t free_units = 0;         // allocatable (including thinning_units)
+  uint64_t thinning_units = 0;     // freed durably, still being punched: allocatable soon
   uint64_t mapped_bytes = 0;       // sum of every LUN's mapped_bytes
   uint64_t saved_bytes = 0;        // mapped_bytes - bytes of distinct data AUs
   uint64_t soft_threshold_units = 0;

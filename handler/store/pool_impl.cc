@@ -107,14 +107,27 @@ void Core::ReleasePending(uint64_t target) {
     MutexLock g(&meta_mu_);
     ready = space_.TakeReleasable(target);
   }
-  if (ready.empty()) return;
   // The freeing records are durable: no recovered state can map these AUs,
-  // so they may be zeroed (punched, keeping the file thin) and reused.
-  std::vector<bool> ok(ready.size());
-  for (size_t i = 0; i < ready.size(); i++)
-    ok[i] = file_->PunchHole(AuOffset(ready[i].phys), ready[i].n * au_).ok();
+  // so they may be zeroed (punched, keeping the file thin) and reused. The
+  // punch happens off this (a command's) thread.
+  thinner_.Add(std::move(ready));
+}
+
+bool Core::PunchRun(const PendingRun& r) {
+  return file_->PunchHole(AuOffset(r.phys), r.n * au_).ok();
+}
+
+void Core::ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed) {
   MutexLock g(&meta_mu_);
-  for (size_t i = 0; i < ready.size(); i++) space_.Release(ready[i], ok[i]);
+  for (size_t i = 0; i < runs.size(); i++) space_.Release(runs[i], zeroed[i]);
+}
+
+Status Core::ReclaimPending() {
+  Status c = Commit(CurrentSeq());  // the freeing records
+  if (!c.ok()) return c;
+  queue_.DrainHooks();  // their runs are in thinner_ once the hooks finished
+  thinner_.Drain();     // and on the free list once punched
+  return Status::Ok();
 }
 
 Status Core::CheckUsable() const {
@@ -138,7 +151,12 @@ Status Core::Close() {
     seal.type = RecType::kSeal;
     AppendLocked(seal);
   }
-  return Commit(CurrentSeq());
+  s = Commit(CurrentSeq());
+  // Give back what is still being thinned, so a closed pool is as thin as
+  // its maps say and nothing touches the file after Close.
+  queue_.DrainHooks();
+  thinner_.Drain();
+  return s;
 }
 
 Status Core::Flush() {
@@ -238,7 +256,10 @@ SpaceInfo Core::Space() {
   si.allocated_units = space_.mapped_units() + space_.meta_units();
   si.metadata_units = space_.meta_units();
   si.shared_units = space_.shared_units();
-  si.free_units = space_.free_units();
+  // Units whose punch is still under way are free space (an allocation
+  // waits for them), said apart so a reader sees it coming back.
+  si.thinning_units = space_.releasing_units();
+  si.free_units = space_.free_units() + si.thinning_units;
   for (const auto& [id, l] : st_.luns) {
     si.luns.push_back(InfoLocked(*l));
     si.mapped_bytes += si.luns.back().mapped_bytes;

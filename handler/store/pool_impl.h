@@ -37,6 +37,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/space_map.h"
+#include "handler/store/thinner.h"
 #include "handler/store/thread_annotations.h"
 
 namespace cowstore::store {
@@ -50,7 +51,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
  public:
   Core(Env* env, std::unique_ptr<File> file, bool read_only)
       : env_(env), file_(std::move(file)), read_only_(read_only),
-        queue_([this] { return CommitBatch(); }, [this](uint64_t d) { ReleasePending(d); }) {}
+        queue_([this] { return CommitBatch(); }, [this](uint64_t d) { ReleasePending(d); }),
+        thinner_([this](const PendingRun& r) { return PunchRun(r); },
+                 [this](const std::vector<PendingRun>& r, const std::vector<bool>& ok) {
+                   ReleaseRuns(r, ok);
+                 }) {}
 
   static Result<std::shared_ptr<Core>> Create(Env* env, const std::string& path,
                                               const PoolOptions& o);
@@ -125,7 +130,16 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // full). Called by queue_ only, as its leader.
   Result<uint64_t> CommitBatch() EXCLUDES(meta_mu_);
   Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
-  void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);  // queue_'s after-hook
+  // queue_'s after-hook: hands the runs whose freeing record is now durable
+  // to thinner_, which punches them and then ReleaseRuns them (thinner.h).
+  void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);
+  bool PunchRun(const PendingRun& r) EXCLUDES(meta_mu_);
+  void ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed)
+      EXCLUDES(meta_mu_);
+  // An allocation found too little free while frees are under way: makes
+  // them durable, then waits for (and helps) their punches. Call without
+  // meta_mu_, then retry once.
+  Status ReclaimPending() EXCLUDES(queue_, meta_mu_);
   // Applies `r` and buffers it; returns its ticket.
   uint64_t AppendLocked(const Record& r) REQUIRES(meta_mu_);
   // The highest durable LSN, which every record framed now carries as its
@@ -203,6 +217,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   std::atomic<int64_t> backing_next_ns_{0};
   int64_t backing_interval_ns_ = -1;  // set once, before the pool is shared
   std::atomic<bool> backing_short_{false};
+  // Last: destroyed first, so its worker stops before what it touches goes.
+  Thinner thinner_;
 };
 
 }  // namespace cowstore::store

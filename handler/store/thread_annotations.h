@@ -41,7 +41,7 @@ class CAPABILITY("mutex") Mutex {
 };
 
 // Holds a Mutex for its scope; Unlock() lets go early (e.g. to commit before
-// a retry), after which the destructor does nothing.
+// a retry), after which the destructor does nothing until Lock().
 class SCOPED_CAPABILITY MutexLock {
  public:
   explicit MutexLock(Mutex* mu) ACQUIRE(mu) : mu_(mu) { mu_->Lock(); }
@@ -51,6 +51,11 @@ class SCOPED_CAPABILITY MutexLock {
   void Unlock() RELEASE() {
     held_ = false;
     mu_->Unlock();
+  }
+  // Takes it again after Unlock() (a retry that must look again).
+  void Lock() ACQUIRE() {
+    mu_->Lock();
+    held_ = true;
   }
   MutexLock(const MutexLock&) = delete;
   MutexLock& operator=(const MutexLock&) = delete;
