@@ -387,8 +387,9 @@ std::vector<LioDevice> Lio::Devices() const {
     for (const auto& name : List(T("core/" + hba))) {
       std::string p = T("core/" + hba + "/" + name);
       if (!IsDir(p)) continue;
-      out.push_back({hba + "/" + name, name, hba.compare(0, 5, "user_") == 0,
-                     AfterColon(ReadFile(p + "/wwn/vpd_unit_serial"))});
+      std::string serial = AfterColon(ReadFile(p + "/wwn/vpd_unit_serial"));
+      if (!serial.empty() && serial.back() == ':') serial.clear();  // the kernel's label alone: none set
+      out.push_back({hba + "/" + name, name, hba.compare(0, 5, "user_") == 0, serial});
     }
   }
   return out;
