@@ -1571,16 +1571,78 @@ TEST_F(Boot, ARestoreThatStopsPartWaySaysWhatItDid) {
   WriteText(host.T("iscsi"), "");
   CmdResult r = Cowctl("restore " + file);
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
-  EXPECT_EQ(r.out, "created backstore nas-esxds\ncreated backstore tank-vm1\n");
+  // What was done, then what was not.
+  EXPECT_EQ(r.out.rfind("created backstore nas-esxds\ncreated backstore tank-vm1\nnot done: export tank/vm1 as LUN 0 of " +
+                            tgt + "\n",
+                        0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.out.find("not done: export nas/esxds as LUN 1 of " + tgt + "\n"), std::string::npos) << r.out;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find("cowctl: restore stopped part-way: cannot create " + host.T("iscsi/" + tgt)), std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("what it did is listed on stdout"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("what it did, and did not, is listed on stdout"), std::string::npos) << r.err;
   // The cause fixed, restore finishes the job.
   std::filesystem::remove(host.T("iscsi"));
   r = Cowctl("restore " + file);
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("exported tank/vm1 as LUN 0 of " + tgt), std::string::npos) << r.out;
+}
+
+// A target made with targetcli since the save (no LUN yet): restore used to
+// make the backstores, then stop at the export; now nothing changes, not
+// even the lost pool link it would have remade.
+TEST_F(Boot, ATargetCowctlDidNotMakeChangesNothing) {
+  Reboot();
+  std::filesystem::remove(pools + "/nas");
+  std::filesystem::create_directories(host.T("iscsi/" + tgt + "/tpgt_1"));
+  const std::string tree = Tree();
+  for (const char* flags : {"", "--dry-run "}) {
+    Err(std::string("restore ") + flags + file,
+        file + ": iscsi[0].target: iSCSI target " + tgt + " exists and was not made by cowctl");
+    EXPECT_EQ(Tree(), tree) << flags;
+  }
+}
+
+// Any LIO device's identity counts, not only cowstore's: an iblock disk
+// carrying nas/esxds's saved serial.
+TEST_F(Boot, AWwnAnyLioDeviceHasIsRefusedBeforeAnythingChanges) {
+  Reboot();
+  const std::string yaml = ReadText(file);
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  WriteText(host.T("core/iblock_0/disk/wwn/vpd_unit_serial"), "T10 VPD Unit Serial Number: " + wwn + "\n");
+  const std::string tree = Tree();
+  Err("restore " + file, file + ": pools[0].luns[0].wwn: LUN nas/esxds would get the identifier " + NaaName(wwn) +
+                             ", which LIO device iblock_0/disk has");
+  EXPECT_EQ(Tree(), tree);
+}
+
+// Two conflicts: both named, then nothing changed.
+TEST_F(Boot, EveryConflictIsNamed) {
+  Reboot();
+  const std::string yaml = ReadText(file);
+  const std::string wwn = yaml.substr(yaml.find("wwn: ") + 5, 36);
+  WriteText(host.T("core/iblock_0/disk/wwn/vpd_unit_serial"), wwn);
+  std::filesystem::create_directories(host.T("iscsi/" + tgt));
+  const std::string tree = Tree();
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_NE(r.err.find("cowctl: " + file + ": pools[0].luns[0].wwn: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cowctl: " + file + ": iscsi[0].target: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("2 conflicts with what LIO has (above): nothing was changed"), std::string::npos) << r.err;
+  EXPECT_EQ(Tree(), tree);
+}
+
+// --dry-run prints the plan that restore then applies, change for change.
+TEST_F(Boot, DryRunPrintsThePlanRestoreApplies) {
+  Reboot();
+  std::string plan = Ok("restore --dry-run " + file);
+  std::string done = Ok("restore " + file);
+  EXPECT_EQ(std::count(plan.begin(), plan.end(), '\n'), std::count(done.begin(), done.end(), '\n')) << plan << done;
+  EXPECT_NE(plan.find("would export tank/vm1 as LUN 0 of " + tgt + "\n"), std::string::npos) << plan;
+  EXPECT_NE(done.find("exported tank/vm1 as LUN 0 of " + tgt + "\n"), std::string::npos) << done;
+  EXPECT_NE(Ok("restore --dry-run " + file).find("nothing to do"), std::string::npos);
 }
 
 // A pool on a block device (a loop device over a sparse file).

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <filesystem>
 
 #include "tests/cowctl/fake_tree.h"
 
@@ -80,6 +82,23 @@ TEST_F(LioTest, ReadsTheKernelsFilesWhenPresent) {
   EXPECT_EQ(b->block_size, 4096u);
   EXPECT_EQ(b->wwn, "abc-def");
   EXPECT_EQ(b->config.options["wce"], "1");
+}
+
+// Restore holds saved identities against every LIO device, whoever made it.
+TEST_F(LioTest, DevicesListsEveryBackstoreTypeWithItsSerial) {
+  lio.CreateBackstore(Spec("tank", "vm1"));
+  WriteText(host.T("core/iblock_0/disk/wwn/vpd_unit_serial"), "T10 VPD Unit Serial Number: 5b0f7c2e-27d4\n");
+  WriteText(host.T("core/fileio_1/img/wwn/vpd_unit_serial"), "T10 VPD Unit Serial Number: \n");
+  WriteText(host.T("core/fileio_1/hba_info"), "HBA Index: 1\n");
+  std::filesystem::create_directories(host.T("core/alua/lu_gps"));
+  std::vector<std::string> got;
+  for (const auto& d : lio.Devices()) got.push_back(d.key + (d.user ? " user " : " ") + "'" + d.serial + "'");
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"fileio_1/img ''", "iblock_0/disk '5b0f7c2e-27d4'",
+                                           "user_0/tank-vm1 user '00112233-4455-6677-8899-aabbccddeeff'"}));
+  std::filesystem::create_directories(host.T("iscsi/iqn.2003-01.org.linux-iscsi:x"));
+  EXPECT_EQ(lio.TargetNames("iscsi"), std::vector<std::string>{"iqn.2003-01.org.linux-iscsi:x"});
+  EXPECT_TRUE(lio.TargetNames("loopback").empty());
 }
 
 TEST_F(LioTest, RefusesNameClashAndSecondBackstoreForALun) {

@@ -7,9 +7,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <map>
-#include <set>
 
 #include "handler/store/env.h"
 #include "tools/cowctl/cmd_common.h"
@@ -134,15 +134,33 @@ std::vector<store::LunInfo> PoolLuns(const Context& ctx, const PoolStep& s) {
   return luns;
 }
 
-int Restore(const Context& ctx, const std::string& file, bool dry_run, bool create_missing) {
-  // 1. The whole file, every field and identity (throws before any change).
-  Config c = LoadConfig(file);
-  std::vector<std::string> problems;  // pools and LUNs not restored, one line each
+// The pools and LUNs restore can use, decided from the facts (PlanPool,
+// PlanLuns) without changing anything.
+struct PoolsPlan {
+  std::vector<PoolStep> pools;
+  std::vector<RestoreLun> luns;        // restorable: exported as the file says
+  std::vector<std::string> problems;   // pools and LUNs not restored, one line each
+  std::vector<std::string> warnings;
+};
 
-  // 2. The pools and LUNs to restore, read-only.
-  std::vector<PoolStep> steps;
-  std::set<std::string> ready, created;  // "pool/lun": restorable; to be created empty
-  for (const auto& p : c.pools) {
+// The restorable LUNs of pool step `s` (the `index`th pool of the file).
+void AddRestoreLuns(const PoolStep& s, size_t index, const LunPlan& lp, std::vector<RestoreLun>* out) {
+  const PoolConfig& p = *s.cfg;
+  for (size_t j = 0; j < p.luns.size(); ++j) {
+    const std::string key = p.name + "/" + p.luns[j].name;
+    if (!lp.ready.count(key)) continue;
+    RestoreLun r{p.name, &p.luns[j], "pools[" + std::to_string(index) + "].luns[" + std::to_string(j) + "]", ""};
+    for (const auto& x : s.luns) {
+      if (x.name == p.luns[j].name && !lp.created.count(key)) r.id = UuidString(x.id);
+    }
+    out->push_back(std::move(r));
+  }
+}
+
+PoolsPlan PlanPools(const Context& ctx, const Config& c, bool create_missing) {
+  PoolsPlan pp;
+  for (size_t i = 0; i < c.pools.size(); ++i) {
+    const PoolConfig& p = c.pools[i];
     PoolStep s = PlanPool(p, ReadPoolFacts(ctx, p), create_missing);
     if (s.action == PoolStep::kUse || s.action == PoolStep::kRelink) {
       try {
@@ -153,342 +171,211 @@ int Restore(const Context& ctx, const std::string& file, bool dry_run, bool crea
       }
     }
     if (s.action == PoolStep::kSkip) {
-      problems.push_back(s.problem);
-      steps.push_back(std::move(s));
+      pp.problems.push_back(s.problem);
+      pp.pools.push_back(std::move(s));
       continue;
     }
     LunPlan lp;
     PlanLuns(s, create_missing, &lp);
-    for (const auto& w : lp.warnings) std::cerr << "cowctl: warning: " << file << ": " << w << "\n";
-    problems.insert(problems.end(), lp.problems.begin(), lp.problems.end());
-    ready.insert(lp.ready.begin(), lp.ready.end());
-    created.insert(lp.created.begin(), lp.created.end());
-    steps.push_back(std::move(s));
+    pp.warnings.insert(pp.warnings.end(), lp.warnings.begin(), lp.warnings.end());
+    pp.problems.insert(pp.problems.end(), lp.problems.begin(), lp.problems.end());
+    AddRestoreLuns(s, i, lp, &pp.luns);
+    pp.pools.push_back(std::move(s));
   }
-  auto is_ready = [&](const ExportLun& e) { return ready.count(e.pool + "/" + e.name) > 0; };
+  return pp;
+}
 
-  // 3. LIO: what is there must agree with the file (else nothing changes).
-  bool need_lio = false;
-  for (const auto& p : c.pools) {
-    for (const auto& l : p.luns) need_lio = need_lio || (!l.backstore.empty() && ready.count(p.name + "/" + l.name));
+// One step of the plan: the changes it makes, and how. --dry-run prints
+// the changes; apply runs each step and prints them as done.
+struct Step {
+  std::vector<Change> changes;
+  std::function<void()> apply;
+};
+
+void Relink(const Context& ctx, const PoolStep& s) {
+  std::string entry = PoolPath(ctx, s.cfg->name);
+  ::mkdir(ctx.pool_dir.c_str(), 0755);
+  if (::symlink(s.target.c_str(), entry.c_str()) != 0) {
+    throw UserError("cannot link " + entry + " to " + s.target + ": " + std::strerror(errno));
   }
-  for (const auto& t : c.iscsi) need_lio = need_lio || std::any_of(t.luns.begin(), t.luns.end(), is_ready);
-  for (const auto& t : c.loopback) need_lio = need_lio || std::any_of(t.luns.begin(), t.luns.end(), is_ready);
+}
+
+void CreatePool(const Context& ctx, const PoolConfig& p) {
+  // The saved size was accepted once; a filesystem now short of it is
+  // warned about (on stderr), not a reason to keep the pool away.
+  PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
+                   p.soft_threshold, true};
+  QuietPoolCreate(ctx, a);
+}
+
+void AddPoolSteps(const Context& ctx, const PoolsPlan& pp, std::vector<Step>* steps) {
+  for (const auto& s : pp.pools) {
+    const PoolConfig& p = *s.cfg;
+    if (s.action == PoolStep::kSkip) continue;
+    if (s.action == PoolStep::kRelink) {
+      steps->push_back({{{"relink pool " + p.name + " to " + s.target,
+                          "relinked pool " + p.name + " to " + s.target + (p.uuid.empty() ? "" : " (its UUID matches)")}},
+                        [&ctx, &s] { Relink(ctx, s); }});
+    } else if (s.action == PoolStep::kCreate) {
+      steps->push_back({{{"create pool " + p.name + " (empty)",
+                          "created pool " + p.name +
+                              " (empty, as --create-missing asked; 'cowctl save' records its new UUID)"}},
+                        [&ctx, &p] { CreatePool(ctx, p); }});
+    }
+    for (const auto& l : pp.luns) {
+      if (l.pool != p.name || !l.id.empty()) continue;
+      const std::string key = p.name + "/" + l.cfg->name;
+      steps->push_back({{{"create LUN " + key + " (empty)",
+                          "created LUN " + key + " (empty, with a new WWN, as --create-missing asked)"}},
+                        [&ctx, &l] { OpenPool(ctx, l.pool)->CreateLun(l.cfg->name, l.cfg->size, l.cfg->block_size); }});
+    }
+  }
+}
+
+Backstore BackstoreFor(const Lio& lio, const LioStep& s) {
+  auto bs = lio.FindBackstore(s.pool, s.lun);
+  if (!bs) throw UserError("the backstore of " + s.pool + "/" + s.lun + " is gone");
+  return *bs;
+}
+
+// One LioStep: one call into configfs, whole or not at all (each rolls
+// back what it made).
+void ApplyLioStep(const Context& ctx, Lio& lio, const LioStep& s) {
+  switch (s.kind) {
+    case LioStep::kBackstore: {
+      const LunConfig& l = *s.cfg;
+      LunRef ref{s.pool, s.lun};
+      BackstoreArgs b{true, l.backstore, l.copy_group, l.wce ? (*l.wce ? "1" : "0") : ""};
+      store::LunInfo info = LunInfoOf(ctx, ref);
+      BackstoreSpec spec;
+      spec.name = l.backstore;
+      spec.config = MakeCfg(ref, b);
+      spec.size = info.size_bytes;
+      spec.block_size = info.block_size;
+      // A LUN created empty never takes the saved identity: an initiator
+      // would take it for the disk that held the data.
+      spec.wwn = l.wwn.empty() || s.new_lun ? UuidString(info.id) : l.wwn;
+      lio.CreateBackstore(spec);
+      return;
+    }
+    case LioStep::kIscsi: {
+      // The saved file is the explicit act: a target saved without ACLs
+      // was in demo mode and comes back in demo mode. No auto-mapping: an
+      // ACL with mapped_luns gets exactly those, one without (a version 1
+      // file) every LUN of the target; an ACL the file does not list gets
+      // nothing.
+      const IscsiConfig& t = *s.iscsi;
+      lio.ExportIscsi(BackstoreFor(lio, s),
+                      {t.target, t.portals, t.acls, s.tpg_lun, /*demo_mode=*/t.acls.empty(), /*auto_map=*/false});
+      return;
+    }
+    case LioStep::kLoopback:
+      lio.ExportLoopback(BackstoreFor(lio, s), s.loopback->wwn);
+      return;
+  }
+}
+
+// Any conflict with what LIO has: each named on stderr, nothing changed.
+void RefuseConflicts(const std::string& file, const std::vector<std::string>& conflicts) {
+  if (conflicts.empty()) return;
+  if (conflicts.size() == 1) throw UserError(file + ": " + conflicts[0] + " (nothing was changed)");
+  for (const auto& c : conflicts) std::cerr << "cowctl: " << file << ": " << c << "\n";
+  throw UserError(file + ": " + std::to_string(conflicts.size()) +
+                  " conflicts with what LIO has (above): nothing was changed");
+}
+
+// What a restore did (or, --dry-run, would do), and what it did not get to.
+struct Outcome {
+  std::vector<std::string> changes, not_done;
+};
+
+void Report(const Context& ctx, const std::string& file, bool dry_run, const Outcome& o,
+            const std::vector<std::string>& problems, const std::string* error) {
+  Json j = Json::object();
+  j["file"] = file;
+  j["dry_run"] = dry_run;
+  Json a = Json::array(), nd = Json::array(), pr = Json::array();
+  std::string human;
+  for (const auto& d : o.changes) {
+    a.push_back(d);
+    human += d + "\n";
+  }
+  for (const auto& d : o.not_done) {
+    nd.push_back(d);
+    human += "not done: " + d + "\n";
+  }
+  for (const auto& p : problems) pr.push_back(p);
+  j["changes"] = a;
+  j["not_restored"] = pr;
+  if (error) {
+    j["not_done"] = nd;
+    j["error"] = *error;
+  }
+  if (o.changes.empty() && problems.empty() && !error) human = "nothing to do: everything in " + file + " is in place\n";
+  Emit(ctx, j, human);
+}
+
+// Runs the steps in order; stops at the first that fails, with what was
+// done and what was not.
+void Apply(const std::vector<Step>& steps, Outcome* o) {
+  size_t i = 0;
+  try {
+    for (; i < steps.size(); ++i) {
+      steps[i].apply();
+      for (const auto& c : steps[i].changes) o->changes.push_back(c.did);
+    }
+  } catch (const UserError&) {
+    for (; i < steps.size(); ++i) {
+      for (const auto& c : steps[i].changes) o->not_done.push_back(c.will);
+    }
+    throw;
+  }
+}
+
+int Restore(const Context& ctx, const std::string& file, bool dry_run, bool create_missing) {
+  // 1. The whole file, every field and identity (throws before any change).
+  Config c = LoadConfig(file);
+  // 2. The plan, from facts read first: pools and LUNs, then LIO.
+  PoolsPlan pp = PlanPools(ctx, c, create_missing);
+  for (const auto& w : pp.warnings) std::cerr << "cowctl: warning: " << file << ": " << w << "\n";
   Lio lio = MakeLio(ctx);
-  if (need_lio) {
+  LioPlan lp;
+  if (NeedsLio(c, pp.luns)) {
     lio.RequireCore();
     lio.RequireRunner();
-    const auto live = lio.Backstores();
-    const auto links = lio.FabricLuns();
-    // Each backstore restore makes: its name free, its identity unique.
-    std::map<std::string, std::string> naas;  // NAA -> who has it
-    for (const auto& b : live) {
-      if (!b.wwn.empty()) naas[NaaName(b.wwn)] = "backstore " + b.key() + " (" + b.config.pool + "/" + b.config.lun + ")";
-    }
-    for (const auto& s : steps) {
-      if (s.action == PoolStep::kSkip) continue;
-      for (const auto& l : s.cfg->luns) {
-        std::string key = s.cfg->name + "/" + l.name;
-        if (l.backstore.empty() || !ready.count(key)) continue;
-        if (std::any_of(live.begin(), live.end(), [&](const Backstore& b) {
-              return b.config.pool == s.cfg->name && b.config.lun == l.name;
-            })) {
-          continue;
-        }
-        if (lio.UserBackstoreExists(l.backstore)) {
-          throw UserError(file + ": a user backstore named '" + l.backstore + "' (for " + key +
-                          ") exists already: remove or rename it with targetcli, then restore again");
-        }
-        if (created.count(key)) continue;  // a new LUN gets its new identity
-        std::string wwn = l.wwn;
-        if (wwn.empty()) {
-          for (const auto& x : s.luns) {
-            if (x.name == l.name) wwn = UuidString(x.id);
-          }
-        }
-        auto [at, fresh] = naas.emplace(NaaName(wwn), "LUN " + key);
-        if (!fresh) {
-          throw UserError(file + ": LUN " + key + " would get the identifier " + at->first + ", which " + at->second +
-                          " has: an initiator would take the two for one disk; refusing (give one a new wwn)");
-        }
-      }
-    }
-    // Exports: targets cowctl owns, LUN numbers and mappings free.
-    auto has_backstore_field = [&](const ExportLun& e) {
-      for (const auto& p : c.pools) {
-        for (const auto& l : p.luns) {
-          if (p.name == e.pool && l.name == e.name) return !l.backstore.empty();
-        }
-      }
-      return false;
-    };
-    auto owned_iscsi = lio.IscsiTargets();
-    for (const auto& t : c.iscsi) {
-      if (!std::any_of(t.luns.begin(), t.luns.end(), is_ready)) continue;
-      bool exists = std::any_of(links.begin(), links.end(), [&](const FabricLun& l) {
-        return l.fabric == "iscsi" && l.target == t.target;
-      });
-      bool owned = std::any_of(owned_iscsi.begin(), owned_iscsi.end(), [&](const IscsiTarget& o) { return o.iqn == t.target; });
-      if (exists && !owned) {
-        throw UserError(file + ": iSCSI target " + t.target + " exists and was not made by cowctl: remove it with "
-                        "targetcli, or rename the target in the file");
-      }
-      for (const auto& e : t.luns) {
-        if (!is_ready(e)) continue;
-        auto bs = lio.FindBackstore(e.pool, e.name);
-        if (!bs && !has_backstore_field(e)) {
-          throw UserError(file + ": iSCSI target " + t.target + " exports " + e.pool + "/" + e.name +
-                          ", which has no backstore: give that LUN a 'backstore:' field");
-        }
-        for (const auto& l : links) {
-          if (l.fabric != "iscsi" || l.target != t.target) continue;
-          bool ours = bs && l.backstore_key == bs->key();
-          if (l.lun == e.lun && !ours) {
-            throw UserError(file + ": LUN " + std::to_string(e.lun) + " of " + t.target + " is taken by " +
-                            l.backstore_key + ", the file puts " + e.pool + "/" + e.name + " there");
-          }
-          if (ours && l.lun != e.lun) {
-            throw UserError(file + ": " + e.pool + "/" + e.name + " is LUN " + std::to_string(l.lun) + " of " +
-                            t.target + ", the file says LUN " + std::to_string(e.lun) + ": unexport it first");
-          }
-        }
-      }
-      for (const auto& a : t.acls) {
-        if (!a.mapped_luns) continue;
-        for (const auto& m : *a.mapped_luns) {
-          for (const auto& have : lio.AclMappedLuns(t.target, a.initiator)) {
-            if (have.mapped_lun == m.mapped_lun && have.lun != m.lun) {
-              throw UserError(file + ": " + a.initiator + " sees LUN " + std::to_string(have.lun) + " of " + t.target +
-                              " as its LUN " + std::to_string(m.mapped_lun) + ", where the file puts LUN " +
-                              std::to_string(m.lun) + ": remove that mapping with targetcli, then restore again");
-            }
-          }
-        }
-      }
-    }
-    auto owned_loop = lio.LoopbackTargets();
-    for (const auto& t : c.loopback) {
-      if (!std::any_of(t.luns.begin(), t.luns.end(), is_ready)) continue;
-      bool exists = std::any_of(links.begin(), links.end(), [&](const FabricLun& l) {
-        return l.fabric == "loopback" && l.target == t.wwn;
-      });
-      bool owned = std::any_of(owned_loop.begin(), owned_loop.end(), [&](const LoopbackTarget& o) { return o.wwn == t.wwn; });
-      if (exists && !owned) throw UserError(file + ": loopback target " + t.wwn + " exists and was not made by cowctl");
-      for (const auto& e : t.luns) {
-        if (is_ready(e) && !has_backstore_field(e) && !lio.FindBackstore(e.pool, e.name)) {
-          throw UserError(file + ": loopback " + t.wwn + " exports " + e.pool + "/" + e.name + " without backstore");
-        }
-      }
-    }
+    lp = PlanLio(c, pp.luns, ReadLioFacts(lio));
   }
+  RefuseConflicts(file, lp.conflicts);
+  for (const auto& w : lp.warnings) std::cerr << "cowctl: warning: " << file << ": " << w << "\n";
+  std::vector<Step> steps;
+  AddPoolSteps(ctx, pp, &steps);
+  for (const auto& s : lp.steps) steps.push_back({s.changes, [&ctx, &lio, &s] { ApplyLioStep(ctx, lio, s); }});
 
-  // 4. Apply (or, with --dry-run, say what would be done).
-  std::vector<std::string> done;
-  auto note = [&](const std::string& s) { done.push_back(s); };
-  auto report = [&](const std::string* error) {
-    Json j = Json::object();
-    j["file"] = file;
-    j["dry_run"] = dry_run;
-    Json a = Json::array(), pr = Json::array();
-    std::string human;
-    for (const auto& d : done) {
-      a.push_back(d);
-      human += d + "\n";
-    }
-    for (const auto& p : problems) pr.push_back(p);
-    j["changes"] = a;
-    j["not_restored"] = pr;
-    if (error) j["error"] = *error;
-    if (done.empty() && problems.empty() && !error) human = "nothing to do: everything in " + file + " is in place\n";
-    Emit(ctx, j, human);
-  };
-  try {
+  // 3. Print the plan (--dry-run), or apply it.
+  Outcome o;
+  if (dry_run) {
     for (const auto& s : steps) {
-      const PoolConfig& p = *s.cfg;
-      if (s.action == PoolStep::kRelink) {
-        std::string entry = PoolPath(ctx, p.name);
-        if (dry_run) {
-          note("would relink pool " + p.name + " to " + s.target);
-        } else {
-          ::mkdir(ctx.pool_dir.c_str(), 0755);
-          if (::symlink(s.target.c_str(), entry.c_str()) != 0) {
-            throw UserError("cannot link " + entry + " to " + s.target + ": " + std::strerror(errno));
-          }
-          note("relinked pool " + p.name + " to " + s.target + (p.uuid.empty() ? "" : " (its UUID matches)"));
-        }
-      } else if (s.action == PoolStep::kCreate) {
-        if (dry_run) {
-          note("would create pool " + p.name + " (empty)");
-        } else {
-          // The saved size was accepted once; a filesystem now short of it
-          // is warned about (on stderr), not a reason to keep the pool away.
-          PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
-                           p.soft_threshold, true};
-          QuietPoolCreate(ctx, a);
-          note("created pool " + p.name + " (empty, as --create-missing asked; 'cowctl save' records its new UUID)");
-        }
-      }
-      if (s.action == PoolStep::kSkip) continue;
-      for (const auto& l : p.luns) {
-        std::string key = p.name + "/" + l.name;
-        if (!created.count(key)) continue;
-        if (dry_run) {
-          note("would create LUN " + key + " (empty)");
-          continue;
-        }
-        OpenPool(ctx, p.name)->CreateLun(l.name, l.size, l.block_size);
-        note("created LUN " + key + " (empty, with a new WWN, as --create-missing asked)");
-      }
+      for (const auto& ch : s.changes) o.changes.push_back("would " + ch.will);
     }
-    if (need_lio) {
-      for (const auto& p : c.pools) {
-        for (const auto& l : p.luns) {
-          LunRef ref{p.name, l.name};
-          if (l.backstore.empty() || !ready.count(ref.str())) continue;
-          if (lio.FindBackstore(p.name, l.name)) continue;
-          if (dry_run) {
-            note("would create backstore " + l.backstore);
-            continue;
-          }
-          BackstoreArgs b{true, l.backstore, l.copy_group, l.wce ? (*l.wce ? "1" : "0") : ""};
-          store::LunInfo info = LunInfoOf(ctx, ref);
-          BackstoreSpec spec;
-          spec.name = l.backstore;
-          spec.config = MakeCfg(ref, b);
-          spec.size = info.size_bytes;
-          spec.block_size = info.block_size;
-          // A LUN created empty never takes the saved identity: an initiator
-          // would take it for the disk that held the data.
-          spec.wwn = l.wwn.empty() || created.count(ref.str()) ? UuidString(info.id) : l.wwn;
-          lio.CreateBackstore(spec);
-          note("created backstore " + l.backstore);
-        }
-      }
-      for (const auto& t : c.iscsi) {
-        // The ACLs' mapped LUNs before, to tell what this restore mapped.
-        std::map<std::string, std::vector<MappedLun>> before;
-        for (const auto& a : t.acls) before[a.initiator] = lio.AclMappedLuns(t.target, a.initiator);
-        auto maps = [](const std::vector<MappedLun>& v, const MappedLun& m) {
-          return std::any_of(v.begin(), v.end(),
-                             [&](const MappedLun& x) { return x.lun == m.lun && x.mapped_lun == m.mapped_lun; });
-        };
-        auto as = [&](const std::string& initiator, const MappedLun& m) {
-          return "LUN " + std::to_string(m.lun) + " of " + t.target + " into " + initiator + " as LUN " +
-                 std::to_string(m.mapped_lun) + (m.write_protect ? " (write-protected)" : "");
-        };
-        auto lun_ready = [&](uint32_t n) {
-          return std::any_of(t.luns.begin(), t.luns.end(), [&](const ExportLun& e) { return e.lun == n && is_ready(e); });
-        };
-        for (const auto& e : t.luns) {
-          if (!is_ready(e)) continue;
-          auto bs = lio.FindBackstore(e.pool, e.name);
-          if (!bs) {
-            if (dry_run) note("would export " + e.pool + "/" + e.name + " on " + t.target);
-            continue;  // (not dry_run: the backstore was made above)
-          }
-          bool present = false;
-          for (const auto& l : lio.LinksTo(*bs)) present = present || (l.fabric == "iscsi" && l.target == t.target);
-          if (dry_run) {
-            if (!present) note("would export " + e.pool + "/" + e.name + " on " + t.target);
-            continue;
-          }
-          // The saved file is the explicit act: a target saved without ACLs
-          // was in demo mode and comes back in demo mode. No auto-mapping:
-          // an ACL with mapped_luns gets exactly those, one without (a
-          // version 1 file) every LUN of the target, as the file's exports
-          // gave it; an ACL the file does not list gets nothing.
-          lio.ExportIscsi(*bs, {t.target, t.portals, t.acls, e.lun, /*demo_mode=*/t.acls.empty(), /*auto_map=*/false});
-          if (!present) note("exported " + e.pool + "/" + e.name + " as LUN " + std::to_string(e.lun) + " of " + t.target);
-        }
-        if (!std::any_of(t.luns.begin(), t.luns.end(), is_ready)) continue;
-        for (const auto& a : t.acls) {
-          auto now = lio.AclMappedLuns(t.target, a.initiator);
-          if (dry_run) {
-            // What restore would map: the listed mappings (every LUN of the
-            // target for an ACL without mapped_luns) the ACL lacks.
-            std::vector<MappedLun> want;
-            if (a.mapped_luns) {
-              want = *a.mapped_luns;
-            } else {
-              for (const auto& e : t.luns) want.push_back({e.lun, e.lun, false});
-            }
-            for (const auto& m : want) {
-              if (!lun_ready(m.lun)) continue;
-              bool have = a.mapped_luns ? maps(now, m)
-                                        : std::any_of(now.begin(), now.end(), [&](const MappedLun& x) { return x.lun == m.lun; });
-              if (!have) {
-                note("would map " + as(a.initiator, m));
-                continue;
-              }
-              auto live = std::find_if(now.begin(), now.end(), [&](const MappedLun& x) { return x.mapped_lun == m.mapped_lun; });
-              if (a.mapped_luns && live != now.end() && live->write_protect != m.write_protect) {
-                note((m.write_protect ? "would write-protect LUN " : "would lift the write protection of LUN ") +
-                     std::to_string(m.mapped_lun) + " of " + a.initiator + " on " + t.target);
-              }
-            }
-            continue;
-          }
-          const auto& old = before[a.initiator];
-          for (const auto& m : now) {
-            if (!maps(old, m)) {
-              note("mapped " + as(a.initiator, m));
-              continue;
-            }
-            auto was = std::find_if(old.begin(), old.end(), [&](const MappedLun& x) { return x.mapped_lun == m.mapped_lun; });
-            if (was != old.end() && was->write_protect != m.write_protect) {
-              note((m.write_protect ? "write-protected LUN " : "lifted the write protection of LUN ") +
-                   std::to_string(m.mapped_lun) + " of " + a.initiator + " on " + t.target);
-            }
-          }
-          // Restore adds and never removes (as with LUNs and ACLs it does
-          // not list): a mapping beyond the file's is left, and said.
-          for (const auto& m : now) {
-            bool listed = a.mapped_luns ? maps(*a.mapped_luns, m)
-                                        : std::any_of(t.luns.begin(), t.luns.end(), [&](const ExportLun& e) { return e.lun == m.lun; });
-            if (!listed) {
-              std::cerr << "cowctl: warning: " << file << ": " << a.initiator << " sees LUN " << m.lun << " of "
-                        << t.target << " as LUN " << m.mapped_lun
-                        << ", which the file does not map; left as it is (restore never removes a mapping: "
-                           "remove it with targetcli if it should go)\n";
-            }
-          }
-        }
-      }
-      for (const auto& t : c.loopback) {
-        for (const auto& e : t.luns) {
-          if (!is_ready(e)) continue;
-          auto bs = lio.FindBackstore(e.pool, e.name);
-          if (!bs) {
-            if (dry_run) note("would export " + e.pool + "/" + e.name + " over loopback");
-            continue;
-          }
-          bool present = false;
-          for (const auto& l : lio.LinksTo(*bs)) present = present || l.fabric == "loopback";
-          if (present) continue;
-          if (dry_run) {
-            note("would export " + e.pool + "/" + e.name + " over loopback");
-            continue;
-          }
-          lio.ExportLoopback(*bs, t.wwn);
-          note("exported " + e.pool + "/" + e.name + " over loopback " + t.wwn);
-        }
-      }
+  } else {
+    try {
+      Apply(steps, &o);
+    } catch (const UserError& e) {
+      // Each step is whole; nothing is undone: running restore again
+      // finishes the job.
+      std::string why = e.what();
+      Report(ctx, file, dry_run, o, pp.problems, &why);
+      for (const auto& p : pp.problems) std::cerr << "cowctl: " << p << "\n";
+      throw UserError("restore stopped part-way: " + why + " (what it did, and did not, is listed on stdout; "
+                      "what it did is left in place: fix the cause and run restore again to finish)");
     }
-  } catch (const UserError& e) {
-    for (const auto& p : problems) std::cerr << "cowctl: " << p << "\n";
-    if (done.empty()) throw;  // nothing was changed: the error says it all
-    // Part-way: say exactly what was done (each object is whole), then why
-    // it stopped. Nothing is undone; running restore again finishes the job.
-    std::string why = e.what();
-    report(&why);
-    throw UserError("restore stopped part-way: " + why + " (what it did is listed on stdout, and left in place: "
-                    "fix the cause and run restore again to finish)");
   }
-  report(nullptr);
-  for (const auto& p : problems) std::cerr << "cowctl: " << p << "\n";
-  if (problems.empty()) return 0;
+  Report(ctx, file, dry_run, o, pp.problems, nullptr);
+  for (const auto& p : pp.problems) std::cerr << "cowctl: " << p << "\n";
+  if (pp.problems.empty()) return 0;
   std::cerr << "cowctl: " << (dry_run ? "would restore" : "restored") << " everything else in " << file << "; "
-            << problems.size() << (problems.size() == 1 ? " item was" : " items were") << " not restored (above)\n";
+            << pp.problems.size() << (pp.problems.size() == 1 ? " item was" : " items were")
+            << " not restored (above)\n";
   return 3;
 }
 

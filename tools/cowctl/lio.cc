@@ -379,6 +379,30 @@ bool Lio::UserBackstoreExists(const std::string& name) const {
   return false;
 }
 
+std::vector<LioDevice> Lio::Devices() const {
+  std::vector<LioDevice> out;
+  for (const auto& hba : List(T("core"))) {
+    auto us = hba.rfind('_');
+    if (us == std::string::npos || !Suffix(hba, hba.substr(0, us + 1)) || !IsDir(T("core/" + hba))) continue;
+    for (const auto& name : List(T("core/" + hba))) {
+      std::string p = T("core/" + hba + "/" + name);
+      if (!IsDir(p)) continue;
+      std::string serial = AfterColon(ReadFile(p + "/wwn/vpd_unit_serial"));
+      if (!serial.empty() && serial.back() == ':') serial.clear();  // the kernel's label alone: none set
+      out.push_back({hba + "/" + name, name, hba.compare(0, 5, "user_") == 0, serial});
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> Lio::TargetNames(const std::string& fabric) const {
+  std::vector<std::string> out;
+  for (const auto& t : List(T(fabric))) {
+    if (IsDir(T(fabric + "/" + t))) out.push_back(t);
+  }
+  return out;
+}
+
 Backstore Lio::CreateBackstore(const BackstoreSpec& spec) {
   RequireCore();
   RequireName(spec.name, "backstore");

@@ -47,6 +47,15 @@ struct Backstore {
   std::string key() const { return hba + "/" + name; }
 };
 
+// Any LIO storage object (every backstore type, whoever made it), with the
+// identity an initiator sees (VPD 0x80/0x83 come from its unit serial).
+struct LioDevice {
+  std::string key;     // "<hba>/<name>": "user_0/tank-vm1", "iblock_1/disk"
+  std::string name;
+  bool user = false;   // a user (TCMU) backstore: its name space is cowstore's too
+  std::string serial;  // wwn/vpd_unit_serial; empty when none
+};
+
 struct BackstoreSpec {
   std::string name;
   Cfgstring config;
@@ -148,6 +157,10 @@ class Lio {
   // Whether any user backstore (cowstore's or another handler's) is named
   // `name`: rtslib keeps storage object names unique per plugin.
   bool UserBackstoreExists(const std::string& name) const;
+  // Every storage object configfs has (target/core/<type>_<N>/<name>).
+  std::vector<LioDevice> Devices() const;
+  // The targets of `fabric` configfs has, whoever made them ("iscsi", "loopback").
+  std::vector<std::string> TargetNames(const std::string& fabric) const;
   // Creates, configures and enables the backstore; removes it again on error.
   Backstore CreateBackstore(const BackstoreSpec& spec);
   // Refuses while a fabric LUN links to it.

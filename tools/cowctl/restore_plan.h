@@ -2,8 +2,10 @@
 // What `cowctl restore` does with each pool of a saved file, decided before
 // anything is changed (docs/design/cowctl.md, "Restore at boot"): the facts
 // are read first (ReadPoolFacts: the pool directory's entry, the saved
-// device or file), then PlanPool decides from them alone, so that every
-// rule can be tested without root, devices or a pool.
+// device or file; ReadLioFacts: what configfs holds), then PlanPool,
+// PlanLuns and PlanLio decide from them alone, so that every rule can be
+// tested without root, devices, configfs or a pool. Apply only executes the
+// plan, and --dry-run prints the same plan.
 #pragma once
 
 #include <set>
@@ -50,5 +52,63 @@ struct LunPlan {
 };
 // Adds the LUNs of pool step `s` to `plan`. Reads nothing but its arguments.
 void PlanLuns(const PoolStep& s, bool create_missing, LunPlan* plan);
+
+// ---------------------------------------------------------------- LIO
+
+// What LIO holds now, as far as a restore could touch it.
+struct LioFacts {
+  std::vector<Backstore> backstores;           // cowstore's
+  std::vector<LioDevice> devices;              // every storage object, any handler
+  std::vector<FabricLun> fabric_luns;          // every fabric, every owner
+  std::vector<std::string> iscsi_targets;      // every iSCSI target configfs has
+  std::vector<std::string> loopback_targets;   // every loopback target
+  std::vector<IscsiTarget> owned_iscsi;        // cowctl's: portals, ACLs, CHAP, mappings
+  std::vector<LoopbackTarget> owned_loopback;  // cowctl's
+};
+LioFacts ReadLioFacts(const Lio& lio);
+
+// A LUN the pool step found restorable (LunPlan::ready), as the LIO plan
+// needs it.
+struct RestoreLun {
+  std::string pool;
+  const LunConfig* cfg = nullptr;
+  std::string field;  // where the file has it: "pools[1].luns[0]"
+  std::string id;     // its UUID now; empty: created by this restore (it gets a new one)
+};
+
+// One change, said before it is made (--dry-run prints "would " + will)
+// and after (did).
+struct Change {
+  std::string will;  // "create backstore tank-vm1"
+  std::string did;   // "created backstore tank-vm1"
+};
+
+// One call into configfs (Lio::CreateBackstore, ExportIscsi or
+// ExportLoopback) and the changes it makes.
+struct LioStep {
+  enum Kind { kBackstore, kIscsi, kLoopback } kind = kBackstore;
+  std::string pool, lun;                  // the LUN
+  const LunConfig* cfg = nullptr;         // the LUN's entry in the file
+  bool new_lun = false;                   // kBackstore: a LUN this restore creates: its new id, not the saved wwn
+  const IscsiConfig* iscsi = nullptr;     // kIscsi: the target
+  uint32_t tpg_lun = 0;                   // kIscsi: the saved LUN number
+  const LoopbackConfig* loopback = nullptr;  // kLoopback: the target
+  std::vector<Change> changes;            // never empty
+};
+
+struct LioPlan {
+  std::vector<LioStep> steps;           // in order: backstores, iSCSI, loopback
+  // "<field>: <what>": LIO has that object, differently. Any conflict:
+  // restore changes nothing at all.
+  std::vector<std::string> conflicts;
+  std::vector<std::string> warnings;    // left as they are, and said
+};
+
+// Whether a restorable LUN has a backstore or an export (LIO must be there).
+bool NeedsLio(const Config& c, const std::vector<RestoreLun>& luns);
+// What LIO must get for the restorable `luns`: each object is to be made,
+// is there as saved (nothing to do: a re-run is a no-op), or conflicts.
+// Reads nothing but its arguments.
+LioPlan PlanLio(const Config& c, const std::vector<RestoreLun>& luns, const LioFacts& f);
 
 }  // namespace cowstore::cowctl
