@@ -12,14 +12,9 @@
 #include <map>
 #include <vector>
 
-namespace cowstore::store {
+#include "handler/store/run_tree.h"  // Run
 
-struct Run {
-  uint64_t lba = 0;   // first logical AU
-  uint64_t phys = 0;  // first physical AU
-  uint64_t len = 0;   // AUs
-  bool operator==(const Run&) const = default;
-};
+namespace cowstore::store {
 
 class ExtentMap {
  public:
