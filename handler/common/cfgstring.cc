@@ -84,9 +84,9 @@ bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
 
   if (opt != std::string_view::npos && options.empty()) {
     return Fail(reason, "cfgstring " + Quote(s) + " ends with '" + std::string(1, rest[opt]) +
-                            "' but gives no option; options are copy_group=<name> and wce=0|1");
+                            "' but gives no option; options are copy_group=<name>, wce=0|1 and thin_on_thin=0|1");
   }
-  bool seen_group = false, seen_wce = false;
+  bool seen_group = false, seen_wce = false, seen_tot = false;
   while (!options.empty()) {
     const size_t end = options.find_first_of(",;");
     std::string_view kv = options.substr(0, end);
@@ -98,7 +98,7 @@ bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
     if (kv.empty()) return Fail(reason, "cfgstring " + Quote(s) + " has an empty option");
     if (eq == std::string_view::npos) {
       return Fail(reason, "option " + Quote(kv) + " has no value; write key=value "
-                          "(copy_group=<name> or wce=0|1)");
+                          "(copy_group=<name>, wce=0|1 or thin_on_thin=0|1)");
     }
     std::string_view key = kv.substr(0, eq), value = kv.substr(eq + 1);
     if (key == "copy_group") {
@@ -115,9 +115,19 @@ bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
                                 "when acknowledged, the default) or wce=1");
       }
       out.wce = value == "1";
+    } else if (key == "thin_on_thin") {
+      if (seen_tot) return Fail(reason, "option thin_on_thin is given twice");
+      seen_tot = true;
+      if (value != "0" && value != "1") {
+        return Fail(reason, "option thin_on_thin=" + Quote(value.substr(0, 16)) +
+                                " is invalid; use thin_on_thin=1 (report the pool's filesystem "
+                                "falling short of the pool's growth as the soft threshold, the "
+                                "default) or thin_on_thin=0 (do not)");
+      }
+      out.thin_on_thin = value == "1";
     } else {
       return Fail(reason, "unknown option " + Quote(key) +
-                              "; the options are copy_group=<name> and wce=0|1");
+                              "; the options are copy_group=<name>, wce=0|1 and thin_on_thin=0|1");
     }
   }
   *spec = std::move(out);
@@ -141,6 +151,7 @@ std::string FormatCfgstring(const LunSpec& spec) {
   std::string s = std::string(kSubtype) + "/" + spec.pool + "/" + spec.lun;
   if (!spec.copy_group.empty()) s += ";copy_group=" + spec.copy_group;
   if (spec.wce) s += *spec.wce ? ";wce=1" : ";wce=0";
+  if (spec.thin_on_thin) s += *spec.thin_on_thin ? ";thin_on_thin=1" : ";thin_on_thin=0";
   return s;
 }
 

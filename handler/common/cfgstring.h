@@ -13,7 +13,9 @@
 //
 // Options: copy_group=<name> (EXTENDED COPY between different LUNs only
 // inside one copy group; same name rules), wce=0|1 (initial write cache,
-// default 0). Unknown or repeated options are errors. tcmu-runner's own
+// default 0), thin_on_thin=0|1 (report the pool's backing store falling
+// short of the pool's remaining growth as THIN PROVISIONING SOFT THRESHOLD
+// REACHED; default 1). Unknown or repeated options are errors. tcmu-runner's own
 // per-device option ";tcmur_cmd_time_out=N" is ignored wherever it appears.
 //
 // The one definition of this format: the handler parses it (check_config,
@@ -45,7 +47,9 @@ struct LunSpec {
   std::string lun;          // LUN name inside the pool
   std::string copy_group;   // empty: none
   std::optional<bool> wce;  // as given; absent means off
+  std::optional<bool> thin_on_thin;  // as given; absent means on
   bool write_cache() const { return wce.value_or(false); }
+  bool thin_on_thin_signal() const { return thin_on_thin.value_or(true); }
   bool operator==(const LunSpec&) const = default;
 };
 
@@ -61,7 +65,7 @@ std::string PoolDirectory();
 std::string PoolPath(const LunSpec& spec);
 
 // The canonical text, as cowctl writes it into configfs and the handler
-// logs it: cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1] (the ';'
+// logs it: cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1][;thin_on_thin=0|1] (the ';'
 // form: configfs cuts a control write at ',', rtslib refuses ':').
 // ParseCfgstring(FormatCfgstring(s)) == s for every valid spec.
 std::string FormatCfgstring(const LunSpec& spec);

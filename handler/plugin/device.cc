@@ -179,6 +179,7 @@ store::Status Device::MakeLogicalUnit(const std::string& configfs_serial, bool w
   config.unit_serial = serial;
   config.copy_group = spec_.copy_group;
   config.write_cache_enabled = wce;
+  config.thin_on_thin_signal = spec_.thin_on_thin_signal();
   config.max_transfer_bytes = max_transfer_bytes_;
   auto lu = scsi::LogicalUnit::Create(std::move(config), lun_);
   if (!lu.ok()) return lu.status();

@@ -56,6 +56,7 @@ LogicalUnit::LogicalUnit(LunConfig config, std::shared_ptr<store::Lun> lun,
       wce_(config_.write_cache_enabled),
       copy_lists_(std::make_unique<CopyListTable>()) {
   soft_threshold_seen_.store(lun_->pool().soft_threshold_generation());
+  backing_short_seen_.store(lun_->pool().backing_short_generation());
   if (config_.power_on_unit_attention) pending_ua_.push_back(UnitAttention::kPowerOnOccurred);
 }
 
@@ -99,15 +100,26 @@ bool LogicalUnit::HasUnitAttention() const {
   return !pending_ua_.empty();
 }
 
-void LogicalUnit::PollSoftThreshold() {
-  uint64_t gen = lun_->pool().soft_threshold_generation();
-  uint64_t seen = soft_threshold_seen_.load(std::memory_order_relaxed);
-  while (gen > seen) {
-    if (soft_threshold_seen_.compare_exchange_weak(seen, gen)) {
-      RaiseUnitAttention(UnitAttention::kSoftThresholdReached);
-      return;
-    }
+namespace {
+
+// True once per increase of `gen` over `*seen`, whichever thread sees it.
+bool Advanced(uint64_t gen, std::atomic<uint64_t>* seen) {
+  uint64_t last = seen->load(std::memory_order_relaxed);
+  while (gen > last) {
+    if (seen->compare_exchange_weak(last, gen)) return true;
   }
+  return false;
+}
+
+}  // namespace
+
+void LogicalUnit::PollSoftThreshold() {
+  store::Pool& pool = lun_->pool();
+  bool crossed = Advanced(pool.soft_threshold_generation(), &soft_threshold_seen_);
+  if (config_.thin_on_thin_signal) {
+    crossed |= Advanced(pool.backing_short_generation(), &backing_short_seen_);
+  }
+  if (crossed) RaiseUnitAttention(UnitAttention::kSoftThresholdReached);
 }
 
 store::Status LogicalUnit::Resize(uint64_t new_size_bytes) {

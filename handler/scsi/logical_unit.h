@@ -73,6 +73,12 @@ struct LunConfig {
   // creation. Off by default: the kernel target already reports per-nexus
   // reset UAs, and this layer cannot tell initiators apart.
   bool power_on_unit_attention = false;
+  // Thin on thin (LUN option thin_on_thin=0|1, default on): report the pool's
+  // backing store falling short of the pool's remaining growth
+  // (store::Pool::backing_short_generation) as THIN PROVISIONING SOFT
+  // THRESHOLD REACHED, as the pool's own percentage threshold is. Off: only
+  // the percentage threshold is reported on this LU.
+  bool thin_on_thin_signal = true;
 };
 
 // Limits the LU advertises (VPD 0xB0, 0x8F, RECEIVE COPY RESULTS) and
@@ -151,9 +157,12 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // initiator gets CHECK CONDITION / UNIT ATTENTION and consumes it;
   // REQUEST SENSE returns it as sense data and consumes it.
   void RaiseUnitAttention(UnitAttention ua);
-  // Checks the pool's soft-threshold generation and queues 0x38/0x07 once
-  // per crossing. Execute() calls it before every command (the crossing may
-  // come from this LU's last write or from another LU of the pool).
+  // Checks the pool's soft-threshold generation (and, unless
+  // LunConfig::thin_on_thin_signal is off, its backing-store generation) and
+  // queues 0x38/0x07 once per crossing. Execute() calls it before every
+  // command (the crossing may come from this LU's last write or from another
+  // LU of the pool). Crossings of both kinds before the attention is taken
+  // are one attention: it is queued at most once (RaiseUnitAttention).
   void PollSoftThreshold();
 
   const LunConfig& config() const { return config_; }
@@ -189,6 +198,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   std::atomic<bool> wce_;
   std::atomic<bool> prevent_{false};
   std::atomic<uint64_t> soft_threshold_seen_{0};
+  std::atomic<uint64_t> backing_short_seen_{0};
   mutable std::mutex ua_mu_;
   std::vector<UnitAttention> pending_ua_;  // guarded by ua_mu_
   std::unique_ptr<CopyListTable> copy_lists_;

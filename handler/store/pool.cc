@@ -128,6 +128,7 @@ class PoolImpl final : public Pool {
     }
   }
   uint64_t soft_threshold_generation() const override { return core_->soft_generation(); }
+  uint64_t backing_short_generation() const override { return core_->backing_generation(); }
   CheckReport Check(ProgressFn progress, void* ctx) override {
     try {
       return core_->Check(progress, ctx, true);

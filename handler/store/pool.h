@@ -61,6 +61,11 @@ enum class Durability : uint8_t {
 
 // backing_check_interval_ms: the thin-on-thin signal is off.
 constexpr uint32_t kBackingSignalOff = ~uint32_t{0};
+// The default backing_check_interval_ms. A statvfs costs microseconds and is
+// made only by an allocation that finds the interval over; a host filesystem
+// filled by others at 1 GiB/s moves 1 GiB in that time, far less than the
+// pool's remaining growth at which the signal is meant to warn.
+constexpr uint32_t kDefaultBackingCheckIntervalMs = 1000;
 
 struct PoolOptions {
   // Declared maximum size of the pool. A regular file starts small and sparse
@@ -78,20 +83,19 @@ struct PoolOptions {
   uint64_t journal_bytes = 0;
   // Not stored: as OpenOptions::backing_check_interval_ms, for the pool
   // Create returns open.
-  uint32_t backing_check_interval_ms = kBackingSignalOff;
+  uint32_t backing_check_interval_ms = kDefaultBackingCheckIntervalMs;
 };
 
 struct OpenOptions {
   bool read_only = false;  // for offline inspection (check, show)
   // How often, at most, an allocation asks the Env how much its backing
-  // store has free (thin on thin: Pool::soft_threshold_generation()).
+  // store has free (thin on thin: Pool::backing_short_generation()).
   // Others fill the host filesystem too, so it is asked again over time;
-  // 0 asks at every allocation (tests). kBackingSignalOff (the default):
-  // never; the shortfall is only shown (Space(): pool show/list). Off until
-  // initiators are known to ride out the extra unit attention: sg3_utils'
-  // sg_xcopy gave up after two in a row in the e2e suite, on a pool larger
-  // than the guest's tmpfs.
-  uint32_t backing_check_interval_ms = kBackingSignalOff;
+  // 0 asks at every allocation (tests). kBackingSignalOff: never; the
+  // shortfall is then only shown (Space(): pool show/list). Whether a LUN
+  // reports the signal to its initiators is the SCSI layer's per-LUN choice
+  // (scsi::LunConfig::thin_on_thin_signal; cfgstring thin_on_thin=0|1).
+  uint32_t backing_check_interval_ms = kDefaultBackingCheckIntervalMs;
   // The documented recovery for a journal whose *committed* records are
   // damaged (docs/design/store.md, "Recovery"): replay stops at the damage and
   // the damaged record and every record after it are given up. Without it
@@ -225,12 +229,15 @@ class Pool {
   // Grows the declared size (regular files; block devices to the device size).
   virtual Status Grow(uint64_t new_size_bytes) = 0;
   virtual SpaceInfo Space() const = 0;
-  // Increments each time allocation rises across the soft threshold, and
-  // each time an allocation finds the backing store newly short of the
-  // pool's remaining growth (SpaceInfo::backing_short; asked at most every
-  // backing_check_interval_ms); a caller remembers the last value it saw to
-  // signal each once.
+  // Increments each time allocation rises across soft_threshold_percent; a
+  // caller remembers the last value it saw to signal each crossing once.
   virtual uint64_t soft_threshold_generation() const = 0;
+  // Thin on thin: increments each time an allocation finds the backing store
+  // newly short of the pool's remaining growth (SpaceInfo::backing_short;
+  // asked at most every backing_check_interval_ms). A shortfall that lasts is
+  // one crossing; room again, then short again, is the next. Kept apart from
+  // soft_threshold_generation() so a LUN can report one and not the other.
+  virtual uint64_t backing_short_generation() const = 0;
   // Online invariant check (takes the metadata lock; I/O may stall briefly).
   virtual CheckReport Check(ProgressFn progress = nullptr, void* ctx = nullptr) = 0;
 };

@@ -235,7 +235,7 @@ void Core::PollBacking() {
   }
   const bool outgrows = OutgrowsBacking(b->grows, b->free_bytes, growth);
   if (!outgrows) backing_short_.store(false);
-  else if (!backing_short_.exchange(true)) soft_gen_++;
+  else if (!backing_short_.exchange(true)) backing_gen_++;
 }
 
 SpaceInfo Core::Space() {

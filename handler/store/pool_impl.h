@@ -82,6 +82,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status Grow(uint64_t new_size);
   SpaceInfo Space();
   uint64_t soft_generation() const { return soft_gen_.load(); }
+  uint64_t backing_generation() const { return backing_gen_.load(); }
   // kBackingSignalOff becomes a negative interval: never asked.
   void set_backing_check_interval_ms(uint32_t ms) {
     backing_interval_ns_ = ms == kBackingSignalOff ? -1 : int64_t{ms} * 1000000;
@@ -179,7 +180,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(queue_);
   // Thin on thin, after an allocation: at most once per interval asks the
   // Env what the backing store has free; finding it newly short of the
-  // pool's remaining growth (OutgrowsBacking) bumps soft_gen_. Never under
+  // pool's remaining growth (OutgrowsBacking) bumps backing_gen_. Never under
   // meta_mu_: it is a system call, which may wait on a network filesystem.
   void PollBacking() EXCLUDES(meta_mu_);
 
@@ -211,7 +212,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   MetaState st_ GUARDED_BY(meta_mu_);
   SpaceMap space_ GUARDED_BY(meta_mu_);
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
-  std::atomic<uint64_t> soft_gen_{0};
+  std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
+  std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)
   // PollBacking's state: when it may ask next (steady clock, ns), and what
   // it found last (short: the crossing was signalled).
   std::atomic<int64_t> backing_next_ns_{0};

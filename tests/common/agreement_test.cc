@@ -77,10 +77,12 @@ std::vector<std::string> CfgstringCorpus() {
       "fbo//var/x", "cowstorex/tank/vm1", "cow/tank/vm1", "", "cowstore/", "COWSTORE/tank/vm1",
       "cowstore/tank/vm1;copy_group=", "cowstore/tank/vm1;=1", "cowstore/tank/vm1;copy_group=a..b",
       "cowstore/tank/" + std::string(64, 'v'), "cowstore/tank/" + std::string(65, 'v'),
-      "cowstore/tank/vm1;copy_group=" + std::string(240, 'g')};
+      "cowstore/tank/vm1;copy_group=" + std::string(240, 'g'), "cowstore/tank/vm1;thin_on_thin=0",
+      "cowstore/tank/vm1;wce=1;thin_on_thin=1", "cowstore/tank/vm1;thin_on_thin=2",
+      "cowstore/tank/vm1;thin_on_thin=0;thin_on_thin=0", "cowstore/tank/vm1:copy_group=g,thin_on_thin=0"};
   std::mt19937 rng(4242);
   const std::vector<std::string> pieces = {"cowstore", "/", "tank", "vm1", ";", ":", ",", "=",
-                                           "copy_group", "wce", "0", "1", "esx", "..", "a",
+                                           "copy_group", "wce", "thin_on_thin", "0", "1", "esx", "..", "a",
                                            "tcmur_cmd_time_out", " ", "x=y", "-", "."};
   for (int i = 0; i < 5000; ++i) {
     std::string s = rng() % 4 ? "cowstore/" : "";
@@ -104,6 +106,7 @@ TEST(Agreement, CowctlAndTheHandlerReadTheSameCfgstrings) {
       EXPECT_EQ(mine->lun, spec.lun);
       EXPECT_EQ(mine->options.count("copy_group") ? mine->options.at("copy_group") : "", spec.copy_group);
       EXPECT_EQ(mine->options.count("wce") == 1, spec.wce.has_value());
+      EXPECT_EQ(mine->options.count("thin_on_thin") == 1, spec.thin_on_thin.has_value());
     }
   }
 }
@@ -115,6 +118,7 @@ TEST(Agreement, TheHandlerReadsBackEveryCfgstringCowctlWrites) {
     cowctl::Cfgstring c{names[rng() % names.size()], names[rng() % names.size()], {}};
     if (rng() % 2) c.options["copy_group"] = names[rng() % names.size()];
     if (rng() % 3 == 0) c.options["wce"] = rng() % 2 ? "1" : "0";
+    if (rng() % 3 == 0) c.options["thin_on_thin"] = rng() % 2 ? "1" : "0";
     const std::string written = c.str();
     common::LunSpec spec;
     std::string why;

@@ -68,6 +68,9 @@ TEST(Cfgstrings, RoundTripWithOptions) {
   EXPECT_EQ(p->options.at("copy_group"), "esx");
   EXPECT_EQ(p->options.at("wce"), "1");
   EXPECT_EQ(ParseCfgstring("cowstore/tank/vm1")->str(), "cowstore/tank/vm1");
+  c.options["thin_on_thin"] = "0";  // cowctl --thin-on-thin 0
+  EXPECT_EQ(c.str(), "cowstore/tank/vm1;copy_group=esx;wce=1;thin_on_thin=0");
+  EXPECT_EQ(ParseCfgstring(c.str())->options, c.options);
 }
 
 TEST(Cfgstrings, OthersAreNotOurs) {

@@ -94,6 +94,17 @@ TEST_F(CheckConfigTest, RejectsUnknownRepeatedAndMalformedOptions) {
   ExpectRejected("cowstore/tank/vm1:", "gives no option");
   ExpectRejected("cowstore/tank/vm1:wce=1,", "ends with a separator");
   ExpectRejected("cowstore/tank/vm1:wce=1,,wce=0", "empty option");
+  ExpectRejected("cowstore/tank/vm1;thin_on_thin=2", "thin_on_thin=0");
+  ExpectRejected("cowstore/tank/vm1;thin_on_thin=off", "thin_on_thin=0");
+  ExpectRejected("cowstore/tank/vm1;thin_on_thin=0;thin_on_thin=1", "given twice");
+}
+
+// thin_on_thin=0|1: whether the LUN reports its pool's filesystem falling
+// short of the pool's growth as the soft threshold (default 1).
+TEST_F(CheckConfigTest, AcceptsTheThinOnThinSwitch) {
+  ExpectAccepted("cowstore/tank/vm1;thin_on_thin=0");
+  ExpectAccepted("cowstore/tank/vm1;wce=1;thin_on_thin=1");
+  ExpectAccepted("cowstore/tank/vm1:copy_group=g,thin_on_thin=0");
 }
 
 TEST_F(CheckConfigTest, RejectsMissingPoolNamingTheDirectory) {

@@ -5,6 +5,10 @@
 // filesystem that no longer holds the pool's remaining growth (thin on thin).
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "tests/scsi/scsi_test_util.h"
 
 namespace cowstore::scsi::testing {
@@ -146,6 +150,65 @@ TEST_F(ThinOnThinTest, ABackingFilesystemThatWouldNotHoldThePoolsGrowthIsTheSoft
   env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 20});
   EXPECT_EQ(WriteAu(4), 1);
   EXPECT_LT(pool_->Space().allocated_units, pool_->Space().soft_threshold_units);  // not the percentage
+}
+
+// A LUN configured with thin_on_thin=0 reports its pool's percentage
+// threshold but not the backing store's shortfall; its neighbour in the same
+// pool (default: on) reports the shortfall once.
+TEST_F(ThinOnThinTest, ALunWithTheSignalOffReportsOnlyThePercentageThreshold) {
+  LunConfig off = Config("7777aaaa-0000-0000-0000-0000000000b2");
+  off.thin_on_thin_signal = false;
+  auto quiet = AddLu(*pool_, "quiet", 8ull << 20, off);
+  ASSERT_NE(quiet, nullptr);
+  ASSERT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 4ull << 20});
+  EXPECT_EQ(WriteAu(0), 1);  // the default LU: once
+  EXPECT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));
+  EXPECT_EQ(pool_->backing_short_generation(), 1u);
+  // Past the pool's 50 %: the percentage crossing reaches both.
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 40});
+  int uas = 0;
+  for (uint64_t au = 1; au < 40 && pool_->soft_threshold_generation() == 0; ++au) uas += WriteAu(au);
+  ASSERT_EQ(pool_->soft_threshold_generation(), 1u);
+  uas += WriteAu(39);  // the crossing's attention may come on the next command
+  EXPECT_EQ(uas, 1);
+  CommandResult t = Exec(*quiet, Bytes(6, 0));
+  EXPECT_TRUE(HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached));
+  EXPECT_TRUE(IsGood(Exec(*quiet, Bytes(6, 0))));
+}
+
+// Several initiators on one LU. TCMU gives the handler no I_T nexus, so the
+// attention is the LU's: the first command to arrive after the crossing,
+// from whichever initiator, gets it, and the others do not (documented in
+// docs/design/scsi.md, "Known limits"). Four initiators polling with TEST
+// UNIT READY at once see it exactly once between them.
+TEST_F(ThinOnThinTest, SeveralInitiatorsOnOneLunShareOneAttentionPerCrossing) {
+  env_.SetBacking(store::BackingSpace{true, 1ull << 40, 4ull << 20});
+  for (int round = 0; round < 2; ++round) {
+    // Room again between rounds, then short again: a second crossing.
+    if (round == 1) {
+      env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 40});
+      ASSERT_TRUE(IsGood(Write(10 * kAuBlocks, Bytes(kAuBlocks * kBlock, 3))));
+      env_.SetBacking(store::BackingSpace{true, 1ull << 40, 1ull << 20});
+    }
+    ASSERT_TRUE(IsGood(Write((round + 1) * kAuBlocks, Bytes(kAuBlocks * kBlock, 3))));
+    std::atomic<int> uas{0}, other{0};
+    std::vector<std::thread> initiators;
+    for (int i = 0; i < 4; ++i) {
+      initiators.emplace_back([&] {
+        for (int n = 0; n < 50; ++n) {
+          CommandResult t = Exec(Bytes(6, 0));
+          if (t.good()) continue;
+          if (HasSense(t, SenseKey::kUnitAttention, asc::kThinProvisioningSoftThresholdReached)) ++uas;
+          else ++other;
+        }
+      });
+    }
+    for (auto& t : initiators) t.join();
+    EXPECT_EQ(uas.load(), 1) << "round " << round;
+    EXPECT_EQ(other.load(), 0);
+  }
+  EXPECT_EQ(pool_->backing_short_generation(), 2u);
 }
 
 TEST_F(ThinProvisioningTest, CompareAndWriteOutOfSpace) {

@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <chrono>
 #include <functional>
+#include <thread>
 #include <vector>
 
 #include "handler/store/fault_env.h"
@@ -558,35 +560,38 @@ TEST(PoolSpace, ABackingStoreShortOfTheRemainingGrowthSignalsTheSoftThresholdOnc
   auto data = Pattern(kAu, 1);
   uint64_t au = 0;
   auto write_new_au = [&] { ASSERT_TRUE(a->Write(au++ * 128, 128, data.data(), D::kBuffered).ok()); };
-  const uint64_t gen = pool.soft_threshold_generation();
+  const uint64_t gen = pool.backing_short_generation();
   write_new_au();  // plenty free
-  EXPECT_EQ(pool.soft_threshold_generation(), gen);
+  EXPECT_EQ(pool.backing_short_generation(), gen);
   // The host filesystem fills (others' files): the next allocation sees it.
   env.SetBacking(FsWithFree(kAu));
-  EXPECT_EQ(pool.soft_threshold_generation(), gen);  // nothing asked yet
+  EXPECT_EQ(pool.backing_short_generation(), gen);  // nothing asked yet
   write_new_au();
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 1);
   write_new_au();  // still short: signalled once
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 1);
   // Rewriting a mapped unit allocates nothing and asks nothing.
   env.SetBacking(FsWithFree(1ull << 30));
   ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
   env.SetBacking(FsWithFree(kAu));
   ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 1);
   // Room again, then short again: a second crossing, a second signal.
   env.SetBacking(FsWithFree(1ull << 30));
   write_new_au();
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 1);
   env.SetBacking(FsWithFree(0));
   ASSERT_TRUE(a->Allocate(au++ * 128, 128, D::kBuffered).ok());  // thick allocation counts too
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 2);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 2);
   // A device pool never outgrows its device.
   env.SetBacking(FsWithFree(1ull << 30));
   write_new_au();
   env.SetBacking(BackingSpace{false, 1 << 20, 1 << 20});
   write_new_au();
-  EXPECT_EQ(pool.soft_threshold_generation(), gen + 2);
+  EXPECT_EQ(pool.backing_short_generation(), gen + 2);
+  // The percentage threshold (off here) counts apart: a LUN may report one
+  // signal and not the other.
+  EXPECT_EQ(pool.soft_threshold_generation(), 0u);
 }
 
 TEST(PoolSpace, TheBackingStoreIsAskedAtMostOncePerInterval) {
@@ -602,8 +607,69 @@ TEST(PoolSpace, TheBackingStoreIsAskedAtMostOncePerInterval) {
   ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
   env.SetBacking(FsWithFree(0));
   ASSERT_TRUE(a->Write(128, 128, data.data(), D::kBuffered).ok());
-  EXPECT_EQ((*p)->soft_threshold_generation(), 0u);
+  EXPECT_EQ((*p)->backing_short_generation(), 0u);
   EXPECT_TRUE((*p)->Space().backing_short);  // Space() asks every time
+}
+
+// Shipped default: on, asked at most once a second. A pool opened with
+// default options (as the handler's registry opens them) reports the first
+// allocation that finds its filesystem short.
+TEST(PoolSpace, TheBackingSignalIsOnByDefault) {
+  EXPECT_EQ(OpenOptions{}.backing_check_interval_ms, kDefaultBackingCheckIntervalMs);
+  EXPECT_EQ(PoolOptions{}.backing_check_interval_ms, kDefaultBackingCheckIntervalMs);
+  EXPECT_EQ(kDefaultBackingCheckIntervalMs, 1000u);
+  FaultInjectionEnv env;
+  {
+    PoolOptions o = Opts(16);
+    o.soft_threshold_percent = 0;
+    auto p = Pool::Create(&env, "p", o);
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->CreateLun("a", 4 << 20, 512).ok());
+  }
+  auto p = Pool::Open(&env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  auto a = (*p)->OpenLun("a").value();
+  env.SetBacking(FsWithFree(kAu));
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
+  EXPECT_EQ((*p)->backing_short_generation(), 1u);
+  // Off is explicit.
+  OpenOptions off;
+  off.backing_check_interval_ms = kBackingSignalOff;
+  a.reset();
+  p->reset();
+  auto q = Pool::Open(&env, "p", off);
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  auto b = (*q)->OpenLun("a").value();
+  ASSERT_TRUE(b->Write(128, 128, data.data(), D::kBuffered).ok());
+  EXPECT_EQ((*q)->backing_short_generation(), 0u);
+  EXPECT_TRUE((*q)->Space().backing_short);  // still shown
+}
+
+// A shortfall that lasts is one crossing, however many intervals it spans
+// and however many allocations ask: not a signal per interval.
+TEST(PoolSpace, AShortfallThatLastsIsOneCrossingAcrossIntervals) {
+  FaultInjectionEnv env;
+  PoolOptions o = Opts(16);
+  o.soft_threshold_percent = 0;
+  o.backing_check_interval_ms = 1;
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->CreateLun("a", 8 << 20, 512).ok());
+  auto a = (*p)->OpenLun("a").value();
+  auto data = Pattern(kAu, 1);
+  env.SetBacking(FsWithFree(kAu));
+  for (uint64_t au = 0; au < 6; ++au) {
+    ASSERT_TRUE(a->Write(au * 128, 128, data.data(), D::kBuffered).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // the interval is over each time
+  }
+  EXPECT_EQ((*p)->backing_short_generation(), 1u);
+  env.SetBacking(FsWithFree(1ull << 30));
+  ASSERT_TRUE(a->Write(6 * 128, 128, data.data(), D::kBuffered).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  env.SetBacking(FsWithFree(0));
+  ASSERT_TRUE(a->Write(7 * 128, 128, data.data(), D::kBuffered).ok());
+  EXPECT_EQ((*p)->backing_short_generation(), 2u);
 }
 
 TEST(PosixEnv, BackingIsTheFilesystemsFreeSpace) {

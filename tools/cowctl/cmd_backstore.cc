@@ -10,6 +10,8 @@ void AddBackstoreOptions(CLI::App* c, BackstoreArgs& bsa, bool with_flag) {
   c->add_option("--backstore-name", bsa.name, "Backstore name (default POOL-LUN)");
   c->add_option("--copy-group", bsa.copy_group, "XCOPY copy group: clones between LUNs of one group are offloaded");
   c->add_option("--wce", bsa.wce, "Write cache enabled (0: every GOOD is durable, the default)");
+  c->add_option("--thin-on-thin", bsa.thin_on_thin,
+                "1 (default): the soft threshold also warns when the pool's filesystem cannot hold its growth; 0: not");
 }
 
 Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b) {
@@ -21,6 +23,10 @@ Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b) {
   if (!b.wce.empty()) {
     if (b.wce != "0" && b.wce != "1") throw UserError("--wce takes 0 or 1");
     c.options["wce"] = b.wce;
+  }
+  if (!b.thin_on_thin.empty()) {
+    if (b.thin_on_thin != "0" && b.thin_on_thin != "1") throw UserError("--thin-on-thin takes 0 or 1");
+    c.options["thin_on_thin"] = b.thin_on_thin;
   }
   if (c.str().size() > 250) throw UserError("the cfgstring would pass the kernel's 255-character limit");
   return c;

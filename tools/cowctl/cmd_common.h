@@ -101,8 +101,11 @@ struct BackstoreArgs {
   bool make = false;
   std::string name, copy_group;
   std::string wce;  // "", "0", "1"
+  std::string thin_on_thin{};  // "", "0", "1" (initialised: callers list the fields above positionally)
+  // Any backstore option given (then lun create/clone make the backstore).
+  bool any_given() const { return !copy_group.empty() || !wce.empty() || !thin_on_thin.empty() || !name.empty(); }
 };
-// --backstore (with_flag), --backstore-name, --copy-group, --wce.
+// --backstore (with_flag), --backstore-name, --copy-group, --wce, --thin-on-thin.
 void AddBackstoreOptions(CLI::App* c, BackstoreArgs& bsa, bool with_flag);
 Cfgstring MakeCfg(const LunRef& ref, const BackstoreArgs& b);
 // Creates the LIO backstore of an existing LUN. The caller has released

@@ -314,7 +314,7 @@ void AddLunCommands(CommandLine& cl) {
   lc->add_flag("--overcommit", overcommit, "Allow the pool's LUNs to total more than the pool can hold");
   AddBackstoreOptions(lc, bsa, true);
   lc->callback([&] {
-    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    if (bsa.any_given()) bsa.make = true;
     LunCreate(ctx, lref, lsize, lbs, overcommit, bsa);
   });
   auto& lpool = cl.Keep(std::string());
@@ -341,7 +341,7 @@ void AddLunCommands(CommandLine& cl) {
   lcl->add_option("name", lname, "Name of the clone (NAME or POOL/NAME, same pool)")->required();
   AddBackstoreOptions(lcl, bsa, true);
   lcl->callback([&] {
-    if (!bsa.copy_group.empty() || !bsa.wce.empty() || !bsa.name.empty()) bsa.make = true;
+    if (bsa.any_given()) bsa.make = true;
     LunClone(ctx, lref, lname, false, bsa);
   });
   auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: a clone named SOURCE.snap-<time> by default");

@@ -87,9 +87,10 @@ LunRef ParseLunRef(const std::string& text) {
 // cowctl keeps its options as a map of the ones given.
 namespace {
 common::LunSpec ToSpec(const Cfgstring& c) {
-  common::LunSpec spec{c.pool, c.lun, {}, {}};
+  common::LunSpec spec{c.pool, c.lun, {}, {}, {}};
   if (auto it = c.options.find("copy_group"); it != c.options.end()) spec.copy_group = it->second;
   if (auto it = c.options.find("wce"); it != c.options.end()) spec.wce = it->second == "1";
+  if (auto it = c.options.find("thin_on_thin"); it != c.options.end()) spec.thin_on_thin = it->second == "1";
   return spec;
 }
 }  // namespace
@@ -107,6 +108,7 @@ std::optional<Cfgstring> ParseCfgstring(const std::string& dev_config) {
   Cfgstring c{spec.pool, spec.lun, {}};
   if (!spec.copy_group.empty()) c.options["copy_group"] = spec.copy_group;
   if (spec.wce) c.options["wce"] = std::string(1, *spec.wce ? '1' : '0');
+  if (spec.thin_on_thin) c.options["thin_on_thin"] = std::string(1, *spec.thin_on_thin ? '1' : '0');
   return c;
 }
 

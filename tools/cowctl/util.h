@@ -42,11 +42,11 @@ LunRef ParseLunRef(const std::string& text);
 // The handler's cfgstring, parsed and written by the handler's own functions
 // (handler/common/cfgstring.h): cowctl writes cowstore/<pool>/<lun>[;key=value...]
 // and reads every form the handler accepts, nothing else. `options` holds the
-// options given (copy_group, wce).
+// options given (copy_group, wce, thin_on_thin).
 struct Cfgstring {
   std::string pool;
   std::string lun;
-  std::map<std::string, std::string> options;  // copy_group, wce
+  std::map<std::string, std::string> options;  // copy_group, wce, thin_on_thin
   std::string str() const;                      // with the "cowstore/" prefix
 };
 // Parses a dev_config value; nullopt unless it is a cowstore one.

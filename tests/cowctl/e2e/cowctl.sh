@@ -31,8 +31,9 @@ step dbus             start_dbus
 step runner-start     start_runner --handler-path "$COW_HANDLER_DIR"
 
 # ------------------------------------------------------------ make and export
-# --overcommit: the guest filesystem may be smaller than the (sparse) 1G pool.
-step pool-create      cowctl pool create p0 --size 1G --allocation-unit 1M --overcommit
+# 512M: the pool fits the guest's /run tmpfs (half its memory), so the handler's
+# thin-on-thin unit attention (on by default) has nothing to say here.
+step pool-create      cowctl pool create p0 --size 512M --allocation-unit 1M
 step lun-create       cowctl lun create p0/vm1 --size 64M --copy-group g1
 step bs-config        shows 'Config: cowstore/p0/vm1;copy_group=g1' cat $CFS/core/user_0/p0-vm1/info
 step bs-wwn           shows "$(cowctl --json lun show p0/vm1 | sed -n 's/.*"wwn": "\(.*\)".*/\1/p')" \

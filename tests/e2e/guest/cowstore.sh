@@ -6,7 +6,7 @@
 # cowctl's command line changes, change it here only.
 #
 # cfgstring (docs/design/plugin.md, handler/common/cfgstring.h):
-#     cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1]
+#     cowstore/<pool>/<lun>[;copy_group=<name>][;wce=0|1][;thin_on_thin=0|1]
 # <pool> is the file $COWSTORE_POOL_DIR/<pool> in tcmu-runner's environment;
 # the handler creates <lun> with the backstore's size if it does not exist.
 # We use the ';' option separator: the kernel's configfs parser splits
@@ -28,9 +28,10 @@ COW_HANDLER_DIR=${E2E_HANDLER_DIR:-}
 COW_BUILD_DIR=$(cd "$COW_HANDLER_DIR/../.." 2>/dev/null && pwd)
 COW_SO=$COW_HANDLER_DIR/handler_cowstore.so
 
-# cow_cfgstring POOL LUN [COPY_GROUP] : the text after "dev_config=cowstore/"
+# cow_cfgstring POOL LUN [COPY_GROUP [MORE OPTIONS]] : the text after "dev_config=cowstore/"
 # is what targetcli calls cfgstring; this returns the whole dev_config value.
-cow_cfgstring() { echo "cowstore/$1/$2${3:+;copy_group=$3}"; }
+# MORE OPTIONS: e.g. "thin_on_thin=0" (';'-separated).
+cow_cfgstring() { echo "cowstore/$1/$2${3:+;copy_group=$3}${4:+;$4}"; }
 # cow_tcli_cfgstring POOL LUN [COPY_GROUP] : the same for targetcli's cfgstring= (no subtype)
 cow_tcli_cfgstring() { local c; c=$(cow_cfgstring "$@"); echo "${c#cowstore/}"; }
 
@@ -43,19 +44,37 @@ cow_tool() {
     command -v cowctl
 }
 
-# cow_pool_create NAME SIZE [COWCTL OPTIONS...] : a pool file $COWSTORE_POOL_DIR/NAME
-# (sparse, allowed to outgrow its tmpfs); e.g. --allocation-unit 1M, --soft-threshold 50
-cow_pool_create() {
-    local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
+# cow_pool_mount : the pools' own tmpfs (90 % of the guest's memory), once
+cow_pool_mount() {
     mkdir -p "$COWSTORE_POOL_DIR"
     if [ "${E2E_POOL_FS:-tmpfs}" != ext4 ] && ! mountpoint -q "$COWSTORE_POOL_DIR"; then
         mount -t tmpfs -o size=90% tmpfs "$COWSTORE_POOL_DIR" || return 1
     fi
+}
+# cow_pool_create NAME SIZE [COWCTL OPTIONS...] : a pool file $COWSTORE_POOL_DIR/NAME
+# (sparse) that its filesystem can hold; e.g. --allocation-unit 1M, --soft-threshold 50.
+# Fails if it could outgrow the filesystem: the handler would then raise THIN
+# PROVISIONING SOFT THRESHOLD REACHED (thin on thin, on by default), a unit
+# attention that a suite not testing it must not meet (sg_xcopy gives up on one).
+cow_pool_create() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found (looked in $COW_BUILD_DIR/tools/cowctl and PATH)"; return 1; }
+    cow_pool_mount || return 1
     local name=$1 size=$2; shift 2
-    # --overcommit: the guest's pools are declared larger than the tmpfs under
-    # them on purpose (thin on thin); cowctl refuses that unless asked.
+    echo "+ $tool pool create $name --size $size $* (in $COWSTORE_POOL_DIR)"
+    "$tool" pool create "$name" --size "$size" "$@" || return 1
+    local out; out=$(cow_pool_field "$name" outgrows_backing) || return 1
+    [ "$out" = False ] || { echo "pool $name ($size) can outgrow $COWSTORE_POOL_DIR ($(df -h --output=avail "$COWSTORE_POOL_DIR" | tail -1) free)"; return 1; }
+}
+# cow_pool_create_outgrowing NAME SIZE [COWCTL OPTIONS...] : a pool larger than its
+# filesystem's free space, on purpose (thin on thin); fails if it is not
+cow_pool_create_outgrowing() {
+    local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
+    cow_pool_mount || return 1
+    local name=$1 size=$2; shift 2
     echo "+ $tool pool create $name --size $size --overcommit $* (in $COWSTORE_POOL_DIR)"
-    "$tool" pool create "$name" --size "$size" --overcommit "$@"
+    "$tool" pool create "$name" --size "$size" --overcommit "$@" || return 1
+    local out; out=$(cow_pool_field "$name" outgrows_backing) || return 1
+    [ "$out" = True ] || { echo "pool $name ($size) fits $COWSTORE_POOL_DIR: not thin on thin"; return 1; }
 }
 # cow_lun_create POOL LUN SIZE [COWCTL OPTIONS...] : a LUN made by cowctl before any
 # backstore opens it (e.g. --overcommit: larger than the pool, which the handler's
@@ -92,10 +111,10 @@ cow_pool_field() {
 # not depend on any cowstore tool.
 cow_pool_bytes() { echo $(( $(stat -c %b "$COWSTORE_POOL_DIR/$1") * 512 )); }
 
-# cow_bs HBA NAME SIZE POOL LUN [COPY_GROUP] : a user:cowstore backstore via configfs,
+# cow_bs HBA NAME SIZE POOL LUN [COPY_GROUP [OPTIONS]] : a user:cowstore backstore via configfs,
 # COW_BLOCK_SIZE-byte blocks (default 512), max transfer COW_MAX_SECTORS blocks
 # (default 1 MiB worth; the kernel's default of 128 blocks = 64 KiB is slow).
 cow_bs() {
     local bs=${COW_BLOCK_SIZE:-512}
-    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}")" $bs "${COW_MAX_SECTORS:-$(( (1 << 20) / bs ))}"
+    mk_user_bs "$1" "$2" "$3" "$(cow_cfgstring "$4" "$5" "${6:-}" "${7:-}")" $bs "${COW_MAX_SECTORS:-$(( (1 << 20) / bs ))}"
 }

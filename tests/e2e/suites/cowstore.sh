@@ -59,7 +59,9 @@ step dbus           start_dbus
 step runner-start   start_runner --handler-path "$COW_HANDLER_DIR"
 [ -n "${E2E_RUNNER_VERSION:-}" ] && step runner-version runner_is "$E2E_RUNNER_VERSION"
 step handler-on-bus shows "user:cowstore" targetcli ls /backstores
-step pool-create    cow_pool_create p0 8G
+# 1G: every pool of this suite fits the tmpfs under it (cow_pool_create checks), so
+# no check meets the thin-on-thin unit attention except the one made for it below.
+step pool-create    cow_pool_create p0 1G
 GIB=1073741824
 step bs-a           cow_bs 1 a $GIB p0 a g1
 step bs-b           cow_bs 1 b $GIB p0 b g1
@@ -333,6 +335,29 @@ step soft-ready     wait_for 10 sg_turs $SSOFT
 step soft-ua-once   $SGIO softua $SSOFT 0 34
 step soft2-ua       fails_with "soft threshold" sg_turs -v $SQUIET
 step soft2-ua-once  sg_turs $SQUIET
+# Thin on thin: an 8 GiB pool on the pools' tmpfs (90 % of the guest's 2 GiB), so the
+# filesystem cannot hold the pool's growth. The first allocation (1 s interval, on by
+# default) finds it short: exactly one TEST UNIT READY gets 06/38/07 while the
+# shortfall lasts (not one per second, not one per command), WRITEs never do, and
+# I/O goes on. A LUN of the same pool with thin_on_thin=0 reports nothing.
+step tot-pool       cow_pool_create_outgrowing tot 8G --allocation-unit 1M
+step tot-bs         cow_bs 4 totloud $((64 << 20)) tot loud
+step tot-loop       mk_loop_lun $CFS/core/user_4/totloud $TPW 4
+STOT=$(loop_dev $TPW 4 scsi_generic)
+step tot-off-bs     cow_bs 4 totoff $((16 << 20)) tot off "" thin_on_thin=0
+step tot-off-cfg    shows "thin_on_thin=0" cat $CFS/core/user_4/totoff/info
+step tot-off-loop   mk_loop_lun $CFS/core/user_4/totoff $TPW 5
+STOTOFF=$(loop_dev $TPW 5 scsi_generic)
+step tot-off-ready  wait_for 10 sg_turs $STOTOFF      # attach-time attentions consumed
+step tot-ready      wait_for 10 sg_turs $STOT
+step tot-ua-once    $SGIO softua $STOT 0 6
+step tot-off-quiet  sg_turs -v $STOTOFF
+# written and read back with no unit attention on the way (pattern prints each one)
+no_ua() { local out rc; out=$("$@"); rc=$?; echo "$out"; [ $rc = 0 ] && ! grep -qi "unit attention" <<< "$out"; }
+step tot-io-after   no_ua $SGIO pattern $STOT 16384 4 --seed 13
+step tot-off-io     no_ua $SGIO pattern $STOTOFF 0 2 --seed 14
+step tot-still-once sg_turs -v $STOT
+step tot-off-still  sg_turs -v $STOTOFF
 # 4096-byte logical blocks (in p0). same_as/zeros/all_bytes count 512-byte units.
 COW_BLOCK_SIZE=4096 step 4k-bs cow_bs 5 k4 $((64 << 20)) p0 k4
 step 4k-loop        mk_loop_lun $CFS/core/user_5/k4 $TPW 2
@@ -398,6 +423,7 @@ step runner-stop-final stop_runner TERM
 step pool-check     cow_pool_check p0
 step pool-check-tp  cow_pool_check tp       # filled to exhaustion, then partly unmapped
 step pool-check-ts  cow_pool_check ts
+step pool-check-tot cow_pool_check tot
 step pool-show      cow_pool_show p0
 step pool-saved-by-clones bash -c "v=\$($(cow_tool) --json pool show p0 | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"saved_by_clones\"])'); echo saved_by_clones=\$v; [ \$v -ge $((8 << 20)) ]"   # a->b aligned clone survives to the end
 note "pool p0 file occupies $(cow_pool_bytes p0) bytes on the scratch fs"
