@@ -668,6 +668,24 @@ TEST_F(Cli, BothOptionsSurviveTheKernelsCommaSplit) {
   EXPECT_EQ(control.find("vm1:"), std::string::npos);  // rtslib refuses ':'
 }
 
+// What the backstore's cfgstring says of a LUN (copy group, write cache,
+// thin on thin) comes back from a saved file as it was.
+TEST_F(Cli, SaveAndRestoreKeepTheBackstoreSwitches) {
+  Pool();
+  Ok("lun create tank/vm1 --size 1M --copy-group esx --wce 1 --thin-on-thin 0");
+  const std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  EXPECT_NE(ReadText(file).find("thin_on_thin: false"), std::string::npos) << ReadText(file);
+  std::filesystem::remove_all(host.configfs + "/target");  // a reboot
+  std::filesystem::create_directories(host.configfs + "/target/core");
+  CmdResult r = Cowctl("restore " + file);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const std::string control = ReadText(Bs() + "/control");
+  EXPECT_NE(control.find("copy_group=esx"), std::string::npos) << control;
+  EXPECT_NE(control.find("wce=1"), std::string::npos) << control;
+  EXPECT_NE(control.find("thin_on_thin=0"), std::string::npos) << control;
+}
+
 TEST_F(Cli, BackstoreNeedsRunnerAndModuleAndRollsBack) {
   Pool();
   std::filesystem::remove_all(host.proc + "/4242");

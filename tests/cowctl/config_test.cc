@@ -22,6 +22,7 @@ pools:
         wwn: 00112233-4455-6677-8899-aabbccddeeff
         copy_group: esx
         wce: false
+        thin_on_thin: false
       - name: vm2
         size: 1G
         block_size: 4096
@@ -49,6 +50,8 @@ TEST(Config, ParsesEveryField) {
   ASSERT_EQ(c.pools[0].luns.size(), 2u);
   EXPECT_EQ(c.pools[0].luns[0].copy_group, "esx");
   EXPECT_EQ(c.pools[0].luns[0].wce, false);
+  EXPECT_EQ(c.pools[0].luns[0].thin_on_thin, false);
+  EXPECT_EQ(c.pools[0].luns[1].thin_on_thin, std::nullopt);  // absent: the handler's default
   EXPECT_EQ(c.pools[0].luns[1].block_size, 4096u);
   EXPECT_EQ(c.pools[1].device, "/dev/sdb");
   ASSERT_EQ(c.iscsi.size(), 1u);
@@ -62,6 +65,7 @@ TEST(Config, DumpThenParseIsTheSame) {
   Config d = ParseConfig(DumpConfig(c), "dump");
   EXPECT_EQ(DumpConfig(d), DumpConfig(c));
   EXPECT_EQ(d.pools[0].luns[0].wwn, c.pools[0].luns[0].wwn);
+  EXPECT_EQ(d.pools[0].luns[0].thin_on_thin, false);
   EXPECT_EQ(d.iscsi[0].portals, c.iscsi[0].portals);
 }
 

@@ -58,6 +58,7 @@ Config Gather(const Context& ctx) {
         lc.wwn = b.wwn;
         if (b.config.options.count("copy_group")) lc.copy_group = b.config.options.at("copy_group");
         if (b.config.options.count("wce")) lc.wce = b.config.options.at("wce") == "1";
+        if (b.config.options.count("thin_on_thin")) lc.thin_on_thin = b.config.options.at("thin_on_thin") == "1";
         by_key[b.key()] = {name, l.name};
       }
       p.luns.push_back(std::move(lc));
@@ -246,6 +247,7 @@ void ApplyLioStep(const Context& ctx, Lio& lio, const LioStep& s) {
       const LunConfig& l = *s.cfg;
       LunRef ref{s.pool, s.lun};
       BackstoreArgs b{true, l.backstore, l.copy_group, l.wce ? (*l.wce ? "1" : "0") : ""};
+      if (l.thin_on_thin) b.thin_on_thin = *l.thin_on_thin ? "1" : "0";
       store::LunInfo info = LunInfoOf(ctx, ref);
       BackstoreSpec spec;
       spec.name = l.backstore;

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "handler/store/names.h"
 
@@ -204,7 +205,7 @@ class Parser {
       for (size_t j = 0; j < luns.size(); ++j) {
         const auto& l = luns[j];
         std::string lf = f + ".luns[" + std::to_string(j) + "]";
-        Keys(l, lf, {"name", "size", "block_size", "backstore", "wwn", "copy_group", "wce"});
+        Keys(l, lf, {"name", "size", "block_size", "backstore", "wwn", "copy_group", "wce", "thin_on_thin"});
         LunConfig lc;
         lc.name = Str(l, l, "name", lf, true);
         Name(l["name"], lc.name, lf + ".name", "LUN");
@@ -238,11 +239,13 @@ class Parser {
         }
         lc.copy_group = Str(l, l, "copy_group", lf, false);
         if (!lc.copy_group.empty()) Name(l["copy_group"], lc.copy_group, lf + ".copy_group", "copy group");
-        if (l["wce"]) {
-          std::string w = l["wce"].as<std::string>();
-          if (w == "true" || w == "1" || w == "on") lc.wce = true;
-          else if (w == "false" || w == "0" || w == "off") lc.wce = false;
-          else Fail(l["wce"], lf + ".wce", "expected true or false");
+        // Switches: true/false as save writes them (1/0, on/off accepted).
+        for (auto [key, into] : {std::pair{"wce", &lc.wce}, std::pair{"thin_on_thin", &lc.thin_on_thin}}) {
+          if (!l[key]) continue;
+          std::string w = l[key].as<std::string>();
+          if (w == "true" || w == "1" || w == "on") *into = true;
+          else if (w == "false" || w == "0" || w == "off") *into = false;
+          else Fail(l[key], lf + "." + key, "expected true or false");
         }
         p.luns.push_back(std::move(lc));
       }
@@ -391,6 +394,7 @@ std::string DumpConfig(const Config& c) {
       if (!l.wwn.empty()) out << YAML::Key << "wwn" << YAML::Value << l.wwn;
       if (!l.copy_group.empty()) out << YAML::Key << "copy_group" << YAML::Value << l.copy_group;
       if (l.wce) out << YAML::Key << "wce" << YAML::Value << *l.wce;
+      if (l.thin_on_thin) out << YAML::Key << "thin_on_thin" << YAML::Value << *l.thin_on_thin;
       out << YAML::EndMap;
     }
     out << YAML::EndSeq << YAML::EndMap;

@@ -28,6 +28,7 @@ struct LunConfig {
   std::string wwn;         // vpd_unit_serial: a UUID (8-4-4-4-12 hex digits)
   std::string copy_group;  // cfgstring option
   std::optional<bool> wce;
+  std::optional<bool> thin_on_thin;  // cfgstring option; absent: the handler's default (on)
 };
 
 struct PoolConfig {
