@@ -200,12 +200,12 @@ TEST(SharedRefs, UsageSplitsALunsGrainsIntoExclusiveAndShared) {
 
 // Heap cost of one record, measured (the design's budget is 24 bytes; this
 // is std::map until plan step 1's B+tree takes it). mallinfo2 counts glibc's
-// arena; ASan replaces the allocator, so the test exists only without it
-// (not compiled, rather than skipped in a green run).
-#if defined(__SANITIZE_ADDRESS__)
+// arena; ASan and TSan replace the allocator, so the test exists only
+// without them (not compiled, rather than skipped in a green run).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define COWSTORE_HEAP_MEASURABLE 0
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define COWSTORE_HEAP_MEASURABLE 0
 #endif
 #endif
