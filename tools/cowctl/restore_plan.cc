@@ -153,6 +153,15 @@ class LioPlanner {
     }
     return nullptr;
   }
+  // The step exporting a ready LUN `e` (the caller adds its target).
+  LioStep ExportStep(LioStep::Kind kind, const ExportLun& e) const {
+    LioStep s;
+    s.kind = kind;
+    s.pool = e.pool;
+    s.lun = e.name;
+    s.cfg = Ready(e)->cfg;
+    return s;
+  }
   const Backstore* Live(const std::string& pool, const std::string& lun) const {
     for (const auto& b : f_.backstores) {
       if (b.config.pool == pool && b.config.lun == lun) return &b;
@@ -241,11 +250,7 @@ class LioPlanner {
     for (size_t k = 0; k < t.luns.size(); ++k) {
       const ExportLun& e = t.luns[k];
       if (!Ready(e)) continue;
-      LioStep s;
-      s.kind = LioStep::kIscsi;
-      s.pool = e.pool;
-      s.lun = e.name;
-      s.cfg = Ready(e)->cfg;
+      LioStep s = ExportStep(LioStep::kIscsi, e);
       s.iscsi = &t;
       s.tpg_lun = e.lun;
       if (!PlanIscsiLun(t, e, Field(field + ".luns", k), &s)) continue;
@@ -403,11 +408,7 @@ class LioPlanner {
           })) {
         continue;
       }
-      LioStep s;
-      s.kind = LioStep::kLoopback;
-      s.pool = e.pool;
-      s.lun = e.name;
-      s.cfg = Ready(e)->cfg;
+      LioStep s = ExportStep(LioStep::kLoopback, e);
       s.loopback = &t;
       s.changes.push_back({"export " + what + " over loopback " + t.wwn, "exported " + what + " over loopback " + t.wwn});
       plan_.steps.push_back(std::move(s));
