@@ -281,6 +281,7 @@ PoolProbe ProbePool(const std::string& path) {
     case Code::kCorruption: hint = "metadata damaged: run 'cowctl pool check'"; break;
     case Code::kUnsupported: hint = "made by a newer cowstore: upgrade cowctl"; break;
     case Code::kIOError: hint = "I/O error: check the device and dmesg"; break;
+    case Code::kReadOnly: hint = "read-only (a snapshot): roll a LUN back to it, or clone it"; break;
     default: hint = store::CodeName(s.code()); break;
   }
   std::string msg = what + ": " + hint;
