@@ -29,6 +29,10 @@ Record EncodeLun(const store::LunInfo& l) {
   Record r("lun");
   r.Set("name", l.name).Set("id", WireUuid(l.id)).Set("size", l.size_bytes).Set("block_size", l.block_size);
   r.Set("mapped", l.mapped_bytes).Set("exclusive", l.exclusive_bytes).Set("shared", l.shared_bytes);
+  // Snapshot attributes only when set: an older cowctl skips unknown fields.
+  if (l.read_only) r.Set("read_only", 1);
+  if (l.origin != store::Uuid{}) r.Set("origin", WireUuid(l.origin));
+  if (l.created_unix) r.Set("created", l.created_unix);
   return r;
 }
 
@@ -41,6 +45,9 @@ store::LunInfo DecodeLun(const Record& r) {
   l.mapped_bytes = U64(r, "mapped");
   l.exclusive_bytes = U64(r, "exclusive");
   l.shared_bytes = U64(r, "shared");
+  l.read_only = U64(r, "read_only") != 0;
+  l.origin = UuidFromWire(r.Get("origin"));
+  l.created_unix = U64(r, "created");
   return l;
 }
 

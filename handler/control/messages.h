@@ -22,7 +22,8 @@
 namespace cowstore::control {
 
 // A `lun` record: name, id (32 hex digits), size, block_size, mapped,
-// exclusive, shared.
+// exclusive, shared; for a snapshot also read_only=1, origin (32 hex
+// digits) and created (seconds since the epoch).
 Record EncodeLun(const store::LunInfo& l);
 store::LunInfo DecodeLun(const Record& r);
 // The first `lun` record of a reply (a default LunInfo if none).

@@ -33,7 +33,7 @@ inline constexpr int kProtocolVersion = 2;
 // FIFOs and the pool's own file, replace files atomically, take mode= and
 // stop when the client hangs up; cowctl sends them to no handler without it
 // (an older one still loaded after an upgrade). "scrub": the scrub request.
-inline constexpr const char* kFeatures = "progress,safe-images,scrub";
+inline constexpr const char* kFeatures = "progress,safe-images,scrub,snapshots";
 inline constexpr int kSendTimeoutMs = 10000;  // server: per final reply
 inline constexpr size_t kMaxLine = 64 * 1024;
 

@@ -425,6 +425,24 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!r.ok()) return ErrorReply(r.status());
     return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
+  if (verb == "lun-snapshot") {
+    auto src = need("src");
+    auto dst = need("dst");
+    if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-snapshot needs src= dst=");
+    auto r = pool_.SnapshotLun(*src, *dst);
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
+  }
+  if (verb == "lun-rollback") {
+    auto name = need("name");
+    auto snapshot = need("snapshot");
+    if (!name || !snapshot) return ErrorReply(Code::kInvalidArgument, "lun-rollback needs name= snapshot=");
+    Status s = options_.rollback ? options_.rollback(*name, *snapshot) : pool_.RollbackLun(*name, *snapshot);
+    if (!s.ok()) return ErrorReply(s);
+    auto r = pool_.GetLun(*name);
+    if (!r.ok()) return ErrorReply(r.status());
+    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
+  }
   if (verb == "lun-import") {
     // The handler process reads the image itself (the client is root).
     auto name = need("name");

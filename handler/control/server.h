@@ -46,6 +46,11 @@ struct LunCounters {
 // Called on connection threads, possibly several at once; must be
 // thread-safe and must not throw.
 using CountersFn = std::function<std::vector<LunCounters>()>;
+// Rolls `lun` back to `snapshot` in the handler: for a LUN it serves, the
+// SCSI layer drains the LU, swaps and raises the unit attentions
+// (scsi::LogicalUnit::Rollback); otherwise the pool's RollbackLun. Called on
+// connection threads; must be thread-safe and must not throw.
+using RollbackFn = std::function<store::Status(const std::string& lun, const std::string& snapshot)>;
 
 struct ServerOptions {
   std::string run_dir = "/run/cowstore";  // env COWSTORE_RUN_DIR overrides the default
@@ -54,6 +59,7 @@ struct ServerOptions {
   // (a stat() at Start; empty in tests that have no such guard to test).
   std::string pool_path;
   CountersFn counters;                    // may be empty
+  RollbackFn rollback;                    // empty: Pool::RollbackLun (no LU to tell)
 };
 
 // How many connections are served at once, each on its own thread. Bounded

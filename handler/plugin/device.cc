@@ -58,6 +58,7 @@ int ErrnoFor(const store::Status& status) {
     case store::Code::kNoSpace: return -ENOSPC;
     case store::Code::kBusy: return -EBUSY;
     case store::Code::kUnsupported: return -EOPNOTSUPP;
+    case store::Code::kReadOnly: return -EROFS;
     case store::Code::kCorruption:
     case store::Code::kIOError:
     case store::Code::kMiscompare:

@@ -19,7 +19,18 @@ namespace cowstore::plugin {
 // threads at once: `mu` and the atomic counters make that safe.
 struct PoolRegistry::PoolLuns {
   std::mutex mu;
-  std::map<std::string, const scsi::LogicalUnit*> luns;  // guarded by mu
+  std::map<std::string, scsi::LogicalUnit*> luns;  // guarded by mu
+
+  // The control socket's `lun-rollback`. Under `mu` throughout: the LU
+  // cannot go away meanwhile, and a LUN not served now cannot start being
+  // served (Device registers before its first command) until the swap is
+  // done, so no initiator sees the change without the unit attention.
+  store::Status Rollback(store::Pool& pool, const std::string& lun, const std::string& snapshot) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = luns.find(lun);
+    if (it != luns.end()) return it->second->Rollback(snapshot);
+    return pool.RollbackLun(lun, snapshot);
+  }
 
   // The control socket's `counters`: totals since each LUN was opened.
   std::vector<control::LunCounters> Counters() {
@@ -79,6 +90,10 @@ store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::str
       options.pool_name = name;
       options.pool_path = path;
       options.counters = [luns = entry.luns] { return luns->Counters(); };
+      options.rollback = [luns = entry.luns, pool = entry.pool.get()](const std::string& lun,
+                                                                      const std::string& snap) {
+        return luns->Rollback(*pool, lun, snap);
+      };
       auto server = control::Server::Start(*entry.pool, std::move(options));
       if (server.ok()) {
         entry.server = std::move(server).value();
@@ -98,7 +113,7 @@ store::Result<std::shared_ptr<store::Pool>> PoolRegistry::Acquire(const std::str
 }
 
 void PoolRegistry::SetLogicalUnit(const std::string& path, const std::string& lun,
-                                  const scsi::LogicalUnit* lu) {
+                                  scsi::LogicalUnit* lu) {
   std::shared_ptr<PoolLuns> luns;
   {
     std::lock_guard<std::mutex> lock(mu_);

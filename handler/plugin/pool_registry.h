@@ -63,7 +63,7 @@ class PoolRegistry {
   // socket's counters (replaces an earlier one; null removes it). The
   // caller keeps `lu` alive until it has replaced or removed it.
   void SetLogicalUnit(const std::string& path, const std::string& lun,
-                      const scsi::LogicalUnit* lu);
+                      scsi::LogicalUnit* lu);
 
   // Number of distinct pools open (tests).
   size_t open_pools() const;

@@ -66,6 +66,8 @@ CommandResult FromStoreStatus(LogicalUnit& lu, const store::Status& status, bool
     case Code::kNoSpace:
       lu.mutable_counters().no_space_errors.fetch_add(1, std::memory_order_relaxed);
       return CheckCondition(SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect);
+    case Code::kReadOnly:
+      return CheckCondition(SenseKey::kDataProtect, asc::kWriteProtected);
     case Code::kMiscompare:
       return Sense(SenseKey::kMiscompare, asc::kMiscompareDuringVerify)
           .Information(status.miscompare_offset());

@@ -62,7 +62,9 @@ inline constexpr Asc kTooManyTargetDescriptors{0x26, 0x06};
 inline constexpr Asc kUnsupportedTargetDescriptorTypeCode{0x26, 0x07};
 inline constexpr Asc kTooManySegmentDescriptors{0x26, 0x08};
 inline constexpr Asc kUnsupportedSegmentDescriptorTypeCode{0x26, 0x09};
+inline constexpr Asc kWriteProtected{0x27, 0x00};
 inline constexpr Asc kSpaceAllocationFailedWriteProtect{0x27, 0x07};
+inline constexpr Asc kMediumMayHaveChanged{0x28, 0x00};  // NOT READY TO READY CHANGE, MEDIUM MAY HAVE CHANGED
 inline constexpr Asc kPowerOnResetOccurred{0x29, 0x00};
 inline constexpr Asc kPowerOnOccurred{0x29, 0x01};
 inline constexpr Asc kModeParametersChanged{0x2A, 0x01};

@@ -109,6 +109,7 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, HeldCopy& held) {
         return InvalidFieldInParameterList(static_cast<uint16_t>(x.cscds[idx].offset + 29));
       }
     }
+    if (dst->read_only()) return CheckCondition(SenseKey::kDataProtect, asc::kWriteProtected);
     if (src->lun().block_size() != dst->lun().block_size()) {
       return InvalidFieldInParameterList(static_cast<uint16_t>(s.offset + 4));
     }

@@ -24,6 +24,7 @@ Asc AscOf(UnitAttention ua) {
     case UnitAttention::kModeParametersChanged: return asc::kModeParametersChanged;
     case UnitAttention::kCapacityDataHasChanged: return asc::kCapacityDataHasChanged;
     case UnitAttention::kSoftThresholdReached: return asc::kThinProvisioningSoftThresholdReached;
+    case UnitAttention::kMediumMayHaveChanged: return asc::kMediumMayHaveChanged;
   }
   return asc::kPowerOnResetOccurred;
 }
@@ -128,10 +129,21 @@ store::Status LogicalUnit::Resize(uint64_t new_size_bytes) {
   return s;
 }
 
+store::Status LogicalUnit::Rollback(const std::string& snapshot) {
+  std::unique_lock<std::shared_mutex> quiesce(medium_mu_);
+  const uint64_t old_blocks = lun_->block_count();
+  store::Status s = lun_->pool().RollbackLun(lun_->name(), snapshot);
+  if (!s.ok()) return s;
+  RaiseUnitAttention(UnitAttention::kMediumMayHaveChanged);
+  if (lun_->block_count() != old_blocks) RaiseUnitAttention(UnitAttention::kCapacityDataHasChanged);
+  return s;
+}
+
 CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const iovec> data) {
   counters_.commands.fetch_add(1, std::memory_order_relaxed);
   CommandResult r;
   try {
+    std::shared_lock<std::shared_mutex> medium(medium_mu_);
     r = [&]() -> CommandResult {
       if (cdb.empty()) return InvalidFieldInCdb(0);
       const uint8_t op = cdb[0];
@@ -156,6 +168,9 @@ CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const
       std::span<const uint8_t> full = cdb.first(info->cdb_length);
       const uint16_t control = static_cast<uint16_t>(info->cdb_length - 1);
       if (full[control] & 0x04) return InvalidFieldInCdb(control, 2);  // NACA unsupported
+      if ((info->flags & kWritesMedium) && read_only()) {
+        return CheckCondition(SenseKey::kDataProtect, asc::kWriteProtected);
+      }
       Command cmd(*this, full, data);
       return info->handler(cmd);
     }();

@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -106,6 +107,7 @@ enum class UnitAttention : uint8_t {
   kModeParametersChanged,      // 0x2A/0x01
   kCapacityDataHasChanged,     // 0x2A/0x09
   kSoftThresholdReached,       // 0x38/0x07
+  kMediumMayHaveChanged,       // 0x28/0x00, after a rollback (docs/design/scsi.md)
 };
 
 // Monotonic counters, readable at any time (relaxed atomics).
@@ -148,6 +150,13 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // EXTENDED COPY keeps the segments it completed, as SPC-4 allows).
   CommandResult Execute(std::span<const uint8_t> cdb, std::span<const iovec> data);
 
+  // Rolls the LUN back to `snapshot` (store::Pool::RollbackLun) while no
+  // command runs on this LU: commands in flight finish first, new ones wait,
+  // and the first to run afterwards finds the unit attentions for the
+  // changed medium queued: MEDIUM MAY HAVE CHANGED, and CAPACITY DATA HAS
+  // CHANGED when the size differs. On failure nothing changed and nothing
+  // is queued.
+  store::Status Rollback(const std::string& snapshot);
   // Resizes the store LUN (reconfig) and queues CAPACITY DATA HAS CHANGED.
   // new_size_bytes must be a multiple of the block size.
   store::Status Resize(uint64_t new_size_bytes);
@@ -174,6 +183,7 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
                                            : store::Durability::kBuffered;
   }
   store::Lun& lun() const { return *lun_; }
+  bool read_only() const { return lun_->read_only(); }
   const std::shared_ptr<store::Lun>& lun_ptr() const { return lun_; }
   LunDirectory& directory() const { return *directory_; }
   const LuCounters& counters() const { return counters_; }
@@ -199,6 +209,9 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   std::atomic<bool> prevent_{false};
   std::atomic<uint64_t> soft_threshold_seen_{0};
   std::atomic<uint64_t> backing_short_seen_{0};
+  // Held shared by every command's execution, exclusive by Rollback: the
+  // swap and its unit attentions appear at once to every later command.
+  std::shared_mutex medium_mu_;
   mutable std::mutex ua_mu_;
   std::vector<UnitAttention> pending_ua_;  // guarded by ua_mu_
   std::unique_ptr<CopyListTable> copy_lists_;

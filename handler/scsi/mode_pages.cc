@@ -86,7 +86,8 @@ CommandResult ModeSense(Command& cmd) {
   std::vector<uint8_t> d;
   const size_t hdr = ten ? 8 : 4;
   d.resize(hdr, 0);
-  const uint8_t device_specific = 0x10;  // DPOFUA; WP=0
+  // DPOFUA, and WP for a read-only LU (a snapshot; SBC-4 6.5.2).
+  const uint8_t device_specific = static_cast<uint8_t>(0x10 | (cmd.lu.read_only() ? 0x80 : 0));
   size_t bd_len = dbd ? 0 : (llbaa ? 16 : 8);
   std::vector<uint8_t> bd(bd_len, 0);
   const uint64_t blocks = cmd.block_count();

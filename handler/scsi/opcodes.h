@@ -15,6 +15,10 @@ using CommandHandler = CommandResult (*)(Command&);
 
 enum OpcodeFlags : uint8_t {
   kNoUnitAttention = 1 << 1,  // INQUIRY, REQUEST SENSE: pending UAs not reported
+  // Changes the medium: a read-only LU answers DATA PROTECT / WRITE
+  // PROTECTED before looking at the rest of the CDB (as the kernel target
+  // does for a read-only LUN mapping). EXTENDED COPY checks its destinations.
+  kWritesMedium = 1 << 2,
 };
 
 struct OpcodeInfo {

@@ -311,6 +311,8 @@ Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const io
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckWritable(*l);
+  if (!s.ok()) return s;
   s = CheckRange(l, lba, count);
   if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
@@ -336,6 +338,8 @@ Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const vo
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckWritable(*l);
+  if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
   uint64_t ticket = 0;
   {
@@ -362,6 +366,8 @@ Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, 
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckWritable(*l);
+  if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
   uint64_t ticket = 0;
   if (count > 0) {
@@ -387,6 +393,8 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckWritable(*l);
+  if (!s.ok()) return s;
   uint64_t off = lba * l->bs, len = count * l->bs;
   uint64_t ticket = 0;
   bool grew = false;
@@ -483,6 +491,8 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
+  s = CheckWritable(*dst);
+  if (!s.ok()) return s;
   if (src->bs != dst->bs)
     return Status(Code::kInvalidArgument, "clone between LUNs of different block sizes");
   const uint64_t bs = src->bs, soff = src_lba * bs, doff = dst_lba * bs, len = count * bs;

@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 
 #include <atomic>
+#include <ctime>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -83,6 +84,9 @@ class Env {
     (void)path;
     return Status(Code::kUnsupported, "backing space unknown");
   }
+  // Wall-clock time, seconds since the epoch (a snapshot's creation time).
+  // Tests may override it to get deterministic times.
+  virtual uint64_t NowUnixSeconds() { return static_cast<uint64_t>(std::time(nullptr)); }
 
   // File::Sync calls made so far by the files this Env opened (every call,
   // failed ones too). Benchmarks and tests read the difference over a run to

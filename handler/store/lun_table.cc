@@ -15,6 +15,9 @@ LunInfo Core::InfoLocked(const LunState& l) const {
   i.id = l.uuid;
   i.size_bytes = l.size;
   i.block_size = l.bs;
+  i.read_only = l.attrs.read_only;
+  i.origin = l.attrs.origin;
+  i.created_unix = l.attrs.created;
   uint64_t excl = 0, shared = 0;
   for (const auto& [lba, e] : l.map.runs())
     for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_.refs(p) > 1 ? shared : excl)++;
@@ -85,6 +88,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
   }
   if (size == 0 || size % l->bs)
     return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  if (l->attrs.read_only) return Status(Code::kReadOnly, "LUN " + name + " is read-only (a snapshot)");
   {
     RangeGuard rg(&l->lock, 0, kNone, true);
     uint64_t old;
@@ -113,6 +117,14 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
 }
 
 Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
+  return CopyLun(src, dst, false);
+}
+
+Result<LunInfo> Core::SnapshotLun(const std::string& src, const std::string& dst) {
+  return CopyLun(src, dst, true);
+}
+
+Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bool snapshot) {
   Status s = CheckUsable();
   if (!s.ok()) return s;
   if (read_only_) return ReadOnly();
@@ -129,7 +141,8 @@ Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
     else if (!AffordableLocked(0, l->map.extents() + 8)) s = Status(Code::kNoSpace, "no room for the clone's metadata");
     if (s.ok()) {
       Record r;
-      r.type = RecType::kCloneLun;
+      r.type = snapshot ? RecType::kSnapshotLun : RecType::kCloneLun;
+      if (snapshot) r.attrs = {true, l->uuid, env_->NowUnixSeconds()};
       r.lun = l->id;
       r.lun2 = st_.next_lun_id;
       r.uuid = NewUuid();
@@ -143,6 +156,57 @@ Result<LunInfo> Core::CloneLun(const std::string& src, const std::string& dst) {
   s = Commit(CurrentSeq());
   if (!s.ok()) return s;
   return info;
+}
+
+Status Core::RollbackLun(const std::string& target, const std::string& snapshot) {
+  Status s = CheckUsable();
+  if (!s.ok()) return s;
+  if (read_only_) return ReadOnly();
+  if (target == snapshot) return Status(Code::kInvalidArgument, "a LUN cannot roll back to itself");
+  auto ht = Acquire(target);
+  if (!ht.ok()) return ht.status();
+  std::shared_ptr<LunState> t = ht.value();
+  auto hs = Acquire(snapshot);  // keeps it from being deleted meanwhile
+  if (!hs.ok()) {
+    ReleaseHandle(t.get());
+    return hs.status();
+  }
+  std::shared_ptr<LunState> snap = hs.value();
+  {
+    // Every I/O on the target drains and new I/O waits until the swap is
+    // durable, so no initiator reads contents a power cut could take back.
+    // Range locks in LUN id order (range_lock.h).
+    RangeGuard g1, g2;
+    if (t->id < snap->id) {
+      g1 = RangeGuard(&t->lock, 0, kNone, true);
+      g2 = RangeGuard(&snap->lock, 0, kNone, false);
+    } else {
+      g1 = RangeGuard(&snap->lock, 0, kNone, false);
+      g2 = RangeGuard(&t->lock, 0, kNone, true);
+    }
+    {
+      MutexLock g(&meta_mu_);
+      if (t->deleted || snap->deleted) s = Status(Code::kNotFound, "LUN was deleted");
+      else if (t->attrs.read_only)
+        s = Status(Code::kReadOnly, "LUN " + target + " is read-only (a snapshot)");
+      else if (t->bs != snap->bs)
+        s = Status(Code::kInvalidArgument, "LUN " + target + " and " + snapshot +
+                                               " have different block sizes");
+      else if (!AffordableLocked(0, snap->map.extents() + 8))
+        s = Status(Code::kNoSpace, "no room for the rollback's metadata");
+      if (s.ok()) {
+        Record r;
+        r.type = RecType::kRollbackLun;
+        r.lun = t->id;
+        r.lun2 = snap->id;
+        AppendLocked(r);
+      }
+    }
+    if (s.ok()) s = Commit(CurrentSeq());
+  }
+  ReleaseHandle(snap.get());
+  ReleaseHandle(t.get());
+  return s;
 }
 
 std::vector<LunInfo> Core::ListLuns() {

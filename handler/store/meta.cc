@@ -13,6 +13,68 @@ constexpr uint32_t kStateMagic = 0x54534b43;  // "CKST"
 constexpr size_t kMaxName = 64;
 }  // namespace
 
+void EncodeLunAttrs(const LunAttrs& a, Encoder* e) {
+  std::string t;
+  Encoder te(&t);
+  if (a.read_only) {
+    te.U32(kAttrReadOnly);
+    te.U32(0);
+  }
+  if (a.origin != Uuid{}) {
+    te.U32(kAttrOrigin);
+    te.U32(16);
+    te.Bytes(a.origin.data(), a.origin.size());
+  }
+  if (a.created != 0) {
+    te.U32(kAttrCreated);
+    te.U32(8);
+    te.U64(a.created);
+  }
+  e->U32(static_cast<uint32_t>(t.size()));
+  e->Bytes(t.data(), t.size());
+}
+
+bool DecodeLunAttrs(Decoder* d, LunAttrs* out) {
+  *out = LunAttrs{};
+  uint32_t bytes;
+  if (!d->U32(&bytes) || bytes > d->left()) return false;
+  Decoder a(d->here(), bytes);
+  d->Skip(bytes);
+  uint32_t seen = 0;  // bit per known tag: each may appear once
+  while (a.left() > 0) {
+    uint32_t tag, len;
+    if (!a.U32(&tag) || !a.U32(&len) || len > a.left()) return false;
+    Decoder v(a.here(), len);
+    a.Skip(len);
+    switch (tag) {
+      case kAttrReadOnly:
+        out->read_only = true;
+        break;
+      case kAttrOrigin:
+        if (len != 16 || !v.Bytes(out->origin.data(), 16) || out->origin == Uuid{}) return false;
+        break;
+      case kAttrCreated:
+        if (len != 8 || !v.U64(&out->created) || out->created == 0) return false;
+        break;
+      default:
+        // A later build's attribute: remember the first, the caller refuses
+        // it (kUnsupported) rather than drop what may be a protection.
+        if (out->unknown_tag == 0) out->unknown_tag = tag;
+        continue;
+    }
+    if (v.left() != 0 || (seen & (1u << tag))) return false;
+    seen |= 1u << tag;
+  }
+  return true;
+}
+
+namespace {
+Status UnknownAttr(const std::string& lun, uint32_t tag) {
+  return Status(Code::kUnsupported, "LUN '" + lun + "' has attribute " + std::to_string(tag) +
+                                        ", which needs a newer cowstore");
+}
+}  // namespace
+
 bool Decoder::U32(uint32_t* v) {
   if (n_ < 4) return false;
   *v = 0;
@@ -174,6 +236,19 @@ void Record::EncodePayload(std::string* out) const {
       e.U32(bs);
       e.Str(name);
       break;
+    case RecType::kSnapshotLun:
+      e.U32(lun);
+      e.U32(lun2);
+      e.Bytes(uuid.data(), 16);
+      e.U64(a);
+      e.U32(bs);
+      e.Str(name);
+      EncodeLunAttrs(attrs, &e);
+      break;
+    case RecType::kRollbackLun:
+      e.U32(lun);
+      e.U32(lun2);
+      break;
     case RecType::kDeleteLun:
       e.U32(lun);
       break;
@@ -212,6 +287,13 @@ bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
     case RecType::kCloneLun:
       ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
            d.U32(&r->bs) && d.Str(&r->name, kMaxName);
+      break;
+    case RecType::kSnapshotLun:
+      ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
+           d.U32(&r->bs) && d.Str(&r->name, kMaxName) && DecodeLunAttrs(&d, &r->attrs);
+      break;
+    case RecType::kRollbackLun:
+      ok = d.U32(&r->lun) && d.U32(&r->lun2);
       break;
     case RecType::kDeleteLun:
       ok = d.U32(&r->lun);
@@ -267,7 +349,7 @@ size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, R
   if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeader) return 0;
   if (proven >= lsn) return 0;  // a record can only vouch for earlier ones
   if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
-  if (type < 1 || type > static_cast<uint8_t>(RecType::kSeal)) return 0;
+  if (type < 1 || type > kLastRecType) return 0;
   if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
   if (frame) *frame = {lsn, proven};
   return kRecordHeader + plen;
@@ -314,6 +396,10 @@ std::string DescribeRecord(const Record& r) {
              " at AU " + n(r.b);
     case RecType::kSeal:
       return "clean-close mark";
+    case RecType::kSnapshotLun:
+      return "snapshot " + lun(r.lun) + " to new read-only " + lun(r.lun2) + " '" + r.name + "'";
+    case RecType::kRollbackLun:
+      return "roll back " + lun(r.lun) + " to its snapshot " + lun(r.lun2);
   }
   return "unknown record";
 }
@@ -345,8 +431,11 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       st->next_lun_id = std::max(st->next_lun_id, r.lun + 1);
       return Status::Ok();
     }
-    case RecType::kCloneLun: {
+    case RecType::kCloneLun:
+    case RecType::kSnapshotLun: {
       LunState* src = st->Find(r.lun);
+      if (r.type == RecType::kSnapshotLun && r.attrs.unknown_tag)
+        return UnknownAttr(r.name, r.attrs.unknown_tag);
       if (!src || st->Find(r.lun2) || st->FindName(r.name)) return Bad("bad LUN clone");
       auto l = std::make_shared<LunState>();
       l->id = r.lun2;
@@ -354,12 +443,27 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       l->uuid = r.uuid;
       l->size = src->size;
       l->bs = src->bs;
+      if (r.type == RecType::kSnapshotLun) l->attrs = r.attrs;
       for (const auto& [lba, e] : src->map.runs()) {
         l->map.Insert(lba, e.phys, e.len);
         if (sink) sink->Inc(e.phys, e.len);
       }
       st->AddLun(std::move(l));
       st->next_lun_id = std::max(st->next_lun_id, r.lun2 + 1);
+      return Status::Ok();
+    }
+    case RecType::kRollbackLun: {
+      LunState* t = st->Find(r.lun);
+      LunState* snap = st->Find(r.lun2);
+      if (!t || !snap || t == snap || t->bs != snap->bs) return Bad("bad LUN rollback");
+      if (sink)  // increments first: AUs the two share never hit zero
+        for (const auto& [lba, e] : snap->map.runs()) sink->Inc(e.phys, e.len);
+      std::vector<Run> removed;
+      t->map.Remove(0, kNone, &removed);
+      for (const auto& [lba, e] : snap->map.runs()) t->map.Insert(lba, e.phys, e.len);
+      if (sink)
+        for (const Run& y : removed) sink->Dec(y.phys, y.len);
+      t->size = snap->size;
       return Status::Ok();
     }
     case RecType::kDeleteLun: {
@@ -436,7 +540,7 @@ void EncodeState(const MetaState& st, std::string* out) {
     e.U64(l->size);
     e.U32(l->bs);
     e.Str(l->name);
-    e.U32(0);  // attribute bytes: none defined yet (meta.h)
+    EncodeLunAttrs(l->attrs, &e);  // empty (4 zero bytes) for an ordinary LUN
     e.U64(l->map.extents());
     for (const auto& [lba, x] : l->map.runs()) {
       e.U64(lba);
@@ -459,19 +563,8 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
         !d.Str(&l->name, kMaxName))
       return bad;
     if (version >= 2) {
-      uint32_t attr_bytes;
-      if (!d.U32(&attr_bytes) || attr_bytes > d.left()) return bad;
-      Decoder a(d.here(), attr_bytes);
-      while (a.left() > 0) {
-        uint32_t tag, len;
-        if (!a.U32(&tag) || !a.U32(&len) || !a.Skip(len)) return bad;
-        // No tag is defined in this version (meta.h); a later one adds cases
-        // here and refuses only the tags it does not know.
-        return Status(Code::kUnsupported, "LUN '" + l->name + "' has attribute " +
-                                              std::to_string(tag) +
-                                              ", which needs a newer cowstore");
-      }
-      d.Skip(attr_bytes);
+      if (!DecodeLunAttrs(&d, &l->attrs)) return bad;
+      if (l->attrs.unknown_tag) return UnknownAttr(l->name, l->attrs.unknown_tag);
     }
     if (!d.U64(&next) || next > d.left() / 24) return bad;
     uint64_t prev_end = 0;

@@ -115,12 +115,35 @@ void EncodeChunk(const ChunkHeader& h, const char* payload, std::string* out);
 // payload fits in n. The caller checks seq, index and uuid against the chain.
 bool DecodeChunk(const void* p, size_t n, ChunkHeader* h);
 
+// A LUN's snapshot attributes, kept in a LUN's attribute list (the
+// checkpoint's LUN entry and the kSnapshotLun record): attribute bytes(4),
+// then tag(4) | length(4) | value per attribute that differs from its
+// default, so an ordinary LUN's list is empty. Tags (docs/design/store.md):
+constexpr uint32_t kAttrReadOnly = 1;  // length 0: writes get kReadOnly
+constexpr uint32_t kAttrOrigin = 2;    // length 16: the origin LUN's UUID
+constexpr uint32_t kAttrCreated = 3;   // length 8: creation time, seconds since the epoch
+// A tag this build does not know is refused with kUnsupported (a property
+// ignored, such as read-only, could lose data), never skipped. A LUN of a
+// version 1 pool (no attribute list) has the defaults.
+struct LunAttrs {
+  bool read_only = false;
+  Uuid origin{};         // the LUN it was snapshotted from; all zero: none
+  uint64_t created = 0;  // seconds since the epoch; 0: unknown
+  uint32_t unknown_tag = 0;  // decoding only: the first tag this build does not know
+};
+void EncodeLunAttrs(const LunAttrs& a, Encoder* e);
+// False if the list does not decode (kCorruption: a known tag with a wrong
+// length or value, a repeated tag, a truncated entry). An unknown tag
+// decodes, leaving its number in unknown_tag for the caller to refuse.
+bool DecodeLunAttrs(Decoder* d, LunAttrs* out);
+
 struct LunState {
   uint32_t id = 0;
   std::string name;
   Uuid uuid{};
   uint64_t size = 0;
   uint32_t bs = 512;
+  LunAttrs attrs;  // never changes after the LUN is created
   ExtentMap map;
   // Run-time only.
   uint64_t mod_lsn = 0;  // LSN of the last record that changed it (0: none since open)
@@ -152,16 +175,24 @@ struct MetaState {
 enum class RecType : uint8_t {
   kCreateLun = 1, kDeleteLun, kResizeLun, kMap, kUnmap, kClone, kCloneLun,
   kSeal,  // no-op written by Close: its `proven` vouches for every record before it
+  // Format v2 too (appended: the numbers above never change; ParseRecordV1
+  // still stops at kCloneLun).
+  kSnapshotLun,  // kCloneLun's payload, then the new LUN's attribute list
+  kRollbackLun,  // lun's map and size become lun2's (one record: atomic)
 };
+constexpr uint8_t kLastRecType = static_cast<uint8_t>(RecType::kRollbackLun);
 
 struct Record {
   RecType type = RecType::kMap;
-  uint32_t lun = 0, lun2 = 0;  // kClone: lun = src, lun2 = dst; kCloneLun: lun = src, lun2 = new
+  // kClone: lun = src, lun2 = dst; kCloneLun, kSnapshotLun: lun = src,
+  // lun2 = new; kRollbackLun: lun = target, lun2 = snapshot.
+  uint32_t lun = 0, lun2 = 0;
   uint64_t a = 0, b = 0, n = 0;  // kUnmap [a,a+n); kClone src a, dst b, n AUs; kResize: a = size
   Uuid uuid{};
   std::string name;
   uint32_t bs = 0;
   std::vector<Run> runs;  // kMap
+  LunAttrs attrs;         // kSnapshotLun
 
   void EncodePayload(std::string* out) const;
   static bool DecodePayload(RecType t, const void* p, size_t n, Record* r);
@@ -218,9 +249,9 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink);
 // current format. Per LUN (version 2): id(4) | uuid(16) | size(8) | bs(4) |
 // name | attribute bytes(4) | attributes | extent count(8) | extents. The
 // attributes are a sequence of tag(4) | length(4) | value, for LUN
-// properties added later without a new format version; this version defines
-// none and refuses a tag it does not know (kUnsupported: a property ignored,
-// such as read-only, could lose data). Version 1 has no attribute field.
+// properties added later without a new format version (the kAttr* tags
+// above; EncodeLunAttrs/DecodeLunAttrs); a tag this build does not know is
+// refused (kUnsupported). Version 1 has no attribute field.
 void EncodeState(const MetaState& st, std::string* out);
 Status DecodeState(const std::string& in, MetaState* st, uint32_t version = kFormatVersion);
 

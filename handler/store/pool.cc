@@ -32,6 +32,7 @@ class LunImpl final : public Lun {
   uint32_t block_size() const override { return l_->bs; }
   uint64_t block_count() const override { return core_->BlockCount(l_.get()); }
   Pool& pool() override { return *pool_; }
+  bool read_only() const override { return l_->attrs.read_only; }  // never changes
 
   Status Read(uint64_t lba, uint64_t count, std::span<const iovec> iov) override {
     return Guard([&] { return core_->Read(l_.get(), lba, count, iov); });
@@ -92,6 +93,12 @@ class PoolImpl final : public Pool {
   }
   Result<LunInfo> CloneLun(const std::string& src, const std::string& dst) override {
     return Guard([&] { return core_->CloneLun(src, dst); });
+  }
+  Result<LunInfo> SnapshotLun(const std::string& src, const std::string& dst) override {
+    return Guard([&] { return core_->SnapshotLun(src, dst); });
+  }
+  Status RollbackLun(const std::string& lun, const std::string& snapshot) override {
+    return Guard([&] { return core_->RollbackLun(lun, snapshot); });
   }
   std::vector<LunInfo> ListLuns() const override {
     try {

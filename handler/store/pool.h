@@ -120,6 +120,10 @@ struct LunInfo {
   uint64_t mapped_bytes = 0;     // bytes backed by an AU (whole AUs)
   uint64_t exclusive_bytes = 0;  // mapped AUs referenced by this LUN only
   uint64_t shared_bytes = 0;     // mapped AUs also referenced elsewhere
+  // Snapshot attributes (format v2; a LUN of a v1 pool has the defaults).
+  bool read_only = false;        // every write-class call gets kReadOnly
+  Uuid origin{};                 // the LUN it was snapshotted from (all zero: none)
+  uint64_t created_unix = 0;     // creation time, seconds since the epoch (0: unknown)
 };
 
 struct SpaceInfo {
@@ -212,6 +216,17 @@ class Pool {
   // A whole-LUN clone (also used as a snapshot): O(extents) metadata, fresh
   // identity, the source stays writable. Durable when it returns.
   virtual Result<LunInfo> CloneLun(const std::string& src, const std::string& dst) = 0;
+  // A read-only snapshot: a CloneLun that records `src`'s identity as its
+  // origin and the creation time, in one journal record. Writes to it get
+  // kReadOnly. Durable when it returns.
+  virtual Result<LunInfo> SnapshotLun(const std::string& src, const std::string& dst) = 0;
+  // `lun`'s contents (and size) become `snapshot`'s, atomically (one journal
+  // record); `lun` keeps its name, identity and attributes. Waits for I/O in
+  // flight on `lun` (its range lock) and blocks new I/O until the swap is
+  // done, so it may be called while `lun` is open: the caller (the SCSI
+  // layer) then tells initiators their medium changed. Both LUNs need the
+  // same block size; `lun` must be writable. Durable when it returns.
+  virtual Status RollbackLun(const std::string& lun, const std::string& snapshot) = 0;
   virtual std::vector<LunInfo> ListLuns() const = 0;
   virtual Result<LunInfo> GetLun(const std::string& name) const = 0;
   virtual Result<std::shared_ptr<Lun>> OpenLun(const std::string& name) = 0;
@@ -250,6 +265,9 @@ class Lun {
   virtual uint32_t block_size() const = 0;
   virtual uint64_t block_count() const = 0;  // current size, changes on resize
   virtual Pool& pool() = 0;
+  // A read-only LUN (a snapshot): every write-class call gets kReadOnly.
+  // Fixed when the LUN is created.
+  virtual bool read_only() const = 0;
 
   // All ranges are [lba, lba+count) in logical blocks; kOutOfRange past the
   // end (nothing done). Never-written and unmapped blocks read as zeros.

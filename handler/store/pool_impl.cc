@@ -36,13 +36,16 @@ uint64_t Core::AppendLocked(const Record& r) {
   uint64_t lsn = jbuf_.next_lsn();
   for (uint32_t id : {r.lun, r.lun2})
     if (LunState* l = st_.Find(id)) l->mod_lsn = lsn;
-  if (r.type == RecType::kCreateLun || r.type == RecType::kDeleteLun || r.type == RecType::kCloneLun)
+  if (r.type == RecType::kCreateLun || r.type == RecType::kDeleteLun ||
+      r.type == RecType::kCloneLun || r.type == RecType::kSnapshotLun)
     st_.table_lsn = lsn;
   return jbuf_.Append(r, DurableLsn());
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
-  uint64_t bytes = 64 + st_.luns.size() * 128 + extents * 24;
+  // Per LUN at most 160 bytes: the fixed fields, a 64-byte name and every
+  // snapshot attribute (EncodeState).
+  uint64_t bytes = 64 + st_.luns.size() * 160 + extents * 24;
   return DivUp(bytes, au_ - kChunkHeader) + 1;
 }
 

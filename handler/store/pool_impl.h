@@ -46,6 +46,11 @@ inline uint64_t DivUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // A random RFC 4122 version 4 UUID (pools and LUNs).
 Uuid NewUuid();
 inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open read-only"); }
+// A LUN's attributes never change after it is created, so this needs no lock.
+inline Status CheckWritable(const LunState& l) {
+  if (!l.attrs.read_only) return Status::Ok();
+  return Status(Code::kReadOnly, "LUN " + l.name + " is read-only (a snapshot)");
+}
 
 class Core final : public RefSink, public std::enable_shared_from_this<Core> {
  public:
@@ -72,6 +77,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status DeleteLun(const std::string& name);
   Status ResizeLun(const std::string& name, uint64_t size);
   Result<LunInfo> CloneLun(const std::string& src, const std::string& dst);
+  Result<LunInfo> SnapshotLun(const std::string& src, const std::string& dst);
+  Status RollbackLun(const std::string& target, const std::string& snapshot);
   std::vector<LunInfo> ListLuns();
   Result<LunInfo> GetLun(const std::string& name);
   Result<std::shared_ptr<LunState>> Acquire(const std::string& name);
@@ -183,6 +190,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // pool's remaining growth (OutgrowsBacking) bumps backing_gen_. Never under
   // meta_mu_: it is a system call, which may wait on a network filesystem.
   void PollBacking() EXCLUDES(meta_mu_);
+  Result<LunInfo> CopyLun(const std::string& src, const std::string& dst, bool snapshot);
 
   Env* env_;
   std::unique_ptr<File> file_;

@@ -17,6 +17,7 @@ const char* CodeName(Code code) {
     case Code::kBusy: return "Busy";
     case Code::kIOError: return "IOError";
     case Code::kClosed: return "Closed";
+    case Code::kReadOnly: return "ReadOnly";
   }
   return "Unknown";
 }

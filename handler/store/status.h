@@ -24,6 +24,8 @@ enum class Code : uint8_t {
   kBusy,             // pool locked by another process, or LUN in use
   kIOError,          // the device failed (EIO and friends)
   kClosed,           // pool or LUN handle already closed
+  kReadOnly,         // write-class call on a read-only LUN (a snapshot); nothing done
+                     // (keep last: the control client reads codes up to it)
 };
 
 class [[nodiscard]] Status {

@@ -42,11 +42,21 @@ void ExpectSameLun(const store::LunInfo& a, const store::LunInfo& b) {
   EXPECT_EQ(a.mapped_bytes, b.mapped_bytes);
   EXPECT_EQ(a.exclusive_bytes, b.exclusive_bytes);
   EXPECT_EQ(a.shared_bytes, b.shared_bytes);
+  EXPECT_EQ(a.read_only, b.read_only);
+  EXPECT_EQ(a.origin, b.origin);
+  EXPECT_EQ(a.created_unix, b.created_unix);
 }
 
 TEST(Messages, LunAndSpaceRoundTrip) {
   store::LunInfo l = SomeLun("vm 1");
   ExpectSameLun(control::DecodeLun(Wire(control::EncodeLun(l))), l);
+  store::LunInfo snap = SomeLun("vm1.snap-1");
+  snap.read_only = true;
+  snap.origin = l.id;
+  snap.created_unix = 1764600000;
+  ExpectSameLun(control::DecodeLun(Wire(control::EncodeLun(snap))), snap);
+  // Attributes go on the wire only when set (older clients see nothing new).
+  EXPECT_EQ(control::EncodeLun(l).Has("read_only"), false);
   store::SpaceInfo s;
   s.pool_size_bytes = 1ull << 30;
   s.allocation_unit = 65536;

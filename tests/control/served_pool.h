@@ -44,10 +44,13 @@ inline std::unique_ptr<store::Pool> CreateTestPool(const std::string& path) {
 // Serves `pool` as tcmu-runner would, as pool `name` with a socket in
 // `run_dir`, reporting fixed counters for LUN vm1 (10 commands, 3 ATS, 1
 // miscompare). `pool_path` non-empty: the server guards that file.
+// `rollback`: what the handler does for lun-rollback (empty: the pool's).
 inline std::unique_ptr<control::Server> StartTestServer(store::Pool& pool, const std::string& run_dir,
                                                         const std::string& name,
-                                                        const std::string& pool_path = "") {
+                                                        const std::string& pool_path = "",
+                                                        control::RollbackFn rollback = {}) {
   control::ServerOptions o;
+  o.rollback = std::move(rollback);
   o.run_dir = run_dir;
   o.pool_name = name;
   o.pool_path = pool_path;
@@ -67,12 +70,16 @@ class ServedPool : public ::testing::Test {
   std::string sock = run + "/tank.sock";
   std::unique_ptr<store::Pool> pool;
   std::unique_ptr<control::Server> server;
+  control::RollbackFn rollback;  // what the handler does for lun-rollback (empty: the pool's)
 
   // A 1 GiB pool of 64 KiB units, open, and (unless told not to) served.
   void Serve(bool guard_pool_file = true) {
     pool = CreateTestPool(pool_path);
     ASSERT_TRUE(pool);
-    server = StartTestServer(*pool, run, "tank", guard_pool_file ? pool_path : "");
+    server = StartTestServer(*pool, run, "tank", guard_pool_file ? pool_path : "",
+                             [this](const std::string& lun, const std::string& snap) {
+                               return rollback ? rollback(lun, snap) : pool->RollbackLun(lun, snap);
+                             });
     ASSERT_TRUE(server);
   }
   void TearDown() override {

@@ -19,7 +19,7 @@ namespace {
 
 TEST_F(ServedPool, ProtocolEdges) {
   Serve();
-  EXPECT_EQ(server->Handle("hello"), "ok version=2 pool=tank features=progress,safe-images,scrub\nend\n");
+  EXPECT_EQ(server->Handle("hello"), "ok version=2 pool=tank features=progress,safe-images,scrub,snapshots\nend\n");
   EXPECT_EQ(server->Handle("nonsense"), "error code=InvalidArgument message=unknown%20request%20%27nonsense%27\nend\n");
   EXPECT_EQ(server->Handle("lun-create name=x"),
             "error code=InvalidArgument message=lun-create%20needs%20name%3D%20size%3D%20block_size%3D\nend\n");

@@ -324,6 +324,100 @@ TEST_F(Cli, ResizeByAndCloneIntoPoolSlashName) {
   EXPECT_EQ(Ok("lun list").find("vm3"), std::string::npos);
 }
 
+// Read-only snapshots with origin and time, rollback keeping the LUN's
+// identity, and retention.
+TEST_F(Cli, SnapshotsAreReadOnlyAndRollBackKeepsTheIdentity) {
+  Pool();
+  std::string img = host.dir.path() + "/a.img";
+  WriteText(img, std::string(65536, 'a'));
+  Ok("lun import tank/vm1 --from " + img);
+  Ok("lun create tank/other --size 1M");
+  std::string before = Ok("lun show tank/vm1 --json");
+  std::string wwn = before.substr(before.find("\"wwn\""), 50);
+  std::string j = Ok("lun snapshot tank/vm1 s1 --json");
+  EXPECT_NE(j.find("\"read_only\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"origin\": " + wwn.substr(7, 38)), std::string::npos) << j;
+  EXPECT_EQ(j.find("\"created\": null"), std::string::npos) << j;
+  std::string show = Ok("lun show tank/s1");
+  EXPECT_NE(show.find("yes (a snapshot: writes get WRITE PROTECTED)"), std::string::npos) << show;
+  EXPECT_NE(show.find("vm1 (WWN " + wwn.substr(8, 36) + ")"), std::string::npos) << show << wwn;
+  EXPECT_NE(show.find("created:    20"), std::string::npos) << show;
+  EXPECT_NE(Ok("lun show tank/vm1 --json").find("\"read_only\": false"), std::string::npos);
+  std::string list = Ok("lun list tank");
+  EXPECT_NE(list.find("ORIGIN"), std::string::npos);
+  EXPECT_NE(list.find(" ro "), std::string::npos) << list;
+  Ok("lun snapshot tank/other o1");
+  Ok("lun clone tank/vm1 writable");
+
+  // New contents, then back to the snapshot's.
+  auto change = [&](char c) {
+    auto p = store::Pool::Open(store::DefaultEnv(), pools + "/tank");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto l = (*p)->OpenLun("vm1").value();
+    std::string b(4096, c);
+    ASSERT_TRUE(l->Write(0, 8, b.data(), store::Durability::kDurable).ok());
+    l.reset();
+    ASSERT_TRUE((*p)->Close().ok());
+  };
+  auto first = [&]() -> char {
+    auto p = store::Pool::Open(store::DefaultEnv(), pools + "/tank", {true});
+    std::string b(512, 0);
+    EXPECT_TRUE((*p)->OpenLun("vm1").value()->Read(0, 1, b.data()).ok());
+    return b[0];
+  };
+  change('b');
+  ASSERT_EQ(first(), 'b');
+  std::string out = Ok("lun rollback tank/vm1 tank/s1");
+  EXPECT_NE(out.find("rolled back tank/vm1 to snapshot tank/s1"), std::string::npos) << out;
+  EXPECT_EQ(first(), 'a');
+  std::string after = Ok("lun show tank/vm1 --json");
+  EXPECT_EQ(after.substr(after.find("\"wwn\""), 50), wwn);  // same identity, so the same naa
+  EXPECT_NE(after.find("\"read_only\": false"), std::string::npos);
+
+  // Refusals change nothing.
+  change('c');
+  Err("lun rollback tank/vm1 writable", "is not a snapshot");
+  Err("lun rollback tank/vm1 o1", "is not a snapshot of tank/vm1");
+  Err("lun rollback tank/s1 vm1", "is not a snapshot");
+  Err("lun rollback tank/vm1 other/s1", "stays in the pool");
+  Err("lun rollback tank/vm1 nope", "not found");
+  EXPECT_EQ(first(), 'c');
+  // --force: another LUN's snapshot, whose size it takes.
+  Ok("lun rollback tank/other s1 --force");
+  EXPECT_NE(Ok("lun show tank/other --json").find("\"size\": 65536"), std::string::npos);
+}
+
+TEST_F(Cli, SnapshotKeepDeletesOnlyThatLunsOldestUnexportedSnapshots) {
+  Pool();
+  Ok("lun create tank/vm1 --size 1M");
+  Ok("lun create tank/vm2 --size 1M");
+  Ok("lun snapshot tank/vm1 a1");
+  Ok("lun snapshot tank/vm1 a2");
+  Ok("lun snapshot tank/vm2 b1");
+  Ok("lun clone tank/vm1 c1");  // a writable clone is no snapshot
+  Err("lun snapshot tank/vm1 a3 --keep 0", "at least 1");
+  std::string out = Ok("lun snapshot tank/vm1 a3 --keep 2");
+  EXPECT_NE(out.find("snapshot tank/a3 of tank/vm1 created"), std::string::npos) << out;
+  EXPECT_NE(out.find("deleted old snapshot tank/a1"), std::string::npos) << out;
+  std::string list = Ok("lun list tank");
+  EXPECT_EQ(list.find("tank/a1 "), std::string::npos) << list;
+  for (const char* kept : {"tank/a2 ", "tank/a3 ", "tank/b1 ", "tank/c1 ", "tank/vm1 ", "tank/vm2 "}) {
+    EXPECT_NE(list.find(kept), std::string::npos) << kept << "\n" << list;
+  }
+  // An exported snapshot is never deleted by retention.
+  Ok("backstore create tank/a2");
+  CmdResult r = Cowctl("lun snapshot tank/vm1 a4 --keep 1 --json");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.err.find("keeping snapshot tank/a2 beyond --keep 1: it is exported"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("\"deleted\": [\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\"tank/a3\""), std::string::npos) << r.out;
+  list = Ok("lun list tank");
+  EXPECT_EQ(list.find("tank/a3 "), std::string::npos) << list;
+  EXPECT_NE(list.find("tank/a2 "), std::string::npos) << list;
+  EXPECT_NE(list.find("tank/a4 "), std::string::npos) << list;
+  EXPECT_NE(list.find("tank/b1 "), std::string::npos) << list;
+}
+
 TEST_F(Cli, LunErrors) {
   Err("lun create tank/vm1 --size 1M", "pool 'tank' not found");
   Pool();
@@ -1820,6 +1914,7 @@ TEST_F(Served, CowctlGoesThroughTheSocket) {
   Ok("lun create tank/vm1 --size 16M");
   Ok("lun clone tank/vm1 vm2");
   Ok("lun snapshot tank/vm1 snap1");
+  Ok("lun rollback tank/vm1 snap1");  // done by the serving process
   Ok("lun resize tank/vm2 --size 32M");
   Err("lun create tank/vm1 --size 16M", "the name is taken");
   EXPECT_NE(Ok("pool list").find("tcmu-runner"), std::string::npos);
@@ -1828,7 +1923,7 @@ TEST_F(Served, CowctlGoesThroughTheSocket) {
   Ok("lun delete tank/vm2");
   // What cowctl did is what the serving process sees.
   EXPECT_TRUE(pool->GetLun("vm1").ok());
-  EXPECT_TRUE(pool->GetLun("snap1").ok());
+  EXPECT_TRUE(pool->GetLun("snap1")->read_only);
   EXPECT_FALSE(pool->GetLun("vm2").ok());
   // Import and export are done by the serving process.
   std::string img = host.dir.path() + "/one.img";
@@ -2101,7 +2196,7 @@ c cowctl pool create p --
   ASSERT_EQ(std::system(("bash " + script + " >" + out + " 2>&1").c_str()), 0);
   auto lines = testing::ReadText(out);
   for (const char* w : {"pool lun backstore export unexport vaai top metrics save restore", "create list show check grow delete scrub",
-                        "create list show resize delete clone snapshot import export", "iscsi loop list",
+                        "create list show resize delete clone snapshot rollback import export", "iscsi loop list",
                         "--target --portal --initiator --demo-mode --no-auto-map --chap-user --chap-password --lun",
                         "--dry-run --create-missing", "-d -n --delay --iterations", "--output",
                         "--soft-threshold --overcommit"}) {

@@ -98,5 +98,74 @@ TEST(CrashTest, PowerLossAtRandomPoints) {
   RecordProperty("crash_points", static_cast<int>(crashes));
 }
 
+TEST(CrashTest, PowerCutAtEveryWriteOfARollbackIsAllOrNothing) {
+  // LUN a (1 MiB of pattern 2, once snapshotted at 512 KiB of pattern 1) is
+  // rolled back while open, and the power is cut at each mutating call the
+  // rollback makes, with every kind of loss. After recovery a is, as a
+  // whole, either its snapshot (size and contents) or what it was; a
+  // rollback that returned OK is always there; the snapshot never changes.
+  constexpr uint32_t kAu = 64 * 1024;
+  auto pattern = [](size_t n, uint8_t seed) {
+    std::vector<uint8_t> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(i * 13 + seed + i / 512);
+    return v;
+  };
+  const std::vector<uint8_t> before = pattern(1 << 20, 2), snap = pattern(512 << 10, 1);
+  uint64_t cuts = 0;
+  for (int64_t n = 0;; n++) {
+    bool complete = false;  // n is past the rollback's last mutating call
+    for (int loss = 0; loss < 4 && !complete; loss++) {
+      bool returned_ok = false;
+      FaultInjectionEnv env;
+      PoolOptions o;
+      o.allocation_unit = kAu;
+      o.journal_bytes = 64 * 1024;
+      o.size_bytes = (1 << 20) + 64 * kAu;
+      {
+        auto p = Pool::Create(&env, "pool", o);
+        ASSERT_TRUE(p.ok()) << p.status().ToString();
+        ASSERT_TRUE((*p)->CreateLun("a", 512 << 10, 512).ok());
+        auto a = (*p)->OpenLun("a").value();
+        ASSERT_TRUE(a->Write(0, snap.size() / 512, snap.data(), Durability::kDurable).ok());
+        ASSERT_TRUE((*p)->SnapshotLun("a", "s").ok());
+        ASSERT_TRUE((*p)->ResizeLun("a", 1 << 20).ok());
+        ASSERT_TRUE(a->Write(0, before.size() / 512, before.data(), Durability::kDurable).ok());
+        env.CrashAfter(n);
+        Status st = (*p)->RollbackLun("a", "s");
+        if (!env.crashed()) {
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          complete = true;
+          continue;
+        }
+        returned_ok = st.ok();  // then it must survive
+        a.reset();
+      }
+      env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), n * 4 + loss);
+      cuts++;
+      auto p = Pool::Open(&env, "pool");
+      ASSERT_TRUE(p.ok()) << "cut " << n << ": " << p.status().ToString();
+      CheckReport rep = (*p)->Check();
+      ASSERT_TRUE(rep.clean) << "cut " << n << ": " << rep.problems[0];
+      auto a = (*p)->OpenLun("a").value();
+      std::vector<uint8_t> got(a->block_count() * 512);
+      ASSERT_TRUE(a->Read(0, a->block_count(), got.data()).ok());
+      bool rolled = got == snap, kept = got == before;
+      EXPECT_TRUE(rolled || kept) << "cut " << n << " loss " << loss << ": a is neither (size "
+                                  << got.size() << ")";
+      if (returned_ok) {
+        EXPECT_TRUE(rolled) << "cut " << n << ": a rollback that returned OK is lost";
+      }
+      auto s = (*p)->OpenLun("s").value();
+      EXPECT_TRUE(s->read_only());
+      std::vector<uint8_t> sg(snap.size());
+      ASSERT_EQ(s->block_count() * 512, snap.size());
+      ASSERT_TRUE(s->Read(0, s->block_count(), sg.data()).ok());
+      EXPECT_TRUE(sg == snap) << "cut " << n << ": the snapshot changed";
+    }
+    if (complete) break;
+  }
+  EXPECT_GT(cuts, 2u);  // the rollback makes several mutating calls
+}
+
 }  // namespace
 }  // namespace cowstore::store::testing

@@ -27,7 +27,7 @@ struct DriverOptions {
 // A LUN-table operation interrupted by a crash: after recovery it either
 // happened or not.
 struct Uncertain {
-  enum Kind { kNone, kCreate, kDelete, kResize, kCloneLun } kind = kNone;
+  enum Kind { kNone, kCreate, kDelete, kResize, kCloneLun, kSnapshot, kRollback } kind = kNone;
   std::string name, other;
   uint64_t bytes = 0;
   uint32_t bs = 512;
@@ -93,7 +93,9 @@ class Driver {
     if (k < 87) return DoCreate();
     if (k < 90) return DoDelete();
     if (k < 94) return DoResize();
-    return DoCloneLun();
+    if (k < 96) return DoCloneLun();
+    if (k < 98) return DoCloneLun(/*snapshot=*/true);
+    return DoRollback();
   }
 
   // Verifies every LUN against the model (strict unless after a crash, where
@@ -108,6 +110,8 @@ class Driver {
       auto it = model_.luns.find(li.name);
       if (it == model_.luns.end()) return ::testing::AssertionFailure() << "unexpected LUN " << li.name;
       ModelLun& ml = it->second;
+      if (li.read_only != ml.read_only)
+        return ::testing::AssertionFailure() << "LUN " << li.name << " read_only " << li.read_only;
       if (li.size_bytes != ml.sectors * kSec || li.block_size != ml.bs)
         return ::testing::AssertionFailure() << "LUN " << li.name << " size " << li.size_bytes
                                              << " model " << ml.sectors * kSec;
@@ -178,11 +182,35 @@ class Driver {
         }
         break;
       case Uncertain::kCloneLun:
+      case Uncertain::kSnapshot:
         if (pool_->GetLun(unc_.other).ok()) {
           model_.MakeDurable();
           model_.luns[unc_.other] = model_.luns[unc_.name];
+          model_.luns[unc_.other].read_only = unc_.kind == Uncertain::kSnapshot;
         }
         break;
+      case Uncertain::kRollback: {
+        // All or nothing: the target reads exactly as the snapshot (which no
+        // write can change) or the rollback did not happen and the target
+        // keeps what it may hold after a crash (VerifyAll checks that).
+        // When the target may still hold contents equal to the snapshot's,
+        // the read cannot tell, and the model keeps both possibilities.
+        ModelLun& snap = model_.luns[unc_.other];
+        ModelLun& old = model_.luns[unc_.name];
+        Lun* h = Handle(unc_.name);
+        bool as_snap = info.ok() && h && info->size_bytes == snap.sectors * kSec &&
+                       VerifyRange(*h, snap, 0, snap.sectors, false, false);
+        bool as_old = info.ok() && h && info->size_bytes == old.sectors * kSec &&
+                      VerifyRange(*h, old, 0, old.sectors, true, false);
+        if (as_snap && !as_old) {
+          model_.MakeDurable();
+          ModelLun& t = model_.luns[unc_.name];
+          t.cur = snap.cur;
+          t.maybe = snap.maybe;
+          t.sectors = snap.sectors;
+        }
+        break;
+      }
       case Uncertain::kNone:
         break;
     }
@@ -215,6 +243,11 @@ class Driver {
                                    const std::vector<uint64_t>& tags, const Status& st,
                                    Durability d, bool nothing_on_error) {
     ModelLun& ml = model_.luns[name];
+    if (ml.read_only) {  // refused before anything is touched
+      if (st.code() == Code::kReadOnly || (Crashed() && !st.ok()))
+        return VerifyRange(*Handle(name), ml, s, tags.size(), false, false);
+      return ::testing::AssertionFailure() << "write to read-only " << name << ": " << st.ToString();
+    }
     if (st.ok()) {
       for (uint64_t i = 0; i < tags.size(); i++) Model::Set(ml, s + i, tags[i]);
       if (d == Durability::kDurable) model_.MakeDurable();
@@ -297,6 +330,7 @@ class Driver {
     Durability d = PickDurability();
     Status st = Handle(name)->CompareAndWrite(lba, n, cmp.data(), data.data(), d);
     T("caw", name, lba, n, int(d), differ, "tag0", tags[0], st.ToString());
+    if (ml.read_only) return Apply(name, lba * spb, tags, st, d, true);
     if (differ && !Crashed()) {
       if (st.code() != Code::kMiscompare || st.miscompare_offset() != pos)
         return ::testing::AssertionFailure() << "CAW expected miscompare at " << pos << ", got "
@@ -314,7 +348,8 @@ class Driver {
     Durability d = PickDurability();
     if (sm.bs != dm.bs) {
       Status st = pool_->CloneRange(*Handle(sn), 0, *Handle(dn), 0, 1, d);
-      if (st.code() != Code::kInvalidArgument && !Crashed())
+      Code want = dm.read_only ? Code::kReadOnly : Code::kInvalidArgument;
+      if (st.code() != want && !Crashed())
         return ::testing::AssertionFailure() << "clone across block sizes: " << st.ToString();
       return ::testing::AssertionSuccess();
     }
@@ -380,7 +415,9 @@ class Driver {
     PickRange(ml, &lba, &n);
     Status st = Handle(name)->Allocate(lba, n, Durability::kBuffered);
     T("allocate", name, lba, n, st.ToString());
-    if (!st.ok() && st.code() != Code::kNoSpace && !Crashed())
+    if (ml.read_only && st.code() != Code::kReadOnly && !Crashed())
+      return ::testing::AssertionFailure() << "allocate on read-only: " << st.ToString();
+    if (!st.ok() && st.code() != Code::kNoSpace && st.code() != Code::kReadOnly && !Crashed())
       return ::testing::AssertionFailure() << "allocate: " << st.ToString();
     return ::testing::AssertionSuccess();  // contents unchanged either way
   }
@@ -430,6 +467,10 @@ class Driver {
     uint64_t old_sectors = ml.sectors;
     Status st = pool_->ResizeLun(name, bytes);
     T("resize", name, bytes, st.ToString());
+    if (ml.read_only) {
+      if (st.code() == Code::kReadOnly || (Crashed() && !st.ok())) return ::testing::AssertionSuccess();
+      return ::testing::AssertionFailure() << "resize of read-only " << name << ": " << st.ToString();
+    }
     if (st.ok()) {
       model_.Resize(name, bytes);
       model_.MakeDurable();
@@ -445,18 +486,50 @@ class Driver {
     return ::testing::AssertionSuccess();
   }
 
-  ::testing::AssertionResult DoCloneLun() {
+  ::testing::AssertionResult DoCloneLun(bool snapshot = false) {
     if (static_cast<int>(model_.luns.size()) >= o_.max_luns) return DoClone();
     std::string src = PickLun(), dst = NewName();
-    auto r = pool_->CloneLun(src, dst);
-    T("clonelun", src, dst, r.status().ToString());
+    auto r = snapshot ? pool_->SnapshotLun(src, dst) : pool_->CloneLun(src, dst);
+    T(snapshot ? "snapshot" : "clonelun", src, dst, r.status().ToString());
     if (r.ok()) {
       model_.MakeDurable();
       model_.luns[dst] = model_.luns[src];
+      model_.luns[dst].read_only = snapshot;
+      if (r->read_only != snapshot || (snapshot && r->origin != pool_->GetLun(src)->id))
+        return ::testing::AssertionFailure() << "snapshot attributes of " << dst;
     } else if (Crashed()) {
-      unc_ = {Uncertain::kCloneLun, src, dst, 0, 512};
+      unc_ = {snapshot ? Uncertain::kSnapshot : Uncertain::kCloneLun, src, dst, 0, 512};
     } else if (r.status().code() != Code::kNoSpace) {
       return ::testing::AssertionFailure() << "clone LUN: " << r.status().ToString();
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  // Rolls a LUN (open: the driver holds handles) back to a LUN of the same
+  // block size; refused when the target is read-only.
+  ::testing::AssertionResult DoRollback() {
+    std::string t = PickLun(), src = PickLun();
+    ModelLun& tm = model_.luns[t];
+    ModelLun& sm = model_.luns[src];
+    Handle(t);  // rollback works on an open LUN
+    Status st = pool_->RollbackLun(t, src);
+    T("rollback", t, src, st.ToString());
+    if (Crashed() && !st.ok()) {
+      if (t != src && !tm.read_only && tm.bs == sm.bs) unc_ = {Uncertain::kRollback, t, src, 0, 512};
+      return ::testing::AssertionSuccess();
+    }
+    Code want = t == src ? Code::kInvalidArgument
+                : tm.read_only ? Code::kReadOnly
+                : tm.bs != sm.bs ? Code::kInvalidArgument : Code::kOk;
+    if (st.code() == Code::kNoSpace && want == Code::kOk) return ::testing::AssertionSuccess();
+    if (st.code() != want)
+      return ::testing::AssertionFailure() << "rollback " << t << " to " << src << ": " << st.ToString();
+    if (st.ok()) {
+      model_.MakeDurable();
+      tm.cur = sm.cur;
+      tm.maybe = sm.maybe;
+      tm.sectors = sm.sectors;
+      return VerifyRange(*Handle(t), tm, 0, tm.sectors, false, false);
     }
     return ::testing::AssertionSuccess();
   }

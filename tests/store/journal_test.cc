@@ -68,6 +68,30 @@ TEST(JournalFraming, RoundTripsEveryField) {
   EXPECT_EQ(back.runs, r.runs);
 }
 
+TEST(JournalFraming, SnapshotAndRollbackRecordsRoundTrip) {
+  Record snap = CreateLun(0, "s");
+  snap.type = RecType::kSnapshotLun;
+  snap.lun = 3;
+  snap.lun2 = 4;
+  snap.attrs = {true, Uuid{9, 8, 7}, 1700000000};
+  Record rb;
+  rb.type = RecType::kRollbackLun;
+  rb.lun = 3;
+  rb.lun2 = 4;
+  for (const Record& r : {snap, rb}) {
+    std::string s;
+    FrameRecord(r, 42, &s);
+    Record back;
+    ASSERT_EQ(ParseRecord(reinterpret_cast<const uint8_t*>(s.data()), s.size(), 42, &back), s.size());
+    EXPECT_EQ(back.type, r.type);
+    EXPECT_EQ(back.lun, r.lun);
+    EXPECT_EQ(back.lun2, r.lun2);
+    EXPECT_EQ(back.attrs.read_only, r.attrs.read_only);
+    EXPECT_EQ(back.attrs.origin, r.attrs.origin);
+    EXPECT_EQ(back.attrs.created, r.attrs.created);
+  }
+}
+
 TEST(JournalFraming, RefusesAnotherLsnUnlessAnyIsAccepted) {
   std::string s;
   FrameRecord(CreateLun(1, "a"), 42, &s);

@@ -49,6 +49,7 @@ inline uint64_t DecodeSector(const uint8_t* p) {
 
 struct ModelLun {
   uint32_t bs = 512;
+  bool read_only = false;  // a snapshot: every write-class call gets kReadOnly
   uint64_t sectors = 0;
   std::vector<uint64_t> cur;
   std::vector<std::vector<uint64_t>> maybe;  // besides cur, after a crash

@@ -6,7 +6,9 @@
 
 #include <cstring>
 #include <filesystem>
+#include <atomic>
 #include <chrono>
+#include <ctime>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -467,6 +469,264 @@ TEST_F(PoolTest, CloneLunIsIndependent) {
   EXPECT_EQ(ReadA(*snap, 0, 2048), data);
   EXPECT_EQ(ReadA(*a_, 0, 2048), patch);
   ExpectClean();
+}
+
+// --------------------------------------------------------------- snapshots
+
+// Fixed wall clock for the snapshots' creation times.
+class ClockEnv final : public Env {
+ public:
+  explicit ClockEnv(Env* base) : base_(base) {}
+  Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
+    return base_->OpenLocked(path, mode);
+  }
+  bool Exists(const std::string& path) override { return base_->Exists(path); }
+  uint64_t NowUnixSeconds() override { return now; }
+  uint64_t now = 1700000000;
+
+ private:
+  Env* base_;
+};
+
+TEST_F(PoolTest, SnapshotIsReadOnlyAndRecordsOriginAndTime) {
+  auto data = Pattern(1 << 20, 21);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  uint64_t before = static_cast<uint64_t>(time(nullptr));
+  auto s = pool_->SnapshotLun("a", "a-snap");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->read_only);
+  EXPECT_EQ(s->origin, pool_->GetLun("a")->id);
+  EXPECT_NE(s->id, s->origin);
+  EXPECT_GE(s->created_unix, before);
+  EXPECT_LE(s->created_unix, static_cast<uint64_t>(time(nullptr)));
+  EXPECT_EQ(s->shared_bytes, 16u * kAu);  // metadata only
+  EXPECT_FALSE(pool_->GetLun("a")->read_only);
+  EXPECT_EQ(pool_->GetLun("a")->origin, Uuid{});
+  EXPECT_EQ(pool_->SnapshotLun("a", "a-snap").status().code(), Code::kAlreadyExists);
+  EXPECT_EQ(pool_->SnapshotLun("zz", "s2").status().code(), Code::kNotFound);
+
+  // Every write-class call is refused with kReadOnly and changes nothing.
+  auto snap = pool_->OpenLun("a-snap").value();
+  auto patch = Pattern(4096, 22);
+  auto cmp = ReadA(*snap, 0, 8);
+  EXPECT_EQ(snap->Write(0, 8, patch.data(), D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(snap->CompareAndWrite(0, 8, cmp.data(), patch.data(), D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(snap->ZeroRange(0, 2048, D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(snap->Unmap(0, 2048, D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(snap->Allocate(0, 2048, D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(pool_->CloneRange(*b_, 0, *snap, 0, 128, D::kDurable).code(), Code::kReadOnly);
+  EXPECT_EQ(pool_->ResizeLun("a-snap", 2 << 20).code(), Code::kReadOnly);
+  Status st = pool_->RollbackLun("a-snap", "a");
+  EXPECT_EQ(st.code(), Code::kReadOnly);
+  EXPECT_NE(st.message().find("read-only"), std::string::npos) << st.message();
+  EXPECT_EQ(ReadA(*snap, 0, 2048), data);
+  // A snapshot is a source like any LUN, and a snapshot of a snapshot keeps
+  // its own origin.
+  ASSERT_TRUE(pool_->CloneRange(*snap, 0, *b_, 0, 2048, D::kDurable).ok());
+  EXPECT_EQ(ReadA(*b_, 0, 2048), data);
+  auto s2 = pool_->SnapshotLun("a-snap", "a-snap2");
+  ASSERT_TRUE(s2.ok());
+  EXPECT_EQ(s2->origin, s->id);
+  auto c = pool_->CloneLun("a-snap", "writable");  // a clone of a snapshot is writable
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->read_only);
+  EXPECT_EQ(c->origin, Uuid{});
+  ExpectClean();
+
+  // The attributes survive journal replay and a checkpoint.
+  snap.reset();
+  for (int round = 0; round < 2; round++) {
+    Reopen();
+    auto g = pool_->GetLun("a-snap");
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->read_only);
+    EXPECT_EQ(g->origin, pool_->GetLun("a")->id);
+    EXPECT_EQ(g->created_unix, s->created_unix);
+    EXPECT_FALSE(pool_->GetLun("writable")->read_only);
+    auto h = pool_->OpenLun("a-snap").value();
+    EXPECT_EQ(h->Write(0, 8, patch.data(), D::kDurable).code(), Code::kReadOnly);
+  }
+  EXPECT_TRUE(pool_->DeleteLun("a-snap2").ok());  // deleting a snapshot is allowed
+  ExpectClean();
+}
+
+TEST(PoolSnapshot, CreationTimeComesFromTheEnv) {
+  FaultInjectionEnv base;
+  ClockEnv env(&base);
+  auto p = Pool::Create(&env, "pool", Opts());
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+  env.now = 1234567890;
+  auto s = (*p)->SnapshotLun("a", "s");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->created_unix, 1234567890u);
+  EXPECT_EQ((*p)->GetLun("a")->created_unix, 0u);  // created before snapshots had times
+}
+
+TEST_F(PoolTest, RollbackRestoresContentsAndKeepsIdentity) {
+  auto data = Pattern(1 << 20, 31);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  ASSERT_TRUE(pool_->SnapshotLun("a", "s").ok());
+  Uuid id = pool_->GetLun("a")->id;
+  // Change everything: contents, a hole, and the size.
+  auto patch = Pattern(1 << 20, 32);
+  ASSERT_TRUE(a_->Write(0, 2048, patch.data(), D::kDurable).ok());
+  ASSERT_TRUE(a_->Unmap(0, 256, D::kDurable).ok());
+  ASSERT_TRUE(pool_->ResizeLun("a", 3 << 20).ok());
+  SpaceInfo before = pool_->Space();
+
+  ASSERT_TRUE(pool_->RollbackLun("a", "s").ok());
+  auto info = pool_->GetLun("a");
+  EXPECT_EQ(info->id, id);
+  EXPECT_EQ(info->name, "a");
+  EXPECT_FALSE(info->read_only);
+  EXPECT_EQ(info->size_bytes, 1u << 20);
+  EXPECT_EQ(a_->block_count(), 2048u);  // the open handle sees the rollback
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  EXPECT_EQ(info->shared_bytes, 16u * kAu);  // shares the snapshot's AUs
+  EXPECT_LT(pool_->Space().allocated_units, before.allocated_units);  // a's own AUs freed
+  ExpectClean();
+  // The LUN stays writable and the snapshot unchanged by later writes.
+  ASSERT_TRUE(a_->Write(0, 2048, patch.data(), D::kDurable).ok());
+  EXPECT_EQ(ReadA(*pool_->OpenLun("s").value(), 0, 2048), data);
+  ASSERT_TRUE(pool_->RollbackLun("a", "s").ok());
+  Reopen();  // replayed from the journal
+  EXPECT_EQ(pool_->GetLun("a")->id, id);
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  ExpectClean();
+
+  // Errors change nothing.
+  EXPECT_EQ(pool_->RollbackLun("a", "a").code(), Code::kInvalidArgument);
+  EXPECT_EQ(pool_->RollbackLun("a", "zz").code(), Code::kNotFound);
+  EXPECT_EQ(pool_->RollbackLun("zz", "s").code(), Code::kNotFound);
+  ASSERT_TRUE(pool_->CreateLun("big", 1 << 20, 4096).ok());
+  EXPECT_EQ(pool_->RollbackLun("big", "s").code(), Code::kInvalidArgument);
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  // The snapshot cannot be deleted during a rollback (it holds a handle)
+  // and afterwards can.
+  EXPECT_TRUE(pool_->DeleteLun("s").ok());
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);  // a keeps the AUs it shared
+  ExpectClean();
+}
+
+TEST_F(PoolTest, RollbackRacingWritesKeepsThePoolConsistent) {
+  // Writes in flight drain before the swap (the range lock); the refcounts
+  // and maps stay consistent whatever interleaving happened.
+  ASSERT_TRUE(pool_->SnapshotLun("a", "s").ok());
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> writes{0};
+  std::thread writer([&] {
+    auto buf = Pattern(64 * 1024, 33);
+    while (!stop) {
+      Status st = a_->Write(0, 128, buf.data(), D::kBuffered);
+      if (!st.ok()) ADD_FAILURE() << st.ToString();
+      writes++;
+    }
+  });
+  while (writes < 10) std::this_thread::yield();
+  ASSERT_TRUE(pool_->RollbackLun("a", "s").ok());
+  stop = true;
+  writer.join();
+  // Whatever the writer did after the swap is in a; the pool is consistent.
+  ExpectClean();
+}
+
+TEST(LunAttrsEncoding, TaggedInTheAttributeListAndStrict) {
+  MetaState st;
+  st.au = kAu;
+  auto l = std::make_shared<LunState>();
+  l->id = 1;
+  l->name = "a";
+  l->size = 1 << 20;
+  st.AddLun(l);
+  st.next_lun_id = 2;
+  std::string plain;
+  EncodeState(st, &plain);  // an ordinary LUN: an empty attribute list
+  {
+    MetaState back;
+    ASSERT_TRUE(DecodeState(plain, &back).ok());
+    const LunAttrs& a = back.Find(1)->attrs;
+    EXPECT_FALSE(a.read_only);
+    EXPECT_EQ(a.origin, Uuid{});
+    EXPECT_EQ(a.created, 0u);
+  }
+  l->attrs = {true, Uuid{1, 2, 3}, 42};
+  std::string snap;
+  EncodeState(st, &snap);
+  // The list sits after the name: bytes(4), then tag | len | value for
+  // read-only (1, 0), origin (2, 16) and created (3, 8).
+  size_t at = 4 + 4 + 4 + 4 + 16 + 8 + 4 + 4 + 1;  // magic, next id, count, id, uuid, size, bs, name
+  std::string list(
+      "\x30\0\0\0"
+      "\x01\0\0\0\0\0\0\0"
+      "\x02\0\0\0\x10\0\0\0\x01\x02\x03\0\0\0\0\0\0\0\0\0\0\0\0\0"
+      "\x03\0\0\0\x08\0\0\0\x2a\0\0\0\0\0\0\0",
+      4 + 8 + 24 + 16);
+  ASSERT_EQ(snap.substr(at, list.size()), list);
+  ASSERT_EQ(snap.size(), plain.size() + list.size() - 4);
+  {
+    MetaState back;
+    ASSERT_TRUE(DecodeState(snap, &back).ok());
+    const LunAttrs& a = back.Find(1)->attrs;
+    EXPECT_TRUE(a.read_only);
+    EXPECT_EQ(a.origin, (Uuid{1, 2, 3}));
+    EXPECT_EQ(a.created, 42u);
+  }
+  auto decode = [&](std::string bytes) {
+    std::string enc = snap;
+    enc.replace(at, list.size(), bytes);
+    MetaState back;
+    return DecodeState(enc, &back).code();
+  };
+  auto with_len = [](std::string body) {
+    std::string n(4, '\0');
+    n[0] = static_cast<char>(body.size());
+    return n + body;
+  };
+  // A tag this build does not know is refused, never dropped (it may be a
+  // protection such as read-only), even after known ones.
+  EXPECT_EQ(decode(with_len(std::string("\x01\0\0\0\0\0\0\0\x09\0\0\0\x01\0\0\0\x07", 17))),
+            Code::kUnsupported);
+  // Known tags with a wrong length or value, repeated, or truncated: damage.
+  EXPECT_EQ(decode(with_len(std::string("\x01\0\0\0\x01\0\0\0\x01", 9))), Code::kCorruption);
+  EXPECT_EQ(decode(with_len(std::string("\x03\0\0\0\x04\0\0\0\x2a\0\0\0", 12))), Code::kCorruption);
+  EXPECT_EQ(decode(with_len(std::string("\x03\0\0\0\x08\0\0\0\0\0\0\0\0\0\0\0", 16))),
+            Code::kCorruption);
+  EXPECT_EQ(decode(with_len(std::string("\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\0", 16))),
+            Code::kCorruption);
+  EXPECT_EQ(decode(with_len(std::string("\x02\0\0\0\x10\0\0\0\x01", 9))), Code::kCorruption);
+  EXPECT_EQ(decode(with_len("")), Code::kOk);
+
+  // The kSnapshotLun record carries the same list; an unknown tag there
+  // decodes but does not apply (kUnsupported at replay).
+  Record r;
+  r.type = RecType::kSnapshotLun;
+  r.lun = 1;
+  r.lun2 = 2;
+  r.name = "s";
+  r.attrs = {true, Uuid{9}, 7};
+  std::string payload;
+  r.EncodePayload(&payload);
+  Record back;
+  ASSERT_TRUE(Record::DecodePayload(RecType::kSnapshotLun, payload.data(), payload.size(), &back));
+  EXPECT_TRUE(back.attrs.read_only);
+  EXPECT_EQ(back.attrs.origin, Uuid{9});
+  EXPECT_EQ(back.attrs.created, 7u);
+  std::string future = payload.substr(0, payload.size() - list.size()) +
+                       with_len(std::string("\x08\0\0\0\0\0\0\0", 8));
+  ASSERT_TRUE(Record::DecodePayload(RecType::kSnapshotLun, future.data(), future.size(), &back));
+  EXPECT_EQ(back.attrs.unknown_tag, 8u);
+  MetaState st2;
+  st2.au = kAu;
+  Record c;
+  c.type = RecType::kCreateLun;
+  c.lun = 1;
+  c.name = "a";
+  c.a = 1 << 20;
+  c.bs = 512;
+  ASSERT_TRUE(ApplyRecord(&st2, c, nullptr).ok());
+  EXPECT_EQ(ApplyRecord(&st2, back, nullptr).code(), Code::kUnsupported);
+  EXPECT_EQ(st2.Find(2), nullptr);
 }
 
 // ----------------------------------------------------------------- space

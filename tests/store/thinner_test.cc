@@ -245,6 +245,63 @@ TEST(PoolThinning, FreedSpaceShowsAsThinningAndAllocationsWaitForIt) {
   EXPECT_EQ(v, data);
 }
 
+// A rollback frees the target's exclusive AUs like any other freeing record:
+// pending until the rollback's record is durable (RollbackLun returns only
+// then), then punched off the caller's thread, and only then reusable.
+TEST(PoolThinning, RollbackFreesThroughThePunchLikeAnUnmap) {
+  GatedEnv env;
+  auto p = Pool::Create(&env, "p", Opts(16));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  ASSERT_TRUE(pool.CreateLun("a", 2 << 20, 512).ok());
+  auto a = pool.OpenLun("a").value();
+  const uint64_t bpa = kAu / 512;
+  const auto data = Pattern(kAu);
+  ASSERT_TRUE(a->Write(0, bpa, data.data(), D::kDurable).ok());
+  ASSERT_TRUE(pool.SnapshotLun("a", "a.snap").ok());
+  // The snapshot shares AU 0; everything written from here on is a's alone.
+  const auto other = Pattern(2 * kAu);
+  std::vector<uint8_t> second(other.begin() + kAu, other.end());
+  uint64_t written = 0;
+  while (written < 8 && a->Write(written * bpa, bpa, second.data(), D::kDurable).ok()) written++;
+  ASSERT_EQ(written, 8u);
+  const uint64_t free_before = pool.Space().free_units;
+
+  env.gate.Close();  // punches now wait
+  ASSERT_TRUE(pool.RollbackLun("a", "a.snap").ok());  // returns: no punch on its path
+  SpaceInfo s = pool.Space();
+  EXPECT_EQ(s.thinning_units, written);  // every AU only a held, on its way back
+  EXPECT_EQ(s.free_units, free_before + written);
+  EXPECT_TRUE(pool.Check().clean);
+  std::vector<uint8_t> v(kAu);
+  ASSERT_TRUE(a->Read(0, bpa, v.data()).ok());
+  EXPECT_EQ(v, data);  // the snapshot's contents
+  ASSERT_TRUE(a->Read(bpa, bpa, v.data()).ok());
+  EXPECT_TRUE(AllZero(v));
+
+  // Allocating more than was free before needs the rollback's AUs: it waits
+  // for their punch instead of reusing them unzeroed or failing with kNoSpace.
+  const uint64_t want = free_before + written / 2;
+  ASSERT_TRUE(pool.CreateLun("b", 2 << 20, 512).ok());
+  auto b = pool.OpenLun("b").value();
+  std::atomic<bool> finished{false};
+  Status w;
+  std::thread writer([&] {
+    w = b->Allocate(0, want * bpa, D::kDurable);
+    finished = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(finished.load());  // blocked on the punches, not failed
+  env.gate.Open();
+  writer.join();
+  EXPECT_TRUE(w.ok()) << w.ToString();
+  EXPECT_EQ(pool.Space().thinning_units, 0u);
+  EXPECT_TRUE(pool.Check().clean);
+  std::vector<uint8_t> z(want * kAu);
+  ASSERT_TRUE(b->Read(0, want * bpa, z.data()).ok());
+  EXPECT_TRUE(AllZero(z));  // none of a's overwritten data came back
+}
+
 // A power cut after the freeing record is durable and before the punch: the
 // AUs hold the old data on disk, are free in the recovered state, and must
 // read as zeros before anything can allocate them (recovery punches every

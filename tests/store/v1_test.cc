@@ -6,6 +6,7 @@
 // store of main 39ba3da (tests/store/data/make_v1_pool.cc says how).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
+#include "handler/store/replay.h"
 
 namespace cowstore::store {
 namespace {
@@ -52,6 +54,17 @@ uint32_t Version(FaultInjectionEnv* env) {
     have = true;
   }
   return have ? best.version : 0;
+}
+
+// The superblock Open would use.
+Superblock Newest(const std::vector<uint8_t>& img) {
+  Superblock best;
+  for (int slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    if (!Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok()) continue;
+    if (sb.seq > best.seq) best = sb;
+  }
+  return best;
 }
 
 // Everything the version-1 pool holds, exactly.
@@ -213,6 +226,78 @@ TEST(FormatV2, AnUnknownLunAttributeIsRefusedNotIgnored) {
   MetaState old;
   EXPECT_TRUE(DecodeState(v1, &old, 1).ok());
   EXPECT_EQ(DecodeState(v1, &old, 2).code(), Code::kCorruption);
+}
+
+TEST(FormatV2, SnapshotAttributesSurviveACheckpointAndReopen) {
+  // A version 1 pool upgrades, gets a read-only snapshot, and checkpoints:
+  // the snapshot's attributes then live only in its checkpoint entry's
+  // attribute list (the journal no longer holds the snapshot record), and
+  // come back from it on every later open.
+  FaultInjectionEnv env;
+  Install(&env, ImageBytes());
+  LunInfo made;
+  {
+    auto p = Pool::Open(&env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto s = (*p)->SnapshotLun("a", "a-snap");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    made = *s;
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  EXPECT_TRUE(made.read_only);
+  EXPECT_GT(made.created_unix, 0u);
+  for (int round = 0; round < 3; round++) {
+    // Round 0 replays the snapshot record and writes the checkpoint; 1 and 2
+    // (one of them read-only) read the checkpoint.
+    bool ro = round == 2;
+    auto p = Pool::Open(&env, "p", OpenOptions{.read_only = ro});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(Version(&env), 2u);
+    if (round > 0) {
+      std::vector<uint8_t> img = env.Snapshot("p");
+      Superblock sb = Newest(img);
+      ASSERT_NE(sb.ckpt_first, kNone);
+      JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                     sb.journal_start_lsn);
+      for (const Record& r : jr.records) EXPECT_NE(r.type, RecType::kSnapshotLun) << round;
+      // The checkpoint holds the list: read-only, then the origin's UUID.
+      std::vector<uint8_t> list(32, 0);
+      list[0] = 1;   // tag read-only, length 0
+      list[8] = 2;   // tag origin,
+      list[12] = 16;  // length 16
+      for (size_t i = 0; i < 16; i++) list[16 + i] = made.origin[i];
+      auto at = std::search(img.begin() + sb.data_offset, img.end(), list.begin(), list.end());
+      EXPECT_NE(at, img.end()) << "no attribute list in the checkpoint";
+    }
+    auto g = (*p)->GetLun("a-snap");
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->read_only);
+    EXPECT_EQ(g->origin, (*p)->GetLun("a")->id);
+    EXPECT_EQ(g->created_unix, made.created_unix);
+    for (const char* plain : {"a", "b"}) {
+      auto l = (*p)->GetLun(plain);
+      EXPECT_FALSE(l->read_only);
+      EXPECT_EQ(l->origin, Uuid{});
+      EXPECT_EQ(l->created_unix, 0u);
+    }
+    ExpectV1Contents(**p);
+    auto h = (*p)->OpenLun("a-snap");
+    ASSERT_TRUE(h.ok());
+    std::vector<uint8_t> got(kMiB);
+    ASSERT_TRUE((*h)->Read(0, kMiB / 512, got.data()).ok());
+    EXPECT_TRUE(got == Fill(kMiB, 1));
+    std::vector<uint8_t> x(512, 0x5a);
+    Status w = (*h)->Write(0, 1, x.data(), Durability::kDurable);
+    if (ro) {
+      EXPECT_FALSE(w.ok());  // the pool refuses before the LUN is asked
+    } else {
+      EXPECT_EQ(w.code(), Code::kReadOnly);
+    }
+    h->reset();
+    if (!ro) {
+      ASSERT_TRUE((*p)->Close().ok());
+    }
+  }
 }
 
 }  // namespace

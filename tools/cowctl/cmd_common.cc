@@ -27,6 +27,14 @@ std::string LunNaa(const store::LunInfo& l, const std::optional<Backstore>& bs) 
   return NaaName(bs && !bs->wwn.empty() ? bs->wwn : UuidString(l.id));
 }
 
+std::string TimeText(uint64_t unix_seconds) {
+  char ts[32];
+  std::time_t t = static_cast<std::time_t>(unix_seconds);
+  std::tm tm{};
+  if (!gmtime_r(&t, &tm) || !std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm)) return "?";
+  return ts;
+}
+
 Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
   Json j = Json::object();
   j["pool"] = pool;
@@ -38,6 +46,9 @@ Json LunJson(const std::string& pool, const store::LunInfo& l, const std::option
   j["mapped"] = l.mapped_bytes;
   j["exclusive"] = l.exclusive_bytes;
   j["shared"] = l.shared_bytes;
+  j["read_only"] = l.read_only;
+  j["origin"] = l.origin == store::Uuid{} ? Json(nullptr) : Json(UuidString(l.origin));
+  j["created"] = l.created_unix ? Json(TimeText(l.created_unix)) : Json(nullptr);
   if (bs) {
     Json b = Json::object();
     b["name"] = bs->name;

@@ -65,6 +65,8 @@ void Emit(const Context& ctx, const Json& j, const std::string& human);
 // ---------------------------------------------------------------- LUNs (cmd_common.cc)
 
 std::optional<Backstore> BackstoreOf(const Context& ctx, const LunRef& ref);
+// Seconds since the epoch as ISO 8601 UTC (2026-12-01T15:30:00Z).
+std::string TimeText(uint64_t unix_seconds);
 std::string LunNaa(const store::LunInfo& l, const std::optional<Backstore>& bs);
 Json LunJson(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs);
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// cowctl lun: create, list, show, resize, delete, clone, snapshot, import, export.
+// cowctl lun: create, list, show, resize, delete, clone, snapshot, rollback, import, export.
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -19,7 +20,22 @@
 namespace cowstore::cowctl {
 namespace {
 
-std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs) {
+// The name of the LUN whose id is `id` in `luns` ("" when it is gone).
+std::string NameOf(const std::vector<store::LunInfo>& luns, const store::Uuid& id) {
+  for (const auto& l : luns) {
+    if (l.id == id) return l.name;
+  }
+  return "";
+}
+
+// "vm1 (WWN ...)", or "deleted LUN (WWN ...)".
+std::string OriginText(const std::vector<store::LunInfo>& luns, const store::LunInfo& l) {
+  std::string name = NameOf(luns, l.origin);
+  return (name.empty() ? std::string("a deleted LUN") : name) + " (WWN " + UuidString(l.origin) + ")";
+}
+
+std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std::optional<Backstore>& bs,
+                     const std::vector<store::LunInfo>& luns) {
   std::vector<std::pair<std::string, std::string>> kv = {
       {"LUN", pool + "/" + l.name},
       {"WWN", UuidString(l.id)},
@@ -31,6 +47,9 @@ std::string LunHuman(const std::string& pool, const store::LunInfo& l, const std
       {"shared", FormatSize(l.shared_bytes)},
       {"backstore", bs ? "user:cowstore " + bs->name + " (" + bs->config.str() + ")" : "none (not exported)"},
   };
+  if (l.read_only) kv.push_back({"read-only", "yes (a snapshot: writes get WRITE PROTECTED)"});
+  if (l.origin != store::Uuid{}) kv.push_back({"origin", OriginText(luns, l)});
+  if (l.created_unix) kv.push_back({"created", TimeText(l.created_unix)});
   return KeyValues(kv);
 }
 
@@ -86,7 +105,7 @@ void LunList(const Context& ctx, const std::string& pool) {
   Lio lio = MakeLio(ctx);
   std::vector<Backstore> bss = lio.Available() ? lio.Backstores() : std::vector<Backstore>{};
   Json arr = Json::array();
-  Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "SHARED", "BACKSTORE", "WWN"});
+  Table t({"LUN", "SIZE", "BLOCK", "MAPPED", "SHARED", "BACKSTORE", "WWN", "RO", "ORIGIN", "CREATED"});
   for (const auto& p : pools) {
     std::unique_ptr<PoolHandle> h;
     try {
@@ -95,14 +114,17 @@ void LunList(const Context& ctx, const std::string& pool) {
       if (!pool.empty()) throw;
       continue;
     }
-    for (const auto& l : h->Space().luns) {
+    const auto luns = h->Space().luns;
+    for (const auto& l : luns) {
       std::optional<Backstore> bs;
       for (const auto& b : bss) {
         if (b.config.pool == p && b.config.lun == l.name) bs = b;
       }
       arr.push_back(LunJson(p, l, bs));
       t.Row({p + "/" + l.name, FormatSize(l.size_bytes), std::to_string(l.block_size), FormatSize(l.mapped_bytes),
-             FormatSize(l.shared_bytes), bs ? bs->name : "-", UuidString(l.id)});
+             FormatSize(l.shared_bytes), bs ? bs->name : "-", UuidString(l.id), l.read_only ? "ro" : "-",
+             l.origin == store::Uuid{} ? "-" : NameOf(luns, l.origin).empty() ? "(deleted)" : NameOf(luns, l.origin),
+             l.created_unix ? TimeText(l.created_unix) : "-"});
     }
   }
   Emit(ctx, arr, t.empty() ? std::string("no LUNs\n") : t.Render());
@@ -113,7 +135,14 @@ void LunShow(const Context& ctx, const std::string& refs) {
   auto h = OpenPool(ctx, ref.pool, true);
   auto l = h->GetLun(ref.lun);
   auto bs = BackstoreOf(ctx, ref);
-  Emit(ctx, LunJson(ref.pool, l, bs), LunHuman(ref.pool, l, bs));
+  std::vector<store::LunInfo> luns;
+  if (l.origin != store::Uuid{}) luns = h->Space().luns;
+  Json j = LunJson(ref.pool, l, bs);
+  if (l.origin != store::Uuid{}) {
+    std::string o = NameOf(luns, l.origin);
+    j["origin_name"] = o.empty() ? Json(nullptr) : Json(o);
+  }
+  Emit(ctx, j, LunHuman(ref.pool, l, bs, luns));
 }
 
 void LunResize(const Context& ctx, const std::string& refs, const std::string& size, bool force,
@@ -177,20 +206,63 @@ void LunDelete(const Context& ctx, const std::string& refs, bool force) {
   Emit(ctx, j, "deleted LUN " + ref.str() + "\n");
 }
 
-void LunClone(const Context& ctx, const std::string& srcs, const std::string& dst, bool snapshot,
-              const BackstoreArgs& b) {
-  LunRef src = ParseLunRef(srcs);
-  std::string name = dst;
-  // "tank/b" as well as "b" (as targetcli users and 'lun create' write it):
-  // a clone shares extents, so it stays in its source's pool.
+// NAME or POOL/NAME of a LUN that must live in `pool` (a clone, a snapshot,
+// a rollback's snapshot: they share extents).
+std::string SamePoolName(const LunRef& src, const std::string& given, const char* what) {
+  std::string name = given;
+  // "tank/b" as well as "b" (as targetcli users and 'lun create' write it).
   if (auto slash = name.find('/'); slash != std::string::npos) {
     LunRef d = ParseLunRef(name);
     if (d.pool != src.pool) {
-      throw UserError("a clone stays in the pool of its source (it shares its extents): name it " + src.pool + "/" +
-                      d.lun + ", or copy across pools with 'lun export' and 'lun import'");
+      throw UserError(std::string(what) + " stays in the pool of its source (it shares its extents): name it " +
+                      src.pool + "/" + d.lun + ", or copy across pools with 'lun export' and 'lun import'");
     }
     name = d.lun;
   }
+  return name;
+}
+
+// Deletes the oldest read-only snapshots of `origin` beyond the `keep`
+// newest (by creation time, then name). An exported one is never deleted:
+// it is skipped with a message (and still counts as kept).
+Json Retain(const Context& ctx, const LunRef& src, const store::Uuid& origin, uint64_t keep) {
+  std::vector<store::LunInfo> snaps;
+  WithPool(ctx, src.pool, [&](PoolHandle& h) {
+    for (const auto& l : h.Space().luns) {
+      if (l.read_only && l.origin == origin) snaps.push_back(l);
+    }
+    return 0;
+  });
+  std::sort(snaps.begin(), snaps.end(), [](const store::LunInfo& a, const store::LunInfo& b) {
+    return a.created_unix != b.created_unix ? a.created_unix > b.created_unix : a.name > b.name;
+  });
+  Json deleted = Json::array(), skipped = Json::array();
+  for (size_t i = keep; i < snaps.size(); ++i) {
+    LunRef r{src.pool, snaps[i].name};
+    if (auto bs = BackstoreOf(ctx, r)) {
+      std::cerr << "cowctl: keeping snapshot " << r.str() << " beyond --keep " << keep << ": it is exported (backstore "
+                << bs->name << "); unexport it to let retention delete it\n";
+      skipped.push_back(r.str());
+      continue;
+    }
+    WithPool(ctx, src.pool, [&](PoolHandle& h) {
+      h.DeleteLun(r.lun);
+      return 0;
+    });
+    if (!ctx.json) std::cout << "deleted old snapshot " << r.str() << "\n";
+    deleted.push_back(r.str());
+  }
+  Json j = Json::object();
+  j["deleted"] = deleted;
+  j["kept_exported"] = skipped;
+  return j;
+}
+
+void LunClone(const Context& ctx, const std::string& srcs, const std::string& dst, bool snapshot,
+              const BackstoreArgs& b, std::optional<uint64_t> keep = std::nullopt) {
+  LunRef src = ParseLunRef(srcs);
+  std::string name = SamePoolName(src, dst, snapshot ? "a snapshot" : "a clone");
+  if (keep && *keep == 0) throw UserError("--keep must be at least 1 (the snapshot just made)");
   if (name.empty()) {
     char ts[32];
     std::time_t now = std::time(nullptr);
@@ -201,7 +273,9 @@ void LunClone(const Context& ctx, const std::string& srcs, const std::string& ds
   RequireName(name, "LUN");
   LunRef dref{src.pool, name};
   if (b.make) MakeCfg(dref, b);
-  store::LunInfo l = WithPool(ctx, src.pool, [&](PoolHandle& h) { return h.CloneLun(src.lun, name); });
+  store::LunInfo l = WithPool(ctx, src.pool, [&](PoolHandle& h) {
+    return snapshot ? h.SnapshotLun(src.lun, name) : h.CloneLun(src.lun, name);
+  });
   std::optional<Backstore> made;
   if (b.make) {
     try {
@@ -211,9 +285,44 @@ void LunClone(const Context& ctx, const std::string& srcs, const std::string& ds
       throw;
     }
   }
-  Emit(ctx, LunJson(src.pool, l, made),
-       std::string(snapshot ? "snapshot " : "clone ") + dref.str() + " of " + src.str() + " created (WWN " +
-           UuidString(l.id) + ")\n");
+  std::string text = std::string(snapshot ? "snapshot " : "clone ") + dref.str() + " of " + src.str() +
+                     " created (WWN " + UuidString(l.id) + (snapshot ? ", read-only" : "") + ")\n";
+  Json j = LunJson(src.pool, l, made);
+  if (keep) {
+    if (!ctx.json) std::cout << text;
+    text.clear();
+    j["retention"] = Retain(ctx, src, l.origin, *keep);
+  }
+  Emit(ctx, j, text);
+}
+
+void LunRollback(const Context& ctx, const std::string& refs, const std::string& snaps, bool force) {
+  LunRef ref = ParseLunRef(refs);
+  std::string snap = SamePoolName(ref, snaps, "a snapshot");
+  RequireName(snap, "LUN");
+  auto bs = BackstoreOf(ctx, ref);
+  store::LunInfo l = WithPool(ctx, ref.pool, [&](PoolHandle& h) {
+    store::LunInfo cur = h.GetLun(ref.lun);
+    store::LunInfo s = h.GetLun(snap);
+    if (!s.read_only) {
+      throw UserError(ref.pool + "/" + snap + " is not a snapshot (not read-only): a rollback restores a "
+                      "snapshot made with 'cowctl lun snapshot'");
+    }
+    if (s.origin != cur.id && !force) {
+      throw UserError(ref.pool + "/" + snap + " is not a snapshot of " + ref.str() +
+                      ": pass --force to give " + ref.str() + " its contents anyway");
+    }
+    return h.RollbackLun(ref.lun, snap);
+  });
+  std::string text = "rolled back " + ref.str() + " to snapshot " + ref.pool + "/" + snap + " (WWN " +
+                     UuidString(l.id) + " kept";
+  // One unit attention per LU (TCMU names no initiator): only one host is told.
+  text += bs ? "; the first initiator to send a command is told the medium changed: other hosts "
+               "must not have it mounted)\n"
+             : ")\n";
+  Json j = LunJson(ref.pool, l, bs);
+  j["rolled_back_to"] = ref.pool + "/" + snap;
+  Emit(ctx, j, text);
 }
 
 // An absolute path, so that the handler process (another cwd) finds it.
@@ -297,7 +406,7 @@ void LunExportRaw(const Context& ctx, const std::string& refs, const std::string
 
 void AddLunCommands(CommandLine& cl) {
   Context& ctx = cl.ctx;
-  auto* lun = cl.app.add_subcommand("lun", "Create, clone, snapshot, resize, import and delete LUNs");
+  auto* lun = cl.app.add_subcommand("lun", "Create, clone, snapshot, roll back, resize, import and delete LUNs");
   lun->require_subcommand(1);
   auto& lref = cl.Keep(std::string());
   auto& lsize = cl.Keep(std::string());
@@ -344,10 +453,22 @@ void AddLunCommands(CommandLine& cl) {
     if (bsa.any_given()) bsa.make = true;
     LunClone(ctx, lref, lname, false, bsa);
   });
-  auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: a clone named SOURCE.snap-<time> by default");
+  auto* lsn = lun->add_subcommand("snapshot", "Snapshot a LUN: read-only, named SOURCE.snap-<time> by default");
   lsn->add_option("source", lref, "POOL/LUN")->required();
   lsn->add_option("name", lname, "Name of the snapshot (NAME or POOL/NAME, same pool)");
-  lsn->callback([&] { LunClone(ctx, lref, lname, true, BackstoreArgs{}); });
+  auto& keep = cl.Keep(uint64_t{0});
+  auto* keep_opt = lsn->add_option("--keep", keep,
+                                   "Then delete this LUN's oldest snapshots beyond the N newest (exported ones are kept)");
+  lsn->callback([&, keep_opt] {
+    LunClone(ctx, lref, lname, true, BackstoreArgs{},
+             keep_opt->count() ? std::optional<uint64_t>(keep) : std::nullopt);
+  });
+  auto& snapname = cl.Keep(std::string());
+  auto* lrb = lun->add_subcommand("rollback", "Give a LUN its snapshot's contents, keeping its name, WWN and exports");
+  lrb->add_option("lun", lref, "POOL/LUN")->required();
+  lrb->add_option("snapshot", snapname, "The snapshot (NAME or POOL/NAME, same pool)")->required();
+  lrb->add_flag("--force", lforce, "Allow a snapshot of another LUN");
+  lrb->callback([&] { LunRollback(ctx, lref, snapname, lforce); });
   auto* li = lun->add_subcommand("import", "Make a LUN from a raw image or block device (zero runs stay unmapped)");
   li->add_option("lun", lref, "POOL/LUN to create")->required();
   li->add_option("--from,-f", lpath, "Raw image file or block device")->required();

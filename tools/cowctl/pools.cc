@@ -70,6 +70,16 @@ class LocalPool final : public PoolHandle {
     if (!r.ok()) Fail(r.status(), "cloning " + name_ + "/" + src + " to " + dst);
     return r.value();
   }
+  store::LunInfo SnapshotLun(const std::string& src, const std::string& dst) override {
+    auto r = pool_->SnapshotLun(src, dst);
+    if (!r.ok()) Fail(r.status(), "snapshotting " + name_ + "/" + src + " to " + dst);
+    return r.value();
+  }
+  store::LunInfo RollbackLun(const std::string& lun, const std::string& snapshot) override {
+    auto s = pool_->RollbackLun(lun, snapshot);
+    if (!s.ok()) Fail(s, "rolling back " + name_ + "/" + lun + " to " + snapshot);
+    return GetLun(lun);
+  }
   void Grow(uint64_t size) override {
     auto s = pool_->Grow(size);
     if (!s.ok()) Fail(s, "growing pool " + name_);
@@ -161,6 +171,14 @@ class RemotePool final : public PoolHandle {
   store::LunInfo CloneLun(const std::string& src, const std::string& dst) override {
     return One(Call(control::Record("lun-clone").Set("src", src).Set("dst", dst),
                     "cloning " + name_ + "/" + src + " to " + dst));
+  }
+  store::LunInfo SnapshotLun(const std::string& src, const std::string& dst) override {
+    return One(Call(control::Record("lun-snapshot").Set("src", src).Set("dst", dst),
+                    "snapshotting " + name_ + "/" + src + " to " + dst));
+  }
+  store::LunInfo RollbackLun(const std::string& lun, const std::string& snapshot) override {
+    return One(Call(control::Record("lun-rollback").Set("name", lun).Set("snapshot", snapshot),
+                    "rolling back " + name_ + "/" + lun + " to " + snapshot));
   }
   void Grow(uint64_t size) override { Call(control::Record("grow").Set("size", size), "growing pool " + name_); }
   store::CheckReport Check(Progress* progress) override {
@@ -281,6 +299,7 @@ PoolProbe ProbePool(const std::string& path) {
     case Code::kCorruption: hint = "metadata damaged: run 'cowctl pool check'"; break;
     case Code::kUnsupported: hint = "made by a newer cowstore: upgrade cowctl"; break;
     case Code::kIOError: hint = "I/O error: check the device and dmesg"; break;
+    case Code::kReadOnly: hint = "read-only (a snapshot): roll a LUN back to it, or clone it"; break;
     default: hint = store::CodeName(s.code()); break;
   }
   std::string msg = what + ": " + hint;

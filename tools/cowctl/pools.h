@@ -43,6 +43,11 @@ class PoolHandle {
   virtual void DeleteLun(const std::string& name) = 0;
   virtual store::LunInfo ResizeLun(const std::string& name, uint64_t size) = 0;
   virtual store::LunInfo CloneLun(const std::string& src, const std::string& dst) = 0;
+  // A read-only snapshot recording its origin and creation time.
+  virtual store::LunInfo SnapshotLun(const std::string& src, const std::string& dst) = 0;
+  // `lun` takes `snapshot`'s contents and keeps its identity; when the
+  // handler serves the LUN it drains it and tells the initiators.
+  virtual store::LunInfo RollbackLun(const std::string& lun, const std::string& snapshot) = 0;
   virtual void Grow(uint64_t size) = 0;
   virtual store::CheckReport Check(Progress* progress) = 0;
   // Reads every mapped block (control/scrub.h); Ctrl-C stops it while an
