@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -848,7 +849,13 @@ TEST_F(Cli, LsDrawsPoolsLunsBackstoresAndExports) {
     EXPECT_NE(json.find(want), std::string::npos) << want << "\n" << json;
   }
   // ls/rm: the aliases of every list and delete command.
-  EXPECT_EQ(Ok("pool ls"), Ok("pool list"));
+  // The backing filesystem's free space moves with whatever else writes to
+  // it between the two calls: compare the JSON with that one figure masked.
+  auto without_backing_free = [](const std::string& j) {
+    std::string s = std::regex_replace(j, std::regex(R"(("backing_free[a-z_]*": )[0-9]+)"), "$1N");
+    return std::regex_replace(s, std::regex(R"(("backing": \{[^}]*"free": )[0-9]+)"), "$1N");
+  };
+  EXPECT_EQ(without_backing_free(Ok("--json pool ls")), without_backing_free(Ok("--json pool list")));
   EXPECT_EQ(Ok("lun ls tank"), Ok("lun list tank"));
   EXPECT_EQ(Ok("backstore ls"), Ok("backstore list"));
   EXPECT_EQ(Ok("export ls"), Ok("export list"));
