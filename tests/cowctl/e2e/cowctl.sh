@@ -12,7 +12,8 @@
 # socket while tcmu-runner holds the pool, and import/export through it;
 # cowctl save; LIO cleared and
 # tcmu-runner restarted; cowctl restore brings everything back and the data
-# reads back; a second restore changes nothing; targetcli's saveconfig /
+# reads back; a second restore changes nothing; a read-only snapshot and an
+# online rollback (same device, data back, MEDIUM MAY HAVE CHANGED); targetcli's saveconfig /
 # clearconfig / restoreconfig keeps cowctl's objects; unexport and delete.
 . "$(dirname "$0")/../../e2e/guest/lib.sh"
 . "$E2E_DIR/guest/cowstore.sh"
@@ -79,6 +80,20 @@ step read-after       same_as "$D2" $((8 * 2048)) $((4 * 2048)) $W/pat
 NAA=$(cowctl --json lun show p0/vm1 | sed -n 's/.*"naa": "naa\.\([0-9a-f]*\)".*/\1/p')
 step naa-is-vpd83     eval "[ -n '$NAA' ] && sg_vpd -p di $D2 | tr -d ' ' | grep -qi '$NAA'"
 step iscsi-after      shows "LIO-ORG|cowstore" iscsi-inq "$(iscsi_url $TGT 0)"
+
+# ------------------------------------------------------------ snapshot and online rollback
+# A read-only snapshot, new data written through the initiator, then a rollback
+# while tcmu-runner serves the LUN: the initiator reads the snapshot's data on
+# the same device (same naa), and its next command is told the medium changed.
+step snapshot         cowctl lun snapshot p0/vm1 vm1-s1
+step snapshot-ro      shows "read-only" cowctl lun show p0/vm1-s1
+step overwrite        eval "dd if=/dev/urandom of=$W/pat2 bs=1M count=4 status=none && dd if=$W/pat2 of=$D2 bs=1M seek=8 oflag=direct status=none"
+step overwritten      same_as "$D2" $((8 * 2048)) $((4 * 2048)) $W/pat2
+step rollback         cowctl lun rollback p0/vm1 vm1-s1
+step rollback-ua      eval "sg_turs -v $D2 2>&1 | tee /dev/stderr | grep -qi 'medium may have changed'"
+step rollback-data    same_as "$D2" $((8 * 2048)) $((4 * 2048)) $W/pat
+step rollback-naa     eval "sg_vpd -p di $D2 | tr -d ' ' | grep -qi '$NAA'"
+step snapshot-kept    shows "p0/vm1-s1" cowctl lun list p0
 
 # ------------------------------------------------------------ targetcli round trip
 step tcli-save        targetcli saveconfig $W/tcli.json
