@@ -64,6 +64,9 @@ std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo&
   p.Set("total_units", s.total_units).Set("allocated_units", s.allocated_units);
   p.Set("metadata_units", s.metadata_units).Set("shared_units", s.shared_units);
   p.Set("free_units", s.free_units).Set("mapped_bytes", s.mapped_bytes).Set("saved_bytes", s.saved_bytes);
+  // Freed units still being punched (counted in free_units too); an older
+  // cowctl skips the field, an older handler sends none (read as 0).
+  p.Set("thinning_units", s.thinning_units);
   p.Set("soft_threshold_units", s.soft_threshold_units).Set("provisioned_bytes", s.provisioned_bytes);
   // Thin on thin; absent when the handler's Env cannot tell.
   if (s.backing_known) {
@@ -86,6 +89,7 @@ store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
       s.metadata_units = U64(r, "metadata_units");
       s.shared_units = U64(r, "shared_units");
       s.free_units = U64(r, "free_units");
+      s.thinning_units = U64(r, "thinning_units");
       s.mapped_bytes = U64(r, "mapped_bytes");
       s.saved_bytes = U64(r, "saved_bytes");
       s.soft_threshold_units = U64(r, "soft_threshold_units");

@@ -29,7 +29,8 @@ store::LunInfo DecodeLun(const Record& r);
 // The first `lun` record of a reply (a default LunInfo if none).
 store::LunInfo DecodeFirstLun(const std::vector<Record>& records);
 
-// `space`: a `pool` record, then a `lun` record per LUN.
+// `space`: a `pool` record (the SpaceInfo figures; thinning_units reads as 0
+// from a handler that predates it), then a `lun` record per LUN.
 std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo& s);
 store::SpaceInfo DecodeSpace(const std::vector<Record>& records);
 

@@ -65,6 +65,7 @@ TEST(Messages, LunAndSpaceRoundTrip) {
   s.metadata_units = 2;
   s.shared_units = 3;
   s.free_units = 15988;
+  s.thinning_units = 40;  // freed, still being punched
   s.mapped_bytes = 7 << 20;
   s.saved_bytes = 1 << 20;
   s.soft_threshold_units = 12800;
@@ -98,11 +99,27 @@ TEST(Messages, LunAndSpaceRoundTrip) {
   EXPECT_EQ(d.metadata_units, s.metadata_units);
   EXPECT_EQ(d.shared_units, s.shared_units);
   EXPECT_EQ(d.free_units, s.free_units);
+  EXPECT_EQ(d.thinning_units, s.thinning_units);
   EXPECT_EQ(d.mapped_bytes, s.mapped_bytes);
   EXPECT_EQ(d.saved_bytes, s.saved_bytes);
   EXPECT_EQ(d.soft_threshold_units, s.soft_threshold_units);
   ASSERT_EQ(d.luns.size(), 2u);
   ExpectSameLun(d.luns[1], s.luns[1]);
+}
+
+// A handler that predates a `pool` field (here: the reply of one from before
+// thinning_units) is read without error, the missing figure as 0.
+TEST(Messages, AnOlderHandlersSpaceReadsTheMissingFiguresAsZero) {
+  auto p = control::ParseRecord(
+      "pool name=tank size=1073741824 allocation_unit=65536 total_units=16000 allocated_units=12 metadata_units=2 "
+      "shared_units=3 free_units=15988 mapped_bytes=7340032 saved_bytes=1048576 soft_threshold_units=12800 "
+      "provisioned_bytes=3221225472");
+  ASSERT_TRUE(p);
+  store::SpaceInfo s = control::DecodeSpace({*p});
+  EXPECT_EQ(s.free_units, 15988u);
+  EXPECT_EQ(s.thinning_units, 0u);
+  EXPECT_EQ(s.provisioned_bytes, 3221225472u);
+  EXPECT_FALSE(s.backing_known);
 }
 
 TEST(Messages, ReportsAndCountersRoundTrip) {

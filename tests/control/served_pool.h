@@ -11,9 +11,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -30,6 +32,66 @@ using cowctl::testing::Exists;
 using cowctl::testing::ReadText;
 using cowctl::testing::TempDir;
 using cowctl::testing::WriteText;
+
+// The process's POSIX Env, with hole punches (the pool's background
+// thinning) held while Hold() is in force: freed space stays "thinning" for
+// as long as a test wants to look at it. Release() before the pool closes
+// (Close waits for the punches).
+class PunchGateEnv final : public store::Env {
+ public:
+  void Hold() {
+    std::lock_guard<std::mutex> g(m_);
+    held_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> g(m_);
+      held_ = false;
+    }
+    cv_.notify_all();
+  }
+  store::Result<std::unique_ptr<store::File>> OpenLocked(const std::string& path, Mode mode) override {
+    auto f = store::DefaultEnv()->OpenLocked(path, mode);
+    if (!f.ok()) return f.status();
+    return std::unique_ptr<store::File>(new GatedFile(std::move(f.value()), this));
+  }
+  bool Exists(const std::string& path) override { return store::DefaultEnv()->Exists(path); }
+  store::Result<store::BackingSpace> BackingOf(const std::string& path) override {
+    return store::DefaultEnv()->BackingOf(path);
+  }
+
+ private:
+  void Pass() {
+    std::unique_lock<std::mutex> g(m_);
+    cv_.wait(g, [&] { return !held_; });
+  }
+  class GatedFile final : public store::File {
+   public:
+    GatedFile(std::unique_ptr<store::File> f, PunchGateEnv* env) : f_(std::move(f)), env_(env) {}
+    store::Status Read(uint64_t o, size_t n, void* b) override { return f_->Read(o, n, b); }
+    store::Status ReadV(uint64_t o, const iovec* iov, size_t n) override { return f_->ReadV(o, iov, n); }
+    store::Status Write(uint64_t o, size_t n, const void* b) override { return f_->Write(o, n, b); }
+    store::Status Sync() override {
+      env_->CountSync();
+      return f_->Sync();
+    }
+    store::Result<uint64_t> Size() override { return f_->Size(); }
+    store::Status Truncate(uint64_t s) override { return f_->Truncate(s); }
+    store::Status PunchHole(uint64_t o, uint64_t n) override {
+      env_->Pass();
+      return f_->PunchHole(o, n);
+    }
+    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    store::Result<store::BackingSpace> Backing() override { return f_->Backing(); }
+
+   private:
+    std::unique_ptr<store::File> f_;
+    PunchGateEnv* env_;
+  };
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool held_ = false;
+};
 
 // The pool every control test uses: 1 GiB of 64 KiB units at `path`, open.
 inline std::unique_ptr<store::Pool> CreateTestPool(const std::string& path) {

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -2057,6 +2058,67 @@ TEST_F(Served, MetricsParseAndCarryThePoolsAndTheHandlersCounters) {
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
   Err("metrics --output " + dir + "/missing/cowstore.prom", "cannot write");
   Err("--json metrics", "--json does not apply");
+}
+
+// Space a served pool frees is punched off the command path (the store's
+// Thinner); until then pool show, pool list --json and metrics say how much
+// is still on its way back to the filesystem, through the handler's socket.
+// Once the pool is closed (every punch done), cowctl opening it itself says 0.
+TEST_F(Served, ShowsFreedSpaceStillBeingReturnedToTheFilesystem) {
+  Pool();  // 64 KiB allocation units
+  control_test::PunchGateEnv env;
+  struct Cleanup {
+    std::function<void()> f;
+    ~Cleanup() { f(); }
+  } cleanup{[&] {  // before `env` goes: release the punches, stop serving, close
+    env.Release();
+    server.reset();
+    if (pool) (void)pool->Close();
+    pool.reset();
+  }};
+  auto r = store::Pool::Open(&env, pools + "/tank");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  pool = std::move(r.value());
+  server = control_test::StartTestServer(*pool, run, "tank");
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(pool->CreateLun("vm1", 16 << 20, 512).ok());
+  auto opened = pool->OpenLun("vm1");
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::shared_ptr<store::Lun> lun = std::move(opened).value();
+  constexpr uint64_t kAu = 64 << 10, kAus = 8, kBlocksPerAu = kAu / 512;
+  const std::string data(kAu, 'x');
+  for (uint64_t i = 0; i < kAus; ++i)
+    ASSERT_TRUE(lun->Write(i * kBlocksPerAu, kBlocksPerAu, data.data(), store::Durability::kDurable).ok());
+  EXPECT_NE(Ok("--json pool show tank").find("\"thinning\": 0,"), std::string::npos);
+
+  env.Hold();  // the punches wait: the unmapped AUs stay thinning
+  ASSERT_TRUE(lun->Unmap(0, kAus * kBlocksPerAu, store::Durability::kDurable).ok());
+  ASSERT_EQ(pool->Space().thinning_units, kAus);
+  const std::string want = "\"thinning\": " + std::to_string(kAus * kAu) + ",";  // 512 KiB, in bytes
+  std::string j = Ok("--json pool show tank");
+  EXPECT_NE(j.find("\"served_by_handler\": true"), std::string::npos) << j;
+  EXPECT_NE(j.find(want), std::string::npos) << j;
+  EXPECT_NE(Ok("--json pool list").find(want), std::string::npos);
+  std::string show = Ok("pool show tank");
+  EXPECT_NE(show.find("thinning:        512 KiB (in free; still being returned to the filesystem)"), std::string::npos)
+      << show;
+  auto e = testing::ParseExposition(Ok("metrics"));
+  EXPECT_TRUE(e.problems.empty());
+  EXPECT_EQ(e.samples["cowstore_pool_thinning_bytes{pool=\"tank\"}"], kAus * kAu);
+  EXPECT_EQ(e.types["cowstore_pool_thinning_bytes"], "gauge");
+
+  env.Release();  // punched in the background: back to 0
+  for (int i = 0; i < 1000 && pool->Space().thinning_units != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_NE(Ok("--json pool show tank").find("\"thinning\": 0,"), std::string::npos);
+  server.reset();
+  lun.reset();  // lets go of the pool
+  ASSERT_TRUE(pool->Close().ok());
+  pool.reset();
+  j = Ok("--json pool show tank");  // opened by cowctl itself
+  EXPECT_NE(j.find("\"served_by_handler\": false"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"thinning\": 0,"), std::string::npos) << j;
+  EXPECT_NE(Ok("pool show tank").find("thinning:        0 B\n"), std::string::npos);
 }
 
 // The control server itself (protocol, several clients, progress, import

@@ -51,6 +51,7 @@ store::SpaceInfo TankSpace() {
   s.allocated_units = 100;
   s.metadata_units = 2;
   s.free_units = 900;
+  s.thinning_units = 7;  // of the free ones, still being punched
   s.soft_threshold_units = 800;
   s.provisioned_bytes = 2ull << 30;
   s.backing_known = true;
@@ -96,6 +97,7 @@ TEST(Metrics, PoolsAndHandlerCountersInTheTextFormat) {
   EXPECT_EQ(v("cowstore_pool_size_bytes{pool=\"tank\"}"), 1ull << 30);
   EXPECT_EQ(v("cowstore_pool_used_bytes{pool=\"tank\"}"), 100ull << 20);
   EXPECT_EQ(v("cowstore_pool_free_bytes{pool=\"tank\"}"), 900ull << 20);
+  EXPECT_EQ(v("cowstore_pool_thinning_bytes{pool=\"tank\"}"), 7ull << 20);  // bytes, not units
   EXPECT_EQ(v("cowstore_pool_provisioned_bytes{pool=\"tank\"}"), 2ull << 30);
   EXPECT_EQ(v("cowstore_pool_overcommit_ratio{pool=\"tank\"}"), 2.0);
   EXPECT_EQ(v("cowstore_pool_soft_threshold_bytes{pool=\"tank\"}"), 800ull << 20);
@@ -122,6 +124,7 @@ TEST(Metrics, PoolsAndHandlerCountersInTheTextFormat) {
   EXPECT_EQ(v("cowstore_lun_handler_counter_total{pool=\"tank\",lun=\"vm1\",counter=\"a new one\"}"), 7);
   EXPECT_EQ(e.types["cowstore_lun_commands_total"], "counter");
   EXPECT_EQ(e.types["cowstore_pool_free_bytes"], "gauge");
+  EXPECT_EQ(e.types["cowstore_pool_thinning_bytes"], "gauge");
 }
 
 TEST(Metrics, AnOlderHandlersZeroBlocksCountsAsWriteSame) {

@@ -105,6 +105,7 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
   j["metadata"] = s.metadata_units * au;
   j["shared"] = s.shared_units * au;
   j["free"] = s.free_units * au;
+  j["thinning"] = s.thinning_units * au;  // of "free": freed, not yet punched
   j["mapped"] = s.mapped_bytes;
   j["saved_by_clones"] = s.saved_bytes;
   j["soft_threshold"] = s.soft_threshold_units * au;
@@ -113,6 +114,15 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
   for (const auto& l : s.luns) luns.push_back(LunJson(name, l, std::nullopt));
   j["luns"] = luns;
   return j;
+}
+
+// Freed space whose punch is still under way: part of "free" (an allocation
+// waits for it), not yet given back to what holds the pool.
+std::string ThinningText(const store::SpaceInfo& s) {
+  const uint64_t bytes = s.thinning_units * s.allocation_unit;
+  if (bytes == 0) return FormatSize(0);
+  const bool device = s.backing_known && !s.backing_grows;
+  return FormatSize(bytes) + " (in free; still being returned to the " + (device ? "device" : "filesystem") + ")";
 }
 
 void PoolList(const Context& ctx) {
@@ -163,6 +173,7 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"shared", FormatSize(s.shared_units * au)},
       {"saved by clones", FormatSize(s.saved_bytes)},
       {"free", FormatSize(s.free_units * au) + pct(s.free_units)},
+      {"thinning", ThinningText(s)},
       {"soft threshold", FormatSize(s.soft_threshold_units * au) + pct(s.soft_threshold_units)},
   };
   for (auto& e : CapacityKeyValues(s)) kv.push_back(std::move(e));  // provisioned, backing store, warning

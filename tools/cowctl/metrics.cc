@@ -114,6 +114,10 @@ void AddPool(Exposition& e, const PoolSample& p) {
   e.Gauge("cowstore_pool_size_bytes", "Declared size of the pool.", pl, s.pool_size_bytes);
   e.Gauge("cowstore_pool_used_bytes", "Allocated bytes of the pool (data and metadata).", pl, s.allocated_units * au);
   e.Gauge("cowstore_pool_free_bytes", "Bytes the pool can still allocate.", pl, s.free_units * au);
+  e.Gauge("cowstore_pool_thinning_bytes",
+          "Freed bytes still being returned to the backing filesystem or device (counted in "
+          "cowstore_pool_free_bytes).",
+          pl, s.thinning_units * au);
   e.Gauge("cowstore_pool_metadata_bytes", "Bytes of the pool holding metadata.", pl, s.metadata_units * au);
   e.Gauge("cowstore_pool_saved_bytes", "Bytes the LUNs map beyond the distinct data (shared by clones).", pl,
           s.saved_bytes);
