@@ -14,14 +14,38 @@ namespace cowstore::store {
 struct RunTree::Leaf {
   uint32_t count;
   uint32_t cap;
+  Leaf* next;  // in key order; null for the last leaf
   Packed* e() { return reinterpret_cast<Packed*>(this + 1); }
   const Packed* e() const { return reinterpret_cast<const Packed*>(this + 1); }
 };
 
+// An inner node's keys (first lba of each child's subtree), then its
+// children, follow its header: cap of each (the tree's fan-out).
+struct RunTree::Inner {
+  uint32_t count;
+  uint32_t cap;
+  uint64_t* keys() { return reinterpret_cast<uint64_t*>(this + 1); }
+  const uint64_t* keys() const { return reinterpret_cast<const uint64_t*>(this + 1); }
+  void** child() { return reinterpret_cast<void**>(keys() + cap); }
+  void* const* child() const { return reinterpret_cast<void* const*>(keys() + cap); }
+};
+
+// A root-to-leaf walk: node[d] is the inner node at depth d (0 = root) and
+// idx[d] the child taken there. Any change to the tree's shape invalidates it.
+struct RunTree::Path {
+  static constexpr int kMaxDepth = 64;  // fan-out >= 2 a level: 2^64 leaves
+  Inner* node[kMaxDepth];
+  uint32_t idx[kMaxDepth];
+  int depth = 0;  // == height_
+  Leaf* leaf = nullptr;
+};
+
 RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) {
+  static_assert(sizeof(Leaf) == 16 && sizeof(Leaf) + kLeafRuns * sizeof(Packed) == kLeafBytes);
   Leaf* l = new (::operator new(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
   l->count = 0;
   l->cap = cap;
+  l->next = nullptr;
   return l;
 }
 
@@ -34,6 +58,15 @@ RunTree::Leaf* RunTree::CopyLeaf(const Leaf* o, uint32_t cap) {
   return l;
 }
 
+RunTree::Inner* RunTree::NewInner() const {
+  static_assert(sizeof(Inner) + kInnerFanout * 16 <= kLeafBytes);
+  Inner* n = new (::operator new(sizeof(Inner) + fan_ * (sizeof(uint64_t) + sizeof(void*)))) Inner;
+  n->count = 0;
+  n->cap = fan_;
+  return n;
+}
+
+void RunTree::FreeInner(Inner* n) { ::operator delete(n); }
 
 // ------------------------------------------------------------ packing
 
@@ -48,9 +81,32 @@ Run RunTree::Unpack(const Packed& p) {
 
 // ------------------------------------------------------------ copy and move
 
-RunTree::RunTree(const RunTree& o) : size_(o.size_) {
-  index_.reserve(o.index_.size());
-  for (const Slot& s : o.index_) index_.push_back({s.first, CopyLeaf(s.leaf, s.leaf->cap)});
+RunTree::RunTree(uint32_t inner_fanout)
+    : fan_(std::clamp(inner_fanout, kMinInnerFanout, kInnerFanout)) {}
+
+void* RunTree::CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf) {
+  if (height == 0) {
+    const Leaf* o = static_cast<const Leaf*>(node);
+    Leaf* l = CopyLeaf(o, o->cap);
+    if (*prev_leaf)
+      (*prev_leaf)->next = l;
+    else
+      first_ = l;
+    *prev_leaf = l;
+    last_ = l;
+    return l;
+  }
+  const Inner* o = static_cast<const Inner*>(node);
+  Inner* n = NewInner();
+  n->count = o->count;
+  std::memcpy(n->keys(), o->keys(), o->count * sizeof(uint64_t));
+  for (uint32_t k = 0; k < o->count; k++) n->child()[k] = CopySubtree(o->child()[k], height - 1, prev_leaf);
+  return n;
+}
+
+RunTree::RunTree(const RunTree& o) : height_(o.height_), fan_(o.fan_), size_(o.size_) {
+  Leaf* prev = nullptr;
+  if (o.root_) root_ = CopySubtree(o.root_, o.height_, &prev);
 }
 
 RunTree& RunTree::operator=(const RunTree& o) {
@@ -61,26 +117,46 @@ RunTree& RunTree::operator=(const RunTree& o) {
   return *this;
 }
 
-RunTree::RunTree(RunTree&& o) noexcept : index_(std::move(o.index_)), size_(o.size_) {
-  o.index_.clear();
+RunTree::RunTree(RunTree&& o) noexcept
+    : root_(o.root_), height_(o.height_), fan_(o.fan_), first_(o.first_), last_(o.last_), size_(o.size_) {
+  o.root_ = nullptr;
+  o.height_ = 0;
+  o.first_ = o.last_ = nullptr;
   o.size_ = 0;
 }
 
 RunTree& RunTree::operator=(RunTree&& o) noexcept {
   if (this != &o) {
     Clear();
-    index_ = std::move(o.index_);
+    root_ = o.root_;
+    height_ = o.height_;
+    fan_ = o.fan_;
+    first_ = o.first_;
+    last_ = o.last_;
     size_ = o.size_;
-    o.index_.clear();
+    o.root_ = nullptr;
+    o.height_ = 0;
+    o.first_ = o.last_ = nullptr;
     o.size_ = 0;
   }
   return *this;
 }
 
+void RunTree::FreeSubtree(void* node, uint32_t height) {
+  if (height == 0) {
+    FreeLeaf(static_cast<Leaf*>(node));
+    return;
+  }
+  Inner* n = static_cast<Inner*>(node);
+  for (uint32_t k = 0; k < n->count; k++) FreeSubtree(n->child()[k], height - 1);
+  FreeInner(n);
+}
+
 void RunTree::Clear() {
-  for (Slot& s : index_) FreeLeaf(s.leaf);
-  index_.clear();
-  index_.shrink_to_fit();
+  if (root_) FreeSubtree(root_, height_);
+  root_ = nullptr;
+  height_ = 0;
+  first_ = last_ = nullptr;
   size_ = 0;
 }
 
@@ -96,55 +172,98 @@ uint32_t RunTree::UpperBoundIn(const Leaf* l, uint64_t a) {
   return static_cast<uint32_t>(p - l->e());
 }
 
-size_t RunTree::LeafFor(uint64_t a) const {
-  auto it = std::partition_point(index_.begin(), index_.end(), [a](const Slot& s) { return s.first <= a; });
-  return it == index_.begin() ? 0 : static_cast<size_t>(it - index_.begin()) - 1;
+// The child of n a key belongs in.
+static inline uint32_t ChildFor(const uint64_t* keys, uint32_t count, uint64_t a) {
+  const uint64_t* k = std::partition_point(keys + 1, keys + count, [a](uint64_t x) { return x <= a; });
+  return static_cast<uint32_t>(k - keys) - 1;
 }
 
-Run RunTree::At(size_t leaf, uint32_t i) const { return Unpack(index_[leaf].leaf->e()[i]); }
+void RunTree::Descend(uint64_t a, Path* p) const {
+  void* node = root_;
+  p->depth = static_cast<int>(height_);
+  for (int d = 0; d < p->depth; d++) {
+    Inner* n = static_cast<Inner*>(node);
+    uint32_t k = ChildFor(n->keys(), n->count, a);
+    p->node[d] = n;
+    p->idx[d] = k;
+    node = n->child()[k];
+  }
+  p->leaf = static_cast<Leaf*>(node);
+}
 
-void RunTree::Set(size_t leaf, uint32_t i, const Run& r) {
-  index_[leaf].leaf->e()[i] = Pack(r.lba, r.phys, r.len);
-  if (i == 0) index_[leaf].first = r.lba;
+const RunTree::Leaf* RunTree::LeafFor(uint64_t a) const {
+  const void* node = root_;
+  for (uint32_t d = 0; d < height_; d++) {
+    const Inner* n = static_cast<const Inner*>(node);
+    node = n->child()[ChildFor(n->keys(), n->count, a)];
+  }
+  return static_cast<const Leaf*>(node);
+}
+
+RunTree::Leaf* RunTree::PrevLeaf(const Path& p) const {
+  int d = p.depth - 1;
+  while (d >= 0 && p.idx[d] == 0) d--;
+  if (d < 0) return nullptr;
+  void* node = p.node[d]->child()[p.idx[d] - 1];
+  for (int e = d + 1; e < p.depth; e++) {
+    Inner* n = static_cast<Inner*>(node);
+    node = n->child()[n->count - 1];
+  }
+  return static_cast<Leaf*>(node);
 }
 
 bool RunTree::Covering(uint64_t a, Run* out) const {
-  if (index_.empty() || a < index_[0].first) return false;
-  size_t li = LeafFor(a);
-  uint32_t j = UpperBoundIn(index_[li].leaf, a);  // >= 1: the leaf's first run starts <= a
-  Run r = At(li, j - 1);
+  if (!root_) return false;
+  const Leaf* l = LeafFor(a);
+  uint32_t j = UpperBoundIn(l, a);
+  if (j == 0) return false;  // a precedes every run
+  Run r = Unpack(l->e()[j - 1]);
   if (a - r.lba >= r.len) return false;
   *out = r;
   return true;
 }
 
 RunTree::const_iterator RunTree::lower_bound(uint64_t a) const {
-  if (index_.empty()) return end();
-  size_t li = LeafFor(a);
-  uint32_t j = LowerBoundIn(index_[li].leaf, a);
-  if (j == index_[li].leaf->count) return {this, li + 1, 0};
-  return {this, li, j};
+  if (!root_) return end();
+  const Leaf* l = LeafFor(a);
+  uint32_t j = LowerBoundIn(l, a);
+  if (j == l->count) return {l->next, 0};
+  return {l, j};
 }
 
 RunTree::const_iterator RunTree::FirstEndingAfter(uint64_t a) const {
-  if (index_.empty() || a < index_[0].first) return begin();
-  size_t li = LeafFor(a);
-  const Leaf* l = index_[li].leaf;
+  if (!root_) return end();
+  const Leaf* l = LeafFor(a);
   uint32_t j = UpperBoundIn(l, a);
-  Run r = At(li, j - 1);
-  if (a - r.lba < r.len) return {this, li, j - 1};
-  if (j == l->count) return {this, li + 1, 0};
-  return {this, li, j};
+  if (j == 0) return begin();  // a precedes every run
+  Run r = Unpack(l->e()[j - 1]);
+  if (a - r.lba < r.len) return {l, j - 1};
+  if (j == l->count) return {l->next, 0};
+  return {l, j};
 }
 
-Run RunTree::const_iterator::operator*() const { return t_->At(leaf_, i_); }
+Run RunTree::const_iterator::operator*() const { return Unpack(leaf_->e()[i_]); }
 
 RunTree::const_iterator& RunTree::const_iterator::operator++() {
-  if (++i_ == t_->index_[leaf_].leaf->count) {
-    leaf_++;
+  if (++i_ == leaf_->count) {
+    leaf_ = leaf_->next;
     i_ = 0;
   }
   return *this;
+}
+
+// ------------------------------------------------------------ keys
+
+void RunTree::FixKeys(const Path& p, int d, uint64_t key) {
+  for (; d >= 0; d--) {
+    p.node[d]->keys()[p.idx[d]] = key;
+    if (p.idx[d] != 0) return;
+  }
+}
+
+void RunTree::Set(Path& p, uint32_t i, const Run& r) {
+  p.leaf->e()[i] = Pack(r.lba, r.phys, r.len);
+  if (i == 0) FixKeys(p, p.depth - 1, r.lba);
 }
 
 // ------------------------------------------------------------ insertion
@@ -152,121 +271,181 @@ RunTree::const_iterator& RunTree::const_iterator::operator++() {
 bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   if (len == 0) return true;
   if (!Fits(lba, phys, len)) return false;
-  if (index_.empty()) {
-    index_.push_back({lba, NewLeaf(kFirstLeafRuns)});
-    Set(0, 0, {lba, phys, len});
-    index_[0].leaf->count = 1;
+  if (!root_) {
+    Leaf* l = NewLeaf(kFirstLeafRuns);
+    l->e()[0] = Pack(lba, phys, len);
+    l->count = 1;
+    root_ = first_ = last_ = l;
+    height_ = 0;
     size_ = 1;
     return true;
   }
-  // The run before lba (if any) and the one after it. The leaf found starts
-  // at or before lba unless lba precedes every run (then j == 0, no prev).
-  size_t li = LeafFor(lba);
-  uint32_t j = LowerBoundIn(index_[li].leaf, lba);  // insertion point in leaf li
+  // The run before lba (if any) is in the leaf found: it starts at or before
+  // lba unless lba precedes every run (then j == 0, no prev). The run after
+  // it is there too or first in the next leaf.
+  Path p;
+  Descend(lba, &p);
+  Leaf* l = p.leaf;
+  const uint32_t j = LowerBoundIn(l, lba);  // insertion point
   const bool has_prev = j > 0;
-  const size_t pl = li;
-  const uint32_t pi = j > 0 ? j - 1 : 0;
-  size_t nl = li;
-  uint32_t ni = j;
-  if (ni == index_[li].leaf->count) {
-    nl = li + 1;
-    ni = 0;
-  }
-  const bool has_next = nl < index_.size();
-  Run prev = has_prev ? At(pl, pi) : Run{};
-  Run next = has_next ? At(nl, ni) : Run{};
+  const Leaf* nl = j < l->count ? l : l->next;
+  const uint32_t ni = j < l->count ? j : 0;
+  const bool has_next = nl != nullptr;
+  Run prev = has_prev ? Unpack(l->e()[j - 1]) : Run{};
+  Run next = has_next ? Unpack(nl->e()[ni]) : Run{};
   bool join_prev = has_prev && prev.lba + prev.len == lba && prev.phys + prev.len == phys;
   bool join_next = has_next && next.lba == lba + len && next.phys == phys + len;
   if (join_prev) {
     uint64_t total = prev.len + len + (join_next ? next.len : 0);
     if (total > kMaxLen) return false;
     prev.len = total;
-    Set(pl, pi, prev);
-    if (join_next) EraseIn(nl, ni, 1);
+    Set(p, j - 1, prev);
+    if (join_next) {
+      if (nl != l) Descend(next.lba, &p);  // the next leaf: its first run
+      EraseIn(p, ni, 1);
+    }
     return true;
   }
   if (join_next) {
     if (len + next.len > kMaxLen) return false;
     // Same position in key order: the run just starts earlier.
-    Set(nl, ni, {lba, phys, len + next.len});
+    if (nl != l) Descend(next.lba, &p);
+    Set(p, ni, {lba, phys, len + next.len});
     return true;
   }
-  InsertAt(li, j, {lba, phys, len});
+  InsertAt(p, j, {lba, phys, len});
   return true;
 }
 
 void RunTree::SplitAt(uint64_t a) {
-  Run r;
-  if (!Covering(a, &r) || r.lba == a) return;
-  size_t li = LeafFor(a);
-  uint32_t j = UpperBoundIn(index_[li].leaf, a);
-  Set(li, j - 1, {r.lba, r.phys, a - r.lba});
-  InsertAt(li, j, {a, r.phys + (a - r.lba), r.lba + r.len - a});
+  if (!root_) return;
+  Path p;
+  Descend(a, &p);
+  uint32_t j = UpperBoundIn(p.leaf, a);
+  if (j == 0) return;
+  Run r = Unpack(p.leaf->e()[j - 1]);
+  if (r.lba == a || a - r.lba >= r.len) return;
+  Set(p, j - 1, {r.lba, r.phys, a - r.lba});
+  InsertAt(p, j, {a, r.phys + (a - r.lba), r.lba + r.len - a});
 }
 
-void RunTree::InsertAt(size_t li, uint32_t i, const Run& r) {
-  while (index_[li].leaf->count == index_[li].leaf->cap) {
-    MakeRoom(li, r.lba);
-    li = LeafFor(r.lba);
-    i = LowerBoundIn(index_[li].leaf, r.lba);
+void RunTree::InsertAt(Path& p, uint32_t i, const Run& r) {
+  while (p.leaf->count == p.leaf->cap) {
+    MakeRoom(p, r.lba);
+    Descend(r.lba, &p);
+    i = LowerBoundIn(p.leaf, r.lba);
   }
-  Leaf* l = index_[li].leaf;
+  Leaf* l = p.leaf;
   std::memmove(l->e() + i + 1, l->e() + i, (l->count - i) * sizeof(Packed));
   l->count++;
-  Set(li, i, r);
+  Set(p, i, r);
   size_++;
 }
 
-void RunTree::MakeRoom(size_t li, uint64_t a) {
-  Leaf* l = index_[li].leaf;
-  const size_t n = index_.size();
+void RunTree::NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key) {
+  Inner* n = NewInner();
+  n->count = 2;
+  n->keys()[0] = left_key;
+  n->keys()[1] = right_key;
+  n->child()[0] = left;
+  n->child()[1] = right;
+  root_ = n;
+  height_++;
+}
+
+void RunTree::InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child) {
+  Inner* n = p.node[d];
+  if (n->count < n->cap) {
+    std::memmove(n->keys() + pos + 1, n->keys() + pos, (n->count - pos) * sizeof(uint64_t));
+    std::memmove(n->child() + pos + 1, n->child() + pos, (n->count - pos) * sizeof(void*));
+    n->keys()[pos] = key;
+    n->child()[pos] = child;
+    n->count++;
+    return;
+  }
+  // Full: cap + 1 entries become two nodes of about half each.
+  uint64_t keys[kInnerFanout + 1];
+  void* kids[kInnerFanout + 1];
+  const uint32_t t = n->count + 1;
+  std::memcpy(keys, n->keys(), pos * sizeof(uint64_t));
+  std::memcpy(kids, n->child(), pos * sizeof(void*));
+  keys[pos] = key;
+  kids[pos] = child;
+  std::memcpy(keys + pos + 1, n->keys() + pos, (n->count - pos) * sizeof(uint64_t));
+  std::memcpy(kids + pos + 1, n->child() + pos, (n->count - pos) * sizeof(void*));
+  const uint32_t left = t / 2;
+  Inner* r = NewInner();
+  n->count = left;
+  std::memcpy(n->keys(), keys, left * sizeof(uint64_t));
+  std::memcpy(n->child(), kids, left * sizeof(void*));
+  r->count = t - left;
+  std::memcpy(r->keys(), keys + left, r->count * sizeof(uint64_t));
+  std::memcpy(r->child(), kids + left, r->count * sizeof(void*));
+  if (d == 0)
+    NewRoot(n, n->keys()[0], r, r->keys()[0]);
+  else
+    InsertChild(p, d - 1, p.idx[d - 1] + 1, r->keys()[0], r);
+}
+
+void RunTree::MakeRoom(Path& p, uint64_t a) {
+  Leaf* l = p.leaf;
   // The only leaf grows before anything splits.
-  if (n == 1 && l->cap < kLeafRuns) {
-    index_[0].leaf = CopyLeaf(l, std::min(2 * l->cap, kLeafRuns));
+  if (height_ == 0 && l->cap < kLeafRuns) {
+    Leaf* g = CopyLeaf(l, std::min(2 * l->cap, kLeafRuns));
     FreeLeaf(l);
+    root_ = first_ = last_ = g;
     return;
   }
   // Appending past the last run: a new last leaf, this one stays full.
-  if (li + 1 == n && a > Key(l->e()[l->count - 1])) {
+  if (l == last_ && a > Key(l->e()[l->count - 1])) {
     Leaf* nl = NewLeaf(kLeafRuns);
-    index_.push_back({a, nl});
+    l->next = nl;
+    last_ = nl;
+    if (height_ == 0)
+      NewRoot(l, Key(l->e()[0]), nl, a);
+    else
+      InsertChild(p, p.depth - 1, p.idx[p.depth - 1] + 1, a, nl);
     return;
   }
-  // Lend runs to a neighbour with room for at least two (so that after the
-  // move both sides have room, wherever the new run goes).
-  if (li > 0 && index_[li - 1].leaf->count + 2 <= kLeafRuns) {
-    Leaf* left = index_[li - 1].leaf;
-    uint32_t m = (kLeafRuns - left->count) / 2;
-    std::memcpy(left->e() + left->count, l->e(), m * sizeof(Packed));
-    left->count += m;
-    std::memmove(l->e(), l->e() + m, (l->count - m) * sizeof(Packed));
-    l->count -= m;
-    index_[li].first = Key(l->e()[0]);
-    return;
-  }
-  if (li + 1 < n && index_[li + 1].leaf->count + 2 <= kLeafRuns) {
-    Leaf* right = index_[li + 1].leaf;
-    uint32_t m = (kLeafRuns - right->count) / 2;
-    std::memmove(right->e() + m, right->e(), right->count * sizeof(Packed));
-    std::memcpy(right->e(), l->e() + l->count - m, m * sizeof(Packed));
-    right->count += m;
-    l->count -= m;
-    index_[li + 1].first = Key(right->e()[0]);
-    return;
-  }
-  if (n == 1) {  // the only leaf: halve it
+  if (height_ == 0) {  // the only leaf: halve it
     Leaf* nl = NewLeaf(kLeafRuns);
     uint32_t keep = l->count / 2;
     nl->count = l->count - keep;
     std::memcpy(nl->e(), l->e() + keep, nl->count * sizeof(Packed));
     l->count = keep;
-    index_.insert(index_.begin() + 1, Slot{Key(nl->e()[0]), nl});
+    l->next = nl;
+    last_ = nl;
+    NewRoot(l, Key(l->e()[0]), nl, Key(nl->e()[0]));
     return;
   }
-  // This leaf and a full neighbour become three leaves of 2/3 each.
-  const size_t a0 = li + 1 < n ? li : li - 1;
-  Leaf* x = index_[a0].leaf;
-  Leaf* y = index_[a0 + 1].leaf;
+  Inner* parent = p.node[p.depth - 1];
+  const uint32_t li = p.idx[p.depth - 1];
+  // Lend runs to a sibling with room for at least two (so that after the
+  // move both sides have room, wherever the new run goes).
+  if (li > 0 && static_cast<Leaf*>(parent->child()[li - 1])->count + 2 <= kLeafRuns) {
+    Leaf* left = static_cast<Leaf*>(parent->child()[li - 1]);
+    uint32_t m = (kLeafRuns - left->count) / 2;
+    std::memcpy(left->e() + left->count, l->e(), m * sizeof(Packed));
+    left->count += m;
+    std::memmove(l->e(), l->e() + m, (l->count - m) * sizeof(Packed));
+    l->count -= m;
+    parent->keys()[li] = Key(l->e()[0]);
+    return;
+  }
+  if (li + 1 < parent->count && static_cast<Leaf*>(parent->child()[li + 1])->count + 2 <= kLeafRuns) {
+    Leaf* right = static_cast<Leaf*>(parent->child()[li + 1]);
+    uint32_t m = (kLeafRuns - right->count) / 2;
+    std::memmove(right->e() + m, right->e(), right->count * sizeof(Packed));
+    std::memcpy(right->e(), l->e() + l->count - m, m * sizeof(Packed));
+    right->count += m;
+    l->count -= m;
+    parent->keys()[li + 1] = Key(right->e()[0]);
+    return;
+  }
+  // This leaf and a full sibling become three leaves of 2/3 each.
+  const uint32_t a0 = li + 1 < parent->count ? li : li - 1;
+  Leaf* x = static_cast<Leaf*>(parent->child()[a0]);
+  Leaf* y = static_cast<Leaf*>(parent->child()[a0 + 1]);
   Packed all[2 * kLeafRuns];
   const uint32_t t = x->count + y->count;
   std::memcpy(all, x->e(), x->count * sizeof(Packed));
@@ -279,36 +458,108 @@ void RunTree::MakeRoom(size_t li, uint64_t a) {
   std::memcpy(y->e(), all + s0, s1 * sizeof(Packed));
   z->count = s2;
   std::memcpy(z->e(), all + s0 + s1, s2 * sizeof(Packed));
-  index_[a0 + 1].first = Key(y->e()[0]);
-  index_.insert(index_.begin() + static_cast<std::ptrdiff_t>(a0 + 2), Slot{Key(z->e()[0]), z});
+  z->next = y->next;
+  y->next = z;
+  if (last_ == y) last_ = z;
+  parent->keys()[a0 + 1] = Key(y->e()[0]);
+  InsertChild(p, p.depth - 1, a0 + 2, Key(z->e()[0]), z);
 }
 
 // ------------------------------------------------------------ erasure
 
-void RunTree::EraseIn(size_t li, uint32_t i, uint32_t n) {
-  Leaf* l = index_[li].leaf;
+void RunTree::EraseIn(Path& p, uint32_t i, uint32_t n) {
+  Leaf* l = p.leaf;
   std::memmove(l->e() + i, l->e() + i + n, (l->count - i - n) * sizeof(Packed));
   l->count -= n;
   size_ -= n;
   if (l->count == 0) {
+    if (height_ == 0) {
+      FreeLeaf(l);
+      root_ = first_ = last_ = nullptr;
+      return;
+    }
+    Leaf* prev = PrevLeaf(p);
+    if (prev)
+      prev->next = l->next;
+    else
+      first_ = l->next;
+    if (last_ == l) last_ = prev;
     FreeLeaf(l);
-    index_.erase(index_.begin() + static_cast<std::ptrdiff_t>(li));
+    RemoveChild(p, p.depth - 1, p.idx[p.depth - 1]);
     return;
   }
-  if (i == 0) index_[li].first = Key(l->e()[0]);
-  if (l->count < kMinLeafRuns) Rebalance(li);
+  if (i == 0) FixKeys(p, p.depth - 1, Key(l->e()[0]));
+  if (l->count < kMinLeafRuns) Rebalance(p);
 }
 
-void RunTree::Rebalance(size_t li) {
-  if (index_.size() < 2) return;
-  const size_t a0 = li > 0 ? li - 1 : li;  // the pair (a0, a0 + 1)
-  Leaf* x = index_[a0].leaf;
-  Leaf* y = index_[a0 + 1].leaf;
+void RunTree::RemoveChild(Path& p, int d, uint32_t pos) {
+  Inner* n = p.node[d];
+  std::memmove(n->keys() + pos, n->keys() + pos + 1, (n->count - pos - 1) * sizeof(uint64_t));
+  std::memmove(n->child() + pos, n->child() + pos + 1, (n->count - pos - 1) * sizeof(void*));
+  n->count--;
+  if (pos == 0 && d > 0) FixKeys(p, d - 1, n->keys()[0]);
+  if (d == 0) {
+    // A root with one child gives way to it.
+    while (height_ > 0 && static_cast<Inner*>(root_)->count == 1) {
+      Inner* r = static_cast<Inner*>(root_);
+      root_ = r->child()[0];
+      FreeInner(r);
+      height_--;
+    }
+    return;
+  }
+  if (n->count < MinInner()) RebalanceInner(p, d);
+}
+
+void RunTree::RebalanceInner(Path& p, int d) {
+  Inner* parent = p.node[d - 1];
+  const uint32_t ni = p.idx[d - 1];
+  const uint32_t a0 = ni > 0 ? ni - 1 : ni;  // the pair (a0, a0 + 1)
+  Inner* x = static_cast<Inner*>(parent->child()[a0]);
+  Inner* y = static_cast<Inner*>(parent->child()[a0 + 1]);
+  if (x->count + y->count <= x->cap) {
+    std::memcpy(x->keys() + x->count, y->keys(), y->count * sizeof(uint64_t));
+    std::memcpy(x->child() + x->count, y->child(), y->count * sizeof(void*));
+    x->count += y->count;
+    FreeInner(y);
+    RemoveChild(p, d - 1, a0 + 1);
+    return;
+  }
+  const uint32_t t = x->count + y->count, want = t / 2;
+  if (x->count < want) {  // move y's first children to x's end
+    uint32_t m = want - x->count;
+    std::memcpy(x->keys() + x->count, y->keys(), m * sizeof(uint64_t));
+    std::memcpy(x->child() + x->count, y->child(), m * sizeof(void*));
+    std::memmove(y->keys(), y->keys() + m, (y->count - m) * sizeof(uint64_t));
+    std::memmove(y->child(), y->child() + m, (y->count - m) * sizeof(void*));
+    x->count += m;
+    y->count -= m;
+  } else {  // move x's last children to y's front
+    uint32_t m = x->count - want;
+    std::memmove(y->keys() + m, y->keys(), y->count * sizeof(uint64_t));
+    std::memmove(y->child() + m, y->child(), y->count * sizeof(void*));
+    std::memcpy(y->keys(), x->keys() + want, m * sizeof(uint64_t));
+    std::memcpy(y->child(), x->child() + want, m * sizeof(void*));
+    x->count -= m;
+    y->count += m;
+  }
+  parent->keys()[a0 + 1] = y->keys()[0];
+}
+
+void RunTree::Rebalance(Path& p) {
+  if (height_ == 0) return;
+  Inner* parent = p.node[p.depth - 1];
+  const uint32_t li = p.idx[p.depth - 1];
+  const uint32_t a0 = li > 0 ? li - 1 : li;  // the pair (a0, a0 + 1)
+  Leaf* x = static_cast<Leaf*>(parent->child()[a0]);
+  Leaf* y = static_cast<Leaf*>(parent->child()[a0 + 1]);
   if (x->count + y->count <= kLeafRuns) {
     std::memcpy(x->e() + x->count, y->e(), y->count * sizeof(Packed));
     x->count += y->count;
+    x->next = y->next;
+    if (last_ == y) last_ = x;
     FreeLeaf(y);
-    index_.erase(index_.begin() + static_cast<std::ptrdiff_t>(a0 + 1));
+    RemoveChild(p, p.depth - 1, a0 + 1);
     return;
   }
   const uint32_t t = x->count + y->count, want = t / 2;
@@ -325,21 +576,28 @@ void RunTree::Rebalance(size_t li) {
     x->count -= m;
     y->count += m;
   }
-  index_[a0 + 1].first = Key(y->e()[0]);
+  parent->keys()[a0 + 1] = Key(y->e()[0]);
 }
 
 void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed) {
-  while (!index_.empty() && a < end) {
-    const_iterator it = lower_bound(a);
-    if (it == this->end()) return;
-    const size_t li = it.leaf_;
-    const Leaf* l = index_[li].leaf;
-    uint32_t k = it.i_;
+  Path p;
+  while (root_ && a < end) {
+    Descend(a, &p);
+    uint32_t j = LowerBoundIn(p.leaf, a);
+    if (j == p.leaf->count) {  // starts in the next leaf, if any
+      if (!p.leaf->next) return;
+      const uint64_t f = Key(p.leaf->next->e()[0]);
+      if (f >= end) return;
+      Descend(f, &p);
+      j = 0;
+    }
+    const Leaf* l = p.leaf;
+    uint32_t k = j;
     for (; k < l->count && Key(l->e()[k]) < end; k++)
       if (removed) removed->push_back(Unpack(l->e()[k]));
-    if (k == it.i_) return;
+    if (k == j) return;
     const bool to_leaf_end = k == l->count;
-    EraseIn(li, it.i_, k - it.i_);
+    EraseIn(p, j, k - j);
     if (!to_leaf_end) return;
   }
 }
@@ -352,9 +610,13 @@ void RunTree::BulkLoad(const std::vector<Run>& runs) {
   const size_t n = runs.size();
   if (n == 0) return;
   size_t leaves = (n + kFill - 1) / kFill;
-  index_.reserve(leaves);
   // Spread evenly: every leaf gets ~90 %, none below 1/3.
+  std::vector<void*> level;
+  std::vector<uint64_t> keys;
+  level.reserve(leaves);
+  keys.reserve(leaves);
   size_t done = 0;
+  Leaf* prev = nullptr;
   for (size_t k = 0; k < leaves; k++) {
     size_t take = (n - done) / (leaves - k);
     Leaf* l = NewLeaf(leaves == 1 ? std::max<uint32_t>(kFirstLeafRuns, static_cast<uint32_t>(take)) : kLeafRuns);
@@ -363,41 +625,116 @@ void RunTree::BulkLoad(const std::vector<Run>& runs) {
       l->e()[i] = Pack(r.lba, r.phys, r.len);
     }
     l->count = static_cast<uint32_t>(take);
-    index_.push_back({runs[done].lba, l});
+    if (prev)
+      prev->next = l;
+    else
+      first_ = l;
+    prev = l;
+    level.push_back(l);
+    keys.push_back(runs[done].lba);
     done += take;
   }
+  last_ = prev;
   size_ = n;
+  // Inner levels, bottom up, each node as full as the fan-out allows and the
+  // children spread evenly (so every node has more than fan-out / 2).
+  height_ = 0;
+  while (level.size() > 1) {
+    const size_t c = level.size(), nodes = (c + fan_ - 1) / fan_;
+    std::vector<void*> up;
+    std::vector<uint64_t> up_keys;
+    size_t at = 0;
+    for (size_t k = 0; k < nodes; k++) {
+      size_t take = (c - at) / (nodes - k);
+      Inner* in = NewInner();
+      in->count = static_cast<uint32_t>(take);
+      std::memcpy(in->keys(), keys.data() + at, take * sizeof(uint64_t));
+      std::memcpy(in->child(), level.data() + at, take * sizeof(void*));
+      up.push_back(in);
+      up_keys.push_back(keys[at]);
+      at += take;
+    }
+    level.swap(up);
+    keys.swap(up_keys);
+    height_++;
+  }
+  root_ = level[0];
 }
 
 // ------------------------------------------------------------ checks
 
+size_t RunTree::leaves() const {
+  size_t n = 0;
+  for (const Leaf* l = first_; l; l = l->next) n++;
+  return n;
+}
+
 size_t RunTree::MemoryBytes() const {
-  size_t b = index_.capacity() * sizeof(Slot);
-  for (const Slot& s : index_) b += sizeof(Leaf) + s.leaf->cap * sizeof(Packed);
+  size_t b = 0;
+  std::vector<std::pair<const void*, uint32_t>> todo;
+  if (root_) todo.push_back({root_, height_});
+  while (!todo.empty()) {
+    auto [node, h] = todo.back();
+    todo.pop_back();
+    if (h == 0) {
+      b += sizeof(Leaf) + static_cast<const Leaf*>(node)->cap * sizeof(Packed);
+      continue;
+    }
+    const Inner* n = static_cast<const Inner*>(node);
+    b += sizeof(Inner) + n->cap * (sizeof(uint64_t) + sizeof(void*));
+    for (uint32_t k = 0; k < n->count; k++) todo.push_back({n->child()[k], h - 1});
+  }
   return b;
 }
 
-std::string RunTree::Check() const {
-  size_t count = 0;
-  bool any = false;
-  uint64_t prev_end = 0;
-  for (size_t li = 0; li < index_.size(); li++) {
-    const Leaf* l = index_[li].leaf;
-    std::string at = "leaf " + std::to_string(li) + ": ";
+std::string RunTree::CheckSubtree(const void* node, uint32_t height, bool is_root, uint64_t* first,
+                                  const Leaf** prev_leaf, size_t* count, uint64_t* prev_end, bool* any) const {
+  if (height == 0) {
+    const Leaf* l = static_cast<const Leaf*>(node);
+    const bool only = is_root;
+    std::string at = "leaf " + std::to_string(*count) + "+: ";
+    if ((*prev_leaf ? (*prev_leaf)->next : first_) != l) return at + "leaf list out of order";
+    *prev_leaf = l;
     if (l->count == 0 || l->count > l->cap) return at + "count " + std::to_string(l->count);
-    if (l->cap > kLeafRuns || (index_.size() > 1 && l->cap != kLeafRuns)) return at + "capacity " + std::to_string(l->cap);
-    if (index_.size() > 1 && li + 1 < index_.size() && l->count < kMinLeafRuns)
-      return at + "underfull (" + std::to_string(l->count) + ")";
-    if (index_[li].first != Key(l->e()[0])) return at + "index key is not its first run";
+    if (l->cap > kLeafRuns || (!only && l->cap != kLeafRuns)) return at + "capacity " + std::to_string(l->cap);
+    if (!only && l != last_ && l->count < kMinLeafRuns) return at + "underfull (" + std::to_string(l->count) + ")";
     for (uint32_t i = 0; i < l->count; i++) {
       Run r = Unpack(l->e()[i]);
       if (r.len == 0 || !Fits(r.lba, r.phys, r.len)) return at + "bad run";
-      if (any && r.lba < prev_end) return at + "runs overlap or out of order";
-      any = true;
-      prev_end = r.lba + r.len;
+      if (*any && r.lba < *prev_end) return at + "runs overlap or out of order";
+      *any = true;
+      *prev_end = r.lba + r.len;
     }
-    count += l->count;
+    *count += l->count;
+    *first = Key(l->e()[0]);
+    return {};
   }
+  const Inner* n = static_cast<const Inner*>(node);
+  std::string at = "inner at height " + std::to_string(height) + ": ";
+  if (n->cap != fan_ || n->count > n->cap || n->count < (is_root ? 2u : MinInner()))
+    return at + "count " + std::to_string(n->count) + " of " + std::to_string(n->cap);
+  for (uint32_t k = 0; k < n->count; k++) {
+    uint64_t f = 0;
+    std::string e = CheckSubtree(n->child()[k], height - 1, false, &f, prev_leaf, count, prev_end, any);
+    if (!e.empty()) return e;
+    if (n->keys()[k] != f) return at + "key " + std::to_string(k) + " is not its subtree's first run";
+    if (k == 0) *first = f;
+  }
+  return {};
+}
+
+std::string RunTree::Check() const {
+  if (!root_) {
+    if (size_ || first_ || last_ || height_) return "empty tree with leaves or size";
+    return {};
+  }
+  const Leaf* prev = nullptr;
+  size_t count = 0;
+  uint64_t first = 0, prev_end = 0;
+  bool any = false;
+  std::string e = CheckSubtree(root_, height_, true, &first, &prev, &count, &prev_end, &any);
+  if (!e.empty()) return e;
+  if (prev != last_ || last_->next) return "last leaf is not the list's end";
   if (count != size_) return "size " + std::to_string(size_) + " but " + std::to_string(count) + " runs";
   return {};
 }

@@ -4,21 +4,25 @@
 // LUN's extent map, ~16 bytes per run when full and <= 24 at 2/3 fill, where
 // a std::map node costs 64.
 //
-// Shape: a B+tree of height two. Leaves hold up to kLeafRuns packed runs in
-// key order; above them one sorted index of (first lba, leaf), 16 bytes per
-// leaf (1/255 of the leaves' size), binary-searched. Splitting a leaf inserts
-// into that index: a move of at most 16 bytes x leaves (640 KB at 10 M runs),
-// amortised over the >= 85 inserts that fill a leaf between splits.
+// Shape: a B+tree. Leaves hold up to kLeafRuns packed runs in key order and
+// link to the next leaf (iteration). Inner nodes hold up to kInnerFanout
+// (first lba of the child's subtree, child) pairs in one 4 KiB block (1/255
+// of the leaves' size); every inner node but the root has >= fanout / 3
+// children, the root >= 2. A lookup, insert, split, merge or erase costs
+// O(log n): nothing moves more than one node's worth of entries per level.
 //
 // A tree's only leaf starts with room for kFirstLeafRuns and doubles as it
 // fills, so a LUN with a handful of extents costs bytes, not a 4 KiB leaf.
 //
-// Fill: a full leaf first lends runs to a neighbour with room; when both are
-// full, two leaves become three of 2/3 each (a B*-tree split). Appending past
-// the last run starts a new leaf, so runs inserted in key order (a checkpoint
-// being read, a clone being copied) pack leaves full. Erasing merges a leaf
-// below 1/3 with a neighbour, or evens the two out. Every leaf but the last
-// holds >= kLeafRuns / 3 runs.
+// Fill: a full leaf first lends runs to a sibling (same parent) with room;
+// when both are full, two leaves become three of 2/3 each (a B*-tree split).
+// Appending past the last run starts a new leaf, so runs inserted in key
+// order (a checkpoint being read: ExtentMap::Insert of sorted runs; a clone
+// being copied) pack leaves full and only touch the tree's right edge.
+// Erasing merges a leaf below 1/3 with a sibling, or evens the two out.
+// Every leaf but the last holds >= kLeafRuns / 3 runs. Inner nodes split in
+// halves when full and merge or even out below 1/3; a root left with one
+// child gives way to it.
 //
 // Packing limits (Fits): lba + len <= 2^48, phys + len <= 2^48,
 // 1 <= len <= 2^32. A v1 pool's AU numbers satisfy them (AU >= 64 KiB,
@@ -51,18 +55,19 @@ class RunTree {
   };
   static_assert(sizeof(Packed) == 16);
   struct Leaf;
-  struct Slot {
-    uint64_t first;  // lba of the leaf's first run
-    Leaf* leaf;
-  };
+  struct Inner;
+  struct Path;
 
  public:
   static constexpr uint64_t kMaxKey = uint64_t{1} << 48;  // lba/phys + len bound
   static constexpr uint64_t kMaxLen = uint64_t{1} << 32;
   static constexpr size_t kLeafBytes = 4096;
-  static constexpr uint32_t kLeafRuns = (kLeafBytes - 8) / sizeof(Packed);  // 255
+  static constexpr uint32_t kLeafRuns = (kLeafBytes - 16) / sizeof(Packed);  // 255 (16-byte header)
   static constexpr uint32_t kMinLeafRuns = kLeafRuns / 3;
   static constexpr uint32_t kFirstLeafRuns = 4;  // a new tree's leaf; doubles up to kLeafRuns
+  // Children of an inner node: (4096 - 8) / (8-byte key + 8-byte pointer).
+  static constexpr uint32_t kInnerFanout = 255;
+  static constexpr uint32_t kMinInnerFanout = 3;
 
   // Whether the run can be stored.
   static bool Fits(uint64_t lba, uint64_t phys, uint64_t len) {
@@ -85,21 +90,23 @@ class RunTree {
 
    private:
     friend class RunTree;
-    const_iterator(const RunTree* t, size_t leaf, uint32_t i) : t_(t), leaf_(leaf), i_(i) {}
-    const RunTree* t_ = nullptr;
-    size_t leaf_ = 0;  // index into the tree's leaf index; == leaves() at end
+    const_iterator(const Leaf* leaf, uint32_t i) : leaf_(leaf), i_(i) {}
+    const Leaf* leaf_ = nullptr;  // null at end
     uint32_t i_ = 0;
   };
 
   RunTree() = default;
+  // For tests: inner nodes of at most `inner_fanout` children (clamped to
+  // [kMinInnerFanout, kInnerFanout]), so that small trees grow several levels.
+  explicit RunTree(uint32_t inner_fanout);
   RunTree(const RunTree& o);
   RunTree& operator=(const RunTree& o);
   RunTree(RunTree&& o) noexcept;
   RunTree& operator=(RunTree&& o) noexcept;
   ~RunTree() { Clear(); }
 
-  const_iterator begin() const { return {this, 0, 0}; }
-  const_iterator end() const { return {this, index_.size(), 0}; }
+  const_iterator begin() const { return {first_, 0}; }
+  const_iterator end() const { return {}; }
   // The run containing a, or else the first run after a.
   const_iterator FirstEndingAfter(uint64_t a) const;
   // The first run starting at or after a.
@@ -127,8 +134,9 @@ class RunTree {
   void BulkLoad(const std::vector<Run>& runs);
 
   // For tests and benchmarks.
-  size_t leaves() const { return index_.size(); }
-  size_t MemoryBytes() const;  // leaves plus the index, without malloc headers
+  size_t leaves() const;      // walks the leaf list
+  size_t height() const { return root_ ? height_ + 1 : 0; }  // levels, leaves included
+  size_t MemoryBytes() const;  // leaves plus inner nodes, without malloc headers
   // Empty if every invariant above holds, else what is broken.
   std::string Check() const;
 
@@ -136,24 +144,48 @@ class RunTree {
   static Leaf* NewLeaf(uint32_t cap);
   static void FreeLeaf(Leaf* l);
   static Leaf* CopyLeaf(const Leaf* o, uint32_t cap);
+  Inner* NewInner() const;
+  static void FreeInner(Inner* n);
+  void FreeSubtree(void* node, uint32_t height);
+  void* CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf);
   static Run Unpack(const Packed& p);
   static Packed Pack(uint64_t lba, uint64_t phys, uint64_t len);
   static uint64_t Key(const Packed& p) { return p.lo & (kMaxKey - 1); }
   static uint32_t LowerBoundIn(const Leaf* l, uint64_t a);  // first run with lba >= a
   static uint32_t UpperBoundIn(const Leaf* l, uint64_t a);  // first run with lba > a
-  // Index of the leaf a key belongs in (0 when it is before every leaf).
-  size_t LeafFor(uint64_t a) const;
-  Run At(size_t leaf, uint32_t i) const;
-  void Set(size_t leaf, uint32_t i, const Run& r);
-  // Inserts r as the i-th run of leaf li, making room first if needed.
-  void InsertAt(size_t li, uint32_t i, const Run& r);
-  // Makes room in full leaf li for a run with key a (may add a leaf).
-  void MakeRoom(size_t li, uint64_t a);
-  // Merges or evens out leaf li (below kMinLeafRuns) with a neighbour.
-  void Rebalance(size_t li);
-  void EraseIn(size_t li, uint32_t i, uint32_t n);
+  uint32_t MinInner() const { return fan_ / 3 < 2 ? 2 : fan_ / 3; }
+  // From the root to the leaf a key belongs in: the last child whose first
+  // key is <= a at every level (the first child when a precedes them all).
+  void Descend(uint64_t a, Path* p) const;
+  const Leaf* LeafFor(uint64_t a) const;
+  // The leaf before p's leaf, or null.
+  Leaf* PrevLeaf(const Path& p) const;
+  // Sets the i-th run of p's leaf (its parents' keys follow a new first run).
+  void Set(Path& p, uint32_t i, const Run& r);
+  // The first key below inner level d changed to key: update the ancestors.
+  void FixKeys(const Path& p, int d, uint64_t key);
+  // Inserts r as the i-th run of p's leaf, making room first if needed.
+  void InsertAt(Path& p, uint32_t i, const Run& r);
+  // Makes room in p's full leaf for a run with key a (may add a leaf).
+  void MakeRoom(Path& p, uint64_t a);
+  // Adds (key, child) at pos >= 1 of inner level d, splitting upwards.
+  void InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child);
+  // Removes the child at pos of inner level d, merging upwards.
+  void RemoveChild(Path& p, int d, uint32_t pos);
+  void NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key);
+  // Merges or evens out p's leaf (below kMinLeafRuns) with a sibling.
+  void Rebalance(Path& p);
+  // Merges or evens out inner level d (below MinInner) with a sibling.
+  void RebalanceInner(Path& p, int d);
+  void EraseIn(Path& p, uint32_t i, uint32_t n);
+  std::string CheckSubtree(const void* node, uint32_t height, bool is_root, uint64_t* first,
+                           const Leaf** prev_leaf, size_t* count, uint64_t* prev_end, bool* any) const;
 
-  std::vector<Slot> index_;
+  void* root_ = nullptr;  // a Leaf when height_ == 0, else an Inner
+  uint32_t height_ = 0;   // inner levels above the leaves
+  uint32_t fan_ = kInnerFanout;
+  Leaf* first_ = nullptr;  // the leaf list's ends
+  Leaf* last_ = nullptr;
   size_t size_ = 0;
 };
 
