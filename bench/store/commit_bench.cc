@@ -40,6 +40,7 @@
 // The summary prints every figure with its goal and PASS/MISS.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +84,8 @@ void Die(const Status& s, const char* what) {
 struct Fig {
   double sec_per_cmd = 0, syncs_per_cmd = 0;
   double cpu_per_cmd = 0;  // CPU time of the calling threads (user + system)
+  double sleeps_per_cmd = 0;   // voluntary context switches of the calling threads
+  double preempts_per_cmd = 0;  // involuntary ones (runnable, descheduled)
   double sync = 0;         // raw fdatasync median around this run (0: none taken)
   uint64_t cmds = 0;
 };
@@ -108,29 +111,43 @@ double ThreadCpu() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
+// This thread's voluntary and involuntary context switches so far.
+std::pair<long, long> ThreadSwitches() {
+  rusage ru{};
+  getrusage(RUSAGE_THREAD, &ru);
+  return {ru.ru_nvcsw, ru.ru_nivcsw};
+}
+
 // Runs op(0..n-1) on `depth` threads, each taking the next index when its
 // previous call returns (stopping early after RunBudget()); returns the cost
 // per command and syncs per command.
 Fig RunAtDepth(int depth, uint64_t n, const std::function<void(uint64_t)>& op) {
   std::atomic<uint64_t> next{0}, done{0};
   std::atomic<uint64_t> cpu_ns{0};
+  std::atomic<long> vol{0}, invol{0};
   uint64_t s0 = DefaultEnv()->sync_calls();
   double t0 = Now(), stop = t0 + RunBudget();
   std::vector<std::thread> th;
   for (int q = 0; q < depth; q++)
     th.emplace_back([&] {
       double c0 = ThreadCpu();
+      auto [v0, i0] = ThreadSwitches();
       for (uint64_t i; (i = next.fetch_add(1)) < n;) {
         op(i);
         done++;
         if (Now() > stop) break;
       }
       cpu_ns += static_cast<uint64_t>((ThreadCpu() - c0) * 1e9);
+      auto [v1, i1] = ThreadSwitches();
+      vol += v1 - v0;
+      invol += i1 - i0;
     });
   for (auto& t : th) t.join();
   Fig f;
   f.cmds = done.load();
   f.cpu_per_cmd = static_cast<double>(cpu_ns.load()) * 1e-9 / static_cast<double>(f.cmds);
+  f.sleeps_per_cmd = static_cast<double>(vol.load()) / static_cast<double>(f.cmds);
+  f.preempts_per_cmd = static_cast<double>(invol.load()) / static_cast<double>(f.cmds);
   f.sec_per_cmd = (Now() - t0) / static_cast<double>(f.cmds);
   f.syncs_per_cmd =
       static_cast<double>(DefaultEnv()->sync_calls() - s0) / static_cast<double>(f.cmds);
@@ -322,6 +339,8 @@ void Clone(benchmark::State& st, uint64_t seg, int depth, Durability d) {
     g_fig[key] = f;
     st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
     st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
+    st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
+    st.counters["sleeps_per_cmd"] = f.sleeps_per_cmd;
   }
 }
 
@@ -573,8 +592,9 @@ void Summary() {
   if (g_val.count("punch_1mib"))
     std::printf("punching written data out of a file: 1 MiB at a time %.1f us each; 32 MiB at once "
                 "%.1f us\n", g_val["punch_1mib"] * 1e6, g_val["punch_32mib"] * 1e6);
-  std::printf("%-10s %3s %7s %10s %10s %9s %9s %10s %9s  %s\n", "shape", "QD", "cmds", "us/cmd",
-              "syncs/cmd", "cpu us", "sync us", "floor us", "vs floor", "ratio to baseline / goal");
+  std::printf("%-10s %3s %7s %10s %10s %9s %7s %7s %9s %10s %9s  %s\n", "shape", "QD", "cmds",
+              "us/cmd", "syncs/cmd", "cpu us", "sleeps", "preempt", "sync us", "floor us",
+              "vs floor", "ratio to baseline / goal");
   // A run's floor: its own fdatasync sample (else the start-of-run one) / QD
   // + the metadata work.
   auto floor_of = [&](const Fig& f, int d, double meta) {
@@ -586,9 +606,10 @@ void Summary() {
     if (!has(k)) return;
     const Fig& f = g_fig[k];
     double floor = floor_of(f, d, meta);
-    std::printf("%-10s %3d %7llu %10.1f %10.3f %9.1f %9.1f %10.1f %8.2fx  %s\n", shape.c_str(), d,
-                static_cast<unsigned long long>(f.cmds), f.sec_per_cmd * 1e6, f.syncs_per_cmd,
-                f.cpu_per_cmd * 1e6, f.sync * 1e6, floor * 1e6,
+    std::printf("%-10s %3d %7llu %10.1f %10.3f %9.1f %7.2f %7.2f %9.1f %10.1f %8.2fx  %s\n",
+                shape.c_str(), d, static_cast<unsigned long long>(f.cmds), f.sec_per_cmd * 1e6,
+                f.syncs_per_cmd, f.cpu_per_cmd * 1e6, f.sleeps_per_cmd, f.preempts_per_cmd,
+                f.sync * 1e6, floor * 1e6,
                 floor > 0 ? f.sec_per_cmd / floor : 0.0, tail.c_str());
   };
   char buf[256];
@@ -670,7 +691,9 @@ void Summary() {
   }
   std::printf("(floor = the run's fdatasync sample (sync us: median of %d raw syncs before and %d "
               "after it) / QD + the operation's metadata work (CPU, buffered, QD1); cpu us = CPU "
-              "time of the calling threads per command)\n", kSyncSample, kSyncSample);
+              "time of the calling threads per command; sleeps, preempt = their voluntary and "
+              "involuntary context switches per command: a caller that must block until its "
+              "commit is durable sleeps at least once)\n", kSyncSample, kSyncSample);
   std::printf("(Each run "
               "stops after %.0f s (COWSTORE_BENCH_RUN_SECONDS): 20 GiB and 100 GiB figures are "
               "per-command cost x commands when a run did not finish; zero/unmap QD 1 and 8 "

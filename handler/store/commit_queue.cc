@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/commit_queue.h"
 
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -22,45 +26,101 @@ CommitQueue::Stats CommitQueue::stats() const {
   return s;
 }
 
+namespace {
+
+// The waiter's futex word: private to this process.
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
+              std::atomic<uint32_t>::is_always_lock_free);
+uint32_t* Word(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
+
+void FutexWait(std::atomic<uint32_t>* a, uint32_t expected) {
+  // Returns at once if the word no longer holds `expected`; may also return
+  // spuriously (EINTR, or a wake meant for an earlier user of this stack
+  // slot): the caller looks again.
+  syscall(SYS_futex, Word(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+}
+
+void FutexWakeOne(std::atomic<uint32_t>* a) {
+  syscall(SYS_futex, Word(a), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+}  // namespace
+
+void CommitQueue::EnqueueLocked(Waiter* w) {
+  if (w->ticket == kExclusive) {
+    w->prev = ex_tail_;
+    w->next = nullptr;
+    (ex_tail_ ? ex_tail_->next : ex_head_) = w;
+    ex_tail_ = w;
+    return;
+  }
+  // Tickets mostly arrive in order: look from the newest end.
+  Waiter* after = tail_;
+  while (after && after->ticket > w->ticket) after = after->prev;
+  w->prev = after;
+  w->next = after ? after->next : head_;
+  (w->next ? w->next->prev : tail_) = w;
+  (after ? after->next : head_) = w;
+}
+
 void CommitQueue::CollectSatisfiedLocked(Wakeups* w) {
   const uint64_t d = durable_.load(std::memory_order_relaxed);
   const bool failed = !failed_.ok();
-  // Waiters are ordered by ticket, Exclusive() requests last: stop at the
-  // first one still needing a batch.
-  for (auto it = waiters_.begin(); it != waiters_.end() && it->first != kExclusive;) {
-    if (it->first > d && !failed) break;
-    w->done.push_back(std::move(it->second));
-    it = waiters_.erase(it);
-  }
+  // Waiters are ordered by ticket: the satisfied ones are a prefix of the
+  // list, detached whole as a chain.
+  Waiter* last = nullptr;
+  for (Waiter* p = head_; p && (failed || p->ticket <= d); p = p->next) last = p;
+  if (!last) return;
+  Waiter* first = head_;
+  head_ = last->next;
+  (head_ ? head_->prev : tail_) = nullptr;
+  last->next = nullptr;
+  (w->done_tail ? w->done_tail->next : w->done) = first;
+  w->done_tail = last;
 }
 
 void CommitQueue::PassLeadershipLocked(Wakeups* w) {
-  auto next = waiters_.lower_bound(kExclusive);  // the oldest Exclusive() request first
-  if (next == waiters_.end() && failed_.ok()) next = waiters_.begin();
-  if (next == waiters_.end()) {
+  Waiter* next = nullptr;
+  if (ex_head_) {  // the oldest Exclusive() request first
+    next = ex_head_;
+    ex_head_ = next->next;
+    (ex_head_ ? ex_head_->prev : ex_tail_) = nullptr;
+  } else if (head_ && failed_.ok()) {
+    next = head_;
+    head_ = next->next;
+    (head_ ? head_->prev : tail_) = nullptr;
+  }
+  if (!next) {
     leading_ = false;
     return;
   }
-  w->lead = std::move(next->second);
-  waiters_.erase(next);
+  next->next = nullptr;
+  w->lead = next;
+}
+
+void CommitQueue::Signal(Waiter* w, Waiter::State st) {
+  std::atomic<uint32_t>* word = &w->state;
+  word->store(st, std::memory_order_release);
+  // From here `w` may be gone (its caller returned); the wake only names the
+  // address, and every sleeper on a reused address looks again.
+  FutexWakeOne(word);
 }
 
 void CommitQueue::Deliver(Wakeups* w) {
-  auto signal = [](const WaiterPtr& p, Waiter::State st) {
-    {
-      std::lock_guard<std::mutex> g(p->m);
-      p->state = st;
-    }
-    p->cv.notify_one();
-  };
-  if (w->lead) signal(w->lead, Waiter::kLead);  // the next batch first
-  for (const WaiterPtr& p : w->done) signal(p, Waiter::kDone);
+  if (w->lead) Signal(w->lead, Waiter::kLead);  // the next batch first
+  for (Waiter* p = w->done; p;) {
+    Waiter* n = p->next;  // read before the signal releases p
+    Signal(p, Waiter::kDone);
+    p = n;
+  }
 }
 
 CommitQueue::Waiter::State CommitQueue::Sleep(Waiter* w) {
-  std::unique_lock<std::mutex> g(w->m);
-  w->cv.wait(g, [&] { return w->state != Waiter::kWaiting; });
-  return w->state;
+  for (;;) {
+    uint32_t st = w->state.load(std::memory_order_acquire);
+    if (st != Waiter::kWaiting) return static_cast<Waiter::State>(st);
+    FutexWait(&w->state, Waiter::kWaiting);
+  }
 }
 
 Status CommitQueue::Wait(uint64_t ticket) {
@@ -73,12 +133,12 @@ Status CommitQueue::Wait(uint64_t ticket) {
   if (durable_.load(std::memory_order_relaxed) >= ticket) return Status::Ok();
   if (!failed_.ok()) return failed_;
   if (leading_) {
-    auto w = std::make_shared<Waiter>();
-    w->ticket = ticket;
-    waiters_.emplace(ticket, w);
+    Waiter w;
+    w.ticket = ticket;
+    EnqueueLocked(&w);
     stats_.slept++;
     lk.unlock();
-    if (Sleep(w.get()) == Waiter::kDone) {
+    if (Sleep(&w) == Waiter::kDone) {
       // Signalled after durable_ was raised (or the queue failed), under mu_.
       if (durable_.load(std::memory_order_acquire) >= ticket) return Status::Ok();
       lk.lock();
@@ -155,11 +215,11 @@ void CommitQueue::BeginExclusive() {
   if (!leading_) {
     leading_ = true;
   } else {
-    auto w = std::make_shared<Waiter>();
-    w->ticket = kExclusive;
-    waiters_.emplace(kExclusive, w);
+    Waiter w;
+    w.ticket = kExclusive;
+    EnqueueLocked(&w);
     lk.unlock();
-    Sleep(w.get());  // only ever signalled kLead
+    Sleep(&w);  // only ever signalled kLead
     lk.lock();
   }
   // We lead, so no batch and no new hook can start: wait out the hooks of

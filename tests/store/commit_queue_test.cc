@@ -12,12 +12,49 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <thread>
 #include <vector>
 
 #include "handler/store/commit_queue.h"
 #include "handler/store/fault_env.h"
+
+// Counts this thread's heap allocations (for the test that a sleeping
+// Wait() allocates nothing). Not under sanitizers: they bring their own
+// operator new, which a program may not replace.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define COWSTORE_COUNT_ALLOCATIONS 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define COWSTORE_COUNT_ALLOCATIONS 0
+#endif
+#endif
+#ifndef COWSTORE_COUNT_ALLOCATIONS
+#define COWSTORE_COUNT_ALLOCATIONS 1
+#endif
+
+#if COWSTORE_COUNT_ALLOCATIONS
+namespace {
+thread_local uint64_t t_allocations = 0;
+}  // namespace
+void* operator new(std::size_t n) {
+  t_allocations++;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // operator new above is malloc
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // COWSTORE_COUNT_ALLOCATIONS
 
 namespace cowstore::store {
 namespace {
@@ -219,6 +256,31 @@ TEST(CommitQueue, OldestWaiterLeadsTheNextBatch) {
   EXPECT_EQ(st.leaders[1], ids[0]);  // ticket 2, the oldest waiter, led batch 2
   EXPECT_EQ(st.seals.back(), 9u);    // and covered all 8
 }
+
+// A caller that sleeps until its ticket is durable allocates nothing: its
+// place in the queue lives on its own stack (a durable command at queue
+// depth 32 used to pay a malloc and a free for it).
+#if COWSTORE_COUNT_ALLOCATIONS
+TEST(CommitQueue, SleepingWaitAllocatesNothing) {
+  FakeStore st;
+  st.gate.Close();
+  uint64_t t1 = st.Append(), t = st.Append();
+  std::thread first([&] { EXPECT_TRUE(st.queue.Wait(t1).ok()); });
+  st.gate.AwaitArrivals(1);  // the batch sealed both tickets: the waiter only waits
+  std::atomic<uint64_t> allocations{~uint64_t{0}};
+  std::thread waiter([&] {
+    const uint64_t before = t_allocations;
+    EXPECT_TRUE(st.queue.Wait(t).ok());
+    allocations = t_allocations - before;
+  });
+  Eventually([&] { return st.Slept() == 1; });
+  st.gate.Open();
+  first.join();
+  waiter.join();
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+  EXPECT_EQ(allocations.load(), 0u);
+}
+#endif  // COWSTORE_COUNT_ALLOCATIONS
 
 TEST(CommitQueue, FailureIsStickyAndWakesEveryWaiter) {
   FakeStore st;
