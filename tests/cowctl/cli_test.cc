@@ -1757,6 +1757,68 @@ TEST_F(Boot, DryRunPrintsThePlanRestoreApplies) {
   EXPECT_NE(Ok("restore --dry-run " + file).find("nothing to do"), std::string::npos);
 }
 
+// A loopback export (a local disk: its LUN number is part of its SCSI
+// address, [H:C:T:L]) comes back at its saved number, not the lowest free.
+TEST_F(Boot, ALoopbackExportComesBackAtItsSavedNumber) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  Edit("loopback:\n  []", "loopback:\n  - wwn: " + wwn + "\n    luns: [{lun: 3, pool: tank, name: vm1}]");
+  Reboot();
+  std::string out = Ok("restore " + file);
+  EXPECT_NE(out.find("exported tank/vm1 as LUN 3 of loopback " + wwn + "\n"), std::string::npos) << out;
+  EXPECT_TRUE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_3")));
+  EXPECT_FALSE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_0")));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  // save writes the number back.
+  Ok("save " + file + ".2");
+  std::string saved = ReadText(file + ".2");
+  EXPECT_NE(saved.find("  - wwn: " + wwn + "\n    luns:\n      - {lun: 3, pool: tank, name: vm1}"), std::string::npos)
+      << saved;
+}
+
+// That number held by another backstore: refused before anything changes,
+// as for an iSCSI TPG.
+TEST_F(Boot, ALoopbackNumberAnotherLunHasIsRefusedBeforeAnythingChanges) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  Edit("loopback:\n  []", "loopback:\n  - wwn: " + wwn + "\n    luns: [{lun: 3, pool: tank, name: vm1}]");
+  Reboot();
+  Ok("lun create tank/copy --size 8M --backstore");
+  Lio lio{LioOptions{host.configfs, host.proc, nullptr}};
+  auto copy = lio.FindBackstore("tank", "copy");
+  ASSERT_TRUE(copy);
+  lio.ExportLoopback(*copy, wwn, 3);
+  const std::string tree = Tree();
+  for (const char* flags : {"", "--dry-run "}) {
+    Err(std::string("restore ") + flags + file, file + ": loopback[0].luns[0].lun: LUN 3 of loopback " + wwn +
+                                                    " is taken by " + copy->key() + ", the file puts tank/vm1 there");
+    EXPECT_EQ(Tree(), tree) << flags;
+  }
+}
+
+// ESXi knows a datastore by its LUN's unit serial (the naa.6001405... name):
+// a backstore serving the LUN under another serial than the saved one is
+// named, and nothing changes, until the administrator picks one.
+TEST_F(Boot, ABackstoreWithAnotherSerialIsRefusedBeforeAnythingChanges) {
+  Reboot();
+  Ok("restore " + file);
+  Ok("unexport nas/esxds");  // something restore would do
+  Lio lio{LioOptions{host.configfs, host.proc, nullptr}};
+  auto bs = lio.FindBackstore("tank", "vm1");
+  ASSERT_TRUE(bs);
+  const std::string other = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
+  WriteText(bs->path + "/wwn/vpd_unit_serial", other);
+  const std::string tree = Tree();
+  for (const char* flags : {"", "--dry-run "}) {
+    Err(std::string("restore ") + flags + file,
+        file + ": pools[1].luns[0].wwn: LUN tank/vm1 has the backstore " + bs->key() + " with the unit serial " + other);
+    EXPECT_EQ(Tree(), tree) << flags;
+  }
+  // The file's identity chosen: the backstore remade with it.
+  Ok("backstore delete tank/vm1 --force");
+  Ok("restore " + file);
+  EXPECT_EQ(NaaOf("tank-vm1"), NaaName(bs->wwn));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+}
+
 // A pool on a block device (a loop device over a sparse file).
 class DeviceBoot : public Boot {
  protected:
