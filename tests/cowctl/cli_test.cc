@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -30,6 +31,8 @@
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
+#include "tools/cowctl/cmd_common.h"
+#include "tools/cowctl/commands.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/util.h"
 
@@ -2263,6 +2266,149 @@ c cowctl pool create p --
                         "--dry-run --create-missing", "-d -n --delay --iterations", "--output",
                         "--soft-threshold --overcommit"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
+  }
+}
+
+// The words of cowctl's own command line (CLI11's lists, as Main builds
+// them), which the completion is held to, so that neither can drift.
+struct Words {
+  std::vector<std::string> path;         // "lun", "snapshot"
+  std::set<std::string> subcommands;     // names and aliases
+  std::set<std::string> long_options;    // "--keep", "--help" (hidden ones left out)
+  std::set<std::string> short_options;   // "-s"
+  std::vector<std::string> value_names;  // every name of an option that takes a value
+};
+void CollectWords(CLI::App* app, std::vector<std::string> path, std::vector<Words>* out) {
+  Words w;
+  w.path = path;
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    w.subcommands.insert(sub->get_name());
+    for (const auto& a : sub->get_aliases()) w.subcommands.insert(a);
+  }
+  for (const CLI::Option* o : app->get_options()) {
+    if (o->get_positional() || o->get_group().empty()) continue;
+    for (const auto& n : o->get_lnames()) {
+      w.long_options.insert("--" + n);
+      if (o->get_expected_min() > 0) w.value_names.push_back("--" + n);
+    }
+    for (const auto& n : o->get_snames()) {
+      w.short_options.insert("-" + n);
+      if (o->get_expected_min() > 0) w.value_names.push_back("-" + n);
+    }
+  }
+  out->push_back(w);
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    auto p = path;
+    p.push_back(sub->get_name());
+    CollectWords(sub, p, out);
+  }
+}
+std::vector<Words> CowctlWords() {
+  CLI::App app;
+  Context ctx;
+  int rc = 0;
+  CommandLine cl(app, ctx, rc);
+  AddCommandLine(cl);
+  std::vector<Words> out;
+  CollectWords(&app, {}, &out);
+  return out;
+}
+std::set<std::string> SplitWords(const std::string& line) {
+  std::set<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.insert(w);
+  return out;
+}
+
+// Completes each line of `probes` (words, the last one being completed; ""
+// quoted) with a pool tank holding tank/vm1; one line of words per probe.
+std::vector<std::string> Complete(const std::vector<std::string>& probes, const std::string& pools) {
+  testing::TempDir d;
+  std::string bin = COWCTL_BINARY, script = d.path() + "/c.sh", out = d.path() + "/out";
+  if (!Exists(pools + "/tank")) {
+    EXPECT_EQ(std::system(("COWSTORE_POOL_DIR=" + pools + " " + bin + " pool create tank --size 64M >/dev/null && " +
+                           "COWSTORE_POOL_DIR=" + pools + " " + bin + " lun create tank/vm1 --size 16M >/dev/null")
+                              .c_str()),
+              0);
+  }
+  std::string text = "export COWSTORE_POOL_DIR=" + pools + "; PATH=" + bin.substr(0, bin.rfind('/')) +
+                     ":$PATH\nsource " + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "=${COMPREPLY[*]}"; }
+)";
+  for (const auto& p : probes) text += "c " + p + "\n";
+  testing::WriteText(script, text);
+  // In an empty directory: file names offered are none of cowctl's words.
+  std::string empty = d.path() + "/cwd";
+  std::filesystem::create_directories(empty);
+  EXPECT_EQ(std::system(("cd " + empty + " && bash " + script + " >" + out + " 2>/dev/null").c_str()), 0);
+  // One "=words" line a probe (anything else the script prints is not a reply).
+  std::vector<std::string> lines;
+  std::istringstream in(ReadText(out));
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l[0] == '=') lines.push_back(l.substr(1));
+  }
+  EXPECT_EQ(lines.size(), probes.size()) << ReadText(out);
+  lines.resize(probes.size());
+  return lines;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& w : v) s += w + " ";
+  return s;
+}
+
+// Every command, alias and long option the parser has is offered where it
+// belongs, and nothing the parser would refuse there: completion and CLI
+// cannot drift apart (a command or option added to one and not the other
+// fails here).
+TEST(Completion, OffersExactlyWhatTheParserAccepts) {
+  testing::TempDir d;
+  auto words = CowctlWords();
+  ASSERT_GT(words.size(), 20u);
+  std::vector<std::string> probes;
+  for (const auto& w : words) {
+    // A command with subcommands: "cowctl lun <TAB>"; a leaf: "cowctl lun snapshot -<TAB>".
+    probes.push_back("cowctl " + Join(w.path) + (w.subcommands.empty() ? "-" : "\"\""));
+  }
+  auto got = Complete(probes, d.path() + "/pools");
+  const std::set<std::string> globals = words[0].long_options;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const Words& w = words[i];
+    std::set<std::string> offered = SplitWords(got[i]), want, allowed;
+    if (!w.subcommands.empty()) {
+      want = w.subcommands;
+      want.insert("--help");
+      if (w.path.empty()) want.insert(globals.begin(), globals.end());  // cowctl <TAB>: commands and global options
+      allowed = want;
+    } else {
+      want = w.long_options;
+      allowed = want;
+      allowed.insert(w.short_options.begin(), w.short_options.end());
+      allowed.insert("--json");  // a global option, taken anywhere (fallthrough)
+    }
+    for (const auto& x : want) EXPECT_TRUE(offered.count(x)) << probes[i] << ": " << x << " not offered (got: " << got[i] << ")";
+    for (const auto& x : offered) EXPECT_TRUE(allowed.count(x)) << probes[i] << ": " << x << " offered, not accepted there";
+  }
+}
+
+// After an option that takes a value, the next word is that value: no
+// command, option, pool or LUN is offered for it.
+TEST(Completion, AnOptionsValueIsNotTakenForAWord) {
+  testing::TempDir d;
+  auto words = CowctlWords();
+  std::vector<std::string> probes;
+  std::set<std::string> forbidden = {"tank", "tank/vm1", "tank/"};
+  for (const auto& w : words) {
+    forbidden.insert(w.subcommands.begin(), w.subcommands.end());
+    for (const auto& n : w.value_names) probes.push_back("cowctl " + Join(w.path) + n + " \"\"");
+  }
+  ASSERT_GT(probes.size(), 20u);
+  auto got = Complete(probes, d.path() + "/pools");
+  for (size_t i = 0; i < probes.size(); ++i) {
+    for (const auto& x : SplitWords(got[i])) {
+      EXPECT_TRUE(!forbidden.count(x) && x[0] != '-') << probes[i] << ": offers " << x << " (got: " << got[i] << ")";
+    }
   }
 }
 
