@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -32,6 +33,8 @@
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
+#include "tools/cowctl/cmd_common.h"
+#include "tools/cowctl/commands.h"
 #include "tools/cowctl/lio.h"
 #include "tools/cowctl/util.h"
 
@@ -1765,6 +1768,68 @@ TEST_F(Boot, DryRunPrintsThePlanRestoreApplies) {
   EXPECT_NE(Ok("restore --dry-run " + file).find("nothing to do"), std::string::npos);
 }
 
+// A loopback export (a local disk: its LUN number is part of its SCSI
+// address, [H:C:T:L]) comes back at its saved number, not the lowest free.
+TEST_F(Boot, ALoopbackExportComesBackAtItsSavedNumber) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  Edit("loopback:\n  []", "loopback:\n  - wwn: " + wwn + "\n    luns: [{lun: 3, pool: tank, name: vm1}]");
+  Reboot();
+  std::string out = Ok("restore " + file);
+  EXPECT_NE(out.find("exported tank/vm1 as LUN 3 of loopback " + wwn + "\n"), std::string::npos) << out;
+  EXPECT_TRUE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_3")));
+  EXPECT_FALSE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_0")));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  // save writes the number back.
+  Ok("save " + file + ".2");
+  std::string saved = ReadText(file + ".2");
+  EXPECT_NE(saved.find("  - wwn: " + wwn + "\n    luns:\n      - {lun: 3, pool: tank, name: vm1}"), std::string::npos)
+      << saved;
+}
+
+// That number held by another backstore: refused before anything changes,
+// as for an iSCSI TPG.
+TEST_F(Boot, ALoopbackNumberAnotherLunHasIsRefusedBeforeAnythingChanges) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  Edit("loopback:\n  []", "loopback:\n  - wwn: " + wwn + "\n    luns: [{lun: 3, pool: tank, name: vm1}]");
+  Reboot();
+  Ok("lun create tank/copy --size 8M --backstore");
+  Lio lio{LioOptions{host.configfs, host.proc, nullptr}};
+  auto copy = lio.FindBackstore("tank", "copy");
+  ASSERT_TRUE(copy);
+  lio.ExportLoopback(*copy, wwn, 3);
+  const std::string tree = Tree();
+  for (const char* flags : {"", "--dry-run "}) {
+    Err(std::string("restore ") + flags + file, file + ": loopback[0].luns[0].lun: LUN 3 of loopback " + wwn +
+                                                    " is taken by " + copy->key() + ", the file puts tank/vm1 there");
+    EXPECT_EQ(Tree(), tree) << flags;
+  }
+}
+
+// ESXi knows a datastore by its LUN's unit serial (the naa.6001405... name):
+// a backstore serving the LUN under another serial than the saved one is
+// named, and nothing changes, until the administrator picks one.
+TEST_F(Boot, ABackstoreWithAnotherSerialIsRefusedBeforeAnythingChanges) {
+  Reboot();
+  Ok("restore " + file);
+  Ok("unexport nas/esxds");  // something restore would do
+  Lio lio{LioOptions{host.configfs, host.proc, nullptr}};
+  auto bs = lio.FindBackstore("tank", "vm1");
+  ASSERT_TRUE(bs);
+  const std::string other = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
+  WriteText(bs->path + "/wwn/vpd_unit_serial", other);
+  const std::string tree = Tree();
+  for (const char* flags : {"", "--dry-run "}) {
+    Err(std::string("restore ") + flags + file,
+        file + ": pools[1].luns[0].wwn: LUN tank/vm1 has the backstore " + bs->key() + " with the unit serial " + other);
+    EXPECT_EQ(Tree(), tree) << flags;
+  }
+  // The file's identity chosen: the backstore remade with it.
+  Ok("backstore delete tank/vm1 --force");
+  Ok("restore " + file);
+  EXPECT_EQ(NaaOf("tank-vm1"), NaaName(bs->wwn));
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+}
+
 // A pool on a block device (a loop device over a sparse file).
 class DeviceBoot : public Boot {
  protected:
@@ -2270,6 +2335,149 @@ c cowctl pool create p --
                         "--dry-run --create-missing", "-d -n --delay --iterations", "--output",
                         "--soft-threshold --overcommit"}) {
     EXPECT_NE(lines.find(w), std::string::npos) << w << "\n" << lines;
+  }
+}
+
+// The words of cowctl's own command line (CLI11's lists, as Main builds
+// them), which the completion is held to, so that neither can drift.
+struct Words {
+  std::vector<std::string> path;         // "lun", "snapshot"
+  std::set<std::string> subcommands;     // names and aliases
+  std::set<std::string> long_options;    // "--keep", "--help" (hidden ones left out)
+  std::set<std::string> short_options;   // "-s"
+  std::vector<std::string> value_names;  // every name of an option that takes a value
+};
+void CollectWords(CLI::App* app, std::vector<std::string> path, std::vector<Words>* out) {
+  Words w;
+  w.path = path;
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    w.subcommands.insert(sub->get_name());
+    for (const auto& a : sub->get_aliases()) w.subcommands.insert(a);
+  }
+  for (const CLI::Option* o : app->get_options()) {
+    if (o->get_positional() || o->get_group().empty()) continue;
+    for (const auto& n : o->get_lnames()) {
+      w.long_options.insert("--" + n);
+      if (o->get_expected_min() > 0) w.value_names.push_back("--" + n);
+    }
+    for (const auto& n : o->get_snames()) {
+      w.short_options.insert("-" + n);
+      if (o->get_expected_min() > 0) w.value_names.push_back("-" + n);
+    }
+  }
+  out->push_back(w);
+  for (CLI::App* sub : app->get_subcommands([](CLI::App*) { return true; })) {
+    auto p = path;
+    p.push_back(sub->get_name());
+    CollectWords(sub, p, out);
+  }
+}
+std::vector<Words> CowctlWords() {
+  CLI::App app;
+  Context ctx;
+  int rc = 0;
+  CommandLine cl(app, ctx, rc);
+  AddCommandLine(cl);
+  std::vector<Words> out;
+  CollectWords(&app, {}, &out);
+  return out;
+}
+std::set<std::string> SplitWords(const std::string& line) {
+  std::set<std::string> out;
+  std::istringstream in(line);
+  for (std::string w; in >> w;) out.insert(w);
+  return out;
+}
+
+// Completes each line of `probes` (words, the last one being completed; ""
+// quoted) with a pool tank holding tank/vm1; one line of words per probe.
+std::vector<std::string> Complete(const std::vector<std::string>& probes, const std::string& pools) {
+  testing::TempDir d;
+  std::string bin = COWCTL_BINARY, script = d.path() + "/c.sh", out = d.path() + "/out";
+  if (!Exists(pools + "/tank")) {
+    EXPECT_EQ(std::system(("COWSTORE_POOL_DIR=" + pools + " " + bin + " pool create tank --size 64M >/dev/null && " +
+                           "COWSTORE_POOL_DIR=" + pools + " " + bin + " lun create tank/vm1 --size 16M >/dev/null")
+                              .c_str()),
+              0);
+  }
+  std::string text = "export COWSTORE_POOL_DIR=" + pools + "; PATH=" + bin.substr(0, bin.rfind('/')) +
+                     ":$PATH\nsource " + COWCTL_COMPLETION + R"(
+c() { COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 )); COMPREPLY=(); _cowctl; echo "=${COMPREPLY[*]}"; }
+)";
+  for (const auto& p : probes) text += "c " + p + "\n";
+  testing::WriteText(script, text);
+  // In an empty directory: file names offered are none of cowctl's words.
+  std::string empty = d.path() + "/cwd";
+  std::filesystem::create_directories(empty);
+  EXPECT_EQ(std::system(("cd " + empty + " && bash " + script + " >" + out + " 2>/dev/null").c_str()), 0);
+  // One "=words" line a probe (anything else the script prints is not a reply).
+  std::vector<std::string> lines;
+  std::istringstream in(ReadText(out));
+  for (std::string l; std::getline(in, l);) {
+    if (!l.empty() && l[0] == '=') lines.push_back(l.substr(1));
+  }
+  EXPECT_EQ(lines.size(), probes.size()) << ReadText(out);
+  lines.resize(probes.size());
+  return lines;
+}
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& w : v) s += w + " ";
+  return s;
+}
+
+// Every command, alias and long option the parser has is offered where it
+// belongs, and nothing the parser would refuse there: completion and CLI
+// cannot drift apart (a command or option added to one and not the other
+// fails here).
+TEST(Completion, OffersExactlyWhatTheParserAccepts) {
+  testing::TempDir d;
+  auto words = CowctlWords();
+  ASSERT_GT(words.size(), 20u);
+  std::vector<std::string> probes;
+  for (const auto& w : words) {
+    // A command with subcommands: "cowctl lun <TAB>"; a leaf: "cowctl lun snapshot -<TAB>".
+    probes.push_back("cowctl " + Join(w.path) + (w.subcommands.empty() ? "-" : "\"\""));
+  }
+  auto got = Complete(probes, d.path() + "/pools");
+  const std::set<std::string> globals = words[0].long_options;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const Words& w = words[i];
+    std::set<std::string> offered = SplitWords(got[i]), want, allowed;
+    if (!w.subcommands.empty()) {
+      want = w.subcommands;
+      want.insert("--help");
+      if (w.path.empty()) want.insert(globals.begin(), globals.end());  // cowctl <TAB>: commands and global options
+      allowed = want;
+    } else {
+      want = w.long_options;
+      allowed = want;
+      allowed.insert(w.short_options.begin(), w.short_options.end());
+      allowed.insert("--json");  // a global option, taken anywhere (fallthrough)
+    }
+    for (const auto& x : want) EXPECT_TRUE(offered.count(x)) << probes[i] << ": " << x << " not offered (got: " << got[i] << ")";
+    for (const auto& x : offered) EXPECT_TRUE(allowed.count(x)) << probes[i] << ": " << x << " offered, not accepted there";
+  }
+}
+
+// After an option that takes a value, the next word is that value: no
+// command, option, pool or LUN is offered for it.
+TEST(Completion, AnOptionsValueIsNotTakenForAWord) {
+  testing::TempDir d;
+  auto words = CowctlWords();
+  std::vector<std::string> probes;
+  std::set<std::string> forbidden = {"tank", "tank/vm1", "tank/"};
+  for (const auto& w : words) {
+    forbidden.insert(w.subcommands.begin(), w.subcommands.end());
+    for (const auto& n : w.value_names) probes.push_back("cowctl " + Join(w.path) + n + " \"\"");
+  }
+  ASSERT_GT(probes.size(), 20u);
+  auto got = Complete(probes, d.path() + "/pools");
+  for (size_t i = 0; i < probes.size(); ++i) {
+    for (const auto& x : SplitWords(got[i])) {
+      EXPECT_TRUE(!forbidden.count(x) && x[0] != '-') << probes[i] << ": offers " << x << " (got: " << got[i] << ")";
+    }
   }
 }
 

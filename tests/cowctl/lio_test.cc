@@ -593,6 +593,38 @@ TEST_F(LioTest, LoopbackExportHasANexus) {
   EXPECT_EQ(lio.LoopbackTargets()[0].nexus, nexus);
 }
 
+// Restore gives a loopback export its saved LUN number; a number another
+// LUN has is refused before anything is made.
+TEST_F(LioTest, LoopbackExportAtAGivenLunNumber) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
+  FabricLun l = lio.ExportLoopback(b, wwn, 3);
+  EXPECT_EQ(l.lun, 3u);
+  EXPECT_TRUE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_3")));
+  EXPECT_FALSE(Exists(host.T("loopback/" + wwn + "/tpgt_1/lun/lun_0")));
+  EXPECT_EQ(lio.ExportLoopback(b, wwn, 3).lun, 3u);  // idempotent
+  ASSERT_EQ(lio.LoopbackTargets().size(), 1u);
+  EXPECT_EQ(lio.LoopbackTargets()[0].luns, (std::vector<std::pair<uint32_t, std::string>>{{3, b.key()}}));
+  try {
+    lio.ExportLoopback(b, wwn, 4);
+    ADD_FAILURE() << "exported twice";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("tank/vm1 is already LUN 3 of loopback " + wwn), std::string::npos) << e.what();
+  }
+  BackstoreSpec s2 = Spec("tank", "vm2");
+  s2.wwn = "00112233-4455-6677-8899-aabbccddee00";
+  Backstore b2 = lio.CreateBackstore(s2);
+  const std::string before = testing::Snapshot(host.configfs);
+  try {
+    lio.ExportLoopback(b2, wwn, 3);
+    ADD_FAILURE() << "LUN 3 given twice";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("LUN 3 of loopback " + wwn + " is taken"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  EXPECT_EQ(lio.ExportLoopback(b2, wwn).lun, 0u);  // no number: the lowest free
+}
+
 TEST_F(LioTest, OtherFabricsBlockUnexport) {
   Backstore b = lio.CreateBackstore(Spec("tank", "vm1"));
   std::string lun = host.T("vhost/naa.5001405aaaaaaaaa/tpgt_1/lun/lun_0");

@@ -4,6 +4,8 @@
 // stops the whole restore before anything changes.
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include "tools/cowctl/restore_plan.h"
 
 namespace cowstore::cowctl {
@@ -259,7 +261,7 @@ TEST_F(LioPlanTest, Loopback) {
   l.luns = {{0, "tank", "vm1"}};
   c.loopback.push_back(l);
   EXPECT_EQ(Wills(Plan()), (std::vector<std::string>{"create backstore tank-vm1", "create backstore tank-vm2",
-                                                     "export tank/vm1 over loopback naa.5001405aabbccdd0"}));
+                                                     "export tank/vm1 as LUN 0 of loopback naa.5001405aabbccdd0"}));
   f.loopback_targets = {l.wwn};  // someone else's
   OnlyConflict(Plan(), "loopback[0].wwn");
   AddBackstore("tank-vm1", "tank", "vm1", kWwn1);
@@ -268,6 +270,88 @@ TEST_F(LioPlanTest, Loopback) {
   Link("loopback", l.wwn, 0, "user_0/tank-vm1");
   LioPlan p = Plan();
   EXPECT_TRUE(p.conflicts.empty() && p.steps.empty()) << ::testing::PrintToString(Wills(p));
+}
+
+// A loopback export comes back at its saved LUN number, as an iSCSI one.
+TEST_F(LioPlanTest, ALoopbackExportKeepsItsSavedNumber) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  c.iscsi.clear();
+  c.loopback.push_back({wwn, {{3, "tank", "vm1"}}});
+  LioPlan p = Plan();
+  EXPECT_TRUE(p.conflicts.empty()) << ::testing::PrintToString(p.conflicts);
+  ASSERT_EQ(p.steps.size(), 3u);
+  EXPECT_EQ(p.steps[2].kind, LioStep::kLoopback);
+  EXPECT_EQ(p.steps[2].tpg_lun, 3u);
+  EXPECT_EQ(p.steps[2].changes[0].will, "export tank/vm1 as LUN 3 of loopback " + wwn);
+  EXPECT_EQ(p.steps[2].changes[0].did, "exported tank/vm1 as LUN 3 of loopback " + wwn);
+}
+
+TEST_F(LioPlanTest, ALoopbackLunNumberTakenByAnotherBackstoreIsAConflict) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  c.iscsi.clear();
+  c.loopback.push_back({wwn, {{3, "tank", "vm1"}}});
+  AddBackstore("other", "tank", "other", "");
+  f.loopback_targets = {wwn};
+  f.owned_loopback.push_back({wwn, "", {{3, "user_0/other"}}});
+  Link("loopback", wwn, 3, "user_0/other");
+  std::string c0 = OnlyConflict(Plan(), "loopback[0].luns[0].lun");
+  EXPECT_NE(c0.find("LUN 3 of loopback " + wwn + " is taken by user_0/other, the file puts tank/vm1 there"),
+            std::string::npos)
+      << c0;
+}
+
+TEST_F(LioPlanTest, ALunOfTheLoopbackTargetUnderAnotherNumberIsAConflict) {
+  const std::string wwn = "naa.5001405aabbccdd0";
+  c.iscsi.clear();
+  c.loopback.push_back({wwn, {{3, "tank", "vm1"}}});
+  AddBackstore("tank-vm1", "tank", "vm1", kWwn1);
+  AddBackstore("tank-vm2", "tank", "vm2", kWwn2);
+  f.loopback_targets = {wwn};
+  f.owned_loopback.push_back({wwn, "", {{0, "user_0/tank-vm1"}}});
+  Link("loopback", wwn, 0, "user_0/tank-vm1");
+  std::string c0 = OnlyConflict(Plan(), "loopback[0].luns[0].lun");
+  EXPECT_NE(c0.find("tank/vm1 is LUN 0 of loopback " + wwn + ", the file says LUN 3: unexport it first"),
+            std::string::npos)
+      << c0;
+  // At the saved number: nothing to do.
+  f.fabric_luns.back().lun = 3;
+  LioPlan p = Plan();
+  EXPECT_TRUE(p.conflicts.empty() && p.steps.empty()) << ::testing::PrintToString(p.conflicts) << ::testing::PrintToString(Wills(p));
+}
+
+// The unit serial is the LUN's identity to ESXi: a backstore serving the LUN
+// under another one is not kept silently.
+TEST_F(LioPlanTest, ABackstoreWithAnotherSerialIsAConflict) {
+  AsSaved();
+  const std::string other = "aaaaaaaa-bbbb-4ccc-8ddd-eeeeeeeeeeee";
+  f.backstores[1].wwn = other;
+  f.devices[1].serial = other;
+  std::string c0 = OnlyConflict(Plan(), "pools[0].luns[1].wwn");
+  EXPECT_NE(c0.find("LUN tank/vm2 has the backstore user_0/tank-vm2 with the unit serial " + other + " (" +
+                    NaaName(other) + "), the file saved " + kWwn2 + " (" + NaaName(kWwn2) + ")"),
+            std::string::npos)
+      << c0;
+  EXPECT_NE(c0.find("run 'cowctl save'"), std::string::npos) << c0;
+  EXPECT_NE(c0.find("'cowctl backstore delete tank/vm2 --force' and restore again"), std::string::npos) << c0;
+  // None at all: the same.
+  f.backstores[1].wwn.clear();
+  OnlyConflict(Plan(), "pools[0].luns[1].wwn");
+  // The same serial in capitals is the same identity.
+  f.backstores[1].wwn = kWwn2;
+  for (auto& ch : f.backstores[1].wwn) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  LioPlan p = Plan();
+  EXPECT_TRUE(p.conflicts.empty()) << ::testing::PrintToString(p.conflicts);
+}
+
+// A LUN this restore creates empty (--create-missing) is not served by a
+// backstore LIO still has for it, which may carry the lost disk's identity.
+TEST_F(LioPlanTest, ABackstoreLeftForALunCreatedEmptyIsAConflict) {
+  AsSaved();
+  luns[0].id.clear();
+  std::string c0 = OnlyConflict(Plan(), "pools[0].luns[0].backstore");
+  EXPECT_NE(c0.find("LUN tank/vm1 is created empty by this restore, but LIO still has its backstore user_0/tank-vm1"),
+            std::string::npos)
+      << c0;
 }
 
 }  // namespace

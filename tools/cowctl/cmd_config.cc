@@ -272,7 +272,7 @@ void ApplyLioStep(const Context& ctx, Lio& lio, const LioStep& s) {
       return;
     }
     case LioStep::kLoopback:
-      lio.ExportLoopback(BackstoreFor(lio, s), s.loopback->wwn);
+      lio.ExportLoopback(BackstoreFor(lio, s), s.loopback->wwn, s.tpg_lun);
       return;
   }
 }

@@ -50,9 +50,9 @@ std::optional<UnknownWord> FindUnknownCommand(CLI::App& app, int argc, char** ar
 
 }  // namespace
 
-int Main(int argc, char** argv) {
-  Context ctx;
-  CLI::App app{"cowctl: manage cowstore pools, LUNs and their LIO exports (VAAI-capable iSCSI LUNs)", "cowctl"};
+void AddCommandLine(CommandLine& cl) {
+  CLI::App& app = cl.app;
+  Context& ctx = cl.ctx;
   app.set_version_flag("--version", std::string("cowctl ") + "0.1.0");
   app.require_subcommand(1);
   app.fallthrough();
@@ -65,9 +65,6 @@ int Main(int argc, char** argv) {
   app.add_option("--wait", ctx.wait_seconds, "Seconds to wait for a pool another cowctl holds (0: fail at once)")
       ->check(CLI::Range(0, 3600))
       ->capture_default_str();
-  int rc = 0;
-
-  CommandLine cl(app, ctx, rc);
   AddPoolCommands(cl);
   AddLunCommands(cl);
   AddBackstoreCommands(cl);
@@ -77,6 +74,14 @@ int Main(int argc, char** argv) {
   AddMetricsCommand(cl);
   AddConfigCommands(cl);
   AddLsCommand(cl);
+}
+
+int Main(int argc, char** argv) {
+  Context ctx;
+  CLI::App app{"cowctl: manage cowstore pools, LUNs and their LIO exports (VAAI-capable iSCSI LUNs)", "cowctl"};
+  int rc = 0;
+  CommandLine cl(app, ctx, rc);
+  AddCommandLine(cl);
 
   try {
     app.parse(argc, argv);

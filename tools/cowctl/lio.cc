@@ -813,13 +813,18 @@ FabricLun Lio::ExportIscsi(const Backstore& bs, const IscsiSpec& spec) {
   return {"iscsi", spec.target, 1, lun, lundir, bs.key()};
 }
 
-FabricLun Lio::ExportLoopback(const Backstore& bs, const std::string& wwn_in) {
+FabricLun Lio::ExportLoopback(const Backstore& bs, const std::string& wwn_in, std::optional<uint32_t> lun_in) {
   RequireCore();
-  for (auto& l : LinksTo(bs)) {
-    if (l.fabric == "loopback") return l;
-  }
   // rtslib's loopback WWNs: naa.5001405 + 9 hex digits.
   std::string wwn = wwn_in.empty() ? "naa.5001405" + Hex(Hash64("t" + bs.wwn + bs.key()), 9) : wwn_in;
+  const std::string what = bs.config.pool + "/" + bs.config.lun;
+  for (auto& l : LinksTo(bs)) {
+    if (l.fabric != "loopback") continue;
+    if (lun_in && l.target == wwn && l.lun != *lun_in) {
+      throw UserError(what + " is already LUN " + std::to_string(l.lun) + " of loopback " + wwn);
+    }
+    return l;
+  }
   std::string nexus = "naa.5001405" + Hex(Hash64("i" + bs.wwn + bs.key()), 9);
   if (!ValidLoopbackWwn(wwn)) {
     throw UserError("invalid loopback WWN '" + wwn + "': expected naa. and 16 hex digits");
@@ -828,14 +833,22 @@ FabricLun Lio::ExportLoopback(const Backstore& bs, const std::string& wwn_in) {
   if (IsDir(tdir) && !OwnedTarget("loopback", wwn)) {
     throw UserError("loopback target " + wwn + " was not made by cowctl");
   }
+  std::string tpg = tdir + "/tpgt_1";
+  uint32_t lun = 0;
+  if (lun_in) {
+    lun = *lun_in;
+    if (lun > 65535) throw UserError("LUN number must be 0..65535");
+    if (Exists(tpg + "/lun/lun_" + std::to_string(lun))) {
+      throw UserError("LUN " + std::to_string(lun) + " of loopback " + wwn + " is taken");
+    }
+  } else {
+    while (Exists(tpg + "/lun/lun_" + std::to_string(lun))) ++lun;
+  }
   EnsureFabric("loopback", "tcm_loop");
   Undo undo;
   undo.MkDir(tdir);
-  std::string tpg = tdir + "/tpgt_1";
   undo.MkDir(tpg);
   if (Trim(ReadFile(tpg + "/nexus")).empty()) WriteFile(tpg + "/nexus", nexus, false, &opt_);
-  uint32_t lun = 0;
-  while (Exists(tpg + "/lun/lun_" + std::to_string(lun))) ++lun;
   undo.MkDir(tpg + "/lun");
   std::string ld = tpg + "/lun/lun_" + std::to_string(lun);
   undo.MkDir(ld);

@@ -183,7 +183,13 @@ class Lio {
   // by mapped LUN number; a lun_<M> that links to no TPG LUN is left out.
   // Empty when there is no such ACL.
   std::vector<MappedLun> AclMappedLuns(const std::string& target, const std::string& initiator) const;
-  FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "");
+  // Exports through tcm_loop (idempotent: a loopback export of `bs` is kept,
+  // on whatever target). `wwn`: the target (default: one derived from the
+  // backstore). `lun`: the TPG LUN number (default: lowest free); refused,
+  // before anything is made, when another LUN has it or `bs` is another
+  // LUN of that target already.
+  FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "",
+                           std::optional<uint32_t> lun = std::nullopt);
   // Removes every iSCSI/loopback LUN linking to `bs` (first every ACL's
   // mapped LUN linking to it, as rtslib does) and the cowctl targets this
   // leaves empty. Throws (and changes nothing) if another fabric links.

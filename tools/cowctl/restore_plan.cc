@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 
 namespace cowstore::cowctl {
@@ -131,6 +132,11 @@ bool Has(const V& v, const T& x) {
 
 std::string Field(const std::string& what, size_t i) { return what + "[" + std::to_string(i) + "]"; }
 
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
 // PlanLio's state: the inputs and the plan being made.
 class LioPlanner {
  public:
@@ -183,6 +189,31 @@ class LioPlanner {
     const std::string key = l.pool + "/" + lc.name;
     if (lc.backstore.empty()) return;
     if (const Backstore* b = Live(l.pool, lc.name)) {
+      // The unit serial is the LUN's identity to an initiator (VPD 0x80,
+      // and 0x83's NAA, by which ESXi knows the datastore): a backstore
+      // serving this LUN under another one is not "as saved". Restore does
+      // not change it (LIO refuses a new serial while the backstore is
+      // exported, and initiators would see another disk): it refuses, and
+      // says which of the two to keep.
+      if (!l.id.empty() && !lc.wwn.empty() && Lower(b->wwn) != Lower(lc.wwn)) {
+        Conflict(l.field + ".wwn", "LUN " + key + " has the backstore " + b->key() + " with the unit serial " +
+                                       (b->wwn.empty() ? "(none)" : b->wwn) + " (" +
+                                       (b->wwn.empty() ? "no NAA" : NaaName(b->wwn)) + "), the file saved " + lc.wwn +
+                                       " (" + NaaName(lc.wwn) +
+                                       "): initiators know the disk by it; if LIO's is right, run 'cowctl save'; if "
+                                       "the file's is, 'cowctl backstore delete " + key +
+                                       " --force' and restore again");
+        return;
+      }
+      // A LUN this restore creates empty must not be served by a backstore
+      // left in LIO: it may carry the identity of the disk that held the data.
+      if (l.id.empty()) {
+        Conflict(l.field + ".backstore", "LUN " + key + " is created empty by this restore, but LIO still has its "
+                                             "backstore " + b->key() + " (unit serial " + b->wwn +
+                                             "): an initiator would take the blank LUN for the disk it had; "
+                                             "'cowctl backstore delete " + key + " --force' first");
+        return;
+      }
       if (b->name != lc.backstore) {
         plan_.warnings.push_back("LUN " + key + " has the backstore " + b->key() + ", the file names it " +
                                  lc.backstore + "; keeping it");
@@ -395,22 +426,42 @@ class LioPlanner {
     for (size_t k = 0; k < t.luns.size(); ++k) {
       const ExportLun& e = t.luns[k];
       if (!Ready(e)) continue;
-      const std::string what = e.pool + "/" + e.name;
+      const std::string what = e.pool + "/" + e.name, n = std::to_string(e.lun), lf = Field(field + ".luns", k);
       bool ok = false;
       const std::string key = BackstoreOf(e, &ok);
       if (!ok) {
-        Conflict(Field(field + ".luns", k), "loopback " + t.wwn + " exports " + what + " without backstore");
+        Conflict(lf, "loopback " + t.wwn + " exports " + what + " without backstore");
         continue;
       }
-      // ExportLoopback keeps a loopback export it finds (on any loopback target).
-      if (!key.empty() && std::any_of(f_.fabric_luns.begin(), f_.fabric_luns.end(), [&](const FabricLun& l) {
-            return l.fabric == "loopback" && l.backstore_key == key;
-          })) {
-        continue;
+      // The saved LUN number, as for iSCSI: free, or this LUN's already.
+      bool present = false, numbered = true;
+      for (const auto& l : f_.fabric_luns) {
+        if (l.fabric != "loopback" || l.tpg != 1) continue;
+        const bool ours = !key.empty() && l.backstore_key == key;
+        if (l.target == t.wwn && l.lun == e.lun && !ours) {
+          Conflict(lf + ".lun", "LUN " + n + " of loopback " + t.wwn + " is taken by " + l.backstore_key +
+                                    ", the file puts " + what + " there");
+          numbered = false;
+        } else if (ours && l.target == t.wwn && l.lun != e.lun) {
+          Conflict(lf + ".lun", what + " is LUN " + std::to_string(l.lun) + " of loopback " + t.wwn +
+                                    ", the file says LUN " + n + ": unexport it first");
+          numbered = false;
+        } else if (ours && l.target != t.wwn) {
+          // ExportLoopback keeps a loopback export it finds (one is enough
+          // for a local disk); said, not changed.
+          plan_.warnings.push_back(what + " is exported over loopback " + l.target + ", the file says loopback " +
+                                   t.wwn + "; keeping it");
+          present = true;
+        } else {
+          present = present || ours;
+        }
       }
+      if (!numbered || present) continue;
       LioStep s = ExportStep(LioStep::kLoopback, e);
       s.loopback = &t;
-      s.changes.push_back({"export " + what + " over loopback " + t.wwn, "exported " + what + " over loopback " + t.wwn});
+      s.tpg_lun = e.lun;
+      s.changes.push_back({"export " + what + " as LUN " + n + " of loopback " + t.wwn,
+                           "exported " + what + " as LUN " + n + " of loopback " + t.wwn});
       plan_.steps.push_back(std::move(s));
     }
   }

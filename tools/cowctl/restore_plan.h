@@ -91,7 +91,7 @@ struct LioStep {
   const LunConfig* cfg = nullptr;         // the LUN's entry in the file
   bool new_lun = false;                   // kBackstore: a LUN this restore creates: its new id, not the saved wwn
   const IscsiConfig* iscsi = nullptr;     // kIscsi: the target
-  uint32_t tpg_lun = 0;                   // kIscsi: the saved LUN number
+  uint32_t tpg_lun = 0;                   // kIscsi, kLoopback: the saved LUN number
   const LoopbackConfig* loopback = nullptr;  // kLoopback: the target
   std::vector<Change> changes;            // never empty
 };
