@@ -393,12 +393,13 @@ void BM_MetadataPerExtent(benchmark::State& st) {
     std::shuffle(order.begin(), order.end(), std::mt19937_64(1));
     double seq = HeapPerExtent(n, [&] {
       auto* m = new ExtentMap();
-      for (uint64_t i = 0; i < n; i++) m->Insert(2 * i, 3 * i, 1);  // nothing merges
+      for (uint64_t i = 0; i < n; i++) if (!m->Insert(2 * i, 3 * i, 1).ok()) std::abort();  // nothing merges
       return [m] { delete m; };
     });
     double rnd = HeapPerExtent(n, [&] {
       auto* m = new ExtentMap();
-      for (uint64_t i : order) m->Insert(2 * i, 3 * i, 1);
+      for (uint64_t i : order)
+        if (!m->Insert(2 * i, 3 * i, 1).ok()) std::abort();
       return [m] { delete m; };
     });
     double v1 = HeapPerExtent(n, [&] {

@@ -151,14 +151,20 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     else
       rec.runs.push_back({a0 + i, plan[i].target, 1});
   }
-  space_.Mapped(fresh);
   uint64_t t;
   if (rec.runs.empty()) {
     t = jbuf_.TicketWithoutRecord();  // in place only: the journal's sync covers it
   } else {
     jbuf_.NoteDataWritten();  // the record points at new data: sync that first
-    t = AppendLocked(rec);
+    Result<uint64_t> a = AppendLocked(rec);
+    if (!a.ok()) {  // not for fresh AUs (nothing references them), but never ignored
+      g.Unlock();
+      Unreserve(fresh, true);
+      return a.status();
+    }
+    t = *a;
   }
+  space_.Mapped(fresh);
   *ticket = std::max(*ticket, t);
   return Status::Ok();
 }
@@ -188,7 +194,9 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
     rec.lun = l->id;
     rec.a = w0;
     rec.n = w1 - w0;
-    *ticket = std::max(*ticket, AppendLocked(rec));
+    Result<uint64_t> t = AppendLocked(rec);
+    if (!t.ok()) return t.status();
+    *ticket = std::max(*ticket, *t);
     return Status::Ok();
   }
 }
@@ -439,14 +447,19 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
         else
           rec.runs.push_back({h.lba + i, p, 1});
       }
-    space_.Mapped(fresh);
     // These AUs read as zeros only because they were punched, and that punch
     // may not be durable yet: like data, it must reach the disk before the
     // record mapping them (else a surviving record could expose old data).
     if (!rec.runs.empty()) {
       jbuf_.NoteDataWritten();
-      AppendLocked(rec);
+      Result<uint64_t> a = AppendLocked(rec);
+      if (!a.ok()) {  // not for fresh AUs (nothing references them), but never ignored
+        g.Unlock();
+        Unreserve(fresh, false);
+        return a.status();
+      }
     }
+    space_.Mapped(fresh);
     ticket = jbuf_.last_ticket();  // ours, or the newest the mapping it saw may rest on
   }
   if (grew) PollBacking();
@@ -550,7 +563,11 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
           rec.a = sw0;
           rec.b = w0;
           rec.n = w1 - w0;
-          ticket = AppendLocked(rec);
+          // Refused (nothing changed) if an AU's reference count would
+          // overflow; the initiator can still copy the data.
+          Result<uint64_t> t = AppendLocked(rec);
+          if (!t.ok()) return t.status();
+          ticket = *t;
         }
         ticket = std::max(ticket, jbuf_.last_ticket());  // what it saw, if it appended nothing
       }

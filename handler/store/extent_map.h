@@ -4,22 +4,34 @@
 // that are also physically contiguous are merged, so a sequentially written
 // or cloned range stays one extent and range operations cost O(extents).
 //
-// Held in a packed run tree (run_tree.h, ~16-24 bytes an extent). A map that
-// is given a run the tree cannot pack (lba or phys + len beyond 2^48, or a
-// run longer than 2^32: no valid pool has one, only a corrupt checkpoint or
-// record) moves to a std::map for the rest of its life, so recovery's bound
-// checks see exactly the values that were read.
+// Held in a packed run tree (run_tree.h, ~16-24 bytes an extent). Every run
+// of every map obeys one rule (Valid):
+//   1 <= len,  lba + len <= kMaxLba (2^48),  phys + len <= kMaxPhys (2^32).
+// Such a run packs, and so does any merge of two of them: a merged run covers
+// one contiguous physical range below kMaxPhys, so its length is at most
+// 2^32 (RunTree::kMaxLen), and one contiguous logical range below kMaxLba.
+// So Insert of a valid run into a map of valid runs cannot fail.
+//
+// Why every run is valid: at run time a LUN maps AUs below its size, which
+// the pool bounds (LUN units <= 1024 x pool units <= 2^42), onto AUs of the
+// pool (kMaxPoolUnits = 2^32, meta.h); a run built from other runs (clone,
+// snapshot, rollback) covers a subrange of them, shifted to a destination the
+// caller checked. Recovery refuses with kCorruption any decoded run that
+// breaks the rule, before it reaches a map (ApplyRecord, DecodeState). Insert
+// checks the rule anyway and refuses, changing nothing: the handler runs
+// inside tcmu-runner and must never abort on what it was given.
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "handler/store/run_tree.h"  // Run
+#include "handler/store/status.h"
 
 namespace cowstore::store {
 
@@ -30,6 +42,19 @@ class ExtentMap {
     uint64_t len;
   };
   using Entry = std::pair<uint64_t, Extent>;  // lba -> extent
+
+  static constexpr uint64_t kMaxLba = RunTree::kMaxKey;  // lba + len bound
+  static constexpr uint64_t kMaxPhys = uint64_t{1} << 32;  // phys + len bound
+  static_assert(kMaxPhys <= RunTree::kMaxLen && kMaxPhys <= RunTree::kMaxKey,
+                "a merge of valid runs must pack");
+
+  // Empty if [lba, lba+len) -> [phys, ...) obeys the rule above, else which
+  // bound it breaks, for an error message.
+  static std::string OutOfRange(uint64_t lba, uint64_t phys, uint64_t len);
+  static bool Valid(uint64_t lba, uint64_t phys, uint64_t len) {
+    return len >= 1 && lba <= kMaxLba && len <= kMaxLba - lba && phys <= kMaxPhys &&
+           len <= kMaxPhys - phys;
+  }
 
   // The runs in lba order, as (lba, extent) values.
   class Runs {
@@ -44,19 +69,25 @@ class ExtentMap {
         Entry e;
         const Entry* operator->() const { return &e; }
       };
-      Entry operator*() const;
+      const_iterator() = default;
+      Entry operator*() const {
+        Run r = *it_;
+        return {r.lba, Extent{r.phys, r.len}};
+      }
       pointer operator->() const { return {**this}; }
-      const_iterator& operator++();
-      bool operator==(const const_iterator& o) const { return packed_ == o.packed_ && wide_ == o.wide_; }
+      const_iterator& operator++() {
+        ++it_;
+        return *this;
+      }
+      bool operator==(const const_iterator& o) const { return it_ == o.it_; }
 
      private:
       friend class Runs;
-      RunTree::const_iterator packed_;
-      std::map<uint64_t, Extent>::const_iterator wide_{};
-      bool is_wide_ = false;
+      explicit const_iterator(RunTree::const_iterator it) : it_(it) {}
+      RunTree::const_iterator it_;
     };
-    const_iterator begin() const;
-    const_iterator end() const;
+    const_iterator begin() const { return const_iterator(m_->tree_.begin()); }
+    const_iterator end() const { return const_iterator(m_->tree_.end()); }
     size_t size() const { return m_->extents(); }
     bool empty() const { return size() == 0; }
 
@@ -71,10 +102,12 @@ class ExtentMap {
   // Unmaps [a, a+n); appends what was mapped there to *removed (may be null).
   void Remove(uint64_t a, uint64_t n, std::vector<Run>* removed);
   // Maps [lba, lba+len) -> [phys, ...). REQUIRES: that range is unmapped.
-  void Insert(uint64_t lba, uint64_t phys, uint64_t len);
+  // kInvalidArgument, nothing changed, if the run breaks the rule above
+  // (callers check first: recovery refuses such runs as corruption).
+  Status Insert(uint64_t lba, uint64_t phys, uint64_t len);
   // Physical AU of logical AU a, or kUnmapped.
   uint64_t Find(uint64_t a) const;
-  size_t extents() const { return wide_ ? wide_map_.size() : tree_.size(); }
+  size_t extents() const { return tree_.size(); }
   uint64_t mapped_units() const { return mapped_; }
   Runs runs() const { return Runs(this); }
   void Clear();
@@ -85,14 +118,7 @@ class ExtentMap {
   static constexpr size_t kBytesPerExtent = RunTree::kLeafBytes * 3 / (2 * RunTree::kLeafRuns);
 
  private:
-  // Moves every run from the tree into wide_map_ (see the header comment).
-  void GoWide();
-  void WideSplitAt(uint64_t a);
-  void WideInsert(uint64_t lba, uint64_t phys, uint64_t len);
-
   RunTree tree_;
-  bool wide_ = false;
-  std::map<uint64_t, Extent> wide_map_;  // only when wide_
   uint64_t mapped_ = 0;
 };
 

@@ -50,7 +50,8 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
     r.a = size;
     r.bs = bs;
     r.name = name;
-    AppendLocked(r);
+    Result<uint64_t> t = AppendLocked(r);
+    if (!t.ok()) return t.status();
     info = InfoLocked(*st_.Find(r.lun));
   }
   s = Commit(CurrentSeq());
@@ -70,7 +71,8 @@ Status Core::DeleteLun(const std::string& name) {
     Record r;
     r.type = RecType::kDeleteLun;
     r.lun = l->id;
-    AppendLocked(r);
+    Result<uint64_t> t = AppendLocked(r);
+    if (!t.ok()) return t.status();
   }
   return Commit(CurrentSeq());
 }
@@ -111,7 +113,8 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
     r.type = RecType::kResizeLun;
     r.lun = l->id;
     r.a = size;
-    AppendLocked(r);
+    Result<uint64_t> t = AppendLocked(r);
+    if (!t.ok()) return t.status();
   }
   return Commit(CurrentSeq());
 }
@@ -147,8 +150,9 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
       r.lun2 = st_.next_lun_id;
       r.uuid = NewUuid();
       r.name = dst;
-      AppendLocked(r);
-      info = InfoLocked(*st_.Find(r.lun2));
+      Result<uint64_t> t = AppendLocked(r);  // refused if a reference count would overflow
+      if (t.ok()) info = InfoLocked(*st_.Find(r.lun2));
+      else s = t.status();
     }
   }
   ReleaseHandle(l.get());
@@ -199,7 +203,8 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
         r.type = RecType::kRollbackLun;
         r.lun = t->id;
         r.lun2 = snap->id;
-        AppendLocked(r);
+        Result<uint64_t> appended = AppendLocked(r);  // refused if a count would overflow
+        if (!appended.ok()) s = appended.status();
       }
     }
     if (s.ok()) s = Commit(CurrentSeq());

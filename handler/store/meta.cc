@@ -407,17 +407,57 @@ std::string DescribeRecord(const Record& r) {
 namespace {
 Status Bad(const std::string& what) { return Status(Code::kCorruption, "journal replay: " + what); }
 uint64_t Units(uint64_t bytes, uint32_t au) { return (bytes + au - 1) / au; }
+
+// Maps [lba, +len) -> phys in m. Callers check ExtentMap's rule first (every
+// run of the record, or runs taken from maps that obey it), so this cannot
+// fail; if it ever did, the record is refused rather than half applied.
+Status MapInto(ExtentMap* m, uint64_t lba, uint64_t phys, uint64_t len) {
+  Status s = m->Insert(lba, phys, len);
+  return s.ok() ? s : Bad(s.message());
+}
+
+// The runs whose AUs gain a reference when `r` is applied to `st`.
+std::vector<Run> Increments(const MetaState& st, const Record& r) {
+  std::vector<Run> incs;
+  auto whole = [&](uint32_t id) {
+    if (const LunState* l = st.Find(id))
+      for (const auto& [lba, e] : l->map.runs()) incs.push_back({lba, e.phys, e.len});
+  };
+  switch (r.type) {
+    case RecType::kCloneLun:
+    case RecType::kSnapshotLun: whole(r.lun); break;
+    case RecType::kRollbackLun: whole(r.lun2); break;
+    case RecType::kMap: incs = r.runs; break;
+    case RecType::kClone:
+      if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, &incs);
+      break;
+    default: break;
+  }
+  return incs;
+}
+
 }  // namespace
 
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
-  // Ranges are in AUs; anything near 2^64 can only come from damage.
-  constexpr uint64_t kMaxUnits = 1ull << 48;
+  // Ranges are in AUs; anything near 2^64 can only come from damage. Every
+  // check comes before the first change.
+  constexpr uint64_t kMaxUnits = ExtentMap::kMaxLba;
   bool range = r.type == RecType::kUnmap || r.type == RecType::kClone;
   if (range && (r.a > kMaxUnits || r.b > kMaxUnits || r.n > kMaxUnits))
     return Bad("range out of bounds");
-  for (const Run& x : r.runs)
-    if (x.lba > kMaxUnits || x.phys > kMaxUnits || x.len > kMaxUnits || x.len == 0)
-      return Bad("extent out of bounds");
+  if (r.type == RecType::kClone && r.n > kMaxUnits - r.b)  // the runs it maps at b
+    return Bad("clone to LUN " + std::to_string(r.lun2) + " at AU " + std::to_string(r.b) +
+               " +" + std::to_string(r.n) + ": logical end beyond 2^48 units");
+  for (const Run& x : r.runs) {
+    std::string why = ExtentMap::OutOfRange(x.lba, x.phys, x.len);
+    if (!why.empty())
+      return Bad("LUN " + std::to_string(r.lun) + " extent at AU " + std::to_string(x.lba) +
+                 " -> " + std::to_string(x.phys) + " +" + std::to_string(x.len) + ": " + why);
+  }
+  if (sink) {
+    Status s = sink->CanInc(Increments(*st, r));
+    if (!s.ok()) return s;
+  }
   switch (r.type) {
     case RecType::kCreateLun: {
       if (st->Find(r.lun) || st->FindName(r.name)) return Bad("LUN created twice");
@@ -445,8 +485,9 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       l->bs = src->bs;
       if (r.type == RecType::kSnapshotLun) l->attrs = r.attrs;
       for (const auto& [lba, e] : src->map.runs()) {
-        l->map.Insert(lba, e.phys, e.len);
-        if (sink) sink->Inc(e.phys, e.len);
+        Status s = MapInto(&l->map, lba, e.phys, e.len);
+        if (s.ok() && sink) s = sink->Inc(e.phys, e.len);
+        if (!s.ok()) return s;
       }
       st->AddLun(std::move(l));
       st->next_lun_id = std::max(st->next_lun_id, r.lun2 + 1);
@@ -457,10 +498,16 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       LunState* snap = st->Find(r.lun2);
       if (!t || !snap || t == snap || t->bs != snap->bs) return Bad("bad LUN rollback");
       if (sink)  // increments first: AUs the two share never hit zero
-        for (const auto& [lba, e] : snap->map.runs()) sink->Inc(e.phys, e.len);
+        for (const auto& [lba, e] : snap->map.runs()) {
+          Status s = sink->Inc(e.phys, e.len);
+          if (!s.ok()) return s;
+        }
       std::vector<Run> removed;
       t->map.Remove(0, kNone, &removed);
-      for (const auto& [lba, e] : snap->map.runs()) t->map.Insert(lba, e.phys, e.len);
+      for (const auto& [lba, e] : snap->map.runs()) {
+        Status s = MapInto(&t->map, lba, e.phys, e.len);
+        if (!s.ok()) return s;
+      }
       if (sink)
         for (const Run& y : removed) sink->Dec(y.phys, y.len);
       t->size = snap->size;
@@ -491,10 +538,14 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       if (!l) return Bad("map on unknown LUN");
       std::vector<Run> removed;
       for (const Run& x : r.runs) {
-        if (sink) sink->Inc(x.phys, x.len);
+        if (sink) {
+          Status s = sink->Inc(x.phys, x.len);
+          if (!s.ok()) return s;
+        }
         removed.clear();
         l->map.Remove(x.lba, x.len, &removed);
-        l->map.Insert(x.lba, x.phys, x.len);
+        Status s = MapInto(&l->map, x.lba, x.phys, x.len);
+        if (!s.ok()) return s;
         if (sink)
           for (const Run& y : removed) sink->Dec(y.phys, y.len);
       }
@@ -516,9 +567,15 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       std::vector<Run> pieces, removed;
       src->map.Lookup(r.a, r.n, &pieces);
       if (sink)  // increments first: an AU both dropped and re-added never hits zero
-        for (const Run& x : pieces) sink->Inc(x.phys, x.len);
+        for (const Run& x : pieces) {
+          Status s = sink->Inc(x.phys, x.len);
+          if (!s.ok()) return s;
+        }
       dst->map.Remove(r.b, r.n, &removed);
-      for (const Run& x : pieces) dst->map.Insert(x.lba - r.a + r.b, x.phys, x.len);
+      for (const Run& x : pieces) {
+        Status s = MapInto(&dst->map, x.lba - r.a + r.b, x.phys, x.len);
+        if (!s.ok()) return s;
+      }
       if (sink)
         for (const Run& y : removed) sink->Dec(y.phys, y.len);
       return Status::Ok();
@@ -571,10 +628,16 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
     for (uint64_t k = 0; k < next; k++) {
       uint64_t lba, phys, len;
       if (!d.U64(&lba) || !d.U64(&phys) || !d.U64(&len)) return bad;
-      if (len == 0 || lba < prev_end || lba + len < lba || phys + len < phys)
-        return Status(Code::kCorruption, "checkpoint: overlapping or empty extent");
+      // ExtentMap's rule first: what passes it cannot wrap, and packs.
+      std::string why = ExtentMap::OutOfRange(lba, phys, len);
+      if (!why.empty())
+        return Status(Code::kCorruption, "checkpoint: LUN " + l->name + " extent at AU " +
+                                             std::to_string(lba) + " -> " + std::to_string(phys) +
+                                             " +" + std::to_string(len) + ": " + why);
+      if (lba < prev_end) return Status(Code::kCorruption, "checkpoint: overlapping extent");
       prev_end = lba + len;
-      l->map.Insert(lba, phys, len);
+      Status s = l->map.Insert(lba, phys, len);
+      if (!s.ok()) return Status(Code::kCorruption, "checkpoint: " + s.message());
     }
     if (st->luns.count(l->id) || st->FindName(l->name))
       return Status(Code::kCorruption, "checkpoint: duplicate LUN");

@@ -237,12 +237,19 @@ std::string DescribeRecord(const Record& r);
 class RefSink {
  public:
   virtual ~RefSink() = default;
-  virtual void Inc(uint64_t phys, uint64_t n) = 0;
+  // Whether every AU of `runs` can gain one reference per run naming it (an
+  // AU may appear in several); an error (nothing changed) if a count would
+  // pass its bound. ApplyRecord asks before it changes anything.
+  virtual Status CanInc(const std::vector<Run>& runs) const = 0;
+  virtual Status Inc(uint64_t phys, uint64_t n) = 0;
   virtual void Dec(uint64_t phys, uint64_t n) = 0;
 };
 
 // Applies a record; kCorruption if it does not fit the state (replay of
-// inconsistent metadata). At run time records are built to fit.
+// inconsistent metadata: an unknown LUN, an extent ExtentMap's rule refuses),
+// or the sink's error if a reference count would overflow. Either way it
+// checks before it changes anything, so a refused record leaves `st` and the
+// sink as they were. At run time records are built to fit.
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink);
 
 // Checkpoint payload: the LUN table and every extent map, written in the

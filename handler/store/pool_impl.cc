@@ -22,15 +22,20 @@ Uuid NewUuid() {
   return u;
 }
 
-void Core::Inc(uint64_t phys, uint64_t n) { space_.Inc(phys, n); }
+Status Core::CanInc(const std::vector<Run>& runs) const { return space_.CanInc(runs); }
+
+Status Core::Inc(uint64_t phys, uint64_t n) { return space_.Inc(phys, n); }
 
 void Core::Dec(uint64_t phys, uint64_t n) {
   space_.Dec(phys, n, jbuf_.next_ticket());  // the ticket AppendLocked hands out
 }
 
-uint64_t Core::AppendLocked(const Record& r) {
+Result<uint64_t> Core::AppendLocked(const Record& r) {
+  // Records built at run time fit the state (ExtentMap's rule holds for every
+  // run: extent_map.h); what ApplyRecord can still refuse is an increment
+  // past a reference count's bound, and it refuses before changing anything.
   Status s = ApplyRecord(&st_, r, this);
-  (void)s;  // records built at run time always fit the state
+  if (!s.ok()) return s;
   // Which LSN changed what, so an online check can tell which LUNs the
   // durable metadata it read must already describe.
   uint64_t lsn = jbuf_.next_lsn();
@@ -152,7 +157,8 @@ Status Core::Close() {
     if (journal_.tail() == 0 && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
     Record seal;
     seal.type = RecType::kSeal;
-    AppendLocked(seal);
+    Result<uint64_t> t = AppendLocked(seal);
+    if (!t.ok()) return t.status();  // a seal changes nothing: cannot be refused
   }
   s = Commit(CurrentSeq());
   // Give back what is still being thinned, so a closed pool is as thin as

@@ -112,7 +112,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Pool* owner = nullptr;
 
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
-  void Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
+  Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
+  Status Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
   void Dec(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
 
  private:
@@ -148,8 +149,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // them durable, then waits for (and helps) their punches. Call without
   // meta_mu_, then retry once.
   Status ReclaimPending() EXCLUDES(queue_, meta_mu_);
-  // Applies `r` and buffers it; returns its ticket.
-  uint64_t AppendLocked(const Record& r) REQUIRES(meta_mu_);
+  // Applies `r` and buffers it; returns its ticket. An error if ApplyRecord
+  // refuses it (a reference count would overflow): then nothing changed and
+  // nothing was buffered.
+  Result<uint64_t> AppendLocked(const Record& r) REQUIRES(meta_mu_);
   // The highest durable LSN, which every record framed now carries as its
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
   // JournalWriter keeps it in an atomic it raises only after a batch's sync

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
 
 namespace cowstore::store {
 
@@ -71,7 +72,7 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
       for (uint64_t q = e.phys; q < e.phys + e.len; q++) {
         if (state_[q] == AuState::kMeta)
           return Status(Code::kCorruption, "a checkpoint AU is mapped by LUN " + l->name);
-        if (refs_[q] == UINT32_MAX) return Status(Code::kCorruption, "reference count overflow");
+        if (refs_[q] >= max_refs_) return Status(Code::kCorruption, "reference count overflow");
         if (refs_[q]++ == 0) mapped_units_++;
       }
     }
@@ -99,9 +100,33 @@ void SpaceMap::Grow(uint64_t units) {
   total_units_ = units;
 }
 
-void SpaceMap::Inc(uint64_t phys, uint64_t n) {
+namespace {
+Status Overflow(uint64_t p, uint32_t refs) {
+  return Status(Code::kInvalidArgument,
+                "AU " + std::to_string(p) + " already has " + std::to_string(refs) +
+                    " references, as many as its count can hold: nothing was changed");
+}
+}  // namespace
+
+Status SpaceMap::CanInc(const std::vector<Run>& runs) const {
+  // An AU gains at most one reference per run, so only AUs within runs.size()
+  // of the bound can pass it; count those exactly (rare), skip the rest.
+  const uint64_t near = runs.size() >= max_refs_ ? 0 : max_refs_ - runs.size();
+  std::unordered_map<uint64_t, uint64_t> gains;
+  for (const Run& r : runs)
+    for (uint64_t p = r.phys; p < r.phys + r.len; p++) {
+      if (refs_[p] < near) continue;
+      if (refs_[p] + ++gains[p] > max_refs_) return Overflow(p, refs_[p]);
+    }
+  return Status::Ok();
+}
+
+Status SpaceMap::Inc(uint64_t phys, uint64_t n) {
+  for (uint64_t p = phys; p < phys + n; p++)
+    if (refs_[p] >= max_refs_) return Overflow(p, refs_[p]);
   for (uint64_t p = phys; p < phys + n; p++)
     if (refs_[p]++ == 0) mapped_units_++;
+  return Status::Ok();
 }
 
 void SpaceMap::Dec(uint64_t phys, uint64_t n, uint64_t tag) {

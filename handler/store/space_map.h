@@ -73,7 +73,17 @@ class SpaceMap {
   // Reference counts, as records are applied. `tag` is the ticket of the
   // record that drops the references: AUs it frees stay kPending, and AUs it
   // leaves with one reference stay "shared on disk", until it is durable.
-  void Inc(uint64_t phys, uint64_t n);
+  //
+  // A count is 32 bits, and nothing else bounds it (XCOPY may copy one AU to
+  // every AU of a LUN, and LUNs may be clones of clones): Inc refuses with
+  // kInvalidArgument, changing nothing, an increment that would take an AU
+  // past max_refs(); CanInc answers the same for several runs at once, an AU
+  // gaining one reference per run that names it (so a record that increments
+  // run by run can be refused before any of it is applied). Rebuild refuses
+  // maps that pass the bound.
+  static constexpr uint32_t kMaxRefs = UINT32_MAX;
+  Status CanInc(const std::vector<Run>& runs) const;
+  Status Inc(uint64_t phys, uint64_t n);
   void Dec(uint64_t phys, uint64_t n, uint64_t tag);
   // True if AU p may be overwritten in place: one reference, and no state
   // newer than `durable_ticket` on disk still shares it.
@@ -114,6 +124,9 @@ class SpaceMap {
 
   uint64_t total_units() const { return total_units_; }
   uint32_t refs(uint64_t p) const { return refs_[p]; }
+  uint32_t max_refs() const { return max_refs_; }
+  // Tests lower the bound to reach it (default kMaxRefs).
+  void set_max_refs(uint32_t m) { max_refs_ = m; }
   AuState state(uint64_t p) const { return state_[p]; }
   // Every AU's count and state at once (for copying, e.g. by the check).
   const std::vector<uint32_t>& all_refs() const { return refs_; }
@@ -142,6 +155,7 @@ class SpaceMap {
   uint64_t releasing_ = 0;  // taken by TakeReleasable, not yet Released
   uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
   uint32_t soft_percent_ = 0;
+  uint32_t max_refs_ = kMaxRefs;
 };
 
 }  // namespace cowstore::store

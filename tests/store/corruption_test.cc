@@ -6,6 +6,9 @@
 
 #include <random>
 
+#include "handler/store/crc32c.h"
+#include "handler/store/meta.h"
+#include "handler/store/replay.h"
 #include "tests/store/corrupt_image.h"
 
 namespace cowstore::store::testing {
@@ -87,6 +90,150 @@ TEST(Corruption, EveryMetadataBitFlipOfAPowerCutImageIsRefusedOrHarmless) {
     if (img[o] != before[o]) lo = std::min(lo, o), hi = o + 1;
   ASSERT_LT(lo, hi);
   Sweep(img, b.model(), &previous, lo, hi);
+}
+
+// ------------------------------------------------ extents the map cannot hold
+// A CRC-valid record or checkpoint (a bug elsewhere, or damage the checksums
+// miss) carrying an extent outside ExtentMap's rule (extent_map.h) is refused
+// at open with kCorruption naming the bound, before it reaches a map, and the
+// open changes nothing.
+
+Superblock NewestSuperblock(const std::vector<uint8_t>& img) {
+  Superblock best, sb;
+  for (int slot = 0; slot < 2; slot++)
+    if (Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok() &&
+        sb.seq >= best.seq)
+      best = sb;
+  return best;
+}
+
+// Every refusal of `img`, read-only and read-write: its message, and that
+// the image is unchanged (OpenImage checks the code and the bytes).
+std::string RefusalOf(const std::vector<uint8_t>& img) {
+  std::string why;
+  Outcome o = OpenImage(img, ImageModel(), nullptr, &why);
+  if (o != Outcome::kRefused) return "not refused: " + why;
+  FaultInjectionEnv env;
+  env.Install("p", img.data(), img.size());
+  auto p = Pool::Open(&env, "p", {});
+  if (p.ok()) return "opened";
+  if (env.Snapshot("p") != img) return "the refused open wrote";
+  return p.status().ToString();
+}
+
+struct BadRun {
+  Run run;
+  const char* why;
+};
+const BadRun kBadRuns[] = {
+    {{ExtentMap::kMaxLba - 1, 1, 2}, "logical end beyond 2^48 units"},
+    {{uint64_t{1} << 60, 1, 1}, "logical end beyond 2^48 units"},
+    {{0, ExtentMap::kMaxPhys, 1}, "physical end beyond 2^32 units"},
+    {{0, 1, uint64_t{1} << 33}, "physical end beyond 2^32 units"},
+};
+
+// A closed pool whose journal holds a record after the last checkpoint.
+std::vector<uint8_t> WithJournal() {
+  ImageBuilder b;
+  b.Create("a", 512 * 1024, 512);
+  b.Write("a", 0, kImgAu, 0x42);
+  std::vector<uint8_t> img = b.Close();
+  if (!b.ok()) std::abort();
+  return img;
+}
+
+TEST(Corruption, AJournalRecordWithAnExtentTheMapCannotHoldIsRefused) {
+  const std::vector<uint8_t> img = WithJournal();
+  const Superblock sb = NewestSuperblock(img);
+  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                 sb.journal_start_lsn, sb.version);
+  ASSERT_FALSE(jr.records.empty());
+  ASSERT_EQ(jr.records[0].type, RecType::kCreateLun);
+  for (const BadRun& bad : kBadRuns) {
+    Record r;
+    r.type = RecType::kMap;
+    r.lun = jr.records[0].lun;
+    r.runs = {{1, 20, 1}, bad.run};  // a good run first: nothing of it may stick
+    std::string frame;
+    FrameRecord(r, jr.next_lsn, jr.next_lsn - 1, &frame);
+    std::vector<uint8_t> d = img;
+    ASSERT_LE(kJournalOffset + jr.end + frame.size(), kImgData);
+    std::memcpy(d.data() + kJournalOffset + jr.end, frame.data(), frame.size());
+    std::string got = RefusalOf(d);
+    EXPECT_NE(got.find("Corruption: "), std::string::npos) << got;
+    EXPECT_NE(got.find(bad.why), std::string::npos) << got;
+    EXPECT_NE(got.find("extent at AU " + std::to_string(bad.run.lba)), std::string::npos) << got;
+  }
+  // The same record with a good extent instead replays (the frame is right).
+  Record r;
+  r.type = RecType::kMap;
+  r.lun = jr.records[0].lun;
+  r.runs = {{1, 20, 1}};
+  std::string frame;
+  FrameRecord(r, jr.next_lsn, jr.next_lsn - 1, &frame);
+  std::vector<uint8_t> d = img;
+  std::memcpy(d.data() + kJournalOffset + jr.end, frame.data(), frame.size());
+  FaultInjectionEnv env;
+  env.Install("p", d.data(), d.size());
+  auto p = Pool::Open(&env, "p", {.read_only = true});
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->GetLun("a")->mapped_bytes, 2u * kImgAu);
+}
+
+TEST(Corruption, ACheckpointWithAnExtentTheMapCannotHoldIsRefused) {
+  // Reopened and closed: the checkpoint now holds LUN a's extent.
+  std::vector<uint8_t> img;
+  {
+    FaultInjectionEnv env;
+    std::vector<uint8_t> j = WithJournal();
+    env.Install("p", j.data(), j.size());
+    auto p = Pool::Open(&env, "p", {});
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->Close().ok());
+    p.value().reset();
+    img = env.Snapshot("p");
+  }
+  const Superblock sb = NewestSuperblock(img);
+  ASSERT_NE(sb.ckpt_first, kNone);
+  const uint64_t at = sb.data_offset + sb.ckpt_first * sb.au;
+  ChunkHeader h;
+  ASSERT_TRUE(DecodeChunk(img.data() + at, sb.au, &h));
+  ASSERT_EQ(h.len, sb.ckpt_bytes);  // one chunk
+  std::string payload(reinterpret_cast<const char*>(img.data() + at + kChunkHeader), h.len);
+  MetaState st;
+  ASSERT_TRUE(DecodeState(payload, &st, sb.version).ok());
+  ASSERT_EQ(st.luns.size(), 1u);
+  const auto& [lba, e] = *st.luns.begin()->second->map.runs().begin();
+  // The extent's bytes in the payload: lba | phys | len, little-endian.
+  std::string triple;
+  Encoder enc(&triple);
+  enc.U64(lba);
+  enc.U64(e.phys);
+  enc.U64(e.len);
+  const size_t pos = payload.find(triple);
+  ASSERT_NE(pos, std::string::npos);
+  for (const BadRun& bad : kBadRuns) {
+    std::string changed = payload, t;
+    Encoder be(&t);
+    be.U64(bad.run.lba);
+    be.U64(bad.run.phys);
+    be.U64(bad.run.len);
+    changed.replace(pos, 24, t);
+    // CRC-valid everywhere: the chunk, and the superblocks naming it.
+    std::vector<uint8_t> d = img;
+    std::string chunk;
+    EncodeChunk(h, changed.data(), &chunk);
+    std::memcpy(d.data() + at, chunk.data(), chunk.size());
+    Superblock nsb = sb;
+    nsb.ckpt_crc = Crc32c(0, changed.data(), changed.size());
+    std::string sbi = nsb.Encode();
+    for (int slot = 0; slot < 2; slot++) std::memcpy(d.data() + slot * kSuperblockSlot, sbi.data(), sbi.size());
+    std::string got = RefusalOf(d);
+    EXPECT_NE(got.find("Corruption: "), std::string::npos) << got;
+    EXPECT_NE(got.find("checkpoint: LUN a extent at AU " + std::to_string(bad.run.lba)),
+              std::string::npos) << got;
+    EXPECT_NE(got.find(bad.why), std::string::npos) << got;
+  }
 }
 
 }  // namespace

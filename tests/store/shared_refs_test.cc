@@ -360,7 +360,7 @@ class Workload {
       if (count_[g] == 0) {
         uint64_t len = 0;
         while (len < left && g + len < count_.size() && count_[g + len] == 0) count_[g + len++] = 1;
-        luns_[l].Insert(lba, g, len);
+        ASSERT_TRUE(luns_[l].Insert(lba, g, len).ok());
         lba += len;
         left -= len;
         seen += len;
@@ -403,7 +403,7 @@ class Workload {
     std::vector<Run> runs = RunsOf(luns_[src]);
     if (!IncAll(runs)) return;
     Drop(dst, 0, kLunGrains);
-    for (const Run& r : runs) luns_[dst].Insert(r.lba, r.phys, r.len);
+    for (const Run& r : runs) ASSERT_TRUE(luns_[dst].Insert(r.lba, r.phys, r.len).ok());
     Track();
   }
 
@@ -414,7 +414,7 @@ class Workload {
     luns_[src].Lookup(sa, n, &runs);
     if (!IncAll(runs)) return;
     Drop(dst, da, n);
-    for (const Run& r : runs) luns_[dst].Insert(da + (r.lba - sa), r.phys, r.len);
+    for (const Run& r : runs) ASSERT_TRUE(luns_[dst].Insert(da + (r.lba - sa), r.phys, r.len).ok());
     Track();
   }
 

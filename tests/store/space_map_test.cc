@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <vector>
 
 namespace cowstore::store {
@@ -108,7 +110,7 @@ MetaState OneLun() {
   l->id = 1;
   l->name = "a";
   l->size = 16 * st.au;
-  l->map.Insert(0, 2, 3);
+  if (!l->map.Insert(0, 2, 3).ok()) std::abort();
   st.luns.emplace(1, l);
   return st;
 }
@@ -148,6 +150,108 @@ TEST_F(SpaceMapTest, RebuildRefusesAMappedCheckpointAu) {
   EXPECT_EQ(s.code(), Code::kCorruption);
 }
 
+// #16: a reference count at its bound refuses the increment at run time,
+// changing nothing (before, Inc wrapped it to 0 and only Rebuild checked).
+TEST_F(SpaceMapTest, IncPastTheCountsBoundIsRefusedAndChangesNothing) {
+  m_.set_max_refs(3);  // AUs 2..4 have 1 reference (OneLun)
+  ASSERT_TRUE(m_.Inc(2, 3).ok());
+  ASSERT_TRUE(m_.Inc(3, 1).ok());  // refs 2, 3, 2 for AUs 2, 3, 4
+  auto counts = [&] { return V{m_.refs(2), m_.refs(3), m_.refs(4)}; };
+  ASSERT_EQ(counts(), (V{2, 3, 2}));
+  Status s = m_.Inc(2, 3);  // AU 3 would pass 3
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("AU 3 already has 3 references"), std::string::npos) << s.message();
+  EXPECT_EQ(counts(), (V{2, 3, 2}));  // AU 2 was not incremented either
+  EXPECT_EQ(m_.mapped_units(), 3u);
+  // CanInc counts an AU once per run naming it: two runs over AU 2 take it
+  // from 2 to 4; one run, or two over AUs below the bound, fit.
+  EXPECT_TRUE(m_.CanInc({{0, 2, 1}}).ok());
+  EXPECT_EQ(m_.CanInc({{0, 2, 1}, {9, 2, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(m_.CanInc({{0, 3, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(m_.CanInc({{0, 4, 1}}).ok());
+  EXPECT_EQ(m_.CanInc({{0, 4, 1}, {5, 2, 3}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(counts(), (V{2, 3, 2}));
+  // The full 32-bit bound, reached by Rebuild's own check too.
+  SpaceMap big;
+  MetaState st = OneLun();
+  big.set_max_refs(1);
+  EXPECT_EQ(big.Rebuild(16, st, {}).code(), Code::kOk);
+  EXPECT_EQ(big.Inc(2, 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(SpaceMap::kMaxRefs, UINT32_MAX);
+}
+
+// The pool's RefSink in miniature: ApplyRecord's reference changes go to a
+// SpaceMap (as Core does).
+class MapSink : public RefSink {
+ public:
+  explicit MapSink(SpaceMap* m) : m_(m) {}
+  Status CanInc(const std::vector<Run>& runs) const override { return m_->CanInc(runs); }
+  Status Inc(uint64_t phys, uint64_t n) override { return m_->Inc(phys, n); }
+  void Dec(uint64_t phys, uint64_t n) override { m_->Dec(phys, n, 1); }
+
+ private:
+  SpaceMap* m_;
+};
+
+// A record that would take a count past its bound is refused whole: neither
+// the maps nor any count change, whichever of its runs hits the bound.
+TEST_F(SpaceMapTest, ARecordThatWouldOverflowACountChangesNothing) {
+  MetaState st = OneLun();  // LUN 1: [0, 3) -> [2, 5)
+  auto b = std::make_shared<LunState>();
+  b->id = 2;
+  b->name = "b";
+  b->size = 16 * st.au;
+  st.luns.emplace(2, b);
+  st.next_lun_id = 3;
+  MapSink sink(&m_);
+  m_.set_max_refs(2);
+  ASSERT_TRUE(m_.Inc(4, 1).ok());  // AU 4 at the bound
+  std::string before;
+  EncodeState(st, &before);
+  std::vector<uint32_t> refs_before = m_.all_refs();
+  auto unchanged = [&] {
+    std::string now;
+    EncodeState(st, &now);
+    EXPECT_EQ(now, before);
+    EXPECT_EQ(m_.all_refs(), refs_before);
+  };
+  Record clone;  // AUs 2..4 to LUN b: AU 4 would have 3
+  clone.type = RecType::kClone;
+  clone.lun = 1;
+  clone.lun2 = 2;
+  clone.a = 0;
+  clone.b = 0;
+  clone.n = 3;
+  EXPECT_EQ(ApplyRecord(&st, clone, &sink).code(), Code::kInvalidArgument);
+  unchanged();
+  Record copy;  // CloneLun
+  copy.type = RecType::kCloneLun;
+  copy.lun = 1;
+  copy.lun2 = 3;
+  copy.name = "c";
+  EXPECT_EQ(ApplyRecord(&st, copy, &sink).code(), Code::kInvalidArgument);
+  unchanged();
+  EXPECT_EQ(st.Find(3), nullptr);
+  Record map;  // a first run that fits, a second one naming AU 4
+  map.type = RecType::kMap;
+  map.lun = 2;
+  map.runs = {{0, 2, 1}, {1, 4, 1}};
+  EXPECT_EQ(ApplyRecord(&st, map, &sink).code(), Code::kInvalidArgument);
+  unchanged();
+  Record rollback;  // LUN b becomes LUN a: AU 4 again
+  rollback.type = RecType::kRollbackLun;
+  rollback.lun = 2;
+  rollback.lun2 = 1;
+  EXPECT_EQ(ApplyRecord(&st, rollback, &sink).code(), Code::kInvalidArgument);
+  unchanged();
+  // Below the bound the same clone applies.
+  clone.n = 2;
+  ASSERT_TRUE(ApplyRecord(&st, clone, &sink).ok());
+  EXPECT_EQ(m_.refs(2), 2u);
+  EXPECT_EQ(m_.refs(3), 2u);
+  EXPECT_EQ(st.Find(2)->map.mapped_units(), 2u);
+}
+
 TEST_F(SpaceMapTest, ReserveMapAndUnreserve) {
   V got;
   ASSERT_TRUE(m_.Reserve(3, &got));
@@ -157,7 +261,7 @@ TEST_F(SpaceMapTest, ReserveMapAndUnreserve) {
   EXPECT_EQ(m_.free_units(), 8u);
 
   m_.Mapped({5});
-  m_.Inc(5, 1);  // the record mapping it
+  ASSERT_TRUE(m_.Inc(5, 1).ok());  // the record mapping it
   EXPECT_EQ(m_.state(5), AuState::kNone);
   EXPECT_EQ(m_.refs(5), 1u);
   EXPECT_EQ(m_.reserved_units(), 2u);
@@ -229,13 +333,13 @@ TEST_F(SpaceMapTest, ReleasableRunsAreMergedInAuOrder) {
   V got;
   ASSERT_TRUE(m_.Reserve(3, &got));  // AUs 5, 6, 7: now 2..7 are mapped
   m_.Mapped(got);
-  m_.Inc(5, 3);
+  ASSERT_TRUE(m_.Inc(5, 3).ok());
   m_.Dec(6, 1, 5);
   m_.Dec(4, 1, 6);
   m_.Dec(2, 1, 7);
   m_.Dec(5, 1, 8);
   m_.Dec(3, 1, 9);
-  m_.Inc(7, 1);
+  ASSERT_TRUE(m_.Inc(7, 1).ok());
   m_.Dec(7, 1, 9);  // AU 7 keeps its reference
   auto ready = m_.TakeReleasable(8);  // records 5..8: AUs 6, 4, 2, 5
   ASSERT_EQ(ready.size(), 2u);
@@ -256,7 +360,7 @@ TEST_F(SpaceMapTest, ReleasableRunsAreMergedInAuOrder) {
 
 TEST_F(SpaceMapTest, UnsharedAuIsNotWrittenInPlaceUntilItsRecordIsDurable) {
   EXPECT_TRUE(m_.WritableInPlace(2, 0));
-  m_.Inc(2, 1);  // a clone shares AU 2
+  ASSERT_TRUE(m_.Inc(2, 1).ok());  // a clone shares AU 2
   EXPECT_EQ(m_.shared_units(), 1u);
   EXPECT_FALSE(m_.WritableInPlace(2, 100));
   m_.Dec(2, 1, /*tag=*/8);  // the clone lets go, in record 8
