@@ -6,6 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
+#include <new>
+#include <string>
 #include <utility>
 
 namespace cowstore::store {
@@ -123,6 +126,34 @@ CommitQueue::Waiter::State CommitQueue::Sleep(Waiter* w) {
   }
 }
 
+Result<uint64_t> CommitQueue::RunCommit() noexcept {
+  // An exception (std::bad_alloc while a large checkpoint is encoded) is a
+  // failed commit like any other: the queue fails, every waiter is told,
+  // leadership is handed on. What reached the disk is unknown, so the
+  // failure is sticky, as for an I/O error.
+  try {
+    return commit_();
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, "commit failed: out of memory");
+  } catch (const std::exception& e) {
+    return Status(Code::kIOError, std::string("commit failed: ") + e.what());
+  } catch (...) {
+    return Status(Code::kIOError, "commit failed: internal error");
+  }
+}
+
+void CommitQueue::RunAfter(uint64_t durable) noexcept {
+  // The hook hands AUs whose freeing record is durable on for punching and
+  // reuse. If it throws, those AUs stay unused until the pool is next
+  // opened (recovery frees every AU no map holds): space, never data, and
+  // the hook's bookkeeping below still ends, so Exclusive() and
+  // DrainHooks() do not wait for it for ever.
+  try {
+    after_(durable);
+  } catch (...) {
+  }
+}
+
 Status CommitQueue::Wait(uint64_t ticket) {
   waits_.fetch_add(1, std::memory_order_relaxed);
   if (durable_.load(std::memory_order_acquire) >= ticket) {
@@ -163,7 +194,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
     }
     stats_.batches++;
     lk.unlock();
-    Result<uint64_t> r = commit_();
+    Result<uint64_t> r = RunCommit();
     lk.lock();
     if (!r.ok()) {
       if (failed_.ok()) failed_ = r.status();
@@ -193,7 +224,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
     lk.unlock();
     Deliver(&wk);  // the next leader, if any
     if (after_) {
-      after_(d);
+      RunAfter(d);
       lk.lock();
       running_hooks_.erase(hook);
       hooks_done_.notify_all();

@@ -177,6 +177,11 @@ class CAPABILITY("commit leadership") CommitQueue {
   static void Signal(Waiter* w, Waiter::State st);
   // Sleeps until signalled; returns the state it was signalled with.
   static Waiter::State Sleep(Waiter* w);
+  // commit_ and after_, with any exception caught: a leader that unwound
+  // out of Wait() would leave the queue led by nobody, and every waiter,
+  // later caller and Exclusive() section asleep for ever.
+  Result<uint64_t> RunCommit() noexcept;
+  void RunAfter(uint64_t durable) noexcept;
 
   const CommitFn commit_;
   const AfterFn after_;

@@ -26,9 +26,10 @@
 //
 // Packing limits (Fits): lba + len <= 2^48, phys + len <= 2^48,
 // 1 <= len <= 2^32. A v1 pool's AU numbers satisfy them (AU >= 64 KiB,
-// at most 2^32 AUs); so do v3's grains. The caller decides what to do with a
-// run that does not fit (ExtentMap keeps such maps in a std::map, so that a
-// corrupt record reaches the bound checks of recovery unchanged).
+// at most 2^32 AUs); so do v3's grains. Callers never hand it a run that
+// does not fit: ExtentMap refuses one (kInvalidArgument), and recovery and
+// the checkpoint decoder refuse a record or chunk holding one (kCorruption)
+// before any map changes.
 //
 // Not thread-safe. Iterators are invalidated by every change.
 #pragma once

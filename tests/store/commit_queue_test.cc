@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -328,6 +330,81 @@ TEST(CommitQueue, FailFromOutsideWakesWaiters) {
   st.gate.Open();
   a.join();
   EXPECT_EQ(st.queue.stats().batches, 1u);
+}
+
+// A commit function that throws (std::bad_alloc while a checkpoint is
+// encoded) fails the queue as an error does: the leader gets a Status, not
+// the exception, and the caller asleep behind it is woken with the failure
+// instead of waiting for a leader that has gone.
+TEST(CommitQueue, ACommitThatThrowsFailsTheQueueAndWakesEveryone) {
+  std::atomic<uint64_t> appended{0};
+  Gate gate;
+  gate.Close();
+  CommitQueue q([&]() -> Result<uint64_t> {
+    gate.Pass();
+    throw std::bad_alloc();
+  });
+  Status a_status, b_status;
+  std::atomic<bool> a_threw{false}, b_done{false};
+  std::thread a([&] {
+    try {
+      a_status = q.Wait(appended.fetch_add(1) + 1);
+    } catch (...) {
+      a_threw = true;
+    }
+  });
+  gate.AwaitArrivals(1);
+  std::thread b([&] {
+    b_status = q.Wait(appended.fetch_add(1) + 1);
+    b_done = true;
+  });
+  Eventually([&] { return q.stats().slept == 1; });
+  gate.Open();
+  a.join();
+  for (int i = 0; i < 5000 && !b_done.load(); i++) std::this_thread::sleep_for(1ms);
+  const bool woken = b_done.load();
+  if (!woken) q.Fail(Status(Code::kIOError, "test: release the stranded waiter"));
+  b.join();
+  EXPECT_FALSE(a_threw.load());
+  EXPECT_EQ(a_status.code(), Code::kNoSpace);
+  EXPECT_NE(a_status.message().find("out of memory"), std::string::npos) << a_status.message();
+  EXPECT_TRUE(woken) << "the waiter behind the leader that threw was never woken";
+  EXPECT_EQ(b_status.code(), Code::kNoSpace);
+  // Sticky, and nothing is left waiting for a leader: new callers and an
+  // exclusive section return at once.
+  EXPECT_EQ(q.Wait(appended.fetch_add(1) + 1).code(), Code::kNoSpace);
+  bool ran = false;
+  EXPECT_TRUE(q.Exclusive([&] {
+                 ran = true;
+                 return Status::Ok();
+               }).ok());
+  EXPECT_TRUE(ran);
+}
+
+// An after-hook that throws still ends as a hook: the batch's caller gets
+// its (durable) OK, and DrainHooks() and Exclusive() do not wait for it.
+TEST(CommitQueue, AnAfterHookThatThrowsStillEnds) {
+  std::atomic<uint64_t> appended{0};
+  CommitQueue q([&]() -> Result<uint64_t> { return appended.load(); },
+                [&](uint64_t) { throw std::runtime_error("hook failed"); });
+  Status s;
+  bool threw = false;
+  try {
+    s = q.Wait(appended.fetch_add(1) + 1);
+  } catch (...) {
+    threw = true;
+  }
+  EXPECT_FALSE(threw);
+  EXPECT_TRUE(s.ok()) << s.message();
+  EXPECT_EQ(q.durable(), 1u);
+  std::atomic<bool> drained{false};
+  std::thread d([&] {
+    q.DrainHooks();
+    EXPECT_TRUE(q.Exclusive([] { return Status::Ok(); }).ok());
+    drained = true;
+  });
+  Eventually([&] { return drained.load(); });
+  d.join();
 }
 
 TEST(CommitQueue, ExclusiveRunsBetweenBatchesAndBeforeWaitingOnes) {
