@@ -133,12 +133,8 @@ Result<uint64_t> CommitQueue::RunCommit() noexcept {
   // failure is sticky, as for an I/O error.
   try {
     return commit_();
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "commit failed: out of memory");
-  } catch (const std::exception& e) {
-    return Status(Code::kIOError, std::string("commit failed: ") + e.what());
   } catch (...) {
-    return Status(Code::kIOError, "commit failed: internal error");
+    return StatusFromCurrentException("commit failed");
   }
 }
 

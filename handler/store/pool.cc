@@ -12,12 +12,8 @@ template <typename F>
 auto Guard(F&& f) -> decltype(f()) {
   try {
     return f();
-  } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, "out of memory");
-  } catch (const std::exception& e) {
-    return Status(Code::kIOError, std::string("internal error: ") + e.what());
   } catch (...) {
-    return Status(Code::kIOError, "internal error");
+    return StatusFromCurrentException();
   }
 }
 

@@ -5,7 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
+#include <new>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -72,5 +75,22 @@ class [[nodiscard]] Result {
  private:
   std::variant<T, Status> v_;
 };
+
+// The one rule for an exception that reaches an edge of the store (the Pool
+// and Lun API, the commit queue's leader): running out of memory is kNoSpace
+// (nothing was changed, the caller may retry), anything else kIOError. Call
+// only inside a catch block; `context` ("commit failed") prefixes the message.
+inline Status StatusFromCurrentException(std::string_view context = {}) {
+  const std::string prefix = context.empty() ? std::string() : std::string(context) + ": ";
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return Status(Code::kNoSpace, prefix + "out of memory");
+  } catch (const std::exception& e) {
+    return Status(Code::kIOError, prefix + "internal error: " + e.what());
+  } catch (...) {
+    return Status(Code::kIOError, prefix + "internal error");
+  }
+}
 
 }  // namespace cowstore::store
