@@ -40,7 +40,15 @@
 //     per command 0.035 -> 0.045-0.05) and the CPU per command did not drop
 //     below this. Leaving leadership open for a caller already awake to
 //     take (no wake to start the next sync) split the batches the same way
-//     (0.035 -> 0.064 syncs per command);
+//     (0.035 -> 0.064 syncs per command). Where the time at queue depth 32
+//     goes (perf sched/trace of clone4MiB/qd32, 2026-12-02): the futex
+//     waits on locks (meta_mu_, range locks) are ~0.015 per command, so
+//     there is no mutex convoy to remove (an adaptive mutex did not help:
+//     branch h-qd-adaptive); a batch cycle is ~0.8-1 ms, of which the wake
+//     phase is ~250 us for 12-14 wakes: each FUTEX_WAKE lets the woken caller
+//     preempt the leader on its CPU, run its next operation and sleep again
+//     before the next wake is issued. The untried lever is one FUTEX_WAKE
+//     for the whole batch (a shared per-batch word);
 //   * at most one batch is in flight, so the commit function needs no lock of
 //     its own against itself.
 //
