@@ -31,6 +31,13 @@
 // the checkpoint decoder refuse a record or chunk holding one (kCorruption)
 // before any map changes.
 //
+// Allocation failure: every operation is all-or-nothing. Insert and SplitAt
+// allocate every node they need (a leaf, one inner node per full level the
+// split climbs, a new root) before changing anything, so a std::bad_alloc
+// leaves the tree as it was: a checkpoint never writes a half-split tree.
+// BulkLoad and copies build aside and free what they built if one throws.
+// Erasure never allocates.
+//
 // Not thread-safe. Iterators are invalidated by every change.
 #pragma once
 
@@ -140,8 +147,15 @@ class RunTree {
   size_t MemoryBytes() const;  // leaves plus inner nodes, without malloc headers
   // Empty if every invariant above holds, else what is broken.
   std::string Check() const;
+  // Allocation failure injection for tests: the n-th node allocation from
+  // now on this thread (0 = the next) throws std::bad_alloc, once; n < 0
+  // turns it off. Returns how many allocations were left before the failure
+  // (n itself if none happened), so a test can tell whether it fired.
+  static int64_t FailAllocationForTest(int64_t n);
 
  private:
+  class Spare;  // inner nodes allocated ahead of a change (run_tree.cc)
+  static void* AllocNode(size_t bytes);
   static Leaf* NewLeaf(uint32_t cap);
   static void FreeLeaf(Leaf* l);
   static Leaf* CopyLeaf(const Leaf* o, uint32_t cap);
@@ -170,10 +184,15 @@ class RunTree {
   // Makes room in p's full leaf for a run with key a (may add a leaf).
   void MakeRoom(Path& p, uint64_t a);
   // Adds (key, child) at pos >= 1 of inner level d, splitting upwards.
-  void InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child);
+  // Takes the nodes it needs from spare (InnerNodesToAdd of the same call).
+  void InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child, Spare& spare);
+  // Inner nodes adding one child at inner level d takes: one per full level
+  // from d up, and a new root if every level up to the root is full
+  // (d < 0: adding a leaf beside the only leaf, i.e. a new root).
+  uint32_t InnerNodesToAdd(const Path& p, int d) const;
   // Removes the child at pos of inner level d, merging upwards.
   void RemoveChild(Path& p, int d, uint32_t pos);
-  void NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key);
+  void NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key, Spare& spare);
   // Merges or evens out p's leaf (below kMinLeafRuns) with a sibling.
   void Rebalance(Path& p);
   // Merges or evens out inner level d (below MinInner) with a sibling.
