@@ -61,7 +61,12 @@ void* RunTree::AllocNode(size_t bytes) {
 class RunTree::Spare {
  public:
   Spare(const RunTree& t, uint32_t n) {
-    for (; count_ < n; count_++) nodes_[count_] = t.NewInner();  // a throw frees those made
+    try {
+      for (; count_ < n; count_++) nodes_[count_] = t.NewInner();
+    } catch (...) {  // no destructor runs for a constructor that throws
+      while (count_ > 0) FreeInner(nodes_[--count_]);
+      throw;
+    }
   }
   ~Spare() {
     while (count_ > 0) FreeInner(nodes_[--count_]);
