@@ -14,7 +14,8 @@ namespace cowstore::store {
 // doubles, so that a map of a few runs costs a few dozen bytes, not 4 KiB.
 struct RunTree::Leaf {
   uint32_t count;
-  uint32_t cap;
+  uint16_t cap;
+  uint16_t counted;  // the tree's kind, for iterators (RunKind::kCounted)
   Leaf* next;  // in key order; null for the last leaf
   Packed* e() { return reinterpret_cast<Packed*>(this + 1); }
   const Packed* e() const { return reinterpret_cast<const Packed*>(this + 1); }
@@ -83,11 +84,12 @@ class RunTree::Spare {
   uint32_t count_ = 0;
 };
 
-RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) {
+RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) const {
   static_assert(sizeof(Leaf) == 16 && sizeof(Leaf) + kLeafRuns * sizeof(Packed) == kLeafBytes);
   Leaf* l = new (AllocNode(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
   l->count = 0;
-  l->cap = cap;
+  l->cap = static_cast<uint16_t>(cap);
+  l->counted = counted_;
   l->next = nullptr;
   return l;
 }
@@ -95,7 +97,10 @@ RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) {
 void RunTree::FreeLeaf(Leaf* l) { ::operator delete(l); }
 
 RunTree::Leaf* RunTree::CopyLeaf(const Leaf* o, uint32_t cap) {
-  Leaf* l = NewLeaf(cap);
+  Leaf* l = new (AllocNode(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
+  l->cap = static_cast<uint16_t>(cap);
+  l->counted = o->counted;
+  l->next = nullptr;
   std::memcpy(l->e(), o->e(), o->count * sizeof(Packed));
   l->count = o->count;
   return l;
@@ -113,12 +118,16 @@ void RunTree::FreeInner(Inner* n) { ::operator delete(n); }
 
 // ------------------------------------------------------------ packing
 
-RunTree::Packed RunTree::Pack(uint64_t lba, uint64_t phys, uint64_t len) {
+// kMapping: lo = lba | (len-1) bits 0-15 << 48, hi = phys | (len-1) bits 16-31 << 48.
+// kCounted: lo = key | (len-1) bits 0-15 << 48, hi = (len-1) bits 16-47 | value << 32.
+RunTree::Packed RunTree::Pack(uint64_t lba, uint64_t phys, uint64_t len) const {
   const uint64_t l = len - 1;
+  if (counted_) return {lba | (l & 0xffff) << 48, (l >> 16) | phys << 32};
   return {lba | (l & 0xffff) << 48, phys | (l >> 16) << 48};
 }
 
-Run RunTree::Unpack(const Packed& p) {
+Run RunTree::Unpack(const Packed& p, bool counted) {
+  if (counted) return {p.lo & (kMaxKey - 1), p.hi >> 32, ((p.lo >> 48) | (p.hi & 0xffffffff) << 16) + 1};
   return {p.lo & (kMaxKey - 1), p.hi & (kMaxKey - 1), ((p.lo >> 48) | (p.hi >> 48) << 16) + 1};
 }
 
@@ -126,6 +135,9 @@ Run RunTree::Unpack(const Packed& p) {
 
 RunTree::RunTree(uint32_t inner_fanout)
     : fan_(std::clamp(inner_fanout, kMinInnerFanout, kInnerFanout)) {}
+
+RunTree::RunTree(RunKind kind, uint32_t inner_fanout)
+    : fan_(std::clamp(inner_fanout, kMinInnerFanout, kInnerFanout)), counted_(kind == RunKind::kCounted) {}
 
 void* RunTree::CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf) {
   if (height == 0) {
@@ -153,7 +165,7 @@ void* RunTree::CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf) 
   return n;
 }
 
-RunTree::RunTree(const RunTree& o) : height_(o.height_), fan_(o.fan_), size_(o.size_) {
+RunTree::RunTree(const RunTree& o) : height_(o.height_), fan_(o.fan_), counted_(o.counted_), size_(o.size_) {
   Leaf* prev = nullptr;
   if (o.root_) root_ = CopySubtree(o.root_, o.height_, &prev);
 }
@@ -167,7 +179,8 @@ RunTree& RunTree::operator=(const RunTree& o) {
 }
 
 RunTree::RunTree(RunTree&& o) noexcept
-    : root_(o.root_), height_(o.height_), fan_(o.fan_), first_(o.first_), last_(o.last_), size_(o.size_) {
+    : root_(o.root_), height_(o.height_), fan_(o.fan_), counted_(o.counted_), first_(o.first_), last_(o.last_),
+      size_(o.size_) {
   o.root_ = nullptr;
   o.height_ = 0;
   o.first_ = o.last_ = nullptr;
@@ -180,6 +193,7 @@ RunTree& RunTree::operator=(RunTree&& o) noexcept {
     root_ = o.root_;
     height_ = o.height_;
     fan_ = o.fan_;
+    counted_ = o.counted_;
     first_ = o.first_;
     last_ = o.last_;
     size_ = o.size_;
@@ -266,7 +280,7 @@ bool RunTree::Covering(uint64_t a, Run* out) const {
   const Leaf* l = LeafFor(a);
   uint32_t j = UpperBoundIn(l, a);
   if (j == 0) return false;  // a precedes every run
-  Run r = Unpack(l->e()[j - 1]);
+  Run r = Unpack(l->e()[j - 1], counted_);
   if (a - r.lba >= r.len) return false;
   *out = r;
   return true;
@@ -285,13 +299,13 @@ RunTree::const_iterator RunTree::FirstEndingAfter(uint64_t a) const {
   const Leaf* l = LeafFor(a);
   uint32_t j = UpperBoundIn(l, a);
   if (j == 0) return begin();  // a precedes every run
-  Run r = Unpack(l->e()[j - 1]);
+  Run r = Unpack(l->e()[j - 1], counted_);
   if (a - r.lba < r.len) return {l, j - 1};
   if (j == l->count) return {l->next, 0};
   return {l, j};
 }
 
-Run RunTree::const_iterator::operator*() const { return Unpack(leaf_->e()[i_]); }
+Run RunTree::const_iterator::operator*() const { return Unpack(leaf_->e()[i_], leaf_->counted); }
 
 RunTree::const_iterator& RunTree::const_iterator::operator++() {
   if (++i_ == leaf_->count) {
@@ -319,7 +333,7 @@ void RunTree::Set(Path& p, uint32_t i, const Run& r) {
 
 bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   if (len == 0) return true;
-  if (!Fits(lba, phys, len)) return false;
+  if (!Accepts(lba, phys, len)) return false;
   if (!root_) {
     Leaf* l = NewLeaf(kFirstLeafRuns);
     l->e()[0] = Pack(lba, phys, len);
@@ -340,13 +354,14 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   const Leaf* nl = j < l->count ? l : l->next;
   const uint32_t ni = j < l->count ? j : 0;
   const bool has_next = nl != nullptr;
-  Run prev = has_prev ? Unpack(l->e()[j - 1]) : Run{};
-  Run next = has_next ? Unpack(nl->e()[ni]) : Run{};
-  bool join_prev = has_prev && prev.lba + prev.len == lba && prev.phys + prev.len == phys;
-  bool join_next = has_next && next.lba == lba + len && next.phys == phys + len;
+  Run prev = has_prev ? Unpack(l->e()[j - 1], counted_) : Run{};
+  Run next = has_next ? Unpack(nl->e()[ni], counted_) : Run{};
+  const Run run{lba, phys, len};
+  bool join_prev = has_prev && Continues(prev, run);
+  bool join_next = has_next && Continues(run, next);
   if (join_prev) {
     uint64_t total = prev.len + len + (join_next ? next.len : 0);
-    if (total > kMaxLen) return false;
+    if (total > MaxLen()) return false;
     prev.len = total;
     Set(p, j - 1, prev);
     if (join_next) {
@@ -356,7 +371,7 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
     return true;
   }
   if (join_next) {
-    if (len + next.len > kMaxLen) return false;
+    if (len + next.len > MaxLen()) return false;
     // Same position in key order: the run just starts earlier.
     if (nl != l) Descend(next.lba, &p);
     Set(p, ni, {lba, phys, len + next.len});
@@ -372,12 +387,12 @@ void RunTree::SplitAt(uint64_t a) {
   Descend(a, &p);
   uint32_t j = UpperBoundIn(p.leaf, a);
   if (j == 0) return;
-  Run r = Unpack(p.leaf->e()[j - 1]);
+  Run r = Unpack(p.leaf->e()[j - 1], counted_);
   if (r.lba == a || a - r.lba >= r.len) return;
   // The tail goes in first: InsertAt may allocate (and throw, changing
   // nothing); the head is shortened after, which cannot fail. In between the
   // two overlap, unseen.
-  InsertAt(p, j, {a, r.phys + (a - r.lba), r.lba + r.len - a});
+  InsertAt(p, j, {a, counted_ ? r.phys : r.phys + (a - r.lba), r.lba + r.len - a});
   Descend(r.lba, &p);
   Set(p, LowerBoundIn(p.leaf, r.lba), {r.lba, r.phys, a - r.lba});
 }
@@ -451,7 +466,7 @@ void RunTree::MakeRoom(Path& p, uint64_t a) {
   Leaf* l = p.leaf;
   // The only leaf grows before anything splits.
   if (height_ == 0 && l->cap < kLeafRuns) {
-    Leaf* g = CopyLeaf(l, std::min(2 * l->cap, kLeafRuns));
+    Leaf* g = CopyLeaf(l, std::min<uint32_t>(2 * l->cap, kLeafRuns));
     FreeLeaf(l);
     root_ = first_ = last_ = g;
     return;
@@ -663,7 +678,7 @@ void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed)
     const Leaf* l = p.leaf;
     uint32_t k = j;
     for (; k < l->count && Key(l->e()[k]) < end; k++)
-      if (removed) removed->push_back(Unpack(l->e()[k]));
+      if (removed) removed->push_back(Unpack(l->e()[k], counted_));
     if (k == j) return;
     const bool to_leaf_end = k == l->count;
     EraseIn(p, j, k - j);
@@ -791,8 +806,8 @@ std::string RunTree::CheckSubtree(const void* node, uint32_t height, bool is_roo
     if (l->cap > kLeafRuns || (!only && l->cap != kLeafRuns)) return at + "capacity " + std::to_string(l->cap);
     if (!only && l != last_ && l->count < kMinLeafRuns) return at + "underfull (" + std::to_string(l->count) + ")";
     for (uint32_t i = 0; i < l->count; i++) {
-      Run r = Unpack(l->e()[i]);
-      if (r.len == 0 || !Fits(r.lba, r.phys, r.len)) return at + "bad run";
+      Run r = Unpack(l->e()[i], counted_);
+      if (l->counted != counted_ || r.len == 0 || !Accepts(r.lba, r.phys, r.len)) return at + "bad run";
       if (*any && r.lba < *prev_end) return at + "runs overlap or out of order";
       *any = true;
       *prev_end = r.lba + r.len;

@@ -31,6 +31,14 @@
 // the checkpoint decoder refuse a record or chunk holding one (kCorruption)
 // before any map changes.
 //
+// Two kinds of run, the same 16 bytes (RunKind), chosen at construction:
+// kMapping (the default, ExtentMap's): lba -> phys continuing along the
+// run; two runs merge when both lba and phys continue each other; packing
+// as above. kCounted (SharedRefs', FreeSpace's): key -> one value for the
+// whole run (Run::phys holds it); two adjacent runs merge when their values
+// are equal; packing: key + len <= 2^48, 1 <= len <= 2^48, value < 2^32
+// (FitsCounted). Everything else (splits, erase, order, fill) is shared.
+//
 // Allocation failure: every operation is all-or-nothing. Insert and SplitAt
 // allocate every node they need (a leaf, one inner node per full level the
 // split climbs, a new root) before changing anything, so a std::bad_alloc
@@ -48,6 +56,8 @@
 #include <vector>
 
 namespace cowstore::store {
+
+enum class RunKind : uint8_t { kMapping, kCounted };
 
 struct Run {
   uint64_t lba = 0;   // first logical unit
@@ -103,7 +113,15 @@ class RunTree {
     uint32_t i_ = 0;
   };
 
+  static constexpr uint64_t kMaxCountedValue = UINT32_MAX;
+  // Whether a kCounted run can be stored.
+  static bool FitsCounted(uint64_t key, uint64_t len, uint64_t value) {
+    return len >= 1 && key < kMaxKey && len <= kMaxKey - key && value <= kMaxCountedValue;
+  }
+
   RunTree() = default;
+  // A tree of the given kind (the fan-out as below).
+  explicit RunTree(RunKind kind, uint32_t inner_fanout = kInnerFanout);
   // For tests: inner nodes of at most `inner_fanout` children (clamped to
   // [kMinInnerFanout, kInnerFanout]), so that small trees grow several levels.
   explicit RunTree(uint32_t inner_fanout);
@@ -122,14 +140,16 @@ class RunTree {
   // The run containing a, if any (true and *out set).
   bool Covering(uint64_t a, Run* out) const;
 
+  RunKind kind() const { return counted_ ? RunKind::kCounted : RunKind::kMapping; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void Clear();
 
   // Maps [lba, lba+len) -> [phys, ...), merging with the run just before
-  // and/or just after when both lba and phys continue each other. Returns
-  // false and changes nothing when the run, or what it would merge into,
-  // does not fit. REQUIRES: [lba, lba+len) unmapped.
+  // and/or just after when both lba and phys continue each other (kCounted:
+  // when their values equal phys). Returns false and changes nothing when
+  // the run, or what it would merge into, does not fit. REQUIRES:
+  // [lba, lba+len) unmapped.
   bool Insert(uint64_t lba, uint64_t phys, uint64_t len);
   // Splits the run containing a, if one starts before a, so one starts at a.
   // The two halves are not merged again by anything but Insert.
@@ -156,15 +176,24 @@ class RunTree {
  private:
   class Spare;  // inner nodes allocated ahead of a change (run_tree.cc)
   static void* AllocNode(size_t bytes);
-  static Leaf* NewLeaf(uint32_t cap);
+  Leaf* NewLeaf(uint32_t cap) const;
   static void FreeLeaf(Leaf* l);
   static Leaf* CopyLeaf(const Leaf* o, uint32_t cap);
   Inner* NewInner() const;
   static void FreeInner(Inner* n);
   void FreeSubtree(void* node, uint32_t height);
   void* CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf);
-  static Run Unpack(const Packed& p);
-  static Packed Pack(uint64_t lba, uint64_t phys, uint64_t len);
+  static Run Unpack(const Packed& p, bool counted);
+  Packed Pack(uint64_t lba, uint64_t phys, uint64_t len) const;
+  bool Accepts(uint64_t lba, uint64_t phys, uint64_t len) const {
+    return counted_ ? FitsCounted(lba, len, phys) : Fits(lba, phys, len);
+  }
+  // Whether b continues a (b starts where a ends and the values follow).
+  bool Continues(const Run& a, const Run& b) const {
+    return a.lba + a.len == b.lba && (counted_ ? a.phys == b.phys : a.phys + a.len == b.phys);
+  }
+  // Longest run one merge may make.
+  uint64_t MaxLen() const { return counted_ ? kMaxKey : kMaxLen; }
   static uint64_t Key(const Packed& p) { return p.lo & (kMaxKey - 1); }
   static uint32_t LowerBoundIn(const Leaf* l, uint64_t a);  // first run with lba >= a
   static uint32_t UpperBoundIn(const Leaf* l, uint64_t a);  // first run with lba > a
@@ -204,6 +233,7 @@ class RunTree {
   void* root_ = nullptr;  // a Leaf when height_ == 0, else an Inner
   uint32_t height_ = 0;   // inner levels above the leaves
   uint32_t fan_ = kInnerFanout;
+  bool counted_ = false;  // RunKind::kCounted
   Leaf* first_ = nullptr;  // the leaf list's ends
   Leaf* last_ = nullptr;
   size_t size_ = 0;

@@ -452,6 +452,121 @@ TEST(RunTreeAllocationFailure, BulkLoadAndCopyLeaveTheTargetAsItWas) {
   EXPECT_EQ(c.Check(), "");
 }
 
+// kCounted runs: one value for the whole run; equal neighbours merge,
+// different ones do not; a split keeps the value on both halves; lengths
+// reach 2^48 and values 2^32 - 1 (SharedRefs' and FreeSpace's records).
+TEST(RunTreeCounted, MergesEqualValuesAndSplitsKeepTheValue) {
+  RunTree t(RunKind::kCounted);
+  EXPECT_EQ(t.kind(), RunKind::kCounted);
+  ASSERT_TRUE(t.Insert(10, 2, 5));
+  ASSERT_TRUE(t.Insert(15, 3, 5));  // different value: two runs
+  ASSERT_TRUE(t.Insert(20, 3, 5));  // equal: merges with the one before
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{10, 2, 5}, {15, 3, 10}}));
+  ASSERT_TRUE(t.Insert(5, 2, 5));  // merges with the one after
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 10}, {15, 3, 10}}));
+  t.SplitAt(20);
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 10}, {15, 3, 5}, {20, 3, 5}}));
+  std::vector<MapRun> gone;
+  t.EraseStarting(15, 20, &gone);
+  EXPECT_EQ(gone, (std::vector<MapRun>{{15, 3, 5}}));
+  ASSERT_TRUE(t.Insert(15, 2, 5));  // fills the hole: both sides merge (value 2, then 3 stays apart)
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 15}, {20, 3, 5}}));
+  // Wide lengths and the value bound.
+  const uint64_t big = (uint64_t{1} << 40) + 7;
+  ASSERT_TRUE(t.Insert(1000, RunTree::kMaxCountedValue, big));
+  MapRun r;
+  ASSERT_TRUE(t.Covering(1000 + big - 1, &r));
+  EXPECT_EQ(r, (MapRun{1000, RunTree::kMaxCountedValue, big}));
+  EXPECT_FALSE(t.Insert(1000 + big, RunTree::kMaxCountedValue + 1, 1));
+  EXPECT_FALSE(t.Insert(RunTree::kMaxKey - 1, 2, 2));
+  EXPECT_TRUE(t.Insert(RunTree::kMaxKey - 1, 2, 1));
+  EXPECT_EQ(t.Check(), "");
+  // Copies and moves keep the kind.
+  RunTree c(t);
+  EXPECT_EQ(c.kind(), RunKind::kCounted);
+  EXPECT_EQ(All(c), All(t));
+  RunTree m(std::move(c));
+  EXPECT_EQ(m.kind(), RunKind::kCounted);
+  EXPECT_EQ(All(m), All(t));
+}
+
+// Many counted runs at random against a std::map of (len, value) with the
+// same merge rule, through leaf splits, merges and a bulk load.
+TEST(RunTreeCounted, MatchesStdMapAtRandom) {
+  std::mt19937_64 rng(31);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  RunTree t(RunKind::kCounted, 4);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> ref;  // key -> (len, value)
+  auto ref_all = [&] {
+    std::vector<MapRun> v;
+    for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
+    return v;
+  };
+  auto ref_insert = [&](uint64_t k, uint64_t len, uint64_t v) {
+    auto next = ref.lower_bound(k);
+    if (next != ref.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.first == k && prev->second.second == v) {
+        prev->second.first += len;
+        if (next != ref.end() && next->first == k + len && next->second.second == v) {
+          prev->second.first += next->second.first;
+          ref.erase(next);
+        }
+        return;
+      }
+    }
+    if (next != ref.end() && next->first == k + len && next->second.second == v) {
+      const uint64_t l2 = len + next->second.first;
+      ref.erase(next);
+      ref[k] = {l2, v};
+      return;
+    }
+    ref[k] = {len, v};
+  };
+  for (int op = 0; op < 60000; op++) {
+    const uint64_t a = pick(1 << 16);
+    auto it = ref.upper_bound(a);
+    if (pick(3) != 0) {
+      if (it != ref.begin() && std::prev(it)->first + std::prev(it)->second.first > a) continue;  // covered
+      const uint64_t room = it == ref.end() ? 64 : it->first - a;
+      const uint64_t len = std::min<uint64_t>(1 + pick(8), room), v = 2 + pick(3);
+      ASSERT_TRUE(t.Insert(a, v, len));
+      ref_insert(a, len, v);
+    } else {
+      const uint64_t n = 1 + pick(64);
+      t.SplitAt(a);
+      t.SplitAt(a + n);
+      std::vector<MapRun> got;
+      t.EraseStarting(a, a + n, &got);
+      std::vector<MapRun> want;
+      // The reference: clip at both edges, then take what starts inside.
+      for (uint64_t e : {a, a + n}) {
+        auto j = ref.upper_bound(e);
+        if (j == ref.begin()) continue;
+        --j;
+        const auto [len, v] = j->second;
+        if (j->first < e && j->first + len > e) {
+          j->second.first = e - j->first;
+          ref[e] = {j->first + len - e, v};
+        }
+      }
+      for (auto j = ref.lower_bound(a); j != ref.end() && j->first < a + n; j = ref.erase(j))
+        want.push_back({j->first, j->second.second, j->second.first});
+      ASSERT_EQ(got, want) << op;
+    }
+    if (op % 5000 == 0) {
+      ASSERT_EQ(t.Check(), "") << op;
+      ASSERT_EQ(All(t), ref_all()) << op;
+    }
+  }
+  ASSERT_EQ(All(t), ref_all());
+  EXPECT_GE(t.height(), 3u);
+  RunTree b(RunKind::kCounted);
+  b.BulkLoad(All(t));
+  EXPECT_EQ(b.Check(), "");
+  EXPECT_EQ(All(b), ref_all());
+}
+
 // Key-order and reverse-order loads grow and split the right and left edges
 // of every inner level; walks from every leaf boundary see the same runs.
 TEST(RunTree, InnerLevelsGrowAtBothEdgesAndWalksCrossThem) {
