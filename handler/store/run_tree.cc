@@ -286,6 +286,15 @@ bool RunTree::Covering(uint64_t a, Run* out) const {
   return true;
 }
 
+bool RunTree::Floor(uint64_t a, Run* out) const {
+  if (!root_) return false;
+  const Leaf* l = LeafFor(a);  // later leaves start after a
+  uint32_t j = UpperBoundIn(l, a);
+  if (j == 0) return false;  // a precedes every run
+  *out = Unpack(l->e()[j - 1], counted_);
+  return true;
+}
+
 RunTree::const_iterator RunTree::lower_bound(uint64_t a) const {
   if (!root_) return end();
   const Leaf* l = LeafFor(a);

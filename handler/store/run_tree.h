@@ -139,6 +139,8 @@ class RunTree {
   const_iterator lower_bound(uint64_t a) const;
   // The run containing a, if any (true and *out set).
   bool Covering(uint64_t a, Run* out) const;
+  // The last run starting at or before a, if any (true and *out set).
+  bool Floor(uint64_t a, Run* out) const;
 
   RunKind kind() const { return counted_ ? RunKind::kCounted : RunKind::kMapping; }
   size_t size() const { return size_; }

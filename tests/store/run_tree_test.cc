@@ -526,6 +526,15 @@ TEST(RunTreeCounted, MatchesStdMapAtRandom) {
   for (int op = 0; op < 60000; op++) {
     const uint64_t a = pick(1 << 16);
     auto it = ref.upper_bound(a);
+    {  // Floor: the last run starting at or before a
+      MapRun f;
+      const bool has = t.Floor(a, &f);
+      ASSERT_EQ(has, it != ref.begin()) << op;
+      if (has) {
+        auto w = std::prev(it);
+        ASSERT_EQ(f, (MapRun{w->first, w->second.second, w->second.first})) << op;
+      }
+    }
     if (pick(3) != 0) {
       if (it != ref.begin() && std::prev(it)->first + std::prev(it)->second.first > a) continue;  // covered
       const uint64_t room = it == ref.end() ? 64 : it->first - a;
