@@ -2,6 +2,7 @@
 #include "handler/store/free_space.h"
 
 #include <algorithm>
+#include <cassert>
 #include <bit>
 #include <iterator>
 #include <string>
@@ -32,35 +33,62 @@ uint64_t Place(const GrainRun& r, uint64_t goal, uint64_t n) {
 
 int FreeRunIndex::ClassOf(uint64_t len) { return std::bit_width(len) - 1; }
 
+std::array<RunTree, 64> FreeRunIndex::MakeClasses() {
+  std::array<RunTree, 64> c;
+  for (RunTree& t : c) t = RunTree(RunKind::kCounted);
+  return c;
+}
+
+static GrainRun Grain(const Run& r) { return {r.lba, r.len}; }
+
+std::optional<GrainRun> FreeRunIndex::Before(const RunTree& t, uint64_t key) {
+  Run r;
+  if (key == 0 || !t.Floor(key - 1, &r)) return std::nullopt;
+  return Grain(r);
+}
+
+std::map<uint64_t, uint64_t> FreeRunIndex::by_offset() const {
+  std::map<uint64_t, uint64_t> m;
+  for (const Run& r : by_offset_) m.emplace_hint(m.end(), r.lba, r.len);
+  return m;
+}
+
+size_t FreeRunIndex::MemoryBytes() const {
+  size_t b = by_offset_.MemoryBytes();
+  for (const RunTree& t : by_class_) b += t.MemoryBytes();
+  return b;
+}
+
+// Runs fit the trees: the pool is < 2^48 grains (FitsCounted holds), and a
+// free run never touches another, so Insert adds exactly one entry.
 void FreeRunIndex::AddRun(uint64_t start, uint64_t len) {
-  by_offset_.emplace(start, len);
   int c = ClassOf(len);
-  by_class_[c].insert(start);
+  [[maybe_unused]] bool ok = by_offset_.Insert(start, 0, len);
+  assert(ok);
+  ok = by_class_[c].Insert(start, 0, len);
+  assert(ok);
   class_mask_ |= uint64_t{1} << c;
   grains_ += len;
 }
 
-void FreeRunIndex::DropRun(std::map<uint64_t, uint64_t>::iterator it) {
-  int c = ClassOf(it->second);
-  by_class_[c].erase(it->first);
+void FreeRunIndex::DropRun(uint64_t start, uint64_t len) {
+  int c = ClassOf(len);
+  by_class_[c].EraseStarting(start, start + 1, nullptr);
   if (by_class_[c].empty()) class_mask_ &= ~(uint64_t{1} << c);
-  grains_ -= it->second;
-  by_offset_.erase(it);
+  grains_ -= len;
+  by_offset_.EraseStarting(start, start + 1, nullptr);
 }
 
 bool FreeRunIndex::Overlaps(uint64_t start, uint64_t len) const {
   if (len == 0) return false;
-  auto it = by_offset_.upper_bound(start);
-  if (it != by_offset_.begin() && std::prev(it)->first + std::prev(it)->second > start) return true;
-  return it != by_offset_.end() && it->first < start + len;
+  auto it = by_offset_.FirstEndingAfter(start);
+  return it != by_offset_.end() && (*it).lba < start + len;
 }
 
 std::optional<GrainRun> FreeRunIndex::RunHolding(uint64_t g) const {
-  auto it = by_offset_.upper_bound(g);
-  if (it == by_offset_.begin()) return std::nullopt;
-  --it;
-  if (it->first + it->second <= g) return std::nullopt;
-  return GrainRun{it->first, it->second};
+  Run r;
+  if (!by_offset_.Covering(g, &r)) return std::nullopt;
+  return Grain(r);
 }
 
 bool FreeRunIndex::Insert(uint64_t start, uint64_t len) {
@@ -68,18 +96,14 @@ bool FreeRunIndex::Insert(uint64_t start, uint64_t len) {
   if (Overlaps(start, len)) return false;
   uint64_t s = start, e = start + len;
   auto next = by_offset_.lower_bound(start);
-  if (next != by_offset_.end() && next->first == e) {
-    e += next->second;
-    auto after = std::next(next);
-    DropRun(next);
-    next = after;
+  if (next != by_offset_.end() && (*next).lba == e) {
+    const Run n = *next;
+    e += n.len;
+    DropRun(n.lba, n.len);
   }
-  if (next != by_offset_.begin()) {
-    auto prev = std::prev(next);
-    if (prev->first + prev->second == s) {
-      s = prev->first;
-      DropRun(prev);
-    }
+  if (auto prev = Before(by_offset_, start); prev && prev->end() == s) {
+    s = prev->start;
+    DropRun(prev->start, prev->len);
   }
   AddRun(s, e - s);
   return true;
@@ -87,22 +111,23 @@ bool FreeRunIndex::Insert(uint64_t start, uint64_t len) {
 
 void FreeRunIndex::Remove(uint64_t start, uint64_t len) {
   if (len == 0) return;
-  auto it = std::prev(by_offset_.upper_bound(start));
-  uint64_t s = it->first, e = it->first + it->second;
-  DropRun(it);
+  Run r;
+  [[maybe_unused]] bool found = by_offset_.Floor(start, &r);
+  assert(found);
+  uint64_t s = r.lba, e = r.lba + r.len;
+  DropRun(s, r.len);
   if (s < start) AddRun(s, start - s);
   if (start + len < e) AddRun(start + len, e - start - len);
 }
 
 GrainRun FreeRunIndex::NearestInClass(int cls, uint64_t goal) const {
-  const std::set<uint64_t>& starts = by_class_[cls];
-  auto at = [this](uint64_t s) { return GrainRun{s, by_offset_.at(s)}; };
-  auto lb = starts.lower_bound(goal);
-  if (lb == starts.end()) return at(*std::prev(lb));
-  GrainRun after = at(*lb);
-  if (lb == starts.begin()) return after;
-  GrainRun before = at(*std::prev(lb));
-  return Distance(before, goal) <= Distance(after, goal) ? before : after;
+  const RunTree& runs = by_class_[cls];
+  auto lb = runs.lower_bound(goal);
+  std::optional<GrainRun> before = Before(runs, goal);
+  if (lb == runs.end()) return *before;
+  GrainRun after = Grain(*lb);
+  if (!before) return after;
+  return Distance(*before, goal) <= Distance(after, goal) ? *before : after;
 }
 
 std::optional<GrainRun> FreeRunIndex::BestFit(uint64_t len, uint64_t goal) const {
@@ -112,20 +137,20 @@ std::optional<GrainRun> FreeRunIndex::BestFit(uint64_t len, uint64_t goal) const
   // than len, so look at its runs nearest the goal first (a bounded walk).
   if (class_mask_ & (uint64_t{1} << c0)) {
     if (std::has_single_bit(len)) return NearestInClass(c0, goal);
-    const std::set<uint64_t>& starts = by_class_[c0];
-    auto fwd = starts.lower_bound(goal);
-    auto back = fwd;
+    const RunTree& runs = by_class_[c0];
+    auto fwd = runs.lower_bound(goal);
+    std::optional<GrainRun> back = Before(runs, goal);
     std::optional<GrainRun> best;
-    for (int step = 0; step < 32 && (fwd != starts.end() || back != starts.begin()); step++) {
-      if (fwd != starts.end()) {
-        GrainRun r{*fwd, by_offset_.at(*fwd)};
+    for (int step = 0; step < 32 && (fwd != runs.end() || back); step++) {
+      if (fwd != runs.end()) {
+        GrainRun r = Grain(*fwd);
         if (r.len >= len && (!best || Distance(r, goal) < Distance(*best, goal))) best = r;
         ++fwd;
       }
-      if (back != starts.begin()) {
-        --back;
-        GrainRun r{*back, by_offset_.at(*back)};
+      if (back) {
+        GrainRun r = *back;
         if (r.len >= len && (!best || Distance(r, goal) < Distance(*best, goal))) best = r;
+        back = Before(runs, r.start);
       }
       if (best) break;
     }
@@ -135,18 +160,17 @@ std::optional<GrainRun> FreeRunIndex::BestFit(uint64_t len, uint64_t goal) const
   if (above == 0) {
     // Only class c0 might still hold one: walk it all (rare: a nearly full pool).
     if (class_mask_ & (uint64_t{1} << c0))
-      for (uint64_t s : by_class_[c0])
-        if (by_offset_.at(s) >= len) return GrainRun{s, by_offset_.at(s)};
+      for (const Run& r : by_class_[c0])
+        if (r.len >= len) return Grain(r);
     return std::nullopt;
   }
   return NearestInClass(std::countr_zero(above), goal);
 }
 
 std::optional<GrainRun> FreeRunIndex::NextFit(uint64_t goal, uint64_t len, int max_steps) const {
-  auto it = by_offset_.upper_bound(goal);
-  if (it != by_offset_.begin() && std::prev(it)->first + std::prev(it)->second > goal) --it;
+  auto it = by_offset_.FirstEndingAfter(goal);
   for (int step = 0; step < max_steps && it != by_offset_.end(); step++, ++it) {
-    GrainRun r{it->first, it->second};
+    GrainRun r = Grain(*it);
     if (r.end() - std::max(goal, r.start) >= len) return r;
   }
   return std::nullopt;
@@ -158,8 +182,8 @@ std::optional<GrainRun> FreeRunIndex::FromLargestClass(uint64_t goal) const {
 }
 
 void FreeRunIndex::Clear() {
-  by_offset_.clear();
-  for (auto& c : by_class_) c.clear();
+  by_offset_.Clear();
+  for (auto& c : by_class_) c.Clear();
   class_mask_ = 0;
   grains_ = 0;
 }

@@ -23,10 +23,10 @@
 #include <cstdint>
 #include <map>
 #include <optional>
-#include <set>
 #include <unordered_map>
 #include <vector>
 
+#include "handler/store/run_tree.h"
 #include "handler/store/space_map.h"  // PendingRun, shared with the flat map
 #include "handler/store/status.h"
 
@@ -66,17 +66,26 @@ class FreeRunIndex {
 
   uint64_t grains() const { return grains_; }
   uint64_t run_count() const { return by_offset_.size(); }
-  const std::map<uint64_t, uint64_t>& by_offset() const { return by_offset_; }
+  // Every free run, start -> length (tests, checks: a copy).
+  std::map<uint64_t, uint64_t> by_offset() const;
+  // Bytes both indexes hold (tree nodes, without malloc headers).
+  size_t MemoryBytes() const;
 
  private:
   static int ClassOf(uint64_t len);
+  static std::array<RunTree, 64> MakeClasses();
   // The run of `cls` nearest `goal`. REQUIRES: the class is not empty.
   GrainRun NearestInClass(int cls, uint64_t goal) const;
   void AddRun(uint64_t start, uint64_t len);
-  void DropRun(std::map<uint64_t, uint64_t>::iterator it);
+  void DropRun(uint64_t start, uint64_t len);
+  // The last run of t starting before key, if any.
+  static std::optional<GrainRun> Before(const RunTree& t, uint64_t key);
 
-  std::map<uint64_t, uint64_t> by_offset_;          // start -> length
-  std::array<std::set<uint64_t>, 64> by_class_;    // starts, per size class
+  // Both indexes are packed run trees of kCounted runs (start, len, value
+  // 0): 16 bytes a run in 4 KiB leaves. Free runs are never adjacent (they
+  // merge), so no two entries of either index merge by themselves.
+  RunTree by_offset_{RunKind::kCounted};
+  std::array<RunTree, 64> by_class_ = MakeClasses();  // each class's runs, by start
   uint64_t class_mask_ = 0;                         // bit k: class k not empty
   uint64_t grains_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cassert>
 #include <cstring>
+#include <new>
 #include <utility>
 
 namespace cowstore::store {
@@ -13,7 +14,8 @@ namespace cowstore::store {
 // doubles, so that a map of a few runs costs a few dozen bytes, not 4 KiB.
 struct RunTree::Leaf {
   uint32_t count;
-  uint32_t cap;
+  uint16_t cap;
+  uint16_t counted;  // the tree's kind, for iterators (RunKind::kCounted)
   Leaf* next;  // in key order; null for the last leaf
   Packed* e() { return reinterpret_cast<Packed*>(this + 1); }
   const Packed* e() const { return reinterpret_cast<const Packed*>(this + 1); }
@@ -40,11 +42,54 @@ struct RunTree::Path {
   Leaf* leaf = nullptr;
 };
 
-RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) {
+// Test-only failure injection (FailAllocationForTest): allocations left
+// before the one that throws, or < 0 for none.
+static thread_local int64_t fail_countdown = -1;
+
+int64_t RunTree::FailAllocationForTest(int64_t n) {
+  const int64_t left = fail_countdown;
+  fail_countdown = n;
+  return left;
+}
+
+void* RunTree::AllocNode(size_t bytes) {
+  if (fail_countdown >= 0 && fail_countdown-- == 0) throw std::bad_alloc();
+  return ::operator new(bytes);
+}
+
+// Inner nodes allocated before a change that may need them, so that the
+// change itself cannot fail halfway; any left over are freed.
+class RunTree::Spare {
+ public:
+  Spare(const RunTree& t, uint32_t n) {
+    try {
+      for (; count_ < n; count_++) nodes_[count_] = t.NewInner();
+    } catch (...) {  // no destructor runs for a constructor that throws
+      while (count_ > 0) FreeInner(nodes_[--count_]);
+      throw;
+    }
+  }
+  ~Spare() {
+    while (count_ > 0) FreeInner(nodes_[--count_]);
+  }
+  Spare(const Spare&) = delete;
+  Spare& operator=(const Spare&) = delete;
+  Inner* Take() {
+    assert(count_ > 0);
+    return nodes_[--count_];
+  }
+
+ private:
+  Inner* nodes_[Path::kMaxDepth + 1];
+  uint32_t count_ = 0;
+};
+
+RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) const {
   static_assert(sizeof(Leaf) == 16 && sizeof(Leaf) + kLeafRuns * sizeof(Packed) == kLeafBytes);
-  Leaf* l = new (::operator new(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
+  Leaf* l = new (AllocNode(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
   l->count = 0;
-  l->cap = cap;
+  l->cap = static_cast<uint16_t>(cap);
+  l->counted = counted_;
   l->next = nullptr;
   return l;
 }
@@ -52,7 +97,10 @@ RunTree::Leaf* RunTree::NewLeaf(uint32_t cap) {
 void RunTree::FreeLeaf(Leaf* l) { ::operator delete(l); }
 
 RunTree::Leaf* RunTree::CopyLeaf(const Leaf* o, uint32_t cap) {
-  Leaf* l = NewLeaf(cap);
+  Leaf* l = new (AllocNode(sizeof(Leaf) + cap * sizeof(Packed))) Leaf;
+  l->cap = static_cast<uint16_t>(cap);
+  l->counted = o->counted;
+  l->next = nullptr;
   std::memcpy(l->e(), o->e(), o->count * sizeof(Packed));
   l->count = o->count;
   return l;
@@ -60,7 +108,7 @@ RunTree::Leaf* RunTree::CopyLeaf(const Leaf* o, uint32_t cap) {
 
 RunTree::Inner* RunTree::NewInner() const {
   static_assert(sizeof(Inner) + kInnerFanout * 16 <= kLeafBytes);
-  Inner* n = new (::operator new(sizeof(Inner) + fan_ * (sizeof(uint64_t) + sizeof(void*)))) Inner;
+  Inner* n = new (AllocNode(sizeof(Inner) + fan_ * (sizeof(uint64_t) + sizeof(void*)))) Inner;
   n->count = 0;
   n->cap = fan_;
   return n;
@@ -70,12 +118,16 @@ void RunTree::FreeInner(Inner* n) { ::operator delete(n); }
 
 // ------------------------------------------------------------ packing
 
-RunTree::Packed RunTree::Pack(uint64_t lba, uint64_t phys, uint64_t len) {
+// kMapping: lo = lba | (len-1) bits 0-15 << 48, hi = phys | (len-1) bits 16-31 << 48.
+// kCounted: lo = key | (len-1) bits 0-15 << 48, hi = (len-1) bits 16-47 | value << 32.
+RunTree::Packed RunTree::Pack(uint64_t lba, uint64_t phys, uint64_t len) const {
   const uint64_t l = len - 1;
+  if (counted_) return {lba | (l & 0xffff) << 48, (l >> 16) | phys << 32};
   return {lba | (l & 0xffff) << 48, phys | (l >> 16) << 48};
 }
 
-Run RunTree::Unpack(const Packed& p) {
+Run RunTree::Unpack(const Packed& p, bool counted) {
+  if (counted) return {p.lo & (kMaxKey - 1), p.hi >> 32, ((p.lo >> 48) | (p.hi & 0xffffffff) << 16) + 1};
   return {p.lo & (kMaxKey - 1), p.hi & (kMaxKey - 1), ((p.lo >> 48) | (p.hi >> 48) << 16) + 1};
 }
 
@@ -83,6 +135,9 @@ Run RunTree::Unpack(const Packed& p) {
 
 RunTree::RunTree(uint32_t inner_fanout)
     : fan_(std::clamp(inner_fanout, kMinInnerFanout, kInnerFanout)) {}
+
+RunTree::RunTree(RunKind kind, uint32_t inner_fanout)
+    : fan_(std::clamp(inner_fanout, kMinInnerFanout, kInnerFanout)), counted_(kind == RunKind::kCounted) {}
 
 void* RunTree::CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf) {
   if (height == 0) {
@@ -98,13 +153,19 @@ void* RunTree::CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf) 
   }
   const Inner* o = static_cast<const Inner*>(node);
   Inner* n = NewInner();
-  n->count = o->count;
+  n->count = 0;
   std::memcpy(n->keys(), o->keys(), o->count * sizeof(uint64_t));
-  for (uint32_t k = 0; k < o->count; k++) n->child()[k] = CopySubtree(o->child()[k], height - 1, prev_leaf);
+  try {
+    for (; n->count < o->count; n->count++)
+      n->child()[n->count] = CopySubtree(o->child()[n->count], height - 1, prev_leaf);
+  } catch (...) {
+    FreeSubtree(n, height);  // the children copied so far (their leaf links are dropped with them)
+    throw;
+  }
   return n;
 }
 
-RunTree::RunTree(const RunTree& o) : height_(o.height_), fan_(o.fan_), size_(o.size_) {
+RunTree::RunTree(const RunTree& o) : height_(o.height_), fan_(o.fan_), counted_(o.counted_), size_(o.size_) {
   Leaf* prev = nullptr;
   if (o.root_) root_ = CopySubtree(o.root_, o.height_, &prev);
 }
@@ -118,7 +179,8 @@ RunTree& RunTree::operator=(const RunTree& o) {
 }
 
 RunTree::RunTree(RunTree&& o) noexcept
-    : root_(o.root_), height_(o.height_), fan_(o.fan_), first_(o.first_), last_(o.last_), size_(o.size_) {
+    : root_(o.root_), height_(o.height_), fan_(o.fan_), counted_(o.counted_), first_(o.first_), last_(o.last_),
+      size_(o.size_) {
   o.root_ = nullptr;
   o.height_ = 0;
   o.first_ = o.last_ = nullptr;
@@ -131,6 +193,7 @@ RunTree& RunTree::operator=(RunTree&& o) noexcept {
     root_ = o.root_;
     height_ = o.height_;
     fan_ = o.fan_;
+    counted_ = o.counted_;
     first_ = o.first_;
     last_ = o.last_;
     size_ = o.size_;
@@ -217,9 +280,18 @@ bool RunTree::Covering(uint64_t a, Run* out) const {
   const Leaf* l = LeafFor(a);
   uint32_t j = UpperBoundIn(l, a);
   if (j == 0) return false;  // a precedes every run
-  Run r = Unpack(l->e()[j - 1]);
+  Run r = Unpack(l->e()[j - 1], counted_);
   if (a - r.lba >= r.len) return false;
   *out = r;
+  return true;
+}
+
+bool RunTree::Floor(uint64_t a, Run* out) const {
+  if (!root_) return false;
+  const Leaf* l = LeafFor(a);  // later leaves start after a
+  uint32_t j = UpperBoundIn(l, a);
+  if (j == 0) return false;  // a precedes every run
+  *out = Unpack(l->e()[j - 1], counted_);
   return true;
 }
 
@@ -236,13 +308,13 @@ RunTree::const_iterator RunTree::FirstEndingAfter(uint64_t a) const {
   const Leaf* l = LeafFor(a);
   uint32_t j = UpperBoundIn(l, a);
   if (j == 0) return begin();  // a precedes every run
-  Run r = Unpack(l->e()[j - 1]);
+  Run r = Unpack(l->e()[j - 1], counted_);
   if (a - r.lba < r.len) return {l, j - 1};
   if (j == l->count) return {l->next, 0};
   return {l, j};
 }
 
-Run RunTree::const_iterator::operator*() const { return Unpack(leaf_->e()[i_]); }
+Run RunTree::const_iterator::operator*() const { return Unpack(leaf_->e()[i_], leaf_->counted); }
 
 RunTree::const_iterator& RunTree::const_iterator::operator++() {
   if (++i_ == leaf_->count) {
@@ -270,7 +342,7 @@ void RunTree::Set(Path& p, uint32_t i, const Run& r) {
 
 bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   if (len == 0) return true;
-  if (!Fits(lba, phys, len)) return false;
+  if (!Accepts(lba, phys, len)) return false;
   if (!root_) {
     Leaf* l = NewLeaf(kFirstLeafRuns);
     l->e()[0] = Pack(lba, phys, len);
@@ -291,13 +363,14 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   const Leaf* nl = j < l->count ? l : l->next;
   const uint32_t ni = j < l->count ? j : 0;
   const bool has_next = nl != nullptr;
-  Run prev = has_prev ? Unpack(l->e()[j - 1]) : Run{};
-  Run next = has_next ? Unpack(nl->e()[ni]) : Run{};
-  bool join_prev = has_prev && prev.lba + prev.len == lba && prev.phys + prev.len == phys;
-  bool join_next = has_next && next.lba == lba + len && next.phys == phys + len;
+  Run prev = has_prev ? Unpack(l->e()[j - 1], counted_) : Run{};
+  Run next = has_next ? Unpack(nl->e()[ni], counted_) : Run{};
+  const Run run{lba, phys, len};
+  bool join_prev = has_prev && Continues(prev, run);
+  bool join_next = has_next && Continues(run, next);
   if (join_prev) {
     uint64_t total = prev.len + len + (join_next ? next.len : 0);
-    if (total > kMaxLen) return false;
+    if (total > MaxLen()) return false;
     prev.len = total;
     Set(p, j - 1, prev);
     if (join_next) {
@@ -307,7 +380,7 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
     return true;
   }
   if (join_next) {
-    if (len + next.len > kMaxLen) return false;
+    if (len + next.len > MaxLen()) return false;
     // Same position in key order: the run just starts earlier.
     if (nl != l) Descend(next.lba, &p);
     Set(p, ni, {lba, phys, len + next.len});
@@ -323,10 +396,14 @@ void RunTree::SplitAt(uint64_t a) {
   Descend(a, &p);
   uint32_t j = UpperBoundIn(p.leaf, a);
   if (j == 0) return;
-  Run r = Unpack(p.leaf->e()[j - 1]);
+  Run r = Unpack(p.leaf->e()[j - 1], counted_);
   if (r.lba == a || a - r.lba >= r.len) return;
-  Set(p, j - 1, {r.lba, r.phys, a - r.lba});
-  InsertAt(p, j, {a, r.phys + (a - r.lba), r.lba + r.len - a});
+  // The tail goes in first: InsertAt may allocate (and throw, changing
+  // nothing); the head is shortened after, which cannot fail. In between the
+  // two overlap, unseen.
+  InsertAt(p, j, {a, counted_ ? r.phys : r.phys + (a - r.lba), r.lba + r.len - a});
+  Descend(r.lba, &p);
+  Set(p, LowerBoundIn(p.leaf, r.lba), {r.lba, r.phys, a - r.lba});
 }
 
 void RunTree::InsertAt(Path& p, uint32_t i, const Run& r) {
@@ -342,8 +419,8 @@ void RunTree::InsertAt(Path& p, uint32_t i, const Run& r) {
   size_++;
 }
 
-void RunTree::NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key) {
-  Inner* n = NewInner();
+void RunTree::NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key, Spare& spare) {
+  Inner* n = spare.Take();
   n->count = 2;
   n->keys()[0] = left_key;
   n->keys()[1] = right_key;
@@ -353,7 +430,7 @@ void RunTree::NewRoot(void* left, uint64_t left_key, void* right, uint64_t right
   height_++;
 }
 
-void RunTree::InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child) {
+void RunTree::InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child, Spare& spare) {
   Inner* n = p.node[d];
   if (n->count < n->cap) {
     std::memmove(n->keys() + pos + 1, n->keys() + pos, (n->count - pos) * sizeof(uint64_t));
@@ -374,7 +451,7 @@ void RunTree::InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* chil
   std::memcpy(keys + pos + 1, n->keys() + pos, (n->count - pos) * sizeof(uint64_t));
   std::memcpy(kids + pos + 1, n->child() + pos, (n->count - pos) * sizeof(void*));
   const uint32_t left = t / 2;
-  Inner* r = NewInner();
+  Inner* r = spare.Take();
   n->count = left;
   std::memcpy(n->keys(), keys, left * sizeof(uint64_t));
   std::memcpy(n->child(), kids, left * sizeof(void*));
@@ -382,67 +459,83 @@ void RunTree::InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* chil
   std::memcpy(r->keys(), keys + left, r->count * sizeof(uint64_t));
   std::memcpy(r->child(), kids + left, r->count * sizeof(void*));
   if (d == 0)
-    NewRoot(n, n->keys()[0], r, r->keys()[0]);
+    NewRoot(n, n->keys()[0], r, r->keys()[0], spare);
   else
-    InsertChild(p, d - 1, p.idx[d - 1] + 1, r->keys()[0], r);
+    InsertChild(p, d - 1, p.idx[d - 1] + 1, r->keys()[0], r, spare);
+}
+
+uint32_t RunTree::InnerNodesToAdd(const Path& p, int d) const {
+  uint32_t need = 0;
+  for (; d >= 0; d--, need++)
+    if (p.node[d]->count < p.node[d]->cap) return need;
+  return need + 1;  // every level splits, the root too: a new root above it
 }
 
 void RunTree::MakeRoom(Path& p, uint64_t a) {
   Leaf* l = p.leaf;
   // The only leaf grows before anything splits.
   if (height_ == 0 && l->cap < kLeafRuns) {
-    Leaf* g = CopyLeaf(l, std::min(2 * l->cap, kLeafRuns));
+    Leaf* g = CopyLeaf(l, std::min<uint32_t>(2 * l->cap, kLeafRuns));
     FreeLeaf(l);
     root_ = first_ = last_ = g;
     return;
   }
-  // Appending past the last run: a new last leaf, this one stays full.
-  if (l == last_ && a > Key(l->e()[l->count - 1])) {
-    Leaf* nl = NewLeaf(kLeafRuns);
+  // Lend runs to a sibling with room for at least two (so that after the
+  // move both sides have room, wherever the new run goes). Not when
+  // appending past the last run: that starts a new leaf (below).
+  const bool append = l == last_ && a > Key(l->e()[l->count - 1]);
+  if (height_ > 0 && !append) {
+    Inner* parent = p.node[p.depth - 1];
+    const uint32_t li = p.idx[p.depth - 1];
+    if (li > 0 && static_cast<Leaf*>(parent->child()[li - 1])->count + 2 <= kLeafRuns) {
+      Leaf* left = static_cast<Leaf*>(parent->child()[li - 1]);
+      uint32_t m = (kLeafRuns - left->count) / 2;
+      std::memcpy(left->e() + left->count, l->e(), m * sizeof(Packed));
+      left->count += m;
+      std::memmove(l->e(), l->e() + m, (l->count - m) * sizeof(Packed));
+      l->count -= m;
+      parent->keys()[li] = Key(l->e()[0]);
+      return;
+    }
+    if (li + 1 < parent->count && static_cast<Leaf*>(parent->child()[li + 1])->count + 2 <= kLeafRuns) {
+      Leaf* right = static_cast<Leaf*>(parent->child()[li + 1]);
+      uint32_t m = (kLeafRuns - right->count) / 2;
+      std::memmove(right->e() + m, right->e(), right->count * sizeof(Packed));
+      std::memcpy(right->e(), l->e() + l->count - m, m * sizeof(Packed));
+      right->count += m;
+      l->count -= m;
+      parent->keys()[li + 1] = Key(right->e()[0]);
+      return;
+    }
+  }
+  // Every way on adds one leaf. Allocate it, and the inner nodes the splits
+  // above it take, before changing anything: a std::bad_alloc leaves the
+  // tree as it was (the Spare frees what was made).
+  Spare spare(*this, InnerNodesToAdd(p, p.depth - 1));
+  Leaf* nl = NewLeaf(kLeafRuns);
+  // From here on nothing allocates or throws.
+  if (append) {  // a new last leaf, this one stays full
     l->next = nl;
     last_ = nl;
     if (height_ == 0)
-      NewRoot(l, Key(l->e()[0]), nl, a);
+      NewRoot(l, Key(l->e()[0]), nl, a, spare);
     else
-      InsertChild(p, p.depth - 1, p.idx[p.depth - 1] + 1, a, nl);
+      InsertChild(p, p.depth - 1, p.idx[p.depth - 1] + 1, a, nl, spare);
     return;
   }
   if (height_ == 0) {  // the only leaf: halve it
-    Leaf* nl = NewLeaf(kLeafRuns);
     uint32_t keep = l->count / 2;
     nl->count = l->count - keep;
     std::memcpy(nl->e(), l->e() + keep, nl->count * sizeof(Packed));
     l->count = keep;
     l->next = nl;
     last_ = nl;
-    NewRoot(l, Key(l->e()[0]), nl, Key(nl->e()[0]));
-    return;
-  }
-  Inner* parent = p.node[p.depth - 1];
-  const uint32_t li = p.idx[p.depth - 1];
-  // Lend runs to a sibling with room for at least two (so that after the
-  // move both sides have room, wherever the new run goes).
-  if (li > 0 && static_cast<Leaf*>(parent->child()[li - 1])->count + 2 <= kLeafRuns) {
-    Leaf* left = static_cast<Leaf*>(parent->child()[li - 1]);
-    uint32_t m = (kLeafRuns - left->count) / 2;
-    std::memcpy(left->e() + left->count, l->e(), m * sizeof(Packed));
-    left->count += m;
-    std::memmove(l->e(), l->e() + m, (l->count - m) * sizeof(Packed));
-    l->count -= m;
-    parent->keys()[li] = Key(l->e()[0]);
-    return;
-  }
-  if (li + 1 < parent->count && static_cast<Leaf*>(parent->child()[li + 1])->count + 2 <= kLeafRuns) {
-    Leaf* right = static_cast<Leaf*>(parent->child()[li + 1]);
-    uint32_t m = (kLeafRuns - right->count) / 2;
-    std::memmove(right->e() + m, right->e(), right->count * sizeof(Packed));
-    std::memcpy(right->e(), l->e() + l->count - m, m * sizeof(Packed));
-    right->count += m;
-    l->count -= m;
-    parent->keys()[li + 1] = Key(right->e()[0]);
+    NewRoot(l, Key(l->e()[0]), nl, Key(nl->e()[0]), spare);
     return;
   }
   // This leaf and a full sibling become three leaves of 2/3 each.
+  Inner* parent = p.node[p.depth - 1];
+  const uint32_t li = p.idx[p.depth - 1];
   const uint32_t a0 = li + 1 < parent->count ? li : li - 1;
   Leaf* x = static_cast<Leaf*>(parent->child()[a0]);
   Leaf* y = static_cast<Leaf*>(parent->child()[a0 + 1]);
@@ -451,7 +544,7 @@ void RunTree::MakeRoom(Path& p, uint64_t a) {
   std::memcpy(all, x->e(), x->count * sizeof(Packed));
   std::memcpy(all + x->count, y->e(), y->count * sizeof(Packed));
   const uint32_t s0 = t / 3, s1 = t / 3, s2 = t - s0 - s1;
-  Leaf* z = NewLeaf(kLeafRuns);
+  Leaf* z = nl;
   x->count = s0;
   std::memcpy(x->e(), all, s0 * sizeof(Packed));
   y->count = s1;
@@ -462,7 +555,7 @@ void RunTree::MakeRoom(Path& p, uint64_t a) {
   y->next = z;
   if (last_ == y) last_ = z;
   parent->keys()[a0 + 1] = Key(y->e()[0]);
-  InsertChild(p, p.depth - 1, a0 + 2, Key(z->e()[0]), z);
+  InsertChild(p, p.depth - 1, a0 + 2, Key(z->e()[0]), z, spare);
 }
 
 // ------------------------------------------------------------ erasure
@@ -594,7 +687,7 @@ void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed)
     const Leaf* l = p.leaf;
     uint32_t k = j;
     for (; k < l->count && Key(l->e()[k]) < end; k++)
-      if (removed) removed->push_back(Unpack(l->e()[k]));
+      if (removed) removed->push_back(Unpack(l->e()[k], counted_));
     if (k == j) return;
     const bool to_leaf_end = k == l->count;
     EraseIn(p, j, k - j);
@@ -605,60 +698,83 @@ void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed)
 // ------------------------------------------------------------ bulk load
 
 void RunTree::BulkLoad(const std::vector<Run>& runs) {
-  Clear();
   constexpr uint32_t kFill = kLeafRuns * 9 / 10;
   const size_t n = runs.size();
-  if (n == 0) return;
-  size_t leaves = (n + kFill - 1) / kFill;
-  // Spread evenly: every leaf gets ~90 %, none below 1/3.
+  if (n == 0) {
+    Clear();
+    return;
+  }
+  // Built aside and swapped in at the end: if an allocation throws, what was
+  // built is freed and the tree keeps its old contents.
+  const size_t leaves = (n + kFill - 1) / kFill;
+  Leaf* first = nullptr;
+  Leaf* prev = nullptr;
+  std::vector<Inner*> inners;  // every inner node made, to free on failure
   std::vector<void*> level;
   std::vector<uint64_t> keys;
-  level.reserve(leaves);
-  keys.reserve(leaves);
-  size_t done = 0;
-  Leaf* prev = nullptr;
-  for (size_t k = 0; k < leaves; k++) {
-    size_t take = (n - done) / (leaves - k);
-    Leaf* l = NewLeaf(leaves == 1 ? std::max<uint32_t>(kFirstLeafRuns, static_cast<uint32_t>(take)) : kLeafRuns);
-    for (size_t i = 0; i < take; i++) {
-      const Run& r = runs[done + i];
-      l->e()[i] = Pack(r.lba, r.phys, r.len);
+  uint32_t height = 0;
+  try {
+    inners.reserve(leaves);  // a tree has fewer inner nodes than leaves (fan-out >= 3)
+    level.reserve(leaves);
+    keys.reserve(leaves);
+    // Spread evenly: every leaf gets ~90 %, none below 1/3.
+    size_t done = 0;
+    for (size_t k = 0; k < leaves; k++) {
+      size_t take = (n - done) / (leaves - k);
+      Leaf* l = NewLeaf(leaves == 1 ? std::max<uint32_t>(kFirstLeafRuns, static_cast<uint32_t>(take)) : kLeafRuns);
+      for (size_t i = 0; i < take; i++) {
+        const Run& r = runs[done + i];
+        l->e()[i] = Pack(r.lba, r.phys, r.len);
+      }
+      l->count = static_cast<uint32_t>(take);
+      if (prev)
+        prev->next = l;
+      else
+        first = l;
+      prev = l;
+      level.push_back(l);
+      keys.push_back(runs[done].lba);
+      done += take;
     }
-    l->count = static_cast<uint32_t>(take);
-    if (prev)
-      prev->next = l;
-    else
-      first_ = l;
-    prev = l;
-    level.push_back(l);
-    keys.push_back(runs[done].lba);
-    done += take;
+    // Inner levels, bottom up, each node as full as the fan-out allows and
+    // the children spread evenly (so every node has more than fan-out / 2).
+    while (level.size() > 1) {
+      const size_t c = level.size(), nodes = (c + fan_ - 1) / fan_;
+      std::vector<void*> up;
+      std::vector<uint64_t> up_keys;
+      up.reserve(nodes);
+      up_keys.reserve(nodes);
+      size_t at = 0;
+      for (size_t k = 0; k < nodes; k++) {
+        size_t take = (c - at) / (nodes - k);
+        Inner* in = NewInner();
+        inners.push_back(in);  // reserved: cannot throw
+        in->count = static_cast<uint32_t>(take);
+        std::memcpy(in->keys(), keys.data() + at, take * sizeof(uint64_t));
+        std::memcpy(in->child(), level.data() + at, take * sizeof(void*));
+        up.push_back(in);
+        up_keys.push_back(keys[at]);
+        at += take;
+      }
+      level.swap(up);
+      keys.swap(up_keys);
+      height++;
+    }
+  } catch (...) {
+    for (Inner* in : inners) FreeInner(in);
+    while (first) {
+      Leaf* next = first->next;
+      FreeLeaf(first);
+      first = next;
+    }
+    throw;
   }
+  Clear();
+  root_ = level[0];
+  height_ = height;
+  first_ = first;
   last_ = prev;
   size_ = n;
-  // Inner levels, bottom up, each node as full as the fan-out allows and the
-  // children spread evenly (so every node has more than fan-out / 2).
-  height_ = 0;
-  while (level.size() > 1) {
-    const size_t c = level.size(), nodes = (c + fan_ - 1) / fan_;
-    std::vector<void*> up;
-    std::vector<uint64_t> up_keys;
-    size_t at = 0;
-    for (size_t k = 0; k < nodes; k++) {
-      size_t take = (c - at) / (nodes - k);
-      Inner* in = NewInner();
-      in->count = static_cast<uint32_t>(take);
-      std::memcpy(in->keys(), keys.data() + at, take * sizeof(uint64_t));
-      std::memcpy(in->child(), level.data() + at, take * sizeof(void*));
-      up.push_back(in);
-      up_keys.push_back(keys[at]);
-      at += take;
-    }
-    level.swap(up);
-    keys.swap(up_keys);
-    height_++;
-  }
-  root_ = level[0];
 }
 
 // ------------------------------------------------------------ checks
@@ -699,8 +815,8 @@ std::string RunTree::CheckSubtree(const void* node, uint32_t height, bool is_roo
     if (l->cap > kLeafRuns || (!only && l->cap != kLeafRuns)) return at + "capacity " + std::to_string(l->cap);
     if (!only && l != last_ && l->count < kMinLeafRuns) return at + "underfull (" + std::to_string(l->count) + ")";
     for (uint32_t i = 0; i < l->count; i++) {
-      Run r = Unpack(l->e()[i]);
-      if (r.len == 0 || !Fits(r.lba, r.phys, r.len)) return at + "bad run";
+      Run r = Unpack(l->e()[i], counted_);
+      if (l->counted != counted_ || r.len == 0 || !Accepts(r.lba, r.phys, r.len)) return at + "bad run";
       if (*any && r.lba < *prev_end) return at + "runs overlap or out of order";
       *any = true;
       *prev_end = r.lba + r.len;

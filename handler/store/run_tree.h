@@ -31,6 +31,21 @@
 // the checkpoint decoder refuse a record or chunk holding one (kCorruption)
 // before any map changes.
 //
+// Two kinds of run, the same 16 bytes (RunKind), chosen at construction:
+// kMapping (the default, ExtentMap's): lba -> phys continuing along the
+// run; two runs merge when both lba and phys continue each other; packing
+// as above. kCounted (SharedRefs', FreeSpace's): key -> one value for the
+// whole run (Run::phys holds it); two adjacent runs merge when their values
+// are equal; packing: key + len <= 2^48, 1 <= len <= 2^48, value < 2^32
+// (FitsCounted). Everything else (splits, erase, order, fill) is shared.
+//
+// Allocation failure: every operation is all-or-nothing. Insert and SplitAt
+// allocate every node they need (a leaf, one inner node per full level the
+// split climbs, a new root) before changing anything, so a std::bad_alloc
+// leaves the tree as it was: a checkpoint never writes a half-split tree.
+// BulkLoad and copies build aside and free what they built if one throws.
+// Erasure never allocates.
+//
 // Not thread-safe. Iterators are invalidated by every change.
 #pragma once
 
@@ -41,6 +56,8 @@
 #include <vector>
 
 namespace cowstore::store {
+
+enum class RunKind : uint8_t { kMapping, kCounted };
 
 struct Run {
   uint64_t lba = 0;   // first logical unit
@@ -96,7 +113,15 @@ class RunTree {
     uint32_t i_ = 0;
   };
 
+  static constexpr uint64_t kMaxCountedValue = UINT32_MAX;
+  // Whether a kCounted run can be stored.
+  static bool FitsCounted(uint64_t key, uint64_t len, uint64_t value) {
+    return len >= 1 && key < kMaxKey && len <= kMaxKey - key && value <= kMaxCountedValue;
+  }
+
   RunTree() = default;
+  // A tree of the given kind (the fan-out as below).
+  explicit RunTree(RunKind kind, uint32_t inner_fanout = kInnerFanout);
   // For tests: inner nodes of at most `inner_fanout` children (clamped to
   // [kMinInnerFanout, kInnerFanout]), so that small trees grow several levels.
   explicit RunTree(uint32_t inner_fanout);
@@ -114,15 +139,19 @@ class RunTree {
   const_iterator lower_bound(uint64_t a) const;
   // The run containing a, if any (true and *out set).
   bool Covering(uint64_t a, Run* out) const;
+  // The last run starting at or before a, if any (true and *out set).
+  bool Floor(uint64_t a, Run* out) const;
 
+  RunKind kind() const { return counted_ ? RunKind::kCounted : RunKind::kMapping; }
   size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
   void Clear();
 
   // Maps [lba, lba+len) -> [phys, ...), merging with the run just before
-  // and/or just after when both lba and phys continue each other. Returns
-  // false and changes nothing when the run, or what it would merge into,
-  // does not fit. REQUIRES: [lba, lba+len) unmapped.
+  // and/or just after when both lba and phys continue each other (kCounted:
+  // when their values equal phys). Returns false and changes nothing when
+  // the run, or what it would merge into, does not fit. REQUIRES:
+  // [lba, lba+len) unmapped.
   bool Insert(uint64_t lba, uint64_t phys, uint64_t len);
   // Splits the run containing a, if one starts before a, so one starts at a.
   // The two halves are not merged again by anything but Insert.
@@ -140,17 +169,33 @@ class RunTree {
   size_t MemoryBytes() const;  // leaves plus inner nodes, without malloc headers
   // Empty if every invariant above holds, else what is broken.
   std::string Check() const;
+  // Allocation failure injection for tests: the n-th node allocation from
+  // now on this thread (0 = the next) throws std::bad_alloc, once; n < 0
+  // turns it off. Returns how many allocations were left before the failure
+  // (n itself if none happened), so a test can tell whether it fired.
+  static int64_t FailAllocationForTest(int64_t n);
 
  private:
-  static Leaf* NewLeaf(uint32_t cap);
+  class Spare;  // inner nodes allocated ahead of a change (run_tree.cc)
+  static void* AllocNode(size_t bytes);
+  Leaf* NewLeaf(uint32_t cap) const;
   static void FreeLeaf(Leaf* l);
   static Leaf* CopyLeaf(const Leaf* o, uint32_t cap);
   Inner* NewInner() const;
   static void FreeInner(Inner* n);
   void FreeSubtree(void* node, uint32_t height);
   void* CopySubtree(const void* node, uint32_t height, Leaf** prev_leaf);
-  static Run Unpack(const Packed& p);
-  static Packed Pack(uint64_t lba, uint64_t phys, uint64_t len);
+  static Run Unpack(const Packed& p, bool counted);
+  Packed Pack(uint64_t lba, uint64_t phys, uint64_t len) const;
+  bool Accepts(uint64_t lba, uint64_t phys, uint64_t len) const {
+    return counted_ ? FitsCounted(lba, len, phys) : Fits(lba, phys, len);
+  }
+  // Whether b continues a (b starts where a ends and the values follow).
+  bool Continues(const Run& a, const Run& b) const {
+    return a.lba + a.len == b.lba && (counted_ ? a.phys == b.phys : a.phys + a.len == b.phys);
+  }
+  // Longest run one merge may make.
+  uint64_t MaxLen() const { return counted_ ? kMaxKey : kMaxLen; }
   static uint64_t Key(const Packed& p) { return p.lo & (kMaxKey - 1); }
   static uint32_t LowerBoundIn(const Leaf* l, uint64_t a);  // first run with lba >= a
   static uint32_t UpperBoundIn(const Leaf* l, uint64_t a);  // first run with lba > a
@@ -170,10 +215,15 @@ class RunTree {
   // Makes room in p's full leaf for a run with key a (may add a leaf).
   void MakeRoom(Path& p, uint64_t a);
   // Adds (key, child) at pos >= 1 of inner level d, splitting upwards.
-  void InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child);
+  // Takes the nodes it needs from spare (InnerNodesToAdd of the same call).
+  void InsertChild(Path& p, int d, uint32_t pos, uint64_t key, void* child, Spare& spare);
+  // Inner nodes adding one child at inner level d takes: one per full level
+  // from d up, and a new root if every level up to the root is full
+  // (d < 0: adding a leaf beside the only leaf, i.e. a new root).
+  uint32_t InnerNodesToAdd(const Path& p, int d) const;
   // Removes the child at pos of inner level d, merging upwards.
   void RemoveChild(Path& p, int d, uint32_t pos);
-  void NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key);
+  void NewRoot(void* left, uint64_t left_key, void* right, uint64_t right_key, Spare& spare);
   // Merges or evens out p's leaf (below kMinLeafRuns) with a sibling.
   void Rebalance(Path& p);
   // Merges or evens out inner level d (below MinInner) with a sibling.
@@ -185,6 +235,7 @@ class RunTree {
   void* root_ = nullptr;  // a Leaf when height_ == 0, else an Inner
   uint32_t height_ = 0;   // inner levels above the leaves
   uint32_t fan_ = kInnerFanout;
+  bool counted_ = false;  // RunKind::kCounted
   Leaf* first_ = nullptr;  // the leaf list's ends
   Leaf* last_ = nullptr;
   size_t size_ = 0;

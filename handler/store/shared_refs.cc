@@ -10,7 +10,7 @@ namespace cowstore::store {
 static_assert(SharedRefs::kRegionGrains <= UINT32_MAX, "a region's counter holds its grain count");
 
 SharedRefs::SharedRefs(uint64_t pool_grains, uint64_t max_refs)
-    : pool_grains_(pool_grains), max_refs_(max_refs),
+    : pool_grains_(pool_grains), max_refs_(std::min(max_refs, kMaxRefs)),
       regions_((pool_grains + kRegionGrains - 1) / kRegionGrains, 0) {
   assert(pool_grains <= kMaxPoolGrains && max_refs >= 2);
 }
@@ -34,58 +34,66 @@ Result<SharedRefs> SharedRefs::Rebuild(uint64_t pool_grains,
   std::sort(starts.begin(), starts.end());
   std::sort(ends.begin(), ends.end());
   SharedRefs refs(pool_grains, max_refs);
+  // Records come out in order: collected, then bulk-loaded (leaves ~90 % full).
+  std::vector<Run> records;
   size_t si = 0, ei = 0;
   uint64_t depth = 0, at = 0;
   while (ei < ends.size()) {
     uint64_t next = si < starts.size() ? std::min(starts[si], ends[ei]) : ends[ei];
     if (depth >= 2 && next > at) {
       // Equal depth on both sides of a point never emits twice: records merge.
-      auto last = refs.m_.empty() ? refs.m_.end() : std::prev(refs.m_.end());
-      if (last != refs.m_.end() && last->first + last->second.len == at && last->second.refs == depth)
-        last->second.len += next - at;
+      if (!records.empty() && records.back().lba + records.back().len == at && records.back().phys == depth)
+        records.back().len += next - at;
       else
-        refs.m_.emplace_hint(refs.m_.end(), at, Span{next - at, depth});
+        records.push_back({at, depth, next - at});
       refs.AddToRegions(at, next - at, 1);
       refs.shared_grains_ += next - at;
     }
     at = next;
     while (si < starts.size() && starts[si] == at) { depth++; si++; }
     while (ei < ends.size() && ends[ei] == at) { depth--; ei++; }
-    if (depth > max_refs) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
+    if (depth > refs.max_refs_) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
   }
+  refs.m_.BulkLoad(records);
   return refs;
 }
 
+// Inc and Dec: split the records at the range's edges, take out those inside
+// (each goes back with its new count) and fill or report the gaps between
+// them. The tree's Insert merges a record with an equal neighbour, so only
+// the edges can merge (inside, neighbours differed before and still do) and
+// the records stay maximal.
 Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   if (n == 0) return Status::Ok();
   if (p >= pool_grains_ || n > pool_grains_ - p)
     return Status(Code::kInvalidArgument, "grain range leaves the pool");
   const uint64_t end = p + n;
-  for (auto it = FirstEndingAfter(p); it != m_.end() && it->first < end; ++it)
-    if (it->second.refs >= max_refs_)
+  for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it)
+    if ((*it).phys >= max_refs_)
       return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
-  SplitAt(p);
-  SplitAt(end);
+  m_.SplitAt(p);
+  m_.SplitAt(end);
+  std::vector<Run> inside;
+  m_.EraseStarting(p, end, &inside);
   uint64_t at = p;
-  auto it = m_.lower_bound(p);
-  while (at < end) {
-    if (it != m_.end() && it->first == at) {
-      it->second.refs++;
-      at += it->second.len;
-      ++it;
-      continue;
+  auto put = [&](uint64_t s, uint64_t len, uint64_t refs) {
+    [[maybe_unused]] bool ok = m_.Insert(s, refs, len);
+    assert(ok);  // inside the pool (<= 2^48) and refs <= max_refs_ <= 2^32 - 1
+  };
+  for (const Run& r : inside) {
+    if (r.lba > at) {  // a gap: one owner until now
+      put(at, r.lba - at, 2);
+      AddToRegions(at, r.lba - at, 1);
+      shared_grains_ += r.lba - at;
     }
-    uint64_t gap_end = (it != m_.end() && it->first < end) ? it->first : end;
-    m_.emplace_hint(it, at, Span{gap_end - at, 2});
-    AddToRegions(at, gap_end - at, 1);
-    shared_grains_ += gap_end - at;
-    at = gap_end;
+    put(r.lba, r.len, r.phys + 1);
+    at = r.lba + r.len;
   }
-  // Inside the range, neighbours differed before and still do (records went
-  // up by one; new records hold 2 and sit next to records now >= 3): only
-  // the edges can merge.
-  MergeAt(p);
-  MergeAt(end);
+  if (at < end) {
+    put(at, end - at, 2);
+    AddToRegions(at, end - at, 1);
+    shared_grains_ += end - at;
+  }
   return Status::Ok();
 }
 
@@ -93,8 +101,6 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   if (n == 0) return;
   assert(p < pool_grains_ && n <= pool_grains_ - p);
   const uint64_t end = p + n;
-  SplitAt(p);
-  SplitAt(end);
   auto free_gap = [&](uint64_t s, uint64_t e) {
     if (!freed || s == e) return;
     if (!freed->empty() && freed->back().phys + freed->back().len == s)
@@ -102,33 +108,28 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
     else
       freed->push_back({s, e - s});
   };
+  m_.SplitAt(p);
+  m_.SplitAt(end);
+  std::vector<Run> inside;
+  m_.EraseStarting(p, end, &inside);
   uint64_t at = p;
-  auto it = m_.lower_bound(p);
-  while (at < end) {
-    if (it != m_.end() && it->first == at) {
-      at += it->second.len;
-      if (it->second.refs == 2) {
-        AddToRegions(it->first, it->second.len, -1);
-        shared_grains_ -= it->second.len;
-        it = m_.erase(it);
-      } else {
-        it->second.refs--;
-        ++it;
-      }
-      continue;
+  for (const Run& r : inside) {
+    free_gap(at, r.lba);
+    if (r.phys == 2) {  // one owner left: no record
+      AddToRegions(r.lba, r.len, -1);
+      shared_grains_ -= r.len;
+    } else {
+      [[maybe_unused]] bool ok = m_.Insert(r.lba, r.phys - 1, r.len);
+      assert(ok);
     }
-    uint64_t gap_end = (it != m_.end() && it->first < end) ? it->first : end;
-    free_gap(at, gap_end);
-    at = gap_end;
+    at = r.lba + r.len;
   }
-  // Records that stayed went down by one together; erased ones left gaps.
-  MergeAt(p);
-  MergeAt(end);
+  free_gap(at, end);
 }
 
 uint64_t SharedRefs::SharedCount(uint64_t p) const {
-  auto it = FirstEndingAfter(p);
-  return it != m_.end() && it->first <= p ? it->second.refs : 0;
+  Run r;
+  return m_.Covering(p, &r) ? r.phys : 0;
 }
 
 bool SharedRefs::AnyShared(uint64_t p, uint64_t n) const {
@@ -139,17 +140,18 @@ bool SharedRefs::AnyShared(uint64_t p, uint64_t n) const {
   for (uint64_t r = p / kRegionGrains; r <= (p + n - 1) / kRegionGrains && r < regions_.size(); r++)
     if (regions_[r]) { region_shares = true; break; }
   if (!region_shares) return false;
-  auto it = FirstEndingAfter(p);
-  return it != m_.end() && it->first < p + n;
+  auto it = m_.FirstEndingAfter(p);
+  return it != m_.end() && (*it).lba < p + n;
 }
 
 void SharedRefs::Lookup(uint64_t p, uint64_t n, std::vector<SharedRecord>* out) const {
   if (p >= pool_grains_) return;
   const uint64_t end = p + std::min(n, pool_grains_ - p);
-  for (auto it = FirstEndingAfter(p); it != m_.end() && it->first < end; ++it) {
-    uint64_t s = std::max(p, it->first);
-    uint64_t e = std::min(end, it->first + it->second.len);
-    out->push_back({s, e - s, it->second.refs});
+  for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it) {
+    const SharedRecord r = Rec(*it);
+    uint64_t s = std::max(p, r.phys);
+    uint64_t e = std::min(end, r.phys + r.len);
+    out->push_back({s, e - s, r.refs});
   }
 }
 
@@ -159,8 +161,10 @@ LunShare SharedRefs::Usage(const std::vector<Run>& lun) const {
     uint64_t shared = 0;
     if (AnyShared(r.phys, r.len)) {
       const uint64_t end = r.phys + std::min(r.len, pool_grains_ - r.phys);
-      for (auto it = FirstEndingAfter(r.phys); it != m_.end() && it->first < end; ++it)
-        shared += std::min(end, it->first + it->second.len) - std::max(r.phys, it->first);
+      for (auto it = m_.FirstEndingAfter(r.phys); it != m_.end() && (*it).lba < end; ++it) {
+        const Run x = *it;
+        shared += std::min(end, x.lba + x.len) - std::max(r.phys, x.lba);
+      }
     }
     u.shared += shared;
     u.exclusive += r.len - shared;
@@ -171,37 +175,13 @@ LunShare SharedRefs::Usage(const std::vector<Run>& lun) const {
 std::vector<SharedRecord> SharedRefs::All() const {
   std::vector<SharedRecord> out;
   out.reserve(m_.size());
-  for (const auto& [p, s] : m_) out.push_back({p, s.len, s.refs});
+  for (const Run& r : m_) out.push_back(Rec(r));
   return out;
 }
 
-SharedRefs::Map::const_iterator SharedRefs::FirstEndingAfter(uint64_t p) const {
-  auto it = m_.upper_bound(p);
-  if (it != m_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->first + prev->second.len > p) return prev;
-  }
-  return it;
-}
-
-void SharedRefs::SplitAt(uint64_t x) {
-  auto it = m_.upper_bound(x);
-  if (it == m_.begin()) return;
-  --it;
-  const uint64_t start = it->first;
-  const Span s = it->second;
-  if (start == x || start + s.len <= x) return;
-  it->second.len = x - start;
-  m_.emplace_hint(std::next(it), x, Span{start + s.len - x, s.refs});
-}
-
-void SharedRefs::MergeAt(uint64_t x) {
-  auto right = m_.find(x);
-  if (right == m_.end() || right == m_.begin()) return;
-  auto left = std::prev(right);
-  if (left->first + left->second.len != x || left->second.refs != right->second.refs) return;
-  left->second.len += right->second.len;
-  m_.erase(right);
+bool SharedRefs::operator==(const SharedRefs& o) const {
+  return pool_grains_ == o.pool_grains_ && regions_ == o.regions_ && m_.size() == o.m_.size() &&
+         std::equal(m_.begin(), m_.end(), o.m_.begin());
 }
 
 void SharedRefs::AddToRegions(uint64_t p, uint64_t n, int64_t delta) {

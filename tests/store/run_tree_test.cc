@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <iterator>
 #include <map>
+#include <new>
 #include <random>
 #include <vector>
 
@@ -285,6 +286,296 @@ TEST(RunTreeDifferential, MatchesStdMapWithManyInnerLevels) {
     }
 }
 
+// Allocation failure: the n-th node allocation of an operation throws
+// std::bad_alloc (test hook). Each insert, split and erase either happens in
+// full or not at all: after every failure the tree still equals the
+// reference and every invariant holds. Small fan-outs make the failing
+// allocation land at every level of a split climbing to a new root; key-order
+// appends, random inserts and splits reach each of MakeRoom's ways.
+struct FailedOps {
+  size_t failures = 0, deep = 0;  // deep: in a tree of >= 4 levels
+};
+
+void FailureInjection(uint32_t seed, uint32_t fanout, uint64_t ops, FailedOps* out) {
+  std::mt19937_64 rng(seed);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  const uint64_t space = 1 << 18;
+  RunTree t(fanout);
+  Reference ref;
+  uint64_t next_phys = 0, appended = space;  // appends go past every other key
+  std::vector<MapRun> got, want;
+  size_t checked_failures = 0;
+  // Runs op with the n-th allocation failing; true if it completed.
+  auto attempt = [&](auto&& op) {
+    RunTree::FailAllocationForTest(static_cast<int64_t>(pick(t.height() + 2)));  // a split needs <= height + 1
+    bool done = true;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      done = false;
+    }
+    RunTree::FailAllocationForTest(-1);
+    if (!done) {
+      out->failures++;
+      if (t.height() >= 4) out->deep++;
+    }
+    return done;
+  };
+  for (uint64_t op = 0; op < ops; op++) {
+    const uint64_t kind = pick(100);
+    const bool growing = (op / 4000) % 2 == 0;
+    if (kind < (growing ? 55u : 25u)) {
+      uint64_t lba, len = 1 + pick(8);
+      if (pick(4) == 0) {
+        lba = appended;
+        appended += len + 1;  // never continues the run before: a new run
+      } else {
+        lba = pick(space);
+        MapRun cover;
+        if (ref.Covering(lba, &cover)) continue;
+        auto next = ref.m.upper_bound(lba);
+        len = std::min(len, (next == ref.m.end() ? appended : next->first) - lba);
+      }
+      const uint64_t phys = (next_phys += 1 + pick(4));
+      next_phys += len;
+      if (attempt([&] { ASSERT_TRUE(t.Insert(lba, phys, len)); })) ref.Insert(lba, phys, len);
+    } else if (kind < 75) {
+      const uint64_t a = pick(appended);
+      if (attempt([&] { t.SplitAt(a); })) ref.SplitAt(a);
+    } else {
+      // Erase never allocates; its splits may fail, each on its own.
+      const uint64_t a = pick(appended), n = 1 + pick(pick(10) == 0 ? 2048 : 32);
+      if (attempt([&] { t.SplitAt(a); })) ref.SplitAt(a);
+      if (attempt([&] { t.SplitAt(a + n); })) ref.SplitAt(a + n);
+      got.clear();
+      want.clear();
+      t.EraseStarting(a, a + n, &got);
+      ref.EraseStarting(a, a + n, &want);
+      ASSERT_EQ(got, want) << "seed " << seed << " op " << op;
+    }
+    ASSERT_EQ(t.size(), ref.m.size()) << "seed " << seed << " op " << op;
+    // Checked in full right after every failure, and every 1,000 ops.
+    if (out->failures != checked_failures || op % 1000 == 0) {
+      checked_failures = out->failures;
+      ASSERT_EQ(t.Check(), "") << "seed " << seed << " op " << op;
+      ASSERT_EQ(All(t), ref.All()) << "seed " << seed << " op " << op;
+    }
+  }
+  ASSERT_EQ(t.Check(), "");
+  ASSERT_EQ(All(t), ref.All());
+}
+
+TEST(RunTreeAllocationFailure, EveryInsertAndSplitIsAllOrNothing) {
+  for (uint32_t fanout : {3u, 4u, RunTree::kInnerFanout})
+    for (uint32_t seed : {21u, 22u}) {
+      SCOPED_TRACE(testing::Message() << "fan-out " << fanout << " seed " << seed);
+      FailedOps f;
+      FailureInjection(seed, fanout, 200000, &f);
+      if (HasFailure()) return;
+      EXPECT_GT(f.failures, 20u);  // the hook fired (only splits allocate: ~1 insert in 100)
+      if (fanout < 5) {
+        EXPECT_GT(f.deep, 20u);  // and in trees of several levels
+      }
+      std::printf("fan-out %u seed %u: %zu allocations failed, %zu in trees of >= 4 levels\n", fanout, seed,
+                  f.failures, f.deep);
+    }
+}
+
+// Strict failure checking after every single failed operation (slower, so a
+// smaller run): the tree is compared right after each failure.
+TEST(RunTreeAllocationFailure, TreeIsIntactRightAfterEachFailure) {
+  std::mt19937_64 rng(7);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  RunTree t(3);
+  Reference ref;
+  size_t failures = 0;
+  for (uint64_t k = 0; k < 20000; k++) {
+    // Alternate appends (the right edge splits up to a new root) and
+    // inserts into the middle (leaves split in three, inner nodes split).
+    const uint64_t lba = k % 2 ? 4 * k : 4 * pick(k + 1) + 2;
+    MapRun cover;
+    if (ref.Covering(lba, &cover) || ref.m.count(lba + 1)) continue;
+    RunTree::FailAllocationForTest(static_cast<int64_t>(pick(t.height() + 2)));
+    bool done = true;
+    try {
+      ASSERT_TRUE(t.Insert(lba, 10 * k + 5, 1));
+    } catch (const std::bad_alloc&) {
+      done = false;
+    }
+    RunTree::FailAllocationForTest(-1);
+    if (done) {
+      ref.Insert(lba, 10 * k + 5, 1);
+      continue;
+    }
+    failures++;
+    ASSERT_EQ(t.Check(), "") << "after failed insert " << k;
+    ASSERT_EQ(All(t), ref.All()) << "after failed insert " << k;
+    ASSERT_EQ(t.size(), ref.m.size());
+  }
+  EXPECT_GT(failures, 30u);
+  EXPECT_GE(t.height(), 5u) << t.size() << " runs " << t.leaves() << " leaves";
+}
+
+// BulkLoad and copies build aside: a failure frees what was built (ASan's
+// leak check sees the rest) and leaves the target as it was.
+TEST(RunTreeAllocationFailure, BulkLoadAndCopyLeaveTheTargetAsItWas) {
+  std::vector<MapRun> runs;
+  for (uint64_t k = 0; k < 20000; k++) runs.push_back({3 * k, 7 * k, 2});
+  RunTree t(3);
+  ASSERT_TRUE(t.Insert(1ull << 40, 5, 1));
+  const std::vector<MapRun> before = All(t);
+  size_t failures = 0;
+  for (int64_t n : {0, 1, 5, 50, 100, 120}) {
+    RunTree::FailAllocationForTest(n);
+    try {
+      t.BulkLoad(runs);
+      RunTree::FailAllocationForTest(-1);
+      EXPECT_EQ(All(t), runs);  // n beyond what it needs: loaded
+      t.BulkLoad({before.begin(), before.end()});
+      continue;
+    } catch (const std::bad_alloc&) {
+      failures++;
+    }
+    RunTree::FailAllocationForTest(-1);
+    ASSERT_EQ(t.Check(), "") << "failure at allocation " << n;
+    ASSERT_EQ(All(t), before) << "failure at allocation " << n;
+  }
+  EXPECT_EQ(failures, 6u);  // 20,000 runs take 88 leaves and 30+ inner nodes
+  t.BulkLoad(runs);
+  for (int64_t n : {0, 3, 40, 110}) {
+    RunTree::FailAllocationForTest(n);
+    EXPECT_THROW({ RunTree c(t); }, std::bad_alloc) << n;
+    RunTree::FailAllocationForTest(-1);
+  }
+  RunTree c(t);
+  EXPECT_EQ(All(c), runs);
+  EXPECT_EQ(c.Check(), "");
+}
+
+// kCounted runs: one value for the whole run; equal neighbours merge,
+// different ones do not; a split keeps the value on both halves; lengths
+// reach 2^48 and values 2^32 - 1 (SharedRefs' and FreeSpace's records).
+TEST(RunTreeCounted, MergesEqualValuesAndSplitsKeepTheValue) {
+  RunTree t(RunKind::kCounted);
+  EXPECT_EQ(t.kind(), RunKind::kCounted);
+  ASSERT_TRUE(t.Insert(10, 2, 5));
+  ASSERT_TRUE(t.Insert(15, 3, 5));  // different value: two runs
+  ASSERT_TRUE(t.Insert(20, 3, 5));  // equal: merges with the one before
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{10, 2, 5}, {15, 3, 10}}));
+  ASSERT_TRUE(t.Insert(5, 2, 5));  // merges with the one after
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 10}, {15, 3, 10}}));
+  t.SplitAt(20);
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 10}, {15, 3, 5}, {20, 3, 5}}));
+  std::vector<MapRun> gone;
+  t.EraseStarting(15, 20, &gone);
+  EXPECT_EQ(gone, (std::vector<MapRun>{{15, 3, 5}}));
+  ASSERT_TRUE(t.Insert(15, 2, 5));  // fills the hole: both sides merge (value 2, then 3 stays apart)
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{5, 2, 15}, {20, 3, 5}}));
+  // Wide lengths and the value bound.
+  const uint64_t big = (uint64_t{1} << 40) + 7;
+  ASSERT_TRUE(t.Insert(1000, RunTree::kMaxCountedValue, big));
+  MapRun r;
+  ASSERT_TRUE(t.Covering(1000 + big - 1, &r));
+  EXPECT_EQ(r, (MapRun{1000, RunTree::kMaxCountedValue, big}));
+  EXPECT_FALSE(t.Insert(1000 + big, RunTree::kMaxCountedValue + 1, 1));
+  EXPECT_FALSE(t.Insert(RunTree::kMaxKey - 1, 2, 2));
+  EXPECT_TRUE(t.Insert(RunTree::kMaxKey - 1, 2, 1));
+  EXPECT_EQ(t.Check(), "");
+  // Copies and moves keep the kind.
+  RunTree c(t);
+  EXPECT_EQ(c.kind(), RunKind::kCounted);
+  EXPECT_EQ(All(c), All(t));
+  RunTree m(std::move(c));
+  EXPECT_EQ(m.kind(), RunKind::kCounted);
+  EXPECT_EQ(All(m), All(t));
+}
+
+// Many counted runs at random against a std::map of (len, value) with the
+// same merge rule, through leaf splits, merges and a bulk load.
+TEST(RunTreeCounted, MatchesStdMapAtRandom) {
+  std::mt19937_64 rng(31);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  RunTree t(RunKind::kCounted, 4);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> ref;  // key -> (len, value)
+  auto ref_all = [&] {
+    std::vector<MapRun> v;
+    for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
+    return v;
+  };
+  auto ref_insert = [&](uint64_t k, uint64_t len, uint64_t v) {
+    auto next = ref.lower_bound(k);
+    if (next != ref.begin()) {
+      auto prev = std::prev(next);
+      if (prev->first + prev->second.first == k && prev->second.second == v) {
+        prev->second.first += len;
+        if (next != ref.end() && next->first == k + len && next->second.second == v) {
+          prev->second.first += next->second.first;
+          ref.erase(next);
+        }
+        return;
+      }
+    }
+    if (next != ref.end() && next->first == k + len && next->second.second == v) {
+      const uint64_t l2 = len + next->second.first;
+      ref.erase(next);
+      ref[k] = {l2, v};
+      return;
+    }
+    ref[k] = {len, v};
+  };
+  for (int op = 0; op < 60000; op++) {
+    const uint64_t a = pick(1 << 16);
+    auto it = ref.upper_bound(a);
+    {  // Floor: the last run starting at or before a
+      MapRun f;
+      const bool has = t.Floor(a, &f);
+      ASSERT_EQ(has, it != ref.begin()) << op;
+      if (has) {
+        auto w = std::prev(it);
+        ASSERT_EQ(f, (MapRun{w->first, w->second.second, w->second.first})) << op;
+      }
+    }
+    if (pick(3) != 0) {
+      if (it != ref.begin() && std::prev(it)->first + std::prev(it)->second.first > a) continue;  // covered
+      const uint64_t room = it == ref.end() ? 64 : it->first - a;
+      const uint64_t len = std::min<uint64_t>(1 + pick(8), room), v = 2 + pick(3);
+      ASSERT_TRUE(t.Insert(a, v, len));
+      ref_insert(a, len, v);
+    } else {
+      const uint64_t n = 1 + pick(64);
+      t.SplitAt(a);
+      t.SplitAt(a + n);
+      std::vector<MapRun> got;
+      t.EraseStarting(a, a + n, &got);
+      std::vector<MapRun> want;
+      // The reference: clip at both edges, then take what starts inside.
+      for (uint64_t e : {a, a + n}) {
+        auto j = ref.upper_bound(e);
+        if (j == ref.begin()) continue;
+        --j;
+        const auto [len, v] = j->second;
+        if (j->first < e && j->first + len > e) {
+          j->second.first = e - j->first;
+          ref[e] = {j->first + len - e, v};
+        }
+      }
+      for (auto j = ref.lower_bound(a); j != ref.end() && j->first < a + n; j = ref.erase(j))
+        want.push_back({j->first, j->second.second, j->second.first});
+      ASSERT_EQ(got, want) << op;
+    }
+    if (op % 5000 == 0) {
+      ASSERT_EQ(t.Check(), "") << op;
+      ASSERT_EQ(All(t), ref_all()) << op;
+    }
+  }
+  ASSERT_EQ(All(t), ref_all());
+  EXPECT_GE(t.height(), 3u);
+  RunTree b(RunKind::kCounted);
+  b.BulkLoad(All(t));
+  EXPECT_EQ(b.Check(), "");
+  EXPECT_EQ(All(b), ref_all());
+}
+
 // Key-order and reverse-order loads grow and split the right and left edges
 // of every inner level; walks from every leaf boundary see the same runs.
 TEST(RunTree, InnerLevelsGrowAtBothEdgesAndWalksCrossThem) {
@@ -298,7 +589,7 @@ TEST(RunTree, InnerLevelsGrowAtBothEdgesAndWalksCrossThem) {
       ref.Insert(2 * i, 3 * i, 1);
     }
     ASSERT_EQ(t.Check(), "");
-    EXPECT_GE(t.height(), 5u);
+    EXPECT_GE(t.height(), 5u) << t.size() << " runs " << t.leaves() << " leaves";
     ASSERT_EQ(All(t), ref.All());
     // Every position a walk can start from, including a leaf's last run.
     for (uint64_t a = 0; a < 2 * n; a += 2 * RunTree::kLeafRuns / 3 + 1)
