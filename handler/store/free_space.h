@@ -26,18 +26,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "handler/store/grain_run.h"
 #include "handler/store/run_tree.h"
 #include "handler/store/space_map.h"  // PendingRun, shared with the flat map
 #include "handler/store/status.h"
 
 namespace cowstore::store {
-
-// Grains [start, start + len).
-struct GrainRun {
-  uint64_t start = 0, len = 0;
-  uint64_t end() const { return start + len; }
-  bool operator==(const GrainRun&) const = default;
-};
 
 // The two indexes over the same free runs: by offset (merging neighbours) and
 // by size class (class k holds the runs of 2^k <= len < 2^(k+1) grains, each

@@ -103,7 +103,7 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   const uint64_t end = p + n;
   auto free_gap = [&](uint64_t s, uint64_t e) {
     if (!freed || s == e) return;
-    if (!freed->empty() && freed->back().phys + freed->back().len == s)
+    if (!freed->empty() && freed->back().end() == s)
       freed->back().len += e - s;
     else
       freed->push_back({s, e - s});

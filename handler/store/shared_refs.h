@@ -34,17 +34,11 @@
 #include <vector>
 
 #include "handler/store/extent_map.h"
+#include "handler/store/grain_run.h"
 #include "handler/store/run_tree.h"
 #include "handler/store/status.h"
 
 namespace cowstore::store {
-
-// Physical grains [phys, phys+len).
-struct GrainRun {
-  uint64_t phys = 0;
-  uint64_t len = 0;
-  bool operator==(const GrainRun&) const = default;
-};
 
 // Grains [phys, phys+len) each have `refs` owners (>= 2).
 struct SharedRecord {

@@ -341,7 +341,7 @@ class Workload {
   static std::vector<uint64_t> Grains(const Freed& runs) {
     std::vector<uint64_t> out;
     for (const GrainRun& r : runs)
-      for (uint64_t g = r.phys; g < r.phys + r.len; g++) out.push_back(g);
+      for (uint64_t g = r.start; g < r.end(); g++) out.push_back(g);
     return out;
   }
 
@@ -356,7 +356,7 @@ class Workload {
       const size_t first = freed.size();
       refs_.Dec(r.phys, r.len, &freed);
       for (size_t i = first + 1; i < freed.size(); i++)
-        ASSERT_LT(freed[i - 1].phys + freed[i - 1].len, freed[i].phys) << "runs not merged or not ascending";
+        ASSERT_LT(freed[i - 1].end(), freed[i].start) << "runs not merged or not ascending";
       for (uint64_t g = r.phys; g < r.phys + r.len; g++) {
         ASSERT_GE(count_[g], 1u);
         if (--count_[g] == 0) want.push_back(g);
