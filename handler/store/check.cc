@@ -117,7 +117,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   for (const LunCopy& l : luns) {
     if (!ValidBlockSize(l.bs)) problem("LUN " + l.name + ": bad block size");
     if (l.bs && l.size % l.bs) problem("LUN " + l.name + ": size not a multiple of the block size");
-    uint64_t lun_units = DivUp(l.size, au_), prev_end = 0;
+    uint64_t lun_units = DivUp(l.size, grain_), prev_end = 0;
     for (const Run& e : l.runs) {
       rep.extents++;
       if (e.len == 0) problem("LUN " + l.name + ": empty extent at AU " + std::to_string(e.lba));

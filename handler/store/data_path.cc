@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // The data path: Read, Write, CompareAndWrite, ZeroRange/Unmap, Allocate,
 // AllocationStatus and CloneRange, under the callers' range locks.
+//
+// Units: the grain (Core::grain_, pool_impl.h) is the unit of sharing. LUN
+// maps, range locks, copy-on-write, the in-place rule, unshared marks,
+// reservations and punches all count grains; physical grain p lives at
+// GrainOffset(p). The AU appears here only as an I/O size.
 
 #include "handler/store/pool_impl.h"
 
@@ -12,7 +17,7 @@
 namespace cowstore::store {
 namespace {
 
-constexpr uint64_t kMaxWriteChunkUnits = 256;  // bounds one kMap record
+constexpr uint64_t kMaxWriteChunkUnits = 256;  // grains: bounds one kMap record
 
 // Gathers/scatters between an iovec list and a contiguous buffer.
 size_t IovBytes(std::span<const iovec> iov) {
@@ -28,13 +33,13 @@ Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
   {
     MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
-    l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
+    l->map.Lookup(off / grain_, DivUp(off + len, grain_) - off / grain_, &pieces);
   }
   uint64_t pos = off, end = off + len;
   for (const Run& r : pieces) {
-    uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
+    uint64_t s = std::max(off, r.lba * grain_), e = std::min(end, (r.lba + r.len) * grain_);
     if (s > pos) std::memset(dst + (pos - off), 0, s - pos);
-    Status st = file_->Read(AuOffset(r.phys) + (s - r.lba * au_), e - s, dst + (s - off));
+    Status st = file_->Read(GrainOffset(r.phys) + (s - r.lba * grain_), e - s, dst + (s - off));
     if (!st.ok()) return st;
     pos = e;
   }
@@ -44,13 +49,13 @@ Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
 
 Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                         uint64_t* ticket) {
-  uint64_t chunk = kMaxWriteChunkUnits * au_;
+  uint64_t chunk = kMaxWriteChunkUnits * grain_;
   if (len > chunk) {
     // Chunks reserve space one at a time; refuse up front a write that cannot
     // fit as a whole, so kNoSpace leaves it untouched (barring a concurrent
     // allocation by another LUN between chunks).
     MutexLock g(&meta_mu_);
-    uint64_t a0 = off / au_, a1 = DivUp(off + len, au_), need = a1 - a0;
+    uint64_t a0 = off / grain_, a1 = DivUp(off + len, grain_), need = a1 - a0;
     std::vector<Run> pieces;
     l->map.Lookup(a0, a1 - a0, &pieces);
     for (const Run& r : pieces)
@@ -61,7 +66,7 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
                                         std::to_string(space_.free_units()) + " free");
   }
   while (len > 0) {
-    uint64_t n = std::min(len, chunk - off % au_);
+    uint64_t n = std::min(len, chunk - off % grain_);
     Status s = WriteBytesChunk(l, off, n, src, ticket);
     if (!s.ok()) return s;
     off += n;
@@ -73,7 +78,7 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
 
 Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                              uint64_t* ticket) {
-  const uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
+  const uint64_t a0 = off / grain_, a1 = DivUp(off + len, grain_);
   struct Plan {
     uint64_t old, target;
     bool inplace;
@@ -90,7 +95,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       for (uint64_t i = 0; i < r.len; i++) plan[r.lba + i - a0].old = r.phys + i;
     uint64_t need = 0;
     for (Plan& p : plan) {
-      // In place only if no durable state can still share the AU: its last
+      // In place only if no durable state can still share the grain: its last
       // other reference may have gone in a record that is not durable yet.
       p.inplace = p.old != kNone && space_.WritableInPlace(p.old, queue_.durable());
       if (!p.inplace) need++;
@@ -107,20 +112,20 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   size_t k = 0;
   for (Plan& p : plan) p.target = p.inplace ? p.old : fresh[k++];
 
-  // Data I/O, outside the metadata lock. Partial writes into a shared AU copy
-  // the rest of the old AU; a fresh AU already reads as zeros.
+  // Data I/O, outside the metadata lock. Partial writes into a shared grain
+  // copy the rest of the old grain; a fresh grain already reads as zeros.
   Status s;
   std::vector<uint8_t> cow;
   for (size_t i = 0; i < plan.size() && s.ok();) {
     uint64_t a = a0 + i;
-    uint64_t ss = std::max(off, a * au_), se = std::min(off + len, (a + 1) * au_);
-    bool partial = se - ss != au_;
+    uint64_t ss = std::max(off, a * grain_), se = std::min(off + len, (a + 1) * grain_);
+    bool partial = se - ss != grain_;
     if (!plan[i].inplace && plan[i].old != kNone && partial) {
-      cow.resize(au_);
-      s = file_->Read(AuOffset(plan[i].old), au_, cow.data());
+      cow.resize(grain_);
+      s = file_->Read(GrainOffset(plan[i].old), grain_, cow.data());
       if (!s.ok()) break;
-      std::memcpy(cow.data() + (ss - a * au_), src + (ss - off), se - ss);
-      s = file_->Write(AuOffset(plan[i].target), au_, cow.data());
+      std::memcpy(cow.data() + (ss - a * grain_), src + (ss - off), se - ss);
+      s = file_->Write(GrainOffset(plan[i].target), grain_, cow.data());
       i++;
       continue;
     }
@@ -128,10 +133,10 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     size_t j = i + 1;
     while (j < plan.size() && plan[j].target == plan[j - 1].target + 1 &&
            !(!plan[j].inplace && plan[j].old != kNone &&
-             std::min(off + len, (a0 + j + 1) * au_) - (a0 + j) * au_ != au_))
+             std::min(off + len, (a0 + j + 1) * grain_) - (a0 + j) * grain_ != grain_))
       j++;
-    uint64_t we = std::min(off + len, (a0 + j) * au_);
-    s = file_->Write(AuOffset(plan[i].target) + (ss - a * au_), we - ss, src + (ss - off));
+    uint64_t we = std::min(off + len, (a0 + j) * grain_);
+    s = file_->Write(GrainOffset(plan[i].target) + (ss - a * grain_), we - ss, src + (ss - off));
     i = j;
   }
   if (!s.ok()) {
@@ -157,7 +162,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   } else {
     jbuf_.NoteDataWritten();  // the record points at new data: sync that first
     Result<uint64_t> a = AppendLocked(rec);
-    if (!a.ok()) {  // not for fresh AUs (nothing references them), but never ignored
+    if (!a.ok()) {  // not for fresh grains (nothing references them), but never ignored
       g.Unlock();
       Unreserve(fresh, true);
       return a.status();
@@ -169,7 +174,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   return Status::Ok();
 }
 
-Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
+Status Core::UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
   for (int attempt = 0;; attempt++) {
     MutexLock g(&meta_mu_);
     std::vector<Run> pieces;
@@ -202,18 +207,18 @@ Status Core::UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
 }
 
 Status Core::ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket) {
-  const uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
+  const uint64_t w0 = DivUp(off, grain_), w1 = (off + len) / grain_;
   if (w0 < w1) {
-    Status s = UnmapAus(l, w0, w1, ticket);
+    Status s = UnmapGrains(l, w0, w1, ticket);
     if (!s.ok()) return s;
   }
-  // Partial AUs at the edges: write zeros where something is mapped.
-  uint64_t edges[2] = {off / au_, (off + len - 1) / au_};
+  // Partial grains at the edges: write zeros where something is mapped.
+  uint64_t edges[2] = {off / grain_, (off + len - 1) / grain_};
   for (int e = 0; e < 2; e++) {
     uint64_t a = edges[e];
     if (e == 1 && a == edges[0]) break;
-    uint64_t s = std::max(off, a * au_), t = std::min(off + len, (a + 1) * au_);
-    if (t - s == au_) continue;  // whole, handled above
+    uint64_t s = std::max(off, a * grain_), t = std::min(off + len, (a + 1) * grain_);
+    if (t - s == grain_) continue;  // whole, handled above
     bool mapped;
     {
       MutexLock g(&meta_mu_);
@@ -282,7 +287,7 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
   if (IovBytes(iov) < len)
     return Status(Code::kInvalidArgument, "buffer smaller than count * block size");
   if (count == 0) return s;
-  RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), false);
+  RangeGuard rg(&l->lock, off / grain_, DivUp(off + len, grain_), false);
   s = CheckRange(l, lba, count);
   if (!s.ok()) return s;
   if (iov[0].iov_len >= len) return ReadBytes(l, off, len, static_cast<uint8_t*>(iov[0].iov_base));
@@ -294,7 +299,7 @@ Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const
   {
     MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
-    l->map.Lookup(off / au_, DivUp(off + len, au_) - off / au_, &pieces);
+    l->map.Lookup(off / grain_, DivUp(off + len, grain_) - off / grain_, &pieces);
   }
   std::vector<iovec> part;
   auto zero = [&](uint64_t s, uint64_t e) {
@@ -303,10 +308,10 @@ Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const
   };
   uint64_t pos = off, end = off + len;
   for (const Run& r : pieces) {
-    uint64_t s = std::max(off, r.lba * au_), e = std::min(end, (r.lba + r.len) * au_);
+    uint64_t s = std::max(off, r.lba * grain_), e = std::min(end, (r.lba + r.len) * grain_);
     if (s > pos) zero(pos, s);
     SliceIovec(iov, s - off, e - s, &part);
-    Status st = file_->ReadV(AuOffset(r.phys) + (s - r.lba * au_), part.data(), part.size());
+    Status st = file_->ReadV(GrainOffset(r.phys) + (s - r.lba * grain_), part.data(), part.size());
     if (!st.ok()) return st;
     pos = e;
   }
@@ -329,7 +334,7 @@ Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const io
   if (!s.ok()) return s;
   uint64_t ticket = 0;
   if (count > 0) {
-    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    RangeGuard rg(&l->lock, off / grain_, DivUp(off + len, grain_), true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
     s = WriteBytes(l, off, len, gb.p, &ticket);
@@ -352,7 +357,7 @@ Status Core::CompareAndWrite(LunState* l, uint64_t lba, uint64_t count, const vo
   uint64_t ticket = 0;
   {
     // Held across read, compare and write: atomic against every write.
-    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    RangeGuard rg(&l->lock, off / grain_, DivUp(off + len, grain_), true);
     s = CheckRange(l, lba, count);
     if (!s.ok() || count == 0) return s;
     std::vector<uint8_t> cur(len);
@@ -379,12 +384,12 @@ Status Core::ZeroRange(LunState* l, uint64_t lba, uint64_t count, Durability d, 
   uint64_t off = lba * l->bs, len = count * l->bs;
   uint64_t ticket = 0;
   if (count > 0) {
-    RangeGuard rg(&l->lock, off / au_, DivUp(off + len, au_), true);
+    RangeGuard rg(&l->lock, off / grain_, DivUp(off + len, grain_), true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
     if (unmap_only) {
-      uint64_t w0 = DivUp(off, au_), w1 = (off + len) / au_;
-      if (w0 < w1) s = UnmapAus(l, w0, w1, &ticket);
+      uint64_t w0 = DivUp(off, grain_), w1 = (off + len) / grain_;
+      if (w0 < w1) s = UnmapGrains(l, w0, w1, &ticket);
       if (!s.ok()) return s;
     } else {
       s = ZeroBytes(l, off, len, &ticket);
@@ -407,7 +412,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
   uint64_t ticket = 0;
   bool grew = false;
   if (count > 0) {
-    uint64_t a0 = off / au_, a1 = DivUp(off + len, au_);
+    uint64_t a0 = off / grain_, a1 = DivUp(off + len, grain_);
     RangeGuard rg(&l->lock, a0, a1, true);
     s = CheckRange(l, lba, count);
     if (!s.ok()) return s;
@@ -447,13 +452,13 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
         else
           rec.runs.push_back({h.lba + i, p, 1});
       }
-    // These AUs read as zeros only because they were punched, and that punch
+    // These grains read as zeros only because they were punched, and that punch
     // may not be durable yet: like data, it must reach the disk before the
     // record mapping them (else a surviving record could expose old data).
     if (!rec.runs.empty()) {
       jbuf_.NoteDataWritten();
       Result<uint64_t> a = AppendLocked(rec);
-      if (!a.ok()) {  // not for fresh AUs (nothing references them), but never ignored
+      if (!a.ok()) {  // not for fresh grains (nothing references them), but never ignored
         g.Unlock();
         Unreserve(fresh, false);
         return a.status();
@@ -474,7 +479,7 @@ Result<std::vector<AllocationRun>> Core::AllocationStatus(LunState* l, uint64_t 
   if (!s.ok()) return s;
   std::vector<AllocationRun> out;
   if (count == 0) return out;
-  uint64_t bpa = au_ / l->bs;  // blocks per AU
+  uint64_t bpa = grain_ / l->bs;  // blocks per grain
   std::vector<Run> pieces;
   {
     MutexLock g(&meta_mu_);
@@ -511,8 +516,8 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
   const uint64_t bs = src->bs, soff = src_lba * bs, doff = dst_lba * bs, len = count * bs;
   uint64_t ticket = 0;
   if (count > 0) {
-    uint64_t sa0 = soff / au_, sa1 = DivUp(soff + len, au_);
-    uint64_t da0 = doff / au_, da1 = DivUp(doff + len, au_);
+    uint64_t sa0 = soff / grain_, sa1 = DivUp(soff + len, grain_);
+    uint64_t da0 = doff / grain_, da1 = DivUp(doff + len, grain_);
     RangeGuard g1, g2;
     if (src == dst) {
       g1 = RangeGuard(&src->lock, std::min(sa0, da0), std::max(sa1, da1), true);
@@ -526,11 +531,11 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
     s = CheckRange(src, src_lba, count);
     if (s.ok()) s = CheckRange(dst, dst_lba, count);
     if (!s.ok()) return s;
-    if (soff % au_ == doff % au_) {
-      // Same phase: whole AUs by reference, the partial edges by copying.
-      uint64_t w0 = DivUp(doff, au_), w1 = (doff + len) / au_;
-      uint64_t head = w0 < w1 ? w0 * au_ - doff : len;  // bytes before the whole AUs
-      uint64_t tail_off = w0 < w1 ? w1 * au_ : doff + len;
+    if (soff % grain_ == doff % grain_) {
+      // Same phase: whole grains by reference, the partial edges by copying.
+      uint64_t w0 = DivUp(doff, grain_), w1 = (doff + len) / grain_;
+      uint64_t head = w0 < w1 ? w0 * grain_ - doff : len;  // bytes before the whole grains
+      uint64_t tail_off = w0 < w1 ? w1 * grain_ : doff + len;
       uint64_t tail = doff + len - tail_off;
       std::vector<uint8_t> hb(head), tb(tail);
       if (head) s = ReadBytes(src, soff, head, hb.data());
@@ -538,7 +543,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
       if (!s.ok()) return s;
       if (w0 < w1) {
         MutexLock g(&meta_mu_);
-        uint64_t sw0 = (soff + head) / au_;
+        uint64_t sw0 = (soff + head) / grain_;
         std::vector<Run> sp, dp;
         src->map.Lookup(sw0, w1 - w0, &sp);
         dst->map.Lookup(w0, w1 - w0, &dp);
@@ -563,7 +568,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
           rec.a = sw0;
           rec.b = w0;
           rec.n = w1 - w0;
-          // Refused (nothing changed) if an AU's reference count would
+          // Refused (nothing changed) if a grain's reference count would
           // overflow; the initiator can still copy the data.
           Result<uint64_t> t = AppendLocked(rec);
           if (!t.ok()) return t.status();
@@ -576,7 +581,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
       if (!s.ok()) return s;
     } else {
       // Different phase: copy data, back to front if it overlaps forward.
-      const uint64_t step = 4ull * au_;
+      const uint64_t step = 4ull * au_;  // an I/O size: the allocation chunk
       std::vector<uint8_t> buf(std::min(step, len));
       bool backward = src == dst && doff > soff && doff < soff + len;
       for (uint64_t done = 0; done < len;) {

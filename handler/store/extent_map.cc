@@ -5,10 +5,22 @@
 
 namespace cowstore::store {
 
-std::string ExtentMap::OutOfRange(uint64_t lba, uint64_t phys, uint64_t len) {
+namespace {
+
+// "2^k" for a power of two, else the number.
+std::string Bound(uint64_t b) {
+  if (b != 0 && (b & (b - 1)) == 0) return "2^" + std::to_string(__builtin_ctzll(b));
+  return std::to_string(b);
+}
+
+}  // namespace
+
+std::string ExtentMap::OutOfRange(uint64_t lba, uint64_t phys, uint64_t len, uint64_t max_phys) {
   if (len == 0) return "empty extent";
   if (lba > kMaxLba || len > kMaxLba - lba) return "logical end beyond 2^48 units";
-  if (phys > kMaxPhys || len > kMaxPhys - phys) return "physical end beyond 2^32 units";
+  if (phys > max_phys || len > max_phys - phys)
+    return "physical end beyond " + Bound(max_phys) + " units";
+  if (len > RunTree::kMaxLen) return "longer than 2^32 units";
   return "";
 }
 
@@ -43,13 +55,14 @@ void ExtentMap::Remove(uint64_t a, uint64_t n, std::vector<Run>* removed) {
 
 Status ExtentMap::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   if (len == 0) return Status::Ok();  // nothing to map
-  if (!Valid(lba, phys, len))
+  if (!Holds(lba, phys, len))
     return Status(Code::kInvalidArgument, "extent of " + std::to_string(len) + " units at " +
                                               std::to_string(lba) + " -> " +
                                               std::to_string(phys) + ": " +
-                                              OutOfRange(lba, phys, len));
-  // Cannot fail for a valid run (header comment); refused all the same
-  // rather than trusted, should the tree's limits ever change.
+                                              Refusal(lba, phys, len));
+  // Cannot fail for a valid run of a map bound at or below 2^32 (header
+  // comment); refused all the same rather than trusted. Above 2^32 a merge
+  // past RunTree::kMaxLen lands here.
   if (!tree_.Insert(lba, phys, len))
     return Status(Code::kInvalidArgument, "extent at " + std::to_string(lba) +
                                               " merges into a run the map cannot hold");

@@ -5,12 +5,23 @@
 // or cloned range stays one extent and range operations cost O(extents).
 //
 // Held in a packed run tree (run_tree.h, ~16-24 bytes an extent). Every run
-// of every map obeys one rule (Valid):
-//   1 <= len,  lba + len <= kMaxLba (2^48),  phys + len <= kMaxPhys (2^32).
-// Such a run packs, and so does any merge of two of them: a merged run covers
-// one contiguous physical range below kMaxPhys, so its length is at most
-// 2^32 (RunTree::kMaxLen), and one contiguous logical range below kMaxLba.
-// So Insert of a valid run into a map of valid runs cannot fail.
+// of a map obeys one rule (Valid), with the map's physical bound max_phys:
+//   1 <= len,  lba + len <= kMaxLba (2^48),  phys + len <= max_phys.
+// The bound is a parameter of the map, fixed when it is made: kMaxPhys
+// (2^32 AUs, v1/v2's kMaxPoolUnits) by default; a v3 pool's maps will count
+// grains, up to RunTree's limits (kMaxPhysLimit = 2^48, runs of at most
+// RunTree::kMaxLen = 2^32 units). Recovery checks the same rule before a
+// decoded run reaches a map, and Insert checks it again.
+//
+// With max_phys <= 2^32 (every v1/v2 map) a valid run packs, and so does any
+// merge of two of them: a merged run covers one contiguous physical range
+// below max_phys, so its length is at most 2^32 (RunTree::kMaxLen), and one
+// contiguous logical range below kMaxLba. So Insert of a valid run into a map
+// of valid runs cannot fail. Above 2^32 the rule also bounds each run to
+// 2^32 units, but a merge of two such runs can exceed it: RunTree refuses
+// that merge, and so Insert then refuses too (kInvalidArgument, nothing
+// changed) until RunTree keeps such neighbours apart (a v3 concern: 16 TiB
+// of physically contiguous grains mapped contiguously).
 //
 // Why every run is valid: at run time a LUN maps AUs below its size, which
 // the pool bounds (LUN units <= 1024 x pool units <= 2^42), onto AUs of the
@@ -44,17 +55,35 @@ class ExtentMap {
   using Entry = std::pair<uint64_t, Extent>;  // lba -> extent
 
   static constexpr uint64_t kMaxLba = RunTree::kMaxKey;  // lba + len bound
-  static constexpr uint64_t kMaxPhys = uint64_t{1} << 32;  // phys + len bound
+  // v1/v2's physical bound (AUs; meta.h's kMaxPoolUnits), the default.
+  static constexpr uint64_t kMaxPhys = uint64_t{1} << 32;
+  // The largest bound a map can be given: RunTree's packing limit.
+  static constexpr uint64_t kMaxPhysLimit = RunTree::kMaxKey;
   static_assert(kMaxPhys <= RunTree::kMaxLen && kMaxPhys <= RunTree::kMaxKey,
-                "a merge of valid runs must pack");
+                "a merge of valid v1/v2 runs must pack");
 
-  // Empty if [lba, lba+len) -> [phys, ...) obeys the rule above, else which
-  // bound it breaks, for an error message.
-  static std::string OutOfRange(uint64_t lba, uint64_t phys, uint64_t len);
-  static bool Valid(uint64_t lba, uint64_t phys, uint64_t len) {
-    return len >= 1 && lba <= kMaxLba && len <= kMaxLba - lba && phys <= kMaxPhys &&
-           len <= kMaxPhys - phys;
+  // A map whose runs end at or below max_phys physical units; a bound of 0
+  // or above kMaxPhysLimit is clamped into [1, kMaxPhysLimit].
+  explicit ExtentMap(uint64_t max_phys = kMaxPhys)
+      : max_phys_(max_phys == 0 ? 1 : max_phys > kMaxPhysLimit ? kMaxPhysLimit : max_phys) {}
+
+  // The rule above, for a map of bound max_phys (default: v1/v2's). Empty if
+  // [lba, lba+len) -> [phys, ...) obeys it, else which bound it breaks, for
+  // an error message.
+  static std::string OutOfRange(uint64_t lba, uint64_t phys, uint64_t len,
+                                uint64_t max_phys = kMaxPhys);
+  static bool Valid(uint64_t lba, uint64_t phys, uint64_t len, uint64_t max_phys = kMaxPhys) {
+    return len >= 1 && lba <= kMaxLba && len <= kMaxLba - lba && phys <= max_phys &&
+           len <= max_phys - phys && len <= RunTree::kMaxLen;
   }
+  // The same, with this map's bound.
+  std::string Refusal(uint64_t lba, uint64_t phys, uint64_t len) const {
+    return OutOfRange(lba, phys, len, max_phys_);
+  }
+  bool Holds(uint64_t lba, uint64_t phys, uint64_t len) const {
+    return Valid(lba, phys, len, max_phys_);
+  }
+  uint64_t max_phys() const { return max_phys_; }
 
   // The runs in lba order, as (lba, extent) values.
   class Runs {
@@ -102,14 +131,16 @@ class ExtentMap {
   // Unmaps [a, a+n); appends what was mapped there to *removed (may be null).
   void Remove(uint64_t a, uint64_t n, std::vector<Run>* removed);
   // Maps [lba, lba+len) -> [phys, ...). REQUIRES: that range is unmapped.
-  // kInvalidArgument, nothing changed, if the run breaks the rule above
-  // (callers check first: recovery refuses such runs as corruption).
+  // kInvalidArgument, nothing changed, if the run breaks the rule above with
+  // this map's bound (callers check first: recovery refuses such runs as
+  // corruption).
   Status Insert(uint64_t lba, uint64_t phys, uint64_t len);
-  // Physical AU of logical AU a, or kUnmapped.
+  // Physical unit of logical unit a, or kUnmapped.
   uint64_t Find(uint64_t a) const;
   size_t extents() const { return tree_.size(); }
   uint64_t mapped_units() const { return mapped_; }
   Runs runs() const { return Runs(this); }
+  // Unmaps everything; the bound stays.
   void Clear();
 
   static constexpr uint64_t kUnmapped = ~uint64_t{0};
@@ -120,6 +151,7 @@ class ExtentMap {
  private:
   RunTree tree_;
   uint64_t mapped_ = 0;
+  uint64_t max_phys_;  // the rule's physical bound; copied with the map
 };
 
 }  // namespace cowstore::store

@@ -21,9 +21,9 @@ LunInfo Core::InfoLocked(const LunState& l) const {
   uint64_t excl = 0, shared = 0;
   for (const auto& [lba, e] : l.map.runs())
     for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_.refs(p) > 1 ? shared : excl)++;
-  i.mapped_bytes = (excl + shared) * au_;
-  i.exclusive_bytes = excl * au_;
-  i.shared_bytes = shared * au_;
+  i.mapped_bytes = (excl + shared) * grain_;
+  i.exclusive_bytes = excl * grain_;
+  i.shared_bytes = shared * grain_;
   return i;
 }
 
@@ -36,9 +36,16 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   if (!ValidBlockSize(bs))
     return Status(Code::kInvalidArgument, "block size must be " + std::string(kBlockSizeRule));
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  // A block must lie within one grain (the unit of copy-on-write).
+  if (bs > grain_)
+    return Status(Code::kInvalidArgument, "block size " + std::to_string(bs) +
+                                              " is larger than the pool's grain (" +
+                                              std::to_string(grain_) + " bytes)");
   LunInfo info;
   {
     MutexLock g(&meta_mu_);
+    // A geometry bound in AUs (LUN AUs <= 1024 x pool AUs <= 2^42, inside
+    // ExtentMap::kMaxLba); a grain below the AU will need it in grains.
     if (size / au_ > space_.total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
@@ -102,9 +109,9 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
       old = l->size;
     }
     uint64_t ticket = 0;
-    if (size < old && size % au_) {
-      // Zero the cut-off tail of the last AU so growing later exposes zeros.
-      uint64_t end = std::min(old, DivUp(size, au_) * au_);
+    if (size < old && size % grain_) {
+      // Zero the cut-off tail of the last grain so growing later exposes zeros.
+      uint64_t end = std::min(old, DivUp(size, grain_) * grain_);
       s = ZeroBytes(l.get(), size, end - size, &ticket);
       if (!s.ok()) return s;
     }

@@ -69,14 +69,14 @@ Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<ui
   return Status::Ok();
 }
 
-void Core::Unreserve(const std::vector<uint64_t>& aus, bool dirty) {
+void Core::Unreserve(const std::vector<uint64_t>& grains, bool dirty) {
   std::vector<uint64_t> bad;
   if (dirty) {
-    for (uint64_t p : aus)
-      if (!file_->PunchHole(AuOffset(p), au_).ok()) bad.push_back(p);
+    for (uint64_t p : grains)
+      if (!file_->PunchHole(GrainOffset(p), grain_).ok()) bad.push_back(p);
   }
   MutexLock g(&meta_mu_);
-  space_.Unreserve(aus, bad);
+  space_.Unreserve(grains, bad);
 }
 
 // Writes `sb` into both slots: first slot seq % 2, synced, then the other.
@@ -122,7 +122,7 @@ void Core::ReleasePending(uint64_t target) {
 }
 
 bool Core::PunchRun(const PendingRun& r) {
-  return file_->PunchHole(AuOffset(r.phys), r.n * au_).ok();
+  return file_->PunchHole(GrainOffset(r.phys), r.n * grain_).ok();
 }
 
 void Core::ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed) {
@@ -260,6 +260,8 @@ SpaceInfo Core::Space() {
   }
   MutexLock g(&meta_mu_);
   si.pool_size_bytes = size_bytes_;
+  // SpaceInfo counts AUs, which the space map's units are while grain_ ==
+  // au_ (pool_impl.h); a space map in grains will convert here.
   si.allocation_unit = au_;
   si.total_units = space_.total_units();
   si.allocated_units = space_.mapped_units() + space_.meta_units();

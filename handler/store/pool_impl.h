@@ -107,6 +107,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Result<std::vector<AllocationRun>> AllocationStatus(LunState* l, uint64_t lba, uint64_t count);
   uint64_t BlockCount(LunState* l);
   uint32_t au() const { return au_; }
+  uint32_t grain() const { return grain_; }
+  // Whether `grain` may be a pool's sharing unit beside allocation unit `au`
+  // (both bytes): a power of two, at least the smallest LUN block size, at
+  // most the AU (so it divides it). Empty if so, else why not.
+  static std::string GrainRule(uint64_t grain, uint32_t au);
   Uuid uuid() const { return sb_uuid_; }
 
   Pool* owner = nullptr;
@@ -165,17 +170,19 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     return jbuf_.last_ticket();
   }
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
-  // Takes `need` AUs for an operation. kNoSpace if the pool cannot give them
-  // while keeping room for a checkpoint.
+  // Takes `need` grains for an operation. kNoSpace if the pool cannot give
+  // them while keeping room for a checkpoint.
   Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out)
       REQUIRES(meta_mu_);
-  // Returns reserved AUs that may hold data: zero them, then free them.
-  void Unreserve(const std::vector<uint64_t>& aus, bool dirty) EXCLUDES(meta_mu_);
+  // Returns reserved grains that may hold data: zero them, then free them.
+  void Unreserve(const std::vector<uint64_t>& grains, bool dirty) EXCLUDES(meta_mu_);
+  // Where physical AU p (a checkpoint chunk) and physical grain p begin.
   uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
+  uint64_t GrainOffset(uint64_t p) const { return data_offset_ + p * grain_; }
   Status CheckRange(LunState* l, uint64_t lba, uint64_t count) EXCLUDES(meta_mu_);
   LunInfo InfoLocked(const LunState& l) const REQUIRES(meta_mu_);
   // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
-  // writes) covering the AUs touched. Write returns a commit ticket.
+  // writes) covering the grains touched. Write returns a commit ticket.
   Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) EXCLUDES(meta_mu_);
   Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov)
       EXCLUDES(meta_mu_);
@@ -183,7 +190,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
       EXCLUDES(queue_, meta_mu_);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                          uint64_t* ticket) EXCLUDES(queue_, meta_mu_);
-  Status UnmapAus(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket)
+  Status UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
@@ -204,7 +211,22 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
 
   // Geometry (fixed after open; the pool's AU count is space_'s, which Grow
   // changes under both locks).
+  //
+  // au_ is the allocation chunk and the on-disk geometry: the data area's
+  // alignment, checkpoint chunks, the pool's size in units, what Space()
+  // reports. grain_ is the unit of sharing (store-v3.md 3.1): LUN maps
+  // (logical and physical), range locks, copy-on-write, the in-place rule,
+  // unshared marks, reference counts, reservations, pending frees and the
+  // punches that zero them are all in grains (GrainRule holds).
+  //
+  // v1/v2 pools run at grain_ == au_, and so must every pool until the
+  // space map counts grains apart from the AU-sized checkpoint chunks it
+  // also hands out (SpaceMap's units are both today) and the format records
+  // the grain (v3 superblock, plan step 5): a map in grains written into a
+  // v2 checkpoint or journal would be read back in AUs. Load sets
+  // grain_ = au_ (recovery.cc); nothing else sets it.
   uint32_t au_ = 0;
+  uint32_t grain_ = 0;
   uint64_t data_offset_ = 0;
   uint64_t size_bytes_ GUARDED_BY(meta_mu_) = 0;  // declared size
   Uuid sb_uuid_{};

@@ -128,6 +128,13 @@ Status Core::LoadLocked() {
   sb_ = best;
   sb_uuid_ = best.uuid;
   au_ = best.au;
+  // v1/v2 share at the AU: their maps, journal and checkpoint count AUs.
+  // (v3's superblock will carry its own grain: plan step 5.)
+  grain_ = best.au;
+  {
+    std::string bad = GrainRule(grain_, au_);
+    if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
+  }
   data_offset_ = best.data_offset;
   journal_.set_capacity(best.journal_bytes);
   const uint64_t total_units = (best.size_bytes - data_offset_) / au_;
@@ -147,7 +154,7 @@ Status Core::LoadLocked() {
                       " bytes its superblock declares: it was truncated or copied incompletely "
                       "(docs/design/store.md, \"Recovery procedures\")");
   st_ = MetaState();
-  st_.au = au_;
+  st_.au = grain_;  // MetaState's unit is the map's: the grain
 
   // 2. The checkpoint chain.
   std::vector<uint64_t> ckpt_aus;
@@ -157,7 +164,7 @@ Status Core::LoadLocked() {
     if (!s.ok()) return fallback(s);
     s = DecodeState(payload, &st_, best.version);
     if (!s.ok()) return fallback(s);
-    st_.au = au_;
+    st_.au = grain_;
   }
 
   // 3. Journal replay: records with consecutive LSNs from journal_start_lsn;
@@ -178,11 +185,13 @@ Status Core::LoadLocked() {
     loss_ = {true, end.tail, end.next_lsn, end.lost};
   }
 
-  // 4. Rebuild reference counts, AU states and free space from the maps.
+  // 4. Rebuild reference counts, unit states and free space from the maps.
+  // (Space-map units are grains, and total_units counts AUs: the same while
+  // grain_ == au_, as set above for every pool for now.)
   for (const auto& [id, l] : st_.luns) {
-    if (!ValidBlockSize(l->bs) || l->size % l->bs || l->name.empty())
+    if (!ValidBlockSize(l->bs) || l->bs > grain_ || l->size % l->bs || l->name.empty())
       return Status(Code::kCorruption, "LUN " + l->name + " has a bad geometry");
-    uint64_t units = DivUp(l->size, au_);
+    uint64_t units = DivUp(l->size, grain_);
     for (const auto& [lba, e] : l->map.runs())
       if (e.phys + e.len > total_units || lba + e.len > units)
         return Status(Code::kCorruption, "LUN " + l->name + " maps outside its bounds");
@@ -200,7 +209,7 @@ Status Core::LoadLocked() {
   const std::map<uint64_t, uint64_t> free_runs = space_.free().runs();
   g.Unlock();  // no data I/O under the metadata lock
   for (const auto& [p, n] : free_runs) {
-    s = file_->PunchHole(AuOffset(p), n * au_);
+    s = file_->PunchHole(GrainOffset(p), n * grain_);
     if (!s.ok()) return s;
   }
   uint64_t target;
@@ -208,6 +217,15 @@ Status Core::LoadLocked() {
   if (!s.ok()) return s;
   ReleasePending(target);
   return Status::Ok();
+}
+
+std::string Core::GrainRule(uint64_t grain, uint32_t au) {
+  const std::string g = "grain of " + std::to_string(grain) + " bytes ";
+  if (grain == 0 || (grain & (grain - 1)) != 0) return g + "is not a power of two";
+  if (grain < 512) return g + "is below the smallest LUN block size (512)";
+  if (grain > au) return g + "is larger than the allocation unit";
+  if (au % grain != 0) return g + "does not divide the allocation unit";
+  return "";
 }
 
 }  // namespace cowstore::store

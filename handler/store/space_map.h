@@ -11,6 +11,12 @@
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.
 //
+// Its unit is the pool's grain, the unit of sharing (Core::grain_,
+// pool_impl.h): reference counts, the in-place rule, unshared marks,
+// reservations and pending frees are per grain. It also hands out the
+// checkpoint's AU-sized chunks (TakeMeta), so for now a unit is both, and
+// Core runs every pool at grain == AU; "AU" below means that unit.
+//
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
 

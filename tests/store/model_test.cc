@@ -16,6 +16,26 @@ int Steps() {
   return e ? std::atoi(e) : 1500;
 }
 
+// Recounts what the LUNs say they own against the space map (plan step 4):
+// each LUN's mapped bytes are its exclusive plus shared bytes; exclusive
+// grains (one reference) plus shared units (refs > 1) are every mapped unit;
+// and every shared unit is counted by at least two references. LunInfo is
+// in grain bytes, SpaceInfo in AUs: one unit while grain == AU.
+void ExpectOwnershipAddsUp(Pool* pool) {
+  SpaceInfo si = pool->Space();
+  uint64_t excl = 0, shared = 0;
+  for (const LunInfo& l : pool->ListLuns()) {
+    EXPECT_EQ(l.mapped_bytes, l.exclusive_bytes + l.shared_bytes) << l.name;
+    EXPECT_EQ(l.exclusive_bytes % si.allocation_unit, 0u) << l.name;
+    EXPECT_EQ(l.shared_bytes % si.allocation_unit, 0u) << l.name;
+    excl += l.exclusive_bytes / si.allocation_unit;
+    shared += l.shared_bytes / si.allocation_unit;
+  }
+  EXPECT_EQ(excl + si.shared_units, si.allocated_units - si.metadata_units);
+  EXPECT_GE(shared, 2 * si.shared_units);
+  EXPECT_EQ(shared == 0, si.shared_units == 0);
+}
+
 class ModelTest : public ::testing::TestWithParam<uint64_t> {};
 
 TEST_P(ModelTest, RandomOperationsMatchModel) {
@@ -31,6 +51,8 @@ TEST_P(ModelTest, RandomOperationsMatchModel) {
       ASSERT_TRUE(d.VerifyAll(false, false)) << "step " << i;
       CheckReport rep = d.pool()->Check();
       ASSERT_TRUE(rep.clean) << rep.problems[0];
+      ExpectOwnershipAddsUp(d.pool());
+      ASSERT_FALSE(::testing::Test::HasFailure()) << "step " << i;
     }
   }
   // A clean reopen keeps everything.
