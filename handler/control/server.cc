@@ -417,19 +417,13 @@ std::string Server::Handle(const std::string& line, int progress_fd) {
     if (!r.ok()) return ErrorReply(r.status());
     return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }
-  if (verb == "lun-clone") {
+  if (verb == "lun-clone" || verb == "lun-snapshot") {
+    // One request, two kinds of copy: a writable clone or a read-only snapshot.
+    auto copy = verb == "lun-clone" ? &store::Pool::CloneLun : &store::Pool::SnapshotLun;
     auto src = need("src");
     auto dst = need("dst");
-    if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-clone needs src= dst=");
-    auto r = pool_.CloneLun(*src, *dst);
-    if (!r.ok()) return ErrorReply(r.status());
-    return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
-  }
-  if (verb == "lun-snapshot") {
-    auto src = need("src");
-    auto dst = need("dst");
-    if (!src || !dst) return ErrorReply(Code::kInvalidArgument, "lun-snapshot needs src= dst=");
-    auto r = pool_.SnapshotLun(*src, *dst);
+    if (!src || !dst) return ErrorReply(Code::kInvalidArgument, verb + " needs src= dst=");
+    auto r = (pool_.*copy)(*src, *dst);
     if (!r.ok()) return ErrorReply(r.status());
     return Line(Record("ok")) + Line(EncodeLun(r.value())) + "end\n";
   }

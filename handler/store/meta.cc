@@ -229,13 +229,6 @@ void Record::EncodePayload(std::string* out) const {
   switch (type) {
     case RecType::kCreateLun:
     case RecType::kCloneLun:
-      e.U32(lun);
-      e.U32(lun2);
-      e.Bytes(uuid.data(), 16);
-      e.U64(a);
-      e.U32(bs);
-      e.Str(name);
-      break;
     case RecType::kSnapshotLun:
       e.U32(lun);
       e.U32(lun2);
@@ -243,7 +236,8 @@ void Record::EncodePayload(std::string* out) const {
       e.U64(a);
       e.U32(bs);
       e.Str(name);
-      EncodeLunAttrs(attrs, &e);
+      // Only a snapshot has attributes (read-only, origin, creation time).
+      if (type == RecType::kSnapshotLun) EncodeLunAttrs(attrs, &e);
       break;
     case RecType::kRollbackLun:
       e.U32(lun);
@@ -285,12 +279,10 @@ bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
   switch (t) {
     case RecType::kCreateLun:
     case RecType::kCloneLun:
-      ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
-           d.U32(&r->bs) && d.Str(&r->name, kMaxName);
-      break;
     case RecType::kSnapshotLun:
       ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
-           d.U32(&r->bs) && d.Str(&r->name, kMaxName) && DecodeLunAttrs(&d, &r->attrs);
+           d.U32(&r->bs) && d.Str(&r->name, kMaxName) &&
+           (t != RecType::kSnapshotLun || DecodeLunAttrs(&d, &r->attrs));
       break;
     case RecType::kRollbackLun:
       ok = d.U32(&r->lun) && d.U32(&r->lun2);

@@ -11,11 +11,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +22,7 @@
 #include "handler/control/server.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
+#include "tests/common/gate.h"
 #include "tests/cowctl/fake_tree.h"
 
 namespace cowstore::control_test {
@@ -39,17 +38,8 @@ using cowctl::testing::WriteText;
 // (Close waits for the punches).
 class PunchGateEnv final : public store::Env {
  public:
-  void Hold() {
-    std::lock_guard<std::mutex> g(m_);
-    held_ = true;
-  }
-  void Release() {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      held_ = false;
-    }
-    cv_.notify_all();
-  }
+  void Hold() { gate_.Close(); }
+  void Release() { gate_.Open(); }
   store::Result<std::unique_ptr<store::File>> OpenLocked(const std::string& path, Mode mode) override {
     auto f = store::DefaultEnv()->OpenLocked(path, mode);
     if (!f.ok()) return f.status();
@@ -61,10 +51,6 @@ class PunchGateEnv final : public store::Env {
   }
 
  private:
-  void Pass() {
-    std::unique_lock<std::mutex> g(m_);
-    cv_.wait(g, [&] { return !held_; });
-  }
   class GatedFile final : public store::File {
    public:
     GatedFile(std::unique_ptr<store::File> f, PunchGateEnv* env) : f_(std::move(f)), env_(env) {}
@@ -78,7 +64,7 @@ class PunchGateEnv final : public store::Env {
     store::Result<uint64_t> Size() override { return f_->Size(); }
     store::Status Truncate(uint64_t s) override { return f_->Truncate(s); }
     store::Status PunchHole(uint64_t o, uint64_t n) override {
-      env_->Pass();
+      env_->gate_.Pass();
       return f_->PunchHole(o, n);
     }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
@@ -88,9 +74,7 @@ class PunchGateEnv final : public store::Env {
     std::unique_ptr<store::File> f_;
     PunchGateEnv* env_;
   };
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool held_ = false;
+  ::cowstore::testing::Gate gate_;
 };
 
 // The pool every control test uses: 1 GiB of 64 KiB units at `path`, open.

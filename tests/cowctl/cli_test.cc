@@ -1318,6 +1318,44 @@ TEST_F(Cli, LoopbackExportAndUnexport) {
   EXPECT_NE(Ok("export list").find("no cowstore exports"), std::string::npos);
 }
 
+// --lun places a loopback export as restore places a saved one
+// (Lio::ExportLoopback): a number another backstore holds is refused, naming
+// it, and so is a number other than the one the LUN already has.
+TEST_F(Cli, LoopbackExportAtAGivenLunNumber) {
+  Pool();
+  Ok("lun create tank/vm1 --size 8M --backstore");
+  Ok("lun create tank/vm2 --size 8M --backstore");
+  std::string out = Ok("export loop tank/vm1 --lun 3");
+  const size_t at = out.find("over tcm_loop as ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const size_t from = at + std::string("over tcm_loop as ").size();
+  const std::string wwn = out.substr(from, out.find(' ', from) - from);  // the target cowctl chose
+  const std::string tpg = host.T("loopback/" + wwn + "/tpgt_1");
+  EXPECT_NE(out.find(" LUN 3 "), std::string::npos) << out;
+  EXPECT_TRUE(Exists(tpg + "/lun/lun_3")) << tpg;
+  EXPECT_FALSE(Exists(tpg + "/lun/lun_0"));
+  EXPECT_NE(Ok("export loop tank/vm1 --lun 3").find(" LUN 3 "), std::string::npos);  // idempotent
+  EXPECT_NE(Ok("--json export loop tank/vm1").find("\"lun_number\": 3"), std::string::npos);
+  Err("export loop tank/vm1 --lun 4", "tank/vm1 is already LUN 3 of loopback naa.5001405");
+  Err("export loop tank/vm2 --lun 65536", "LUN number must be 0..65535");
+  Err("export loop tank/vm2 --lun -1", "--lun: Value -1 not in range", 2);
+  // vm2 holds LUN 5 of that target (as a restore of a saved file can leave
+  // it); vm1, unexported, cannot take number 5 there.
+  std::string vm2;
+  for (const auto& hba : std::filesystem::directory_iterator(host.T("core"))) {
+    if (Exists(hba.path().string() + "/tank-vm2")) vm2 = hba.path().string() + "/tank-vm2";
+  }
+  ASSERT_FALSE(vm2.empty());
+  std::filesystem::create_directories(tpg + "/lun/lun_5");
+  std::filesystem::create_directory_symlink(vm2, tpg + "/lun/lun_5/0123456789");
+  Ok("unexport tank/vm1");
+  const std::string hba2 = std::filesystem::path(vm2).parent_path().filename().string();
+  const std::string before = testing::Snapshot(host.configfs);
+  Err("export loop tank/vm1 --lun 5", "LUN 5 of loopback " + wwn + " is taken by " + hba2 + "/tank-vm2");
+  EXPECT_EQ(testing::Snapshot(host.configfs), before);
+  EXPECT_NE(Ok("export loop tank/vm1").find(" LUN 0 "), std::string::npos);  // no number: lowest free
+}
+
 TEST_F(Cli, VaaiStatusAsEsxiListsIt) {
   Pool();
   Ok("lun create tank/vm1 --size 64M --copy-group esx");

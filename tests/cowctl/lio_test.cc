@@ -619,10 +619,22 @@ TEST_F(LioTest, LoopbackExportAtAGivenLunNumber) {
     lio.ExportLoopback(b2, wwn, 3);
     ADD_FAILURE() << "LUN 3 given twice";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("LUN 3 of loopback " + wwn + " is taken"), std::string::npos) << e.what();
+    // The message names the backstore that holds the number.
+    EXPECT_NE(std::string(e.what()).find("LUN 3 of loopback " + wwn + " is taken by " + b.key()), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(testing::Snapshot(host.configfs), before);
   EXPECT_EQ(lio.ExportLoopback(b2, wwn).lun, 0u);  // no number: the lowest free
+  // With no target named, a number is checked against the target the LUN
+  // is exported on (cowctl export loop --lun).
+  EXPECT_EQ(lio.ExportLoopback(b2, "", 0).lun, 0u);
+  try {
+    lio.ExportLoopback(b2, "", 1);
+    ADD_FAILURE() << "exported at a second number";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("tank/vm2 is already LUN 0 of loopback " + wwn), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_F(LioTest, OtherFabricsBlockUnexport) {

@@ -61,9 +61,10 @@ TEST_F(RobustnessTest, MissingPiecesOfACommandGiveCheckConditionNotACrash) {
   EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);
   EXPECT_EQ(cmd.sense_buf[2] & 0x0f, 0x4);
   EXPECT_EQ(cmd.sense_buf[12], 0x44);
-  // Buffers announced but absent.
-  uint8_t cdb[16] = {0x28};
-  cmd.cdb = cdb;
+  // Buffers announced but absent, for a READ(10) of one block (a well-formed
+  // CDB: only the buffers are missing).
+  Bytes cdb = Read10(0, 1);
+  cmd.cdb = cdb.data();
   cmd.iov_cnt = 3;
   cmd.iovec = nullptr;
   EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);

@@ -9,12 +9,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "handler/store/env.h"
+#include "tests/common/gate.h"
 
 namespace cowstore::scsi::testing {
 
@@ -22,21 +21,11 @@ class GatedEnv final : public store::Env {
  public:
   explicit GatedEnv(store::Env* base) : base_(base) {}
 
-  void Close() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = false;
-  }
-  void Open() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
+  void Close() { gate_.Close(); }
+  void Open() { gate_.Open(); }
   // True once at least `n` reads are parked at the closed gate.
   bool WaitForBlocked(int n, std::chrono::seconds limit = std::chrono::seconds(30)) {
-    std::unique_lock<std::mutex> lock(mu_);
-    return cv_.wait_for(lock, limit, [&] { return blocked_ >= n; });
+    return gate_.WaitForWaiting(n, limit);
   }
 
   store::Result<std::unique_ptr<store::File>> OpenLocked(const std::string& path,
@@ -52,11 +41,11 @@ class GatedEnv final : public store::Env {
    public:
     GatedFile(GatedEnv* env, std::unique_ptr<store::File> f) : env_(env), f_(std::move(f)) {}
     store::Status Read(uint64_t off, size_t n, void* buf) override {
-      env_->Pass();
+      env_->gate_.Pass();
       return f_->Read(off, n, buf);
     }
     store::Status ReadV(uint64_t off, const iovec* iov, size_t n) override {
-      env_->Pass();
+      env_->gate_.Pass();
       return f_->ReadV(off, iov, n);
     }
     store::Status Write(uint64_t off, size_t n, const void* buf) override {
@@ -73,20 +62,8 @@ class GatedEnv final : public store::Env {
     std::unique_ptr<store::File> f_;
   };
 
-  void Pass() {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (open_) return;
-    ++blocked_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-    --blocked_;
-  }
-
   store::Env* const base_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;  // guarded by mu_
-  int blocked_ = 0;   // guarded by mu_
+  ::cowstore::testing::Gate gate_;
 };
 
 }  // namespace cowstore::scsi::testing

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -16,6 +15,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
 #include "handler/store/thinner.h"
+#include "tests/common/gate.h"
 
 namespace cowstore::store {
 namespace {
@@ -23,37 +23,8 @@ namespace {
 using namespace std::chrono_literals;
 using D = Durability;
 
-// A gate punches wait at while it is closed.
-class Gate {
- public:
-  void Close() {
-    std::lock_guard<std::mutex> g(m_);
-    open_ = false;
-  }
-  void Open() {
-    {
-      std::lock_guard<std::mutex> g(m_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  void Pass() {
-    std::unique_lock<std::mutex> g(m_);
-    waiting_++;
-    cv_.wait(g, [&] { return open_; });
-    waiting_--;
-  }
-  int waiting() {
-    std::lock_guard<std::mutex> g(m_);
-    return waiting_;
-  }
-
- private:
-  std::mutex m_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  int waiting_ = 0;
-};
+// Punches wait at a closed gate (tests/common/gate.h).
+using cowstore::testing::Gate;
 
 // ------------------------------------------------------------ Thinner alone
 

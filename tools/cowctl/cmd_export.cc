@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // cowctl export iscsi/loop/list and unexport: a LUN's LIO exports.
+#include <algorithm>
+#include <cstdint>
 #include <iostream>
+#include <optional>
 
 #include "tools/cowctl/cmd_common.h"
 
@@ -23,6 +26,17 @@ struct ExportArgs {
   bool demo_mode = false;
   bool no_auto_map = false;
 };
+
+// --lun as Lio takes it: unset (-1) or a TPG LUN number. Lio refuses numbers
+// above 65535 (and one another backstore holds); a value beyond 32 bits
+// stays beyond that range instead of wrapping.
+std::optional<uint32_t> LunNumber(int64_t v) {
+  if (v < 0) return std::nullopt;
+  return static_cast<uint32_t>(std::min<int64_t>(v, UINT32_MAX));
+}
+// What the parser takes for --lun: a whole number, not negative; which
+// numbers LIO allows is Lio's rule, checked there.
+const CLI::Range kLunOption(int64_t{0}, int64_t{UINT32_MAX});
 
 // Exports ref's backstore (made first if it has none) through `export_fn`;
 // a backstore made here is removed again when the export fails, so a failed
@@ -54,7 +68,7 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
   if (!a.chap_user.empty() && a.initiators.empty()) {
     throw UserError("CHAP is set per initiator: name one with --initiator");
   }
-  if (a.lun >= 0) spec.lun = static_cast<uint32_t>(a.lun);
+  spec.lun = LunNumber(a.lun);
   spec.demo_mode = a.demo_mode;
   spec.auto_map = !a.no_auto_map;
   // Who may log in is decided here, before the backstore or anything else
@@ -94,11 +108,13 @@ void ExportIscsi(const Context& ctx, const std::string& refs, const ExportArgs& 
            (seen.empty() ? std::string() : "seen by " + seen + "\n") + "ESXi lists it as " + NaaName(bs.wwn) + "\n");
 }
 
-void ExportLoop(const Context& ctx, const std::string& refs, const BackstoreArgs& b) {
+void ExportLoop(const Context& ctx, const std::string& refs, int64_t lun, const BackstoreArgs& b) {
   LunRef ref = ParseLunRef(refs);
   Lio lio = MakeLio(ctx);
   lio.RequireCore();
-  auto [bs, l] = ExportBackstore(ctx, lio, ref, b, [&](const Backstore& s) { return lio.ExportLoopback(s); });
+  // Restore places a saved loopback LUN the same way (Lio::ExportLoopback).
+  auto [bs, l] = ExportBackstore(ctx, lio, ref, b,
+                                 [&](const Backstore& s) { return lio.ExportLoopback(s, "", LunNumber(lun)); });
   Json j = Json::object();
   j["lun"] = ref.str();
   j["fabric"] = "loopback";
@@ -172,8 +188,11 @@ void AddExportCommands(CommandLine& cl) {
   });
   auto* elp = ex->add_subcommand("loop", "Export through tcm_loop (a local SCSI disk)");
   elp->add_option("lun", lref, "POOL/LUN")->required();
+  auto& loop_lun = cl.Keep(int64_t{-1});
+  elp->add_option("--lun", loop_lun, "LUN number in the loopback target (default: lowest free)")
+      ->check(kLunOption);
   AddBackstoreOptions(elp, bsa, false);
-  elp->callback([&] { ExportLoop(ctx, lref, bsa); });
+  elp->callback([&] { ExportLoop(ctx, lref, loop_lun, bsa); });
   ex->add_subcommand("list", "List exports of cowstore LUNs")->alias("ls")->callback([&] { ExportList(ctx); });
   auto& with_bs = cl.Keep(false);
   auto* ue = cl.app.add_subcommand("unexport", "Remove every iSCSI/loopback export of a LUN");

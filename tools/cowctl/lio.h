@@ -186,8 +186,9 @@ class Lio {
   // Exports through tcm_loop (idempotent: a loopback export of `bs` is kept,
   // on whatever target). `wwn`: the target (default: one derived from the
   // backstore). `lun`: the TPG LUN number (default: lowest free); refused,
-  // before anything is made, when another LUN has it or `bs` is another
-  // LUN of that target already.
+  // before anything is made, when another LUN has it (the message names its
+  // backstore) or `bs` is another LUN of that target already (with no
+  // `wwn`: of the loopback target it is exported on).
   FabricLun ExportLoopback(const Backstore& bs, const std::string& wwn = "",
                            std::optional<uint32_t> lun = std::nullopt);
   // Removes every iSCSI/loopback LUN linking to `bs` (first every ACL's
