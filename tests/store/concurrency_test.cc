@@ -15,6 +15,7 @@
 
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
+#include "tests/common/gate.h"
 
 namespace cowstore::store {
 namespace {
@@ -349,21 +350,6 @@ TEST(Concurrency, EveryKindOfDurableOperationIsDurableWhenItReturns) {
 class GateLargeWrites final : public Env {
  public:
   GateLargeWrites(Env* base, size_t min) : base_(base), min_(min) {}
-  void Close() {
-    std::lock_guard<std::mutex> g(mu_);
-    open_ = false;
-  }
-  void Open() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  bool AwaitBlocked() {
-    std::unique_lock<std::mutex> g(mu_);
-    return cv_.wait_for(g, std::chrono::seconds(30), [&] { return blocked_ > 0; });
-  }
   Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
     auto f = base_->OpenLocked(path, mode);
     if (!f.ok()) return f.status();
@@ -371,13 +357,15 @@ class GateLargeWrites final : public Env {
   }
   bool Exists(const std::string& path) override { return base_->Exists(path); }
 
+  cowstore::testing::Gate gate;
+
  private:
   class Gated final : public File {
    public:
     Gated(GateLargeWrites* env, std::unique_ptr<File> f) : env_(env), f_(std::move(f)) {}
     Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
     Status Write(uint64_t off, size_t n, const void* buf) override {
-      if (n >= env_->min_) env_->Pass();
+      if (n >= env_->min_) env_->gate.Pass();
       return f_->Write(off, n, buf);
     }
     Status Sync() override { return f_->Sync(); }
@@ -390,19 +378,8 @@ class GateLargeWrites final : public Env {
     GateLargeWrites* env_;
     std::unique_ptr<File> f_;
   };
-  void Pass() {
-    std::unique_lock<std::mutex> g(mu_);
-    if (open_) return;
-    blocked_++;
-    cv_.notify_all();
-    cv_.wait(g, [&] { return open_; });
-  }
   Env* base_;
   size_t min_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = true;
-  int blocked_ = 0;
 };
 
 // A small durable operation is never queued behind a large one's data I/O:
@@ -426,10 +403,10 @@ TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
   std::vector<uint8_t> zero(512, 0), one(512, 1), four(4096, 4);
   ASSERT_TRUE(small->Write(0, 1, zero.data(), D::kDurable).ok());
   ASSERT_TRUE(small->Write(200, 1, zero.data(), D::kDurable).ok());  // a second AU mapped
-  env.Close();
+  env.gate.Close();
   std::vector<uint8_t> large(2 << 20, 7);
   std::thread writer([&] { EXPECT_TRUE(big->Write(0, large.size() / 512, large.data(), D::kDurable).ok()); });
-  ASSERT_TRUE(env.AwaitBlocked());
+  ASSERT_TRUE(env.gate.WaitForWaiting(1));
   std::atomic<bool> done{false};
   std::thread small_ops([&] {
     EXPECT_TRUE(small->CompareAndWrite(0, 1, zero.data(), one.data(), D::kDurable).ok());
@@ -440,7 +417,7 @@ TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
   });
   for (int i = 0; i < 3000 && !done; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(done.load()) << "small durable operations waited for a large write's data";
-  env.Open();
+  env.gate.Open();
   small_ops.join();
   writer.join();
   std::vector<uint8_t> v(512);
