@@ -138,6 +138,9 @@ Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, Lea
                    std::to_string(kLeafPageRuns) + ")");
   if (Status s = CheckRange(Code::kCorruption, page.first_lba, page.end_lba); !s.ok())
     return corrupt(s.message());
+  if (page.first_lba != expect.first_lba)
+    return corrupt("misplaced page: its key range starts at lba " + std::to_string(page.first_lba) +
+                   ", the index names it for lba " + std::to_string(expect.first_lba));
 
   page.runs.reserve(count);  // <= kLeafPageRuns: checked above
   for (uint32_t i = 0; i < count; i++) {

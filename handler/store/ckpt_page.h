@@ -73,6 +73,11 @@ struct LeafPageExpect {
   // was lost, and the map would silently go back in time. Exact equality
   // refuses both that stale page and one from a future (unnamed) checkpoint.
   uint64_t seq = 0;
+  // The first LBA of the key range the index entry names the page for. The
+  // sequence alone cannot tell two leaves written by one checkpoint apart: a
+  // misdirected write of leaf B onto leaf A's new address would pass every
+  // other check, and the map would lose A's runs and hold B's twice.
+  uint64_t first_lba = 0;
   // Physical grains in the pool: every run must end at or before it.
   uint64_t phys_grains = 0;
 };
@@ -80,7 +85,8 @@ struct LeafPageExpect {
 // Decodes the page at p[0..n). kInvalidArgument if n != kLeafPageBytes.
 // kCorruption, its message naming the first fault found, for: bad magic, CRC
 // mismatch, a foreign pool UUID, a wrong LUN, a stale or future sequence, a
-// run count above kLeafPageRuns, an empty or out-of-bounds key range, a run
+// run count above kLeafPageRuns, an empty or out-of-bounds key range, a key
+// range starting elsewhere than the index entry says, a run
 // unsorted, overlapping, outside the key range or beyond phys_grains, and
 // non-zero bytes after the last run. kUnsupported for a page format version
 // this build does not know. Reads nothing outside p[0..n), reserves runs only

@@ -44,6 +44,7 @@ LeafPageExpect ExpectFor(const LeafPage& p, uint64_t phys_grains = 1u << 30) {
   e.pool = p.pool;
   e.lun = p.lun;
   e.seq = p.seq;
+  e.first_lba = p.first_lba;
   e.phys_grains = phys_grains;
   return e;
 }
@@ -254,6 +255,16 @@ TEST_F(CkptLeafPageDamage, StaleAndFutureSequence) {
   ExpectRefused(bytes, e, "future checkpoint sequence 42");
 }
 
+// Two leaves of one checkpoint share pool, LUN and sequence: only the key
+// range the index names tells a misdirected write of one onto the other.
+TEST_F(CkptLeafPageDamage, APageForAnotherKeyRangeIsRefused) {
+  LeafPageExpect e = expect;
+  e.first_lba = page.first_lba + 1;
+  ExpectRefused(bytes, e, "misplaced page: its key range starts at lba " + std::to_string(page.first_lba));
+  e.first_lba = page.end_lba;  // the next leaf's entry
+  ExpectRefused(bytes, e, "misplaced page");
+}
+
 TEST_F(CkptLeafPageDamage, RunCountTooLarge) {
   for (uint32_t count : {kLeafPageRuns + 1, ~uint32_t{0}}) {
     std::string d = bytes;
@@ -282,7 +293,9 @@ TEST_F(CkptLeafPageDamage, RunOutsideKeyRange) {
   std::string d = bytes;
   Put64(&d, kOffFirst, 2001);  // the first run now starts before the range
   Reseal(&d);
-  ExpectRefused(d, expect, "run 0 (lba 2000, phys 100, 10 grains) is outside the key range [2001, 1000000)");
+  LeafPageExpect moved = expect;
+  moved.first_lba = 2001;  // and the index names it there, so the runs are checked
+  ExpectRefused(d, moved, "run 0 (lba 2000, phys 100, 10 grains) is outside the key range [2001, 1000000)");
   d = bytes;
   PutRun(&d, 2, {999990, 50, 20});  // ends past end_lba
   Reseal(&d);
