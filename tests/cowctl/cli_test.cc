@@ -906,6 +906,9 @@ TEST_F(Cli, ExportErrorsRollBackTheBackstoreTheyMade) {
       "12 to 16");
   Err("export iscsi tank/vm1 --chap-user u --chap-password 0123456789ab", "name one with --initiator");
   Err("export iscsi tank/nope --demo-mode", "not found");
+  // A negative number is refused by the parser, as for export loop (it used
+  // to mean "lowest free" silently).
+  Err("export iscsi tank/vm1 --lun -1", "--lun: Value -1 not in range", 2);
   EXPECT_FALSE(Exists(host.T("core/user_0")));
   Err("unexport tank/vm1", "has no backstore");
 }

@@ -168,7 +168,7 @@ void AddExportCommands(CommandLine& cl) {
                "Map the new LUN only into the ACLs named with -i (targetcli's auto_add_mapped_luns=false)");
   ei->add_option("--chap-user", ea.chap_user, "CHAP user name for the named initiators");
   ei->add_option("--chap-password", ea.chap_password, "CHAP secret (12-16 characters)");
-  ei->add_option("--lun", ea.lun, "LUN number in the target (default: lowest free)");
+  ei->add_option("--lun", ea.lun, "LUN number in the target (default: lowest free)")->check(kLunOption);
   AddBackstoreOptions(ei, bsa, false);
   ei->footer(
       "Who may log in is set when the target is made: with --initiator, only those initiators (ACLs);\n"
