@@ -695,6 +695,15 @@ void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed)
   }
 }
 
+void RunTree::Replace(uint64_t key, const Run& r) {
+  assert(Accepts(r.lba, r.phys, r.len));
+  Path p;
+  Descend(key, &p);  // the leaf holding the run that starts at key
+  const uint32_t j = LowerBoundIn(p.leaf, key);
+  assert(j < p.leaf->count && Key(p.leaf->e()[j]) == key);
+  Set(p, j, r);
+}
+
 // ------------------------------------------------------------ bulk load
 
 void RunTree::BulkLoad(const std::vector<Run>& runs) {

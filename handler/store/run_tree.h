@@ -44,7 +44,7 @@
 // split climbs, a new root) before changing anything, so a std::bad_alloc
 // leaves the tree as it was: a checkpoint never writes a half-split tree.
 // BulkLoad and copies build aside and free what they built if one throws.
-// Erasure never allocates.
+// Erasure and Replace never allocate.
 //
 // Not thread-safe. Iterators are invalidated by every change.
 #pragma once
@@ -159,6 +159,11 @@ class RunTree {
   // Removes every run starting in [a, end), appending each to *removed
   // (may be null) in key order. Runs are not clipped: SplitAt first.
   void EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed);
+  // Replaces the run starting at key with r where it stands: never allocates,
+  // never merges (the building block of callers' all-or-nothing changes).
+  // REQUIRES: a run starts at key; r is accepted and lies after the run
+  // before it and before the run after it.
+  void Replace(uint64_t key, const Run& r);
   // Replaces the contents with runs. REQUIRES: sorted, non-overlapping, Fits.
   // Leaves are filled to ~90 % (room for later inserts without splitting).
   void BulkLoad(const std::vector<Run>& runs);
