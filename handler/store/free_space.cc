@@ -296,14 +296,17 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
                                            std::to_string(total));
   std::sort(allocated.begin(), allocated.end(),
             [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
-  index_.Clear();
+  // Built aside and moved in (moves never allocate): a std::bad_alloc on the
+  // way leaves everything as it was.
+  FreeRunIndex index;
   uint64_t cursor = 0;
   for (const GrainRun& r : allocated) {
     if (r.len == 0) continue;
-    if (r.start > cursor) (void)index_.Insert(cursor, r.start - cursor);
+    if (r.start > cursor) (void)index.Insert(cursor, r.start - cursor);
     cursor = std::max(cursor, r.end());
   }
-  if (total > cursor) (void)index_.Insert(cursor, total - cursor);
+  if (total > cursor) (void)index.Insert(cursor, total - cursor);
+  index_ = std::move(index);
   total_ = total;
   chunks_.clear();
   pending_.clear();

@@ -114,6 +114,9 @@ class FreeSpace {
   // (mapped, metadata; in any order, overlapping allowed: shared extents).
   // Drops every chunk, reservation, pending and quarantine count.
   // kCorruption if a run reaches beyond `total` (nothing changed then).
+  // Like Unreserve, Release, CloseChunk and Grow, all-or-nothing under
+  // std::bad_alloc. Allocate is not yet: it may take several runs (see
+  // store-v3.md, plan step 3).
   Status Rebuild(uint64_t total, std::vector<GrainRun> allocated);
   // The pool grew to `total` grains; the new ones are free (a smaller
   // `total` changes nothing: the pool never shrinks).

@@ -682,9 +682,9 @@ TEST(FreeRunIndexAllocationFailure, InsertAndRemoveAreAllOrNothing) {
   std::printf("%lu injected allocation failures\n", (unsigned long)failures);
 }
 
-// Unreserve and Release put grains back into the index: a failure there
-// changes no count either.
-TEST(FreeSpaceAllocationFailure, UnreserveAndReleaseAreAllOrNothing) {
+// Unreserve and Release put grains back into the index, Rebuild makes a new
+// one: a failure there changes no count either.
+TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
   FreeSpace fs(8);
   ASSERT_TRUE(fs.Rebuild(4000, {}).ok());
   uint64_t failures = 0;
@@ -737,7 +737,33 @@ TEST(FreeSpaceAllocationFailure, UnreserveAndReleaseAreAllOrNothing) {
     }
   }
   EXPECT_EQ(fs.free_grains(), 4000u);
-  EXPECT_GE(failures, 1u);
+  // Rebuild builds aside: a failure leaves the old index and counts.
+  std::vector<GrainRun> mapped;
+  for (uint64_t g = 0; g < 3000; g += 3) mapped.push_back({g, 1});  // 1000 runs: many leaves
+  GV unused;
+  ASSERT_TRUE(fs.Allocate(5, Lun(1), &unused).ok());
+  const auto before = fs.index().by_offset();
+  const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+  for (int64_t k = 0;; k++) {
+    RunTree::FailAllocationForTest(k);
+    bool threw = false;
+    try {
+      ASSERT_TRUE(fs.Rebuild(4000, mapped).ok());
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
+    ASSERT_EQ(fs.index().Check(), "");
+    if (!threw) break;
+    failures++;
+    ASSERT_EQ(fs.index().by_offset(), before);
+    ASSERT_EQ(fs.reserved_grains(), reserved);
+    ASSERT_EQ(fs.free_grains(), free_grains);
+    ASSERT_TRUE(fs.open_chunk(1).has_value());
+  }
+  EXPECT_EQ(fs.free_grains(), 4000u - 1000u);
+  EXPECT_EQ(fs.reserved_grains(), 0u);
+  EXPECT_GE(failures, 3u);
 }
 
 }  // namespace
