@@ -59,24 +59,60 @@ size_t FreeRunIndex::MemoryBytes() const {
   return b;
 }
 
-// Runs fit the trees: the pool is < 2^48 grains (FitsCounted holds), and a
-// free run never touches another, so Insert adds exactly one entry.
-void FreeRunIndex::AddRun(uint64_t start, uint64_t len) {
-  int c = ClassOf(len);
-  [[maybe_unused]] bool ok = by_offset_.Insert(start, 0, len);
-  assert(ok);
-  ok = by_class_[c].Insert(start, 0, len);
+// Runs fit the trees: the pool is < 2^48 grains (FitsCounted holds).
+//
+// Insert and Remove are all-or-nothing under std::bad_alloc: a run dropped
+// from one index and not added back would lose free grains (or, from one
+// index only, make the two disagree). Of the trees' operations only Insert
+// allocates (all-or-nothing itself); Replace and EraseStarting never do. So
+// each change turns a dropped run into a new one in place (Replace) where
+// the tree allows it: always in by_offset_ (the new run covers the old or
+// lies inside it), and in a class tree when the new run keeps the class.
+// Every other new run is inserted first, before anything is dropped, each
+// undone by erasing it again if a later insert throws; the drops come last.
+// A run inserted early never merges: a free run touches no other free run,
+// and the runs it will replace are in other trees (another class) or it is
+// inserted at the one point where by_offset_ has room for it.
+
+void FreeRunIndex::AddToClass(const GrainRun& r) {
+  const int c = ClassOf(r.len);
+  [[maybe_unused]] bool ok = by_class_[c].Insert(r.start, 0, r.len);
   assert(ok);
   class_mask_ |= uint64_t{1} << c;
-  grains_ += len;
 }
 
-void FreeRunIndex::DropRun(uint64_t start, uint64_t len) {
-  int c = ClassOf(len);
-  by_class_[c].EraseStarting(start, start + 1, nullptr);
+void FreeRunIndex::DropFromClass(const GrainRun& r) {
+  const int c = ClassOf(r.len);
+  by_class_[c].EraseStarting(r.start, r.start + 1, nullptr);
   if (by_class_[c].empty()) class_mask_ &= ~(uint64_t{1} << c);
-  grains_ -= len;
-  by_offset_.EraseStarting(start, start + 1, nullptr);
+}
+
+void FreeRunIndex::ReplaceInClass(const GrainRun& old, const GrainRun& r) {
+  assert(ClassOf(old.len) == ClassOf(r.len));
+  by_class_[ClassOf(r.len)].Replace(old.start, {r.start, 0, r.len});
+}
+
+std::string FreeRunIndex::Check() const {
+  uint64_t grains = 0, mask = 0;
+  std::array<size_t, 64> per_class{};
+  uint64_t prev_end = UINT64_MAX;
+  for (const Run& r : by_offset_) {
+    if (r.lba == prev_end) return "free runs touch at " + std::to_string(r.lba);
+    prev_end = r.lba + r.len;
+    const int c = ClassOf(r.len);
+    Run x;
+    if (!by_class_[c].Covering(r.lba, &x) || x.lba != r.lba || x.len != r.len)
+      return "run " + std::to_string(r.lba) + "+" + std::to_string(r.len) + " missing from class " +
+             std::to_string(c);
+    per_class[c]++;
+    mask |= uint64_t{1} << c;
+    grains += r.len;
+  }
+  for (int c = 0; c < 64; c++)
+    if (by_class_[c].size() != per_class[c]) return "class " + std::to_string(c) + " holds stray runs";
+  if (mask != class_mask_) return "class mask out of step";
+  if (grains != grains_) return "grain count out of step";
+  return {};
 }
 
 bool FreeRunIndex::Overlaps(uint64_t start, uint64_t len) const {
@@ -94,30 +130,90 @@ std::optional<GrainRun> FreeRunIndex::RunHolding(uint64_t g) const {
 bool FreeRunIndex::Insert(uint64_t start, uint64_t len) {
   if (len == 0) return true;
   if (Overlaps(start, len)) return false;
-  uint64_t s = start, e = start + len;
-  auto next = by_offset_.lower_bound(start);
-  if (next != by_offset_.end() && (*next).lba == e) {
-    const Run n = *next;
-    e += n.len;
-    DropRun(n.lba, n.len);
+  std::optional<GrainRun> prev, next;
+  if (auto it = by_offset_.lower_bound(start); it != by_offset_.end() && (*it).lba == start + len)
+    next = Grain(*it);
+  if (auto b = Before(by_offset_, start); b && b->end() == start) prev = b;
+  const uint64_t s = prev ? prev->start : start;
+  const GrainRun m{s, (next ? next->end() : start + len) - s};
+  const int cm = ClassOf(m.len);
+  const bool prev_keeps = prev && ClassOf(prev->len) == cm;
+  const bool next_keeps = !prev_keeps && next && ClassOf(next->len) == cm;
+  // Allocating steps (at most two, the second undone if it throws).
+  if (!prev_keeps && !next_keeps) AddToClass(m);
+  if (!prev && !next) {
+    try {
+      [[maybe_unused]] bool ok = by_offset_.Insert(m.start, 0, m.len);
+      assert(ok);
+    } catch (...) {
+      DropFromClass(m);
+      throw;
+    }
   }
-  if (auto prev = Before(by_offset_, start); prev && prev->end() == s) {
-    s = prev->start;
-    DropRun(prev->start, prev->len);
+  // Nothing below allocates.
+  if (prev && next) by_offset_.EraseStarting(next->start, next->start + 1, nullptr);
+  if (prev || next) by_offset_.Replace(prev ? prev->start : next->start, {m.start, 0, m.len});
+  if (prev_keeps) {
+    if (next) DropFromClass(*next);
+    ReplaceInClass(*prev, m);
+  } else if (next_keeps) {
+    if (prev) DropFromClass(*prev);
+    ReplaceInClass(*next, m);
+  } else {
+    if (prev) DropFromClass(*prev);
+    if (next) DropFromClass(*next);
   }
-  AddRun(s, e - s);
+  grains_ += len;
   return true;
 }
 
 void FreeRunIndex::Remove(uint64_t start, uint64_t len) {
   if (len == 0) return;
-  Run r;
-  [[maybe_unused]] bool found = by_offset_.Floor(start, &r);
-  assert(found);
-  uint64_t s = r.lba, e = r.lba + r.len;
-  DropRun(s, r.len);
-  if (s < start) AddRun(s, start - s);
-  if (start + len < e) AddRun(start + len, e - start - len);
+  Run found;
+  [[maybe_unused]] bool ok = by_offset_.Floor(start, &found);
+  assert(ok);
+  const GrainRun r = Grain(found);
+  assert(start >= r.start && start + len <= r.end());
+  std::optional<GrainRun> left, right;
+  if (r.start < start) left = GrainRun{r.start, start - r.start};
+  if (start + len < r.end()) right = GrainRun{start + len, r.end() - start - len};
+  const int cr = ClassOf(r.len);
+  const bool left_keeps = left && ClassOf(left->len) == cr;
+  const bool right_keeps = !left_keeps && right && ClassOf(right->len) == cr;
+  // Allocating steps (at most three, each undone if a later one throws).
+  const bool add_left = left && !left_keeps, add_right = right && !right_keeps;
+  if (add_left) AddToClass(*left);
+  try {
+    if (add_right) AddToClass(*right);
+  } catch (...) {
+    if (add_left) DropFromClass(*left);
+    throw;
+  }
+  if (left && right) {
+    by_offset_.Replace(r.start, {left->start, 0, left->len});
+    try {
+      [[maybe_unused]] bool ok2 = by_offset_.Insert(right->start, 0, right->len);
+      assert(ok2);
+    } catch (...) {
+      by_offset_.Replace(r.start, {r.start, 0, r.len});
+      if (add_right) DropFromClass(*right);
+      if (add_left) DropFromClass(*left);
+      throw;
+    }
+  } else if (left || right) {
+    const GrainRun& piece = left ? *left : *right;
+    by_offset_.Replace(r.start, {piece.start, 0, piece.len});
+  } else {
+    by_offset_.EraseStarting(r.start, r.start + 1, nullptr);
+  }
+  // Nothing below allocates.
+  if (left_keeps)
+    ReplaceInClass(r, *left);
+  else if (right_keeps)
+    ReplaceInClass(r, *right);
+  else
+    DropFromClass(r);
+  grains_ -= len;
 }
 
 GrainRun FreeRunIndex::NearestInClass(int cls, uint64_t goal) const {
@@ -200,14 +296,17 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
                                            std::to_string(total));
   std::sort(allocated.begin(), allocated.end(),
             [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
-  index_.Clear();
+  // Built aside and moved in (moves never allocate): a std::bad_alloc on the
+  // way leaves everything as it was.
+  FreeRunIndex index;
   uint64_t cursor = 0;
   for (const GrainRun& r : allocated) {
     if (r.len == 0) continue;
-    if (r.start > cursor) (void)index_.Insert(cursor, r.start - cursor);
+    if (r.start > cursor) (void)index.Insert(cursor, r.start - cursor);
     cursor = std::max(cursor, r.end());
   }
-  if (total > cursor) (void)index_.Insert(cursor, total - cursor);
+  if (total > cursor) (void)index.Insert(cursor, total - cursor);
+  index_ = std::move(index);
   total_ = total;
   chunks_.clear();
   pending_.clear();
@@ -365,11 +464,12 @@ Status FreeSpace::Unreserve(const GrainRun& r, bool zeroed) {
   if (Status s = CheckNotFree(r, "unreserve"); !s.ok()) return s;
   if (r.len > reserved_)
     return Status(Code::kInvalidArgument, "unreserve of grains never reserved");
-  reserved_ -= r.len;
+  // The index first: if it throws (std::bad_alloc), nothing changed.
   if (zeroed)
     (void)index_.Insert(r.start, r.len);  // checked above: none of it is free
   else
     quarantined_ += r.len;
+  reserved_ -= r.len;
   return Status::Ok();
 }
 
@@ -413,11 +513,12 @@ std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
 Status FreeSpace::Release(const PendingRun& r, bool zeroed) {
   if (Status s = CheckNotFree({r.phys, r.n}, "release"); !s.ok()) return s;
   if (r.n > releasing_) return Status(Code::kInvalidArgument, "release of grains never taken");
-  releasing_ -= r.n;
+  // The index first: if it throws (std::bad_alloc), nothing changed.
   if (zeroed)
     (void)index_.Insert(r.phys, r.n);  // checked above: none of it is free
   else
     quarantined_ += r.n;
+  releasing_ -= r.n;
   return Status::Ok();
 }
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,6 +43,7 @@ class FreeRunIndex {
   // changing nothing, if any of those grains is already free (a double free).
   bool Insert(uint64_t start, uint64_t len);
   // Removes [start, start+len). REQUIRES: it lies inside one free run.
+  // Both are all-or-nothing: if std::bad_alloc escapes, nothing changed.
   void Remove(uint64_t start, uint64_t len);
   // The free run holding grain g, if g is free.
   std::optional<GrainRun> RunHolding(uint64_t g) const;
@@ -64,14 +66,22 @@ class FreeRunIndex {
   std::map<uint64_t, uint64_t> by_offset() const;
   // Bytes both indexes hold (tree nodes, without malloc headers).
   size_t MemoryBytes() const;
+  // Empty if the two indexes hold the same runs (each in its class, the
+  // class mask and grain count in step, no two runs touching), else what is
+  // wrong (tests).
+  std::string Check() const;
 
  private:
   static int ClassOf(uint64_t len);
   static std::array<RunTree, 64> MakeClasses();
   // The run of `cls` nearest `goal`. REQUIRES: the class is not empty.
   GrainRun NearestInClass(int cls, uint64_t goal) const;
-  void AddRun(uint64_t start, uint64_t len);
-  void DropRun(uint64_t start, uint64_t len);
+  // A run into / out of its size class's tree (and class_mask_); the
+  // replacement of one run of a class by another of the same class in place.
+  // Only AddToClass allocates.
+  void AddToClass(const GrainRun& r);
+  void DropFromClass(const GrainRun& r);
+  void ReplaceInClass(const GrainRun& old, const GrainRun& r);
   // The last run of t starting before key, if any.
   static std::optional<GrainRun> Before(const RunTree& t, uint64_t key);
 
@@ -104,6 +114,9 @@ class FreeSpace {
   // (mapped, metadata; in any order, overlapping allowed: shared extents).
   // Drops every chunk, reservation, pending and quarantine count.
   // kCorruption if a run reaches beyond `total` (nothing changed then).
+  // Like Unreserve, Release, CloseChunk and Grow, all-or-nothing under
+  // std::bad_alloc. Allocate is not yet: it may take several runs (see
+  // store-v3.md, plan step 3).
   Status Rebuild(uint64_t total, std::vector<GrainRun> allocated);
   // The pool grew to `total` grains; the new ones are free (a smaller
   // `total` changes nothing: the pool never shrinks).

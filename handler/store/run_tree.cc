@@ -368,10 +368,20 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
   const Run run{lba, phys, len};
   bool join_prev = has_prev && Continues(prev, run);
   bool join_next = has_next && Continues(run, next);
+  // A merge past the longest run a packed run holds (kMapping: 2^32, only
+  // above a 2^32 physical bound) is not made: the run stays apart from that
+  // neighbour (with the previous one if both would not fit, else the next),
+  // so a run that fits always inserts.
+  if (join_prev && join_next && prev.len + len + next.len > MaxLen()) {
+    if (prev.len + len <= MaxLen())
+      join_next = false;
+    else
+      join_prev = false;
+  }
+  if (join_prev && prev.len + len > MaxLen()) join_prev = false;
+  if (join_next && len + next.len > MaxLen()) join_next = false;
   if (join_prev) {
-    uint64_t total = prev.len + len + (join_next ? next.len : 0);
-    if (total > MaxLen()) return false;
-    prev.len = total;
+    prev.len += len + (join_next ? next.len : 0);
     Set(p, j - 1, prev);
     if (join_next) {
       if (nl != l) Descend(next.lba, &p);  // the next leaf: its first run
@@ -380,7 +390,6 @@ bool RunTree::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
     return true;
   }
   if (join_next) {
-    if (len + next.len > MaxLen()) return false;
     // Same position in key order: the run just starts earlier.
     if (nl != l) Descend(next.lba, &p);
     Set(p, ni, {lba, phys, len + next.len});
@@ -693,6 +702,15 @@ void RunTree::EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed)
     EraseIn(p, j, k - j);
     if (!to_leaf_end) return;
   }
+}
+
+void RunTree::Replace(uint64_t key, const Run& r) {
+  assert(Accepts(r.lba, r.phys, r.len));
+  Path p;
+  Descend(key, &p);  // the leaf holding the run that starts at key
+  const uint32_t j = LowerBoundIn(p.leaf, key);
+  assert(j < p.leaf->count && Key(p.leaf->e()[j]) == key);
+  Set(p, j, r);
 }
 
 // ------------------------------------------------------------ bulk load

@@ -33,8 +33,10 @@
 //
 // Two kinds of run, the same 16 bytes (RunKind), chosen at construction:
 // kMapping (the default, ExtentMap's): lba -> phys continuing along the
-// run; two runs merge when both lba and phys continue each other; packing
-// as above. kCounted (SharedRefs', FreeSpace's): key -> one value for the
+// run; two runs merge when both lba and phys continue each other and the
+// merged run is at most kMaxLen long (longer neighbours stay apart: so the
+// runs of a map above 2^32 units are not always maximal); packing as above.
+// kCounted (SharedRefs', FreeSpace's): key -> one value for the
 // whole run (Run::phys holds it); two adjacent runs merge when their values
 // are equal; packing: key + len <= 2^48, 1 <= len <= 2^48, value < 2^32
 // (FitsCounted). Everything else (splits, erase, order, fill) is shared.
@@ -44,7 +46,7 @@
 // split climbs, a new root) before changing anything, so a std::bad_alloc
 // leaves the tree as it was: a checkpoint never writes a half-split tree.
 // BulkLoad and copies build aside and free what they built if one throws.
-// Erasure never allocates.
+// Erasure and Replace never allocate.
 //
 // Not thread-safe. Iterators are invalidated by every change.
 #pragma once
@@ -149,9 +151,10 @@ class RunTree {
 
   // Maps [lba, lba+len) -> [phys, ...), merging with the run just before
   // and/or just after when both lba and phys continue each other (kCounted:
-  // when their values equal phys). Returns false and changes nothing when
-  // the run, or what it would merge into, does not fit. REQUIRES:
-  // [lba, lba+len) unmapped.
+  // when their values equal phys), unless the merged run would be longer
+  // than a run holds (kMapping: kMaxLen): then it stays apart from that
+  // neighbour. Returns false and changes nothing when the run itself does
+  // not fit. REQUIRES: [lba, lba+len) unmapped.
   bool Insert(uint64_t lba, uint64_t phys, uint64_t len);
   // Splits the run containing a, if one starts before a, so one starts at a.
   // The two halves are not merged again by anything but Insert.
@@ -159,6 +162,11 @@ class RunTree {
   // Removes every run starting in [a, end), appending each to *removed
   // (may be null) in key order. Runs are not clipped: SplitAt first.
   void EraseStarting(uint64_t a, uint64_t end, std::vector<Run>* removed);
+  // Replaces the run starting at key with r where it stands: never allocates,
+  // never merges (the building block of callers' all-or-nothing changes).
+  // REQUIRES: a run starts at key; r is accepted and lies after the run
+  // before it and before the run after it.
+  void Replace(uint64_t key, const Run& r);
   // Replaces the contents with runs. REQUIRES: sorted, non-overlapping, Fits.
   // Leaves are filled to ~90 % (room for later inserts without splitting).
   void BulkLoad(const std::vector<Run>& runs);

@@ -9,9 +9,9 @@ namespace cowstore::store {
 
 static_assert(SharedRefs::kRegionGrains <= UINT32_MAX, "a region's counter holds its grain count");
 
-SharedRefs::SharedRefs(uint64_t pool_grains, uint64_t max_refs)
+SharedRefs::SharedRefs(uint64_t pool_grains, uint64_t max_refs, uint32_t inner_fanout)
     : pool_grains_(pool_grains), max_refs_(std::min(max_refs, kMaxRefs)),
-      regions_((pool_grains + kRegionGrains - 1) / kRegionGrains, 0) {
+      m_(RunKind::kCounted, inner_fanout), regions_((pool_grains + kRegionGrains - 1) / kRegionGrains, 0) {
   assert(pool_grains <= kMaxPoolGrains && max_refs >= 2);
 }
 
@@ -58,11 +58,54 @@ Result<SharedRefs> SharedRefs::Rebuild(uint64_t pool_grains,
   return refs;
 }
 
-// Inc and Dec: split the records at the range's edges, take out those inside
-// (each goes back with its new count) and fill or report the gaps between
-// them. The tree's Insert merges a record with an equal neighbour, so only
-// the edges can merge (inside, neighbours differed before and still do) and
-// the records stay maximal.
+// Inc and Dec: split the records at the range's edges, then give each record
+// inside its new count and fill or report the gaps between them. Inside, the
+// records stay maximal (neighbours differed before and still do, a filled gap
+// at 2 borders records now >= 3); only the edges may join an equal neighbour.
+//
+// All-or-nothing under std::bad_alloc: a lost record would let a write go in
+// place over a clone's data. Of the tree's operations only SplitAt and Insert
+// allocate, and each of them is all-or-nothing itself, so they all come
+// first, each undone by non-allocating steps if a later one throws:
+//   1. SplitAt(p), SplitAt(end): undone by JoinAt (the halves of a split
+//      have equal counts, and records were maximal, so JoinAt joins exactly
+//      what a split cut).
+//   2. (Inc) each gap inserted with the placeholder count 0, which no record
+//      has, so it merges with nothing: undone by erasing it by its key.
+// What follows cannot fail: Replace (new counts), EraseStarting (records
+// that reach one owner) and JoinAt at the edges never allocate, and Dec's
+// output has its room reserved before step 1. The gaps are listed before
+// step 1 too (that vector may throw: nothing has changed yet).
+
+std::vector<GrainRun> SharedRefs::GapsIn(uint64_t p, uint64_t end) const {
+  std::vector<GrainRun> gaps;
+  uint64_t at = p;
+  for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it) {
+    const Run r = *it;
+    if (r.lba > at) gaps.push_back({at, r.lba - at});
+    at = r.lba + r.len;
+  }
+  if (at < end) gaps.push_back({at, end - at});
+  return gaps;
+}
+
+void SharedRefs::JoinAt(uint64_t x) {
+  Run a, b;
+  if (x == 0 || !m_.Covering(x - 1, &a) || !m_.Covering(x, &b) || b.lba != x || a.phys != b.phys) return;
+  m_.EraseStarting(x, x + 1, nullptr);
+  m_.Replace(a.lba, {a.lba, a.phys, a.len + b.len});  // <= the pool: fits a kCounted run
+}
+
+void SharedRefs::SplitEdges(uint64_t p, uint64_t end) {
+  m_.SplitAt(p);
+  try {
+    m_.SplitAt(end);
+  } catch (...) {
+    JoinAt(p);
+    throw;
+  }
+}
+
 Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   if (n == 0) return Status::Ok();
   if (p >= pool_grains_ || n > pool_grains_ - p)
@@ -71,29 +114,34 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it)
     if ((*it).phys >= max_refs_)
       return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
-  m_.SplitAt(p);
-  m_.SplitAt(end);
-  std::vector<Run> inside;
-  m_.EraseStarting(p, end, &inside);
-  uint64_t at = p;
-  auto put = [&](uint64_t s, uint64_t len, uint64_t refs) {
-    [[maybe_unused]] bool ok = m_.Insert(s, refs, len);
-    assert(ok);  // inside the pool (<= 2^48) and refs <= max_refs_ <= 2^32 - 1
-  };
-  for (const Run& r : inside) {
-    if (r.lba > at) {  // a gap: one owner until now
-      put(at, r.lba - at, 2);
-      AddToRegions(at, r.lba - at, 1);
-      shared_grains_ += r.lba - at;
+  const std::vector<GrainRun> gaps = GapsIn(p, end);
+  SplitEdges(p, end);
+  size_t filled = 0;
+  try {
+    for (; filled < gaps.size(); filled++) {
+      [[maybe_unused]] bool ok = m_.Insert(gaps[filled].start, 0, gaps[filled].len);
+      assert(ok);  // inside the pool (<= 2^48)
     }
-    put(r.lba, r.len, r.phys + 1);
+  } catch (...) {
+    for (size_t i = 0; i < filled; i++) m_.EraseStarting(gaps[i].start, gaps[i].start + 1, nullptr);
+    JoinAt(end);
+    JoinAt(p);
+    throw;
+  }
+  // Nothing below allocates. [p, end) is now covered by records (gaps at 0).
+  for (uint64_t at = p; at < end;) {
+    Run r;
+    [[maybe_unused]] bool found = m_.Covering(at, &r);
+    assert(found && r.lba == at);
+    if (r.phys == 0) {  // a gap: one owner until now
+      AddToRegions(r.lba, r.len, 1);
+      shared_grains_ += r.len;
+    }
+    m_.Replace(r.lba, {r.lba, r.phys == 0 ? 2 : r.phys + 1, r.len});  // <= max_refs_ <= 2^32 - 1
     at = r.lba + r.len;
   }
-  if (at < end) {
-    put(at, end - at, 2);
-    AddToRegions(at, end - at, 1);
-    shared_grains_ += end - at;
-  }
+  JoinAt(end);
+  JoinAt(p);
   return Status::Ok();
 }
 
@@ -101,30 +149,32 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   if (n == 0) return;
   assert(p < pool_grains_ && n <= pool_grains_ - p);
   const uint64_t end = p + n;
-  auto free_gap = [&](uint64_t s, uint64_t e) {
-    if (!freed || s == e) return;
-    if (!freed->empty() && freed->back().end() == s)
-      freed->back().len += e - s;
-    else
-      freed->push_back({s, e - s});
-  };
-  m_.SplitAt(p);
-  m_.SplitAt(end);
-  std::vector<Run> inside;
-  m_.EraseStarting(p, end, &inside);
-  uint64_t at = p;
-  for (const Run& r : inside) {
-    free_gap(at, r.lba);
+  const std::vector<GrainRun> gaps = GapsIn(p, end);  // free now
+  if (freed) freed->reserve(freed->size() + gaps.size());
+  SplitEdges(p, end);
+  // Nothing below allocates (freed has room for every gap).
+  for (uint64_t at = p;;) {
+    auto it = m_.lower_bound(at);
+    if (it == m_.end() || (*it).lba >= end) break;
+    const Run r = *it;
     if (r.phys == 2) {  // one owner left: no record
+      m_.EraseStarting(r.lba, r.lba + 1, nullptr);
       AddToRegions(r.lba, r.len, -1);
       shared_grains_ -= r.len;
     } else {
-      [[maybe_unused]] bool ok = m_.Insert(r.lba, r.phys - 1, r.len);
-      assert(ok);
+      m_.Replace(r.lba, {r.lba, r.phys - 1, r.len});
     }
     at = r.lba + r.len;
   }
-  free_gap(at, end);
+  JoinAt(end);
+  JoinAt(p);
+  if (!freed) return;
+  for (const GrainRun& g : gaps) {
+    if (!freed->empty() && freed->back().end() == g.start)
+      freed->back().len += g.len;
+    else
+      freed->push_back(g);
+  }
 }
 
 uint64_t SharedRefs::SharedCount(uint64_t p) const {

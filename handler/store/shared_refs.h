@@ -64,8 +64,10 @@ class SharedRefs {
   static constexpr uint64_t kMaxRefs = UINT32_MAX;        // the packed 32-bit count
 
   // A pool of pool_grains data grains (REQUIRES <= kMaxPoolGrains; max_refs
-  // >= 2). Tests pass a small max_refs to reach the bound.
-  explicit SharedRefs(uint64_t pool_grains, uint64_t max_refs = kMaxRefs);
+  // >= 2). Tests pass a small max_refs to reach the bound, and a small
+  // inner_fanout (RunTree's) to grow the tree several levels.
+  explicit SharedRefs(uint64_t pool_grains, uint64_t max_refs = kMaxRefs,
+                      uint32_t inner_fanout = RunTree::kInnerFanout);
 
   // Rebuilds from every LUN's map (runs lba -> phys, len in grains) by one
   // sweep: O(E log E) for E runs. kCorruption if a run leaves the pool or a
@@ -82,6 +84,8 @@ class SharedRefs {
   // disappear (one owner left), grains without a record are free now and are
   // appended to *freed (may be null) in ascending, merged runs.
   // REQUIRES: every grain of the range is mapped (inside the pool).
+  // Both are all-or-nothing: if std::bad_alloc escapes, nothing changed
+  // (nor *freed).
   void Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed);
 
   // Count of grain p if shared (>= 2), else 0 (one owner, or free).
@@ -114,6 +118,13 @@ class SharedRefs {
  private:
   // A record as a run of the tree: lba = phys, phys = refs, len = len.
   static SharedRecord Rec(const Run& r) { return {r.lba, r.len, r.phys}; }
+  // The grains of [p, end) without a record, in order (shared_refs.cc: Inc).
+  std::vector<GrainRun> GapsIn(uint64_t p, uint64_t end) const;
+  // Splits the records at p and end, both or neither (std::bad_alloc).
+  void SplitEdges(uint64_t p, uint64_t end);
+  // Joins the record ending at x with the one starting there if their
+  // counts are equal. Never allocates.
+  void JoinAt(uint64_t x);
   // Adds delta to the counters of the regions [p, p+n) overlaps.
   void AddToRegions(uint64_t p, uint64_t n, int64_t delta);
 

@@ -72,16 +72,25 @@ TEST(ExtentMapBound, ALargerBoundAcceptsRunsPast2To32AndRefusesPastItsOwn) {
   EXPECT_TRUE(c.Insert(0, kBound - 1, 1).ok());
 }
 
-// A merge beyond RunTree's longest run, possible only above a 2^32 bound,
-// is refused and changes nothing (extent_map.h).
-TEST(ExtentMapBound, AMergePastTheLongestRunIsRefused) {
-  const uint64_t kHalf = uint64_t{1} << 31;
+// Above a 2^32 bound two valid runs can continue each other past RunTree's
+// longest run (kMaxLen = 2^32): the map keeps them apart, and the run
+// inserts (a valid run always does).
+TEST(ExtentMapBound, NeighboursPastTheLongestRunStayApart) {
+  const uint64_t kMax = RunTree::kMaxLen;
   ExtentMap m(uint64_t{1} << 40);
-  ASSERT_TRUE(m.Insert(0, 0, kHalf * 2).ok());
-  Status s = m.Insert(kHalf * 2, kHalf * 2, 1);
-  EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_EQ(All(m), (std::vector<MapRun>{{0, 0, kHalf * 2}}));
-  EXPECT_EQ(m.mapped_units(), kHalf * 2);
+  ASSERT_TRUE(m.Insert(0, 0, kMax).ok());
+  ASSERT_TRUE(m.Insert(kMax, kMax, 1).ok());
+  EXPECT_EQ(All(m), (std::vector<MapRun>{{0, 0, kMax}, {kMax, kMax, 1}}));
+  EXPECT_EQ(m.mapped_units(), kMax + 1);
+  // Filling a hole between two long runs: joins the one it fits with.
+  ASSERT_TRUE(m.Insert(2 * kMax + 10, 2 * kMax + 10, kMax - 20).ok());
+  ASSERT_TRUE(m.Insert(3 * kMax - 5, 3 * kMax - 5, kMax - 1).ok());
+  ASSERT_TRUE(m.Insert(3 * kMax - 10, 3 * kMax - 10, 5).ok());  // continues both
+  EXPECT_EQ(All(m), (std::vector<MapRun>{{0, 0, kMax},
+                                         {kMax, kMax, 1},
+                                         {2 * kMax + 10, 2 * kMax + 10, kMax - 15},
+                                         {3 * kMax - 5, 3 * kMax - 5, kMax - 1}}));
+  EXPECT_EQ(m.mapped_units(), kMax + 1 + (kMax - 15) + (kMax - 1));
 }
 
 TEST(ExtentMapBound, BoundIsClampedToRunTreesLimit) {

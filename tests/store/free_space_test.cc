@@ -10,7 +10,9 @@
 
 #include <cstdio>
 #include <map>
+#include <new>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace cowstore::store {
@@ -616,6 +618,152 @@ TEST(FreeSpace, PrintsTheRamOneFreeRunCosts) {
               per_run * (1 << 20) / (1 << 20));
   RecordProperty("ram_bytes_per_free_run", std::to_string(per_run));
   EXPECT_GT(per_run, 0.0);
+}
+
+// ------------------------------------------------ allocation failure
+
+// Random Insert/Remove on the index; each is first run with its 0th node
+// allocation failing, then its 1st, ... until it completes. After every
+// std::bad_alloc both indexes must hold exactly the runs before it; after
+// the completed run, exactly the runs after it (per-grain reference).
+TEST(FreeRunIndexAllocationFailure, InsertAndRemoveAreAllOrNothing) {
+  constexpr uint64_t kTotal = 6000;
+  std::mt19937_64 rng(7);
+  auto below = [&](uint64_t n) { return rng() % n; };
+  auto runs_of = [](const std::vector<bool>& free) {
+    std::map<uint64_t, uint64_t> m;
+    for (uint64_t g = 0; g < free.size(); g++) {
+      if (!free[g]) continue;
+      if (g > 0 && free[g - 1]) m.rbegin()->second++;
+      else m.emplace(g, 1);
+    }
+    return m;
+  };
+  FreeRunIndex ix;
+  std::vector<bool> free(kTotal, false);
+  uint64_t failures = 0;
+  for (int op = 0; op < 6000; op++) {
+    const uint64_t n = below(8) == 0 ? 1 + below(200) : 1 + below(6);
+    const uint64_t p = below(kTotal - n + 1);
+    // Insert a range with no free grain, or remove one inside a free run.
+    bool any_free = false, all_in_one = free[p];
+    for (uint64_t g = p; g < p + n; g++) {
+      any_free = any_free || free[g];
+      all_in_one = all_in_one && free[g];
+    }
+    if (any_free && !all_in_one) continue;
+    const bool insert = !any_free;
+    std::vector<bool> after = free;
+    for (uint64_t g = p; g < p + n; g++) after[g] = insert;
+    for (int64_t k = 0;; k++) {
+      RunTree::FailAllocationForTest(k);
+      bool threw = false;
+      try {
+        if (insert) {
+          ASSERT_TRUE(ix.Insert(p, n));
+        } else {
+          ix.Remove(p, n);
+        }
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      const bool fired = RunTree::FailAllocationForTest(-1) < 0;
+      ASSERT_EQ(threw, fired);
+      SCOPED_TRACE("op " + std::to_string(op) + (insert ? " Insert(" : " Remove(") + std::to_string(p) +
+                   ", " + std::to_string(n) + "), allocation " + std::to_string(k));
+      ASSERT_EQ(ix.Check(), "");
+      ASSERT_EQ(ix.by_offset(), runs_of(threw ? free : after));
+      if (!threw) break;
+      failures++;
+    }
+    free = std::move(after);
+  }
+  EXPECT_GE(failures, 40u);  // 50 with this seed
+  std::printf("%lu injected allocation failures\n", (unsigned long)failures);
+}
+
+// Unreserve and Release put grains back into the index, Rebuild makes a new
+// one: a failure there changes no count either.
+TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(4000, {}).ok());
+  uint64_t failures = 0;
+  for (int round = 0; round < 200; round++) {
+    std::vector<GrainRun> got;
+    ASSERT_TRUE(fs.Allocate(3, AllocHint{AllocHint::kNoLun, uint64_t(round) * 17 % 4000}, &got).ok());
+    for (size_t i = 0; i < got.size(); i++) {
+      if (i % 2 == 0) {  // this one goes back unused
+        for (int64_t k = 0;; k++) {
+          const auto before = fs.index().by_offset();
+          const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+          RunTree::FailAllocationForTest(k);
+          bool threw = false;
+          try {
+            ASSERT_TRUE(fs.Unreserve(got[i], true).ok());
+          } catch (const std::bad_alloc&) {
+            threw = true;
+          }
+          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
+          ASSERT_EQ(fs.index().Check(), "");
+          if (!threw) break;
+          failures++;
+          ASSERT_EQ(fs.index().by_offset(), before);
+          ASSERT_EQ(fs.reserved_grains(), reserved);
+          ASSERT_EQ(fs.free_grains(), free_grains);
+        }
+      } else {  // mapped, freed, durable, punched, released
+        fs.Mapped(got[i].len);
+        ASSERT_TRUE(fs.Free(got[i], round).ok());
+        ASSERT_EQ(fs.TakeReleasable(round).size(), 1u);
+        for (int64_t k = 0;; k++) {
+          const auto before = fs.index().by_offset();
+          const uint64_t releasing = fs.releasing_grains(), free_grains = fs.free_grains();
+          RunTree::FailAllocationForTest(k);
+          bool threw = false;
+          try {
+            ASSERT_TRUE(fs.Release({got[i].start, got[i].len, uint64_t(round)}, true).ok());
+          } catch (const std::bad_alloc&) {
+            threw = true;
+          }
+          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
+          ASSERT_EQ(fs.index().Check(), "");
+          if (!threw) break;
+          failures++;
+          ASSERT_EQ(fs.index().by_offset(), before);
+          ASSERT_EQ(fs.releasing_grains(), releasing);
+          ASSERT_EQ(fs.free_grains(), free_grains);
+        }
+      }
+    }
+  }
+  EXPECT_EQ(fs.free_grains(), 4000u);
+  // Rebuild builds aside: a failure leaves the old index and counts.
+  std::vector<GrainRun> mapped;
+  for (uint64_t g = 0; g < 3000; g += 3) mapped.push_back({g, 1});  // 1000 runs: many leaves
+  GV unused;
+  ASSERT_TRUE(fs.Allocate(5, Lun(1), &unused).ok());
+  const auto before = fs.index().by_offset();
+  const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+  for (int64_t k = 0;; k++) {
+    RunTree::FailAllocationForTest(k);
+    bool threw = false;
+    try {
+      ASSERT_TRUE(fs.Rebuild(4000, mapped).ok());
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
+    ASSERT_EQ(fs.index().Check(), "");
+    if (!threw) break;
+    failures++;
+    ASSERT_EQ(fs.index().by_offset(), before);
+    ASSERT_EQ(fs.reserved_grains(), reserved);
+    ASSERT_EQ(fs.free_grains(), free_grains);
+    ASSERT_TRUE(fs.open_chunk(1).has_value());
+  }
+  EXPECT_EQ(fs.free_grains(), 4000u - 1000u);
+  EXPECT_EQ(fs.reserved_grains(), 0u);
+  EXPECT_GE(failures, 3u);
 }
 
 }  // namespace

@@ -752,12 +752,40 @@ TEST(RunTree, RefusesWhatCannotBePackedAndChangesNothing) {
   ASSERT_TRUE(t.Insert(k - l, k - l, l));
   ASSERT_TRUE(t.Insert(0, 5, l - 3));
   EXPECT_EQ(All(t), (std::vector<MapRun>{{0, 5, l - 3}, {k - l, k - l, l}}));
-  // A merge that would exceed the longest run is refused whole.
-  EXPECT_FALSE(t.Insert(l - 3, l + 2, 4));
-  EXPECT_EQ(All(t), (std::vector<MapRun>{{0, 5, l - 3}, {k - l, k - l, l}}));
-  EXPECT_FALSE(t.Insert(k - l - 1, k - l - 1, 1));  // continues the last one
-  ASSERT_TRUE(t.Insert(l - 3, l + 2, 3));            // merges to exactly kMaxLen
+  ASSERT_TRUE(t.Insert(l - 3, l + 2, 3));  // merges to exactly kMaxLen
   EXPECT_EQ(All(t), (std::vector<MapRun>{{0, 5, l}, {k - l, k - l, l}}));
+  EXPECT_EQ(t.Check(), "");
+}
+
+// A merge that would make a run longer than kMaxLen is not made: the new run
+// stays apart from that neighbour (a run that fits always inserts).
+TEST(RunTree, NeighboursTooLongToMergeStayApart) {
+  const uint64_t k = RunTree::kMaxKey, l = RunTree::kMaxLen;
+  RunTree t;
+  ASSERT_TRUE(t.Insert(k - l, k - l, l));
+  ASSERT_TRUE(t.Insert(k - l - 1, k - l - 1, 1));  // continues the last one: apart
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{k - l - 1, k - l - 1, 1}, {k - l, k - l, l}}));
+  // After a run: apart from it.
+  ASSERT_TRUE(t.Insert(0, 0, l - 3));
+  ASSERT_TRUE(t.Insert(l - 3, l - 3, 4));
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{0, 0, l - 3}, {l - 3, l - 3, 4}, {k - l - 1, k - l - 1, 1}, {k - l, k - l, l}}));
+  // Between two: joins the one it fits with (the previous one first).
+  RunTree u;
+  ASSERT_TRUE(u.Insert(0, 0, l - 10));
+  ASSERT_TRUE(u.Insert(l - 5, l - 5, 100));
+  ASSERT_TRUE(u.Insert(l - 10, l - 10, 5));  // all three: l + 95; previous + it: l - 5
+  EXPECT_EQ(All(u), (std::vector<MapRun>{{0, 0, l - 5}, {l - 5, l - 5, 100}}));
+  RunTree v;
+  ASSERT_TRUE(v.Insert(0, 0, l - 2));
+  ASSERT_TRUE(v.Insert(l + 3, l + 3, 10));
+  ASSERT_TRUE(v.Insert(l - 2, l - 2, 5));  // too long with the previous, joins the next
+  EXPECT_EQ(All(v), (std::vector<MapRun>{{0, 0, l - 2}, {l - 2, l - 2, 15}}));
+  RunTree w;
+  ASSERT_TRUE(w.Insert(0, 0, l - 1));
+  ASSERT_TRUE(w.Insert(l + 1, l + 1, l - 1));
+  ASSERT_TRUE(w.Insert(l - 1, l - 1, 2));  // fits with neither
+  EXPECT_EQ(w.size(), 3u);
+  for (const RunTree* x : {&t, &u, &v, &w}) EXPECT_EQ(x->Check(), "");
 }
 
 TEST(RunTree, CopiesAreDeepAndMovesEmptyTheSource) {

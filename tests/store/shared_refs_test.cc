@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <new>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "handler/store/extent_map.h"
@@ -488,6 +490,104 @@ TEST(SharedRefsRandom, CountBoundRefusalsMatchTheBruteForce) {
     EXPECT_GT(w.refused(), 0u) << "seed " << seed;
     EXPECT_LE(w.peak_count(), 3u);
   }
+}
+
+
+// ------------------------------------------------ allocation failure
+
+// Per grain: owners (0 free, 1 one owner, >= 2 shared), and what SharedRefs
+// must then hold (records, region counters, shared grains).
+void ExpectEqualsCounts(const SharedRefs& s, const std::vector<uint64_t>& count) {
+  Recs want;
+  std::vector<uint32_t> regions(s.regions(), 0);
+  uint64_t shared = 0;
+  for (uint64_t g = 0; g < count.size(); g++) {
+    if (count[g] < 2) continue;
+    shared++;
+    regions[g / kR]++;
+    if (!want.empty() && want.back().phys + want.back().len == g && want.back().refs == count[g])
+      want.back().len++;
+    else
+      want.push_back({g, 1, count[g]});
+  }
+  ASSERT_EQ(s.All(), want);
+  EXPECT_EQ(s.shared_grains(), shared);
+  for (uint64_t r = 0; r < s.regions(); r++) ASSERT_EQ(s.RegionShared(r), regions[r]) << "region " << r;
+}
+
+// Random Inc/Dec; each operation is first run with its 0th node allocation
+// failing, then its 1st, ... until it completes without a failure. After
+// every std::bad_alloc the state (and Dec's freed output) must be exactly
+// the one before; after the completed run, exactly the one after.
+void IncDecUnderAllocationFailure(uint64_t seed, uint32_t fanout, int ops, uint64_t* failures) {
+  SCOPED_TRACE("seed " + std::to_string(seed) + " fan-out " + std::to_string(fanout));
+  constexpr uint64_t kPool = kR + 300;  // two regions
+  std::mt19937_64 rng(seed);
+  auto below = [&](uint64_t n) { return rng() % n; };
+  SharedRefs s(kPool, SharedRefs::kMaxRefs, fanout);
+  std::vector<uint64_t> count(kPool, 1);  // every grain mapped once to start
+  for (int op = 0; op < ops; op++) {
+    const uint64_t n = below(8) == 0 ? 1 + below(300) : 1 + below(4);
+    const uint64_t p = below(kPool - n + 1);
+    for (uint64_t g = p; g < p + n; g++) count[g] = std::max<uint64_t>(count[g], 1);  // (re)written
+    const bool inc = below(100) < 60;
+    std::vector<uint64_t> after = count;
+    const Freed sentinel{{kPool + 7, 1}};  // freed output starts non-empty: appends must merge right
+    Freed want_freed = sentinel;
+    for (uint64_t g = p; g < p + n; g++) {
+      if (inc) {
+        after[g]++;
+      } else if (--after[g] == 0) {
+        if (want_freed.back().end() == g) want_freed.back().len++;
+        else want_freed.push_back({g, 1});
+      }
+    }
+    for (int64_t k = 0;; k++) {
+      Freed freed = sentinel;
+      RunTree::FailAllocationForTest(k);
+      bool threw = false;
+      try {
+        if (inc) {
+          ASSERT_TRUE(s.Inc(p, n).ok());
+        } else {
+          s.Dec(p, n, &freed);
+        }
+      } catch (const std::bad_alloc&) {
+        threw = true;
+      }
+      const bool fired = RunTree::FailAllocationForTest(-1) < 0;
+      ASSERT_EQ(threw, fired);
+      SCOPED_TRACE("op " + std::to_string(op) + (inc ? " Inc(" : " Dec(") + std::to_string(p) + ", " +
+                   std::to_string(n) + "), allocation " + std::to_string(k) + (threw ? " failed" : ""));
+      if (threw) {
+        ++*failures;
+        ExpectEqualsCounts(s, count);  // nothing happened
+        ASSERT_EQ(freed, sentinel);
+        ASSERT_FALSE(testing::Test::HasFailure());
+        continue;
+      }
+      ExpectEqualsCounts(s, after);  // all of it happened
+      if (!inc) {
+        ASSERT_EQ(freed, want_freed);
+      }
+      ASSERT_FALSE(testing::Test::HasFailure());
+      break;
+    }
+    count = std::move(after);
+  }
+}
+
+TEST(SharedRefsAllocationFailure, IncAndDecAreAllOrNothing) {
+  uint64_t failures = 0;
+  for (uint32_t fanout : {3u, 4u, RunTree::kInnerFanout}) {
+    for (uint64_t seed = 1; seed <= 2; seed++) {
+      IncDecUnderAllocationFailure(seed * 100 + fanout, fanout, 3000, &failures);
+      if (HasFailure()) return;
+    }
+  }
+  // The workload must have made the tree allocate, and the hook fire, often.
+  EXPECT_GE(failures, 100u);  // 117 with these seeds
+  std::printf("%lu injected allocation failures\n", (unsigned long)failures);
 }
 
 }  // namespace
