@@ -60,9 +60,8 @@ Status ExtentMap::Insert(uint64_t lba, uint64_t phys, uint64_t len) {
                                               std::to_string(lba) + " -> " +
                                               std::to_string(phys) + ": " +
                                               Refusal(lba, phys, len));
-  // Cannot fail for a valid run of a map bound at or below 2^32 (header
-  // comment); refused all the same rather than trusted. Above 2^32 a merge
-  // past RunTree::kMaxLen lands here.
+  // Cannot fail for a valid run (header comment: a merge that would not pack
+  // is not made); refused all the same rather than trusted.
   if (!tree_.Insert(lba, phys, len))
     return Status(Code::kInvalidArgument, "extent at " + std::to_string(lba) +
                                               " merges into a run the map cannot hold");

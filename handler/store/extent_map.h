@@ -18,10 +18,9 @@
 // below max_phys, so its length is at most 2^32 (RunTree::kMaxLen), and one
 // contiguous logical range below kMaxLba. So Insert of a valid run into a map
 // of valid runs cannot fail. Above 2^32 the rule also bounds each run to
-// 2^32 units, but a merge of two such runs can exceed it: RunTree refuses
-// that merge, and so Insert then refuses too (kInvalidArgument, nothing
-// changed) until RunTree keeps such neighbours apart (a v3 concern: 16 TiB
-// of physically contiguous grains mapped contiguously).
+// 2^32 units, and a merge of two such runs could exceed it: RunTree then
+// keeps the neighbours apart (two runs where one would not pack), so Insert
+// of a valid run still cannot fail.
 //
 // Why every run is valid: at run time a LUN maps AUs below its size, which
 // the pool bounds (LUN units <= 1024 x pool units <= 2^42), onto AUs of the
