@@ -68,6 +68,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   uint64_t start_lsn;
   {
     MutexLock g(&meta_mu_);
+    if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     EncodeState(st_, &payload);
     if (!space_.TakeMeta(CheckpointUnits(payload.size(), au_), &aus))
       return Status(Code::kNoSpace, "no room for a metadata checkpoint");

@@ -5,7 +5,19 @@
 
 namespace cowstore::store {
 
-uint64_t JournalBuffer::Append(const Record& r, uint64_t proven) {
+JournalBuffer::Framed JournalBuffer::Frame(const Record& r, uint64_t proven) {
+  // Every allocation of an append happens here, before anything changes: a
+  // frame built in place would leave half a record (and a gap in the LSNs)
+  // in the buffer when an allocation failed, and every later record framed
+  // after it would be committed behind damage replay refuses.
+  Framed f;
+  f.lsn = next_lsn_;
+  FrameRecord(r, f.lsn, proven, &f.bytes);
+  buf_.reserve(buf_.size() + f.bytes.size());  // grows geometrically (libstdc++)
+  return f;
+}
+
+uint64_t JournalBuffer::Add(Framed&& f) {
   // Recovery yields a prefix of the operations in ticket order: a record must
   // not outlive in-place data with an earlier ticket, so that data now needs
   // the sync before the records.
@@ -13,7 +25,8 @@ uint64_t JournalBuffer::Append(const Record& r, uint64_t proven) {
     data_dirty_ = true;
     inplace_dirty_ = false;
   }
-  FrameRecord(r, next_lsn_++, proven, &buf_);
+  buf_.append(f.bytes);  // within the capacity Frame reserved: no allocation
+  next_lsn_ = f.lsn + 1;
   return ++last_ticket_;
 }
 

@@ -38,11 +38,24 @@ struct JournalBatch {
 
 class JournalBuffer {
  public:
-  // Frames `r` with the next LSN; returns its ticket (durable once a commit
-  // covering that ticket returns). `proven` is JournalWriter::durable_lsn():
-  // the record vouches that everything up to it reached stable storage (0,
-  // for tests: it vouches for nothing).
-  uint64_t Append(const Record& r, uint64_t proven = 0);
+  // A record framed with the next LSN, not yet in the buffer.
+  struct Framed {
+    std::string bytes;
+    uint64_t lsn = 0;
+  };
+  // The half of an append that may fail (std::bad_alloc), changing nothing:
+  // frames `r` with the next LSN and makes room for it in the buffer.
+  // `proven` is JournalWriter::durable_lsn(): the record vouches that
+  // everything up to it reached stable storage (0, for tests: it vouches for
+  // nothing).
+  Framed Frame(const Record& r, uint64_t proven = 0);
+  // The other half, which allocates nothing: buffers `f` (framed by the
+  // latest Frame, with nothing appended since) and returns its ticket
+  // (durable once a commit covering that ticket returns).
+  uint64_t Add(Framed&& f);
+  // Both: either the whole frame is buffered with its LSN and ticket, or
+  // (an exception) nothing changed.
+  uint64_t Append(const Record& r, uint64_t proven = 0) { return Add(Frame(r, proven)); }
   // A ticket for an in-place write (no record points at its data: the AU is
   // durably mapped already): durable once a commit covering the ticket has
   // synced. No data sync has to precede the batch's records for it, unless
@@ -80,6 +93,12 @@ class JournalBuffer {
   bool data_dirty_ = false;
   bool inplace_dirty_ = false;
 };
+
+// Test-only fault injection, inert unless a test sets it (per thread): when
+// positive, each Core::AppendLocked counts it down once ApplyRecord has
+// changed the in-memory state, and the one that brings it to zero throws
+// std::bad_alloc there, as an allocation failing inside ApplyRecord would.
+inline thread_local int fail_after_apply_for_test = 0;
 
 class JournalWriter {
  public:

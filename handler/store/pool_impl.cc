@@ -31,20 +31,41 @@ void Core::Dec(uint64_t phys, uint64_t n) {
 }
 
 Result<uint64_t> Core::AppendLocked(const Record& r) {
-  // Records built at run time fit the state (ExtentMap's rule holds for every
-  // run: extent_map.h); what ApplyRecord can still refuse is an increment
-  // past a reference count's bound, and it refuses before changing anything.
-  Status s = ApplyRecord(&st_, r, this);
-  if (!s.ok()) return s;
-  // Which LSN changed what, so an online check can tell which LUNs the
-  // durable metadata it read must already describe.
-  uint64_t lsn = jbuf_.next_lsn();
-  for (uint32_t id : {r.lun, r.lun2})
-    if (LunState* l = st_.Find(id)) l->mod_lsn = lsn;
-  if (r.type == RecType::kCreateLun || r.type == RecType::kDeleteLun ||
-      r.type == RecType::kCloneLun || r.type == RecType::kSnapshotLun)
-    st_.table_lsn = lsn;
-  return jbuf_.Append(r, DurableLsn());
+  if (meta_failed_.load()) return MetaFailed();  // the state may be half-changed
+  // First what may fail while nothing has changed: the frame, and room for
+  // it in the buffer (an exception here is kNoSpace, truthfully).
+  JournalBuffer::Framed f = jbuf_.Frame(r, DurableLsn());
+  try {
+    // Records built at run time fit the state (ExtentMap's rule holds for
+    // every run: extent_map.h); what ApplyRecord can still refuse is an
+    // increment past a reference count's bound, and it refuses before
+    // changing anything.
+    Status s = ApplyRecord(&st_, r, this);
+    if (!s.ok()) return s;
+    if (fail_after_apply_for_test > 0 && --fail_after_apply_for_test == 0) throw std::bad_alloc();
+    // Which LSN changed what, so an online check can tell which LUNs the
+    // durable metadata it read must already describe.
+    for (uint32_t id : {r.lun, r.lun2})
+      if (LunState* l = st_.Find(id)) l->mod_lsn = f.lsn;
+    if (r.type == RecType::kCreateLun || r.type == RecType::kDeleteLun ||
+        r.type == RecType::kCloneLun || r.type == RecType::kSnapshotLun)
+      st_.table_lsn = f.lsn;
+    return jbuf_.Add(std::move(f));  // allocates nothing
+  } catch (...) {
+    // ApplyRecord threw part way (e.g. a map insert after the remove it
+    // follows): the maps and reference counts may be half-changed, and the
+    // grains it freed are pending under a ticket no record will carry. No
+    // later batch or checkpoint may write any of it: the pool fails, and
+    // reopening recovers the durable state from the journal.
+    meta_failed_.store(true);
+    queue_.Fail(MetaFailed());
+    return MetaFailed();
+  }
+}
+
+Status Core::MetaFailed() {
+  return Status(Code::kIOError,
+                "a metadata update failed part way (out of memory?): the pool must be reopened");
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
@@ -100,6 +121,7 @@ Result<uint64_t> Core::CommitBatch() {
   bool ckpt = false;
   {
     MutexLock g(&meta_mu_);
+    if (meta_failed_.load()) return MetaFailed();  // nothing buffered may be written
     ckpt = !journal_.Fits(jbuf_.bytes());
     if (!ckpt) jbuf_.TakeBatch(&batch);
   }
@@ -140,6 +162,7 @@ Status Core::ReclaimPending() {
 
 Status Core::CheckUsable() const {
   if (closed_.load()) return Status(Code::kClosed, "pool is closed");
+  if (meta_failed_.load()) return MetaFailed();  // its in-memory state cannot be trusted
   return Status::Ok();
 }
 

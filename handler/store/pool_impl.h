@@ -156,8 +156,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Status ReclaimPending() EXCLUDES(queue_, meta_mu_);
   // Applies `r` and buffers it; returns its ticket. An error if ApplyRecord
   // refuses it (a reference count would overflow): then nothing changed and
-  // nothing was buffered.
+  // nothing was buffered. std::bad_alloc (from framing) also changes
+  // nothing. If ApplyRecord throws, the state may be half-changed: the pool
+  // fails (MetaFailed, sticky: see meta_failed_).
   Result<uint64_t> AppendLocked(const Record& r) REQUIRES(meta_mu_);
+  // The error of a pool whose metadata update failed part way.
+  static Status MetaFailed();
   // The highest durable LSN, which every record framed now carries as its
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
   // JournalWriter keeps it in an atomic it raises only after a batch's sync
@@ -245,6 +249,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   MetaState st_ GUARDED_BY(meta_mu_);
   SpaceMap space_ GUARDED_BY(meta_mu_);
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
+  // A metadata update failed part way (AppendLocked): st_ and space_ may be
+  // half-changed, so every operation fails, and no batch or checkpoint
+  // writes anything from now on (both look under meta_mu_, where it is set).
+  std::atomic<bool> meta_failed_{false};
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
   std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)
   // PollBacking's state: when it may ask next (steady clock, ns), and what

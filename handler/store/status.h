@@ -77,9 +77,17 @@ class [[nodiscard]] Result {
 };
 
 // The one rule for an exception that reaches an edge of the store (the Pool
-// and Lun API, the commit queue's leader): running out of memory is kNoSpace
-// (nothing was changed, the caller may retry), anything else kIOError. Call
-// only inside a catch block; `context` ("commit failed") prefixes the message.
+// and Lun API, the commit queue's leader): running out of memory is kNoSpace,
+// anything else kIOError. Call only inside a catch block; `context` ("commit
+// failed") prefixes the message.
+//
+// kNoSpace means "retry later" only because the store keeps every
+// allocation that can fail ahead of the changes it feeds: an operation
+// refused for memory changed nothing. Where that cannot hold, the store
+// does not let the exception through: a metadata update that throws part way
+// (Core::AppendLocked) fails the pool with kIOError (it must be reopened),
+// and so does a commit that throws (its queue's failure is sticky, whatever
+// code this returns for it).
 inline Status StatusFromCurrentException(std::string_view context = {}) {
   const std::string prefix = context.empty() ? std::string() : std::string(context) + ": ";
   try {

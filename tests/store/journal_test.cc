@@ -6,9 +6,35 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "handler/store/fault_env.h"
+
+// Allocation failure for this test binary: while positive, this thread's
+// allocations count it down, and the one that brings it to zero throws
+// std::bad_alloc (0: allocations never fail).
+namespace {
+thread_local long allocs_until_failure = 0;
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (allocs_until_failure > 0 && --allocs_until_failure == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+// GCC pairs the free() here with the `new` it inlined this into, not with
+// the replacement above, which took the memory from malloc().
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 namespace cowstore::store {
 namespace {
@@ -161,6 +187,51 @@ TEST(JournalBuffer, CheckpointDropsRecordsAndKeepsNumbering) {
   EXPECT_NE(ParseRecord(reinterpret_cast<const uint8_t*>(batch.bytes.data()), batch.bytes.size(),
                         kStart + 101, &r),
             0u);
+}
+
+// An append that runs out of memory at any of its allocations leaves the
+// buffer as it was: the same bytes, LSN, ticket and sync flags. (It used to
+// frame in place and take the LSN first: a failure at the header's
+// allocation left a zeroed half frame and an LSN gap, and every later
+// record was committed behind damage that replay refuses.)
+TEST(JournalBuffer, AppendThatRunsOutOfMemoryChangesNothing) {
+  Record big = Map(1, 0, 0, 1);
+  for (uint64_t i = 1; i < 40; i++) big.runs.push_back({2 * i, 100 + i, 1});
+  int failures = 0;
+  for (long n = 1;; n++) {
+    SCOPED_TRACE("allocation " + std::to_string(n) + " of the append fails");
+    JournalBuffer b;
+    b.set_next_lsn(kStart);
+    b.Append(CreateLun(1, "a"));
+    b.TicketWithoutRecord();  // an in-place write after it: Append would order it
+    allocs_until_failure = n;
+    bool threw = false;
+    try {
+      b.Append(big);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    allocs_until_failure = 0;
+    JournalBatch batch;
+    if (!threw) {  // every allocation of the append has failed once
+      EXPECT_EQ(b.next_lsn(), kStart + 2);
+      b.TakeBatch(&batch);
+      auto want = Frame({CreateLun(1, "a"), big}, kStart);
+      EXPECT_EQ(batch.bytes, std::string(want.begin(), want.end()));
+      break;
+    }
+    failures++;
+    EXPECT_EQ(b.next_lsn(), kStart + 1);
+    EXPECT_EQ(b.last_ticket(), 2u);
+    b.TakeBatch(&batch);
+    auto want = Frame({CreateLun(1, "a")}, kStart);
+    EXPECT_EQ(batch.bytes, std::string(want.begin(), want.end()));
+    EXPECT_EQ(batch.last_lsn, kStart);
+    EXPECT_TRUE(batch.inplace_dirty);
+    EXPECT_FALSE(batch.data_dirty);
+    ASSERT_LT(n, 1000) << "the append never succeeded";
+  }
+  EXPECT_GE(failures, 2) << "framing and buffering both allocate";
 }
 
 // ------------------------------------------------------------------- replay
