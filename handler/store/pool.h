@@ -31,7 +31,10 @@
 // cancelled midway (a commit holds internal locks). A caller whose threads may
 // be pthread_cancel()ed disables cancellation around every call.
 //
-// Errors: no exception escapes; out of memory reports kNoSpace.
+// Errors: no exception escapes. Out of memory reports kNoSpace when the
+// operation changed nothing; one that strikes a metadata update part way
+// fails the pool instead (kIOError on every later call: reopen it), as
+// status.h's StatusFromCurrentException says.
 //
 // This header knows nothing of SCSI: LBAs are in the LUN's logical blocks.
 #pragma once
