@@ -117,6 +117,12 @@ Status Core::WriteSuperblockLocked(const Superblock& sb) {
 // fit in the journal. Runs only as queue_'s leader, so nothing else commits.
 Result<uint64_t> Core::CommitBatch() {
   queue_.AssertLeader();  // the queue calls this only from its leader
+  // Tells thinner_ a sync is on its way, now and when this returns.
+  struct Activity {
+    std::atomic<uint64_t>* n;
+    explicit Activity(std::atomic<uint64_t>* c) : n(c) { n->fetch_add(1, std::memory_order_relaxed); }
+    ~Activity() { n->fetch_add(1, std::memory_order_relaxed); }
+  } activity(&batches_);
   JournalBatch batch;
   bool ckpt = false;
   {

@@ -135,6 +135,7 @@ Status Core::LoadLocked() {
     std::string bad = GrainRule(grain_, au_);
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
+  thinner_.set_slice_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_));
   data_offset_ = best.data_offset;
   journal_.set_capacity(best.journal_bytes);
   const uint64_t total_units = (best.size_bytes - data_offset_) / au_;

@@ -7,7 +7,9 @@
 
 namespace cowstore::store {
 
-Thinner::Thinner(PunchFn punch, DoneFn done) : punch_(std::move(punch)), done_(std::move(done)) {}
+Thinner::Thinner(PunchFn punch, DoneFn done, ActivityFn activity, Pacing pacing)
+    : punch_(std::move(punch)), done_(std::move(done)), activity_(std::move(activity)),
+      pacing_(pacing) {}
 
 Thinner::~Thinner() {
   {
@@ -23,13 +25,26 @@ uint64_t Thinner::backlog_units() const {
   return backlog_;
 }
 
+void Thinner::set_slice_units(uint64_t units) {
+  std::lock_guard<std::mutex> g(mu_);
+  pacing_.slice_units = units;
+}
+
 void Thinner::Add(std::vector<PendingRun> runs) {
   if (runs.empty()) return;
   std::unique_lock<std::mutex> lk(mu_);
-  for (const PendingRun& r : runs) backlog_ += r.n;
-  added_ += runs.size();
-  if (queue_.empty()) queue_ = std::move(runs);
-  else queue_.insert(queue_.end(), runs.begin(), runs.end());
+  const bool was_empty = queue_.empty();
+  const uint64_t slice = pacing_.slice_units;
+  for (const PendingRun& r : runs) {
+    backlog_ += r.n;
+    // Slices, so that no punch is longer than Pacing allows.
+    for (uint64_t off = 0; off < r.n;) {
+      const uint64_t n = slice == 0 ? r.n - off : std::min(slice, r.n - off);
+      queue_.push_back({r.phys + off, n, r.tag});
+      added_++;
+      off += n;
+    }
+  }
   if (!worker_.joinable() && !stop_) {
     try {
       worker_ = std::thread([this] { Work(); });
@@ -37,21 +52,28 @@ void Thinner::Add(std::vector<PendingRun> runs) {
       // No thread: do it here, as the command path did before.
       std::vector<PendingRun> mine;
       uint64_t first;
-      if (TakeLocked(&mine, &first)) RunPass(&mine, first, &lk);
+      if (TakeLocked(0, &mine, &first)) RunPass(&mine, first, &lk);
       return;
     }
   }
   lk.unlock();
-  work_.notify_one();
+  // Only a worker waiting for work needs waking; one pacing itself wakes on
+  // its own deadline (a wake per batch would cost the committing thread).
+  if (was_empty) work_.notify_one();
 }
 
-bool Thinner::TakeLocked(std::vector<PendingRun>* runs, uint64_t* first) {
+bool Thinner::TakeLocked(uint64_t limit, std::vector<PendingRun>* runs, uint64_t* first) {
   if (queue_.empty()) return false;
+  size_t take = 0;
+  uint64_t units = 0;
+  while (take < queue_.size() &&
+         (take == 0 || limit == 0 || units + queue_[take].n <= limit))
+    units += queue_[take++].n;
   *first = taken_;
-  taken_ += queue_.size();
+  taken_ += take;
   in_flight_.insert(*first);
-  runs->swap(queue_);
-  queue_.clear();
+  runs->assign(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(take));
   // One punch per physical run, however the records that freed them were
   // interleaved: punching 32 MiB at once costs about half of 32 x 1 MiB.
   std::sort(runs->begin(), runs->end(),
@@ -87,14 +109,41 @@ void Thinner::RunPass(std::vector<PendingRun>* runs, uint64_t first,
   done_cv_.notify_all();
 }
 
+bool Thinner::AwaitTurn(std::unique_lock<std::mutex>* lk) {
+  using Clock = std::chrono::steady_clock;
+  if (!activity_) return !stop_ && !queue_.empty();
+  for (;;) {
+    if (stop_ || queue_.empty()) return false;
+    const Clock::time_point now = Clock::now();
+    const uint64_t a = activity_();
+    if (a != seen_activity_) {
+      seen_activity_ = a;
+      seen_at_ = now;
+    }
+    const Clock::time_point quiet_at = seen_at_ + pacing_.quiet;
+    const Clock::time_point overdue_at = last_punch_ + pacing_.overdue;
+    if (now >= quiet_at || now >= overdue_at) return true;
+    // Add's wake-ups do not cut this short: only the deadline or Stop does.
+    work_.wait_until(*lk, std::min(quiet_at, overdue_at), [&] { return stop_; });
+  }
+}
+
 void Thinner::Work() {
   std::unique_lock<std::mutex> lk(mu_);
   std::vector<PendingRun> runs;
+  seen_at_ = last_punch_ = std::chrono::steady_clock::now();
+  if (activity_) seen_activity_ = activity_();
   for (;;) {
     work_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (stop_) return;
+    if (!AwaitTurn(&lk)) {
+      if (stop_) return;
+      continue;  // a Drain took the queue
+    }
     uint64_t first;
-    if (TakeLocked(&runs, &first)) RunPass(&runs, first, &lk);
+    if (TakeLocked(pacing_.slice_units, &runs, &first)) {
+      RunPass(&runs, first, &lk);
+      last_punch_ = std::chrono::steady_clock::now();
+    }
   }
 }
 
@@ -104,7 +153,7 @@ void Thinner::Drain() {
   std::vector<PendingRun> runs;
   uint64_t first;
   // Help: what is still queued is punched here, beside the worker's pass.
-  if (TakeLocked(&runs, &first)) RunPass(&runs, first, &lk);
+  if (TakeLocked(0, &runs, &first)) RunPass(&runs, first, &lk);
   done_cv_.wait(lk, [&] {
     return taken_ >= target && (in_flight_.empty() || *in_flight_.begin() >= target);
   });

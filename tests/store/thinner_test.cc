@@ -120,6 +120,121 @@ TEST(Thinner, DestructorStopsWithRunsQueued) {
   EXPECT_LE(punches.load(), 2);
 }
 
+// ------------------------------------------------------------ pacing
+
+// The pool's activity as the worker sees it: while `busy`, every look finds a
+// new value (a commit in flight each time); otherwise the same one.
+struct Activity {
+  std::atomic<bool> busy{true};
+  std::atomic<uint64_t> n{0};
+  Thinner::ActivityFn Fn() {
+    return [this] { return busy.load() ? n.fetch_add(1) + 1 : n.load(); };
+  }
+};
+
+// Punched units, in the order the punches ran.
+struct Punches {
+  std::mutex m;
+  std::vector<PendingRun> runs;
+  uint64_t units() {
+    std::lock_guard<std::mutex> g(m);
+    uint64_t u = 0;
+    for (const PendingRun& r : runs) u += r.n;
+    return u;
+  }
+  Thinner::PunchFn Fn() {
+    return [this](const PendingRun& r) {
+      std::lock_guard<std::mutex> g(m);
+      runs.push_back(r);
+      return true;
+    };
+  }
+};
+
+void NoRelease(const std::vector<PendingRun>&, const std::vector<bool>&) {}
+
+// Polls for up to 20 s (a loaded CI machine), so only a real hang fails.
+template <class F>
+bool Eventually(F f) {
+  for (int i = 0; i < 20000 && !f(); i++) std::this_thread::sleep_for(1ms);
+  return f();
+}
+
+TEST(ThinnerPacing, WaitsWhileThePoolCommitsAndPunchesOnceItPauses) {
+  Activity act;
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 10ms;
+  pace.overdue = std::chrono::hours(1);
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 4, 1}, {7, 1, 2}});
+  // Each look at the activity finds a commit: no punch, however long it waits.
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(p.units(), 0u);
+  EXPECT_EQ(t.backlog_units(), 5u);
+  act.busy = false;  // the commits stop
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
+  EXPECT_EQ(p.units(), 5u);
+}
+
+TEST(ThinnerPacing, DrainDoesNotWaitForAPause) {
+  Activity act;
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 10ms;
+  pace.overdue = std::chrono::hours(1);
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 4, 1}});
+  t.Drain();  // an allocation needs the space now: punched on this thread
+  EXPECT_EQ(p.units(), 4u);
+  EXPECT_EQ(t.backlog_units(), 0u);
+}
+
+TEST(ThinnerPacing, PunchesAnywayOnceOverdue) {
+  Activity act;  // busy for ever
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 10ms;
+  pace.overdue = 50ms;
+  const auto t0 = std::chrono::steady_clock::now();
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 4, 1}});
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
+  // Not before `overdue` had passed since the worker began.
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 50ms);
+  EXPECT_EQ(p.units(), 4u);
+}
+
+TEST(ThinnerPacing, NoPunchCoversMoreThanASlice) {
+  Punches p;
+  std::vector<PendingRun> released;
+  std::mutex m;
+  ThinnerPacing pace;
+  pace.slice_units = 4;
+  Thinner t(p.Fn(),
+            [&](const std::vector<PendingRun>& r, const std::vector<bool>&) {
+              std::lock_guard<std::mutex> g(m);
+              released.insert(released.end(), r.begin(), r.end());
+            },
+            nullptr, pace);
+  t.Add({{0, 10, 1}, {10, 3, 2}, {20, 4, 3}});
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
+  std::vector<uint8_t> seen(24, 0);
+  for (const PendingRun& r : p.runs) {
+    EXPECT_LE(r.n, 4u);
+    for (uint64_t u = r.phys; u < r.phys + r.n; u++) seen[u]++;
+  }
+  for (uint64_t u = 0; u < 24; u++) EXPECT_EQ(seen[u], (u < 13 || u >= 20) ? 1 : 0) << u;
+  // Each piece keeps the ticket of the record that freed it (a merge of two
+  // pieces takes the later one).
+  std::lock_guard<std::mutex> g(m);
+  for (const PendingRun& r : released) {
+    if (r.phys >= 20) EXPECT_EQ(r.tag, 3u);
+    else if (r.phys + r.n <= 10) EXPECT_EQ(r.tag, 1u);
+    else EXPECT_EQ(r.tag, 2u);
+  }
+}
+
 // ------------------------------------------------------------ through a pool
 
 // Passes everything to a FaultInjectionEnv, holding punches at a gate.
