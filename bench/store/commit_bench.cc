@@ -29,7 +29,11 @@
 // buffered at depth 1 (their metadata work alone, as CPU time of the calling
 // thread: a wall-clock figure on a loaded machine is mostly time spent
 // runnable but not running), a durable 1-block write, punching 1 MiB of
-// written data out of a file.
+// written data out of a file, and a blocked caller's sleep and wake (a futex
+// hand-off between two threads, as the commit queue's): each clone row at
+// depth 32 prints what its goal allows per command beside the floor plus
+// that hand-off spread over the CPUs, the least any design whose callers
+// block on their commit (tcmu-runner's handle_cmd is synchronous) can cost.
 // Floor per command = fdatasync / queue depth + metadata work (one shared
 // sync per full batch: what ideal group commit gives). The disk's fdatasync
 // drifts by 30x within a minute on a shared machine, so each durable run's
@@ -40,7 +44,9 @@
 // The summary prints every figure with its goal and PASS/MISS.
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,6 +122,35 @@ std::pair<long, long> ThreadSwitches() {
   rusage ru{};
   getrusage(RUSAGE_THREAD, &ru);
   return {ru.ru_nvcsw, ru.ru_nivcsw};
+}
+
+// A blocked caller's least cost: two threads hand a turn back and forth,
+// each sleeping on a futex word until the other wakes it (one FUTEX_WAIT and
+// one FUTEX_WAKE per hand-off, as CommitQueue's Sleep and Signal). Every
+// durable command at depth > 1 whose commit another thread leads pays one.
+// Returns {CPU of both threads, wall} per hand-off.
+std::pair<double, double> SleepWakeCost(int handoffs) {
+  std::atomic<uint32_t> turn{0};
+  auto futex = [&](int op, uint32_t v) {
+    ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(&turn), op, v, nullptr, nullptr, 0);
+  };
+  std::atomic<double> cpu{0};
+  auto player = [&](uint32_t me) {
+    const double c0 = ThreadCpu();
+    for (int i = 0; i < handoffs / 2; i++) {
+      for (uint32_t t; (t = turn.load()) != me;) futex(FUTEX_WAIT_PRIVATE, t);
+      turn.store(1 - me);
+      futex(FUTEX_WAKE_PRIVATE, 1);
+    }
+    double c = ThreadCpu() - c0, old = cpu.load();
+    while (!cpu.compare_exchange_weak(old, old + c)) {}
+  };
+  const double t0 = Now();
+  std::thread other(player, 1u);
+  player(0u);
+  other.join();
+  const double wall = Now() - t0;
+  return {cpu.load() / handoffs, wall / handoffs};
 }
 
 // Runs op(0..n-1) on `depth` threads, each taking the next index when its
@@ -318,6 +353,9 @@ void BM_Baselines(benchmark::State& st) {
                       static_cast<off_t>(32 * kMiB), static_cast<off_t>(32 * kMiB));
     g_val["punch_32mib"] = Now() - t0;
     (void)::ftruncate(b.raw_fd, 0);
+    const auto [sw_cpu, sw_wall] = SleepWakeCost(20000);
+    g_val["sleep_wake_cpu"] = sw_cpu;
+    g_val["sleep_wake_wall"] = sw_wall;
     st.counters["fdatasync_us"] = g_val["fdatasync"] * 1e6;
   }
 }
@@ -592,6 +630,13 @@ void Summary() {
   if (g_val.count("punch_1mib"))
     std::printf("punching written data out of a file: 1 MiB at a time %.1f us each; 32 MiB at once "
                 "%.1f us\n", g_val["punch_1mib"] * 1e6, g_val["punch_32mib"] * 1e6);
+  const double ncpu = std::max(1u, std::thread::hardware_concurrency());
+  const double sw = g_val.count("sleep_wake_cpu") ? g_val["sleep_wake_cpu"] : 0;
+  if (sw > 0)
+    std::printf("a caller's sleep and wake (futex hand-off between 2 threads, as CommitQueue's): "
+                "%.1f us CPU, %.1f us wall; paid once per command at depth > 1, spread over %.0f "
+                "CPUs: >= %.1f us per command\n",
+                sw * 1e6, g_val["sleep_wake_wall"] * 1e6, ncpu, sw * 1e6 / ncpu);
   std::printf("%-10s %3s %7s %10s %10s %9s %7s %7s %9s %10s %9s  %s\n", "shape", "QD", "cmds",
               "us/cmd", "syncs/cmd", "cpu us", "sleeps", "preempt", "sync us", "floor us",
               "vs floor", "ratio to baseline / goal");
@@ -634,6 +679,15 @@ void Summary() {
     if (has(shape + "_qd1_buffered"))
       std::printf("%-10s     metadata work alone (buffered, QD1): %.1f us/cmd CPU (%.1f us/cmd wall)\n",
                   shape.c_str(), meta * 1e6, g_fig[shape + "_qd1_buffered"].sec_per_cmd * 1e6);
+    // What the goal leaves per command, beside what no design with a blocking
+    // caller (tcmu-runner's handle_cmd is synchronous) can go below here.
+    if (has(shape + "_qd32") && copy > 0 && sw > 0) {
+      const double budget = copy / goal / static_cast<double>(kVmdk / (seg * kMiB));
+      const double fl = floor_of(g_fig[shape + "_qd32"], 32, meta);
+      std::printf("%-10s     the QD32 goal allows %.1f us per command; floor %.1f + a caller's "
+                  "sleep and wake spread over the CPUs %.1f = %.1f us\n",
+                  shape.c_str(), budget * 1e6, fl * 1e6, sw * 1e6 / ncpu, (fl + sw / ncpu) * 1e6);
+    }
   }
   for (const char* shape : {"zero", "unmap"}) {
     std::string s = shape;
