@@ -193,10 +193,11 @@ struct SuperblockChoice {
 // superblock names (pages, journal space) is reused; open rewrites a slot not
 // holding its choice before its first write. So a lone valid copy is either
 // the newest or the predecessor of a write that never completed, whose
-// pages and journal are intact: real redundancy while both copies are
-// equal, and a precise refusal otherwise (a lost write that left an older
-// copy shows as a stale page, which ckpt_page.h refuses by its sequence, and
-// the caller adds other_state to that message).
+// pages and journal are intact. Only a double fault (the second slot's write
+// silently lost, then the first slot damaged) leaves an older copy whose
+// pages may have been reused; ckpt_page.h refuses such pages by their exact
+// sequence, and the caller adds other_state to that message (step 7 must
+// prove by test that its open refuses every such case).
 Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
                           SuperblockChoice* out);
 
