@@ -61,6 +61,15 @@ bool ValidAllocationUnit(uint64_t bytes) {
   return bytes >= kMinAllocationUnit && bytes <= kMaxAllocationUnit && (bytes & (bytes - 1)) == 0;
 }
 
+std::string GrainRule(uint64_t grain, uint64_t au) {
+  const std::string g = "grain of " + std::to_string(grain) + " bytes ";
+  if (grain == 0 || (grain & (grain - 1)) != 0) return g + "is not a power of two";
+  if (grain < 512) return g + "is below the smallest LUN block size (512)";
+  if (grain > au) return g + "is larger than the allocation unit";
+  if (au % grain != 0) return g + "does not divide the allocation unit";
+  return "";
+}
+
 std::string UuidText(const Uuid& id) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string s;

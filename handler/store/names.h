@@ -40,6 +40,12 @@ inline constexpr uint32_t kMaxAllocationUnit = 1u << 20;
 bool ValidAllocationUnit(uint64_t bytes);
 inline constexpr std::string_view kAllocationUnitRule = "a power of two from 64 KiB to 1 MiB";
 
+// Whether `grain` may be a pool's sharing unit beside allocation unit `au`
+// (both bytes): a power of two, at least the smallest LUN block size, at
+// most the AU (so it divides it). Empty if so, else why not. Core checks it
+// at open; format v3's superblock codec (superblock_v3.h) when decoding.
+std::string GrainRule(uint64_t grain, uint64_t au);
+
 // A LUN's identity as text: 8-4-4-4-12 lowercase hex digits, the form
 // written to configfs wwn/vpd_unit_serial (from which the SCSI layer derives
 // the NAA designator).

@@ -112,10 +112,6 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t BlockCount(LunState* l);
   uint32_t au() const { return au_; }
   uint32_t grain() const { return grain_; }
-  // Whether `grain` may be a pool's sharing unit beside allocation unit `au`
-  // (both bytes): a power of two, at least the smallest LUN block size, at
-  // most the AU (so it divides it). Empty if so, else why not.
-  static std::string GrainRule(uint64_t grain, uint32_t au);
   Uuid uuid() const { return sb_uuid_; }
 
   Pool* owner = nullptr;

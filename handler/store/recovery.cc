@@ -220,13 +220,4 @@ Status Core::LoadLocked() {
   return Status::Ok();
 }
 
-std::string Core::GrainRule(uint64_t grain, uint32_t au) {
-  const std::string g = "grain of " + std::to_string(grain) + " bytes ";
-  if (grain == 0 || (grain & (grain - 1)) != 0) return g + "is not a power of two";
-  if (grain < 512) return g + "is below the smallest LUN block size (512)";
-  if (grain > au) return g + "is larger than the allocation unit";
-  if (au % grain != 0) return g + "does not divide the allocation unit";
-  return "";
-}
-
 }  // namespace cowstore::store

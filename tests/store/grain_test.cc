@@ -15,13 +15,13 @@ namespace {
 
 TEST(GrainRule, PowersOfTwoFromTheSmallestBlockToTheAu) {
   const uint32_t au = 1u << 20;
-  for (uint64_t g = 512; g <= au; g *= 2) EXPECT_EQ(Core::GrainRule(g, au), "") << g;
-  EXPECT_NE(Core::GrainRule(0, au).find("not a power of two"), std::string::npos);
-  EXPECT_NE(Core::GrainRule(3072, au).find("not a power of two"), std::string::npos);
-  EXPECT_NE(Core::GrainRule(256, au).find("below the smallest LUN block size"), std::string::npos);
-  EXPECT_NE(Core::GrainRule(2 * uint64_t{au}, au).find("larger than the allocation unit"),
+  for (uint64_t g = 512; g <= au; g *= 2) EXPECT_EQ(GrainRule(g, au), "") << g;
+  EXPECT_NE(GrainRule(0, au).find("not a power of two"), std::string::npos);
+  EXPECT_NE(GrainRule(3072, au).find("not a power of two"), std::string::npos);
+  EXPECT_NE(GrainRule(256, au).find("below the smallest LUN block size"), std::string::npos);
+  EXPECT_NE(GrainRule(2 * uint64_t{au}, au).find("larger than the allocation unit"),
             std::string::npos);
-  EXPECT_NE(Core::GrainRule(2048, 3072).find("does not divide"), std::string::npos);
+  EXPECT_NE(GrainRule(2048, 3072).find("does not divide"), std::string::npos);
 }
 
 // v1/v2: the grain is the AU. A one-block write into a fresh clone copies one

@@ -1,0 +1,303 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "handler/store/superblock_v3.h"
+
+#include <cstring>
+#include <utility>
+
+#include "handler/store/ckpt_page.h"  // kLeafPageBytes: the page size
+#include "handler/store/crc32c.h"
+#include "handler/store/meta.h"  // Encoder, Decoder, kSuperblockSlot, journal bounds, Superblock
+
+namespace cowstore::store {
+namespace {
+
+constexpr char kMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};  // every format's
+constexpr uint64_t kMaxGrains = uint64_t{1} << 48;  // RunTree's 48-bit physical grain
+constexpr uint64_t kMaxAreaBytes = uint64_t{1} << 62;  // so offsets in it never wrap
+constexpr uint64_t kMaxLsn = ~uint64_t{0} >> 2;     // v2's bound
+constexpr uint64_t kAuMask = (uint64_t{1} << 48) - 1;
+constexpr uint64_t kJournalStartAlign = 512;        // the smallest write unit (3.8)
+// The reserved gaps of the layout (superblock_v3.h): [97, 104) after the
+// index level count, [144, 192) after the replay start.
+constexpr size_t kZeros1 = 97, kZeros2 = 144;
+static_assert(kSuperblockSlot == 4096);
+
+uint32_t EnvelopeCrc(const uint8_t* b) { return Crc32c(0, b, kSuperblockV3EnvelopeCrc); }
+uint32_t SlotCrc(const uint8_t* b) {
+  uint32_t c = Crc32c(0, b, kSuperblockV3Crc);
+  return Crc32c(c, b + kSuperblockV3Crc + 4, kSuperblockSlot - kSuperblockV3Crc - 4);
+}
+uint32_t Le32(const uint8_t* b) {
+  uint32_t v = 0;
+  Decoder(b, 4).U32(&v);
+  return v;
+}
+
+std::string N(uint64_t v) { return std::to_string(v); }
+
+// The rules a superblock obeys, written once for both sides: the encoder
+// refuses with kInvalidArgument, the decoder with kCorruption. The encoder
+// knows no device, so it passes ~0 as device_bytes.
+Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
+  auto bad = [code](const std::string& what) { return Status(code, "superblock v3: " + what); };
+  if (!ValidAllocationUnit(sb.au))
+    return bad("AU of " + N(sb.au) + " bytes is not " + std::string(kAllocationUnitRule));
+  if (std::string why = GrainRule(sb.grain, sb.au); !why.empty()) return bad(why);
+  if (sb.write_unit < 512 || sb.write_unit > 4096 || (sb.write_unit & (sb.write_unit - 1)))
+    return bad("write unit of " + N(sb.write_unit) + " bytes is not a power of two from 512 to 4096");
+  if (sb.origin_format < 1 || sb.origin_format > kFormatVersionV3)
+    return bad("origin format " + N(sb.origin_format) + " is not 1, 2 or 3");
+  if (sb.soft_threshold_percent > 100)
+    return bad("soft threshold " + N(sb.soft_threshold_percent) + " % is above 100");
+
+  // The data area: after both slots, AU-aligned, 8 AUs at least (as v2),
+  // at most 2^48 grains, inside the device. Every product below is bounded
+  // before it is formed.
+  if (sb.data_offset < 2 * kSuperblockSlot || sb.data_offset % sb.au)
+    return bad("data offset " + N(sb.data_offset) + " is inside the superblock slots or not a multiple of the AU");
+  if (sb.units < 8) return bad("pool size of " + N(sb.units) + " AUs is below 8");
+  if (sb.units > kMaxGrains / (sb.au / sb.grain) || sb.units > kMaxAreaBytes / sb.au)
+    return bad("pool size of " + N(sb.units) + " AUs passes 2^48 grains or 2^62 bytes");
+  const uint64_t area = sb.units * sb.au;  // <= 2^62: no overflow
+  if (sb.data_offset > device_bytes || area > device_bytes - sb.data_offset)
+    return bad("pool size of " + N(sb.units) + " AUs from byte " + N(sb.data_offset) +
+               " ends beyond the device's " + N(device_bytes) + " bytes");
+  const uint64_t end = sb.data_offset + area;
+
+  auto page = [&](const char* name, const PageRef& r) -> Status {
+    if (r.addr == kNoPage) {
+      if (r.seq != 0) return bad(std::string(name) + " is none but has sequence " + N(r.seq));
+      return Status::Ok();
+    }
+    if (r.addr % kLeafPageBytes || r.addr < sb.data_offset || r.addr >= end ||
+        end - r.addr < kLeafPageBytes)
+      return bad(std::string(name) + " page address " + N(r.addr) +
+                 " is not a 4 KiB page inside the data area [" + N(sb.data_offset) + ", " + N(end) + ")");
+    if (r.seq == 0 || r.seq > sb.seq)
+      return bad(std::string(name) + " sequence " + N(r.seq) + " is not in 1 .. the superblock's " + N(sb.seq));
+    return Status::Ok();
+  };
+  if (Status s = page("index root", sb.index); !s.ok()) return s;
+  if ((sb.index.addr == kNoPage) != (sb.index_levels == 0) || sb.index_levels > kMaxIndexLevels)
+    return bad("index levels " + N(sb.index_levels) + " (1 .. " + N(kMaxIndexLevels) +
+               " with a root, 0 without)");
+  if (Status s = page("LUN table root", sb.lun_table); !s.ok()) return s;
+  if (sb.index.addr != kNoPage && sb.index.addr == sb.lun_table.addr)
+    return bad("index root and LUN table root overlap at byte " + N(sb.index.addr));
+
+  if (sb.journal.empty() || sb.journal.size() > kMaxJournalExtents)
+    return bad("journal extent count " + N(sb.journal.size()) + " is not 1 .. " + N(kMaxJournalExtents));
+  uint64_t journal_aus = 0;
+  for (size_t i = 0; i < sb.journal.size(); i++) {
+    const JournalExtent& x = sb.journal[i];
+    const std::string name = "journal extent " + N(i) + " (AUs [" + N(x.first_au) + ", +" + N(x.aus) + "))";
+    if (x.aus == 0 || x.aus > kMaxJournalExtentAus)
+      return bad(name + " is not 1 .. " + N(kMaxJournalExtentAus) + " AUs long");
+    if (x.first_au >= sb.units || x.aus > sb.units - x.first_au)
+      return bad(name + " ends beyond the pool's " + N(sb.units) + " AUs");
+    for (size_t j = 0; j < i; j++) {
+      const JournalExtent& y = sb.journal[j];
+      if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
+        return bad(name + " overlaps journal extent " + N(j));
+    }
+    for (const auto& [what, r] : {std::pair{"index root", sb.index}, std::pair{"LUN table root", sb.lun_table}}) {
+      if (r.addr == kNoPage) continue;
+      const uint64_t au = (r.addr - sb.data_offset) / sb.au;
+      if (au >= x.first_au && au - x.first_au < x.aus)
+        return bad(name + " overlaps the " + std::string(what) + " page at byte " + N(r.addr));
+    }
+    journal_aus += x.aus;  // <= 32 * 2^16
+  }
+  const uint64_t capacity = journal_aus * sb.au;
+  if (capacity < kMinJournalBytes || capacity > kMaxJournalBytes)
+    return bad("journal of " + N(capacity) + " bytes is not 64 KiB .. 1 GiB");
+  if (sb.journal_start >= capacity || sb.journal_start % kJournalStartAlign)
+    return bad("journal replay start " + N(sb.journal_start) + " is not a 512-byte boundary inside the " +
+               N(capacity) + "-byte journal");
+  if (sb.journal_start_lsn == 0 || sb.journal_start_lsn > kMaxLsn)
+    return bad("journal start LSN " + N(sb.journal_start_lsn) + " is not 1 .. 2^62 - 1");
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t SuperblockV3::capacity() const {
+  uint64_t n = 0;
+  for (const JournalExtent& x : journal) n += x.aus;
+  return n * au;
+}
+
+Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
+  if (sb.incompat != 0)
+    return Status(Code::kInvalidArgument, "superblock v3: incompat flags " + N(sb.incompat) + " are not defined");
+  if (Status s = Check(Code::kInvalidArgument, sb, ~uint64_t{0}); !s.ok()) return s;
+  std::string s;
+  s.reserve(kSuperblockSlot);
+  Encoder e(&s);
+  e.Bytes(kMagic, sizeof kMagic);
+  e.U32(kFormatVersionV3);
+  e.U32(sb.incompat);
+  e.Bytes(sb.uuid.data(), sb.uuid.size());
+  e.U64(sb.seq);
+  e.U32(sb.au);
+  e.U32(sb.grain);
+  e.U64(sb.data_offset);
+  e.U64(sb.units);
+  e.U32(sb.soft_threshold_percent);
+  e.U32(sb.write_unit);
+  e.U32(sb.origin_format);
+  e.U32(static_cast<uint32_t>(sb.journal.size()));
+  e.U64(sb.index.addr);
+  e.U64(sb.index.seq);
+  e.U8(sb.index_levels);
+  s.resize(kSuperblockV3EnvelopeCrc, '\0');
+  e.U32(0);  // both CRCs, set below
+  e.U32(0);
+  e.U64(sb.lun_table.addr);
+  e.U64(sb.lun_table.seq);
+  e.U64(sb.journal_start);
+  e.U64(sb.journal_start_lsn);
+  s.resize(kSuperblockV3Extents, '\0');
+  for (const JournalExtent& x : sb.journal) e.U64(x.first_au | (x.aus - 1) << 48);
+  s.resize(kSuperblockSlot, '\0');
+  auto put = [&s](size_t off, uint32_t v) {
+    std::string b;
+    Encoder(&b).U32(v);
+    s.replace(off, 4, b);
+  };
+  const auto* b = reinterpret_cast<const uint8_t*>(s.data());
+  put(kSuperblockV3EnvelopeCrc, EnvelopeCrc(b));  // first: the slot CRC covers it
+  put(kSuperblockV3Crc, SlotCrc(b));
+  *out = std::move(s);
+  return Status::Ok();
+}
+
+uint32_t SuperblockEnvelopeVersion(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (n < kSuperblockV3EnvelopeCrc + 4 || std::memcmp(b, kMagic, sizeof kMagic) != 0) return 0;
+  if (Le32(b + kSuperblockV3EnvelopeCrc) != EnvelopeCrc(b)) return 0;
+  return Le32(b + 8);
+}
+
+Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, SuperblockV3* out) {
+  if (n != kSuperblockSlot)
+    return Status(Code::kInvalidArgument, "a superblock slot is " + N(kSuperblockSlot) + " bytes, not " + N(n));
+  const auto* b = static_cast<const uint8_t*>(p);
+  auto corrupt = [](const std::string& what) { return Status(Code::kCorruption, "superblock v3: " + what); };
+  if (std::memcmp(b, kMagic, sizeof kMagic) != 0) return corrupt("bad magic (no cowstore superblock)");
+  if (Le32(b + kSuperblockV3EnvelopeCrc) != EnvelopeCrc(b)) return corrupt("envelope CRC mismatch");
+  // The envelope CRC covers the version: it is what a writer wrote.
+  const uint32_t version = Le32(b + 8);
+  if (version != kFormatVersionV3)
+    return Status(Code::kUnsupported,
+                  "pool format version " + N(version) +
+                      (version < kFormatVersionV3 ? " is read by the v1/v2 superblock codec, not format 3's"
+                                                  : " (this build reads up to 3)"));
+  if (Le32(b + kSuperblockV3Crc) != SlotCrc(b)) return corrupt("CRC mismatch");
+
+  SuperblockV3 sb;
+  Decoder d(b + 12, kSuperblockSlot - 12);
+  uint32_t extents = 0;
+  bool ok = d.U32(&sb.incompat) && d.Bytes(sb.uuid.data(), sb.uuid.size()) && d.U64(&sb.seq) &&
+            d.U32(&sb.au) && d.U32(&sb.grain) && d.U64(&sb.data_offset) && d.U64(&sb.units) &&
+            d.U32(&sb.soft_threshold_percent) && d.U32(&sb.write_unit) && d.U32(&sb.origin_format) &&
+            d.U32(&extents) && d.U64(&sb.index.addr) && d.U64(&sb.index.seq) && d.U8(&sb.index_levels) &&
+            d.Skip(kSuperblockV3Crc + 4 - kZeros1) && d.U64(&sb.lun_table.addr) &&
+            d.U64(&sb.lun_table.seq) && d.U64(&sb.journal_start) && d.U64(&sb.journal_start_lsn);
+  if (!ok) return corrupt("truncated");  // cannot happen: n is a whole slot
+  if (sb.incompat != 0)
+    return Status(Code::kUnsupported, "superblock v3: incompat flags " + N(sb.incompat) +
+                                          " this build does not know");
+  if (extents == 0 || extents > kMaxJournalExtents)
+    return corrupt("journal extent count " + N(extents) + " is not 1 .. " + N(kMaxJournalExtents));
+  // Reserved bytes: between the fields, and after the extents in use.
+  const size_t used_end = kSuperblockV3Extents + size_t{extents} * 8;
+  for (size_t off = 0; off < kSuperblockSlot; off++) {
+    const bool reserved = (off >= kZeros1 && off < kSuperblockV3EnvelopeCrc) ||
+                          (off >= kZeros2 && off < kSuperblockV3Extents) || off >= used_end;
+    if (reserved && b[off] != 0) return corrupt("reserved byte " + N(off) + " is not zero");
+  }
+  sb.journal.reserve(extents);  // <= kMaxJournalExtents: checked above
+  Decoder x(b + kSuperblockV3Extents, size_t{extents} * 8);
+  for (uint32_t i = 0; i < extents; i++) {
+    uint64_t v = 0;
+    x.U64(&v);
+    sb.journal.push_back({v & kAuMask, (v >> 48) + 1});
+  }
+  if (Status s = Check(Code::kCorruption, sb, device_bytes); !s.ok()) return s;
+  *out = std::move(sb);
+  return Status::Ok();
+}
+
+Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes, SuperblockChoice* out) {
+  const void* slots[2] = {s0, s1};
+  SuperblockV3 v3[2];
+  Status st[2];       // slot i as a v3 copy
+  Superblock old[2];  // slot i as a v1/v2 copy, when its envelope says 1 or 2
+  bool is_old[2] = {false, false};
+  for (int i = 0; i < 2; i++) {
+    const uint32_t version = SuperblockEnvelopeVersion(slots[i], kSuperblockSlot);
+    if (version > kFormatVersionV3)
+      return Status(Code::kUnsupported, "superblock slot " + N(i) + " holds pool format version " + N(version) +
+                                            " (this build reads up to 3)");
+    if (version == 0 || version == kFormatVersionV3) {
+      st[i] = DecodeSuperblockV3(slots[i], kSuperblockSlot, device_bytes, &v3[i]);
+    } else {
+      st[i] = Superblock::Decode(slots[i], kSuperblockSlot, &old[i]);
+      is_old[i] = st[i].ok();
+      if (is_old[i]) st[i] = Status(Code::kUnsupported, "format " + N(old[i].version));
+    }
+  }
+  const bool valid[2] = {st[0].ok(), st[1].ok()};
+  SuperblockChoice c;
+  auto foreign = [](int a, const Uuid& ua, const Uuid& ub) {
+    return Status(Code::kCorruption, "superblock slots hold two pools: slot " + N(a) + " " + UuidText(ua) +
+                                         ", slot " + N(1 - a) + " " + UuidText(ub) + " (a misdirected write)");
+  };
+  if (valid[0] && valid[1]) {
+    if (v3[0].uuid != v3[1].uuid) return foreign(0, v3[0].uuid, v3[1].uuid);
+    if (v3[0].seq == v3[1].seq) {
+      if (std::memcmp(s0, s1, kSuperblockSlot) != 0)
+        return Status(Code::kCorruption, "superblock slots 0 and 1 both hold sequence " + N(v3[0].seq) +
+                                             " but differ: two writers, or a misdirected write");
+      c.slot = 0;
+      c.redundant = true;
+      c.sb = std::move(v3[0]);
+    } else {
+      const int w = v3[1].seq > v3[0].seq ? 1 : 0;
+      c.slot = w;
+      c.other = 1 - w;
+      c.other_state = "stale: sequence " + N(v3[1 - w].seq);
+      c.sb = std::move(v3[w]);
+    }
+    *out = std::move(c);
+    return Status::Ok();
+  }
+  if (valid[0] || valid[1]) {
+    const int w = valid[0] ? 0 : 1, o = 1 - w;
+    if (is_old[o]) {
+      if (old[o].uuid != v3[w].uuid) return foreign(w, v3[w].uuid, old[o].uuid);
+      if (old[o].seq >= v3[w].seq)
+        return Status(Code::kCorruption,
+                      "superblock slot " + N(o) + " holds format " + N(old[o].version) + " sequence " +
+                          N(old[o].seq) + ", not older than the format 3 copy in slot " + N(w) +
+                          " (sequence " + N(v3[w].seq) + "): no crash leaves that, so neither copy is trusted");
+      c.other_state = "format " + N(old[o].version) + ", sequence " + N(old[o].seq) +
+                      " (an upgrade cut before its second write)";
+    } else {
+      c.other_state = "damaged: " + st[o].message();
+    }
+    c.slot = w;
+    c.other = o;
+    c.sb = std::move(v3[w]);
+    *out = std::move(c);
+    return Status::Ok();
+  }
+  for (int i = 0; i < 2; i++)
+    if (is_old[i])
+      return Status(Code::kUnsupported, "pool format version " + N(old[i].version) + " (slot " + N(i) +
+                                            "): not a format 3 pool; the v1/v2 open reads it");
+  return Status(Code::kCorruption, "no valid superblock: slot 0: " + st[0].message() + "; slot 1: " + st[1].message());
+}
+
+}  // namespace cowstore::store
