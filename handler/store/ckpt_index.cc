@@ -226,6 +226,7 @@ LeafPageExpect LeafExpectFor(const IndexEntry& e, const Uuid& pool, uint64_t phy
   x.lun = e.first.lun;
   x.seq = e.seq;
   x.first_lba = e.first.lba;
+  x.end_lba = e.end.lba;
   x.phys_grains = phys_grains;
   return x;
 }

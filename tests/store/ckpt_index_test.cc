@@ -570,6 +570,11 @@ TEST(CkptIndexLeaf, TheEntryCarriesWhatTheLeafDecoderChecks) {
   newer.seq = 41;  // the index names a later write of a that was lost
   s = DecodeLeafPage(a_bytes.data(), a_bytes.size(), LeafExpectFor(newer, pool, 1000), &out);
   EXPECT_NE(s.message().find("stale checkpoint sequence 40"), std::string::npos) << s.message();
+  IndexEntry shorter = ea;
+  shorter.end.lba = 999;  // the entry ends before the page does: its runs could reach the next leaf
+  s = DecodeLeafPage(a_bytes.data(), a_bytes.size(), LeafExpectFor(shorter, pool, 1000), &out);
+  EXPECT_NE(s.message().find("ends at lba 1000, the index names it up to lba 999"), std::string::npos)
+      << s.message();
   IndexEntry other_lun = eb;
   other_lun.first.lun = other_lun.end.lun = 4;
   s = DecodeLeafPage(b_bytes.data(), b_bytes.size(), LeafExpectFor(other_lun, pool, 1000), &out);
