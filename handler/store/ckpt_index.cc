@@ -94,6 +94,11 @@ Status CheckPage(Code code, const IndexPage& page, uint64_t addr_begin, uint64_t
   if (page.entries.size() > kIndexPageEntries)
     return Status(code, std::to_string(page.entries.size()) + " entries do not fit an index page (at most " +
                             std::to_string(kIndexPageEntries) + ")");
+  // Only an empty index has an empty page, its level-0 root: no parent can
+  // name a page without keys, and an empty upper root would hide that.
+  if (page.entries.empty() && page.level != 0)
+    return Status(code, "empty page at level " + std::to_string(page.level) +
+                            " (only a level-0 root may be empty)");
   for (size_t i = 0; i < page.entries.size(); i++) {
     const IndexEntry* prev = i ? &page.entries[i - 1] : nullptr;
     if (Status s = CheckEntry(code, i, page.entries[i], prev, page.level, page.seq, addr_begin, addr_end);

@@ -46,6 +46,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/ckpt_page.h"  // LeafPageExpect, kLeafPageBytes
@@ -91,8 +92,8 @@ struct IndexPage {
 
 // Replaces *out with the page's kIndexPageBytes bytes. kInvalidArgument
 // (nothing written) if the level passes kIndexMaxLevel, there are more than
-// kIndexPageEntries entries, the header's key range is not the entries'
-// (see the layout), or an entry has an empty key range, an LBA past 2^48, a
+// kIndexPageEntries entries, the page is empty above level 0, the header's
+// key range is not the entries' (see the layout), or an entry has an empty key range, an LBA past 2^48, a
 // level-0 entry spans two LUNs, an entry is not after the one before it, its
 // address is not a 4096-aligned offset at or above kIndexMinAddress, or its
 // sequence is newer than the page's.
@@ -116,12 +117,12 @@ struct IndexPageExpect {
 // Decodes the page at p[0..n). kInvalidArgument if n != kIndexPageBytes.
 // kCorruption, its message naming the first fault found, for: bad magic, CRC
 // mismatch, a foreign pool UUID, a stale or future sequence, a wrong level
-// (or one past kIndexMaxLevel), an entry count above kIndexPageEntries, a key
-// range other than the expected one or than the entries', an entry with an
-// empty or out-of-bounds key range, spanning LUNs at level 0, unsorted or
-// overlapping, with an address outside the bound or not page-aligned, two
-// entries naming one address, an entry sequence newer than the page's, and
-// non-zero bytes after the last entry. kUnsupported for a page format version
+// (or one past kIndexMaxLevel), no entries above level 0, an entry count
+// above kIndexPageEntries, a key range other than the expected one or than
+// the entries', an entry with an empty or out-of-bounds key range, spanning
+// LUNs at level 0, unsorted or overlapping, with an address outside the
+// bound or not page-aligned, two entries naming one address, an entry
+// sequence newer than the page's, and non-zero bytes after the last entry. kUnsupported for a page format version
 // this build does not know. Reads nothing outside p[0..n), reserves entries
 // only after their count is checked, and leaves *out unchanged unless it
 // succeeds.

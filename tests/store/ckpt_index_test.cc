@@ -146,7 +146,8 @@ TEST(CkptIndexPage, RoundTripsEmptyOneFullAndManyLunPages) {
   ExpectRoundTrip(PageOf(SomeLeaves(kIndexPageEntries)));
   ExpectRoundTrip(PageOf(SomeLeaves(kIndexPageEntries, 50)));  // 50 LUNs, 2 leaves each
   // Upper levels name index pages whose key ranges span LUNs.
-  ExpectRoundTrip(PageOf({IndexEntry{{1, 0}, {3, 500}, kAreaBegin, 40}, IndexEntry{{3, 500}, {9, 1}, kAreaBegin + kPage, 42}},
+  ExpectRoundTrip(PageOf({IndexEntry{{1, 0}, {3, 500}, kAreaBegin, 40},
+                          IndexEntry{{3, 500}, {9, 1}, kAreaBegin + kPage, 42}},
                          1));
   ExpectRoundTrip(PageOf({IndexEntry{{1, 0}, {3, 500}, kAreaBegin, 40}}, kIndexMaxLevel));
 }
@@ -199,6 +200,7 @@ TEST(CkptIndexPage, EncoderRefusesInvalidPages) {
   p = PageOf({});
   p.end = {0, 1};
   ExpectEncodeRefuses(p, "is not its entries' [0:0, 0:0)");
+  ExpectEncodeRefuses(PageOf({}, 1), "empty page at level 1");
 }
 
 // A valid page with three leaf entries, to damage.
@@ -300,6 +302,16 @@ TEST_F(CkptIndexPageDamage, WrongLevel) {
   Reseal(&d);
   e.level = kIndexMaxLevel + 1;  // even if a parent asks for it
   ExpectRefused(d, e, "level 5 past 4");
+}
+
+// A root whose entries were cut to none: the index would read as empty.
+TEST_F(CkptIndexPageDamage, EmptyPageAboveLevelZero) {
+  std::string d = Encode(PageOf({}));
+  Put32(&d, kOffLevel, 2);
+  Reseal(&d);
+  IndexPageExpect e = ExpectFor(PageOf({}));
+  e.level = 2;
+  ExpectRefused(d, e, "empty page at level 2");
 }
 
 TEST_F(CkptIndexPageDamage, EntryCountTooLarge) {
@@ -416,7 +428,8 @@ TEST_F(CkptIndexPageDamage, TwoEntriesNameOneAddress) {
 TEST_F(CkptIndexPageDamage, EntryNewerThanItsPage) {
   IndexEntry x = page.entries[0];
   x.seq = page.seq + 1;
-  ExpectRefused(WithEntry(0, x), expect, "entry 0 ([3:0, 3:1000) at 1048576, seq 43) is newer than its index page's seq 42");
+  ExpectRefused(WithEntry(0, x), expect,
+                "entry 0 ([3:0, 3:1000) at 1048576, seq 43) is newer than its index page's seq 42");
 }
 
 TEST_F(CkptIndexPageDamage, NonZeroTail) {
@@ -532,7 +545,8 @@ TEST(CkptIndexLookup, FindsTheEntryHoldingAKeyAndNothingInHoles) {
   EXPECT_EQ(at(~uint32_t{0}, k48 - 1), -1);
   EXPECT_EQ(FindIndexEntry(PageOf({}), 0, 0), nullptr);
   // An upper level's entries span LUNs.
-  const IndexPage up = PageOf({IndexEntry{{1, 0}, {3, 500}, kAreaBegin, 1}, IndexEntry{{3, 500}, {9, 1}, kAreaBegin + kPage, 1}}, 1);
+  const IndexPage up = PageOf(
+      {IndexEntry{{1, 0}, {3, 500}, kAreaBegin, 1}, IndexEntry{{3, 500}, {9, 1}, kAreaBegin + kPage, 1}}, 1);
   EXPECT_EQ(FindIndexEntry(up, 2, 12345), &up.entries[0]);
   EXPECT_EQ(FindIndexEntry(up, 3, 499), &up.entries[0]);
   EXPECT_EQ(FindIndexEntry(up, 3, 500), &up.entries[1]);
