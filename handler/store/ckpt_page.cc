@@ -141,6 +141,9 @@ Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, Lea
   if (page.first_lba != expect.first_lba)
     return corrupt("misplaced page: its key range starts at lba " + std::to_string(page.first_lba) +
                    ", the index names it for lba " + std::to_string(expect.first_lba));
+  if (page.end_lba != expect.end_lba)
+    return corrupt("misplaced page: its key range ends at lba " + std::to_string(page.end_lba) +
+                   ", the index names it up to lba " + std::to_string(expect.end_lba));
 
   page.runs.reserve(count);  // <= kLeafPageRuns: checked above
   for (uint32_t i = 0; i < count; i++) {

@@ -78,6 +78,10 @@ struct LeafPageExpect {
   // misdirected write of leaf B onto leaf A's new address would pass every
   // other check, and the map would lose A's runs and hold B's twice.
   uint64_t first_lba = 0;
+  // And its end: the neighbouring entries were checked against the entry's
+  // range, so a page whose range (and so its runs) reached past it would
+  // overlap the next leaf unseen.
+  uint64_t end_lba = 0;
   // Physical grains in the pool: every run must end at or before it.
   uint64_t phys_grains = 0;
 };
@@ -86,7 +90,7 @@ struct LeafPageExpect {
 // kCorruption, its message naming the first fault found, for: bad magic, CRC
 // mismatch, a foreign pool UUID, a wrong LUN, a stale or future sequence, a
 // run count above kLeafPageRuns, an empty or out-of-bounds key range, a key
-// range starting elsewhere than the index entry says, a run
+// range other than the one the index entry names, a run
 // unsorted, overlapping, outside the key range or beyond phys_grains, and
 // non-zero bytes after the last run. kUnsupported for a page format version
 // this build does not know. Reads nothing outside p[0..n), reserves runs only

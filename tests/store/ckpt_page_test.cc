@@ -45,6 +45,7 @@ LeafPageExpect ExpectFor(const LeafPage& p, uint64_t phys_grains = 1u << 30) {
   e.lun = p.lun;
   e.seq = p.seq;
   e.first_lba = p.first_lba;
+  e.end_lba = p.end_lba;
   e.phys_grains = phys_grains;
   return e;
 }
@@ -263,6 +264,17 @@ TEST_F(CkptLeafPageDamage, APageForAnotherKeyRangeIsRefused) {
   ExpectRefused(bytes, e, "misplaced page: its key range starts at lba " + std::to_string(page.first_lba));
   e.first_lba = page.end_lba;  // the next leaf's entry
   ExpectRefused(bytes, e, "misplaced page");
+}
+
+// The index entry's end too: a page reaching past it would overlap the next
+// leaf, whose entry was checked against this one's end, not the page's.
+TEST_F(CkptLeafPageDamage, APageEndingElsewhereThanItsEntryIsRefused) {
+  LeafPageExpect e = expect;
+  e.end_lba = page.end_lba - 1;
+  ExpectRefused(bytes, e, "misplaced page: its key range ends at lba " + std::to_string(page.end_lba) +
+                              ", the index names it up to lba " + std::to_string(page.end_lba - 1));
+  e.end_lba = page.end_lba + 1;
+  ExpectRefused(bytes, e, "misplaced page: its key range ends at lba");
 }
 
 TEST_F(CkptLeafPageDamage, RunCountTooLarge) {
