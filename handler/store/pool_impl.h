@@ -260,8 +260,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   std::atomic<int64_t> backing_next_ns_{0};
   int64_t backing_interval_ns_ = -1;  // set once, before the pool is shared
   std::atomic<bool> backing_short_{false};
-  // Changes at the start and the end of every commit batch: thinner_ punches
-  // when it stops changing (a punch delays the syncs it overlaps, thinner.h).
+  // Raised at the start and at the end of every commit batch, so odd while one
+  // is in flight: thinner_ punches when it is even and has stopped changing (a
+  // punch delays the syncs it overlaps, thinner.h).
   std::atomic<uint64_t> batches_{0};
   // Last: destroyed first, so its worker stops before what it touches goes.
   Thinner thinner_;

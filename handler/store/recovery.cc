@@ -135,10 +135,12 @@ Status Core::LoadLocked() {
     std::string bad = GrainRule(grain_, au_);
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
-  thinner_.set_slice_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_));
   data_offset_ = best.data_offset;
   journal_.set_capacity(best.journal_bytes);
   const uint64_t total_units = (best.size_bytes - data_offset_) / au_;
+  // Punch slices, and at most 1/16 of the pool waiting for its punch (thinner.h).
+  thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
+                     std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
   size_bytes_ = best.size_bytes;
   space_.set_soft_percent(best.soft_threshold_percent);
   auto fsize = file_->Size();

@@ -25,15 +25,17 @@ uint64_t Thinner::backlog_units() const {
   return backlog_;
 }
 
-void Thinner::set_slice_units(uint64_t units) {
+void Thinner::set_units(uint64_t slice_units, uint64_t urgent_units) {
   std::lock_guard<std::mutex> g(mu_);
-  pacing_.slice_units = units;
+  pacing_.slice_units = slice_units;
+  pacing_.urgent_units = urgent_units;
 }
 
 void Thinner::Add(std::vector<PendingRun> runs) {
   if (runs.empty()) return;
   std::unique_lock<std::mutex> lk(mu_);
   const bool was_empty = queue_.empty();
+  if (was_empty) queued_since_ = std::chrono::steady_clock::now();
   const uint64_t slice = pacing_.slice_units;
   for (const PendingRun& r : runs) {
     backlog_ += r.n;
@@ -52,7 +54,7 @@ void Thinner::Add(std::vector<PendingRun> runs) {
       // No thread: do it here, as the command path did before.
       std::vector<PendingRun> mine;
       uint64_t first;
-      if (TakeLocked(0, &mine, &first)) RunPass(&mine, first, &lk);
+      while (TakeLocked(slice, &mine, &first)) RunPass(&mine, first, &lk);
       return;
     }
   }
@@ -115,13 +117,14 @@ bool Thinner::AwaitTurn(std::unique_lock<std::mutex>* lk) {
   for (;;) {
     if (stop_ || queue_.empty()) return false;
     const Clock::time_point now = Clock::now();
+    if (backlog_ > pacing_.urgent_units) return true;
     const uint64_t a = activity_();
-    if (a != seen_activity_) {
+    if (a != seen_activity_ || (a & 1) != 0) {  // a commit started or ended, or is in flight
       seen_activity_ = a;
       seen_at_ = now;
     }
     const Clock::time_point quiet_at = seen_at_ + pacing_.quiet;
-    const Clock::time_point overdue_at = last_punch_ + pacing_.overdue;
+    const Clock::time_point overdue_at = std::max(last_punch_, queued_since_) + pacing_.overdue;
     if (now >= quiet_at || now >= overdue_at) return true;
     // Add's wake-ups do not cut this short: only the deadline or Stop does.
     work_.wait_until(*lk, std::min(quiet_at, overdue_at), [&] { return stop_; });
@@ -152,8 +155,10 @@ void Thinner::Drain() {
   const uint64_t target = added_;
   std::vector<PendingRun> runs;
   uint64_t first;
-  // Help: what is still queued is punched here, beside the worker's pass.
-  if (TakeLocked(0, &runs, &first)) RunPass(&runs, first, &lk);
+  // Help: what is still queued is punched here, beside the worker's pass, a
+  // slice at a time like the worker's (a sync waits behind one slice only).
+  while (taken_ < target && TakeLocked(pacing_.slice_units, &runs, &first))
+    RunPass(&runs, first, &lk);
   done_cv_.wait(lk, [&] {
     return taken_ >= target && (in_flight_.empty() || *in_flight_.begin() >= target);
   });

@@ -22,19 +22,23 @@
 // waits for the journal commit that carries a concurrent punch. Measured with
 // commit_bench's zero_data row (1 MiB WRITE SAME of zeros over written data,
 // 32 in flight): punching as soon as each batch was durable held every batch's
-// sync behind ~25 MiB of punching, 374 us a command, 41x the floor. So the
-// worker paces itself (Pacing): it punches when the pool's commits have paused
-// for `quiet`, or when `overdue` has passed since its last punch (space keeps
-// coming back under a load that never pauses), and one punch covers at most
-// `slice_units`, which bounds how long a sync can wait behind it.
+// sync behind ~25 MiB of punching, 374 us a command, 41.6x the floor. So the
+// worker paces itself (Pacing): it punches when no commit is in flight and
+// none has started or ended for `quiet`, or when `overdue` has passed since
+// its last punch or since runs arrived, whichever is later (space keeps coming
+// back under a load that never pauses), or at once while more than
+// `urgent_units` wait (a large delete must not keep a large share of the pool
+// in limbo). Every punch, the worker's and Drain()'s, covers at most
+// `slice_units`, so a sync waits behind at most one slice.
 //
 // A crash before a punch exposes nothing: open punches every free AU before
 // the pool takes any write (recovery.cc). So the destructor stops the worker
 // after the runs in hand and drops the queued ones.
 //
-// Thread safety: every member may be called concurrently; the functions given
-// to the constructor are called without the Thinner's lock held, possibly from
-// two threads at once (the worker and a Drain()).
+// Thread safety: every member may be called concurrently. The punch and done
+// functions are called without the Thinner's lock held, possibly from two
+// threads at once (the worker and a Drain()); the activity function is called
+// with it held, so it must only read (an atomic load), never block or lock.
 #pragma once
 
 #include <chrono>
@@ -56,6 +60,7 @@ struct ThinnerPacing {
   std::chrono::microseconds quiet{2000};     // a pause this long lets a punch start
   std::chrono::microseconds overdue{50000};  // a punch starts anyway this long after the last
   uint64_t slice_units = 0;                  // most units one punch covers; 0: no limit
+  uint64_t urgent_units = UINT64_MAX;        // a backlog above this is punched without pause
 };
 
 class Thinner {
@@ -65,8 +70,9 @@ class Thinner {
   // The runs of one pass and whether each was zeroed, in the same order.
   using DoneFn = std::function<void(const std::vector<PendingRun>&, const std::vector<bool>&)>;
 
-  // A value that changes whenever the pool commits (its batch count): the
-  // worker's sign that syncs are in flight.
+  // The pool's commit counter: raised by one when a commit starts and by one
+  // when it ends, so it is odd while a commit (a sync) is in flight and
+  // changes whenever one starts or ends. Commits never overlap.
   using ActivityFn = std::function<uint64_t()>;
   using Pacing = ThinnerPacing;
 
@@ -84,11 +90,12 @@ class Thinner {
   void Drain();
   // AUs added and not yet done.
   uint64_t backlog_units() const;
-  // Sets Pacing::slice_units (the pool knows its unit only once it is open).
-  void set_slice_units(uint64_t units);
+  // Sets Pacing::slice_units and urgent_units (the pool knows its unit and
+  // size only once it is open).
+  void set_units(uint64_t slice_units, uint64_t urgent_units);
 
  private:
-  // Takes the oldest queued runs, up to `limit` units (0: all), as pass
+  // Takes the oldest queued runs, up to `limit` units (0: no limit), as pass
   // `*first`, sorted with contiguous runs merged; false if nothing is queued.
   // REQUIRES mu_.
   bool TakeLocked(uint64_t limit, std::vector<PendingRun>* runs, uint64_t* first);
@@ -117,6 +124,7 @@ class Thinner {
   // was first seen, and when the worker's last punch ended.
   uint64_t seen_activity_ = 0;
   std::chrono::steady_clock::time_point seen_at_{}, last_punch_{};
+  std::chrono::steady_clock::time_point queued_since_{};  // when the queue last became non-empty
   std::thread worker_;
 };
 

@@ -123,12 +123,13 @@ TEST(Thinner, DestructorStopsWithRunsQueued) {
 // ------------------------------------------------------------ pacing
 
 // The pool's activity as the worker sees it: while `busy`, every look finds a
-// new value (a commit in flight each time); otherwise the same one.
+// new value (a commit started and ended each time); otherwise the same one.
+// Even: no commit is in flight when the worker looks.
 struct Activity {
   std::atomic<bool> busy{true};
   std::atomic<uint64_t> n{0};
   Thinner::ActivityFn Fn() {
-    return [this] { return busy.load() ? n.fetch_add(1) + 1 : n.load(); };
+    return [this] { return busy.load() ? n.fetch_add(2) + 2 : n.load(); };
   }
 };
 
@@ -183,9 +184,12 @@ TEST(ThinnerPacing, DrainDoesNotWaitForAPause) {
   ThinnerPacing pace;
   pace.quiet = 10ms;
   pace.overdue = std::chrono::hours(1);
+  pace.overdue = 30s;  // bounded, so a regression fails here rather than hangs
   Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  const auto t0 = std::chrono::steady_clock::now();
   t.Add({{0, 4, 1}});
   t.Drain();  // an allocation needs the space now: punched on this thread
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 30s);
   EXPECT_EQ(p.units(), 4u);
   EXPECT_EQ(t.backlog_units(), 0u);
 }
@@ -220,6 +224,7 @@ TEST(ThinnerPacing, NoPunchCoversMoreThanASlice) {
   t.Add({{0, 10, 1}, {10, 3, 2}, {20, 4, 3}});
   EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
   std::vector<uint8_t> seen(24, 0);
+  std::lock_guard<std::mutex> pg(p.m);
   for (const PendingRun& r : p.runs) {
     EXPECT_LE(r.n, 4u);
     for (uint64_t u = r.phys; u < r.phys + r.n; u++) seen[u]++;
@@ -235,6 +240,73 @@ TEST(ThinnerPacing, NoPunchCoversMoreThanASlice) {
   }
 }
 
+TEST(ThinnerPacing, NoPunchWhileACommitIsInFlight) {
+  // The pool's counter sits still, and odd, for as long as a sync takes: that
+  // is not a pause.
+  std::atomic<uint64_t> counter{7};
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 10ms;
+  pace.overdue = std::chrono::hours(1);
+  Thinner t(p.Fn(), NoRelease, [&] { return counter.load(); }, pace);
+  t.Add({{0, 4, 1}});
+  std::this_thread::sleep_for(200ms);
+  EXPECT_EQ(p.units(), 0u);
+  counter = 8;  // the commit ended and none follows
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
+  EXPECT_EQ(p.units(), 4u);
+}
+
+TEST(ThinnerPacing, ALargeBacklogIsPunchedWithoutWaiting) {
+  Activity act;  // busy for ever
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 10ms;
+  pace.overdue = std::chrono::hours(1);
+  pace.slice_units = 4;
+  pace.urgent_units = 10;
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 30, 1}});
+  // Punched down to the urgent bound, a slice at a time; the rest waits for a
+  // pause (or `overdue`).
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() <= 10; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_GE(t.backlog_units(), 7u);  // 30 - 4 x 6 = 6 would mean it went on
+  std::lock_guard<std::mutex> g(p.m);
+  for (const PendingRun& r : p.runs) EXPECT_LE(r.n, 4u);
+}
+
+TEST(ThinnerPacing, DrainPunchesASliceAtATime) {
+  Activity act;
+  Punches p;
+  ThinnerPacing pace;
+  pace.overdue = std::chrono::hours(1);
+  pace.slice_units = 4;
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 32, 1}, {40, 9, 2}});
+  t.Drain();
+  EXPECT_EQ(p.units(), 41u);
+  std::lock_guard<std::mutex> g(p.m);
+  for (const PendingRun& r : p.runs) EXPECT_LE(r.n, 4u);
+}
+
+TEST(ThinnerPacing, RunsAddedAfterADrainTookTheQueueStillGetPunched) {
+  Activity act;
+  Punches p;
+  ThinnerPacing pace;
+  pace.quiet = 20ms;
+  pace.overdue = std::chrono::hours(1);
+  Thinner t(p.Fn(), NoRelease, act.Fn(), pace);
+  t.Add({{0, 1, 1}});  // the worker now waits for a pause
+  std::this_thread::sleep_for(5ms);
+  t.Drain();           // takes it from under the waiting worker
+  EXPECT_EQ(p.units(), 1u);
+  t.Add({{5, 2, 2}});  // the queue was empty: the worker must still see this
+  act.busy = false;
+  EXPECT_TRUE(Eventually([&] { return t.backlog_units() == 0; }));
+  EXPECT_EQ(p.units(), 3u);
+}
+
 // ------------------------------------------------------------ through a pool
 
 // Passes everything to a FaultInjectionEnv, holding punches at a gate.
@@ -248,9 +320,12 @@ class GatedFile final : public File {
   Status Truncate(uint64_t s) override { return f_->Truncate(s); }
   Status PunchHole(uint64_t o, uint64_t n) override {
     g_->Pass();
+    uint64_t m = largest_punch->load();
+    while (n > m && !largest_punch->compare_exchange_weak(m, n)) {}
     return f_->PunchHole(o, n);
   }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  std::atomic<uint64_t>* largest_punch = nullptr;
 
  private:
   std::unique_ptr<File> f_;
@@ -262,11 +337,14 @@ class GatedEnv final : public Env {
   Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
     auto f = inner.OpenLocked(path, mode);
     if (!f.ok()) return f.status();
-    return std::unique_ptr<File>(new GatedFile(std::move(f.value()), &gate));
+    auto g = std::make_unique<GatedFile>(std::move(f.value()), &gate);
+    g->largest_punch = &largest_punch;
+    return std::unique_ptr<File>(std::move(g));
   }
   bool Exists(const std::string& path) override { return inner.Exists(path); }
   FaultInjectionEnv inner;
   Gate gate;
+  std::atomic<uint64_t> largest_punch{0};  // bytes
 };
 
 constexpr uint32_t kAu = 64 * 1024;
@@ -432,6 +510,26 @@ TEST(PoolThinning, PowerCutBeforeThePunchExposesNothing) {
   ASSERT_TRUE(b->Read(0, 8 * bpa, w.data()).ok());
   EXPECT_TRUE(AllZero(w));
   EXPECT_TRUE((*p)->Check().clean);
+}
+
+// The pool sets the slice (kPunchSliceBytes, 8 MiB): freeing 12.5 MiB of
+// written data is punched in pieces no larger, however the AUs were freed.
+TEST(PoolThinning, NoPunchIsLargerThanASlice) {
+  GatedEnv env;
+  auto p = Pool::Create(&env, "p", Opts(300));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  ASSERT_TRUE(pool.CreateLun("a", 200 * kAu, 512).ok());
+  auto a = pool.OpenLun("a").value();
+  const uint64_t bpa = kAu / 512;
+  const auto data = Pattern(200 * kAu);
+  ASSERT_TRUE(a->Write(0, 200 * bpa, data.data(), D::kDurable).ok());
+  env.largest_punch = 0;  // open punched the free space whole: not a thinning punch
+  ASSERT_TRUE(a->Unmap(0, 200 * bpa, D::kDurable).ok());  // one record frees 200 contiguous AUs
+  ASSERT_TRUE(Eventually([&] { return pool.Space().thinning_units == 0; }));
+  EXPECT_GT(env.largest_punch.load(), 0u);
+  EXPECT_LE(env.largest_punch.load(), 8u << 20);
+  EXPECT_TRUE(pool.Check().clean);
 }
 
 }  // namespace
