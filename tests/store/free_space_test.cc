@@ -622,6 +622,31 @@ TEST(FreeSpace, PrintsTheRamOneFreeRunCosts) {
 
 // ------------------------------------------------ allocation failure
 
+// Runs op() with its 0th RunTree node allocation failing, then its 1st, ...
+// until it completes, calling check(threw) after each run: the test's
+// assertions on what a std::bad_alloc left (threw) or what the completed
+// op did. Adds the failures it injected to *failures. Stops at the first
+// fatal failure (the caller wraps it in ASSERT_NO_FATAL_FAILURE).
+template <typename Op, typename Check>
+void FailEachAllocationInTurn(Op op, Check check, uint64_t* failures) {
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    RunTree::FailAllocationForTest(k);
+    bool threw = false;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = RunTree::FailAllocationForTest(-1) < 0;
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(threw, fired);
+    check(threw);
+    if (::testing::Test::HasFatalFailure() || !threw) return;
+    ++*failures;
+  }
+}
+
 // Random Insert/Remove on the index; each is first run with its 0th node
 // allocation failing, then its 1st, ... until it completes. After every
 // std::bad_alloc both indexes must hold exactly the runs before it; after
@@ -655,27 +680,21 @@ TEST(FreeRunIndexAllocationFailure, InsertAndRemoveAreAllOrNothing) {
     const bool insert = !any_free;
     std::vector<bool> after = free;
     for (uint64_t g = p; g < p + n; g++) after[g] = insert;
-    for (int64_t k = 0;; k++) {
-      RunTree::FailAllocationForTest(k);
-      bool threw = false;
-      try {
-        if (insert) {
-          ASSERT_TRUE(ix.Insert(p, n));
-        } else {
-          ix.Remove(p, n);
-        }
-      } catch (const std::bad_alloc&) {
-        threw = true;
-      }
-      const bool fired = RunTree::FailAllocationForTest(-1) < 0;
-      ASSERT_EQ(threw, fired);
-      SCOPED_TRACE("op " + std::to_string(op) + (insert ? " Insert(" : " Remove(") + std::to_string(p) +
-                   ", " + std::to_string(n) + "), allocation " + std::to_string(k));
-      ASSERT_EQ(ix.Check(), "");
-      ASSERT_EQ(ix.by_offset(), runs_of(threw ? free : after));
-      if (!threw) break;
-      failures++;
-    }
+    SCOPED_TRACE("op " + std::to_string(op) + (insert ? " Insert(" : " Remove(") + std::to_string(p) +
+                 ", " + std::to_string(n) + ")");
+    ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+        [&] {
+          if (insert) {
+            ASSERT_TRUE(ix.Insert(p, n));
+          } else {
+            ix.Remove(p, n);
+          }
+        },
+        [&](bool threw) {
+          ASSERT_EQ(ix.Check(), "");
+          ASSERT_EQ(ix.by_offset(), runs_of(threw ? free : after));
+        },
+        &failures));
     free = std::move(after);
   }
   EXPECT_GE(failures, 40u);  // 50 with this seed
@@ -693,46 +712,34 @@ TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
     ASSERT_TRUE(fs.Allocate(3, AllocHint{AllocHint::kNoLun, uint64_t(round) * 17 % 4000}, &got).ok());
     for (size_t i = 0; i < got.size(); i++) {
       if (i % 2 == 0) {  // this one goes back unused
-        for (int64_t k = 0;; k++) {
-          const auto before = fs.index().by_offset();
-          const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
-          RunTree::FailAllocationForTest(k);
-          bool threw = false;
-          try {
-            ASSERT_TRUE(fs.Unreserve(got[i], true).ok());
-          } catch (const std::bad_alloc&) {
-            threw = true;
-          }
-          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-          ASSERT_EQ(fs.index().Check(), "");
-          if (!threw) break;
-          failures++;
-          ASSERT_EQ(fs.index().by_offset(), before);
-          ASSERT_EQ(fs.reserved_grains(), reserved);
-          ASSERT_EQ(fs.free_grains(), free_grains);
-        }
+        const auto before = fs.index().by_offset();
+        const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+        ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+            [&] { ASSERT_TRUE(fs.Unreserve(got[i], true).ok()); },
+            [&](bool threw) {
+              ASSERT_EQ(fs.index().Check(), "");
+              if (!threw) return;
+              ASSERT_EQ(fs.index().by_offset(), before);
+              ASSERT_EQ(fs.reserved_grains(), reserved);
+              ASSERT_EQ(fs.free_grains(), free_grains);
+            },
+            &failures));
       } else {  // mapped, freed, durable, punched, released
         fs.Mapped(got[i].len);
         ASSERT_TRUE(fs.Free(got[i], round).ok());
         ASSERT_EQ(fs.TakeReleasable(round).size(), 1u);
-        for (int64_t k = 0;; k++) {
-          const auto before = fs.index().by_offset();
-          const uint64_t releasing = fs.releasing_grains(), free_grains = fs.free_grains();
-          RunTree::FailAllocationForTest(k);
-          bool threw = false;
-          try {
-            ASSERT_TRUE(fs.Release({got[i].start, got[i].len, uint64_t(round)}, true).ok());
-          } catch (const std::bad_alloc&) {
-            threw = true;
-          }
-          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-          ASSERT_EQ(fs.index().Check(), "");
-          if (!threw) break;
-          failures++;
-          ASSERT_EQ(fs.index().by_offset(), before);
-          ASSERT_EQ(fs.releasing_grains(), releasing);
-          ASSERT_EQ(fs.free_grains(), free_grains);
-        }
+        const auto before = fs.index().by_offset();
+        const uint64_t releasing = fs.releasing_grains(), free_grains = fs.free_grains();
+        ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+            [&] { ASSERT_TRUE(fs.Release({got[i].start, got[i].len, uint64_t(round)}, true).ok()); },
+            [&](bool threw) {
+              ASSERT_EQ(fs.index().Check(), "");
+              if (!threw) return;
+              ASSERT_EQ(fs.index().by_offset(), before);
+              ASSERT_EQ(fs.releasing_grains(), releasing);
+              ASSERT_EQ(fs.free_grains(), free_grains);
+            },
+            &failures));
       }
     }
   }
@@ -744,23 +751,17 @@ TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
   ASSERT_TRUE(fs.Allocate(5, Lun(1), &unused).ok());
   const auto before = fs.index().by_offset();
   const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
-  for (int64_t k = 0;; k++) {
-    RunTree::FailAllocationForTest(k);
-    bool threw = false;
-    try {
-      ASSERT_TRUE(fs.Rebuild(4000, mapped).ok());
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-    ASSERT_EQ(fs.index().Check(), "");
-    if (!threw) break;
-    failures++;
-    ASSERT_EQ(fs.index().by_offset(), before);
-    ASSERT_EQ(fs.reserved_grains(), reserved);
-    ASSERT_EQ(fs.free_grains(), free_grains);
-    ASSERT_TRUE(fs.open_chunk(1).has_value());
-  }
+  ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+      [&] { ASSERT_TRUE(fs.Rebuild(4000, mapped).ok()); },
+      [&](bool threw) {
+        ASSERT_EQ(fs.index().Check(), "");
+        if (!threw) return;
+        ASSERT_EQ(fs.index().by_offset(), before);
+        ASSERT_EQ(fs.reserved_grains(), reserved);
+        ASSERT_EQ(fs.free_grains(), free_grains);
+        ASSERT_TRUE(fs.open_chunk(1).has_value());
+      },
+      &failures));
   EXPECT_EQ(fs.free_grains(), 4000u - 1000u);
   EXPECT_EQ(fs.reserved_grains(), 0u);
   EXPECT_GE(failures, 3u);
@@ -826,45 +827,37 @@ TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
       const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
       GV out{{kTotal + 7, 1}};  // what the caller had: kept, never merged with
       bool multi_run = false;
-      std::vector<int64_t> failed_at;
-      for (int64_t k = 0;; k++) {
-        SCOPED_TRACE("round " + std::to_string(round) + " call " + std::to_string(call) +
-                     ": Allocate(" + std::to_string(n) + ", lun " + std::to_string(lun) +
-                     "), allocation " + std::to_string(k));
-        RunTree::FailAllocationForTest(k);
-        bool threw = false;
-        Status s;
-        try {
-          s = fs.Allocate(n, {lun, goal}, &out);
-        } catch (const std::bad_alloc&) {
-          threw = true;
-        }
-        ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-        ASSERT_EQ(fs.index().Check(), "");
-        if (threw) {
-          failed_at.push_back(k);
-          ASSERT_EQ(Difference(held(), free), "");
-          ASSERT_EQ(fs.free_grains(), free_grains);
-          ASSERT_EQ(fs.reserved_grains(), reserved);
-          ASSERT_EQ(out, (GV{{kTotal + 7, 1}}));
-          continue;
-        }
-        ASSERT_TRUE(s.ok()) << s.ToString();
-        ASSERT_EQ(out.front(), (GrainRun{kTotal + 7, 1}));
-        ASSERT_EQ(Sum(out), n + 1);
-        multi_run = out.size() > 2;
-        for (size_t i = 1; i < out.size(); i++)
-          for (uint64_t g = out[i].start; g < out[i].end(); g++) {
-            ASSERT_EQ(free[g], 1) << "grain " << g << " handed out twice";
-            free[g] = 0;
-          }
-        ASSERT_EQ(Difference(held(), free), "");
-        ASSERT_EQ(fs.reserved_grains(), reserved + n);
-        break;
-      }
-      failures += failed_at.size();
+      uint64_t failed = 0;
+      SCOPED_TRACE("round " + std::to_string(round) + " call " + std::to_string(call) +
+                   ": Allocate(" + std::to_string(n) + ", lun " + std::to_string(lun) + ")");
+      Status s;
+      ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+          [&] { s = fs.Allocate(n, {lun, goal}, &out); },
+          [&](bool threw) {
+            ASSERT_EQ(fs.index().Check(), "");
+            if (threw) {
+              ASSERT_EQ(Difference(held(), free), "");
+              ASSERT_EQ(fs.free_grains(), free_grains);
+              ASSERT_EQ(fs.reserved_grains(), reserved);
+              ASSERT_EQ(out, (GV{{kTotal + 7, 1}}));
+              return;
+            }
+            ASSERT_TRUE(s.ok()) << s.ToString();
+            ASSERT_EQ(out.front(), (GrainRun{kTotal + 7, 1}));
+            ASSERT_EQ(Sum(out), n + 1);
+            multi_run = out.size() > 2;
+            for (size_t i = 1; i < out.size(); i++)
+              for (uint64_t g = out[i].start; g < out[i].end(); g++) {
+                ASSERT_EQ(free[g], 1) << "grain " << g << " handed out twice";
+                free[g] = 0;
+              }
+            ASSERT_EQ(Difference(held(), free), "");
+            ASSERT_EQ(fs.reserved_grains(), reserved + n);
+          },
+          &failed));
+      failures += failed;
       multi_run_calls += multi_run;
-      if (multi_run) multi_run_failures += failed_at.size();
+      if (multi_run) multi_run_failures += failed;
     }
   }
   std::printf("%llu injected allocation failures, %llu of them in the %llu calls that took "
