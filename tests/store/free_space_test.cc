@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/sanitizers.h"
+
 namespace cowstore::store {
 namespace {
 
@@ -582,17 +584,7 @@ TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
 
 // ---------------------------------------------------- RAM per free run
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = sanitizer::kSanitized;
 
 TEST(FreeSpace, PrintsTheRamOneFreeRunCosts) {
   // 2^18 free runs: every other grain allocated. The heap in use before and
