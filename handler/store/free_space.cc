@@ -6,6 +6,7 @@
 #include <bit>
 #include <iterator>
 #include <string>
+#include <unordered_set>
 
 namespace cowstore::store {
 
@@ -328,8 +329,9 @@ void FreeSpace::Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len)
     out->push_back({start, len});
 }
 
-void FreeSpace::ReclaimChunks() {
+void FreeSpace::ReclaimChunks(uint32_t keep) {
   for (auto& [lun, c] : chunks_) {
+    if (lun == keep) continue;
     (void)index_.Insert(c.cursor, c.end - c.cursor);  // held by this chunk alone
     chunk_held_ -= c.end - c.cursor;
     c.cursor = c.end;
@@ -356,79 +358,120 @@ std::optional<GrainRun> FreeSpace::FindRun(uint64_t n, uint64_t goal) const {
   return index_.BestFit(n, goal == AllocHint::kNoGoal ? 0 : goal);
 }
 
-void FreeSpace::TakeFromIndex(uint64_t n, uint64_t goal, std::vector<GrainRun>* out) {
-  if (index_.grains() < n) ReclaimChunks();  // the caller checked free_grains() >= n
-  while (n > 0) {
-    uint64_t start, len;
-    if (auto r = FindRun(n, goal)) {
-      start = Place(*r, goal, n);
-      len = n;
-    } else {
-      // No run holds them all: the pool is fragmented. Take the longest
-      // runs whole, each near the end of the last.
-      GrainRun big = *index_.FromLargestClass(goal == AllocHint::kNoGoal ? 0 : goal);
-      start = big.start;
-      len = big.len;
+void FreeSpace::PlanFromIndex(uint64_t n, uint64_t goal, bool chunk,
+                              std::vector<GrainRun>* take) const {
+  const uint64_t want = chunk ? chunk_grains_ : n;
+  if (auto r = FindRun(want, goal)) {
+    take->push_back({Place(*r, goal, want), want});
+    return;
+  }
+  // No run holds them: the pool is fragmented. The longest runs whole; for
+  // an allocation (not a chunk), once the rest fits in one run, from the run
+  // FindRun gives near the end of the last (unless it is one taken whole
+  // already), else from the next longest.
+  std::unordered_set<uint64_t> whole;  // starts of the runs planned whole
+  uint64_t rest = n;
+  index_.VisitLongestFirst(goal == AllocHint::kNoGoal ? 0 : goal, [&](const GrainRun& r) {
+    if (!chunk && r.len >= rest) {
+      take->push_back({Place(r, goal, rest), rest});
+      rest = 0;
+      return false;
     }
-    index_.Remove(start, len);
-    Append(out, start, len);
-    n -= len;
-    goal = start + len;
+    take->push_back(r);  // a chunk keeps what it does not use
+    rest -= std::min(rest, r.len);
+    if (rest == 0) return false;
+    if (!chunk) {
+      whole.insert(r.start);
+      goal = r.end();
+      if (auto f = FindRun(rest, goal); f && !whole.contains(f->start)) {
+        take->push_back({Place(*f, goal, rest), rest});
+        rest = 0;
+        return false;
+      }
+    }
+    return true;
+  });
+  assert(rest == 0);  // the caller checked index_.grains() >= n
+}
+
+void FreeSpace::RemovePlanned(const std::vector<GrainRun>& take) {
+  // The piece that is not a whole free run, if any, first: only it may
+  // split a run and so allocate, and nothing has changed yet if it throws.
+  size_t split = take.size();
+  for (size_t i = 0; i < take.size() && split == take.size(); i++) {
+    std::optional<GrainRun> r = index_.RunHolding(take[i].start);
+    assert(r && take[i].end() <= r->end());
+    if (r->start != take[i].start || r->len != take[i].len) split = i;
+  }
+  if (split < take.size()) index_.Remove(take[split].start, take[split].len);
+  for (size_t i = 0; i < take.size(); i++) {
+    if (i == split) continue;
+    assert(index_.RunHolding(take[i].start) == take[i]);  // whole: never allocates
+    index_.Remove(take[i].start, take[i].len);
   }
 }
 
-void FreeSpace::OpenChunk(Chunk* c, uint64_t goal) {
-  if (index_.grains() == 0) ReclaimChunks();  // c itself is used up: nothing of it returns
-  if (c->has_last) goal = c->last_end;        // next to the previous chunk
-  uint64_t start, len = chunk_grains_;
-  if (auto r = FindRun(len, goal)) {
-    start = Place(*r, goal, len);
-  } else {
-    // Shorter than a chunk: the pool is fragmented.
-    GrainRun big = *index_.FromLargestClass(goal == AllocHint::kNoGoal ? 0 : goal);
-    start = big.start;
-    len = big.len;
-  }
-  index_.Remove(start, len);
-  chunk_held_ += len;
-  c->cursor = start;
-  c->end = c->last_end = start + len;
-  c->has_last = true;
-}
-
+// All-or-nothing under std::bad_alloc, although an allocation may take
+// several runs: everything that may allocate comes before anything changes
+// (the plan, made by queries that change nothing; the room in *out for every
+// run it appends; the LUN's chunk entry, which is no change while empty),
+// then the one index change that may allocate (a plan splits at most one
+// run), then only steps that cannot fail (removing whole runs, the chunk
+// cursor, the counts). Undoing the runs already taken instead would mean
+// inserting them back into the index, which may itself need a node and fail.
+// Other LUNs' chunks given back first (ReclaimChunks) change no count: they
+// may stay given back.
 Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out) {
   if (n == 0) return Status::Ok();
   if (n > free_grains())
     return Status(Code::kNoSpace, std::to_string(n) + " grains wanted, " +
                                       std::to_string(free_grains()) + " free");
-  uint64_t goal = hint.goal < total_ ? hint.goal : AllocHint::kNoGoal;
-  reserved_ += n;
+  const uint64_t goal = hint.goal < total_ ? hint.goal : AllocHint::kNoGoal;
+  std::vector<GrainRun> take;  // from the index, in the order handed out
   if (hint.lun == AllocHint::kNoLun || n >= chunk_grains_) {
-    TakeFromIndex(n, goal, out);
+    if (index_.grains() < n) ReclaimChunks();  // free_grains() >= n, checked above
+    PlanFromIndex(n, goal, /*chunk=*/false, &take);
+    out->reserve(out->size() + take.size());
+    RemovePlanned(take);
+    // Nothing below allocates.
+    for (const GrainRun& r : take) Append(out, r.start, r.len);
+    reserved_ += n;
     return Status::Ok();
   }
   Chunk& c = chunks_[hint.lun];
-  // The goal, when free and not simply this chunk's next grain: a chunk that
-  // is used up is reopened there; otherwise the grains come from there.
+  if (index_.grains() + (c.end - c.cursor) < n) ReclaimChunks(hint.lun);
+  // The goal, when n grains are free there and it is not simply this
+  // chunk's next grain: a chunk that is used up is reopened there; otherwise
+  // the grains come from there.
+  bool from_goal = false;
   if (goal != AllocHint::kNoGoal && goal != c.cursor) {
-    if (auto r = index_.RunHolding(goal)) {
-      if (c.cursor == c.end) {
-        uint64_t len = std::min(chunk_grains_, r->end() - goal);
-        index_.Remove(goal, len);
-        chunk_held_ += len;
-        c.cursor = goal;
-        c.end = c.last_end = goal + len;
-        c.has_last = true;
-      } else {
-        uint64_t k = std::min(n, r->end() - goal);
-        index_.Remove(goal, k);
-        Append(out, goal, k);
-        n -= k;
-      }
+    if (auto r = index_.RunHolding(goal); r && r->end() - goal >= n) {
+      from_goal = c.cursor != c.end;
+      take.push_back({goal, from_goal ? n : std::min(chunk_grains_, r->end() - goal)});
     }
   }
+  // Else from the chunk, then from new ones (next to the last, or best-fit).
+  const uint64_t here = std::min(n, c.end - c.cursor);
+  if (take.empty() && here < n)
+    PlanFromIndex(n - here, c.has_last ? c.last_end : goal, /*chunk=*/true, &take);
+  out->reserve(out->size() + 1 + take.size());
+  RemovePlanned(take);
+  // Nothing below allocates.
+  reserved_ += n;
+  if (from_goal) {
+    Append(out, goal, n);
+    return Status::Ok();
+  }
+  auto next = take.begin();
   while (n > 0) {
-    if (c.cursor == c.end) OpenChunk(&c, goal);
+    if (c.cursor == c.end) {
+      assert(next != take.end());
+      chunk_held_ += next->len;
+      c.cursor = next->start;
+      c.end = c.last_end = next->end();
+      c.has_last = true;
+      ++next;
+    }
     uint64_t k = std::min(n, c.end - c.cursor);
     Append(out, c.cursor, k);
     c.cursor += k;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -58,6 +59,10 @@ class FreeRunIndex {
   // A run from the highest non-empty size class (so within 2x of the longest),
   // the one nearest `goal` there; nullopt if nothing is free.
   std::optional<GrainRun> FromLargestClass(uint64_t goal) const;
+  // Calls f(run) for the free runs, the highest size class first (within a
+  // class in start order from `goal`, wrapping round), until f returns false.
+  template <typename F>
+  void VisitLongestFirst(uint64_t goal, F f) const;
   void Clear();
 
   uint64_t grains() const { return grains_; }
@@ -105,6 +110,20 @@ struct AllocHint {
   uint64_t goal = kNoGoal;
 };
 
+template <typename F>
+void FreeRunIndex::VisitLongestFirst(uint64_t goal, F f) const {
+  for (uint64_t mask = class_mask_; mask != 0;) {
+    const int c = 63 - std::countl_zero(mask);
+    mask &= ~(uint64_t{1} << c);
+    const RunTree& runs = by_class_[c];
+    const RunTree::const_iterator from = runs.lower_bound(goal);
+    for (auto it = from; it != runs.end(); ++it)
+      if (!f(GrainRun{(*it).lba, (*it).len})) return;
+    for (auto it = runs.begin(); it != from; ++it)
+      if (!f(GrainRun{(*it).lba, (*it).len})) return;
+  }
+}
+
 class FreeSpace {
  public:
   // chunk_grains: the per-LUN chunk (one AU's worth of grains, >= 1).
@@ -114,9 +133,8 @@ class FreeSpace {
   // (mapped, metadata; in any order, overlapping allowed: shared extents).
   // Drops every chunk, reservation, pending and quarantine count.
   // kCorruption if a run reaches beyond `total` (nothing changed then).
-  // Like Unreserve, Release, CloseChunk and Grow, all-or-nothing under
-  // std::bad_alloc. Allocate is not yet: it may take several runs (see
-  // store-v3.md, plan step 3).
+  // Like Allocate, Unreserve, Release, CloseChunk and Grow, all-or-nothing
+  // under std::bad_alloc.
   Status Rebuild(uint64_t total, std::vector<GrainRun> allocated);
   // The pool grew to `total` grains; the new ones are free (a smaller
   // `total` changes nothing: the pool never shrinks).
@@ -124,14 +142,18 @@ class FreeSpace {
 
   // Takes n free grains for an operation (they become reserved), appending
   // them to *out as runs, merged where contiguous.
-  // - A LUN's requests of less than a chunk: from the goal if that grain is
-  //   free (a used-up chunk reopens there), else from the LUN's open chunk in
-  //   order; a used-up chunk is followed by one next to it (or best-fit).
+  // - A LUN's requests of less than a chunk: from the goal if n grains are
+  //   free there (a used-up chunk reopens there), else from the LUN's open
+  //   chunk in order; a used-up chunk is followed by one next to it (or
+  //   best-fit, or in a fragmented pool the longest runs whole).
   // - Requests of a chunk or more, and metadata (kNoLun): straight from the
   //   index, at the goal if n grains are free there or a few runs on, else
   //   from the best-fitting run nearest it, else the longest runs whole.
   // kNoSpace, taking nothing, if fewer than n grains are free; other LUNs'
   // unused chunk grains count as free and are taken back before that.
+  // All-or-nothing under std::bad_alloc (*out too), except that the other
+  // LUNs' chunks may stay given back: that moves free grains from a chunk
+  // to the index and changes no count.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
   // n reserved grains are now mapped by a record.
   void Mapped(uint64_t n);
@@ -177,12 +199,19 @@ class FreeSpace {
   // A free run for n grains: one holding n at or just after the goal (a few
   // runs on), else the best fit nearest it; nullopt if no run holds n.
   std::optional<GrainRun> FindRun(uint64_t n, uint64_t goal) const;
-  // Takes n grains straight from the index, near `goal`, whole runs best-fit.
-  void TakeFromIndex(uint64_t n, uint64_t goal, std::vector<GrainRun>* out);
-  // Opens a new chunk for c (its previous one is used up).
-  void OpenChunk(Chunk* c, uint64_t goal);
-  // Gives every LUN's unused chunk grains back to the index.
-  void ReclaimChunks();
+  // Plans (changing nothing) where n grains come from in the index, near
+  // `goal`: one run holding them, else the longest runs whole. Appends the
+  // pieces to *take in the order they are handed out; all but at most one
+  // are whole free runs. `chunk`: plan chunks for a LUN instead (each piece
+  // a chunk's worth of grains when one run holds it, the last whole run
+  // perhaps more than n).
+  void PlanFromIndex(uint64_t n, uint64_t goal, bool chunk, std::vector<GrainRun>* take) const;
+  // Removes the planned pieces from the index: the one that may split a run
+  // (and so allocate) first, so a std::bad_alloc leaves the index as it was;
+  // whole runs never allocate.
+  void RemovePlanned(const std::vector<GrainRun>& take);
+  // Gives every LUN's unused chunk grains back to the index, but `keep`'s.
+  void ReclaimChunks(uint32_t keep = AllocHint::kNoLun);
   // kInvalidArgument unless r lies in the pool and none of it is free or pending.
   Status CheckNotFree(const GrainRun& r, const char* what) const;
   static void Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len);

@@ -22,23 +22,12 @@
 
 #include "handler/store/commit_queue.h"
 #include "handler/store/fault_env.h"
+#include "tests/common/sanitizers.h"
 
 // Counts this thread's heap allocations (for the test that a sleeping
-// Wait() allocates nothing). Not under sanitizers: they bring their own
-// operator new, which a program may not replace.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define COWSTORE_COUNT_ALLOCATIONS 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
-    __has_feature(memory_sanitizer)
-#define COWSTORE_COUNT_ALLOCATIONS 0
-#endif
-#endif
-#ifndef COWSTORE_COUNT_ALLOCATIONS
-#define COWSTORE_COUNT_ALLOCATIONS 1
-#endif
-
-#if COWSTORE_COUNT_ALLOCATIONS
+// Wait() allocates nothing). Only where a test binary may replace the global
+// operator new (not under TSan: tests/common/sanitizers.h).
+#if COWSTORE_CAN_REPLACE_NEW()
 namespace {
 thread_local uint64_t t_allocations = 0;
 }  // namespace
@@ -56,7 +45,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-#endif  // COWSTORE_COUNT_ALLOCATIONS
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 namespace cowstore::store {
 namespace {
@@ -262,7 +251,7 @@ TEST(CommitQueue, OldestWaiterLeadsTheNextBatch) {
 // A caller that sleeps until its ticket is durable allocates nothing: its
 // place in the queue lives on its own stack (a durable command at queue
 // depth 32 used to pay a malloc and a free for it).
-#if COWSTORE_COUNT_ALLOCATIONS
+#if COWSTORE_CAN_REPLACE_NEW()
 TEST(CommitQueue, SleepingWaitAllocatesNothing) {
   FakeStore st;
   st.gate.Close();
@@ -282,7 +271,7 @@ TEST(CommitQueue, SleepingWaitAllocatesNothing) {
   EXPECT_EQ(st.queue.stats().batches, 1u);
   EXPECT_EQ(allocations.load(), 0u);
 }
-#endif  // COWSTORE_COUNT_ALLOCATIONS
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 TEST(CommitQueue, FailureIsStickyAndWakesEveryWaiter) {
   FakeStore st;

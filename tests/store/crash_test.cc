@@ -13,22 +13,15 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "tests/common/sanitizers.h"
 #include "tests/store/driver.h"
 
 namespace cowstore::store::testing {
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-#define COWSTORE_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define COWSTORE_SANITIZED 1
-#endif
-#endif
-
 uint64_t Target() {
   const char* e = std::getenv("COWSTORE_CRASH_POINTS");
-#ifdef COWSTORE_SANITIZED
+#if COWSTORE_SANITIZED()
   // ASan makes each point ~10x dearer (15,000 points took 690 s of a CI
   // run's ASan stage); the 30,000 points of the plain build are the
   // coverage, this run looks for memory errors on the same paths.

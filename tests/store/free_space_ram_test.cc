@@ -13,22 +13,13 @@
 #include <vector>
 
 #include "handler/store/free_space.h"
+#include "tests/common/sanitizers.h"
 
 namespace cowstore::store {
 namespace {
 
 // mallinfo2 counts glibc's arena; ASan and TSan replace the allocator, so the
 // test exists only without them (not compiled, rather than skipped).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define COWSTORE_HEAP_MEASURABLE 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define COWSTORE_HEAP_MEASURABLE 0
-#endif
-#endif
-#ifndef COWSTORE_HEAP_MEASURABLE
-#define COWSTORE_HEAP_MEASURABLE 1
-#endif
 
 TEST(FreeRunIndexRam, RandomFreesStayWithinTheBudget) {
   constexpr uint64_t kRuns = uint64_t{1} << 17;
@@ -39,13 +30,13 @@ TEST(FreeRunIndexRam, RandomFreesStayWithinTheBudget) {
   // the lengths spread the runs over four size classes.
   auto len_of = [](uint64_t i) { return 1 + (i * 2654435761u) % 8; };
   FreeRunIndex ix;
-#if COWSTORE_HEAP_MEASURABLE
+#if !COWSTORE_SANITIZED()
   const size_t before = mallinfo2().uordblks;
 #endif
   for (uint64_t i : order) ASSERT_TRUE(ix.Insert(16 * i, len_of(i)));
   ASSERT_EQ(ix.run_count(), kRuns);
   const double tree = double(ix.MemoryBytes()) / kRuns;
-#if COWSTORE_HEAP_MEASURABLE
+#if !COWSTORE_SANITIZED()
   const double heap = double(mallinfo2().uordblks - before) / kRuns;  // before by_offset()'s copy
 #endif
   // The indexes agree with what went in.
@@ -59,7 +50,7 @@ TEST(FreeRunIndexRam, RandomFreesStayWithinTheBudget) {
       i++;
     }
   }
-#if COWSTORE_HEAP_MEASURABLE
+#if !COWSTORE_SANITIZED()
   std::printf("FreeRunIndex, random order: %.1f heap bytes per free run (both indexes; nodes alone %.1f)\n", heap,
               tree);
   RecordProperty("heap_bytes_per_free_run_random", std::to_string(heap));

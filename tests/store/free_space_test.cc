@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/sanitizers.h"
+
 namespace cowstore::store {
 namespace {
 
@@ -582,17 +584,7 @@ TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
 
 // ---------------------------------------------------- RAM per free run
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
+constexpr bool kSanitized = sanitizer::kSanitized;
 
 TEST(FreeSpace, PrintsTheRamOneFreeRunCosts) {
   // 2^18 free runs: every other grain allocated. The heap in use before and
@@ -621,6 +613,31 @@ TEST(FreeSpace, PrintsTheRamOneFreeRunCosts) {
 }
 
 // ------------------------------------------------ allocation failure
+
+// Runs op() with its 0th RunTree node allocation failing, then its 1st, ...
+// until it completes, calling check(threw) after each run: the test's
+// assertions on what a std::bad_alloc left (threw) or what the completed
+// op did. Adds the failures it injected to *failures. Stops at the first
+// fatal failure (the caller wraps it in ASSERT_NO_FATAL_FAILURE).
+template <typename Op, typename Check>
+void FailEachAllocationInTurn(Op op, Check check, uint64_t* failures) {
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    RunTree::FailAllocationForTest(k);
+    bool threw = false;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    const bool fired = RunTree::FailAllocationForTest(-1) < 0;
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(threw, fired);
+    check(threw);
+    if (::testing::Test::HasFatalFailure() || !threw) return;
+    ++*failures;
+  }
+}
 
 // Random Insert/Remove on the index; each is first run with its 0th node
 // allocation failing, then its 1st, ... until it completes. After every
@@ -655,27 +672,21 @@ TEST(FreeRunIndexAllocationFailure, InsertAndRemoveAreAllOrNothing) {
     const bool insert = !any_free;
     std::vector<bool> after = free;
     for (uint64_t g = p; g < p + n; g++) after[g] = insert;
-    for (int64_t k = 0;; k++) {
-      RunTree::FailAllocationForTest(k);
-      bool threw = false;
-      try {
-        if (insert) {
-          ASSERT_TRUE(ix.Insert(p, n));
-        } else {
-          ix.Remove(p, n);
-        }
-      } catch (const std::bad_alloc&) {
-        threw = true;
-      }
-      const bool fired = RunTree::FailAllocationForTest(-1) < 0;
-      ASSERT_EQ(threw, fired);
-      SCOPED_TRACE("op " + std::to_string(op) + (insert ? " Insert(" : " Remove(") + std::to_string(p) +
-                   ", " + std::to_string(n) + "), allocation " + std::to_string(k));
-      ASSERT_EQ(ix.Check(), "");
-      ASSERT_EQ(ix.by_offset(), runs_of(threw ? free : after));
-      if (!threw) break;
-      failures++;
-    }
+    SCOPED_TRACE("op " + std::to_string(op) + (insert ? " Insert(" : " Remove(") + std::to_string(p) +
+                 ", " + std::to_string(n) + ")");
+    ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+        [&] {
+          if (insert) {
+            ASSERT_TRUE(ix.Insert(p, n));
+          } else {
+            ix.Remove(p, n);
+          }
+        },
+        [&](bool threw) {
+          ASSERT_EQ(ix.Check(), "");
+          ASSERT_EQ(ix.by_offset(), runs_of(threw ? free : after));
+        },
+        &failures));
     free = std::move(after);
   }
   EXPECT_GE(failures, 40u);  // 50 with this seed
@@ -693,46 +704,34 @@ TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
     ASSERT_TRUE(fs.Allocate(3, AllocHint{AllocHint::kNoLun, uint64_t(round) * 17 % 4000}, &got).ok());
     for (size_t i = 0; i < got.size(); i++) {
       if (i % 2 == 0) {  // this one goes back unused
-        for (int64_t k = 0;; k++) {
-          const auto before = fs.index().by_offset();
-          const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
-          RunTree::FailAllocationForTest(k);
-          bool threw = false;
-          try {
-            ASSERT_TRUE(fs.Unreserve(got[i], true).ok());
-          } catch (const std::bad_alloc&) {
-            threw = true;
-          }
-          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-          ASSERT_EQ(fs.index().Check(), "");
-          if (!threw) break;
-          failures++;
-          ASSERT_EQ(fs.index().by_offset(), before);
-          ASSERT_EQ(fs.reserved_grains(), reserved);
-          ASSERT_EQ(fs.free_grains(), free_grains);
-        }
+        const auto before = fs.index().by_offset();
+        const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+        ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+            [&] { ASSERT_TRUE(fs.Unreserve(got[i], true).ok()); },
+            [&](bool threw) {
+              ASSERT_EQ(fs.index().Check(), "");
+              if (!threw) return;
+              ASSERT_EQ(fs.index().by_offset(), before);
+              ASSERT_EQ(fs.reserved_grains(), reserved);
+              ASSERT_EQ(fs.free_grains(), free_grains);
+            },
+            &failures));
       } else {  // mapped, freed, durable, punched, released
         fs.Mapped(got[i].len);
         ASSERT_TRUE(fs.Free(got[i], round).ok());
         ASSERT_EQ(fs.TakeReleasable(round).size(), 1u);
-        for (int64_t k = 0;; k++) {
-          const auto before = fs.index().by_offset();
-          const uint64_t releasing = fs.releasing_grains(), free_grains = fs.free_grains();
-          RunTree::FailAllocationForTest(k);
-          bool threw = false;
-          try {
-            ASSERT_TRUE(fs.Release({got[i].start, got[i].len, uint64_t(round)}, true).ok());
-          } catch (const std::bad_alloc&) {
-            threw = true;
-          }
-          ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-          ASSERT_EQ(fs.index().Check(), "");
-          if (!threw) break;
-          failures++;
-          ASSERT_EQ(fs.index().by_offset(), before);
-          ASSERT_EQ(fs.releasing_grains(), releasing);
-          ASSERT_EQ(fs.free_grains(), free_grains);
-        }
+        const auto before = fs.index().by_offset();
+        const uint64_t releasing = fs.releasing_grains(), free_grains = fs.free_grains();
+        ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+            [&] { ASSERT_TRUE(fs.Release({got[i].start, got[i].len, uint64_t(round)}, true).ok()); },
+            [&](bool threw) {
+              ASSERT_EQ(fs.index().Check(), "");
+              if (!threw) return;
+              ASSERT_EQ(fs.index().by_offset(), before);
+              ASSERT_EQ(fs.releasing_grains(), releasing);
+              ASSERT_EQ(fs.free_grains(), free_grains);
+            },
+            &failures));
       }
     }
   }
@@ -744,26 +743,122 @@ TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
   ASSERT_TRUE(fs.Allocate(5, Lun(1), &unused).ok());
   const auto before = fs.index().by_offset();
   const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
-  for (int64_t k = 0;; k++) {
-    RunTree::FailAllocationForTest(k);
-    bool threw = false;
-    try {
-      ASSERT_TRUE(fs.Rebuild(4000, mapped).ok());
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    ASSERT_EQ(threw, RunTree::FailAllocationForTest(-1) < 0);
-    ASSERT_EQ(fs.index().Check(), "");
-    if (!threw) break;
-    failures++;
-    ASSERT_EQ(fs.index().by_offset(), before);
-    ASSERT_EQ(fs.reserved_grains(), reserved);
-    ASSERT_EQ(fs.free_grains(), free_grains);
-    ASSERT_TRUE(fs.open_chunk(1).has_value());
-  }
+  ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+      [&] { ASSERT_TRUE(fs.Rebuild(4000, mapped).ok()); },
+      [&](bool threw) {
+        ASSERT_EQ(fs.index().Check(), "");
+        if (!threw) return;
+        ASSERT_EQ(fs.index().by_offset(), before);
+        ASSERT_EQ(fs.reserved_grains(), reserved);
+        ASSERT_EQ(fs.free_grains(), free_grains);
+        ASSERT_TRUE(fs.open_chunk(1).has_value());
+      },
+      &failures));
   EXPECT_EQ(fs.free_grains(), 4000u - 1000u);
   EXPECT_EQ(fs.reserved_grains(), 0u);
   EXPECT_GE(failures, 3u);
+}
+
+// Empty if FreeSpace holds free exactly the grains the reference does, else
+// how many it lost or gained and the first such grain.
+std::string Difference(const std::vector<uint8_t>& held, const std::vector<uint8_t>& ref) {
+  uint64_t lost = 0, gained = 0, first = UINT64_MAX;
+  for (uint64_t g = 0; g < ref.size(); g++) {
+    if (held[g] == ref[g]) continue;
+    (ref[g] ? lost : gained)++;
+    first = std::min(first, g);
+  }
+  if (lost + gained == 0) return {};
+  return std::to_string(lost) + " free grains lost, " + std::to_string(gained) +
+         " gained, the first at " + std::to_string(first);
+}
+
+// Allocate on a fragmented pool, so that many calls take several runs: each
+// call is first run with its 0th node allocation failing, then its 1st, ...
+// until it completes. After every std::bad_alloc the free grains (index and
+// open chunks) must be exactly the per-grain reference's, and no count nor
+// *out changed; after the completed call, exactly the grains it handed out
+// are gone.
+TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
+  constexpr uint64_t kTotal = 20000;  // ~500 free runs: several leaves a tree
+  constexpr int kLuns = 3;
+  std::mt19937_64 rng(11);
+  auto below = [&](uint64_t n) { return rng() % n; };
+  uint64_t failures = 0, multi_run_failures = 0, multi_run_calls = 0;
+  for (int round = 0; round < 200; round++) {
+    // Free gaps of 1..24 grains (one in five up to 300) between allocated
+    // runs of 1..40: requests and chunks often span several gaps.
+    std::vector<uint8_t> free(kTotal, 0);
+    GV allocated;
+    for (uint64_t g = 0; g < kTotal;) {
+      const uint64_t used = std::min<uint64_t>(1 + below(40), kTotal - g);
+      allocated.push_back({g, used});
+      g += used;
+      const uint64_t gap = 1 + below(below(5) == 0 ? 300 : 24);
+      for (uint64_t i = std::min(gap, kTotal - g); i > 0; i--) free[g++] = 1;
+    }
+    const uint64_t chunk = round % 2 ? 16 : 64;
+    FreeSpace fs(chunk);
+    ASSERT_TRUE(fs.Rebuild(kTotal, allocated).ok());
+    // The free grains as FreeSpace holds them: its index and the open chunks.
+    auto held = [&] {
+      std::vector<uint8_t> h(kTotal, 0);
+      for (const auto& [s, n] : fs.index().by_offset())
+        for (uint64_t g = s; g < s + n; g++) h[g] = 1;
+      for (uint32_t lun = 1; lun <= kLuns; lun++)
+        if (auto c = fs.open_chunk(lun))
+          for (uint64_t g = c->start; g < c->end(); g++) h[g] = 1;
+      return h;
+    };
+    ASSERT_EQ(Difference(held(), free), "");
+    for (int call = 0; call < 60; call++) {
+      const uint32_t lun = static_cast<uint32_t>(below(kLuns + 1));
+      const uint64_t n = below(3) == 0 ? 1 + below(300) : 1 + below(chunk);
+      const uint64_t goal = below(2) ? AllocHint::kNoGoal : below(kTotal);
+      if (n > fs.free_grains()) break;
+      const uint64_t reserved = fs.reserved_grains(), free_grains = fs.free_grains();
+      GV out{{kTotal + 7, 1}};  // what the caller had: kept, never merged with
+      bool multi_run = false;
+      uint64_t failed = 0;
+      SCOPED_TRACE("round " + std::to_string(round) + " call " + std::to_string(call) +
+                   ": Allocate(" + std::to_string(n) + ", lun " + std::to_string(lun) + ")");
+      Status s;
+      ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+          [&] { s = fs.Allocate(n, {lun, goal}, &out); },
+          [&](bool threw) {
+            ASSERT_EQ(fs.index().Check(), "");
+            if (threw) {
+              ASSERT_EQ(Difference(held(), free), "");
+              ASSERT_EQ(fs.free_grains(), free_grains);
+              ASSERT_EQ(fs.reserved_grains(), reserved);
+              ASSERT_EQ(out, (GV{{kTotal + 7, 1}}));
+              return;
+            }
+            ASSERT_TRUE(s.ok()) << s.ToString();
+            ASSERT_EQ(out.front(), (GrainRun{kTotal + 7, 1}));
+            ASSERT_EQ(Sum(out), n + 1);
+            multi_run = out.size() > 2;
+            for (size_t i = 1; i < out.size(); i++)
+              for (uint64_t g = out[i].start; g < out[i].end(); g++) {
+                ASSERT_EQ(free[g], 1) << "grain " << g << " handed out twice";
+                free[g] = 0;
+              }
+            ASSERT_EQ(Difference(held(), free), "");
+            ASSERT_EQ(fs.reserved_grains(), reserved + n);
+          },
+          &failed));
+      failures += failed;
+      multi_run_calls += multi_run;
+      if (multi_run) multi_run_failures += failed;
+    }
+  }
+  std::printf("%llu injected allocation failures, %llu of them in the %llu calls that took "
+              "several runs\n",
+              static_cast<unsigned long long>(failures),
+              static_cast<unsigned long long>(multi_run_failures),
+              static_cast<unsigned long long>(multi_run_calls));
+  EXPECT_GE(multi_run_calls, 1000u);  // 1457 with this seed
+  EXPECT_GE(multi_run_failures, 25u);  // 32 (a 4 KiB leaf holds 255 runs: few splits allocate)
 }
 
 }  // namespace

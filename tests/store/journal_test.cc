@@ -11,23 +11,13 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "tests/common/sanitizers.h"
 
-// ThreadSanitizer's runtime defines the global operator new itself, in a
-// static library, so a test binary cannot replace it there (the link fails).
-// The out-of-memory test below is built without it in that build only; the
-// plain and ASan/UBSan builds run it.
-#if defined(__SANITIZE_THREAD__)
-#define COWSTORE_CAN_REPLACE_NEW 0
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define COWSTORE_CAN_REPLACE_NEW 0
-#endif
-#endif
-#ifndef COWSTORE_CAN_REPLACE_NEW
-#define COWSTORE_CAN_REPLACE_NEW 1
-#endif
+// The out-of-memory test below replaces the global operator new, which a
+// TSan build cannot (tests/common/sanitizers.h): it is built without it
+// there only; the plain and ASan/UBSan builds run it.
 
-#if COWSTORE_CAN_REPLACE_NEW
+#if COWSTORE_CAN_REPLACE_NEW()
 // Allocation failure for this test binary: while positive, this thread's
 // allocations count it down, and the one that brings it to zero throws
 // std::bad_alloc (0: allocations never fail).
@@ -51,7 +41,7 @@ void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
-#endif  // COWSTORE_CAN_REPLACE_NEW
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 namespace cowstore::store {
 namespace {
@@ -206,7 +196,7 @@ TEST(JournalBuffer, CheckpointDropsRecordsAndKeepsNumbering) {
             0u);
 }
 
-#if COWSTORE_CAN_REPLACE_NEW
+#if COWSTORE_CAN_REPLACE_NEW()
 // An append that runs out of memory at any of its allocations leaves the
 // buffer as it was: the same bytes, LSN, ticket and sync flags. (It used to
 // frame in place and take the LSN first: a failure at the header's
@@ -251,7 +241,7 @@ TEST(JournalBuffer, AppendThatRunsOutOfMemoryChangesNothing) {
   }
   EXPECT_GE(failures, 2) << "framing and buffering both allocate";
 }
-#endif  // COWSTORE_CAN_REPLACE_NEW
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 // ------------------------------------------------------------------- replay
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "handler/store/extent_map.h"
+#include "tests/common/sanitizers.h"
 
 namespace cowstore::store {
 namespace {
@@ -205,17 +206,7 @@ TEST(SharedRefs, UsageSplitsALunsGrainsIntoExclusiveAndShared) {
 // at random. mallinfo2 counts glibc's
 // arena; ASan and TSan replace the allocator, so the test exists only
 // without them (not compiled, rather than skipped in a green run).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define COWSTORE_HEAP_MEASURABLE 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define COWSTORE_HEAP_MEASURABLE 0
-#endif
-#endif
-#ifndef COWSTORE_HEAP_MEASURABLE
-#define COWSTORE_HEAP_MEASURABLE 1
-#endif
-#if COWSTORE_HEAP_MEASURABLE
+#if !COWSTORE_SANITIZED()
 TEST(SharedRefs, PrintsHeapBytesPerRecord) {
   constexpr uint64_t kRecords = 100000;
   const size_t before = mallinfo2().uordblks;
@@ -250,7 +241,7 @@ TEST(SharedRefs, PrintsHeapBytesPerRecord) {
     EXPECT_LE(per, 24.0);
   }
 }
-#endif  // COWSTORE_HEAP_MEASURABLE
+#endif  // !COWSTORE_SANITIZED()
 
 // ------------------------------------------------ randomised, against a brute force
 
