@@ -242,6 +242,12 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
                                             " (this build reads up to 3)");
     if (version == 0 || version == kFormatVersionV3) {
       st[i] = DecodeSuperblockV3(slots[i], kSuperblockSlot, device_bytes, &v3[i]);
+      // CRC-valid with incompat flags this build does not know: a newer build
+      // wrote it, exactly like a newer version. Not damage: falling back to
+      // the other copy would open an older state, and refusing both as
+      // corrupt would invite a repair of a healthy pool.
+      if (st[i].code() == Code::kUnsupported)
+        return Status(Code::kUnsupported, "superblock slot " + N(i) + ": " + st[i].message());
     } else {
       st[i] = Superblock::Decode(slots[i], kSuperblockSlot, &old[i]);
       is_old[i] = st[i].ok();

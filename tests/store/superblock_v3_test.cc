@@ -620,6 +620,28 @@ TEST_F(SuperblockV3Choice, ANewerFormatInEitherSlotRefusesEvenBesideAValidCopy) 
   }
 }
 
+// Incompat flags this build does not know are a newer build's writing, as a
+// newer version is: refused in either slot, never taken for damage (which
+// would open the older copy, or call a healthy pool corrupt).
+TEST_F(SuperblockV3Choice, UnknownIncompatFlagsInEitherSlotRefuseTheOpen) {
+  std::string flagged = At(42);
+  Put32(&flagged, kOffIncompat, 0x80);
+  Reseal(&flagged);
+  std::string flagged41 = At(41);
+  Put32(&flagged41, kOffIncompat, 0x80);
+  Reseal(&flagged41);
+  for (int slot = 0; slot < 2; slot++) {
+    SuperblockChoice c;
+    Status s = slot == 0 ? Choose(flagged, At(41), &c) : Choose(At(41), flagged, &c);
+    EXPECT_EQ(s.code(), Code::kUnsupported) << s.ToString();
+    EXPECT_EQ(s.message(), "superblock slot " + std::to_string(slot) +
+                               ": superblock v3: incompat flags 128 this build does not know");
+  }
+  SuperblockChoice c;
+  EXPECT_EQ(Choose(flagged41, flagged, &c).code(), Code::kUnsupported);  // both: still not corrupt
+  EXPECT_EQ(Choose(V2(40).Encode(), flagged, &c).code(), Code::kUnsupported);  // not routed to v2
+}
+
 // An upgrade writes the v3 superblock at the v2 one's sequence + 1 into one
 // slot, then the other: cut between the two, the v3 copy wins.
 TEST_F(SuperblockV3Choice, AnUpgradeCutBeforeItsSecondWriteChoosesV3) {
