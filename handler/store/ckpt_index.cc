@@ -16,10 +16,7 @@ namespace {
 constexpr char kIndexMagic[8] = {'C', 'O', 'W', 'I', 'N', 'D', 'X', '3'};
 constexpr uint64_t kMaxLba = RunTree::kMaxKey;
 
-uint32_t PageCrc(const uint8_t* p) {
-  uint32_t c = Crc32c(0, p, kIndexPageCrcOffset);
-  return Crc32c(c, p + kIndexPageCrcOffset + 4, kIndexPageBytes - kIndexPageCrcOffset - 4);
-}
+uint32_t PageCrc(const uint8_t* p) { return Crc32cAroundField(p, kIndexPageBytes, kIndexPageCrcOffset); }
 
 std::string KeyText(const IndexKey& k) { return std::to_string(k.lun) + ":" + std::to_string(k.lba); }
 std::string Range(const IndexKey& first, const IndexKey& end) {

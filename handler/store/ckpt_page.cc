@@ -14,10 +14,7 @@ constexpr char kLeafMagic[8] = {'C', 'O', 'W', 'L', 'E', 'A', 'F', '3'};
 constexpr uint64_t kLenLowMask = 0xffff;
 
 // The CRC of a page: every byte but the CRC's own four.
-uint32_t PageCrc(const uint8_t* p) {
-  uint32_t c = Crc32c(0, p, kLeafPageCrcOffset);
-  return Crc32c(c, p + kLeafPageCrcOffset + 4, kLeafPageBytes - kLeafPageCrcOffset - 4);
-}
+uint32_t PageCrc(const uint8_t* p) { return Crc32cAroundField(p, kLeafPageBytes, kLeafPageCrcOffset); }
 
 std::string Range(uint64_t first, uint64_t end) {
   return "[" + std::to_string(first) + ", " + std::to_string(end) + ")";

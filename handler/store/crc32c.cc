@@ -37,4 +37,9 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   return ~c;
 }
 
+uint32_t Crc32cAroundField(const void* data, size_t n, size_t crc_offset) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  return Crc32c(Crc32c(0, p, crc_offset), p + crc_offset + 4, n - crc_offset - 4);
+}
+
 }  // namespace cowstore::store

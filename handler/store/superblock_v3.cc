@@ -23,10 +23,7 @@ constexpr size_t kZeros1 = 97, kZeros2 = 144;
 static_assert(kSuperblockSlot == 4096);
 
 uint32_t EnvelopeCrc(const uint8_t* b) { return Crc32c(0, b, kSuperblockV3EnvelopeCrc); }
-uint32_t SlotCrc(const uint8_t* b) {
-  uint32_t c = Crc32c(0, b, kSuperblockV3Crc);
-  return Crc32c(c, b + kSuperblockV3Crc + 4, kSuperblockSlot - kSuperblockV3Crc - 4);
-}
+uint32_t SlotCrc(const uint8_t* b) { return Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc); }
 uint32_t Le32(const uint8_t* b) {
   uint32_t v = 0;
   Decoder(b, 4).U32(&v);
