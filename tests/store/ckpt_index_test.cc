@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "handler/store/crc32c.h"
+#include "tests/store/patch_bytes.h"
 #include "handler/store/meta.h"  // Encoder: writes the test's damage in the page's own byte order
 
 namespace cowstore::store {
@@ -93,16 +94,6 @@ Status Decode(const std::string& bytes, const IndexPageExpect& e, IndexPage* out
   return DecodeIndexPage(bytes.data(), bytes.size(), e, out);
 }
 
-void Put32(std::string* page, size_t off, uint32_t v) {
-  std::string b;
-  Encoder(&b).U32(v);
-  page->replace(off, 4, b);
-}
-void Put64(std::string* page, size_t off, uint64_t v) {
-  std::string b;
-  Encoder(&b).U64(v);
-  page->replace(off, 8, b);
-}
 size_t EntryOff(size_t i) { return kIndexPageHeader + i * kIndexEntryBytes; }
 void PutEntry(std::string* page, size_t i, const IndexEntry& e) {
   Put32(page, EntryOff(i) + kEntFirstLun, e.first.lun);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "handler/store/crc32c.h"
+#include "tests/store/patch_bytes.h"
 #include "handler/store/meta.h"  // Encoder: writes the test's damage in the page's own byte order
 
 namespace cowstore::store {
@@ -74,16 +75,6 @@ Status Decode(const std::string& bytes, const LeafPageExpect& e, LeafPage* out) 
   return DecodeLeafPage(bytes.data(), bytes.size(), e, out);
 }
 
-void Put32(std::string* page, size_t off, uint32_t v) {
-  std::string b;
-  Encoder(&b).U32(v);
-  page->replace(off, 4, b);
-}
-void Put64(std::string* page, size_t off, uint64_t v) {
-  std::string b;
-  Encoder(&b).U64(v);
-  page->replace(off, 8, b);
-}
 // Writes run slot i in the page's packing: lba | (len-1) low 16 << 48, then
 // phys | (len-1) high 16 << 48.
 void PutRun(std::string* page, size_t i, const Run& r) {

@@ -15,6 +15,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/meta.h"  // Encoder, Superblock (v1/v2), kSuperblockSlot
 #include "handler/store/pool.h"
+#include "tests/store/patch_bytes.h"
 
 namespace cowstore::store {
 namespace {
@@ -69,16 +70,6 @@ Status Decode(const std::string& b, SuperblockV3* out, uint64_t device = kDevice
   return DecodeSuperblockV3(b.data(), b.size(), device, out);
 }
 
-void Put32(std::string* b, size_t off, uint32_t v) {
-  std::string x;
-  Encoder(&x).U32(v);
-  b->replace(off, 4, x);
-}
-void Put64(std::string* b, size_t off, uint64_t v) {
-  std::string x;
-  Encoder(&x).U64(v);
-  b->replace(off, 8, x);
-}
 // Makes both CRCs match the (damaged) contents again, as a writer with a bug
 // or a misdirected write would leave them: envelope first, the slot CRC
 // covers it.
