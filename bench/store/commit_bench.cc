@@ -687,6 +687,14 @@ void Summary() {
       std::printf("%-10s     the QD32 goal allows %.1f us per command; floor %.1f + a caller's "
                   "sleep and wake spread over the CPUs %.1f = %.1f us\n",
                   shape.c_str(), budget * 1e6, fl * 1e6, sw * 1e6 / ncpu, (fl + sw / ncpu) * 1e6);
+      // The goal is a ratio of two properties of the disk (copy bandwidth,
+      // sync latency): where one sync shared by all 32 commands already costs
+      // more than the goal allows, no code reaches it on this disk.
+      const double sync_share = fl - meta;
+      if (sync_share > budget)
+        std::printf("%-10s     on this disk the goal is unreachable: one fdatasync shared by 32 "
+                    "commands alone is %.1f us per command, more than the %.1f us it allows\n",
+                    shape.c_str(), sync_share * 1e6, budget * 1e6);
     }
   }
   for (const char* shape : {"zero", "unmap"}) {
