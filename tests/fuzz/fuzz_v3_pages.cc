@@ -1,0 +1,278 @@
+// SPDX-License-Identifier: Apache-2.0
+// Fuzz target for format v3's on-disk codecs (superblock slot and chooser,
+// checkpoint leaf page, checkpoint index page; docs/design/store-v3.md plan
+// steps 5 and 10), before they are wired into the open path.
+//
+// Random bytes almost never pass a CRC, so the target builds a valid record
+// from the input's first bytes, encodes it, then damages the encoding with
+// (offset, xor) pairs from the rest, optionally resealing the CRCs as a buggy
+// writer or a misdirected write would. Every input must then satisfy:
+//  * no crash, no read outside the buffer, no unbounded allocation (ASan,
+//    run_fuzzer.sh's memory limits);
+//  * changed bytes whose CRC was not resealed are refused: every byte of a
+//    slot or page is under a CRC;
+//  * whatever decodes re-encodes to exactly the bytes it was decoded from:
+//    a decoder that ignored a byte (or accepted two spellings of one value)
+//    would let damage there pass silently;
+//  * the chooser, given the intact copy and the damaged one, returns a copy
+//    that decodes from the slot it names, and never an older sequence than a
+//    valid copy beside it.
+// Input layout: [codec][flags: bit 0 reseals][the record's parameters]
+// [up to 16 (u16 offset, u8 xor) pairs].
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "handler/store/ckpt_index.h"
+#include "handler/store/ckpt_page.h"
+#include "handler/store/crc32c.h"
+#include "handler/store/meta.h"
+#include "handler/store/superblock_v3.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Reads the input front to back; past its end every value is 0.
+class Input {
+ public:
+  Input(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+  uint8_t U8() { return at_ < n_ ? p_[at_++] : 0; }
+  uint16_t U16() { return static_cast<uint16_t>(U8() | U8() << 8); }
+  uint32_t U32() { return U16() | static_cast<uint32_t>(U16()) << 16; }
+  bool done() const { return at_ >= n_; }
+
+ private:
+  const uint8_t* p_;
+  size_t n_;
+  size_t at_ = 0;
+};
+
+void Check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "fuzz_v3_pages: %s\n", what);
+    std::abort();
+  }
+}
+
+void Put32(std::string* b, size_t off, uint32_t v) {
+  for (int i = 0; i < 4; i++) (*b)[off + i] = static_cast<char>(v >> (8 * i));
+}
+
+// Applies the input's (offset, xor) pairs to *bytes.
+void Damage(Input* in, std::string* bytes) {
+  for (int i = 0; i < 16 && !in->done(); i++) {
+    size_t off = in->U16() % bytes->size();
+    uint8_t x = in->U8();
+    (*bytes)[off] = static_cast<char>((*bytes)[off] ^ x);
+  }
+}
+
+Uuid PoolId(uint8_t salt) {
+  Uuid u{};
+  for (size_t i = 0; i < u.size(); i++) u[i] = static_cast<uint8_t>(0x40 + i + salt);
+  return u;
+}
+
+// ---- superblock slot and chooser ----
+
+void ResealSuperblock(std::string* slot) {
+  auto* b = reinterpret_cast<const uint8_t*>(slot->data());
+  Put32(slot, kSuperblockV3EnvelopeCrc, Crc32c(0, b, kSuperblockV3EnvelopeCrc));
+  Put32(slot, kSuperblockV3Crc, Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc));
+}
+
+void FuzzSuperblock(Input* in, bool reseal) {
+  SuperblockV3 sb;
+  sb.uuid = PoolId(in->U8());
+  sb.seq = 2 + in->U16();
+  sb.au = in->U8() & 1 ? kMiB : 64 * 1024;
+  sb.grain = in->U8() & 1 ? sb.au : 4096;
+  sb.data_offset = sb.au >= 8192 ? sb.au : 8192;
+  sb.units = 64 + in->U16();
+  sb.soft_threshold_percent = in->U8() % 101;
+  sb.write_unit = 512u << (in->U8() % 4);
+  sb.origin_format = 1 + in->U8() % 3;
+  const uint64_t journal_aus = sb.au == kMiB ? 1 + in->U8() % 8 : 1 + in->U8() % 64;
+  sb.journal = {{0, journal_aus}};
+  sb.journal_start = (in->U16() % (journal_aus * sb.au / 512)) * 512;
+  sb.journal_start_lsn = 1 + in->U32();
+  if (in->U8() & 1) {
+    sb.index = {sb.data_offset + (journal_aus + 1) * sb.au, sb.seq - (in->U8() & 1)};
+    sb.index_levels = 1 + in->U8() % 2;
+    sb.lun_table = {sb.data_offset + (journal_aus + 2) * sb.au, sb.seq};
+  }
+  std::string good;
+  if (!EncodeSuperblockV3(sb, &good).ok()) return;  // a parameter choice the rules refuse
+  const uint64_t device = sb.data_offset + sb.units * sb.au + (in->U8() & 1 ? 0 : kMiB);
+
+  SuperblockV3 back;
+  Check(DecodeSuperblockV3(good.data(), good.size(), device, &back).ok(), "a fresh encoding is refused");
+  Check(back == sb, "a fresh encoding decodes to another superblock");
+
+  std::string bad = good;
+  Damage(in, &bad);
+  if (reseal) ResealSuperblock(&bad);
+  const bool differs = bad != good;
+  SuperblockV3 got;
+  Status s = DecodeSuperblockV3(bad.data(), bad.size(), device, &got);
+  if (differs && !reseal) Check(!s.ok(), "a damaged slot without a matching CRC was accepted");
+  if (s.ok()) {
+    std::string again;
+    Check(EncodeSuperblockV3(got, &again).ok(), "a decoded superblock does not encode");
+    Check(again == bad, "a decoded superblock re-encodes to other bytes");
+  }
+
+  // The chooser, both orders.
+  for (int order = 0; order < 2; order++) {
+    const std::string& s0 = order ? bad : good;
+    const std::string& s1 = order ? good : bad;
+    SuperblockChoice c;
+    Status cs = ChooseSuperblockV3(s0.data(), s1.data(), device, &c);
+    if (!cs.ok()) continue;
+    Check(c.slot == 0 || c.slot == 1, "the chooser names no slot");
+    const std::string& from = c.slot == 0 ? s0 : s1;
+    SuperblockV3 named;
+    Check(DecodeSuperblockV3(from.data(), from.size(), device, &named).ok() && named == c.sb,
+          "the chooser's copy is not the one in the slot it names");
+    Check(c.sb.seq >= sb.seq, "the chooser took an older copy than a valid one beside it");
+    if (s.ok() && got.seq > sb.seq) Check(c.sb == got, "the chooser did not take the newest valid copy");
+  }
+}
+
+// ---- checkpoint leaf page ----
+
+void ResealPage(std::string* page, size_t crc_offset) {
+  auto* b = reinterpret_cast<const uint8_t*>(page->data());
+  Put32(page, crc_offset, Crc32cAroundField(b, page->size(), crc_offset));
+}
+
+void FuzzLeaf(Input* in, bool reseal) {
+  LeafPage page;
+  page.pool = PoolId(in->U8());
+  page.lun = in->U16();
+  page.seq = 1 + in->U16();
+  page.first_lba = uint64_t{in->U32()} << (in->U8() % 17);
+  const uint32_t runs = in->U8() % (kLeafPageRuns + 1);
+  uint64_t lba = page.first_lba, phys = in->U16();
+  for (uint32_t i = 0; i < runs; i++) {
+    lba += in->U8() % 4;  // a hole, or none
+    const uint64_t len = 1 + in->U16();
+    page.runs.push_back({lba, phys, len});
+    lba += len;
+    phys += len + in->U8();
+  }
+  page.end_lba = lba + 1 + in->U8();
+  std::string good;
+  if (!EncodeLeafPage(page, &good).ok()) return;
+  LeafPageExpect expect;
+  expect.pool = page.pool;
+  expect.lun = page.lun;
+  expect.seq = page.seq;
+  expect.first_lba = page.first_lba;
+  expect.end_lba = page.end_lba;
+  expect.phys_grains = phys + (in->U8() & 1 ? 0 : 1000);
+
+  LeafPage back;
+  Check(DecodeLeafPage(good.data(), good.size(), expect, &back).ok(), "a fresh leaf is refused");
+  LeafPageExpect older = expect;
+  older.seq = expect.seq + 1;  // the index names a later write: this page is stale
+  Check(!DecodeLeafPage(good.data(), good.size(), older, &back).ok(), "a stale leaf was accepted");
+
+  std::string bad = good;
+  Damage(in, &bad);
+  if (reseal) ResealPage(&bad, kLeafPageCrcOffset);
+  LeafPage got;
+  Status s = DecodeLeafPage(bad.data(), bad.size(), expect, &got);
+  if (bad != good && !reseal) Check(!s.ok(), "a damaged leaf without a matching CRC was accepted");
+  if (s.ok()) {
+    std::string again;
+    Check(EncodeLeafPage(got, &again).ok() && again == bad, "a decoded leaf re-encodes to other bytes");
+    Check(got.pool == expect.pool && got.lun == expect.lun && got.seq == expect.seq &&
+              got.first_lba == expect.first_lba && got.end_lba == expect.end_lba,
+          "a leaf other than the one the index names was accepted");
+    for (const Run& r : got.runs) Check(r.phys + r.len <= expect.phys_grains, "a run past the pool was accepted");
+  }
+}
+
+// ---- checkpoint index page ----
+
+void FuzzIndex(Input* in, bool reseal) {
+  IndexPage page;
+  page.pool = PoolId(in->U8());
+  page.seq = 2 + in->U16();
+  page.level = in->U8() % (kIndexMaxLevel + 1);
+  const uint32_t n = in->U8() % (kIndexPageEntries + 1);
+  uint32_t lun = in->U8();
+  uint64_t lba = in->U32();
+  uint64_t addr = kIndexMinAddress + uint64_t{in->U16()} * 4096;
+  for (uint32_t i = 0; i < n; i++) {
+    if (in->U8() % 8 == 0) {
+      lun += 1;
+      lba = in->U16();
+    }
+    IndexEntry e;
+    e.first = {lun, lba};
+    lba += 1 + in->U16();
+    e.end = {lun, lba};
+    lba += in->U8() % 2;
+    e.addr = addr;
+    addr += 4096 * (1 + in->U8() % 4);
+    e.seq = page.seq - in->U8() % 2;
+    page.entries.push_back(e);
+  }
+  if (!page.entries.empty()) {
+    page.first = page.entries.front().first;
+    page.end = page.entries.back().end;
+  }
+  std::string good;
+  if (!EncodeIndexPage(page, &good).ok()) return;
+  IndexPageExpect expect;
+  expect.pool = page.pool;
+  expect.seq = page.seq;
+  expect.level = page.level;
+  expect.first = page.first;
+  expect.end = page.end;
+  expect.addr_end = addr + (in->U8() & 1 ? 0 : 4096);
+
+  IndexPage back;
+  Check(DecodeIndexPage(good.data(), good.size(), expect, &back).ok(), "a fresh index page is refused");
+  IndexPageExpect deeper = expect;
+  deeper.level = (expect.level + 1) % (kIndexMaxLevel + 1);
+  Check(!DecodeIndexPage(good.data(), good.size(), deeper, &back).ok(),
+        "an index page of another level was accepted");
+
+  std::string bad = good;
+  Damage(in, &bad);
+  if (reseal) ResealPage(&bad, kIndexPageCrcOffset);
+  IndexPage got;
+  Status s = DecodeIndexPage(bad.data(), bad.size(), expect, &got);
+  if (bad != good && !reseal) Check(!s.ok(), "a damaged index page without a matching CRC was accepted");
+  if (s.ok()) {
+    std::string again;
+    Check(EncodeIndexPage(got, &again).ok() && again == bad, "a decoded index page re-encodes to other bytes");
+    for (const IndexEntry& e : got.entries)
+      Check(e.addr >= expect.addr_begin && e.addr + kIndexPageBytes <= expect.addr_end && e.seq <= got.seq,
+            "an index entry outside its bounds was accepted");
+  }
+}
+
+}  // namespace
+}  // namespace cowstore::store
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace cowstore::store;
+  Input in(data, size);
+  const uint8_t codec = in.U8();
+  const bool reseal = in.U8() & 1;
+  switch (codec % 3) {
+    case 0: FuzzSuperblock(&in, reseal); break;
+    case 1: FuzzLeaf(&in, reseal); break;
+    default: FuzzIndex(&in, reseal); break;
+  }
+  return 0;
+}
