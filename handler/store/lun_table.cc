@@ -42,14 +42,20 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
                                               " is larger than the pool's grain (" +
                                               std::to_string(grain_) + " bytes)");
   LunInfo info;
-  {
+  for (int attempt = 0;; attempt++) {
     MutexLock g(&meta_mu_);
     // A geometry bound in AUs (LUN AUs <= 1024 x pool AUs <= 2^42, inside
     // ExtentMap::kMaxLba); a grain below the AU will need it in grains.
     if (size / au_ > space_.total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
-    if (!AffordableLocked(0, 8)) return Status(Code::kNoSpace, "no room for another LUN");
+    if (!AffordableLocked(0, 8)) {
+      if (attempt > 0 || !space_.has_pending()) return Status(Code::kNoSpace, "no room for another LUN");
+      g.Unlock();
+      Status c = ReclaimPending();  // freed AUs still being punched: wait for them
+      if (!c.ok()) return c;
+      continue;
+    }
     Record r;
     r.type = RecType::kCreateLun;
     r.lun = st_.next_lun_id;
@@ -60,6 +66,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
     Result<uint64_t> t = AppendLocked(r);
     if (!t.ok()) return t.status();
     info = InfoLocked(*st_.Find(r.lun));
+    break;
   }
   s = Commit(CurrentSeq());
   if (!s.ok()) return s;
@@ -144,23 +151,32 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
   if (!h.ok()) return h.status();
   std::shared_ptr<LunState> l = h.value();
   LunInfo info;
-  {
-    RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
-    MutexLock g(&meta_mu_);
-    if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
-    else if (!AffordableLocked(0, l->map.extents() + 8)) s = Status(Code::kNoSpace, "no room for the clone's metadata");
-    if (s.ok()) {
-      Record r;
-      r.type = snapshot ? RecType::kSnapshotLun : RecType::kCloneLun;
-      if (snapshot) r.attrs = {true, l->uuid, env_->NowUnixSeconds()};
-      r.lun = l->id;
-      r.lun2 = st_.next_lun_id;
-      r.uuid = NewUuid();
-      r.name = dst;
-      Result<uint64_t> t = AppendLocked(r);  // refused if a reference count would overflow
-      if (t.ok()) info = InfoLocked(*st_.Find(r.lun2));
-      else s = t.status();
+  for (int attempt = 0;; attempt++) {
+    bool reclaim = false;  // short of room only while freed AUs are being punched
+    {
+      RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
+      MutexLock g(&meta_mu_);
+      if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
+      else if (!AffordableLocked(0, l->map.extents() + 8)) {
+        s = Status(Code::kNoSpace, "no room for the clone's metadata");
+        reclaim = attempt == 0 && space_.has_pending();
+      }
+      if (s.ok()) {
+        Record r;
+        r.type = snapshot ? RecType::kSnapshotLun : RecType::kCloneLun;
+        if (snapshot) r.attrs = {true, l->uuid, env_->NowUnixSeconds()};
+        r.lun = l->id;
+        r.lun2 = st_.next_lun_id;
+        r.uuid = NewUuid();
+        r.name = dst;
+        Result<uint64_t> t = AppendLocked(r);  // refused if a reference count would overflow
+        if (t.ok()) info = InfoLocked(*st_.Find(r.lun2));
+        else s = t.status();
+      }
     }
+    if (!reclaim) break;
+    s = ReclaimPending();  // outside the range lock: waits for commits and punches
+    if (!s.ok()) break;
   }
   ReleaseHandle(l.get());
   if (!s.ok()) return s;
@@ -183,7 +199,8 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
     return hs.status();
   }
   std::shared_ptr<LunState> snap = hs.value();
-  {
+  for (int attempt = 0;; attempt++) {
+    bool reclaim = false;  // short of room only while freed AUs are being punched
     // Every I/O on the target drains and new I/O waits until the swap is
     // durable, so no initiator reads contents a power cut could take back.
     // Range locks in LUN id order (range_lock.h).
@@ -203,8 +220,10 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
       else if (t->bs != snap->bs)
         s = Status(Code::kInvalidArgument, "LUN " + target + " and " + snapshot +
                                                " have different block sizes");
-      else if (!AffordableLocked(0, snap->map.extents() + 8))
+      else if (!AffordableLocked(0, snap->map.extents() + 8)) {
         s = Status(Code::kNoSpace, "no room for the rollback's metadata");
+        reclaim = attempt == 0 && space_.has_pending();
+      }
       if (s.ok()) {
         Record r;
         r.type = RecType::kRollbackLun;
@@ -215,6 +234,11 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
       }
     }
     if (s.ok()) s = Commit(CurrentSeq());
+    if (!reclaim) break;
+    g2.Release();  // ReclaimPending waits for commits and punches: not under range locks
+    g1.Release();
+    s = ReclaimPending();
+    if (!s.ok()) break;
   }
   ReleaseHandle(snap.get());
   ReleaseHandle(t.get());

@@ -239,7 +239,8 @@ void SpaceMap::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
 bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {
   if (soft_percent_ == 0) return false;
   uint64_t limit = soft_threshold_units();
-  uint64_t used_before = total_units_ - free_before, used_now = total_units_ - free_.count();
+  uint64_t used_before = total_units_ - free_before - releasing_;
+  uint64_t used_now = total_units_ - free_.count() - releasing_;
   return used_before < limit && used_now >= limit;
 }
 

@@ -125,7 +125,10 @@ class SpaceMap {
   void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
   uint64_t soft_threshold_units() const { return total_units_ * soft_percent_ / 100; }
   // True if taking AUs brought the used count from below the threshold (with
-  // `free_before` free) to at or above it.
+  // `free_before` free) to at or above it. AUs being punched (releasing) are
+  // not used: they are free by every durable record, and Space() shows them
+  // as free, so a large delete must not make a later small write look like
+  // a crossing of the threshold.
   bool CrossedSoftThreshold(uint64_t free_before) const;
 
   uint64_t total_units() const { return total_units_; }

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -531,6 +532,62 @@ TEST(PoolThinning, NoPunchIsLargerThanASlice) {
   EXPECT_LE(env.largest_punch.load(), 8u << 20);
   EXPECT_TRUE(pool.Check().clean);
 }
+
+// A LUN-table change that needs checkpoint room only the thinning AUs can
+// give waits for their punch, as an allocation does, instead of failing with
+// kNoSpace for space Space() already shows as free. Each case: a pool filled
+// until neither data nor another LUN fits, then a large LUN unmapped with its
+// punches held at the gate.
+class PoolThinningLunTable : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PoolThinningLunTable, WaitsForThePunchesInsteadOfRefusing) {
+  GatedEnv env;
+  auto p = Pool::Create(&env, "p", Opts(16));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  const uint64_t bpa = kAu / 512;
+  const auto data = Pattern(kAu);
+  ASSERT_TRUE(pool.CreateLun("a", 2 << 20, 512).ok());
+  ASSERT_TRUE(pool.OpenLun("a").value()->Write(0, bpa, data.data(), D::kDurable).ok());
+  ASSERT_TRUE(pool.SnapshotLun("a", "a.snap").ok());
+  ASSERT_TRUE(pool.CreateLun("big", 2 << 20, 512).ok());
+  auto big = pool.OpenLun("big").value();
+  uint64_t written = 0;
+  while (big->Write(written * bpa, bpa, data.data(), D::kDurable).ok()) written++;
+  ASSERT_GT(written, 8u);
+  int fillers = 0;  // each LUN adds to the checkpoint until none fits
+  while (pool.CreateLun("filler" + std::to_string(fillers), 1 << 20, 512).ok()) ASSERT_LT(++fillers, 5000);
+  ASSERT_EQ(pool.CreateLun("one-more", 1 << 20, 512).status().code(), Code::kNoSpace);
+
+  env.gate.Close();  // punches now wait
+  // Unmapped rather than deleted: a deleted LUN would give back its own
+  // checkpoint room, and the change below would fit without the punches.
+  ASSERT_TRUE(big->Unmap(0, written * bpa, D::kDurable).ok());
+  ASSERT_EQ(pool.Space().thinning_units, written);
+
+  const std::string op = GetParam();
+  std::atomic<bool> finished{false};
+  Status st;
+  std::thread worker([&] {
+    if (op == "create") st = pool.CreateLun("late", 1 << 20, 512).status();
+    else if (op == "clone") st = pool.CloneLun("a", "a.clone").status();
+    else if (op == "snapshot") st = pool.SnapshotLun("a", "a.snap2").status();
+    else st = pool.RollbackLun("a", "a.snap");
+    finished = true;
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_FALSE(finished.load());  // waiting for the punches, not refused
+  env.gate.Open();
+  worker.join();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  EXPECT_TRUE(pool.Check().clean);
+  std::vector<uint8_t> v(kAu);
+  ASSERT_TRUE(pool.OpenLun("a").value()->Read(0, bpa, v.data()).ok());
+  EXPECT_EQ(v, data);
+}
+
+INSTANTIATE_TEST_SUITE_P(EachChange, PoolThinningLunTable,
+                         ::testing::Values("create", "clone", "snapshot", "rollback"));
 
 }  // namespace
 }  // namespace cowstore::store
