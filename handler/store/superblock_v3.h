@@ -71,8 +71,9 @@
 //    may replace the whole list with fewer, longer runs.
 //
 // Upgrade state (3.7): `origin_format` (3: created as v3; 1 or 2: upgraded).
-// An upgrade commits by one superblock write, so no "in progress" state is
-// stored. Env traits (3.8): only `write_unit` is the format's (journal
+// An upgrade commits by its superblock write (into both slots before it
+// reports success; the first durable one decides), so no "in progress"
+// state is stored. Env traits (3.8): only `write_unit` is the format's (journal
 // appends and page headers are laid out for it); discard_zeroes, ownership,
 // can_truncate and sync are properties of where the pool sits now, declared
 // by Env at each open, and a pool copied from a file to a block device must
