@@ -214,7 +214,8 @@ std::string IndexRootRule(const IndexRoot& root) {
   // Only an empty index has an empty root (CheckPage): level 0, no keys.
   const bool empty_index = e.first == IndexKey{} && e.end == IndexKey{} && root.level == 0;
   if (e.first >= e.end && !empty_index)
-    return "root key range " + Range(e.first, e.end) + " is empty (only the empty index's level-0 root, [0:0, 0:0), is)";
+    return "root key range " + Range(e.first, e.end) +
+           " is empty (only the empty index's level-0 root, [0:0, 0:0), is)";
   return "";
 }
 
