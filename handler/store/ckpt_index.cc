@@ -60,6 +60,7 @@ Status CheckEntry(Code code, size_t i, const IndexEntry& e, const IndexEntry* pr
                             KeyText(prev->end));
   if (Status s = CheckAddress(code, e.addr, addr_begin, addr_end); !s.ok())
     return Status(code, EntryText(i, e) + ": " + s.message());
+  if (e.seq == 0) return Status(code, EntryText(i, e) + " has sequence 0, which no checkpoint writes");
   if (e.seq > page_seq)
     return Status(code, EntryText(i, e) + " is newer than its index page's seq " + std::to_string(page_seq));
   return Status::Ok();
@@ -203,6 +204,21 @@ Status DecodeIndexPage(const void* p, size_t n, const IndexPageExpect& expect, I
   return Status::Ok();
 }
 
+std::string IndexRootRule(const IndexRoot& root) {
+  const IndexEntry& e = root.entry;
+  if (e.seq == 0) return "root sequence 0, which no checkpoint writes";
+  if (root.level > kIndexMaxLevel)
+    return "root level " + std::to_string(root.level) + " past " + std::to_string(kIndexMaxLevel);
+  if (e.first.lba >= kMaxLba || e.end.lba > kMaxLba)
+    return "root key range " + Range(e.first, e.end) + " has an LBA past 2^48";
+  // Only an empty index has an empty root (CheckPage): level 0, no keys.
+  const bool empty_index = e.first == IndexKey{} && e.end == IndexKey{} && root.level == 0;
+  if (e.first >= e.end && !empty_index)
+    return "root key range " + Range(e.first, e.end) +
+           " is empty (only the empty index's level-0 root, [0:0, 0:0), is)";
+  return "";
+}
+
 const IndexEntry* FindIndexEntry(const IndexPage& page, uint32_t lun, uint64_t lba) {
   const IndexKey k{lun, lba};
   // The first entry starting after k; the one before it is the only candidate.
@@ -267,9 +283,22 @@ Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std
   return Status::Ok();
 }
 
-Status BuildIndex(const Uuid& pool, uint64_t seq, const std::vector<IndexEntry>& leaves,
-                  const std::function<uint64_t()>& alloc, std::vector<std::pair<uint64_t, std::string>>* pages,
-                  IndexRoot* root) {
+Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<IndexEntry>& leaves,
+                  const std::function<Result<uint64_t>()>& alloc,
+                  std::vector<std::pair<uint64_t, std::string>>* pages, IndexRoot* root) {
+  // Every address the index names, leaves and its own pages: each inside the
+  // bound and used once, as ReadIndex demands.
+  std::set<uint64_t> used;
+  auto take = [&](uint64_t addr, const std::string& what) -> Status {
+    if (Status s = CheckAddress(Code::kInvalidArgument, addr, bound.addr_begin, bound.addr_end); !s.ok())
+      return Status(s.code(), what + ": " + s.message());
+    if (!used.insert(addr).second)
+      return Status(Code::kInvalidArgument, what + ": address " + std::to_string(addr) + " is used twice");
+    return Status::Ok();
+  };
+  for (size_t i = 0; i < leaves.size(); i++)
+    if (Status s = take(leaves[i].addr, "leaf " + EntryText(i, leaves[i])); !s.ok()) return s;
+
   std::vector<std::pair<uint64_t, std::string>> written;
   std::vector<IndexEntry> entries = leaves;
   for (uint32_t level = 0;; level++) {
@@ -277,15 +306,18 @@ Status BuildIndex(const Uuid& pool, uint64_t seq, const std::vector<IndexEntry>&
       return Status(Code::kInvalidArgument, std::to_string(leaves.size()) + " leaves need more than " +
                                                 std::to_string(kIndexMaxLevel + 1) + " index levels");
     std::vector<IndexPage> built;
-    if (Status s = BuildIndexLevel(pool, seq, level, entries, &built); !s.ok()) return s;
+    if (Status s = BuildIndexLevel(bound.pool, seq, level, entries, &built); !s.ok()) return s;
     std::vector<IndexEntry> parents;
     parents.reserve(built.size());
     for (const IndexPage& page : built) {
       std::string bytes;
       if (Status s = EncodeIndexPage(page, &bytes); !s.ok()) return s;
-      const uint64_t addr = alloc();
-      written.emplace_back(addr, std::move(bytes));
-      parents.push_back(EntryFor(page, addr));
+      Result<uint64_t> addr = alloc();
+      if (!addr.ok()) return addr.status();
+      if (Status s = take(*addr, "the allocator's index page at level " + std::to_string(level)); !s.ok())
+        return s;
+      written.emplace_back(*addr, std::move(bytes));
+      parents.push_back(EntryFor(page, *addr));
     }
     if (built.size() == 1) {
       pages->insert(pages->end(), std::make_move_iterator(written.begin()), std::make_move_iterator(written.end()));
@@ -303,8 +335,7 @@ Status ReadIndex(const IndexRoot& root, const IndexPageExpect& bound,
   auto corrupt = [](const std::string& what) {
     return Status(Code::kCorruption, "checkpoint index: " + what);
   };
-  if (root.level > kIndexMaxLevel)
-    return corrupt("root level " + std::to_string(root.level) + " past " + std::to_string(kIndexMaxLevel));
+  if (std::string why = IndexRootRule(root); !why.empty()) return corrupt(why);
   if (Status s = CheckAddress(Code::kCorruption, root.entry.addr, bound.addr_begin, bound.addr_end); !s.ok())
     return corrupt("root " + s.message());
   std::vector<IndexEntry> out;

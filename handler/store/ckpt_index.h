@@ -96,7 +96,7 @@ struct IndexPage {
 // key range is not the entries' (see the layout), or an entry has an empty key range, an LBA past 2^48, a
 // level-0 entry spans two LUNs, an entry is not after the one before it, its
 // address is not a 4096-aligned offset at or above kIndexMinAddress, or its
-// sequence is newer than the page's.
+// sequence is 0 (no checkpoint has it) or newer than the page's.
 Status EncodeIndexPage(const IndexPage& page, std::string* out);
 
 // What the reader knows before it reads an index page: from the parent
@@ -122,7 +122,7 @@ struct IndexPageExpect {
 // the entries', an entry with an empty or out-of-bounds key range, spanning
 // LUNs at level 0, unsorted or overlapping, with an address outside the
 // bound or not page-aligned, two entries naming one address, an entry
-// sequence newer than the page's, and non-zero bytes after the last entry. kUnsupported for a page format version
+// sequence 0 or newer than the page's, and non-zero bytes after the last entry. kUnsupported for a page format version
 // this build does not know. Reads nothing outside p[0..n), reserves entries
 // only after their count is checked, and leaves *out unchanged unless it
 // succeeds.
@@ -146,27 +146,44 @@ IndexEntry EntryFor(const IndexPage& page, uint64_t addr);
 Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std::vector<IndexEntry>& entries,
                        std::vector<IndexPage>* out);
 
-// The root as the superblock names it.
+// The root as the superblock names it (superblock_v3.h records every field:
+// ReadIndex checks the root page against all of them).
 struct IndexRoot {
   IndexEntry entry;  // key range, address and sequence of the root page
-  uint32_t level = 0;
+  uint32_t level = 0;  // the root page's level: the index has level + 1 levels
+  bool operator==(const IndexRoot&) const = default;
 };
+
+// The rules a root obeys wherever it is recorded, the address aside (its
+// bound is the recorder's): sequence not 0, level at most kIndexMaxLevel, a
+// key range inside the 48-bit LBA bound and not empty, but for the empty
+// index's level-0 root, [0:0, 0:0). Empty if so, else why not. ReadIndex and
+// the v3 superblock codec both apply it.
+std::string IndexRootRule(const IndexRoot& root);
 
 // Builds the whole index over `leaves` (sorted, disjoint level-0 entries):
 // level 0, then parents until one page is left. `alloc` gives each page its
-// address, children before parents. Appends (address, encoded page) to
-// *pages and sets *root. kInvalidArgument if the entries are invalid or need
-// more than kIndexMaxLevel + 1 levels.
-Status BuildIndex(const Uuid& pool, uint64_t seq, const std::vector<IndexEntry>& leaves,
-                  const std::function<uint64_t()>& alloc,
+// address, children before parents, or the status that stops the build
+// (no space). Appends (address, encoded page) to *pages and sets *root only
+// on success. kInvalidArgument if the entries are invalid, need more than
+// kIndexMaxLevel + 1 levels, or an address (a leaf's or one `alloc` gave) is
+// outside `bound` (as ReadIndex would refuse it: unaligned, below
+// bound.addr_begin or kIndexMinAddress, past bound.addr_end) or is used
+// twice: an index ReadIndex would refuse is never written. `bound` gives the
+// pool and the address bound; its seq, level and key range are ignored.
+Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<IndexEntry>& leaves,
+                  const std::function<Result<uint64_t>()>& alloc,
                   std::vector<std::pair<uint64_t, std::string>>* pages, IndexRoot* root);
 
 // Reads the index from `root` down, each page through `read` (which returns
 // its kIndexPageBytes bytes) and checked against the entry naming it, and
 // replaces *leaves with the level-0 entries in key order. Also refuses, with
 // kCorruption, an address named twice anywhere in the index (a page or a
-// leaf). `bound` gives the pool and the address bound; its seq, level and
-// key range are ignored (they come from `root`). At most one read per page.
+// leaf), and a root IndexRootRule refuses or whose page does not match it in
+// every field (sequence, level, key range: a stale or misdirected root page
+// is refused). `bound` gives the pool and the address bound; its seq, level
+// and key range are ignored (they come from `root`). At most one read per
+// page.
 Status ReadIndex(const IndexRoot& root, const IndexPageExpect& bound,
                  const std::function<Status(uint64_t addr, std::string* page)>& read,
                  std::vector<IndexEntry>* leaves);

@@ -10,6 +10,7 @@
 
 #include "handler/store/checkpoint.h"
 #include "handler/store/names.h"
+#include "handler/store/superblock_v3.h"  // SuperblockEnvelopeVersion: every format's envelope
 
 namespace cowstore::store {
 namespace {
@@ -107,6 +108,17 @@ Status Core::LoadLocked() {
     if (!s.ok()) return s;
     Superblock sb;
     s = Superblock::Decode(buf.data(), buf.size(), &sb);
+    // A newer format in either slot refuses the open, even beside a valid
+    // copy of ours: it is no damaged slot but a newer build's write (an
+    // upgrade, store-v3.md 3.7), and opening the other slot's older copy
+    // would roll the pool back and, read-write, rewrite that slot and punch
+    // the newer format's pages as free space. The envelope every format
+    // shares (superblock_v3.h) tells a newer format from damage.
+    if (const uint32_t v = SuperblockEnvelopeVersion(buf.data(), buf.size()); v > kFormatVersion)
+      return Status(Code::kUnsupported, "superblock slot " + std::to_string(slot) + " holds pool format version " +
+                                            std::to_string(v) + " (this build reads versions " +
+                                            std::to_string(kOldestFormatVersion) + " to " +
+                                            std::to_string(kFormatVersion) + "): a newer build wrote this pool");
     if (!s.ok()) {
       if (why.ok() || s.code() == Code::kUnsupported) why = s;
       damaged_slot = slot;

@@ -16,10 +16,9 @@ constexpr uint64_t kMaxGrains = uint64_t{1} << 48;  // RunTree's 48-bit physical
 constexpr uint64_t kMaxAreaBytes = uint64_t{1} << 62;  // so offsets in it never wrap
 constexpr uint64_t kMaxLsn = ~uint64_t{0} >> 2;     // v2's bound
 constexpr uint64_t kAuMask = (uint64_t{1} << 48) - 1;
-constexpr uint64_t kJournalStartAlign = 512;        // the smallest write unit (3.8)
 // The reserved gaps of the layout (superblock_v3.h): [97, 104) after the
-// index level count, [144, 192) after the replay start.
-constexpr size_t kZeros1 = 97, kZeros2 = 144;
+// index root level, [168, 192) after the index root's key range.
+constexpr size_t kZeros1 = 97, kZeros2 = 168;
 static_assert(kSuperblockSlot == 4096);
 
 uint32_t EnvelopeCrc(const uint8_t* b) { return Crc32c(0, b, kSuperblockV3EnvelopeCrc); }
@@ -74,13 +73,17 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
       return bad(std::string(name) + " sequence " + N(r.seq) + " is not in 1 .. the superblock's " + N(sb.seq));
     return Status::Ok();
   };
-  if (Status s = page("index root", sb.index); !s.ok()) return s;
-  if ((sb.index.addr == kNoPage) != (sb.index_levels == 0) || sb.index_levels > kMaxIndexLevels)
-    return bad("index levels " + N(sb.index_levels) + " (1 .. " + N(kMaxIndexLevels) +
-               " with a root, 0 without)");
+  const PageRef index_page{sb.index.entry.addr, sb.index.entry.seq};
+  if (Status s = page("index root", index_page); !s.ok()) return s;
+  if (index_page.addr == kNoPage) {
+    if (sb.index != kNoIndex)
+      return bad("index root is none but has level " + N(sb.index.level) + " or a key range");
+  } else if (std::string why = IndexRootRule(sb.index); !why.empty()) {
+    return bad("index " + why);
+  }
   if (Status s = page("LUN table root", sb.lun_table); !s.ok()) return s;
-  if (sb.index.addr != kNoPage && sb.index.addr == sb.lun_table.addr)
-    return bad("index root and LUN table root overlap at byte " + N(sb.index.addr));
+  if (index_page.addr != kNoPage && index_page.addr == sb.lun_table.addr)
+    return bad("index root and LUN table root overlap at byte " + N(index_page.addr));
 
   if (sb.journal.empty() || sb.journal.size() > kMaxJournalExtents)
     return bad("journal extent count " + N(sb.journal.size()) + " is not 1 .. " + N(kMaxJournalExtents));
@@ -97,7 +100,7 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
       if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
         return bad(name + " overlaps journal extent " + N(j));
     }
-    for (const auto& [what, r] : {std::pair{"index root", sb.index}, std::pair{"LUN table root", sb.lun_table}}) {
+    for (const auto& [what, r] : {std::pair{"index root", index_page}, std::pair{"LUN table root", sb.lun_table}}) {
       if (r.addr == kNoPage) continue;
       const uint64_t au = (r.addr - sb.data_offset) / sb.au;
       if (au >= x.first_au && au - x.first_au < x.aus)
@@ -108,15 +111,25 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   const uint64_t capacity = journal_aus * sb.au;
   if (capacity < kMinJournalBytes || capacity > kMaxJournalBytes)
     return bad("journal of " + N(capacity) + " bytes is not 64 KiB .. 1 GiB");
-  if (sb.journal_start >= capacity || sb.journal_start % kJournalStartAlign)
-    return bad("journal replay start " + N(sb.journal_start) + " is not a 512-byte boundary inside the " +
-               N(capacity) + "-byte journal");
+  // Journal appends are laid out in the pool's write units (3.8), so a
+  // record, and replay's start, begins on one.
+  if (sb.journal_start >= capacity || sb.journal_start % sb.write_unit)
+    return bad("journal replay start " + N(sb.journal_start) + " is not a " + N(sb.write_unit) +
+               "-byte write-unit boundary inside the " + N(capacity) + "-byte journal");
   if (sb.journal_start_lsn == 0 || sb.journal_start_lsn > kMaxLsn)
     return bad("journal start LSN " + N(sb.journal_start_lsn) + " is not 1 .. 2^62 - 1");
   return Status::Ok();
 }
 
 }  // namespace
+
+IndexPageExpect IndexReadBound(const SuperblockV3& sb) {
+  IndexPageExpect b;
+  b.pool = sb.uuid;
+  b.addr_begin = sb.data_offset;
+  b.addr_end = sb.data_offset + sb.units * sb.au;  // a decoded superblock's area: no overflow (Check)
+  return b;
+}
 
 uint64_t SuperblockV3::capacity() const {
   uint64_t n = 0;
@@ -144,9 +157,9 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
   e.U32(sb.write_unit);
   e.U32(sb.origin_format);
   e.U32(static_cast<uint32_t>(sb.journal.size()));
-  e.U64(sb.index.addr);
-  e.U64(sb.index.seq);
-  e.U8(sb.index_levels);
+  e.U64(sb.index.entry.addr);
+  e.U64(sb.index.entry.seq);
+  e.U8(static_cast<uint8_t>(sb.index.level));  // <= kIndexMaxLevel: Check
   s.resize(kSuperblockV3EnvelopeCrc, '\0');
   e.U32(0);  // both CRCs, set below
   e.U32(0);
@@ -154,6 +167,10 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
   e.U64(sb.lun_table.seq);
   e.U64(sb.journal_start);
   e.U64(sb.journal_start_lsn);
+  e.U32(sb.index.entry.first.lun);
+  e.U32(sb.index.entry.end.lun);
+  e.U64(sb.index.entry.first.lba);
+  e.U64(sb.index.entry.end.lba);
   s.resize(kSuperblockV3Extents, '\0');
   for (const JournalExtent& x : sb.journal) e.U64(x.first_au | (x.aus - 1) << 48);
   s.resize(kSuperblockSlot, '\0');
@@ -195,13 +212,17 @@ Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, Superb
   SuperblockV3 sb;
   Decoder d(b + 12, kSuperblockSlot - 12);
   uint32_t extents = 0;
+  uint8_t index_level = 0;
+  IndexEntry& root = sb.index.entry;
   bool ok = d.U32(&sb.incompat) && d.Bytes(sb.uuid.data(), sb.uuid.size()) && d.U64(&sb.seq) &&
             d.U32(&sb.au) && d.U32(&sb.grain) && d.U64(&sb.data_offset) && d.U64(&sb.units) &&
             d.U32(&sb.soft_threshold_percent) && d.U32(&sb.write_unit) && d.U32(&sb.origin_format) &&
-            d.U32(&extents) && d.U64(&sb.index.addr) && d.U64(&sb.index.seq) && d.U8(&sb.index_levels) &&
+            d.U32(&extents) && d.U64(&root.addr) && d.U64(&root.seq) && d.U8(&index_level) &&
             d.Skip(kSuperblockV3Crc + 4 - kZeros1) && d.U64(&sb.lun_table.addr) &&
-            d.U64(&sb.lun_table.seq) && d.U64(&sb.journal_start) && d.U64(&sb.journal_start_lsn);
+            d.U64(&sb.lun_table.seq) && d.U64(&sb.journal_start) && d.U64(&sb.journal_start_lsn) &&
+            d.U32(&root.first.lun) && d.U32(&root.end.lun) && d.U64(&root.first.lba) && d.U64(&root.end.lba);
   if (!ok) return corrupt("truncated");  // cannot happen: n is a whole slot
+  sb.index.level = index_level;
   if (sb.incompat != 0)
     return Status(Code::kUnsupported, "superblock v3: incompat flags " + N(sb.incompat) +
                                           " this build does not know");
@@ -232,26 +253,57 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
   Status st[2];       // slot i as a v3 copy
   Superblock old[2];  // slot i as a v1/v2 copy, when its envelope says 1 or 2
   bool is_old[2] = {false, false};
+  bool v3_envelope[2] = {false, false};  // a format 3 writer's slot, valid or not
+  // Slot i passes both CRCs but a field check refuses it: sealed_seq[i] is
+  // its sequence (read raw: nothing else of it is trusted).
+  bool sealed_refused[2] = {false, false};
+  uint64_t sealed_seq[2] = {0, 0};
   for (int i = 0; i < 2; i++) {
-    const uint32_t version = SuperblockEnvelopeVersion(slots[i], kSuperblockSlot);
+    const auto* b = static_cast<const uint8_t*>(slots[i]);
+    const uint32_t version = SuperblockEnvelopeVersion(b, kSuperblockSlot);
     if (version > kFormatVersionV3)
       return Status(Code::kUnsupported, "superblock slot " + N(i) + " holds pool format version " + N(version) +
                                             " (this build reads up to 3)");
     if (version == 0 || version == kFormatVersionV3) {
-      st[i] = DecodeSuperblockV3(slots[i], kSuperblockSlot, device_bytes, &v3[i]);
+      v3_envelope[i] = version == kFormatVersionV3;
+      st[i] = DecodeSuperblockV3(b, kSuperblockSlot, device_bytes, &v3[i]);
       // CRC-valid with incompat flags this build does not know: a newer build
       // wrote it, exactly like a newer version. Not damage: falling back to
       // the other copy would open an older state, and refusing both as
       // corrupt would invite a repair of a healthy pool.
       if (st[i].code() == Code::kUnsupported)
         return Status(Code::kUnsupported, "superblock slot " + N(i) + ": " + st[i].message());
+      if (!st[i].ok() && v3_envelope[i] && Le32(b + kSuperblockV3Crc) == SlotCrc(b)) {
+        sealed_refused[i] = true;
+        Decoder(b + 32, 8).U64(&sealed_seq[i]);
+      }
     } else {
-      st[i] = Superblock::Decode(slots[i], kSuperblockSlot, &old[i]);
+      st[i] = Superblock::Decode(b, kSuperblockSlot, &old[i]);
       is_old[i] = st[i].ok();
       if (is_old[i]) st[i] = Status(Code::kUnsupported, "format " + N(old[i].version));
     }
   }
   const bool valid[2] = {st[0].ok(), st[1].ok()};
+  // The fallback rule: a copy that fails its CRCs is a torn or damaged write
+  // and the other copy stands in for it; a copy that passes both CRCs but
+  // fails a field check was written whole by a writer (a bug, a misdirected
+  // write): if it is the newest, falling back would silently roll back
+  // acknowledged state, so it refuses the open. It stands aside only for a
+  // valid copy with a strictly higher sequence.
+  for (int i = 0; i < 2; i++) {
+    if (!sealed_refused[i]) continue;
+    const int o = 1 - i;
+    const bool other_newer = (valid[o] && v3[o].seq > sealed_seq[i]) || (is_old[o] && old[o].seq > sealed_seq[i]);
+    if (other_newer) continue;
+    const std::string other = valid[o] ? "the older copy in slot " + N(o) + " (sequence " + N(v3[o].seq) + ")"
+                              : is_old[o] ? "the older format " + N(old[o].version) + " copy in slot " + N(o) +
+                                                " (sequence " + N(old[o].seq) + ")"
+                                          : "slot " + N(o) + " (" + st[o].message() + ")";
+    return Status(Code::kCorruption, "superblock slot " + N(i) + " (sequence " + N(sealed_seq[i]) +
+                                         ") passes its CRCs but is refused: " + st[i].message() +
+                                         "; not a torn write, so " + other +
+                                         " is not opened in its place (it would roll back acknowledged state)");
+  }
   SuperblockChoice c;
   auto foreign = [](int a, const Uuid& ua, const Uuid& ub) {
     return Status(Code::kCorruption, "superblock slots hold two pools: slot " + N(a) + " " + UuidText(ua) +
@@ -279,13 +331,25 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
   if (valid[0] || valid[1]) {
     const int w = valid[0] ? 0 : 1, o = 1 - w;
     if (is_old[o]) {
-      if (old[o].uuid != v3[w].uuid) return foreign(w, v3[w].uuid, old[o].uuid);
-      if (old[o].seq >= v3[w].seq)
+      const Superblock& v2 = old[o];
+      const SuperblockV3& x = v3[w];
+      if (v2.uuid != x.uuid) return foreign(w, x.uuid, v2.uuid);
+      // An upgrade keeps the pool where it is (store-v3.md 3.7: no data
+      // moves): same AU, data offset and size. Anything else is not the
+      // same pool's two copies, whatever the UUID says.
+      if (v2.au != x.au || v2.data_offset != x.data_offset || v2.total_units() != x.units)
         return Status(Code::kCorruption,
-                      "superblock slot " + N(o) + " holds format " + N(old[o].version) + " sequence " +
-                          N(old[o].seq) + ", not older than the format 3 copy in slot " + N(w) +
-                          " (sequence " + N(v3[w].seq) + "): no crash leaves that, so neither copy is trusted");
-      c.other_state = "format " + N(old[o].version) + ", sequence " + N(old[o].seq) +
+                      "superblock slot " + N(o) + " holds format " + N(v2.version) + " of AU " + N(v2.au) +
+                          ", data offset " + N(v2.data_offset) + ", " + N(v2.total_units()) +
+                          " AUs; the format 3 copy in slot " + N(w) + " has AU " + N(x.au) + ", data offset " +
+                          N(x.data_offset) + ", " + N(x.units) +
+                          " AUs: an upgrade moves nothing, so these are not one pool's copies");
+      if (v2.seq >= x.seq)
+        return Status(Code::kCorruption,
+                      "superblock slot " + N(o) + " holds format " + N(v2.version) + " sequence " +
+                          N(v2.seq) + ", not older than the format 3 copy in slot " + N(w) +
+                          " (sequence " + N(x.seq) + "): no crash leaves that, so neither copy is trusted");
+      c.other_state = "format " + N(v2.version) + ", sequence " + N(v2.seq) +
                       " (an upgrade cut before its second write)";
     } else {
       c.other_state = "damaged: " + st[o].message();
@@ -296,10 +360,20 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
     *out = std::move(c);
     return Status::Ok();
   }
-  for (int i = 0; i < 2; i++)
-    if (is_old[i])
-      return Status(Code::kUnsupported, "pool format version " + N(old[i].version) + " (slot " + N(i) +
-                                            "): not a format 3 pool; the v1/v2 open reads it");
+  for (int i = 0; i < 2; i++) {
+    if (!is_old[i]) continue;
+    // A format 3 writer's slot beside it (its envelope says 3, the rest is
+    // refused): an upgrade cut between its two slot writes, then damaged.
+    // The v1/v2 open refuses any slot of a newer format (recovery.cc), so
+    // neither open takes the pool.
+    if (v3_envelope[1 - i])
+      return Status(Code::kCorruption, "superblock slot " + N(1 - i) + " holds a format 3 copy that is refused (" +
+                                           st[1 - i].message() + ") beside format " + N(old[i].version) +
+                                           " sequence " + N(old[i].seq) + " in slot " + N(i) +
+                                           ": neither the v3 nor the v1/v2 open takes the pool");
+    return Status(Code::kUnsupported, "pool format version " + N(old[i].version) + " (slot " + N(i) +
+                                          "): not a format 3 pool; the v1/v2 open reads it");
+  }
   return Status(Code::kCorruption, "no valid superblock: slot 0: " + st[0].message() + "; slot 1: " + st[1].message());
 }
 

@@ -14,12 +14,15 @@
 //   64  soft threshold %(4)      68  write unit bytes(4)   72  origin format(4)
 //   76  journal extent count(4)
 //   80  index root: page address(8)  88 its checkpoint sequence(8)
-//   96  index levels(1)          97  zeros to 104
+//   96  index root level(1): the root page's level (IndexRoot::level),
+//       0 .. kIndexMaxLevel          97  zeros to 104
 //   104 envelope crc32c(4) of bytes [0, 104)
 //   108 crc32c(4) of the whole slot but these four bytes
 //   112 LUN table root: page address(8)   120 its checkpoint sequence(8)
 //   128 journal replay start: offset in the journal(8)   136 its LSN(8)
-//   144 zeros to 192
+//   144 index root key range: first lun(4)  148 end lun(4)
+//       152 first lba(8)  160 end lba(8)
+//   168 zeros to 192
 //   192 journal extents[32], 8 bytes each: first AU | (AUs - 1) << 48
 //   448 zeros to 4096 (reserved; checked)
 //
@@ -34,6 +37,14 @@
 // The record fits in 448 bytes, below 512, the smallest write unit 3.8's
 // table lists (RBD): on every Env a torn slot write leaves either the old
 // record or the new one, never a mix of fields.
+//
+// The index root fields are exactly ckpt_index.h's IndexRoot, the whole of
+// what ReadIndex checks the root page against (pool aside): its address, its
+// exact sequence, its level and its key range, so a stale root page (an
+// older sequence at a reused address), a misdirected one (another page's
+// bytes there: other level, range or sequence) and a root the superblock
+// names with a wrong level or range are all refused. The level's bound is
+// the index codec's kIndexMaxLevel: one constant.
 //
 // Addresses are byte offsets in the pool's file or device. Pages are 4 KiB
 // (kLeafPageBytes) at 4 KiB-aligned addresses inside the data area
@@ -60,8 +71,9 @@
 //    may replace the whole list with fewer, longer runs.
 //
 // Upgrade state (3.7): `origin_format` (3: created as v3; 1 or 2: upgraded).
-// An upgrade commits by one superblock write, so no "in progress" state is
-// stored. Env traits (3.8): only `write_unit` is the format's (journal
+// An upgrade commits by its superblock write (into both slots before it
+// reports success; the first durable one decides), so no "in progress"
+// state is stored. Env traits (3.8): only `write_unit` is the format's (journal
 // appends and page headers are laid out for it); discard_zeroes, ownership,
 // can_truncate and sync are properties of where the pool sits now, declared
 // by Env at each open, and a pool copied from a file to a block device must
@@ -73,7 +85,8 @@
 #include <string>
 #include <vector>
 
-#include "handler/store/names.h"  // Uuid, GrainRule, ValidAllocationUnit
+#include "handler/store/ckpt_index.h"  // IndexRoot, IndexRootRule, kIndexMaxLevel, IndexPageExpect
+#include "handler/store/names.h"       // Uuid, GrainRule, ValidAllocationUnit
 #include "handler/store/status.h"
 
 namespace cowstore::store {
@@ -85,8 +98,11 @@ constexpr size_t kSuperblockV3Crc = 108;          // crc32c of the slot but [108
 constexpr size_t kSuperblockV3Extents = 192;      // where the journal extents start
 constexpr uint32_t kMaxJournalExtents = 32;
 constexpr uint64_t kMaxJournalExtentAus = uint64_t{1} << 16;
-constexpr uint8_t kMaxIndexLevels = 8;  // 3.4 needs two; with >= 100 entries a page 8 name 10^16 leaves
 constexpr uint64_t kNoPage = ~uint64_t{0};
+// The index root level is one byte on disk; its bound is the index codec's.
+static_assert(kIndexMaxLevel <= 0xff);
+// "No index": what a pool without LUNs records.
+inline constexpr IndexRoot kNoIndex{IndexEntry{IndexKey{}, IndexKey{}, kNoPage, 0}, 0};
 static_assert(kSuperblockV3Extents + kMaxJournalExtents * 8 == kSuperblockV3Record);
 static_assert(kSuperblockV3Record <= 512, "a torn slot write must not mix two records");
 
@@ -116,8 +132,9 @@ struct SuperblockV3 {
   uint32_t soft_threshold_percent = 0;
   uint32_t write_unit = 4096;  // Env's atomic_write_bytes at creation: 512..4096, power of two
   uint32_t origin_format = kFormatVersionV3;  // 1, 2 (upgraded) or 3
-  PageRef index;               // root page of the checkpoint index
-  uint8_t index_levels = 0;    // 1 .. kMaxIndexLevels with a root, 0 without
+  // Root of the checkpoint index as BuildIndex gives it and ReadIndex takes
+  // it. kNoIndex (address kNoPage, all else zero) when there is none.
+  IndexRoot index = kNoIndex;
   PageRef lun_table;           // first page of the LUN table's chain
   std::vector<JournalExtent> journal;  // 1 .. kMaxJournalExtents runs, in journal order
   uint64_t journal_start = 0;      // replay starts at this journal offset ...
@@ -137,7 +154,8 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // kInvalidArgument), for a pool on a file or device of `device_bytes`.
 // kCorruption, its message naming the field, for: bad magic; an envelope or
 // slot CRC mismatch; a non-zero reserved byte; an AU, grain, write unit,
-// origin format, soft threshold or index level count out of its rule; a data
+// origin format or soft threshold out of its rule; an index root that
+// IndexRootRule refuses, or "none" with a sequence, level or key range; a data
 // area that starts inside the slots or off an AU boundary, holds fewer than
 // 8 AUs, more than 2^48 grains or 2^62 bytes, or ends beyond device_bytes; a
 // page address unaligned or outside the data area; "none" with a sequence;
@@ -145,7 +163,8 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // than kMaxJournalExtents, an extent empty, too long or outside the data
 // area; two regions overlapping (journal extents, the index root, the LUN
 // table root); a journal outside 64 KiB .. 1 GiB; a replay start outside the
-// journal or off a 512-byte boundary; LSN 0 or past 2^62. kUnsupported for a
+// journal or off a write-unit boundary (journal appends are laid out in
+// write units); LSN 0 or past 2^62. kUnsupported for a
 // format version other than 3 (v1/v2 superblocks are Superblock::Decode's:
 // this codec does not route, SuperblockEnvelopeVersion and
 // ChooseSuperblockV3 do) or an incompat flag. Decodes no field before both
@@ -153,6 +172,11 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // only after the extent count is bounded, and leaves *out unchanged unless it
 // succeeds.
 Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, SuperblockV3* out);
+
+// What ReadIndex needs beside sb.index: the pool and the address bound (the
+// data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
+// decoded superblock names.
+IndexPageExpect IndexReadBound(const SuperblockV3& sb);
 
 // The format version of a slot, read through the envelope every format
 // shares: 0 unless the magic and the envelope CRC check.
@@ -178,15 +202,28 @@ struct SuperblockChoice {
 //  * the newest valid v3 copy wins. Two v3 copies with one sequence must be
 //    equal, byte for byte (else kCorruption: two writers, or a misdirected
 //    write).
-//  * a slot refused (damaged, or CRC-valid but refused by a field) does not
-//    stop the open when the other slot is valid: the choice is marked not
-//    redundant, names the damaged slot and why, and open rewrites it.
+//  * the fallback rule. A damaged slot (a CRC fails: a torn or lost write,
+//    media damage) does not stop the open when the other slot is valid: the
+//    choice is marked not redundant, names the damaged slot and why, and
+//    open rewrites it. A slot that passes both CRCs but is refused by a
+//    field check is not a torn write: a writer wrote it whole (a bug, a
+//    misdirected write). Unless the other slot holds a valid copy with a
+//    strictly higher sequence, it refuses the open (kCorruption naming the
+//    slot, its sequence, read raw, and the field): falling back to an older
+//    copy would silently roll back acknowledged state. Beside a newer valid
+//    copy it is named and rewritten as a damaged slot is.
 //  * beside a v1/v2 copy, a v3 copy wins if its sequence is higher (an
-//    upgrade writes sequence + 1 and was cut before its second slot); a v1/v2
-//    copy with a sequence as high is refused (kCorruption): both formats
-//    wrote after each other, which no crash explains.
-//  * no v3 copy at all: kUnsupported "format N" when a v1/v2 copy is valid
-//    (the v1/v2 open reads it), else kCorruption naming both slots' faults.
+//    upgrade writes sequence + 1 and was cut before its second slot) and
+//    both describe one pool: UUID, AU, data offset and size in AUs equal (an
+//    upgrade moves nothing, 3.7), else kCorruption. A v1/v2 copy with a
+//    sequence as high is refused (kCorruption): both formats wrote after
+//    each other, which no crash explains.
+//  * no valid v3 copy: kUnsupported "format N" when a v1/v2 copy is valid
+//    (the v1/v2 open reads it) and the other slot is not a format 3 slot;
+//    a refused format 3 slot (its envelope says 3) beside a v1/v2 copy is
+//    kCorruption, since the v1/v2 open refuses any slot of a newer format
+//    (recovery.cc); no valid copy at all is kCorruption naming both slots'
+//    faults.
 // Writer rule (plan step 7 keeps it; WriteSuperblockLocked does today): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
 // any operation after it is acknowledged and before anything the previous

@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -147,7 +148,7 @@ TEST(CkptIndexPage, RoundTripsValuesAtTheFormatsLimits) {
   const uint32_t max_lun = ~uint32_t{0};
   const uint64_t last_page = (~uint64_t{0} / kPage - 1) * kPage;  // the last whole page below 2^64
   IndexPage p = PageOf({
-                           Leaf(0, 0, 1, kIndexMinAddress, 0),  // lowest address a page may have
+                           Leaf(0, 0, 1, kIndexMinAddress, 1),  // lowest address and sequence a page may have
                            Leaf(0, 1, k48, kIndexMinAddress + kPage, 5),
                            Leaf(max_lun, 0, k48 - 1, last_page - kPage, ~uint64_t{0}),
                            Leaf(max_lun, k48 - 1, k48, last_page, ~uint64_t{0}),  // last grain of the last LUN
@@ -182,6 +183,7 @@ TEST(CkptIndexPage, EncoderRefusesInvalidPages) {
   ExpectEncodeRefuses(PageOf({Leaf(1, 0, 10, kAreaBegin, 1), Leaf(1, 10, 20, kAreaBegin, 1)}),
                       "entries 0 and 1 name one address");
   ExpectEncodeRefuses(PageOf({Leaf(1, 0, 10, kAreaBegin, 43)}), "newer than its index page's seq 42");
+  ExpectEncodeRefuses(PageOf({Leaf(1, 0, 10, kAreaBegin, 0)}), "has sequence 0");
   std::vector<IndexEntry> many = SomeLeaves(kIndexPageEntries + 1);
   ExpectEncodeRefuses(PageOf(many), "101 entries do not fit");
   ExpectEncodeRefuses(PageOf({Leaf(1, 0, 10, kAreaBegin, 1)}, kIndexMaxLevel + 1), "level 5 past 4");
@@ -423,6 +425,14 @@ TEST_F(CkptIndexPageDamage, EntryNewerThanItsPage) {
                 "entry 0 ([3:0, 3:1000) at 1048576, seq 43) is newer than its index page's seq 42");
 }
 
+// Sequence 0 is no checkpoint's: an entry carrying it names a page nothing
+// wrote (a zeroed entry resealed, or a writer's bug).
+TEST_F(CkptIndexPageDamage, EntrySequenceZero) {
+  IndexEntry x = page.entries[1];
+  x.seq = 0;
+  ExpectRefused(WithEntry(1, x), expect, "seq 0) has sequence 0, which no checkpoint writes");
+}
+
 TEST_F(CkptIndexPageDamage, NonZeroTail) {
   std::string d = bytes;
   const size_t off = EntryOff(3) + 1;  // a byte of the first unused slot
@@ -626,8 +636,8 @@ struct Disk {
   std::map<uint64_t, std::string> pages;
   uint64_t next = kAreaBegin;
   size_t reads = 0;
-  std::function<uint64_t()> Alloc() {
-    return [this] {
+  std::function<Result<uint64_t>()> Alloc() {
+    return [this]() -> Result<uint64_t> {
       const uint64_t a = next;
       next += kPage;
       return a;
@@ -669,7 +679,7 @@ struct Built {
 };
 
 void BuildOnto(const std::vector<IndexEntry>& leaves, uint64_t seq, Built* b) {
-  Status s = BuildIndex(PoolId(0x5a), seq, leaves, b->disk.Alloc(), &b->order, &b->root);
+  Status s = BuildIndex(Bound(), seq, leaves, b->disk.Alloc(), &b->order, &b->root);
   ASSERT_TRUE(s.ok()) << s.ToString();
   for (const auto& [addr, bytes] : b->order) b->disk.pages[addr] = bytes;
 }
@@ -802,15 +812,81 @@ TEST(CkptIndexBuild, BuilderRefusesInvalidLeaves) {
   IndexRoot root;
   std::vector<IndexEntry> bad = LeavesAt(300, 3, 42);
   std::swap(bad[150], bad[151]);
-  Status s = BuildIndex(PoolId(0x5a), 42, bad, d.Alloc(), &order, &root);
+  Status s = BuildIndex(Bound(), 42, bad, d.Alloc(), &order, &root);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("unsorted"), std::string::npos) << s.message();
   EXPECT_TRUE(order.empty());
   bad = LeavesAt(300, 3, 42);
   bad[10].seq = 43;  // written after the checkpoint that indexes it
-  s = BuildIndex(PoolId(0x5a), 42, bad, d.Alloc(), &order, &root);
+  s = BuildIndex(Bound(), 42, bad, d.Alloc(), &order, &root);
   EXPECT_NE(s.message().find("newer than its index page's seq 42"), std::string::npos) << s.message();
   EXPECT_TRUE(order.empty());
+}
+
+// The builder writes only what ReadIndex accepts: every address it is
+// handed, by the allocator or in a leaf, is checked against the bound and
+// against every other, and an allocator's failure stops the build. Nothing
+// is appended to the pages and the root is untouched on any refusal.
+TEST(CkptIndexBuild, BuilderRefusesBadAddressesAndPassesOnAllocatorFailure) {
+  const std::vector<IndexEntry> leaves = LeavesAt(250, 5, 42);  // three level-0 pages and a root
+  const IndexRoot untouched{IndexEntry{{9, 9}, {9, 10}, 12345, 7}, 3};
+  auto build = [&](const std::vector<IndexEntry>& l, const std::function<Result<uint64_t>()>& alloc) {
+    std::vector<std::pair<uint64_t, std::string>> order;
+    IndexRoot root = untouched;
+    Status s = BuildIndex(Bound(), 42, l, alloc, &order, &root);
+    EXPECT_TRUE(order.empty());
+    EXPECT_EQ(root, untouched);
+    return s;
+  };
+  // Hands out `addrs` in turn, then kAreaBegin + 100 pages onwards.
+  auto from = [](std::vector<uint64_t> addrs) {
+    auto next = std::make_shared<size_t>(0);
+    return [addrs, next]() -> Result<uint64_t> {
+      const size_t i = (*next)++;
+      return i < addrs.size() ? addrs[i] : kAreaBegin + (100 + i) * kPage;
+    };
+  };
+  auto refused = [&](const Status& s, const std::string& what) {
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message() << " should name: " << what;
+  };
+  refused(build(leaves, from({kAreaBegin + 1})), "index page at level 0: address 1048577 not a multiple of 4096");
+  refused(build(leaves, from({kAreaBegin - kPage})), "address 1044480 below 1048576");
+  refused(build(leaves, from({kPage})), "address 4096 below 1048576");
+  refused(build(leaves, from({kAreaEnd})), "address 1073741824 past the end");
+  refused(build(leaves, from({kAreaBegin, kAreaBegin})), "address 1048576 is used twice");
+  refused(build(leaves, from({kAreaBegin, kAreaBegin + kPage, kAreaBegin + 2 * kPage, kAreaBegin})),
+          "index page at level 1: address 1048576 is used twice");  // the root over a child
+  refused(build(leaves, from({leaves[17].addr})), "address " + std::to_string(leaves[17].addr) + " is used twice");
+  // Leaves are held to the same bound, and two leaves at one address (on
+  // two different level-0 pages) are refused before anything is written.
+  std::vector<IndexEntry> bad = leaves;
+  bad[200].addr = bad[3].addr;
+  refused(build(bad, from({})), "leaf entry 200");
+  bad = leaves;
+  bad[5].addr = kAreaEnd;
+  refused(build(bad, from({})), "leaf entry 5");
+  // The allocator's failure is passed on as it is.
+  size_t calls = 0;
+  Status s = build(leaves, [&calls]() -> Result<uint64_t> {
+    if (++calls == 3) return Status(Code::kNoSpace, "no free page");
+    return kAreaBegin + calls * kPage;
+  });
+  EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+  EXPECT_EQ(calls, 3u);
+}
+
+// A root whose sequence is 0 names no checkpoint's page: refused before any read.
+TEST(CkptIndexBuild, ARootOfSequenceZeroIsRefusedUnread) {
+  Built b;
+  BuildOnto(LeavesAt(10, 2, 42), 42, &b);
+  IndexRoot r = b.root;
+  r.entry.seq = 0;
+  std::vector<IndexEntry> out;
+  Status s = ReadIndex(r, Bound(), b.disk.Reader(), &out);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("root sequence 0"), std::string::npos) << s.message();
+  EXPECT_EQ(b.disk.reads, 0u);
 }
 
 }  // namespace

@@ -189,6 +189,47 @@ TEST(FreeSpace, AFreeGoalIsHonouredAndATakenOneFallsBackToTheChunk) {
   EXPECT_EQ(Sum(out), 20u);
 }
 
+// All-or-nothing at the goal: when fewer than n grains are free there, a
+// LUN's request takes none of them (no split between the goal and the
+// chunk): all n come from one place, and the grains at the goal stay free.
+TEST(FreeSpace, AGoalHoldingFewerThanNGrainsIsLeftWholeAndFree) {
+  FreeSpace fs = WithFreeRuns(16, 1024, Runs{{100, 3}, {500, 100}});
+  GV out;
+  ASSERT_TRUE(fs.Allocate(5, Lun(1, 100), &out).ok());  // no chunk yet
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out.front().len, 5u);
+  EXPECT_GE(out.front().start, 500u);
+  EXPECT_EQ(fs.index().by_offset().count(100), 1u);
+  EXPECT_EQ(fs.index().by_offset().at(100), 3u);
+  const GrainRun first = out.front();
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(5, Lun(1, 101), &out).ok());  // an open chunk now: it continues there
+  EXPECT_EQ(out, (GV{{first.start + 5, 5}}));
+  EXPECT_EQ(fs.index().by_offset().at(100), 3u);
+  // The goal's 3 grains are taken when they are enough.
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(3, Lun(1, 100), &out).ok());
+  EXPECT_EQ(out, (GV{{100, 3}}));
+  EXPECT_EQ(fs.index().by_offset().count(100), 0u);
+}
+
+// Fewer than n grains free in the whole pool, the goal's included: kNoSpace,
+// nothing taken, the goal's grains too.
+TEST(FreeSpace, TooFewGrainsAtTheGoalAndElsewhereTakeNothing) {
+  FreeSpace fs = WithFreeRuns(16, 1024, Runs{{100, 3}, {700, 1}});
+  const Runs before = fs.index().by_offset();
+  GV out;
+  EXPECT_EQ(fs.Allocate(5, Lun(1, 100), &out).code(), Code::kNoSpace);
+  EXPECT_EQ(fs.Allocate(5, Meta(100), &out).code(), Code::kNoSpace);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(fs.index().by_offset(), before);
+  EXPECT_EQ(fs.free_grains(), 4u);
+  EXPECT_EQ(fs.reserved_grains(), 0u);
+  ASSERT_TRUE(fs.Allocate(4, Lun(1, 100), &out).ok());  // exactly what is free: all of it
+  EXPECT_EQ(Sum(out), 4u);
+  EXPECT_EQ(fs.free_grains(), 0u);
+}
+
 TEST(FreeSpace, LargeRequestsTakeTheBestFittingRunWhole) {
   FreeSpace fs = WithFreeRuns(16, 4000, Runs{{0, 100}, {1000, 300}, {2000, 200}});
   GV out;

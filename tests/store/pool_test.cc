@@ -144,6 +144,40 @@ TEST(PoolOpen, UnsupportedVersion) {
   EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
 }
 
+// A newer format in ONE slot beside a valid copy of ours (an upgrade that
+// wrote its first slot, store-v3.md 3.7) refuses the open, read-write and
+// read-only, and changes no byte: the older copy is not opened in its place
+// (before, the slot was taken for damage, the other copy opened read-write,
+// the slot rewritten and the newer format's pages punched as free space).
+TEST(PoolOpen, ANewerFormatInOneSlotRefusesTheOpenAndWritesNothing) {
+  for (int slot = 0; slot < 2; slot++) {
+    FaultInjectionEnv env;
+    { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }
+    {
+      auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
+      ASSERT_TRUE(f.ok());
+      std::vector<char> buf(kSuperblockSlot);
+      ASSERT_TRUE((*f)->Read(slot * kSuperblockSlot, buf.size(), buf.data()).ok());
+      Superblock sb;
+      ASSERT_TRUE(Superblock::Decode(buf.data(), buf.size(), &sb).ok());
+      sb.version = kFormatVersion + 1;  // the envelope every format shares, CRC-valid
+      sb.seq += 2;
+      std::string img = sb.Encode();
+      ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
+    }
+    const std::vector<uint8_t> before = env.Snapshot("p");
+    for (bool read_only : {false, true}) {
+      auto p = Pool::Open(&env, "p", {.read_only = read_only});
+      ASSERT_FALSE(p.ok()) << slot;
+      EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
+      EXPECT_NE(p.status().message().find("superblock slot " + std::to_string(slot) + " holds pool format version 3"),
+                std::string::npos)
+          << p.status().ToString();
+    }
+    EXPECT_EQ(env.Snapshot("p"), before) << slot;
+  }
+}
+
 // Re-encodes both superblock copies with `edit` applied (valid CRCs).
 template <typename F>
 std::vector<uint8_t> EditSuperblocks(std::vector<uint8_t> img, F edit) {

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,9 +25,10 @@ namespace {
 // on-disk format, not the codec's idea of it).
 constexpr size_t kOffVersion = 8, kOffIncompat = 12, kOffSeq = 32, kOffAu = 40, kOffGrain = 44,
                  kOffDataOffset = 48, kOffUnits = 56, kOffSoft = 64, kOffWriteUnit = 68, kOffOrigin = 72,
-                 kOffExtentCount = 76, kOffIndexAddr = 80, kOffIndexSeq = 88, kOffLevels = 96,
+                 kOffExtentCount = 76, kOffIndexAddr = 80, kOffIndexSeq = 88, kOffIndexLevel = 96,
                  kOffEnvelopeCrc = 104, kOffCrc = 108, kOffLunAddr = 112, kOffLunSeq = 120,
-                 kOffJournalStart = 128, kOffLsn = 136, kOffExtents = 192;
+                 kOffJournalStart = 128, kOffLsn = 136, kOffIndexFirstLun = 144, kOffIndexEndLun = 148,
+                 kOffIndexFirstLba = 152, kOffIndexEndLba = 160, kOffExtents = 192;
 constexpr uint64_t kMiB = 1 << 20;
 constexpr uint64_t kDevice = 8ull << 30;  // 8 GiB
 
@@ -49,11 +51,10 @@ SuperblockV3 Base() {
   sb.soft_threshold_percent = 80;
   sb.write_unit = 4096;
   sb.origin_format = 3;
-  sb.index = {kMiB + 100 * kMiB + 8192, 40};
-  sb.index_levels = 2;
+  sb.index = {IndexEntry{{1, 0}, {7, 5000}, kMiB + 100 * kMiB + 8192, 40}, 1};
   sb.lun_table = {kMiB + 100 * kMiB, 41};
   sb.journal = {{200, 10}, {500, 6}};
-  sb.journal_start = 12 * kMiB + 512;
+  sb.journal_start = 12 * kMiB + 4096;
   sb.journal_start_lsn = 123456789;
   return sb;
 }
@@ -89,8 +90,7 @@ TEST(SuperblockV3, RoundTrips) {
   EXPECT_EQ(back.grains(), 4096u * 256);
 
   // A pool without LUNs: no index, no LUN table; one extent; upgraded from v2.
-  sb.index = {};
-  sb.index_levels = 0;
+  sb.index = kNoIndex;
   sb.lun_table = {};
   sb.journal = {{7, 1}};  // the last AU: 64 KiB, the smallest journal
   sb.journal_start = 0;
@@ -112,13 +112,15 @@ TEST(SuperblockV3, RoundTripsAtTheLimits) {
   sb.grain = kMiB;  // grain == AU, as a v2 pool's
   sb.units = (uint64_t{1} << 42) - 1;  // 4 PiB of 1 MiB AUs
   sb.journal_start_lsn = (~uint64_t{0} >> 2);
-  sb.index_levels = kMaxIndexLevels;
-  sb.index.seq = sb.seq;
+  sb.index.level = kIndexMaxLevel;
+  sb.index.entry.seq = sb.seq;
+  sb.index.entry.first = {0, 0};
+  sb.index.entry.end = {~uint32_t{0}, uint64_t{1} << 48};
   sb.journal.clear();
   // 32 one-AU extents = 32 MiB, the last one at the pool's last AU.
   for (uint64_t i = 0; i < kMaxJournalExtents; i++) sb.journal.push_back({1000 + 3 * i, 1});
   sb.journal.back().first_au = sb.units - 1;
-  sb.journal_start = 32 * kMiB - 512;
+  sb.journal_start = 32 * kMiB - 4096;
   SuperblockV3 back;
   ASSERT_TRUE(Decode(Encode(sb), &back, ~uint64_t{0}).ok());
   EXPECT_EQ(back, sb);
@@ -133,9 +135,8 @@ TEST(SuperblockV3, RoundTripsAtTheLimits) {
   sb.grain = 4096;
   sb.data_offset = 64 << 10;
   sb.units = 1 << 16;
-  sb.index.addr = sb.lun_table.addr = kNoPage;
-  sb.index.seq = sb.lun_table.seq = 0;
-  sb.index_levels = 0;
+  sb.index = kNoIndex;
+  sb.lun_table = {};
   sb.journal = {{0, 16384}};  // exactly 1 GiB
   ASSERT_TRUE(Decode(Encode(sb), &back).ok());
   EXPECT_EQ(back.capacity(), 1ull << 30);
@@ -150,13 +151,17 @@ TEST(SuperblockV3, LayoutIsTheDocumentedOne) {
   EXPECT_EQ(u32(kOffAu), kMiB);
   EXPECT_EQ(u32(kOffGrain), 4096u);
   EXPECT_EQ(u32(kOffExtentCount), 2u);
-  EXPECT_EQ(p[kOffLevels], 2);
+  EXPECT_EQ(p[kOffIndexLevel], 1);  // the root page's level
+  EXPECT_EQ(u32(kOffIndexFirstLun), 1u);
+  EXPECT_EQ(u32(kOffIndexEndLun), 7u);
+  EXPECT_EQ(u32(kOffIndexFirstLba), 0u);
+  EXPECT_EQ(u32(kOffIndexEndLba), 5000u);
   EXPECT_EQ(u32(kOffEnvelopeCrc), Crc32c(0, p, kOffEnvelopeCrc));
   // Extent 1: AU 500, 6 AUs stored as 5 in the top 16 bits.
   EXPECT_EQ(u32(kOffExtents + 8), 500u);
   EXPECT_EQ(u32(kOffExtents + 12), 5u << 16);
   for (size_t off = kSuperblockV3Extents + 16; off < kSuperblockSlot; off++) ASSERT_EQ(p[off], 0) << off;
-  for (size_t off = 144; off < kOffExtents; off++) ASSERT_EQ(p[off], 0) << off;
+  for (size_t off = 168; off < kOffExtents; off++) ASSERT_EQ(p[off], 0) << off;
   EXPECT_EQ(SuperblockEnvelopeVersion(b.data(), b.size()), 3u);
 }
 
@@ -304,17 +309,41 @@ TEST_F(SuperblockV3Damage, PageRoots) {
   SuperblockV3 out;
   Reseal(&d);
   EXPECT_TRUE(Decode(d, &out).ok());
+  // "None" for the index is kNoIndex: no sequence, level or key range.
   d = With64(kOffIndexAddr, kNoPage);
   Put64(&d, kOffIndexSeq, 0);
-  ExpectRefused(d, "index levels 2");
-  d[kOffLevels] = 0;
+  ExpectRefused(d, "index root is none but has level 1 or a key range");
+  d[kOffIndexLevel] = 0;
+  ExpectRefused(d, "index root is none but has level 0 or a key range");
+  for (size_t off : {kOffIndexFirstLun, kOffIndexEndLun, kOffIndexFirstLba, kOffIndexEndLba}) Put64(&d, off, 0);
   Reseal(&d);
   EXPECT_TRUE(Decode(d, &out).ok());
+  EXPECT_EQ(out.index, kNoIndex);
+}
+
+// The root's level and key range are the index codec's (IndexRootRule): a
+// level the index cannot have, an empty or out-of-bound range, is refused.
+TEST_F(SuperblockV3Damage, IndexRootLevelAndKeyRange) {
   std::string e = bytes;
-  e[kOffLevels] = 0;
-  ExpectRefused(e, "index levels 0");
-  e[kOffLevels] = kMaxIndexLevels + 1;
-  ExpectRefused(e, "index levels 9");
+  e[kOffIndexLevel] = kIndexMaxLevel;
+  SuperblockV3 out;
+  Reseal(&e);
+  ASSERT_TRUE(Decode(e, &out).ok());  // the deepest index the codec builds
+  EXPECT_EQ(out.index.level, kIndexMaxLevel);
+  e[kOffIndexLevel] = kIndexMaxLevel + 1;
+  ExpectRefused(e, "index root level 5 past 4");
+  e[kOffIndexLevel] = 0xff;
+  ExpectRefused(e, "index root level 255 past 4");
+  ExpectRefused(With32(kOffIndexEndLun, 0), "index root key range [1:0, 0:5000) is empty");
+  ExpectRefused(With64(kOffIndexEndLba, (uint64_t{1} << 48) + 1), "has an LBA past 2^48");
+  // [0:0, 0:0) is the empty index's root, at level 0 only.
+  std::string z = With32(kOffIndexFirstLun, 0);
+  Put32(&z, kOffIndexEndLun, 0);
+  Put64(&z, kOffIndexEndLba, 0);
+  ExpectRefused(z, "index root key range [0:0, 0:0) is empty");
+  z[kOffIndexLevel] = 0;
+  Reseal(&z);
+  EXPECT_TRUE(Decode(z, &out).ok());
 }
 
 TEST_F(SuperblockV3Damage, JournalExtents) {
@@ -335,22 +364,34 @@ TEST_F(SuperblockV3Damage, JournalExtents) {
   std::string d = With64(kOffExtents + 8, extent(100, 1));
   Put64(&d, kOffIndexAddr, kNoPage);
   Put64(&d, kOffIndexSeq, 0);
-  d[kOffLevels] = 0;
+  d[kOffIndexLevel] = 0;
+  for (size_t off : {kOffIndexFirstLun, kOffIndexEndLun, kOffIndexFirstLba, kOffIndexEndLba}) Put64(&d, off, 0);
   ExpectRefused(d, "journal extent 1 (AUs [100, +1)) overlaps the LUN table root page at byte 105906176");
   // 10 + 1,024 AUs of 1 MiB: past the 1 GiB cap.
   ExpectRefused(With64(kOffExtents + 8, extent(1000, 1024)), "journal of 1084227584 bytes is not 64 KiB .. 1 GiB");
 }
 
 TEST_F(SuperblockV3Damage, ReplayStart) {
-  ExpectRefused(With64(kOffJournalStart, 16 * kMiB), "journal replay start 16777216 is not a 512-byte boundary inside");
+  ExpectRefused(With64(kOffJournalStart, 16 * kMiB),
+                "journal replay start 16777216 is not a 4096-byte write-unit boundary inside");
   ExpectRefused(With64(kOffJournalStart, 100), "journal replay start 100");
+  // The boundary is the pool's own write unit, not the smallest one: 512
+  // bytes past a 4096-byte unit is inside a unit, and fine at 512.
+  ExpectRefused(With64(kOffJournalStart, 12 * kMiB + 512), "journal replay start 12583424 is not a 4096-byte");
+  std::string d = With64(kOffJournalStart, 12 * kMiB + 512);
+  Put32(&d, kOffWriteUnit, 512);
+  Reseal(&d);
+  SuperblockV3 out;
+  EXPECT_TRUE(Decode(d, &out).ok());
+  Put32(&d, kOffWriteUnit, 1024);
+  ExpectRefused(d, "is not a 1024-byte write-unit boundary");
   ExpectRefused(With64(kOffJournalStart, ~uint64_t{0}), "journal replay start");
   ExpectRefused(With64(kOffLsn, 0), "journal start LSN 0");
   ExpectRefused(With64(kOffLsn, uint64_t{1} << 62), "journal start LSN");
 }
 
 TEST_F(SuperblockV3Damage, ReservedBytes) {
-  for (size_t off : {size_t{97}, size_t{103}, size_t{144}, size_t{191}, size_t{208}, size_t{447}, size_t{448},
+  for (size_t off : {size_t{97}, size_t{103}, size_t{168}, size_t{191}, size_t{208}, size_t{447}, size_t{448},
                      size_t{4095}}) {
     std::string d = bytes;
     d[off] = 0x10;
@@ -463,26 +504,66 @@ TEST(SuperblockV3CrossFormat, TheV2OpenRefusesAV3PoolAndWritesNothing) {
   EXPECT_EQ(FileBytes(&env), before);
 }
 
-// An upgrade cut after its first superblock write (v3 in one slot, the
-// v2 copy it started from in the other): the v1/v2 open takes the v2 copy,
-// whose state the cut upgrade never changed (3.7: the v3 pages sit in AUs
-// free in that state). ChooseSuperblockV3 takes the v3 copy of the same
-// state instead (SuperblockV3Choice.AnUpgradeCutBeforeItsSecondWriteChoosesV3).
-TEST(SuperblockV3CrossFormat, TheV2OpenOfAnUpgradeCutAfterOneSlotTakesTheV2Copy) {
-  FaultInjectionEnv env;
-  { ASSERT_TRUE(Pool::Create(&env, "p", SmallPool()).ok()); }
-  WriteSlot(&env, 0, Encode(Base()));
-  auto p = Pool::Open(&env, "p", {.read_only = true});
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
+// The v3 superblock an upgrade of the pool `v2` describes writes (3.7):
+// same UUID, AU, data offset and size, sequence + 1, origin format 2, an
+// empty journal in the data area's first AU, no LUNs yet.
+SuperblockV3 UpgradeOf(const Superblock& v2) {
+  SuperblockV3 sb;
+  sb.uuid = v2.uuid;
+  sb.seq = v2.seq + 1;
+  sb.au = v2.au;
+  sb.grain = 4096;
+  sb.data_offset = v2.data_offset;
+  sb.units = v2.total_units();
+  sb.soft_threshold_percent = v2.soft_threshold_percent;
+  sb.origin_format = v2.version;
+  sb.journal = {{0, 1}};
+  sb.journal_start_lsn = v2.journal_start_lsn + 1;
+  return sb;
+}
+
+// An upgrade cut after its first superblock write: the v3 superblock in the
+// slot it writes first, the v2 copy it started from in the other. The v1/v2
+// open refuses it, read-write as well as read-only, and changes no byte:
+// opening the v2 copy read-write would rewrite the v3 slot and punch the v3
+// pages (in AUs free in the v2 state) as free space, undoing the upgrade.
+// The v3 chooser takes the v3 copy of the same pool
+// (SuperblockV3Choice.AnUpgradeCutBeforeItsSecondWriteChoosesV3).
+TEST(SuperblockV3CrossFormat, TheV2OpenRefusesAnUpgradeCutAfterOneSlotAndWritesNothing) {
+  for (int first = 0; first < 2; first++) {
+    FaultInjectionEnv env;
+    { ASSERT_TRUE(Pool::Create(&env, "p", SmallPool()).ok()); }
+    std::vector<char> img = FileBytes(&env);
+    Superblock v2;
+    ASSERT_TRUE(Superblock::Decode(img.data() + (1 - first) * kSuperblockSlot, kSuperblockSlot, &v2).ok());
+    const std::string v3 = Encode(UpgradeOf(v2));
+    WriteSlot(&env, first, v3);
+    img = FileBytes(&env);
+    // Upgrade-shaped: the v3 chooser takes the v3 copy, naming the v2 one.
+    SuperblockChoice c;
+    Status s = ChooseSuperblockV3(img.data(), img.data() + kSuperblockSlot, img.size(), &c);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(c.slot, first);
+    EXPECT_NE(c.other_state.find("format 2"), std::string::npos) << c.other_state;
+    for (bool read_only : {false, true}) {
+      auto p = Pool::Open(&env, "p", {.read_only = read_only});
+      ASSERT_FALSE(p.ok()) << first << read_only;
+      EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
+      EXPECT_NE(p.status().message().find("superblock slot " + std::to_string(first) + " holds pool format version 3"),
+                std::string::npos)
+          << p.status().ToString();
+    }
+    EXPECT_EQ(FileBytes(&env), img);
+  }
 }
 
 Superblock V2(uint64_t seq) {
   Superblock sb;
   sb.uuid = PoolId(3);
-  sb.au = kMiB;
-  sb.size_bytes = 64 * kMiB;
-  sb.journal_bytes = 16 * kMiB;
-  sb.data_offset = 17 * kMiB;
+  sb.au = kMiB;  // Base()'s pool in the v2 layout: what an upgrade keeps
+  sb.journal_bytes = 64 << 10;
+  sb.data_offset = kMiB;
+  sb.size_bytes = kMiB + 4096 * kMiB;
   sb.seq = seq;
   return sb;
 }
@@ -554,14 +635,56 @@ TEST_F(SuperblockV3Choice, ADamagedNewestCopyFallsBackAndSaysSo) {
     EXPECT_EQ(c.other, damaged);
     EXPECT_EQ(c.other_state, "damaged: superblock v3: CRC mismatch");
   }
-  // A CRC-valid copy refused by a field counts as damaged too, and says why.
+}
+
+// The fallback rule's other half: a copy that passes both CRCs was written
+// whole, so a field it fails is no torn write. As the newest copy it refuses
+// the open, naming slot, sequence and field: falling back would silently
+// roll back acknowledged state.
+TEST_F(SuperblockV3Choice, ACrcValidNewestCopyRefusedByAFieldRefusesTheOpen) {
   std::string refused = At(42);
   Put32(&refused, kOffGrain, 3072);
   Reseal(&refused);
+  for (int slot = 0; slot < 2; slot++) {
+    SuperblockChoice c;
+    Status s = slot == 0 ? Choose(refused, At(41), &c) : Choose(At(41), refused, &c);
+    EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    EXPECT_EQ(s.message(), "superblock slot " + std::to_string(slot) +
+                               " (sequence 42) passes its CRCs but is refused: superblock v3: grain of 3072 bytes "
+                               "is not a power of two; not a torn write, so the older copy in slot " +
+                               std::to_string(1 - slot) +
+                               " (sequence 41) is not opened in its place (it would roll back acknowledged state)");
+  }
   SuperblockChoice c;
-  ASSERT_TRUE(Choose(refused, At(42), &c).ok());
-  EXPECT_EQ(c.slot, 1);
-  EXPECT_NE(c.other_state.find("grain of 3072 bytes"), std::string::npos) << c.other_state;
+  // As new as the other copy: still not the other's to stand in for.
+  EXPECT_EQ(Choose(refused, At(42), &c).code(), Code::kCorruption);
+  // Beside a damaged slot, or the v2 copy an upgrade started from.
+  Status s = Choose(Damaged(At(43)), refused, &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("so slot 0 (superblock v3: CRC mismatch) is not opened"), std::string::npos)
+      << s.message();
+  s = Choose(refused, V2(41).Encode(), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("so the older format 2 copy in slot 1 (sequence 41) is not opened"), std::string::npos)
+      << s.message();
+}
+
+// An older CRC-valid copy refused by a field beside a valid newer one
+// threatens no acknowledged state: the newer copy wins and the refused slot
+// is named for open to rewrite, as a damaged one is.
+TEST_F(SuperblockV3Choice, ACrcValidOlderCopyRefusedByAFieldStandsAside) {
+  std::string refused = At(41);
+  Put32(&refused, kOffGrain, 3072);
+  Reseal(&refused);
+  for (int slot = 0; slot < 2; slot++) {
+    SuperblockChoice c;
+    Status s = slot == 0 ? Choose(refused, At(42), &c) : Choose(At(42), refused, &c);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(c.sb.seq, 42u);
+    EXPECT_EQ(c.slot, 1 - slot);
+    EXPECT_EQ(c.other, slot);
+    EXPECT_NE(c.other_state.find("damaged: superblock v3: grain of 3072 bytes"), std::string::npos) << c.other_state;
+  }
 }
 
 TEST_F(SuperblockV3Choice, BothDamagedNamesBoth) {
@@ -641,8 +764,25 @@ TEST_F(SuperblockV3Choice, AnUpgradeCutBeforeItsSecondWriteChoosesV3) {
   EXPECT_EQ(c.slot, 1);
   EXPECT_EQ(c.other, 0);
   EXPECT_EQ(c.other_state, "format 2, sequence 40 (an upgrade cut before its second write)");
+  // An upgrade moves nothing: a v2 copy of the same UUID but another data
+  // offset or size is not the same pool's.
+  Superblock moved = V2(40);
+  moved.journal_bytes = 2 * kMiB;
+  moved.data_offset = 3 * kMiB;
+  moved.size_bytes = 3 * kMiB + 4096 * kMiB;
+  Status s = Choose(moved.Encode(), At(41), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("slot 0 holds format 2 of AU 1048576, data offset 3145728, 4096 AUs; the format 3 "
+                             "copy in slot 1 has AU 1048576, data offset 1048576, 4096 AUs"),
+            std::string::npos)
+      << s.message();
+  Superblock smaller = V2(40);
+  smaller.size_bytes -= kMiB;
+  s = Choose(At(41), smaller.Encode(), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("4095 AUs"), std::string::npos) << s.message();
   // A v1/v2 copy as new as the v3 one: no crash explains it.
-  Status s = Choose(At(41), V2(41).Encode(), &c);
+  s = Choose(At(41), V2(41).Encode(), &c);
   EXPECT_EQ(s.code(), Code::kCorruption);
   EXPECT_NE(s.message().find("slot 1 holds format 2 sequence 41, not older than the format 3 copy in slot 0"),
             std::string::npos)
@@ -654,9 +794,19 @@ TEST_F(SuperblockV3Choice, NoV3CopyIsRoutedToTheV2Open) {
   Status s = Choose(V2(7).Encode(), V2(7).Encode(), &c);
   EXPECT_EQ(s.code(), Code::kUnsupported);
   EXPECT_EQ(s.message(), "pool format version 2 (slot 0): not a format 3 pool; the v1/v2 open reads it");
-  // The v3 copy damaged beside a v2 one: the upgrade's first write is not
-  // there to trust, and the v2 state it started from is intact.
+  // A damaged v3 copy (its envelope intact) beside a v2 one: the v1/v2
+  // open refuses a slot of a newer format (recovery.cc), so routing there
+  // would be a dead end that calls the pool unsupported: it is refused as
+  // corrupt, naming both slots.
   s = Choose(Damaged(At(41)), V2(40).Encode(), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_EQ(s.message(), "superblock slot 0 holds a format 3 copy that is refused (superblock v3: CRC mismatch) "
+                         "beside format 2 sequence 40 in slot 1: neither the v3 nor the v1/v2 open takes the pool");
+  // Damage that reaches the envelope leaves no sign of format 3: the v2
+  // copy is the pool's, as both opens agree.
+  std::string no_envelope = At(41);
+  no_envelope[40] ^= 1;
+  s = Choose(no_envelope, V2(40).Encode(), &c);
   EXPECT_EQ(s.code(), Code::kUnsupported);
   EXPECT_NE(s.message().find("(slot 1)"), std::string::npos) << s.message();
   // A v2 copy that fails its own decoder is damage, named in its words.
@@ -665,6 +815,99 @@ TEST_F(SuperblockV3Choice, NoV3CopyIsRoutedToTheV2Open) {
   s = Choose(bad.Encode(), Damaged(At(41)), &c);
   EXPECT_EQ(s.code(), Code::kCorruption);
   EXPECT_NE(s.message().find("slot 0: superblock fields out of range"), std::string::npos) << s.message();
+}
+
+// The superblock records the IndexRoot BuildIndex gives whole, and what the
+// decoded superblock says is enough for ReadIndex: the root with its level
+// and key range, the pool and the address bound (IndexReadBound).
+struct SuperblockV3Index : ::testing::Test {
+  void SetUp() override {
+    for (uint64_t i = 0; i < 250; i++) {  // three level-0 pages and a level-1 root
+      const uint32_t lun = static_cast<uint32_t>(1 + i / 100);
+      leaves.push_back({{lun, (i % 100) * 1000}, {lun, (i % 100) * 1000 + 700}, kLeaves + i * 4096, 1 + i % 40});
+    }
+    root = Build(Base().seq, &disk);
+  }
+  // Builds the index over `leaves` at checkpoint `seq`, its pages from kPages on.
+  IndexRoot Build(uint64_t seq, std::map<uint64_t, std::string>* onto) {
+    std::vector<std::pair<uint64_t, std::string>> pages;
+    uint64_t next = kPages;
+    IndexRoot r;
+    Status s = BuildIndex(IndexReadBound(Base()), seq, leaves,
+                          [&next]() -> Result<uint64_t> { return (next += 4096) - 4096; }, &pages, &r);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    for (auto& [addr, bytes] : pages) (*onto)[addr] = bytes;
+    level0 = pages.front().first;
+    return r;
+  }
+  // Records `r` in Base()'s superblock, encodes, decodes, and reads the
+  // index the decoded superblock names from `from`.
+  Status ReadThroughSuperblock(const IndexRoot& r, const std::map<uint64_t, std::string>& from,
+                               std::vector<IndexEntry>* out) {
+    SuperblockV3 sb = Base();
+    sb.index = r;
+    SuperblockV3 back;
+    if (Status s = Decode(Encode(sb), &back); !s.ok()) return s;
+    EXPECT_EQ(back.index, r);
+    return ReadIndex(back.index, IndexReadBound(back),
+                     [&from](uint64_t addr, std::string* page) {
+                       auto it = from.find(addr);
+                       if (it == from.end()) return Status(Code::kIOError, "no page at " + std::to_string(addr));
+                       *page = it->second;
+                       return Status::Ok();
+                     },
+                     out);
+  }
+  void ExpectRefused(const IndexRoot& r, const std::map<uint64_t, std::string>& from, const std::string& what) {
+    std::vector<IndexEntry> out;
+    Status s = ReadThroughSuperblock(r, from, &out);
+    EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find(what), std::string::npos) << s.message() << " should name: " << what;
+    EXPECT_TRUE(out.empty());
+  }
+  // Base()'s data area starts at 1 MiB; its journal and LUN table lie below
+  // AU 400.
+  static constexpr uint64_t kLeaves = kMiB + 300 * kMiB, kPages = kMiB + 400 * kMiB;
+  std::vector<IndexEntry> leaves;
+  std::map<uint64_t, std::string> disk;
+  IndexRoot root;
+  uint64_t level0 = 0;
+};
+
+TEST_F(SuperblockV3Index, TheRecordedRootReadsTheIndexBack) {
+  ASSERT_EQ(root.level, 1u);
+  std::vector<IndexEntry> out;
+  Status s = ReadThroughSuperblock(root, disk, &out);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(out, leaves);
+}
+
+TEST_F(SuperblockV3Index, AStaleOrMisdirectedRootIsRefused) {
+  // Stale: the previous checkpoint's root left at the address (the new one
+  // lost), or the superblock naming the previous checkpoint's sequence.
+  std::map<uint64_t, std::string> older;
+  const IndexRoot old_root = Build(40, &older);
+  ASSERT_EQ(old_root.entry.addr, root.entry.addr);
+  std::map<uint64_t, std::string> lost = disk;
+  lost[root.entry.addr] = older[root.entry.addr];
+  ExpectRefused(root, lost, "stale checkpoint sequence 40 (the parent expects 41)");
+  IndexRoot r = root;
+  r.entry.seq = 40;
+  ExpectRefused(r, disk, "future checkpoint sequence 41 (the parent expects 40)");
+  // Misdirected: a level-0 page's bytes at the root's address, or the
+  // superblock naming a level-0 page as the root.
+  std::map<uint64_t, std::string> misdirected = disk;
+  misdirected[root.entry.addr] = disk[level0];
+  ExpectRefused(root, misdirected, "wrong level 0 (the parent expects level 1)");
+  r = root;
+  r.entry.addr = level0;
+  ExpectRefused(r, disk, "wrong level 0 (the parent expects level 1)");
+  r.level = 0;  // with the level it has, the recorded key range still tells
+  ExpectRefused(r, disk, "misplaced page");
+  // The recorded key range is checked against the root page's.
+  r = root;
+  r.entry.end.lba--;
+  ExpectRefused(r, disk, "misplaced page");
 }
 
 }  // namespace
