@@ -102,8 +102,11 @@ void FuzzSuperblock(Input* in, bool reseal) {
   sb.journal_start = (in->U16() % (journal_aus * sb.au / 512)) * 512;
   sb.journal_start_lsn = 1 + in->U32();
   if (in->U8() & 1) {
-    sb.index = {sb.data_offset + (journal_aus + 1) * sb.au, sb.seq - (in->U8() & 1)};
-    sb.index_levels = 1 + in->U8() % 2;
+    sb.index.entry.first = {in->U8(), in->U16()};
+    sb.index.entry.end = {sb.index.entry.first.lun + in->U8() % 3, uint64_t{1} + in->U32()};
+    sb.index.entry.addr = sb.data_offset + (journal_aus + 1) * sb.au;
+    sb.index.entry.seq = sb.seq - (in->U8() & 1);
+    sb.index.level = in->U8() % (kIndexMaxLevel + 1);
     sb.lun_table = {sb.data_offset + (journal_aus + 2) * sb.au, sb.seq};
   }
   std::string good;
