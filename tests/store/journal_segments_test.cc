@@ -91,6 +91,30 @@ TEST(JournalLayout, RefusesListsTheSuperblockRefuses) {
   EXPECT_TRUE(refused(kAu, kDataOffset, big, {{0, kMaxJournalBytes / kAu}, {kMaxJournalExtentAus, 1}}));
 }
 
+// The layout accepts exactly the extent lists the superblock encoder does.
+TEST(JournalLayout, AcceptsWhatTheSuperblockAccepts) {
+  SuperblockV3 sb;
+  sb.au = kAu;
+  sb.grain = 4096;
+  sb.data_offset = kDataOffset;
+  sb.units = uint64_t{1} << 20;
+  std::vector<std::vector<JournalExtent>> lists = {
+      {{0, 1}}, {{9, 2}, {3, 1}}, {{0, 0}}, {{0, 4}, {3, 1}}, {{(uint64_t{1} << 20) - 1, 2}},
+      {{0, kMaxJournalBytes / kAu}}, {{0, kMaxJournalBytes / kAu}, {kMaxJournalExtentAus, 1}},
+      {{0, kMaxJournalExtentAus + 1}}, {}};
+  std::vector<JournalExtent> many;
+  for (uint64_t i = 0; i <= kMaxJournalExtents; i++) many.push_back({2 * i, 1});
+  lists.push_back(many);
+  many.pop_back();
+  lists.push_back(many);
+  for (const auto& list : lists) {
+    sb.journal = list;
+    std::string slot;
+    EXPECT_EQ(JournalLayout::Of(sb).ok(), EncodeSuperblockV3(sb, &slot).ok())
+        << list.size() << " extents, first " << (list.empty() ? 0 : list[0].aus) << " AUs";
+  }
+}
+
 TEST(JournalLayout, CapacityIsTheSuperblocks) {
   SuperblockV3 sb;
   sb.au = kAu;
