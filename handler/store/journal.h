@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,13 @@ class JournalBuffer {
 // changed the in-memory state, and the one that brings it to zero throws
 // std::bad_alloc there, as an allocation failing inside ApplyRecord would.
 inline thread_local int fail_after_apply_for_test = 0;
+
+// The commit step's order, written once for v1/v2's fixed region
+// (JournalWriter) and v3's ring (JournalRing): sync the data the batch's
+// records rest on (if any), `append` the records (only when there are any),
+// sync again (also for in-place data alone). The caller moves its tail and
+// durable LSN only when this succeeds.
+Status CommitBatch(File* file, const JournalBatch& b, const std::function<Status()>& append);
 
 class JournalWriter {
  public:

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "handler/store/journal_segments.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "handler/store/meta.h"   // kMinJournalBytes, kMaxJournalBytes, kDefaultJournalBytes
+#include "handler/store/names.h"  // ValidAllocationUnit
+
+namespace cowstore::store {
+namespace {
+
+std::string N(uint64_t v) { return std::to_string(v); }
+
+uint64_t Aus(const std::vector<JournalExtent>& v) {
+  uint64_t n = 0;
+  for (const JournalExtent& x : v) n += x.aus;
+  return n;
+}
+
+}  // namespace
+
+Result<JournalLayout> JournalLayout::Make(uint32_t au, uint64_t data_offset, uint64_t units,
+                                          std::vector<JournalExtent> extents) {
+  auto bad = [](const std::string& what) { return Status(Code::kInvalidArgument, "journal layout: " + what); };
+  if (!ValidAllocationUnit(au))
+    return bad("AU of " + N(au) + " bytes is not " + std::string(kAllocationUnitRule));
+  uint64_t area = 0, end = 0;
+  if (__builtin_mul_overflow(units, uint64_t{au}, &area) || __builtin_add_overflow(data_offset, area, &end))
+    return bad("data area of " + N(units) + " AUs from byte " + N(data_offset) + " overflows");
+  if (extents.empty() || extents.size() > kMaxJournalExtents)
+    return bad(N(extents.size()) + " extents is not 1 .. " + N(kMaxJournalExtents));
+  JournalLayout l;
+  l.au_ = au;
+  l.data_offset_ = data_offset;
+  uint64_t aus = 0;
+  for (size_t i = 0; i < extents.size(); i++) {
+    const JournalExtent& x = extents[i];
+    if (x.aus == 0 || x.aus > kMaxJournalExtentAus || x.first_au >= units || x.aus > units - x.first_au)
+      return bad("extent " + N(i) + " (AU " + N(x.first_au) + ", " + N(x.aus) +
+                 " AUs) is empty, too long or outside the pool's " + N(units) + " AUs");
+    for (size_t j = 0; j < i; j++)
+      if (x.first_au < extents[j].first_au + extents[j].aus && extents[j].first_au < x.first_au + x.aus)
+        return bad("extent " + N(i) + " overlaps extent " + N(j));
+    aus += x.aus;  // <= 32 * 2^16
+    l.ends_.push_back(aus * au);
+  }
+  l.capacity_ = aus * au;
+  if (l.capacity_ < kMinJournalBytes || l.capacity_ > kMaxJournalBytes)
+    return bad("journal of " + N(l.capacity_) + " bytes is not " + N(kMinJournalBytes) + " .. " +
+               N(kMaxJournalBytes));
+  l.extents_ = std::move(extents);
+  return l;
+}
+
+Status JournalLayout::Map(uint64_t pos, uint64_t len, std::vector<RingPiece>* out) const {
+  if (len > capacity_)
+    return Status(Code::kInvalidArgument,
+                  "journal range of " + N(len) + " bytes exceeds the " + N(capacity_) + "-byte ring");
+  out->clear();
+  uint64_t off = pos % capacity_;
+  size_t i = std::upper_bound(ends_.begin(), ends_.end(), off) - ends_.begin();
+  while (len > 0) {
+    if (i == extents_.size()) i = 0, off = 0;  // the wrap: back to the first extent
+    const uint64_t begin = ends_[i] - extents_[i].aus * au_;
+    const uint64_t n = std::min(len, ends_[i] - off);
+    const uint64_t dev = data_offset_ + extents_[i].first_au * au_ + (off - begin);
+    // Extents next to each other on the device make one write, not two.
+    if (!out->empty() && out->back().offset + out->back().len == dev)
+      out->back().len += n;
+    else
+      out->push_back({dev, n});
+    len -= n;
+    off += n;
+    i++;
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------- ring
+
+Result<JournalRing> JournalRing::Open(JournalLayout layout, uint64_t start, uint64_t tail) {
+  if (tail < start || tail - start > layout.capacity())
+    return Status(Code::kInvalidArgument, "journal tail " + N(tail) + " is not within one ring (" +
+                                              N(layout.capacity()) + " bytes) after start " + N(start));
+  JournalRing r(std::move(layout));
+  r.start_ = start;
+  r.tail_ = tail;
+  return r;
+}
+
+Status JournalRing::WriteAtTail(File* file, const std::string& bytes) const {
+  if (!Fits(bytes.size()))
+    return Status(Code::kNoSpace, "journal full: " + N(bytes.size()) + " bytes do not fit");
+  std::vector<RingPiece> pieces;
+  Status s = layout_.Map(tail_, bytes.size(), &pieces);
+  const char* p = bytes.data();
+  for (size_t i = 0; s.ok() && i < pieces.size(); i++) {
+    s = file->Write(pieces[i].offset, pieces[i].len, p);
+    p += pieces[i].len;
+  }
+  return s;
+}
+
+Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
+  // Refused before the data sync: nothing about the batch changes on disk.
+  if (!Fits(b.bytes.size())) return WriteAtTail(file, b.bytes);
+  Status s = CommitBatch(file, b, [&] { return WriteAtTail(file, b.bytes); });
+  if (s.ok()) tail_ += b.bytes.size();
+  if (s.ok()) durable_lsn_ = b.last_lsn;  // as JournalWriter: only after the sync
+  return s;
+}
+
+uint64_t JournalRing::Restart() {
+  // The superblock's start must be a sector boundary (a torn append never
+  // shares a sector with it); the capacity is a multiple of the AU, so the
+  // ring offset of an aligned position is aligned too.
+  start_ = tail_ = (tail_ + kJournalStartAlign - 1) / kJournalStartAlign * kJournalStartAlign;
+  return start_ % layout_.capacity();
+}
+
+Status ReadJournalRing(File* file, const JournalLayout& layout, uint64_t start, std::vector<uint8_t>* out) {
+  std::vector<RingPiece> pieces;
+  Status s = layout.Map(start, layout.capacity(), &pieces);
+  if (!s.ok()) return s;
+  try {
+    out->assign(layout.capacity(), 0);  // <= kMaxJournalBytes (JournalLayout::Make)
+  } catch (...) {
+    return StatusFromCurrentException("journal read");
+  }
+  uint8_t* p = out->data();
+  for (const RingPiece& x : pieces) {
+    s = file->Read(x.offset, x.len, p);
+    if (!s.ok()) return s;
+    p += x.len;
+  }
+  return Status::Ok();
+}
+
+Status ClearJournalRuns(File* file, uint32_t au, uint64_t data_offset, const std::vector<JournalExtent>& runs) {
+  for (const JournalExtent& r : runs) {
+    Status s = file->PunchHole(data_offset + r.first_au * au, r.aus * au);
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// ----------------------------------------------------------------- growth
+
+namespace {
+
+// 3.4: ~48 journal bytes per extent of the map lets each checkpoint cycle
+// hold ~170 remapping records per leaf page, so dirty pages stay <= 0.6 % of
+// the journal written.
+constexpr uint64_t kJournalBytesPerExtent = 48;
+
+// Takes runs from `space` onto the end of *list until it holds `target`
+// AUs, has kMaxJournalExtents extents, or nothing is free. A run longer than
+// asked is cut and the rest given back; a run right after the last extent
+// lengthens it. Returns the runs taken.
+std::vector<JournalExtent> Fill(std::vector<JournalExtent>* list, uint64_t target, JournalSpace* space) {
+  std::vector<JournalExtent> taken;
+  for (uint64_t have = Aus(*list); have < target && list->size() < kMaxJournalExtents;) {
+    const uint64_t want = std::min(target - have, kMaxJournalExtentAus);
+    std::optional<JournalExtent> got = space->Take(want);
+    if (!got || got->aus == 0) break;
+    JournalExtent run = *got;
+    if (run.aus > want) {
+      space->Give({run.first_au + want, run.aus - want});
+      run.aus = want;
+    }
+    taken.push_back(run);
+    have += run.aus;
+    JournalExtent* last = list->empty() ? nullptr : &list->back();
+    if (last && last->first_au + last->aus == run.first_au && last->aus + run.aus <= kMaxJournalExtentAus)
+      last->aus += run.aus;
+    else
+      list->push_back(run);
+  }
+  return taken;
+}
+
+void GiveBack(const std::vector<JournalExtent>& runs, JournalSpace* space) {
+  for (const JournalExtent& r : runs) space->Give(r);
+}
+
+}  // namespace
+
+uint64_t JournalTargetAus(uint64_t map_extents, uint32_t au) {
+  const uint64_t by_map = map_extents > kMaxJournalBytes / kJournalBytesPerExtent
+                              ? kMaxJournalBytes
+                              : map_extents * kJournalBytesPerExtent;
+  const uint64_t bytes = std::min(std::max(kDefaultJournalBytes, by_map), kMaxJournalBytes);
+  // Whole AUs; a valid AU divides kMaxJournalBytes, so rounding up stays under the cap.
+  return (bytes + au - 1) / au;
+}
+
+JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t target_aus, JournalSpace* space) {
+  JournalPlan plan;
+  plan.extents = current;
+  const uint64_t have = Aus(current);
+  if (have >= target_aus) return plan;
+
+  // Growing keeps the current segments and takes only the difference: the
+  // least free space, and no extra punching.
+  std::vector<JournalExtent> grown = current;
+  std::vector<JournalExtent> taken = Fill(&grown, target_aus, space);
+  const uint64_t grown_aus = Aus(grown);
+  if (grown_aus < target_aus) {
+    // Short of the target (the list is full of short runs, or free space is
+    // fragmented): the journal is empty, so fresh runs may replace it all.
+    GiveBack(taken, space);
+    std::vector<JournalExtent> fresh;
+    std::vector<JournalExtent> fresh_taken = Fill(&fresh, target_aus, space);
+    if (Aus(fresh) > grown_aus) {
+      plan.extents = std::move(fresh);
+      plan.allocated = std::move(fresh_taken);
+      plan.freed = current;
+      return plan;
+    }
+    GiveBack(fresh_taken, space);
+    grown = current;
+    taken = Fill(&grown, target_aus, space);  // the same runs again, if nothing else took them
+  }
+  if (taken.empty()) return plan;  // too fragmented to grow at all: keep the journal
+  plan.extents = std::move(grown);
+  plan.allocated = std::move(taken);
+  return plan;
+}
+
+}  // namespace cowstore::store
