@@ -112,11 +112,10 @@ Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
   return s;
 }
 
-uint64_t JournalRing::Restart() {
-  // The superblock's start must be a sector boundary (a torn append never
-  // shares a sector with it); the capacity is a multiple of the AU, so the
-  // ring offset of an aligned position is aligned too.
-  start_ = tail_ = (tail_ + kJournalStartAlign - 1) / kJournalStartAlign * kJournalStartAlign;
+uint64_t JournalRing::Restart(uint32_t write_unit) {
+  // The capacity is a multiple of the AU, which the write unit (<= 4 KiB)
+  // divides, so the ring offset of an aligned position is aligned too.
+  start_ = tail_ = (tail_ + write_unit - 1) / write_unit * write_unit;
   return start_ % layout_.capacity();
 }
 

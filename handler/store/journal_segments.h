@@ -30,7 +30,7 @@
 //    record of it vouches for it (their `proven` predates the batch), so
 //    replay stops in it and does not call it damage;
 //  * after a checkpoint the journal is empty: the new replay start is the
-//    tail rounded up to kJournalStartAlign (NextJournalStart), with the
+//    tail rounded up to the pool's write unit (Restart), with the
 //    next LSN; nothing needs punching, the old records' LSNs are all lower;
 //  * a segment new to the journal (GrowJournal's `allocated`) held data, and
 //    a guest can write bytes that frame as a record with a plausible LSN:
@@ -53,11 +53,6 @@
 #include "handler/store/superblock_v3.h"
 
 namespace cowstore::store {
-
-// The superblock's bound on a replay start (superblock_v3.cc checks it):
-// the smallest write unit, so a start never shares a sector with the
-// records before it.
-constexpr uint64_t kJournalStartAlign = 512;
 
 // Device bytes [offset, offset + len) holding part of a ring range.
 struct RingPiece {
@@ -123,9 +118,11 @@ class JournalRing {
   Status WriteBatch(File* file, const JournalBatch& b);
 
   // After a checkpoint made every record obsolete: the journal is empty and
-  // replay starts at the tail rounded up to kJournalStartAlign. Returns the
-  // new start's ring offset, for the superblock's journal_start.
-  uint64_t Restart();
+  // replay starts at the tail rounded up to `write_unit` (the superblock's
+  // write_unit: its rule for journal_start, so a torn append never shares a
+  // write unit with the start). Returns the new start's ring offset, for the
+  // superblock's journal_start.
+  uint64_t Restart(uint32_t write_unit);
 
   uint64_t durable_lsn() const { return durable_lsn_; }
 

@@ -259,15 +259,34 @@ TEST_F(JournalRingTest, FitsGuardsTheLiveRecords) {
   EXPECT_TRUE(ring.Fits(0));
 }
 
-TEST_F(JournalRingTest, RestartStartsTheEmptyJournalOnASectorAtTheTail) {
+TEST_F(JournalRingTest, RestartStartsTheEmptyJournalOnAWriteUnitAtTheTail) {
   const JournalLayout l = Scattered();
   JournalRing ring = Ring(l, 3 * kAu, 3 * kAu + l.capacity() - 100);  // ends 100 bytes before the start
-  const uint64_t off = ring.Restart();
+  const uint64_t off = ring.Restart(512);
   EXPECT_EQ(off, 3 * kAu);  // rounded up onto the old start, a whole ring later
   EXPECT_EQ(ring.start(), ring.tail());
   EXPECT_TRUE(ring.Fits(l.capacity()));
   JournalRing r2 = Ring(l, 0, 513);
-  EXPECT_EQ(r2.Restart(), 1024u);
+  EXPECT_EQ(r2.Restart(512), 1024u);
+  // The superblock's rule is its own write unit: a 4 KiB-unit pool's start
+  // is 4 KiB-aligned, and the encoder accepts it.
+  JournalRing r3 = Ring(l, 0, 513);
+  const uint64_t start = r3.Restart(4096);
+  EXPECT_EQ(start, 4096u);
+  SuperblockV3 sb;
+  sb.uuid[0] = 1;
+  sb.seq = 1;
+  sb.au = kAu;
+  sb.grain = 4096;
+  sb.data_offset = kDataOffset;
+  sb.units = kUnits;
+  sb.journal = l.extents();
+  sb.write_unit = 4096;
+  sb.journal_start = start;
+  std::string slot;
+  EXPECT_TRUE(EncodeSuperblockV3(sb, &slot).ok());
+  sb.journal_start = 1024;  // what a 512-byte rounding gives: refused
+  EXPECT_FALSE(EncodeSuperblockV3(sb, &slot).ok());
 }
 
 // Real records written in batches from just before the wrap, so they cross
@@ -333,7 +352,7 @@ TEST_F(JournalRingTest, StaleLapsNeverReplayNorRefuse) {
     EXPECT_EQ(Verdict(got), Verdict(ScanContiguous(bytes, l.capacity(), gen_start_lsn))) << "gen " << gen;
     EXPECT_EQ(got.end, bytes.size());
     EXPECT_FALSE(got.damaged || got.newer_generation) << "gen " << gen;
-    ring.Restart();
+    ring.Restart(512);
     buf_.DropForCheckpoint();
     if (gen % 3 == 2) buf_.SkipLsns(uint64_t{1} << 32);  // as an open does
   }
