@@ -202,6 +202,13 @@ Status CommitQueue::Wait(uint64_t ticket) {
       return f;
     }
     const uint64_t d = std::max(durable_.load(std::memory_order_relaxed), r.value());
+    // The batch's hook counts as running from the moment its tickets are
+    // durable, in the same critical section: a caller that sees its ticket
+    // durable (woken, or on the fast path) and then calls DrainHooks must
+    // find the hook that hands the batch's freed runs on, or its
+    // ReclaimPending would drain nothing and give up on space on its way back.
+    uint64_t hook = 0;
+    if (after_) running_hooks_.insert(hook = ++hook_seq_);
     durable_.store(d, std::memory_order_release);
     CollectSatisfiedLocked(&wk);
     const bool mine = d >= ticket;
@@ -215,8 +222,6 @@ Status CommitQueue::Wait(uint64_t ticket) {
     wk = Wakeups{};
     lk.lock();
     if (mine) PassLeadershipLocked(&wk);
-    uint64_t hook = 0;
-    if (after_) running_hooks_.insert(hook = ++hook_seq_);
     lk.unlock();
     Deliver(&wk);  // the next leader, if any
     if (after_) {

@@ -538,6 +538,39 @@ TEST(CommitQueue, ExclusiveAndDrainHooksWaitForRunningHooks) {
   q.DrainHooks();  // none running: returns at once
 }
 
+// A caller woken because another leader's batch made its ticket durable, and
+// then short of space, drains the hooks to get the batch's freed runs back
+// (Core::ReclaimPending): DrainHooks must find that batch's hook, so the hook
+// counts as running from the moment the tickets are durable, not from a
+// moment after the waiters were woken. Repeated: the window was a few
+// instructions wide.
+TEST(CommitQueue, DrainHooksAfterAWakeWaitsForTheHookOfTheBatchThatWokeIt) {
+  int missed = 0;
+  for (int round = 0; round < 300; round++) {
+    std::atomic<uint64_t> appended{0};
+    std::atomic<bool> hook_done{false};
+    CommitQueue q(
+        [&]() -> Result<uint64_t> {
+          std::this_thread::sleep_for(300us);  // a sync: the other caller queues meanwhile
+          return appended.load();
+        },
+        [&](uint64_t) {
+          std::this_thread::sleep_for(200us);  // a punch
+          hook_done = true;
+        });
+    std::thread leader([&] { EXPECT_TRUE(q.Wait(appended.fetch_add(1) + 1).ok()); });
+    std::thread waiter([&] {
+      std::this_thread::sleep_for(100us);
+      EXPECT_TRUE(q.Wait(appended.fetch_add(1) + 1).ok());
+      q.DrainHooks();
+      if (!hook_done.load()) missed++;
+    });
+    leader.join();
+    waiter.join();
+  }
+  EXPECT_EQ(missed, 0);
+}
+
 // Many threads: every Wait returns only once its ticket is on the "disk",
 // batches never overlap, seals only grow, and the threads share syncs.
 TEST(CommitQueue, ManyThreadsShareSyncsAndKeepOrder) {
