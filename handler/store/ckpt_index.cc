@@ -286,6 +286,9 @@ Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std
 Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<IndexEntry>& leaves,
                   const std::function<Result<uint64_t>()>& alloc,
                   std::vector<std::pair<uint64_t, std::string>>* pages, IndexRoot* root) {
+  // Nothing ReadIndex would refuse is written: it refuses a root of
+  // sequence 0 (IndexRootRule), which no checkpoint writes.
+  if (seq == 0) return Status(Code::kInvalidArgument, "index sequence 0, which no checkpoint writes");
   // Every address the index names, leaves and its own pages: each inside the
   // bound and used once, as ReadIndex demands.
   std::set<uint64_t> used;

@@ -46,7 +46,7 @@ uint64_t JournalBuffer::DropForCheckpoint() {
   return next_lsn_;
 }
 
-Status CommitBatch(File* file, const JournalBatch& b, const std::function<Status()>& append) {
+Status CommitJournalBatch(File* file, const JournalBatch& b, const std::function<Status()>& append) {
   // Data first: everything the records rest on is on disk before the
   // records themselves. Metadata-only batches (clone, unmap) skip it, and so
   // do in-place overwrites written after the batch's last record: the one
@@ -59,7 +59,7 @@ Status CommitBatch(File* file, const JournalBatch& b, const std::function<Status
 }
 
 Status JournalWriter::WriteBatch(File* file, const JournalBatch& b) {
-  Status s = CommitBatch(file, b, [&] {
+  Status s = CommitJournalBatch(file, b, [&] {
     return file->Write(kJournalOffset + tail_, b.bytes.size(), b.bytes.data());
   });
   if (s.ok()) tail_ += b.bytes.size();

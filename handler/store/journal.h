@@ -106,7 +106,7 @@ inline thread_local int fail_after_apply_for_test = 0;
 // records rest on (if any), `append` the records (only when there are any),
 // sync again (also for in-place data alone). The caller moves its tail and
 // durable LSN only when this succeeds.
-Status CommitBatch(File* file, const JournalBatch& b, const std::function<Status()>& append);
+Status CommitJournalBatch(File* file, const JournalBatch& b, const std::function<Status()>& append);
 
 class JournalWriter {
  public:

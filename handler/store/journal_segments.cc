@@ -106,7 +106,7 @@ Status JournalRing::WriteAtTail(File* file, const std::string& bytes) const {
 Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
   // Refused before the data sync: nothing about the batch changes on disk.
   if (!Fits(b.bytes.size())) return WriteAtTail(file, b.bytes);
-  Status s = CommitBatch(file, b, [&] { return WriteAtTail(file, b.bytes); });
+  Status s = CommitJournalBatch(file, b, [&] { return WriteAtTail(file, b.bytes); });
   if (s.ok()) tail_ += b.bytes.size();
   if (s.ok()) durable_lsn_ = b.last_lsn;  // as JournalWriter: only after the sync
   return s;

@@ -93,7 +93,7 @@ class JournalLayout {
 };
 
 // The ring's tail on disk and the commit step that appends to it: the v3
-// counterpart of JournalWriter, with the same order of syncs (CommitBatch).
+// counterpart of JournalWriter, with the same order of syncs (CommitJournalBatch).
 class JournalRing {
  public:
   // A ring whose replay starts at logical position `start` (the superblock's
@@ -112,7 +112,7 @@ class JournalRing {
   // Writes `bytes` at the tail, one Env write per piece, without a sync and
   // without moving the tail. kNoSpace (nothing written) unless Fits.
   Status WriteAtTail(File* file, const std::string& bytes) const;
-  // The commit step (CommitBatch around WriteAtTail): on success the batch
+  // The commit step (CommitJournalBatch around WriteAtTail): on success the batch
   // is durable and the tail moves past it; on failure the tail stays and
   // the pool must be reopened (what reached the disk is a torn tail).
   Status WriteBatch(File* file, const JournalBatch& b);

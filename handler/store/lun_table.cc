@@ -153,6 +153,7 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
   LunInfo info;
   for (int attempt = 0;; attempt++) {
     bool reclaim = false;  // short of room only while freed AUs are being punched
+    s = Status::Ok();
     {
       RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
       MutexLock g(&meta_mu_);
@@ -175,7 +176,7 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
       }
     }
     if (!reclaim) break;
-    s = ReclaimPending();  // outside the range lock: waits for commits and punches
+    s = ReclaimPending();  // outside the range lock, so I/O on the LUN is not held up by the drain
     if (!s.ok()) break;
   }
   ReleaseHandle(l.get());
@@ -235,7 +236,7 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
     }
     if (s.ok()) s = Commit(CurrentSeq());
     if (!reclaim) break;
-    g2.Release();  // ReclaimPending waits for commits and punches: not under range locks
+    g2.Release();  // I/O on both LUNs need not wait out the drain
     g1.Release();
     s = ReclaimPending();
     if (!s.ok()) break;

@@ -118,7 +118,10 @@ Status Core::LoadLocked() {
       return Status(Code::kUnsupported, "superblock slot " + std::to_string(slot) + " holds pool format version " +
                                             std::to_string(v) + " (this build reads versions " +
                                             std::to_string(kOldestFormatVersion) + " to " +
-                                            std::to_string(kFormatVersion) + "): a newer build wrote this pool");
+                                            std::to_string(kFormatVersion) +
+                                            "): a newer build wrote this pool, or an interrupted upgrade to "
+                                            "it; open it with a build that reads that version (which completes "
+                                            "the upgrade), and do not repair or recreate it with this one");
     if (!s.ok()) {
       if (why.ok() || s.code() == Code::kUnsupported) why = s;
       damaged_slot = slot;

@@ -275,7 +275,7 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
         return Status(Code::kUnsupported, "superblock slot " + N(i) + ": " + st[i].message());
       if (!st[i].ok() && v3_envelope[i] && Le32(b + kSuperblockV3Crc) == SlotCrc(b)) {
         sealed_refused[i] = true;
-        Decoder(b + 32, 8).U64(&sealed_seq[i]);
+        Decoder(b + kSuperblockV3Seq, 8).U64(&sealed_seq[i]);
       }
     } else {
       st[i] = Superblock::Decode(b, kSuperblockSlot, &old[i]);
@@ -334,6 +334,14 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
       const Superblock& v2 = old[o];
       const SuperblockV3& x = v3[w];
       if (v2.uuid != x.uuid) return foreign(w, x.uuid, v2.uuid);
+      // Only an upgrade of this very copy's format leaves a v3 copy beside it.
+      if (x.origin_format != v2.version)
+        return Status(Code::kCorruption,
+                      "superblock slot " + N(o) + " holds format " + N(v2.version) + " but the format 3 copy in slot " +
+                          N(w) + " says it was " +
+                          (x.origin_format == kFormatVersionV3 ? std::string("created as format 3")
+                                                               : "upgraded from format " + N(x.origin_format)) +
+                          ": not one pool's copies");
       // An upgrade keeps the pool where it is (store-v3.md 3.7: no data
       // moves): same AU, data offset and size. Anything else is not the
       // same pool's two copies, whatever the UUID says.

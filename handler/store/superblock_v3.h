@@ -93,6 +93,7 @@ namespace cowstore::store {
 
 constexpr uint32_t kFormatVersionV3 = 3;
 constexpr size_t kSuperblockV3Record = 448;  // meaningful bytes; zeros after
+constexpr size_t kSuperblockV3Seq = 32;           // the sequence, read raw by the chooser
 constexpr size_t kSuperblockV3EnvelopeCrc = 104;  // crc32c of [0, 104), as v1/v2 have it
 constexpr size_t kSuperblockV3Crc = 108;          // crc32c of the slot but [108, 112)
 constexpr size_t kSuperblockV3Extents = 192;      // where the journal extents start
@@ -175,7 +176,11 @@ Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, Superb
 
 // What ReadIndex needs beside sb.index: the pool and the address bound (the
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
-// decoded superblock names.
+// decoded superblock names, unless sb.index == kNoIndex: then there is no
+// index and no leaf, and ReadIndex (which refuses kNoIndex's sequence 0) is
+// not called. An empty index can also be written as BuildIndex writes it for
+// no leaves (an empty level-0 root page); the open of plan step 7 settles on
+// one of the two spellings.
 IndexPageExpect IndexReadBound(const SuperblockV3& sb);
 
 // The format version of a slot, read through the envelope every format

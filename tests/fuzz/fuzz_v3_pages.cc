@@ -86,6 +86,21 @@ void ResealSuperblock(std::string* slot) {
   Put32(slot, kSuperblockV3Crc, Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc));
 }
 
+uint32_t Get32(const std::string& b, size_t off) {
+  uint32_t v = 0;
+  for (int i = 3; i >= 0; i--) v = v << 8 | static_cast<uint8_t>(b[off + i]);
+  return v;
+}
+uint64_t RawSeq(const std::string& slot) {  // the sequence field, decoded or not
+  return Get32(slot, kSuperblockV3Seq) | uint64_t{Get32(slot, kSuperblockV3Seq + 4)} << 32;
+}
+// Both CRCs match and the envelope says format 3: written whole by a v3 writer.
+bool crc_valid(const std::string& slot) {
+  auto* b = reinterpret_cast<const uint8_t*>(slot.data());
+  return SuperblockEnvelopeVersion(b, slot.size()) == kFormatVersionV3 &&
+         Get32(slot, kSuperblockV3Crc) == Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc);
+}
+
 void FuzzSuperblock(Input* in, bool reseal) {
   SuperblockV3 sb;
   sb.uuid = PoolId(in->U8());
@@ -99,7 +114,7 @@ void FuzzSuperblock(Input* in, bool reseal) {
   sb.origin_format = 1 + in->U8() % 3;
   const uint64_t journal_aus = sb.au == kMiB ? 1 + in->U8() % 8 : 1 + in->U8() % 64;
   sb.journal = {{0, journal_aus}};
-  sb.journal_start = (in->U16() % (journal_aus * sb.au / 512)) * 512;
+  sb.journal_start = (in->U16() % (journal_aus * sb.au / sb.write_unit)) * sb.write_unit;
   sb.journal_start_lsn = 1 + in->U32();
   if (in->U8() & 1) {
     sb.index.entry.first = {in->U8(), in->U16()};
@@ -144,6 +159,11 @@ void FuzzSuperblock(Input* in, bool reseal) {
           "the chooser's copy is not the one in the slot it names");
     Check(c.sb.seq >= sb.seq, "the chooser took an older copy than a valid one beside it");
     if (s.ok() && got.seq > sb.seq) Check(c.sb == got, "the chooser did not take the newest valid copy");
+    // A copy that passes both CRCs was written whole: refused by a field
+    // while at least as new as the valid one, it must refuse the open, not
+    // give way to the older copy (that would roll back acknowledged state).
+    if (!s.ok() && s.code() == Code::kCorruption && crc_valid(bad) && RawSeq(bad) >= sb.seq)
+      Check(false, "the chooser fell back past a CRC-valid copy at least as new");
   }
 }
 

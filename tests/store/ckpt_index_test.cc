@@ -876,6 +876,18 @@ TEST(CkptIndexBuild, BuilderRefusesBadAddressesAndPassesOnAllocatorFailure) {
   EXPECT_EQ(calls, 3u);
 }
 
+// Nothing ReadIndex would refuse is built: an index of sequence 0.
+TEST(CkptIndexBuild, BuilderRefusesSequenceZero) {
+  for (size_t n : {size_t{0}, size_t{10}}) {
+    Disk d;
+    std::vector<std::pair<uint64_t, std::string>> order;
+    IndexRoot root;
+    Status s = BuildIndex(Bound(), 0, LeavesAt(n, 2, 1), d.Alloc(), &order, &root);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << n;
+    EXPECT_TRUE(order.empty());
+  }
+}
+
 // A root whose sequence is 0 names no checkpoint's page: refused before any read.
 TEST(CkptIndexBuild, ARootOfSequenceZeroIsRefusedUnread) {
   Built b;

@@ -589,6 +589,13 @@ struct SuperblockV3Choice : ::testing::Test {
     sb.seq = seq;
     return Encode(sb);
   }
+  // A copy written by an upgrade of a format 2 pool (Base() was created as v3).
+  std::string UpgradedAt(uint64_t seq) {
+    SuperblockV3 sb = Base();
+    sb.seq = seq;
+    sb.origin_format = 2;
+    return Encode(sb);
+  }
   Status Choose(const std::string& a, const std::string& b, SuperblockChoice* c) {
     return ChooseSuperblockV3(a.data(), b.data(), kDevice, c);
   }
@@ -760,7 +767,7 @@ TEST_F(SuperblockV3Choice, UnknownIncompatFlagsInEitherSlotRefuseTheOpen) {
 // slot, then the other: cut between the two, the v3 copy wins.
 TEST_F(SuperblockV3Choice, AnUpgradeCutBeforeItsSecondWriteChoosesV3) {
   SuperblockChoice c;
-  ASSERT_TRUE(Choose(V2(40).Encode(), At(41), &c).ok());
+  ASSERT_TRUE(Choose(V2(40).Encode(), UpgradedAt(41), &c).ok());
   EXPECT_EQ(c.slot, 1);
   EXPECT_EQ(c.other, 0);
   EXPECT_EQ(c.other_state, "format 2, sequence 40 (an upgrade cut before its second write)");
@@ -770,7 +777,7 @@ TEST_F(SuperblockV3Choice, AnUpgradeCutBeforeItsSecondWriteChoosesV3) {
   moved.journal_bytes = 2 * kMiB;
   moved.data_offset = 3 * kMiB;
   moved.size_bytes = 3 * kMiB + 4096 * kMiB;
-  Status s = Choose(moved.Encode(), At(41), &c);
+  Status s = Choose(moved.Encode(), UpgradedAt(41), &c);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("slot 0 holds format 2 of AU 1048576, data offset 3145728, 4096 AUs; the format 3 "
                              "copy in slot 1 has AU 1048576, data offset 1048576, 4096 AUs"),
@@ -778,15 +785,29 @@ TEST_F(SuperblockV3Choice, AnUpgradeCutBeforeItsSecondWriteChoosesV3) {
       << s.message();
   Superblock smaller = V2(40);
   smaller.size_bytes -= kMiB;
-  s = Choose(At(41), smaller.Encode(), &c);
+  s = Choose(UpgradedAt(41), smaller.Encode(), &c);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("4095 AUs"), std::string::npos) << s.message();
   // A v1/v2 copy as new as the v3 one: no crash explains it.
-  s = Choose(At(41), V2(41).Encode(), &c);
+  s = Choose(UpgradedAt(41), V2(41).Encode(), &c);
   EXPECT_EQ(s.code(), Code::kCorruption);
   EXPECT_NE(s.message().find("slot 1 holds format 2 sequence 41, not older than the format 3 copy in slot 0"),
             std::string::npos)
       << s.message();
+  // Only an upgrade of that very format leaves a v3 copy beside it: one
+  // created as format 3, or upgraded from format 1, is another pool's copy
+  // or a misdirected write.
+  s = Choose(V2(40).Encode(), At(41), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("slot 0 holds format 2 but the format 3 copy in slot 1 says it was created as format 3"),
+            std::string::npos)
+      << s.message();
+  SuperblockV3 from_v1 = Base();
+  from_v1.seq = 41;
+  from_v1.origin_format = 1;
+  s = Choose(Encode(from_v1), V2(40).Encode(), &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("says it was upgraded from format 1"), std::string::npos) << s.message();
 }
 
 TEST_F(SuperblockV3Choice, NoV3CopyIsRoutedToTheV2Open) {

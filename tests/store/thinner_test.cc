@@ -559,6 +559,9 @@ TEST_P(PoolThinningLunTable, WaitsForThePunchesInsteadOfRefusing) {
   while (pool.CreateLun("filler" + std::to_string(fillers), 1 << 20, 512).ok()) ASSERT_LT(++fillers, 5000);
   ASSERT_EQ(pool.CreateLun("one-more", 1 << 20, 512).status().code(), Code::kNoSpace);
 
+  // The setup leans on the checkpoint's sizing (CkptUnits): the unmap below
+  // must still fit (room for 2 more extents) where a new LUN (8) does not.
+  // A change there shows as a failed ASSERT in this setup, never as a pass.
   env.gate.Close();  // punches now wait
   // Unmapped rather than deleted: a deleted LUN would give back its own
   // checkpoint room, and the change below would fit without the punches.
