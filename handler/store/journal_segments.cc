@@ -29,27 +29,16 @@ Result<JournalLayout> JournalLayout::Make(uint32_t au, uint64_t data_offset, uin
   uint64_t area = 0, end = 0;
   if (__builtin_mul_overflow(units, uint64_t{au}, &area) || __builtin_add_overflow(data_offset, area, &end))
     return bad("data area of " + N(units) + " AUs from byte " + N(data_offset) + " overflows");
-  if (extents.empty() || extents.size() > kMaxJournalExtents)
-    return bad(N(extents.size()) + " extents is not 1 .. " + N(kMaxJournalExtents));
+  if (std::string why = JournalExtentsRule(extents, units, au); !why.empty()) return bad(why);
   JournalLayout l;
   l.au_ = au;
   l.data_offset_ = data_offset;
   uint64_t aus = 0;
-  for (size_t i = 0; i < extents.size(); i++) {
-    const JournalExtent& x = extents[i];
-    if (x.aus == 0 || x.aus > kMaxJournalExtentAus || x.first_au >= units || x.aus > units - x.first_au)
-      return bad("extent " + N(i) + " (AU " + N(x.first_au) + ", " + N(x.aus) +
-                 " AUs) is empty, too long or outside the pool's " + N(units) + " AUs");
-    for (size_t j = 0; j < i; j++)
-      if (x.first_au < extents[j].first_au + extents[j].aus && extents[j].first_au < x.first_au + x.aus)
-        return bad("extent " + N(i) + " overlaps extent " + N(j));
-    aus += x.aus;  // <= 32 * 2^16
+  for (const JournalExtent& x : extents) {
+    aus += x.aus;  // <= 32 * 2^16 (the rule)
     l.ends_.push_back(aus * au);
   }
   l.capacity_ = aus * au;
-  if (l.capacity_ < kMinJournalBytes || l.capacity_ > kMaxJournalBytes)
-    return bad("journal of " + N(l.capacity_) + " bytes is not " + N(kMinJournalBytes) + " .. " +
-               N(kMaxJournalBytes));
   l.extents_ = std::move(extents);
   return l;
 }

@@ -64,10 +64,9 @@ struct RingPiece {
 class JournalLayout {
  public:
   // kInvalidArgument unless the list is one the superblock accepts: an AU
-  // ValidAllocationUnit allows, 1 .. kMaxJournalExtents extents of
-  // 1 .. kMaxJournalExtentAus AUs each, inside the pool's `units` AUs, none
-  // overlapping another, kMinJournalBytes .. kMaxJournalBytes in all, and a
-  // data area [data_offset, data_offset + units * AU) that does not overflow.
+  // ValidAllocationUnit allows, extents JournalExtentsRule accepts (the
+  // superblock codec's own rule), and a data area
+  // [data_offset, data_offset + units * AU) that does not overflow.
   static Result<JournalLayout> Make(uint32_t au, uint64_t data_offset, uint64_t units,
                                     std::vector<JournalExtent> extents);
   static Result<JournalLayout> Of(const SuperblockV3& sb) {

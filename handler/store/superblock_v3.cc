@@ -30,6 +30,9 @@ uint32_t Le32(const uint8_t* b) {
 }
 
 std::string N(uint64_t v) { return std::to_string(v); }
+std::string ExtentName(size_t i, const JournalExtent& x) {
+  return "journal extent " + N(i) + " (AUs [" + N(x.first_au) + ", +" + N(x.aus) + "))";
+}
 
 // The rules a superblock obeys, written once for both sides: the encoder
 // refuses with kInvalidArgument, the decoder with kCorruption. The encoder
@@ -85,32 +88,17 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   if (index_page.addr != kNoPage && index_page.addr == sb.lun_table.addr)
     return bad("index root and LUN table root overlap at byte " + N(index_page.addr));
 
-  if (sb.journal.empty() || sb.journal.size() > kMaxJournalExtents)
-    return bad("journal extent count " + N(sb.journal.size()) + " is not 1 .. " + N(kMaxJournalExtents));
-  uint64_t journal_aus = 0;
+  if (std::string why = JournalExtentsRule(sb.journal, sb.units, sb.au); !why.empty()) return bad(why);
   for (size_t i = 0; i < sb.journal.size(); i++) {
     const JournalExtent& x = sb.journal[i];
-    const std::string name = "journal extent " + N(i) + " (AUs [" + N(x.first_au) + ", +" + N(x.aus) + "))";
-    if (x.aus == 0 || x.aus > kMaxJournalExtentAus)
-      return bad(name + " is not 1 .. " + N(kMaxJournalExtentAus) + " AUs long");
-    if (x.first_au >= sb.units || x.aus > sb.units - x.first_au)
-      return bad(name + " ends beyond the pool's " + N(sb.units) + " AUs");
-    for (size_t j = 0; j < i; j++) {
-      const JournalExtent& y = sb.journal[j];
-      if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
-        return bad(name + " overlaps journal extent " + N(j));
-    }
     for (const auto& [what, r] : {std::pair{"index root", index_page}, std::pair{"LUN table root", sb.lun_table}}) {
       if (r.addr == kNoPage) continue;
       const uint64_t au = (r.addr - sb.data_offset) / sb.au;
       if (au >= x.first_au && au - x.first_au < x.aus)
-        return bad(name + " overlaps the " + std::string(what) + " page at byte " + N(r.addr));
+        return bad(ExtentName(i, x) + " overlaps the " + std::string(what) + " page at byte " + N(r.addr));
     }
-    journal_aus += x.aus;  // <= 32 * 2^16
   }
-  const uint64_t capacity = journal_aus * sb.au;
-  if (capacity < kMinJournalBytes || capacity > kMaxJournalBytes)
-    return bad("journal of " + N(capacity) + " bytes is not 64 KiB .. 1 GiB");
+  const uint64_t capacity = sb.capacity();
   // Journal appends are laid out in the pool's write units (3.8), so a
   // record, and replay's start, begins on one.
   if (sb.journal_start >= capacity || sb.journal_start % sb.write_unit)
@@ -122,6 +110,29 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
 }
 
 }  // namespace
+
+std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64_t units, uint32_t au) {
+  if (extents.empty() || extents.size() > kMaxJournalExtents)
+    return "journal extent count " + N(extents.size()) + " is not 1 .. " + N(kMaxJournalExtents);
+  uint64_t aus = 0;
+  for (size_t i = 0; i < extents.size(); i++) {
+    const JournalExtent& x = extents[i];
+    if (x.aus == 0 || x.aus > kMaxJournalExtentAus)
+      return ExtentName(i, x) + " is not 1 .. " + N(kMaxJournalExtentAus) + " AUs long";
+    if (x.first_au >= units || x.aus > units - x.first_au)
+      return ExtentName(i, x) + " ends beyond the pool's " + N(units) + " AUs";
+    for (size_t j = 0; j < i; j++) {
+      const JournalExtent& y = extents[j];
+      if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
+        return ExtentName(i, x) + " overlaps journal extent " + N(j);
+    }
+    aus += x.aus;  // <= 32 * 2^16
+  }
+  const uint64_t capacity = aus * au;
+  if (capacity < kMinJournalBytes || capacity > kMaxJournalBytes)
+    return "journal of " + N(capacity) + " bytes is not 64 KiB .. 1 GiB";
+  return "";
+}
 
 IndexPageExpect IndexReadBound(const SuperblockV3& sb) {
   IndexPageExpect b;

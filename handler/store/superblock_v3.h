@@ -174,6 +174,14 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // succeeds.
 Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, SuperblockV3* out);
 
+// The rule for a journal's extent list, written once for the superblock's
+// codec and the ring's layout (journal_segments.h): 1 .. kMaxJournalExtents
+// extents of 1 .. kMaxJournalExtentAus AUs each, inside the pool's `units`
+// AUs, none overlapping another, kMinJournalBytes .. kMaxJournalBytes in all
+// at `au` bytes an AU (which the caller has checked). "" if it holds, else
+// the first fault, naming the extent.
+std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64_t units, uint32_t au);
+
 // What ReadIndex needs beside sb.index: the pool and the address bound (the
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
 // decoded superblock names, unless sb.index == kNoIndex: then there is no
