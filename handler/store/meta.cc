@@ -340,9 +340,13 @@ size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, R
   if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U64(&proven) || !d.U8(&type)) return 0;
   if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeader) return 0;
   if (proven >= lsn) return 0;  // a record can only vouch for earlier ones
-  if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
+  // The type and payload shape before the CRC: the same verdicts, but stale
+  // bytes (a v3 journal ring holds older records all round it) are refused
+  // without a CRC over their garbage length, which made replay's scan for
+  // later records quadratic. *r is the caller's only when this returns > 0.
   if (type < 1 || type > kLastRecType) return 0;
   if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
+  if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
   if (frame) *frame = {lsn, proven};
   return kRecordHeader + plen;
 }

@@ -69,18 +69,6 @@ JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn, uint32
       p++;
       continue;
     }
-    // And refusals ParseRecord makes after its CRC, made first: stale bytes
-    // (a v3 journal ring holds older records all round it) pass the filters
-    // above often, and a CRC over their garbage length made the scan
-    // quadratic. Every record ParseRecord accepts passes these.
-    const uint8_t type = j[p + kRecordHeader - 1];
-    const uint32_t plen = static_cast<uint32_t>(u64(p) >> 32);
-    Record shape;
-    if (type < 1 || type > kLastRecType || plen > n - p - kRecordHeader ||
-        !Record::DecodePayload(static_cast<RecType>(type), j + p + kRecordHeader, plen, &shape)) {
-      p++;
-      continue;
-    }
     Found x{p, {}, {}};
     size_t k = ParseRecord(j + p, n - p, kNone, &x.r, &x.f);
     if (k == 0) {
