@@ -127,20 +127,26 @@ TEST(PoolOpen, ErrorsAreExactAndHarmless) {
   EXPECT_TRUE(Pool::Open(&env, "p").ok());
 }
 
+// Re-encodes the superblock copy in `slot` of pool file "p" with `edit`
+// applied (valid CRCs).
+template <typename F>
+void EditSuperblockSlot(FaultInjectionEnv* env, int slot, F edit) {
+  auto f = env->OpenLocked("p", Env::Mode::kReadWrite);
+  ASSERT_TRUE(f.ok());
+  std::vector<char> buf(kSuperblockSlot);
+  ASSERT_TRUE((*f)->Read(slot * kSuperblockSlot, buf.size(), buf.data()).ok());
+  Superblock sb;
+  ASSERT_TRUE(Superblock::Decode(buf.data(), buf.size(), &sb).ok());
+  edit(&sb);
+  std::string img = sb.Encode();
+  ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
+}
+
 TEST(PoolOpen, UnsupportedVersion) {
   FaultInjectionEnv env;
   { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }
-  for (int slot = 0; slot < 2; slot++) {
-    auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
-    ASSERT_TRUE(f.ok());
-    std::vector<char> buf(kSuperblockSlot);
-    ASSERT_TRUE((*f)->Read(slot * kSuperblockSlot, buf.size(), buf.data()).ok());
-    Superblock sb;
-    ASSERT_TRUE(Superblock::Decode(buf.data(), buf.size(), &sb).ok());
-    sb.version = 99;
-    std::string img = sb.Encode();
-    ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
-  }
+  for (int slot = 0; slot < 2; slot++)
+    ASSERT_NO_FATAL_FAILURE(EditSuperblockSlot(&env, slot, [](Superblock* sb) { sb->version = 99; }));
   EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
 }
 
@@ -153,18 +159,10 @@ TEST(PoolOpen, ANewerFormatInOneSlotRefusesTheOpenAndWritesNothing) {
   for (int slot = 0; slot < 2; slot++) {
     FaultInjectionEnv env;
     { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }
-    {
-      auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
-      ASSERT_TRUE(f.ok());
-      std::vector<char> buf(kSuperblockSlot);
-      ASSERT_TRUE((*f)->Read(slot * kSuperblockSlot, buf.size(), buf.data()).ok());
-      Superblock sb;
-      ASSERT_TRUE(Superblock::Decode(buf.data(), buf.size(), &sb).ok());
-      sb.version = kFormatVersion + 1;  // the envelope every format shares, CRC-valid
-      sb.seq += 2;
-      std::string img = sb.Encode();
-      ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(EditSuperblockSlot(&env, slot, [](Superblock* sb) {
+      sb->version = kFormatVersion + 1;  // the envelope every format shares, CRC-valid
+      sb->seq += 2;
+    }));
     const std::vector<uint8_t> before = env.Snapshot("p");
     for (bool read_only : {false, true}) {
       auto p = Pool::Open(&env, "p", {.read_only = read_only});
