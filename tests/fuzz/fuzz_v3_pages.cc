@@ -31,6 +31,7 @@
 #include "handler/store/crc32c.h"
 #include "handler/store/meta.h"
 #include "handler/store/superblock_v3.h"
+#include "tests/store/patch_bytes.h"  // Put32, ResealCrc
 
 namespace cowstore::store {
 namespace {
@@ -59,10 +60,6 @@ void Check(bool ok, const char* what) {
   }
 }
 
-void Put32(std::string* b, size_t off, uint32_t v) {
-  for (int i = 0; i < 4; i++) (*b)[off + i] = static_cast<char>(v >> (8 * i));
-}
-
 // Applies the input's (offset, xor) pairs to *bytes.
 void Damage(Input* in, std::string* bytes) {
   for (int i = 0; i < 16 && !in->done(); i++) {
@@ -81,9 +78,8 @@ Uuid PoolId(uint8_t salt) {
 // ---- superblock slot and chooser ----
 
 void ResealSuperblock(std::string* slot) {
-  auto* b = reinterpret_cast<const uint8_t*>(slot->data());
-  Put32(slot, kSuperblockV3EnvelopeCrc, Crc32c(0, b, kSuperblockV3EnvelopeCrc));
-  Put32(slot, kSuperblockV3Crc, Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc));
+  Put32(slot, kSuperblockV3EnvelopeCrc, Crc32c(0, slot->data(), kSuperblockV3EnvelopeCrc));
+  ResealCrc(slot, kSuperblockV3Crc);  // the slot CRC covers the envelope's
 }
 
 uint32_t Get32(const std::string& b, size_t off) {
@@ -169,11 +165,6 @@ void FuzzSuperblock(Input* in, bool reseal) {
 
 // ---- checkpoint leaf page ----
 
-void ResealPage(std::string* page, size_t crc_offset) {
-  auto* b = reinterpret_cast<const uint8_t*>(page->data());
-  Put32(page, crc_offset, Crc32cAroundField(b, page->size(), crc_offset));
-}
-
 void FuzzLeaf(Input* in, bool reseal) {
   LeafPage page;
   page.pool = PoolId(in->U8());
@@ -208,7 +199,7 @@ void FuzzLeaf(Input* in, bool reseal) {
 
   std::string bad = good;
   Damage(in, &bad);
-  if (reseal) ResealPage(&bad, kLeafPageCrcOffset);
+  if (reseal) ResealCrc(&bad, kLeafPageCrcOffset);
   LeafPage got;
   Status s = DecodeLeafPage(bad.data(), bad.size(), expect, &got);
   if (bad != good && !reseal) Check(!s.ok(), "a damaged leaf without a matching CRC was accepted");
@@ -271,7 +262,7 @@ void FuzzIndex(Input* in, bool reseal) {
 
   std::string bad = good;
   Damage(in, &bad);
-  if (reseal) ResealPage(&bad, kIndexPageCrcOffset);
+  if (reseal) ResealCrc(&bad, kIndexPageCrcOffset);
   IndexPage got;
   Status s = DecodeIndexPage(bad.data(), bad.size(), expect, &got);
   if (bad != good && !reseal) Check(!s.ok(), "a damaged index page without a matching CRC was accepted");

@@ -104,14 +104,7 @@ void PutEntry(std::string* page, size_t i, const IndexEntry& e) {
   Put64(page, EntryOff(i) + kEntAddr, e.addr);
   Put64(page, EntryOff(i) + kEntSeq, e.seq);
 }
-// Makes the CRC match the (damaged) contents again, as a writer with a bug
-// or a misdirected write would leave it.
-void Reseal(std::string* page) {
-  const auto* b = reinterpret_cast<const uint8_t*>(page->data());
-  uint32_t c = Crc32c(0, b, kIndexPageCrcOffset);
-  c = Crc32c(c, b + kIndexPageCrcOffset + 4, kIndexPageBytes - kIndexPageCrcOffset - 4);
-  Put32(page, kIndexPageCrcOffset, c);
-}
+void Reseal(std::string* page) { ResealCrc(page, kIndexPageCrcOffset); }
 
 void ExpectRoundTrip(const IndexPage& p, uint64_t begin = kAreaBegin, uint64_t end = kAreaEnd) {
   std::string bytes = Encode(p);

@@ -82,14 +82,7 @@ void PutRun(std::string* page, size_t i, const Run& r) {
   Put64(page, kLeafPageHeader + i * kLeafPageRunBytes, r.lba | (m & 0xffff) << 48);
   Put64(page, kLeafPageHeader + i * kLeafPageRunBytes + 8, r.phys | (m >> 16) << 48);
 }
-// Makes the CRC match the (damaged) contents again, as a writer with a bug
-// or a misdirected write would leave it.
-void Reseal(std::string* page) {
-  const auto* b = reinterpret_cast<const uint8_t*>(page->data());
-  uint32_t c = Crc32c(0, b, kLeafPageCrcOffset);
-  c = Crc32c(c, b + kLeafPageCrcOffset + 4, kLeafPageBytes - kLeafPageCrcOffset - 4);
-  Put32(page, kLeafPageCrcOffset, c);
-}
+void Reseal(std::string* page) { ResealCrc(page, kLeafPageCrcOffset); }
 
 void ExpectRoundTrip(const LeafPage& p, uint64_t phys_grains = 1u << 30) {
   std::string bytes = Encode(p);

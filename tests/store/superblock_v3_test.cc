@@ -75,10 +75,8 @@ Status Decode(const std::string& b, SuperblockV3* out, uint64_t device = kDevice
 // or a misdirected write would leave them: envelope first, the slot CRC
 // covers it.
 void Reseal(std::string* b) {
-  const auto* p = reinterpret_cast<const uint8_t*>(b->data());
-  Put32(b, kOffEnvelopeCrc, Crc32c(0, p, kOffEnvelopeCrc));
-  uint32_t c = Crc32c(0, p, kOffCrc);
-  Put32(b, kOffCrc, Crc32c(c, p + kOffCrc + 4, kSuperblockSlot - kOffCrc - 4));
+  Put32(b, kOffEnvelopeCrc, Crc32c(0, b->data(), kOffEnvelopeCrc));
+  ResealCrc(b, kOffCrc);
 }
 
 TEST(SuperblockV3, RoundTrips) {
