@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/meta.h"
 
+#include <cassert>
 #include <cstring>
 
 #include "handler/store/crc32c.h"
 
 namespace cowstore::store {
 namespace {
-constexpr char kSbMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};
 constexpr char kChunkMagic[8] = {'C', 'O', 'W', 'C', 'K', 'P', 'T', '1'};
 constexpr uint32_t kStateMagic = 0x54534b43;  // "CKST"
 constexpr size_t kMaxName = 64;
@@ -106,7 +106,7 @@ bool Decoder::Str(std::string* s, size_t max) {
 std::string Superblock::Encode() const {
   std::string s;
   Encoder e(&s);
-  e.Bytes(kSbMagic, 8);
+  e.Bytes(kSuperblockMagic, 8);
   e.U32(version);
   e.Bytes(uuid.data(), uuid.size());
   e.U32(au);
@@ -120,6 +120,9 @@ std::string Superblock::Encode() const {
   e.U32(ckpt_crc);
   e.U64(journal_start_lsn);
   e.U32(soft_threshold_percent);
+  // The fields end where the shared envelope's CRC sits (a field added here
+  // must move the v1/v2 layout, not the envelope).
+  assert(s.size() == kSuperblockEnvelopeCrc);
   e.U32(Crc32c(0, s.data(), s.size()));
   s.resize(kSuperblockSlot, '\0');
   return s;
@@ -128,7 +131,7 @@ std::string Superblock::Encode() const {
 Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
   Decoder d(p, n);
   char magic[8];
-  if (!d.Bytes(magic, 8) || std::memcmp(magic, kSbMagic, 8) != 0)
+  if (!d.Bytes(magic, 8) || std::memcmp(magic, kSuperblockMagic, 8) != 0)
     return Status(Code::kCorruption, "no cowstore superblock (bad magic)");
   bool ok = d.U32(&sb->version) && d.Bytes(sb->uuid.data(), 16) && d.U32(&sb->au) &&
             d.U64(&sb->size_bytes) && d.U64(&sb->journal_bytes) && d.U64(&sb->data_offset) &&

@@ -34,6 +34,12 @@ namespace cowstore::store {
 constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kOldestFormatVersion = 1;
 constexpr uint64_t kSuperblockSlot = 4096;
+// The envelope every superblock format shares (superblock_v3.h): the magic
+// at 0, the format version at 8, and a CRC32C of [0, kSuperblockEnvelopeCrc)
+// stored at kSuperblockEnvelopeCrc. v1/v2 superblocks end their fields there,
+// so any build can read any format's version and refuse a newer one.
+inline constexpr char kSuperblockMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};
+constexpr size_t kSuperblockEnvelopeCrc = 104;
 constexpr uint64_t kJournalOffset = 64 * 1024;
 constexpr uint64_t kDefaultJournalBytes = 16ull << 20;
 constexpr uint64_t kMinJournalBytes = 64 * 1024;

@@ -41,7 +41,7 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
     for (int slot = 0; slot < 2; slot++) {
       Status s = file->Read(slot * kSuperblockSlot, sizeof buf, buf);
       if (!s.ok()) return s;
-      if (std::memcmp(buf, "COWSTORE", 8) == 0)
+      if (std::memcmp(buf, kSuperblockMagic, sizeof kSuperblockMagic) == 0)
         return Status(Code::kAlreadyExists, "a pool already exists at " + path);
     }
     if (!file->IsBlockDevice() && *fsize > 0)

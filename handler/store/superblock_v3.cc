@@ -11,7 +11,6 @@
 namespace cowstore::store {
 namespace {
 
-constexpr char kMagic[8] = {'C', 'O', 'W', 'S', 'T', 'O', 'R', 'E'};  // every format's
 constexpr uint64_t kMaxGrains = uint64_t{1} << 48;  // RunTree's 48-bit physical grain
 constexpr uint64_t kMaxAreaBytes = uint64_t{1} << 62;  // so offsets in it never wrap
 constexpr uint64_t kMaxLsn = ~uint64_t{0} >> 2;     // v2's bound
@@ -155,7 +154,7 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
   std::string s;
   s.reserve(kSuperblockSlot);
   Encoder e(&s);
-  e.Bytes(kMagic, sizeof kMagic);
+  e.Bytes(kSuperblockMagic, sizeof kSuperblockMagic);
   e.U32(kFormatVersionV3);
   e.U32(sb.incompat);
   e.Bytes(sb.uuid.data(), sb.uuid.size());
@@ -199,7 +198,7 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
 
 uint32_t SuperblockEnvelopeVersion(const void* p, size_t n) {
   const auto* b = static_cast<const uint8_t*>(p);
-  if (n < kSuperblockV3EnvelopeCrc + 4 || std::memcmp(b, kMagic, sizeof kMagic) != 0) return 0;
+  if (n < kSuperblockV3EnvelopeCrc + 4 || std::memcmp(b, kSuperblockMagic, sizeof kSuperblockMagic) != 0) return 0;
   if (Le32(b + kSuperblockV3EnvelopeCrc) != EnvelopeCrc(b)) return 0;
   return Le32(b + 8);
 }
@@ -209,7 +208,7 @@ Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, Superb
     return Status(Code::kInvalidArgument, "a superblock slot is " + N(kSuperblockSlot) + " bytes, not " + N(n));
   const auto* b = static_cast<const uint8_t*>(p);
   auto corrupt = [](const std::string& what) { return Status(Code::kCorruption, "superblock v3: " + what); };
-  if (std::memcmp(b, kMagic, sizeof kMagic) != 0) return corrupt("bad magic (no cowstore superblock)");
+  if (std::memcmp(b, kSuperblockMagic, sizeof kSuperblockMagic) != 0) return corrupt("bad magic (no cowstore superblock)");
   if (Le32(b + kSuperblockV3EnvelopeCrc) != EnvelopeCrc(b)) return corrupt("envelope CRC mismatch");
   // The envelope CRC covers the version: it is what a writer wrote.
   const uint32_t version = Le32(b + 8);

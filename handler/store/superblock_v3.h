@@ -86,6 +86,7 @@
 #include <vector>
 
 #include "handler/store/ckpt_index.h"  // IndexRoot, IndexRootRule, kIndexMaxLevel, IndexPageExpect
+#include "handler/store/meta.h"        // kSuperblockSlot, the shared envelope
 #include "handler/store/names.h"       // Uuid, GrainRule, ValidAllocationUnit
 #include "handler/store/status.h"
 
@@ -94,7 +95,7 @@ namespace cowstore::store {
 constexpr uint32_t kFormatVersionV3 = 3;
 constexpr size_t kSuperblockV3Record = 448;  // meaningful bytes; zeros after
 constexpr size_t kSuperblockV3Seq = 32;           // the sequence, read raw by the chooser
-constexpr size_t kSuperblockV3EnvelopeCrc = 104;  // crc32c of [0, 104), as v1/v2 have it
+constexpr size_t kSuperblockV3EnvelopeCrc = kSuperblockEnvelopeCrc;  // meta.h: every format's
 constexpr size_t kSuperblockV3Crc = 108;          // crc32c of the slot but [108, 112)
 constexpr size_t kSuperblockV3Extents = 192;      // where the journal extents start
 constexpr uint32_t kMaxJournalExtents = 32;
