@@ -186,7 +186,8 @@ Status Core::UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket
       return Status::Ok();
     }
     // Splitting an extent adds one; keep the checkpoint's room guaranteed.
-    if (!AffordableLocked(0, 2)) {
+    // A free: it may use the room growth leaves it.
+    if (!AffordableToFreeLocked(2)) {
       if (attempt > 0 || !space_.has_pending())
         return Status(Code::kNoSpace, "no room for metadata to unmap");
       g.Unlock();

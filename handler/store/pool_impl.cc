@@ -76,7 +76,12 @@ uint64_t Core::CkptUnits(uint64_t extents) const {
 }
 
 bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
-  return space_.free_units() >= need + CkptUnits(st_.extents() + extra_extents);
+  return space_.free_units() >=
+         need + CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
+}
+
+bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
+  return space_.free_units() >= CkptUnits(st_.extents() + extra_extents);
 }
 
 Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {

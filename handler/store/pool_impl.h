@@ -173,7 +173,19 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     MutexLock g(&meta_mu_);
     return jbuf_.last_ticket();
   }
+  // Checkpoint room that only frees may use. Everything that makes the pool
+  // hold more (a write that allocates, a new LUN, a clone, a snapshot, a
+  // rollback, an in-pool copy) must leave room for this many more extents
+  // on top of its own, so that on a full pool UNMAP and WRITE SAME of zeros,
+  // which may split extents without freeing anything at once (shared data),
+  // still fit: ~1,000 of them, each giving back its AUs if unshared.
+  // 24 KiB of checkpoint: at most one AU of the pool.
+  static constexpr uint64_t kFreeingReserveExtents = 1024;
+  // Room for `need` more grains and `extra_extents` more extents, leaving the
+  // frees' reserve.
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
+  // Room for a free that adds up to `extra_extents` extents; may use the reserve.
+  bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Takes `need` grains for an operation. kNoSpace if the pool cannot give
   // them while keeping room for a checkpoint.
   Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out)

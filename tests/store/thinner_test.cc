@@ -592,5 +592,48 @@ TEST_P(PoolThinningLunTable, WaitsForThePunchesInsteadOfRefusing) {
 INSTANTIATE_TEST_SUITE_P(EachChange, PoolThinningLunTable,
                          ::testing::Values("create", "clone", "snapshot", "rollback"));
 
+// A full pool must still take the UNMAPs (and WRITE SAMEs of zeros) that an
+// administrator sends to make room, even when they free nothing at once:
+// here the data is shared with a snapshot, so each unmap only splits the
+// LUN's extent, and nothing is being thinned to wait for. Growth keeps
+// checkpoint room for Core::kFreeingReserveExtents more extents that only
+// frees may use; without it the pool filled up to within a few extents of
+// its checkpoint room, and the unmaps were refused with kNoSpace.
+TEST(PoolFull, UnmapsThatSplitSharedExtentsStillFit) {
+  GatedEnv env;
+  auto p = Pool::Create(&env, "p", Opts(64));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  const uint64_t bpa = kAu / 512;
+  const uint64_t grains = 24;
+  const auto data = Pattern(grains * kAu);
+  ASSERT_TRUE(pool.CreateLun("a", grains * kAu, 512).ok());
+  auto a = pool.OpenLun("a").value();
+  ASSERT_TRUE(a->Write(0, grains * bpa, data.data(), D::kDurable).ok());
+  ASSERT_TRUE(pool.SnapshotLun("a", "a.snap").ok());
+  // Fill the data, then the checkpoint's room with LUNs (each adds to it),
+  // until neither fits.
+  ASSERT_TRUE(pool.CreateLun("big", 64 * kAu, 512).ok());
+  auto big = pool.OpenLun("big").value();
+  uint64_t written = 0;
+  while (big->Write(written * bpa, bpa, data.data(), D::kDurable).ok()) written++;
+  int fillers = 0;
+  while (pool.CreateLun("filler" + std::to_string(fillers), 1 << 20, 512).ok()) ASSERT_LT(++fillers, 20000);
+  ASSERT_EQ(pool.CreateLun("one-more", 1 << 20, 512).status().code(), Code::kNoSpace);
+  ASSERT_EQ(pool.Space().thinning_units, 0u);
+
+  // Every other grain of `a`: each unmap splits one shared extent in two.
+  for (uint64_t g = 1; g + 1 < grains; g += 2)
+    ASSERT_TRUE(a->Unmap(g * bpa, bpa, D::kDurable).ok()) << "grain " << g;
+  EXPECT_EQ(pool.Space().thinning_units, 0u);  // shared: nothing was freed
+  std::vector<uint8_t> v(kAu);
+  for (uint64_t g = 0; g < grains; g++) {
+    ASSERT_TRUE(a->Read(g * bpa, bpa, v.data()).ok());
+    if (g % 2 == 1 && g + 1 < grains) EXPECT_TRUE(AllZero(v)) << "grain " << g;
+    else EXPECT_TRUE(std::equal(v.begin(), v.end(), data.begin() + g * kAu)) << "grain " << g;
+  }
+  EXPECT_TRUE(pool.Check().clean);
+}
+
 }  // namespace
 }  // namespace cowstore::store
