@@ -15,9 +15,9 @@
 // Replay. JournalRingSource presents the `capacity` bytes from the replay
 // start round the ring as one journal region, read piece by piece through
 // replay's bounded window (journal_source.h), so ReplayJournal runs
-// unchanged: a record cut by a segment boundary or by the wrap is contiguous
-// there. Past the live records the region holds, in ring order, what this journal held
-// before the replay start: records of earlier laps and of the generation the
+// unchanged: a record cut by a segment boundary or by the wrap is
+// contiguous there. Past the live records the region holds, in ring order,
+// what this journal held before the replay start: records of earlier laps and of the generation the
 // last checkpoint closed, every one with a lower LSN than the replay start
 // (LSNs only grow, and each open skips 2^32 of them). ReplayJournal ends
 // replay at the first record without the expected LSN and looks past it only
