@@ -52,7 +52,8 @@ inline std::vector<std::string> ReplayVerdict(const JournalReplay& jr) {
   return v;
 }
 
-// `j` scanned through a window of `window` bytes.
+// `src` scanned through a window of `window` bytes (by default the
+// smallest replay allows, so reads end inside records most often).
 inline JournalReplay ScanWindowed(CountingSource* src, uint64_t start_lsn,
                                   size_t window = kMaxRecordBytes) {
   Result<JournalReplay> r = ScanJournal(src, start_lsn, kFormatVersion, window);

@@ -243,8 +243,8 @@ TEST(ReplayWindow, DamageVouchedForFromALaterWindowIsReported) {
   EXPECT_NE(got.lost.back().find("LSN " + std::to_string(lsn)), std::string::npos);
   EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(ScanJournal(j.data(), j.size(), 1000)));
   EXPECT_GT(src.reads.size(), 3u);
-  // Without the far record the same damage is a torn tail... unless the
-  // records after it vouch: they do (one commit each), so still damaged.
+  // Without the far record the records right after the damaged one vouch
+  // for it (one commit each): damaged all the same.
   std::vector<uint8_t> near = Bytes(s, far + later.size() + 100);
   CountingSource src2(near);
   EXPECT_TRUE(ScanWindowed(&src2, 1000).damaged);
@@ -329,7 +329,8 @@ TEST(ReplayWindow, WindowedScanEqualsInMemoryScan) {
 
 // A 1 GiB journal (live records, then a cleared ring, then one record at
 // its very end vouching for a damaged one): replay holds at most
-// kJournalWindowBytes (4 MiB) of it, and reads no byte twice but a record's worth per slide.
+// kJournalWindowBytes (4 MiB) of it, and reads each byte about once (a
+// slide keeps what it already holds).
 class GeneratedSource : public JournalSource {
  public:
   GeneratedSource(std::string head, std::string tail, uint64_t size)
