@@ -18,6 +18,7 @@ namespace cowstore::store {
 namespace {
 
 constexpr uint64_t kMaxWriteChunkUnits = 256;  // grains: bounds one kMap record
+static_assert(kMaxWriteChunkUnits <= kMaxMapRuns, "a write chunk's kMap record must parse");
 
 // Gathers/scatters between an iovec list and a contiguous buffer.
 size_t IovBytes(std::span<const iovec> iov) {
@@ -456,14 +457,26 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
     // These grains read as zeros only because they were punched, and that punch
     // may not be durable yet: like data, it must reach the disk before the
     // record mapping them (else a surviving record could expose old data).
-    if (!rec.runs.empty()) {
-      jbuf_.NoteDataWritten();
-      Result<uint64_t> a = AppendLocked(rec);
+    if (!rec.runs.empty()) jbuf_.NoteDataWritten();
+    // A record names at most kMaxMapRuns runs (replay refuses longer ones):
+    // a fragmented range takes several, each mapping the next grains of
+    // `fresh` in order. A power cut between them leaves the range partly
+    // backed, which reads the same (zeros); nothing was acknowledged.
+    size_t mapped = 0;  // grains of `fresh` the appended records map
+    for (size_t i = 0; i < rec.runs.size(); i += kMaxMapRuns) {
+      Record part;
+      part.type = RecType::kMap;
+      part.lun = rec.lun;
+      part.runs.assign(rec.runs.begin() + i,
+                       rec.runs.begin() + std::min<size_t>(rec.runs.size(), i + kMaxMapRuns));
+      Result<uint64_t> a = AppendLocked(part);
       if (!a.ok()) {  // not for fresh grains (nothing references them), but never ignored
+        space_.Mapped({fresh.begin(), fresh.begin() + mapped});
         g.Unlock();
-        Unreserve(fresh, false);
+        Unreserve({fresh.begin() + mapped, fresh.end()}, false);
         return a.status();
       }
+      for (const Run& r : part.runs) mapped += r.len;
     }
     space_.Mapped(fresh);
     ticket = jbuf_.last_ticket();  // ours, or the newest the mapping it saw may rest on

@@ -78,7 +78,15 @@ void JournalWriter::Restart(File* file) {
 
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
                      ReplayEnd* end, uint32_t version) {
-  JournalReplay jr = ScanJournal(j, n, start_lsn, version);
+  MemoryJournalSource src(j, n);
+  return ReplayJournal(&src, start_lsn, st, end, version);
+}
+
+Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, ReplayEnd* end,
+                     uint32_t version) {
+  Result<JournalReplay> scanned = ScanJournal(j, start_lsn, version);
+  if (!scanned.ok()) return scanned.status();
+  JournalReplay jr = std::move(scanned).value();
   for (const Record& r : jr.records) {
     Status s = ApplyRecord(st, r, nullptr);
     if (!s.ok()) return s;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "handler/store/env.h"
+#include "handler/store/journal_source.h"
 #include "handler/store/meta.h"
 #include "handler/store/status.h"
 
@@ -160,5 +161,9 @@ struct ReplayEnd {
 // if a valid record does not fit the state.
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,
                      ReplayEnd* end, uint32_t version = kFormatVersion);
+// The same over a journal read through a bounded window (v3's ring,
+// journal_segments.h); also fails as the source's reads do.
+Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, ReplayEnd* end,
+                     uint32_t version = kFormatVersion);
 
 }  // namespace cowstore::store

@@ -97,7 +97,7 @@ Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
   if (!Fits(b.bytes.size())) return WriteAtTail(file, b.bytes);
   Status s = CommitJournalBatch(file, b, [&] { return WriteAtTail(file, b.bytes); });
   if (s.ok()) tail_ += b.bytes.size();
-  if (s.ok()) durable_lsn_ = b.last_lsn;  // as JournalWriter: only after the sync
+  if (s.ok()) durable_lsn_.store(b.last_lsn, std::memory_order_release);  // as JournalWriter: only after the sync
   return s;
 }
 
@@ -108,22 +108,16 @@ uint64_t JournalRing::Restart(uint32_t write_unit) {
   return start_ % layout_.capacity();
 }
 
-Status ReadJournalRing(File* file, const JournalLayout& layout, uint64_t start, std::vector<uint8_t>* out) {
-  std::vector<RingPiece> pieces;
-  Status s = layout.Map(start, layout.capacity(), &pieces);
-  if (!s.ok()) return s;
-  try {
-    out->assign(layout.capacity(), 0);  // <= kMaxJournalBytes (JournalLayout::Make)
-  } catch (...) {
-    return StatusFromCurrentException("journal read");
+Status JournalRingSource::Read(uint64_t offset, size_t n, uint8_t* buf) {
+  if (offset > size() || n > size() - offset)
+    return Status(Code::kInvalidArgument, "journal ring read past its " + N(size()) + " bytes");
+  std::vector<RingPiece> pieces;  // at most one per extent, and one for the wrap
+  Status s = layout_.Map(start_ + offset, n, &pieces);
+  for (size_t i = 0; s.ok() && i < pieces.size(); i++) {
+    s = file_->Read(pieces[i].offset, pieces[i].len, buf);
+    buf += pieces[i].len;
   }
-  uint8_t* p = out->data();
-  for (const RingPiece& x : pieces) {
-    s = file->Read(x.offset, x.len, p);
-    if (!s.ok()) return s;
-    p += x.len;
-  }
-  return Status::Ok();
+  return s;
 }
 
 Status ClearJournalRuns(File* file, uint32_t au, uint64_t data_offset, const std::vector<JournalExtent>& runs) {

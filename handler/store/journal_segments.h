@@ -12,11 +12,12 @@
 // a position's ring offset is position % capacity. Full and empty then differ
 // (tail - start == capacity vs 0) without a wasted byte or a flag.
 //
-// Replay. ReadJournalRing gathers `capacity` bytes from the replay start
-// round the ring into one buffer, so ReplayJournal runs unchanged: a record
-// cut by a segment boundary or by the wrap is contiguous there. Past the
-// live records the buffer holds, in ring order, what this journal held
-// before the replay start: records of earlier laps and of the generation the
+// Replay. JournalRingSource presents the `capacity` bytes from the replay
+// start round the ring as one journal region, read piece by piece through
+// replay's bounded window (journal_source.h), so ReplayJournal runs
+// unchanged: a record cut by a segment boundary or by the wrap is
+// contiguous there. Past the live records the region holds, in ring order,
+// what this journal held before the replay start: records of earlier laps and of the generation the
 // last checkpoint closed, every one with a lower LSN than the replay start
 // (LSNs only grow, and each open skips 2^32 of them). ReplayJournal ends
 // replay at the first record without the expected LSN and looks past it only
@@ -40,6 +41,7 @@
 //    free space once that superblock is durable (3.6: open punches free runs).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -49,6 +51,7 @@
 
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
+#include "handler/store/journal_source.h"
 #include "handler/store/status.h"
 #include "handler/store/superblock_v3.h"
 
@@ -123,21 +126,47 @@ class JournalRing {
   // superblock's journal_start.
   uint64_t Restart(uint32_t write_unit);
 
-  uint64_t durable_lsn() const { return durable_lsn_; }
+  // The highest LSN known durable (set only after a batch's sync returned).
+  // Atomic, as JournalWriter's: whoever frames records reads it
+  // (Core::DurableLsn) without leading the commit queue; release/acquire so
+  // a reader that sees an LSN also sees that its sync had returned.
+  uint64_t durable_lsn() const { return durable_lsn_.load(std::memory_order_acquire); }
+
+  // Movable for Open's Result only: a ring is moved before anyone shares it.
+  JournalRing(JournalRing&& o) noexcept
+      : layout_(std::move(o.layout_)), start_(o.start_), tail_(o.tail_), durable_lsn_(o.durable_lsn()) {}
+  JournalRing& operator=(JournalRing&& o) noexcept {
+    layout_ = std::move(o.layout_);
+    start_ = o.start_;
+    tail_ = o.tail_;
+    durable_lsn_.store(o.durable_lsn(), std::memory_order_release);
+    return *this;
+  }
 
  private:
   explicit JournalRing(JournalLayout layout) : layout_(std::move(layout)) {}
   JournalLayout layout_;
   uint64_t start_ = 0;
   uint64_t tail_ = 0;
-  uint64_t durable_lsn_ = 0;
+  std::atomic<uint64_t> durable_lsn_{0};
 };
 
-// Replaces *out with the ring's `capacity` bytes from ring offset `start`
-// round to just before it: the buffer ReplayJournal takes (see the header
-// comment). Its ReplayEnd::tail is then the live bytes after `start`.
-Status ReadJournalRing(File* file, const JournalLayout& layout, uint64_t start,
-                       std::vector<uint8_t>* out);
+// The ring's `capacity` bytes from ring offset `start` round to just before
+// it, as the journal region ScanJournal/ReplayJournal take (see the header
+// comment): their ReplayEnd::tail is then the live bytes after `start`.
+// Reads one device piece per extent crossed; holds nothing itself.
+class JournalRingSource : public JournalSource {
+ public:
+  JournalRingSource(File* file, JournalLayout layout, uint64_t start)
+      : file_(file), layout_(std::move(layout)), start_(start) {}
+  uint64_t size() const override { return layout_.capacity(); }
+  Status Read(uint64_t offset, size_t n, uint8_t* buf) override;
+
+ private:
+  File* file_;
+  JournalLayout layout_;
+  uint64_t start_;
+};
 
 // Zeros (punches) `runs` of the layout's data area: segments new to the
 // journal, before the superblock that names them (see the header comment).

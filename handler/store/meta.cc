@@ -10,7 +10,6 @@ namespace cowstore::store {
 namespace {
 constexpr char kChunkMagic[8] = {'C', 'O', 'W', 'C', 'K', 'P', 'T', '1'};
 constexpr uint32_t kStateMagic = 0x54534b43;  // "CKST"
-constexpr size_t kMaxName = 64;
 }  // namespace
 
 void EncodeLunAttrs(const LunAttrs& a, Encoder* e) {
@@ -37,7 +36,7 @@ void EncodeLunAttrs(const LunAttrs& a, Encoder* e) {
 bool DecodeLunAttrs(Decoder* d, LunAttrs* out) {
   *out = LunAttrs{};
   uint32_t bytes;
-  if (!d->U32(&bytes) || bytes > d->left()) return false;
+  if (!d->U32(&bytes) || bytes > d->left() || bytes > kMaxLunAttrBytes) return false;
   Decoder a(d->here(), bytes);
   d->Skip(bytes);
   uint32_t seen = 0;  // bit per known tag: each may appear once
@@ -284,7 +283,7 @@ bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
     case RecType::kCloneLun:
     case RecType::kSnapshotLun:
       ok = d.U32(&r->lun) && d.U32(&r->lun2) && d.Bytes(r->uuid.data(), 16) && d.U64(&r->a) &&
-           d.U32(&r->bs) && d.Str(&r->name, kMaxName) &&
+           d.U32(&r->bs) && d.Str(&r->name, kMaxNameLength) &&
            (t != RecType::kSnapshotLun || DecodeLunAttrs(&d, &r->attrs));
       break;
     case RecType::kRollbackLun:
@@ -342,12 +341,13 @@ size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, R
   uint8_t type;
   if (!d.U32(&crc) || !d.U32(&plen) || !d.U64(&lsn) || !d.U64(&proven) || !d.U8(&type)) return 0;
   if ((expect_lsn != kNone && lsn != expect_lsn) || plen > n - kRecordHeader) return 0;
-  if (proven >= lsn) return 0;  // a record can only vouch for earlier ones
-  // The type and payload shape before the CRC: the same verdicts, but stale
-  // bytes (a v3 journal ring holds older records all round it) are refused
-  // without a CRC over their garbage length, which made replay's scan for
-  // later records quadratic. *r is the caller's only when this returns > 0.
-  if (type < 1 || type > kLastRecType) return 0;
+  // The header's rules, type and payload shape before the CRC: the same
+  // verdicts, but stale bytes (a v3 journal ring holds older records all
+  // round it) are refused without a CRC over their garbage length, which
+  // made replay's scan for later records quadratic; and the payload bound
+  // makes the verdict depend on kMaxRecordBytes bytes at most. *r is the
+  // caller's only when this returns > 0.
+  if (!PlausibleRecordHeader(plen, lsn, proven, type)) return 0;
   if (!Record::DecodePayload(static_cast<RecType>(type), p + kRecordHeader, plen, r)) return 0;
   if (Crc32c(0, p + 4, kRecordHeader - 4 + plen) != crc) return 0;
   if (frame) *frame = {lsn, proven};
@@ -616,7 +616,7 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
     auto l = std::make_shared<LunState>();
     uint64_t next;
     if (!d.U32(&l->id) || !d.Bytes(l->uuid.data(), 16) || !d.U64(&l->size) || !d.U32(&l->bs) ||
-        !d.Str(&l->name, kMaxName))
+        !d.Str(&l->name, kMaxNameLength))
       return bad;
     if (version >= 2) {
       if (!DecodeLunAttrs(&d, &l->attrs)) return bad;

@@ -11,6 +11,7 @@
 // reproduces exactly what the running pool did.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "handler/store/extent_map.h"
+#include "handler/store/names.h"  // kMaxNameLength
 #include "handler/store/pool.h"
 #include "handler/store/range_lock.h"
 #include "handler/store/status.h"
@@ -211,7 +213,45 @@ struct Record {
 // media corruption, never a write torn by a power cut (docs/design/store.md,
 // "Recovery rules").
 constexpr size_t kRecordHeader = 25;
+// Every record's size is bounded by its type (MaxPayloadBytes, from the
+// payload shapes EncodePayload writes), and ParseRecord refuses a longer
+// one before its CRC: so whether a record starts at an offset is decided by
+// the kMaxRecordBytes bytes from there, and replay can read a journal
+// through a bounded window (journal_source.h). The bounds are format rules
+// writers keep: a kMap record names at most kMaxMapRuns runs (Allocate
+// splits longer ones), an attribute list holds at most kMaxLunAttrBytes.
+constexpr uint32_t kMaxMapRuns = 1u << 16;
+constexpr uint32_t kMaxLunAttrBytes = 4096;
+constexpr size_t MaxPayloadBytes(RecType t) {
+  constexpr size_t kLunHeader = 4 + 4 + 16 + 8 + 4 + 4 + kMaxNameLength;  // ids, uuid, size, bs, name
+  switch (t) {
+    case RecType::kCreateLun:
+    case RecType::kCloneLun: return kLunHeader;
+    case RecType::kSnapshotLun: return kLunHeader + 4 + kMaxLunAttrBytes;
+    case RecType::kRollbackLun: return 4 + 4;
+    case RecType::kDeleteLun: return 4;
+    case RecType::kResizeLun: return 4 + 8;
+    case RecType::kMap: return 4 + 4 + size_t{kMaxMapRuns} * 24;
+    case RecType::kUnmap: return 4 + 8 + 8;
+    case RecType::kClone: return 4 + 4 + 8 + 8 + 8;
+    case RecType::kSeal: return 0;
+  }
+  return 0;
+}
+constexpr size_t kMaxRecordBytes = [] {
+  size_t m = 0;
+  for (uint8_t t = 1; t <= kLastRecType; t++) m = std::max(m, MaxPayloadBytes(static_cast<RecType>(t)));
+  return kRecordHeader + m;
+}();
 void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* out);
+// ParseRecord's refusals from the header's fields alone, before it reads the
+// payload or its CRC: a record vouches only for earlier LSNs, its type is
+// known, its payload within its type's bound. Replay's scan for later
+// records tries these at every byte before calling ParseRecord.
+constexpr bool PlausibleRecordHeader(uint32_t plen, uint64_t lsn, uint64_t proven, uint8_t type) {
+  return proven < lsn && type >= 1 && type <= kLastRecType &&
+         plen <= MaxPayloadBytes(static_cast<RecType>(type));
+}
 struct RecordFrame {
   uint64_t lsn = 0;
   uint64_t proven = 0;

@@ -13,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/journal_source.h"
 #include "handler/store/meta.h"
+#include "handler/store/status.h"
 
 namespace cowstore::store {
 
@@ -35,10 +37,19 @@ struct JournalReplay {
   std::string Explain() const;  // one line for the error message
 };
 
-// `j` is the whole journal region; `start_lsn` the superblock's; `version`
-// its format version. Version 1 records carry no `proven`, so a version-1
-// journal can only be told torn or newer, never proven damaged (the window
-// closes at the upgrade: docs/design/store.md, "Format versions").
+// `j` is the journal region, from replay's start (journal_source.h: read
+// through a bounded window unless it is in memory already); `start_lsn` the
+// superblock's; `version` its format version. Version 1 records carry no
+// `proven`, so a version-1 journal can only be told torn or newer, never
+// proven damaged (the window closes at the upgrade: docs/design/store.md,
+// "Format versions"). Version 1 records have no size bound either, so a
+// version-1 journal must be in memory (kInvalidArgument otherwise). Fails
+// only as the source's reads do. `window` (tests: smaller, to cross more
+// window edges) must hold kMaxRecordBytes.
+Result<JournalReplay> ScanJournal(JournalSource* j, uint64_t start_lsn,
+                                  uint32_t version = kFormatVersion,
+                                  size_t window = kJournalWindowBytes);
+// The journal region in memory (v1/v2's fixed region, tests).
 JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
                           uint32_t version = kFormatVersion);
 

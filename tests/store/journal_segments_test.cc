@@ -193,11 +193,21 @@ class JournalRingTest : public ::testing::Test {
     buf_.TakeBatch(&b);
     return b;
   }
-  JournalReplay ScanRing(const JournalLayout& l, uint64_t start, uint64_t lsn) {
-    std::vector<uint8_t> j;
-    EXPECT_TRUE(ReadJournalRing(file_.get(), l, start, &j).ok());
-    EXPECT_EQ(j.size(), l.capacity());
-    return ScanJournal(j.data(), j.size(), lsn);
+  // Through the ring's source and replay's window, as open will read it.
+  JournalReplay ScanRing(const JournalLayout& l, uint64_t start, uint64_t lsn,
+                         size_t window = kJournalWindowBytes) {
+    JournalRingSource src(file_.get(), l, start);
+    EXPECT_EQ(src.size(), l.capacity());
+    Result<JournalReplay> r = ScanJournal(&src, lsn, kFormatVersion, window);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : JournalReplay{};
+  }
+  // The whole ring in one buffer: what the tests compare against.
+  std::vector<uint8_t> ReadRing(const JournalLayout& l, uint64_t start) {
+    JournalRingSource src(file_.get(), l, start);
+    std::vector<uint8_t> j(src.size());
+    EXPECT_TRUE(src.Read(0, j.size(), j.data()).ok());
+    return j;
   }
   // The same bytes as one contiguous journal region (zeros after them).
   static JournalReplay ScanContiguous(const std::string& bytes, uint64_t capacity, uint64_t lsn) {
@@ -232,8 +242,7 @@ TEST_F(JournalRingTest, BatchIsWrittenOnePiecePerSegmentAndReadsBack) {
   std::vector<uint8_t> d = env_.Snapshot("pool");
   EXPECT_EQ(std::string(d.begin() + Dev(14, kAu - 1024), d.begin() + Dev(15)), payload.substr(0, 1024));
   EXPECT_EQ(std::string(d.begin() + Dev(9), d.begin() + Dev(9) + payload.size() - 1024), payload.substr(1024));
-  std::vector<uint8_t> j;
-  ASSERT_TRUE(ReadJournalRing(file_.get(), l, start % l.capacity(), &j).ok());
+  const std::vector<uint8_t> j = ReadRing(l, start % l.capacity());
   ASSERT_EQ(j.size(), l.capacity());
   EXPECT_EQ(std::string(j.begin(), j.begin() + payload.size()), payload);
   EXPECT_TRUE(std::all_of(j.begin() + payload.size(), j.end(), [](uint8_t b) { return b == 0; }));
@@ -314,12 +323,11 @@ TEST_F(JournalRingTest, ReplayAcrossSegmentsAndTheWrapMatchesContiguousReplay) {
   EXPECT_FALSE(got.damaged || got.newer_generation);
 
   // And applied through ReplayJournal: every LUN, the tail and next LSN.
-  std::vector<uint8_t> j;
-  ASSERT_TRUE(ReadJournalRing(file_.get(), l, start % l.capacity(), &j).ok());
+  JournalRingSource src(file_.get(), l, start % l.capacity());
   MetaState st;
   st.au = kAu;
   ReplayEnd end;
-  ASSERT_TRUE(ReplayJournal(j.data(), j.size(), kStart, &st, &end).ok());
+  ASSERT_TRUE(ReplayJournal(&src, kStart, &st, &end).ok());
   EXPECT_EQ(st.luns.size(), id - 1);
   ASSERT_NE(st.FindName(CreateLun(id - 1).name), nullptr);
   EXPECT_EQ(end.tail, all.size());
@@ -417,8 +425,7 @@ TEST_F(JournalRingTest, DamageBeforeALaterRecordInAnotherSegmentIsRefused) {
   EXPECT_GT(got.lost.size(), 1u);
 
   // The same bytes as a contiguous journal get the same verdict.
-  std::vector<uint8_t> j;
-  ASSERT_TRUE(ReadJournalRing(file_.get(), l, start, &j).ok());
+  const std::vector<uint8_t> j = ReadRing(l, start);
   const std::string live(j.begin(), j.begin() + (ring.tail() - start));
   EXPECT_EQ(Verdict(got), Verdict(ScanContiguous(live, l.capacity(), kStart)));
   // Without the damage, the wipe alone: batch 1 replays, batch 2 is a tear.
@@ -429,13 +436,56 @@ TEST_F(JournalRingTest, DamageBeforeALaterRecordInAnotherSegmentIsRefused) {
   EXPECT_FALSE(torn.damaged);
 
   // Through ReplayJournal, as open will call it.
+  JournalRingSource src(file_.get(), l, start);
   MetaState st;
   st.au = kAu;
   ReplayEnd end;
-  ASSERT_TRUE(ReplayJournal(j.data(), j.size(), kStart, &st, &end).ok());
+  ASSERT_TRUE(ReplayJournal(&src, kStart, &st, &end).ok());
   EXPECT_TRUE(end.damaged);
   EXPECT_FALSE(end.explain.empty());
   EXPECT_FALSE(end.lost.empty());
+}
+
+// A ring larger than replay's window, written from 100 KiB before the wrap:
+// the first read crosses the wrap (and segment boundaries), later ones slide
+// over records cut by their ends. Intact, and with damage before the wrap
+// that records windows later vouch for: the contiguous verdicts.
+TEST_F(JournalRingTest, WindowedReplayOverTheWrapMatchesContiguousReplay) {
+  const JournalLayout l = Layout({{50, 10}, {3, 10}, {20, 10}, {35, 10}});  // 2.5 MiB
+  const size_t window = kMaxRecordBytes;
+  ASSERT_GT(l.capacity(), window + 512 * 1024);
+  const uint64_t start = l.capacity() - 100 * 1024;
+  JournalRing ring = Ring(l, start, start);
+  buf_.set_next_lsn(kStart);
+  std::string all;
+  uint64_t i = 0;
+  while (ring.tail() - start < window + 400 * 1024) {
+    std::vector<Record> recs;
+    for (int k = 0; k < 3; k++, i++) {
+      Record r = Map(1 + i % 3, i);
+      for (uint64_t x = 0; x < 100 + i * 37 % 700; x++) r.runs.push_back({1000 + i * 1000 + x, 5000 + x, 1});
+      recs.push_back(r);
+    }
+    JournalBatch b = Batch(recs, ring);
+    ASSERT_TRUE(ring.WriteBatch(file_.get(), b).ok());
+    all += b.bytes;
+  }
+  Reopen();
+  const JournalReplay got = ScanRing(l, start, kStart, window);
+  EXPECT_EQ(Verdict(got), Verdict(ScanContiguous(all, l.capacity(), kStart)));
+  EXPECT_EQ(got.records.size(), i);
+  EXPECT_EQ(got.end, all.size());
+  EXPECT_FALSE(got.damaged || got.newer_generation);
+
+  env_.Corrupt("pool", Dev(35, 10 * kAu - 50 * 1024), 1);  // a record 50 KiB before the wrap
+  Reopen();
+  const JournalReplay bad = ScanRing(l, start, kStart, window);
+  EXPECT_TRUE(bad.damaged);
+  EXPECT_LT(bad.end, 100u * 1024);
+  const std::vector<uint8_t> j = ReadRing(l, start);
+  const std::string live(j.begin(), j.begin() + all.size());
+  EXPECT_EQ(Verdict(bad), Verdict(ScanContiguous(live, l.capacity(), kStart)));
+  EXPECT_EQ(bad.lost, ScanContiguous(live, l.capacity(), kStart).lost);
 }
 
 // A batch cut by a power loss while crossing a segment boundary (two Env
