@@ -1,0 +1,143 @@
+// SPDX-License-Identifier: Apache-2.0
+// Format v3's incremental checkpoint of the LUNs' extent maps (docs/design/
+// store-v3.md 3.4): leaf pages (ckpt_page.h) under an index (ckpt_index.h),
+// written by shadowing, persistent-data's copy-on-write B+tree rule. A
+// standalone component: the engine does not call it yet (plan step 5/7).
+//
+// Shape. A LUN with runs has leaves whose key ranges tile [0, 2^48) of that
+// LUN, in order, with no gap (a format rule ReadCkptTree enforces): every LBA
+// falls in exactly one leaf, so a dirty range names its leaves and a change
+// can never fall between two. A leaf holds the map clipped to its range (a
+// run crossing a boundary is stored in two pieces; the reader's inserts join
+// them again). A LUN without runs has no leaves: the tree says nothing of it
+// (the LUN table names the LUNs). Index pages are the codec's.
+//
+// Shadowing. WriteCkptTree writes a new tree next to the previous one and
+// never writes a page the previous tree uses: a leaf no dirty range touches
+// is named again by its address and sequence; the dirty leaves of a LUN are
+// re-packed, with their neighbours only when a range empties, into leaves at
+// fresh addresses; an index page whose children are all unchanged is named
+// again, every other one is rewritten at a fresh address (so only the index
+// pages on changed paths). A crash at any point leaves the previous tree
+// whole and still named by the durable superblock.
+//
+// The commit rule (one place: the engine's checkpoint). 1. WriteCkptTree
+// writes and syncs the new pages. 2. The engine writes the superblock naming
+// the new root, both slots, and syncs them. 3. Only then may the pages in
+// `freed` go back to the allocator: until step 2 is durable, a crash reopens
+// the previous tree, which still uses them. Likewise the allocator must never
+// hand out a page the previous tree uses (WriteCkptTree refuses one anyway).
+//
+// The empty index has ONE spelling: kNoIndex (superblock_v3.h: no page, all
+// else zero). WriteCkptTree never writes an index page for no leaves, and
+// ReadCkptTree refuses a root with an empty key range (the empty level-0 root
+// page BuildIndex writes for no leaves) with kCorruption. Why kNoIndex and
+// not the page: "nothing" then costs no allocation, so a pool with no LUN
+// (just created, or after its last LUN went) needs no metadata page and a
+// checkpoint that empties the pool cannot fail for lack of one; the
+// superblock codec already checks "none" exactly (no sequence, level or key
+// range); and one spelling means a reader never has to treat two images of
+// one state as equal.
+//
+// Not thread-safe: the engine calls it with the maps frozen (under its
+// metadata lock or on a copy).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "handler/store/ckpt_index.h"
+#include "handler/store/dirty_ranges.h"
+#include "handler/store/env.h"  // File
+#include "handler/store/extent_map.h"
+#include "handler/store/status.h"
+#include "handler/store/superblock_v3.h"  // kNoIndex
+
+namespace cowstore::store {
+
+// Runs a leaf is written with when runs are split over new leaves, of the
+// kLeafPageRuns (252) it holds: a dirty leaf is rewritten as one leaf as long
+// as its runs fit the page, and split only past that, so the slack lets the
+// next writes into a fresh leaf (each may split one run into three) rewrite
+// that one leaf instead of splitting it, which would also add an entry to its
+// index page. 3.4's "one changed extent writes <= 3 pages" relies on it.
+constexpr uint32_t kLeafFillRuns = 224;
+// The same one level up, of kIndexPageEntries (100): a leaf split adds an entry.
+constexpr uint32_t kIndexFillEntries = 90;
+
+// An index page of a tree, with where it lies.
+struct CkptIndexPage {
+  uint64_t addr = 0;
+  IndexPage page;
+};
+
+// Everything the next checkpoint needs of this one to shadow it.
+struct CkptTree {
+  IndexRoot root = kNoIndex;                       // what the superblock records
+  std::vector<IndexEntry> leaves;                  // the level-0 entries, in key order
+  std::vector<std::vector<CkptIndexPage>> levels;  // levels[l]: the level-l pages, in key order
+  // Every page address the tree uses, leaves and index pages.
+  std::vector<uint64_t> Pages() const;
+};
+
+// Gives a fresh metadata page's byte address, or the status that stops the
+// checkpoint (kNoSpace). Must not give a page the previous tree uses, nor one
+// twice.
+class PageAllocator {
+ public:
+  virtual ~PageAllocator() = default;
+  virtual Result<uint64_t> Allocate() = 0;
+};
+
+struct CkptPool {
+  Uuid uuid{};
+  // The address bound of every page (IndexReadBound(sb) gives it).
+  uint64_t addr_begin = kIndexMinAddress;
+  uint64_t addr_end = 0;
+  uint64_t phys_grains = 0;  // every run ends at or below it (sb.grains())
+  IndexPageExpect Bound() const;
+};
+
+struct CkptWrite {
+  CkptTree tree;                 // the new tree; tree.root goes into the superblock
+  std::vector<uint64_t> written;  // fresh pages written, in write order; on failure the
+                                  // pages allocated, to give back (nothing names them)
+  std::vector<uint64_t> freed;    // pages of the previous tree the new one no longer names:
+                                  // free them only after the superblock is durable (above)
+};
+
+// Writes checkpoint `seq` of `maps` (LUN -> map; a missing or empty map has
+// no leaves) by shadowing `prev` (kNoIndex's empty tree for the first one):
+// the leaves of the LUNs `dirty` touches are re-packed, everything else is
+// reused. Pages are written through `file` at their addresses, then synced
+// once (step 1 of the commit rule); nothing the previous tree uses is
+// written. kInvalidArgument (nothing written) if seq is not after every
+// sequence of `prev` or `prev` is not a tree this file describes; if the
+// allocator gives an address out of the pool's bound, unaligned, one `prev`
+// uses or one given twice, kInvalidArgument; the allocator's or the file's
+// error as is. On failure `prev` is untouched on disk and out->written
+// lists what to give back.
+Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t, const ExtentMap*>& maps,
+                     const DirtyRanges& dirty, const CkptTree& prev, PageAllocator& alloc, File& file,
+                     CkptWrite* out);
+
+// The shape rule above for a tree's level-0 entries (in key order): each
+// LUN's leaves start at LBA 0, each begins where the one before ends, and
+// the last ends at 2^48. "" if they obey it, else the first fault.
+std::string LeafTilingRule(const std::vector<IndexEntry>& leaves);
+
+// Reads the tree `root` names through `file`: every index page (ReadIndex,
+// then the pages decoded again to keep their entries for the next shadowing
+// write) and every leaf (DecodeLeafPage with LeafExpectFor), and replaces
+// *maps with the maps of the LUNs that have leaves (bound pool.phys_grains)
+// and *tree with the tree. kNoIndex: no maps, the empty tree. kCorruption,
+// naming the fault, for what the codecs refuse, a root with an address of
+// kNoPage but not kNoIndex, an empty index written as a page (see above), a
+// LUN whose leaves do not tile [0, 2^48), or a run the map refuses; the
+// file's error as is. Leaves the outputs unchanged unless it succeeds.
+Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
+                    std::map<uint32_t, ExtentMap>* maps, CkptTree* tree);
+
+}  // namespace cowstore::store
