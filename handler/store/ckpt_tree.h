@@ -135,7 +135,8 @@ std::string LeafTilingRule(const std::vector<IndexEntry>& leaves);
 // and *tree with the tree. kNoIndex: no maps, the empty tree. kCorruption,
 // naming the fault, for what the codecs refuse, a root with an address of
 // kNoPage but not kNoIndex, an empty index written as a page (see above), a
-// LUN whose leaves do not tile [0, 2^48), or a run the map refuses; the
+// LUN whose leaves do not tile [0, 2^48), a leaf without runs (a LUN without
+// runs has no leaves), or a run the map refuses; the
 // file's error as is. Leaves the outputs unchanged unless it succeeds.
 Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
                     std::map<uint32_t, ExtentMap>* maps, CkptTree* tree);

@@ -53,7 +53,9 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
   for (uint32_t level = root.level;; level--) {
     std::vector<IndexEntry> below;
     for (const IndexEntry& e : at_level) {
-      const std::string& bytes = index_bytes[e.addr];
+      auto read = index_bytes.find(e.addr);
+      if (read == index_bytes.end()) return Corrupt("index page at " + std::to_string(e.addr) + " was not read");
+      const std::string& bytes = read->second;
       CkptIndexPage p{e.addr, {}};
       if (Status d = DecodeIndexPage(bytes.data(), bytes.size(), ExpectForChild(e, level, bound), &p.page); !d.ok())
         return d;
@@ -72,6 +74,9 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
     if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool.uuid, pool.phys_grains), &leaf);
         !d.ok())
       return Status(d.code(), d.message() + " (leaf at address " + std::to_string(e.addr) + ")");
+    // A LUN without runs has no leaves (ckpt_tree.h): an empty leaf is not
+    // a way to write one, so that one state has one image on disk.
+    if (leaf.runs.empty()) return Corrupt("leaf at address " + std::to_string(e.addr) + " holds no run");
     ExtentMap& map = m.try_emplace(e.first.lun, pool.phys_grains).first->second;
     for (const Run& r : leaf.runs)
       if (Status ins = map.Insert(r.lba, r.phys, r.len); !ins.ok())

@@ -475,6 +475,32 @@ TEST(CkptTree, LeavesThatDoNotTileTheirLunAreRefused) {
   EXPECT_NE(s.message().find("does not start where"), std::string::npos) << s.message();
 }
 
+// A leaf without runs is refused: a LUN without runs has no leaves.
+TEST(CkptTree, AnEmptyLeafIsRefused) {
+  Store st;
+  LeafPage leaf;
+  leaf.pool = TestPool().uuid;
+  leaf.lun = 4;
+  leaf.first_lba = 0;
+  leaf.end_lba = ExtentMap::kMaxLba;
+  leaf.seq = 1;
+  std::string bytes;
+  ASSERT_TRUE(EncodeLeafPage(leaf, &bytes).ok());
+  Result<uint64_t> at = st.alloc().Allocate();
+  ASSERT_TRUE(at.ok());
+  st.PutPage(*at, bytes);
+  std::vector<std::pair<uint64_t, std::string>> pages;
+  IndexRoot root;
+  const IndexEntry entry{{4, 0}, {4, ExtentMap::kMaxLba}, *at, 1};
+  ASSERT_TRUE(BuildIndex(TestPool().Bound(), 1, {entry}, [&] { return st.alloc().Allocate(); }, &pages, &root).ok());
+  for (const auto& [a, b] : pages) st.PutPage(a, b);
+  std::map<uint32_t, ExtentMap> back;
+  CkptTree tree;
+  Status s = ReadCkptTree(TestPool(), root, st.file(), &back, &tree);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("holds no run"), std::string::npos) << s.message();
+}
+
 // 1 M extents over 10 LUNs: 4 grains mapped, 4 not, each extent its own run.
 std::map<uint32_t, ExtentMap> MillionExtents() {
   std::map<uint32_t, ExtentMap> maps;
