@@ -113,7 +113,20 @@ struct CkptWrite {
 // the leaves of the LUNs `dirty` touches are re-packed, everything else is
 // reused. Pages are written through `file` at their addresses, then synced
 // once (step 1 of the commit rule); nothing the previous tree uses is
-// written. kInvalidArgument (nothing written) if seq is not after every
+// written.
+//
+// A sequence is used up by any attempt that may have written a page, whether
+// it failed or the machine died in it: a retry takes a new one. Why: the
+// allocator may give the retry the same addresses, and if one of its writes
+// is lost, the failed attempt's page there is CRC-valid and carries the very
+// sequence the new index names, so the exact-sequence check passes and the
+// maps silently roll back. Being "after prev" is not enough and this
+// function cannot tell (it does not outlive a crash). The engine keeps the
+// next sequence in RAM, bumps it on every attempt, and on open first writes
+// a superblock with sb.seq + 1 before its first checkpoint, so the sequence
+// of an attempt that crashed is never given out again.
+//
+// kInvalidArgument (nothing written) if seq is not after every
 // sequence of `prev` or `prev` is not a tree this file describes; if the
 // allocator gives an address out of the pool's bound, unaligned, one `prev`
 // uses or one given twice, kInvalidArgument; the allocator's or the file's

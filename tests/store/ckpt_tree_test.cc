@@ -77,10 +77,17 @@ class Store {
   }
 
   Status Checkpoint(const std::map<uint32_t, ExtentMap>& maps, const DirtyRanges& dirty, CkptWrite* out) {
+    return CheckpointAt(++seq_, maps, dirty, out);
+  }
+
+  // Checkpoint with the caller's sequence (a test of the sequence rule).
+  Status CheckpointAt(uint64_t seq, const std::map<uint32_t, ExtentMap>& maps, const DirtyRanges& dirty,
+                      CkptWrite* out) {
+    seq_ = std::max(seq_, seq);
     std::map<uint32_t, const ExtentMap*> view;
     for (const auto& [lun, m] : maps) view[lun] = &m;
     counting_->Reset();
-    Status s = WriteCkptTree(TestPool(), ++seq_, view, dirty, tree_, alloc_, *counting_, out);
+    Status s = WriteCkptTree(TestPool(), seq, view, dirty, tree_, alloc_, *counting_, out);
     if (!s.ok()) {
       alloc_.Free(out->written);  // nothing names them
       return s;
@@ -102,7 +109,9 @@ class Store {
   void PutPage(uint64_t addr, const std::string& b) { ASSERT_TRUE(file_->Write(addr, b.size(), b.data()).ok()); }
 
   const CkptTree& tree() const { return tree_; }
+  uint64_t seq() const { return seq_; }
   CountingFile& file() { return *counting_; }
+  FaultInjectionEnv& env() { return env_; }
   TestAllocator& alloc() { return alloc_; }
 
  private:
@@ -363,6 +372,61 @@ TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
   CkptTree tree;
   ASSERT_TRUE(st.Read(&back, &tree).ok());
   ExpectSameMaps(maps, back);
+}
+
+// Why a sequence is used up by any attempt that may have written a page
+// (ckpt_tree.h): an attempt fails after writing its pages (the sync fails, or
+// the machine dies), the maps change, and the retry gets the same addresses
+// from the lowest-first allocator. If one write of the retry is lost, the
+// failed attempt's page is still there, CRC-valid. Under the failed attempt's
+// sequence it passes the exact-sequence check and reads back as the old
+// maps: a silent rollback. Under a fresh sequence the read is refused.
+TEST(CkptTree, ARetryUnderAFreshSequenceRefusesAFailedAttemptsPage) {
+  for (const bool reuse : {true, false}) {
+    SCOPED_TRACE(reuse ? "retry reuses the sequence" : "retry takes a fresh sequence");
+    Store st;
+    std::map<uint32_t, ExtentMap> maps;
+    ExtentMap& m = maps.emplace(1, ExtentMap(kPhysGrains)).first->second;
+    for (uint64_t i = 0; i < 10; i++) ASSERT_TRUE(m.Insert(i * 10, 100 + i * 10, 5).ok());
+    DirtyRanges dirty;
+    dirty.MarkLun(1);
+    CkptWrite w;
+    ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+
+    // Attempt `seq`: its pages are written, its sync fails; nothing names them.
+    const uint64_t seq = st.seq() + 1;
+    std::map<uint32_t, ExtentMap> failed_maps = maps;
+    failed_maps.at(1).Remove(0, 5, nullptr);
+    ASSERT_TRUE(failed_maps.at(1).Insert(0, 5000, 5).ok());
+    DirtyRanges first;
+    first.Mark(1, 0, 5);
+    st.env().FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+    ASSERT_EQ(st.CheckpointAt(seq, failed_maps, first, &w).code(), Code::kIOError);
+    std::map<uint64_t, std::string> failed_pages;
+    for (uint64_t a : w.written) failed_pages[a] = st.PageAt(a);
+
+    // The retry, of maps changed since, at the same addresses.
+    maps = failed_maps;
+    maps.at(1).Remove(0, 5, nullptr);
+    ASSERT_TRUE(maps.at(1).Insert(0, 6000, 5).ok());
+    DirtyRanges again;
+    again.Mark(1, 0, 5);
+    ASSERT_TRUE(st.CheckpointAt(reuse ? seq : seq + 1, maps, again, &w).ok());
+    ASSERT_EQ(w.tree.leaves.size(), 1u);
+    const uint64_t leaf = w.tree.leaves[0].addr;
+    ASSERT_TRUE(failed_pages.count(leaf)) << "the retry's leaf is where the failed attempt wrote one";
+
+    st.PutPage(leaf, failed_pages[leaf]);  // the retry's leaf write was lost
+    std::map<uint32_t, ExtentMap> back;
+    CkptTree tree;
+    Status s = st.Read(&back, &tree);
+    if (reuse) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      ExpectSameMaps(failed_maps, back);  // the rollback the rule exists to prevent
+    } else {
+      EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    }
+  }
 }
 
 // An allocator with a bug: shadowing does not rest on it.
