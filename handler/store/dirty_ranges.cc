@@ -36,6 +36,17 @@ bool DirtyRanges::Touches(uint32_t lun, uint64_t first, uint64_t end) const {
   return std::prev(it)->second > first;
 }
 
+DirtyRanges DirtyRanges::Take() {
+  DirtyRanges taken;
+  taken.luns_.swap(luns_);
+  return taken;
+}
+
+void DirtyRanges::Merge(const DirtyRanges& taken) {
+  for (const auto& [lun, ranges] : taken.luns_)
+    for (const auto& [first, end] : ranges) Mark(lun, first, end - first);
+}
+
 size_t DirtyRanges::ranges() const {
   size_t n = 0;
   for (const auto& [lun, r] : luns_) n += r.size();

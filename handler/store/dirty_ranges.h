@@ -7,7 +7,15 @@
 // leaves whose key range a dirty range touches (ckpt_tree.h) and reuses
 // every other leaf by address. So a range left unmarked is a map change the
 // next checkpoint silently drops: marking too much costs pages, too little
-// loses data. Clear() after the checkpoint's superblock is durable.
+// loses data.
+//
+// Hand-over. When the engine freezes the maps for a checkpoint (takes the
+// copy, under its metadata lock) it Take()s the set in the same step: the
+// taken set is exactly what that copy changed, and marks made while the
+// checkpoint runs go into the now empty set for the next one. If the
+// checkpoint fails it Merge()s the taken set back. Never clear the set after
+// the superblock is durable: that would drop the marks of changes made while
+// the checkpoint ran, which the copy did not hold.
 //
 // Ranges are kept coalesced per LUN (touching ranges merge), so the memory is
 // O(separate ranges), at most one per applied record between checkpoints.
@@ -33,7 +41,10 @@ class DirtyRanges {
   bool empty() const { return luns_.empty(); }
   // Separate ranges held, over all LUNs (for the memory bound above).
   size_t ranges() const;
-  void Clear() { luns_.clear(); }
+  // Every marked range, leaving this set empty (see the hand-over above).
+  DirtyRanges Take();
+  // Marks every range of `taken` too: gives back a failed checkpoint's set.
+  void Merge(const DirtyRanges& taken);
 
  private:
   std::map<uint32_t, std::map<uint64_t, uint64_t>> luns_;  // lun -> first -> end, disjoint, not touching

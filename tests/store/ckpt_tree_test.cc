@@ -662,8 +662,38 @@ TEST(DirtyRanges, MarksCoalesceAndTouchesIsExact) {
   EXPECT_TRUE(d.Touches(1, ExtentMap::kMaxLba - 1, ExtentMap::kMaxLba));
   d.MarkLun(4);
   EXPECT_TRUE(d.Touches(4, 12345, 12346));
-  d.Clear();
+  const DirtyRanges taken = d.Take();
   EXPECT_TRUE(d.empty());
+  EXPECT_TRUE(taken.Touches(4, 12345, 12346));
+}
+
+// The engine's hand-over (dirty_ranges.h): the set is taken when the maps are
+// frozen, marks made while the checkpoint runs stay for the next one, and a
+// failed checkpoint's set is merged back, coalescing with the new marks.
+TEST(DirtyRanges, TakeLeavesLaterMarksAndMergeGivesBackAFailedCheckpointsSet) {
+  DirtyRanges d;
+  d.Mark(1, 10, 10);  // [10, 20)
+  d.Mark(2, 0, 5);
+  const DirtyRanges taken = d.Take();  // the maps are frozen here
+  EXPECT_TRUE(d.empty());
+  EXPECT_TRUE(taken.Touches(1, 15, 16));
+  EXPECT_TRUE(taken.Touches(2, 0, 1));
+  d.Mark(1, 20, 5);  // a write while the checkpoint of the copy runs: [20, 25)
+  d.Mark(3, 7, 1);
+
+  DirtyRanges after_success = d;  // the checkpoint commits: only the later marks remain
+  EXPECT_FALSE(after_success.Touches(1, 10, 20));
+  EXPECT_FALSE(after_success.Touches(2, 0, 5));
+  EXPECT_TRUE(after_success.Touches(1, 20, 25));
+  EXPECT_TRUE(after_success.Touches(3, 7, 8));
+
+  d.Merge(taken);  // the checkpoint fails: both sets are the next one's
+  EXPECT_TRUE(d.Touches(1, 10, 11));
+  EXPECT_TRUE(d.Touches(1, 24, 25));
+  EXPECT_TRUE(d.Touches(2, 4, 5));
+  EXPECT_TRUE(d.Touches(3, 7, 8));
+  EXPECT_FALSE(d.Touches(1, 25, 30));
+  EXPECT_EQ(d.ranges(), 3u);  // [10, 25) coalesced, LUN 2's, LUN 3's
 }
 
 }  // namespace
