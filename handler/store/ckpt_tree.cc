@@ -30,14 +30,34 @@ std::vector<size_t> PageStarts(size_t n, size_t cap, size_t fill) {
 }
 
 // What WriteCkptTree assumes of the previous tree, so that a caller's bug
-// cannot make it drop a change or overwrite a page.
+// cannot make it drop a change or overwrite a page: one consistent tree, each
+// level's entries naming exactly the pages below it, every address once, the
+// leaves tiling their LUNs. O(pages).
 std::string PrevTreeRule(const CkptTree& t, uint64_t seq) {
   if (t.root == kNoIndex)
     return t.leaves.empty() && t.levels.empty() ? "" : "kNoIndex with leaves or index pages";
-  if (t.levels.empty() || t.levels.size() != t.root.level + 1 || t.levels.back().size() != 1 ||
-      t.levels.back()[0].addr != t.root.entry.addr || t.leaves.empty())
+  if (t.levels.empty() || t.levels.size() != t.root.level + 1 || t.levels.back().size() != 1 || t.leaves.empty())
     return "levels that do not end in the root page";
   if (t.root.entry.seq >= seq) return "sequence " + N(seq) + " is not after the previous " + N(t.root.entry.seq);
+  for (uint32_t l = 0; l < t.levels.size(); l++) {
+    std::vector<IndexEntry> named;  // the level's entries, in order
+    for (const CkptIndexPage& p : t.levels[l]) {
+      if (p.page.level != l) return "level-" + N(l) + " page at " + N(p.addr) + " says level " + N(p.page.level);
+      named.insert(named.end(), p.page.entries.begin(), p.page.entries.end());
+    }
+    if (l == 0) {
+      if (named != t.leaves) return "the level-0 pages' entries are not the leaves";
+      continue;
+    }
+    std::vector<IndexEntry> below;
+    for (const CkptIndexPage& p : t.levels[l - 1]) below.push_back(EntryFor(p.page, p.addr));
+    if (named != below) return "the level-" + N(l) + " pages' entries do not name the level-" + N(l - 1) + " pages";
+  }
+  const CkptIndexPage& top = t.levels.back()[0];
+  if (EntryFor(top.page, top.addr) != t.root.entry) return "the root does not name the top page";
+  std::unordered_set<uint64_t> seen;
+  for (uint64_t a : t.Pages())
+    if (!seen.insert(a).second) return "address " + N(a) + " used twice";
   return LeafTilingRule(t.leaves);
 }
 
@@ -260,6 +280,10 @@ std::string LeafTilingRule(const std::vector<IndexEntry>& leaves) {
     const bool starts_lun = i == 0 || leaves[i - 1].first.lun != e.first.lun;
     const bool ends_lun = i + 1 == leaves.size() || leaves[i + 1].first.lun != e.first.lun;
     const std::string at = "LUN " + N(e.first.lun) + "'s leaf [" + N(e.first.lba) + ", " + N(e.end.lba) + ")";
+    if (e.end.lun != e.first.lun) return at + " ends in LUN " + N(e.end.lun);
+    // A LUN's leaves are one stretch: the LUNs come in increasing order.
+    if (starts_lun && i > 0 && leaves[i - 1].first.lun > e.first.lun)
+      return at + " comes after LUN " + N(leaves[i - 1].first.lun) + "'s leaves";
     if (starts_lun && e.first.lba != 0) return at + " is its first but does not start at LBA 0";
     if (!starts_lun && leaves[i - 1].end.lba != e.first.lba)
       return at + " does not start where the leaf before it ends, " + N(leaves[i - 1].end.lba);

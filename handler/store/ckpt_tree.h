@@ -127,7 +127,9 @@ struct CkptWrite {
 // of an attempt that crashed is never given out again.
 //
 // kInvalidArgument (nothing written) if seq is not after every
-// sequence of `prev` or `prev` is not a tree this file describes; if the
+// sequence of `prev` or `prev` is not one consistent tree (each level's
+// entries name exactly the pages below it, the root the top page, every
+// address once, the leaves tiling their LUNs in LUN order); if the
 // allocator gives an address out of the pool's bound, unaligned, one `prev`
 // uses or one given twice, kInvalidArgument; the allocator's or the file's
 // error as is. On failure `prev` is untouched on disk and out->written
@@ -138,7 +140,8 @@ Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t
 
 // The shape rule above for a tree's level-0 entries (in key order): each
 // LUN's leaves start at LBA 0, each begins where the one before ends, and
-// the last ends at 2^48. "" if they obey it, else the first fault.
+// the last ends at 2^48; a leaf stays in one LUN and the LUNs come in
+// increasing order. "" if they obey it, else the first fault.
 std::string LeafTilingRule(const std::vector<IndexEntry>& leaves);
 
 // Reads the tree `root` names through `file`: every index page (ReadIndex,

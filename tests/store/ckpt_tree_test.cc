@@ -448,6 +448,92 @@ TEST(CkptTree, AnAllocatorGivingAPageThePreviousTreeUsesIsRefused) {
   EXPECT_EQ(st.file().writes(), 0u) << written;
 }
 
+// A previous tree that is not one consistent tree is refused before anything
+// is written: shadowing trusts it to say which pages are in use and which
+// leaves hold what.
+TEST(CkptTree, AnInconsistentPreviousTreeIsRefused) {
+  Store st;
+  std::map<uint32_t, ExtentMap> maps;
+  for (uint32_t lun = 0; lun < 3; lun++) {
+    ExtentMap& m = maps.emplace(lun, ExtentMap(kPhysGrains)).first->second;
+    for (uint64_t i = 0; i < 10000; i++) ASSERT_TRUE(m.Insert(i * 4, i * 4 + lun, 2).ok());
+  }
+  DirtyRanges dirty;
+  for (const auto& [lun, m] : maps) dirty.MarkLun(lun);
+  CkptWrite w;
+  ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+  const CkptTree good = st.tree();
+  ASSERT_EQ(good.levels.size(), 2u);
+  ASSERT_GE(good.levels[0].size(), 2u);
+  const uint64_t unused = kAreaBegin + (kAreaPages - 1) * kPage;
+
+  auto refused = [&](const CkptTree& bad, const std::string& why) {
+    std::map<uint32_t, const ExtentMap*> view;
+    for (const auto& [lun, m] : maps) view[lun] = &m;
+    st.file().Reset();
+    CkptWrite out;
+    Status s = WriteCkptTree(TestPool(), st.seq() + 1, view, dirty, bad, st.alloc(), st.file(), &out);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << why << ": " << s.ToString();
+    EXPECT_NE(s.message().find(why), std::string::npos) << s.message();
+    EXPECT_EQ(st.file().writes(), 0u) << why;
+  };
+  {
+    CkptTree t = good;
+    t.leaves[3].addr = unused;  // a leaf the level-0 pages do not name
+    refused(t, "level-0 pages' entries are not the leaves");
+  }
+  {
+    CkptTree t = good;
+    t.leaves.pop_back();  // the last leaf left out
+    refused(t, "level-0 pages' entries are not the leaves");
+  }
+  {
+    CkptTree t = good;
+    t.levels[0][1].addr = unused;  // a level-0 page its parent does not name
+    refused(t, "level-1 pages' entries do not name the level-0 pages");
+  }
+  {
+    CkptTree t = good;
+    t.levels[0][0].page.level = 1;
+    refused(t, "level-0 page at");
+  }
+  {
+    CkptTree t = good;
+    t.root.entry.first.lba = 1;  // a root that is not the top page's entry
+    refused(t, "the root does not name the top page");
+  }
+  {
+    CkptTree t = good;  // two leaves at one address, named so by the index too
+    t.leaves[1].addr = t.leaves[0].addr;
+    t.levels[0][0].page.entries[1].addr = t.leaves[0].addr;
+    refused(t, "used twice");
+  }
+  {
+    CkptTree t = good;  // an index page at a leaf's address
+    t.levels[0][1].addr = t.leaves[0].addr;
+    t.levels[1][0].page.entries[1].addr = t.leaves[0].addr;
+    refused(t, "used twice");
+  }
+  // And the good tree is taken.
+  std::map<uint32_t, const ExtentMap*> view;
+  for (const auto& [lun, m] : maps) view[lun] = &m;
+  CkptWrite out;
+  EXPECT_TRUE(WriteCkptTree(TestPool(), st.seq() + 1, view, dirty, good, st.alloc(), st.file(), &out).ok());
+}
+
+// Leaves tile each LUN, and the LUNs come in increasing order: a LUN's
+// leaves are one stretch.
+TEST(CkptTree, LeafTilingRuleWantsLunsInOrder) {
+  const uint64_t end = ExtentMap::kMaxLba;
+  const IndexEntry a{{1, 0}, {1, end}, 1 * kPage + kAreaBegin, 1};
+  const IndexEntry b{{2, 0}, {2, end}, 2 * kPage + kAreaBegin, 1};
+  const IndexEntry a_again{{1, 0}, {1, end}, 3 * kPage + kAreaBegin, 1};
+  EXPECT_EQ(LeafTilingRule({a, b}), "");
+  EXPECT_NE(LeafTilingRule({a, b, a_again}), "");
+  EXPECT_NE(LeafTilingRule({b, a}), "");
+  EXPECT_NE(LeafTilingRule({a, a_again}), "");
+}
+
 // Every page of a small tree damaged in turn is refused, and so are the
 // shapes this component rules out.
 TEST(CkptTree, DamageIsRefused) {
