@@ -334,17 +334,22 @@ TEST(CkptTree, RandomWorkloadsOverManyCheckpointsShadowThePreviousTree) {
 // Builds a tree of several LUNs and checkpoints, then makes the allocator fail
 // at every point of the next checkpoint: the previous tree's pages are
 // unchanged and still read back as its maps.
+// Three checkpoints of random work on `st`, the big LUN among them.
+void CommitThreeCheckpoints(Store* st, Workload* work, std::map<uint32_t, ExtentMap>* maps) {
+  for (int ckpt = 0; ckpt < 3; ckpt++) {
+    DirtyRanges dirty;
+    if (ckpt == 0) work->Make(maps, &dirty, Workload::kBigLun, 30000);
+    for (int i = 0; i < 400; i++) work->Step(maps, &dirty);
+    CkptWrite w;
+    ASSERT_TRUE(st->Checkpoint(*maps, dirty, &w).ok());
+  }
+}
+
 TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
   Store st;
   Workload work(42);
   std::map<uint32_t, ExtentMap> maps;
-  for (int ckpt = 0; ckpt < 3; ckpt++) {
-    DirtyRanges dirty;
-    if (ckpt == 0) work.Make(&maps, &dirty, Workload::kBigLun, 30000);
-    for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
-    CkptWrite w;
-    ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
-  }
+  CommitThreeCheckpoints(&st, &work, &maps);
   const std::map<uint32_t, ExtentMap> committed = maps;
   DirtyRanges dirty;
   for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
@@ -427,6 +432,62 @@ TEST(CkptTree, ARetryUnderAFreshSequenceRefusesAFailedAttemptsPage) {
       EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
     }
   }
+}
+
+// The file failing at every write of a checkpoint in turn, then at its sync:
+// the previous tree's pages are unchanged and still read back as its maps,
+// `written` is exactly the pages the attempt wrote (or tried to), and nothing
+// is freed.
+TEST(CkptTree, WriteOrSyncFailureChangesNothingThePreviousTreeUses) {
+  Store st;
+  Workload work(43);
+  std::map<uint32_t, ExtentMap> maps;
+  CommitThreeCheckpoints(&st, &work, &maps);
+  const std::map<uint32_t, ExtentMap> committed = maps;
+  DirtyRanges dirty;
+  for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
+  std::map<uint64_t, std::string> before;
+  for (uint64_t a : st.tree().Pages()) before[a] = st.PageAt(a);
+
+  auto unchanged = [&](const CkptWrite& w, const std::string& at) {
+    EXPECT_EQ(AsSet(w.written), st.file().written_at()) << at;
+    EXPECT_EQ(w.written.size(), st.file().written_at().size()) << at;
+    EXPECT_TRUE(w.freed.empty()) << at;
+    for (const auto& [a, bytes] : before) ASSERT_EQ(st.PageAt(a), bytes) << at << ": page " << a << " changed";
+    std::map<uint32_t, ExtentMap> back;
+    CkptTree tree;
+    ASSERT_TRUE(st.Read(&back, &tree).ok()) << at;
+    ExpectSameMaps(committed, back);
+  };
+  {
+    // The sync: every page is written, none is named.
+    st.env().FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+    CkptWrite w;
+    ASSERT_EQ(st.Checkpoint(maps, dirty, &w).code(), Code::kIOError);
+    st.env().ClearFaults();
+    EXPECT_EQ(st.file().syncs(), 1u);
+    EXPECT_GT(w.written.size(), 2u);
+    unchanged(w, "sync");
+  }
+  for (uint64_t n = 0;; n++) {
+    st.env().FailAt(FaultInjectionEnv::Op::kWrite, n, Code::kIOError);
+    CkptWrite w;
+    Status s = st.Checkpoint(maps, dirty, &w);
+    st.env().ClearFaults();
+    if (s.ok()) {  // n is past the last write: the fault never fired
+      ASSERT_EQ(n, st.file().writes());
+      ASSERT_GT(n, 2u);
+      break;
+    }
+    ASSERT_EQ(s.code(), Code::kIOError) << s.ToString();
+    EXPECT_EQ(st.file().writes(), n + 1) << "stops at the failed write";
+    EXPECT_EQ(st.file().syncs(), 0u);
+    unchanged(w, "write " + std::to_string(n));
+  }
+  std::map<uint32_t, ExtentMap> back;
+  CkptTree tree;
+  ASSERT_TRUE(st.Read(&back, &tree).ok());
+  ExpectSameMaps(maps, back);
 }
 
 // An allocator with a bug: shadowing does not rest on it.
