@@ -211,11 +211,10 @@ std::string IndexRootRule(const IndexRoot& root) {
     return "root level " + std::to_string(root.level) + " past " + std::to_string(kIndexMaxLevel);
   if (e.first.lba >= kMaxLba || e.end.lba > kMaxLba)
     return "root key range " + Range(e.first, e.end) + " has an LBA past 2^48";
-  // Only an empty index has an empty root (CheckPage): level 0, no keys.
-  const bool empty_index = e.first == IndexKey{} && e.end == IndexKey{} && root.level == 0;
-  if (e.first >= e.end && !empty_index)
-    return "root key range " + Range(e.first, e.end) +
-           " is empty (only the empty index's level-0 root, [0:0, 0:0), is)";
+  // The empty index is kNoIndex, never a page (superblock_v3.h): one state,
+  // one spelling, so a root always names at least one leaf.
+  if (e.first >= e.end)
+    return "root key range " + Range(e.first, e.end) + " is empty (the empty index is kNoIndex, never a page)";
   return "";
 }
 
@@ -260,6 +259,8 @@ IndexEntry EntryFor(const IndexPage& page, uint64_t addr) {
 
 Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std::vector<IndexEntry>& entries,
                        std::vector<IndexPage>* out) {
+  if (entries.empty())
+    return Status(Code::kInvalidArgument, "no entries: the empty index is kNoIndex, never a page");
   std::vector<IndexPage> pages;
   size_t i = 0;
   do {
@@ -289,6 +290,8 @@ Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<
   // Nothing ReadIndex would refuse is written: it refuses a root of
   // sequence 0 (IndexRootRule), which no checkpoint writes.
   if (seq == 0) return Status(Code::kInvalidArgument, "index sequence 0, which no checkpoint writes");
+  // Nor an empty root (IndexRootRule): no leaves is kNoIndex, no page.
+  if (leaves.empty()) return Status(Code::kInvalidArgument, "no leaves: the empty index is kNoIndex, never a page");
   // Every address the index names, leaves and its own pages: each inside the
   // bound and used once, as ReadIndex demands.
   std::set<uint64_t> used;

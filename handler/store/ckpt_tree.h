@@ -30,8 +30,9 @@
 //
 // The empty index has ONE spelling: kNoIndex (superblock_v3.h: no page, all
 // else zero). WriteCkptTree never writes an index page for no leaves, and
-// ReadCkptTree refuses a root with an empty key range (the empty level-0 root
-// page BuildIndex writes for no leaves) with kCorruption. Why kNoIndex and
+// the index codec's IndexRootRule (so the superblock codec and ReadIndex)
+// refuses a root with an empty key range, the empty level-0 page the page
+// codec can still spell. Why kNoIndex and
 // not the page: "nothing" then costs no allocation, so a pool with no LUN
 // (just created, or after its last LUN went) needs no metadata page and a
 // checkpoint that empties the pool cannot fail for lack of one; the

@@ -27,10 +27,8 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
     return Status::Ok();
   }
   if (root.entry.addr == kNoPage) return Corrupt("a root with no page must be kNoIndex");
-  // The one spelling of the empty index is kNoIndex (ckpt_tree.h says why).
-  if (root.entry.first == root.entry.end)
-    return Corrupt("an empty index is spelled kNoIndex, never an empty root page (at address " +
-                   std::to_string(root.entry.addr) + ")");
+  // An empty root page (the other spelling of the empty index) is refused by
+  // ReadIndex's IndexRootRule.
   const IndexPageExpect bound = pool.Bound();
   // ReadIndex checks every page against the entry naming it; the bytes are
   // kept so the pages can be decoded again for the tree without a second read.

@@ -186,9 +186,9 @@ std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
 // decoded superblock names, unless sb.index == kNoIndex: then there is no
 // index and no leaf, and ReadIndex (which refuses kNoIndex's sequence 0) is
-// not called. kNoIndex is the one spelling of an empty index: the empty
-// level-0 root page BuildIndex writes for no leaves is never written by the
-// checkpoint (ckpt_tree.h says why) and ReadCkptTree refuses it.
+// not called. kNoIndex is the one spelling of an empty index (ckpt_tree.h
+// says why): BuildIndex refuses no leaves, and IndexRootRule, so this codec
+// and ReadIndex, refuses an empty root.
 IndexPageExpect IndexReadBound(const SuperblockV3& sb);
 
 // The format version of a slot, read through the envelope every format
