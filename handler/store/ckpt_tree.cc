@@ -194,9 +194,17 @@ class Writer {
       leaf.runs.assign(runs.begin() + starts[c], runs.begin() + stop);
       std::string bytes;
       if (Status s = EncodeLeafPage(leaf, &bytes); !s.ok()) return s;
+      IndexEntry e{{lun, leaf.first_lba}, {lun, leaf.end_lba}, 0, seq_};
+      // The encoder knows no pool bound (phys_grains): check the page with
+      // the reader's own rule, so a tree the reader refuses is never written.
+      LeafPage back;
+      if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool_.uuid, pool_.phys_grains), &back);
+          !d.ok())
+        return Invalid("LUN " + N(lun) + "'s leaf would be refused on read: " + d.message());
       Result<uint64_t> a = WriteFresh(bytes);
       if (!a.ok()) return a.status();
-      out_->tree.leaves.push_back(IndexEntry{{lun, leaf.first_lba}, {lun, leaf.end_lba}, *a, seq_});
+      e.addr = *a;
+      out_->tree.leaves.push_back(e);
     }
     return Status::Ok();
   }

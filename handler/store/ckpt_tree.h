@@ -132,7 +132,9 @@ struct CkptWrite {
 // entries name exactly the pages below it, the root the top page, every
 // address once, the leaves tiling their LUNs in LUN order); if the
 // allocator gives an address out of the pool's bound, unaligned, one `prev`
-// uses or one given twice, kInvalidArgument; the allocator's or the file's
+// uses or one given twice, kInvalidArgument; a run past pool.phys_grains
+// (any leaf the reader's DecodeLeafPage would refuse), kInvalidArgument
+// before that leaf is written; the allocator's or the file's
 // error as is. On failure `prev` is untouched on disk and out->written
 // lists what to give back.
 Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t, const ExtentMap*>& maps,

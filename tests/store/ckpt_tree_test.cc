@@ -575,6 +575,25 @@ TEST(CkptTree, AnEmptiedLeafTakesInANeighbour) {
   }
 }
 
+// A map holding a run past the pool's physical grains (a caller's bug) is
+// refused before its leaf is written: the writer never commits a tree the
+// reader would refuse.
+TEST(CkptTree, ARunPastThePoolsGrainsIsRefusedUnwritten) {
+  Store st;
+  std::map<uint32_t, ExtentMap> maps;
+  ExtentMap& m = maps.emplace(1, ExtentMap(2 * kPhysGrains)).first->second;
+  ASSERT_TRUE(m.Insert(0, 10, 5).ok());
+  ASSERT_TRUE(m.Insert(100, kPhysGrains - 2, 4).ok());  // ends 2 grains past the pool
+  DirtyRanges dirty;
+  dirty.MarkLun(1);
+  CkptWrite w;
+  Status s = st.Checkpoint(maps, dirty, &w);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_NE(s.message().find("physical grains"), std::string::npos) << s.message();
+  EXPECT_EQ(st.file().writes(), 0u);
+  EXPECT_EQ(st.tree().root, kNoIndex);
+}
+
 // An allocator with a bug: shadowing does not rest on it.
 TEST(CkptTree, AnAllocatorGivingAPageThePreviousTreeUsesIsRefused) {
   Store st;
