@@ -303,10 +303,17 @@ std::string LeafTilingRule(const std::vector<IndexEntry>& leaves) {
 Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t, const ExtentMap*>& maps,
                      const DirtyRanges& dirty, const CkptTree& prev, PageAllocator& alloc, File& file,
                      CkptWrite* out) {
+  // Resetting *out would wipe a `prev` that is out->tree before it is read.
+  if (&prev == &out->tree) return Invalid("the previous tree is the output's own tree");
   *out = CkptWrite{};
   if (seq == 0) return Invalid("sequence 0 names no checkpoint");
   if (std::string why = PrevTreeRule(prev, seq); !why.empty()) return Invalid("previous tree: " + why);
-  return Writer(pool, seq, prev, alloc, file, out).WriteAll(maps, dirty);
+  Status s = Writer(pool, seq, prev, alloc, file, out).WriteAll(maps, dirty);
+  if (!s.ok()) {
+    out->tree = CkptTree{};  // a half-built tree names pages no superblock may name
+    out->freed.clear();
+  }
+  return s;
 }
 
 }  // namespace cowstore::store

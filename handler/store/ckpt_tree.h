@@ -104,7 +104,10 @@ struct CkptPool {
 struct CkptWrite {
   CkptTree tree;                 // the new tree; tree.root goes into the superblock
   std::vector<uint64_t> written;  // fresh pages written, in write order; on failure the
-                                  // pages allocated, to give back (nothing names them)
+                                  // pages allocated, to give back (nothing names them). An
+                                  // address the writer refused (out of bound, unaligned, one
+                                  // the previous tree uses, given twice) is never listed:
+                                  // it is the allocator's bug, not a page to give back.
   std::vector<uint64_t> freed;    // pages of the previous tree the new one no longer names:
                                   // free them only after the superblock is durable (above)
 };
@@ -135,8 +138,10 @@ struct CkptWrite {
 // uses or one given twice, kInvalidArgument; a run past pool.phys_grains
 // (any leaf the reader's DecodeLeafPage would refuse), kInvalidArgument
 // before that leaf is written; the allocator's or the file's
-// error as is. On failure `prev` is untouched on disk and out->written
-// lists what to give back.
+// error as is. On failure `prev` is untouched on disk, out->tree is the
+// empty tree, out->freed is empty and out->written lists what to give back.
+// `prev` must not be out->tree (kInvalidArgument, *out unchanged): keep the
+// previous tree apart and take the new one from *out after success.
 Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t, const ExtentMap*>& maps,
                      const DirtyRanges& dirty, const CkptTree& prev, PageAllocator& alloc, File& file,
                      CkptWrite* out);

@@ -396,6 +396,8 @@ TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
     }
     ASSERT_EQ(s.code(), Code::kNoSpace) << s.ToString();
     EXPECT_EQ(w.written.size(), static_cast<size_t>(n));
+    EXPECT_EQ(w.tree.root, kNoIndex) << "no tree on failure";
+    EXPECT_TRUE(w.tree.Pages().empty());
     for (const auto& [a, bytes] : before) ASSERT_EQ(st.PageAt(a), bytes) << "page " << a << " changed";
     std::map<uint32_t, ExtentMap> back;
     CkptTree tree;
@@ -479,6 +481,8 @@ TEST(CkptTree, WriteOrSyncFailureChangesNothingThePreviousTreeUses) {
   for (uint64_t a : st.tree().Pages()) before[a] = st.PageAt(a);
 
   auto unchanged = [&](const CkptWrite& w, const std::string& at) {
+    EXPECT_EQ(w.tree.root, kNoIndex) << at << ": no tree on failure";
+    EXPECT_TRUE(w.tree.Pages().empty()) << at;
     EXPECT_EQ(AsSet(w.written), st.file().written_at()) << at;
     EXPECT_EQ(w.written.size(), st.file().written_at().size()) << at;
     EXPECT_TRUE(w.freed.empty()) << at;
@@ -592,6 +596,27 @@ TEST(CkptTree, ARunPastThePoolsGrainsIsRefusedUnwritten) {
   EXPECT_NE(s.message().find("physical grains"), std::string::npos) << s.message();
   EXPECT_EQ(st.file().writes(), 0u);
   EXPECT_EQ(st.tree().root, kNoIndex);
+}
+
+// The previous tree given as the output's own tree would be wiped when the
+// output is reset: refused, with nothing written and the tree left as it was.
+TEST(CkptTree, APreviousTreeAliasingTheOutputIsRefused) {
+  Store st;
+  std::map<uint32_t, ExtentMap> maps;
+  ASSERT_TRUE(maps.emplace(1, ExtentMap(kPhysGrains)).first->second.Insert(0, 10, 5).ok());
+  DirtyRanges dirty;
+  dirty.MarkLun(1);
+  CkptWrite w;
+  ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+  ASSERT_TRUE(maps.at(1).Insert(100, 50, 5).ok());
+  std::map<uint32_t, const ExtentMap*> view{{1, &maps.at(1)}};
+  st.file().Reset();
+  const CkptTree before = w.tree;
+  Status s = WriteCkptTree(TestPool(), st.seq() + 1, view, dirty, w.tree, st.alloc(), st.file(), &w);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(st.file().writes(), 0u);
+  EXPECT_EQ(w.tree.root, before.root);
+  EXPECT_EQ(w.tree.leaves, before.leaves);
 }
 
 // An allocator with a bug: shadowing does not rest on it.
