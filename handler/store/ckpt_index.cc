@@ -27,20 +27,6 @@ std::string EntryText(size_t i, const IndexEntry& e) {
          ", seq " + std::to_string(e.seq) + ")";
 }
 
-// Where a page may be: a whole, aligned page inside [begin, end), never over
-// the superblocks.
-Status CheckAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end) {
-  if (addr % kIndexPageBytes != 0)
-    return Status(code, "address " + std::to_string(addr) + " not a multiple of " + std::to_string(kIndexPageBytes));
-  const uint64_t lowest = std::max(begin, kIndexMinAddress);
-  if (addr < lowest)
-    return Status(code, "address " + std::to_string(addr) + " below " + std::to_string(lowest) +
-                            " (the superblocks, or before the pages' area)");
-  if (addr >= end || end - addr < kIndexPageBytes)
-    return Status(code, "address " + std::to_string(addr) + " past the end of the pages' area " +
-                            std::to_string(end));
-  return Status::Ok();
-}
 
 // The rules an entry obeys, written once for both sides: the encoder refuses
 // with kInvalidArgument, the decoder with kCorruption. The encoder knows no
@@ -58,7 +44,7 @@ Status CheckEntry(Code code, size_t i, const IndexEntry& e, const IndexEntry* pr
   if (prev && e.first < prev->end)
     return Status(code, EntryText(i, e) + " overlaps entry " + std::to_string(i - 1) + ", which ends at " +
                             KeyText(prev->end));
-  if (Status s = CheckAddress(code, e.addr, addr_begin, addr_end); !s.ok())
+  if (Status s = CheckPageAddress(code, e.addr, addr_begin, addr_end); !s.ok())
     return Status(code, EntryText(i, e) + ": " + s.message());
   if (e.seq == 0) return Status(code, EntryText(i, e) + " has sequence 0, which no checkpoint writes");
   if (e.seq > page_seq)
@@ -111,6 +97,19 @@ Status CheckPage(Code code, const IndexPage& page, uint64_t addr_begin, uint64_t
 }
 
 }  // namespace
+
+Status CheckPageAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end) {
+  if (addr % kIndexPageBytes != 0)
+    return Status(code, "address " + std::to_string(addr) + " not a multiple of " + std::to_string(kIndexPageBytes));
+  const uint64_t lowest = std::max(begin, kIndexMinAddress);
+  if (addr < lowest)
+    return Status(code, "address " + std::to_string(addr) + " below " + std::to_string(lowest) +
+                            " (the superblocks, or before the pages' area)");
+  if (addr >= end || end - addr < kIndexPageBytes)
+    return Status(code, "address " + std::to_string(addr) + " past the end of the pages' area " +
+                            std::to_string(end));
+  return Status::Ok();
+}
 
 Status EncodeIndexPage(const IndexPage& page, std::string* out) {
   if (Status s = CheckPage(Code::kInvalidArgument, page, kIndexMinAddress, ~uint64_t{0}); !s.ok()) return s;
@@ -296,7 +295,7 @@ Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<
   // bound and used once, as ReadIndex demands.
   std::set<uint64_t> used;
   auto take = [&](uint64_t addr, const std::string& what) -> Status {
-    if (Status s = CheckAddress(Code::kInvalidArgument, addr, bound.addr_begin, bound.addr_end); !s.ok())
+    if (Status s = CheckPageAddress(Code::kInvalidArgument, addr, bound.addr_begin, bound.addr_end); !s.ok())
       return Status(s.code(), what + ": " + s.message());
     if (!used.insert(addr).second)
       return Status(Code::kInvalidArgument, what + ": address " + std::to_string(addr) + " is used twice");
@@ -342,7 +341,7 @@ Status ReadIndex(const IndexRoot& root, const IndexPageExpect& bound,
     return Status(Code::kCorruption, "checkpoint index: " + what);
   };
   if (std::string why = IndexRootRule(root); !why.empty()) return corrupt(why);
-  if (Status s = CheckAddress(Code::kCorruption, root.entry.addr, bound.addr_begin, bound.addr_end); !s.ok())
+  if (Status s = CheckPageAddress(Code::kCorruption, root.entry.addr, bound.addr_begin, bound.addr_end); !s.ok())
     return corrupt("root " + s.message());
   std::vector<IndexEntry> out;
   std::set<uint64_t> seen;  // every address named so far, pages and leaves

@@ -115,6 +115,12 @@ struct IndexPageExpect {
   uint64_t addr_end = 0;
 };
 
+// Where a page may be, the one rule for every page address (leaf or index,
+// writer or reader): a whole kIndexPageBytes-aligned page inside
+// [begin, end) and at or above kIndexMinAddress (never over the
+// superblocks). Ok, or `code` naming the fault.
+Status CheckPageAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end);
+
 // Decodes the page at p[0..n). kInvalidArgument if n != kIndexPageBytes.
 // kCorruption, its message naming the first fault found, for: bad magic, CRC
 // mismatch, a foreign pool UUID, a stale or future sequence, a wrong level

@@ -119,10 +119,8 @@ class Writer {
     Result<uint64_t> r = alloc_.Allocate();
     if (!r.ok()) return r.status();
     const uint64_t a = *r;
-    const uint64_t begin = std::max(pool_.addr_begin, kIndexMinAddress);
-    if (a % kIndexPageBytes || a < begin || a >= pool_.addr_end || pool_.addr_end - a < kIndexPageBytes)
-      return Invalid("allocator gave address " + N(a) + ", not a page inside [" + N(begin) + ", " +
-                     N(pool_.addr_end) + ")");
+    if (Status s = CheckPageAddress(Code::kInvalidArgument, a, pool_.bound.addr_begin, pool_.bound.addr_end); !s.ok())
+      return Invalid("allocator gave " + s.message());
     if (prev_pages_.count(a)) return Invalid("allocator gave address " + N(a) + ", a page the previous tree uses");
     if (!given_.insert(a).second) return Invalid("allocator gave address " + N(a) + " twice");
     out_->written.push_back(a);
@@ -186,7 +184,7 @@ class Writer {
     for (size_t c = 0; c < starts.size(); c++) {
       const size_t stop = c + 1 < starts.size() ? starts[c + 1] : runs.size();
       LeafPage leaf;
-      leaf.pool = pool_.uuid;
+      leaf.pool = pool_.bound.pool;
       leaf.lun = lun;
       leaf.seq = seq_;
       leaf.first_lba = c == 0 ? first : runs[starts[c]].lba;
@@ -198,7 +196,7 @@ class Writer {
       // The encoder knows no pool bound (phys_grains): check the page with
       // the reader's own rule, so a tree the reader refuses is never written.
       LeafPage back;
-      if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool_.uuid, pool_.phys_grains), &back);
+      if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool_.bound.pool, pool_.phys_grains), &back);
           !d.ok())
         return Invalid("LUN " + N(lun) + "'s leaf would be refused on read: " + d.message());
       Result<uint64_t> a = WriteFresh(bytes);
@@ -222,7 +220,7 @@ class Writer {
       for (size_t c = 0; c < starts.size(); c++) {
         const size_t stop = c + 1 < starts.size() ? starts[c + 1] : pending.size();
         CkptIndexPage p;
-        p.page.pool = pool_.uuid;
+        p.page.pool = pool_.bound.pool;
         p.page.seq = seq_;
         p.page.level = level;
         p.page.entries.assign(pending.begin() + starts[c], pending.begin() + stop);
@@ -265,14 +263,6 @@ class Writer {
 };
 
 }  // namespace
-
-IndexPageExpect CkptPool::Bound() const {
-  IndexPageExpect b;
-  b.pool = uuid;
-  b.addr_begin = addr_begin;
-  b.addr_end = addr_end;
-  return b;
-}
 
 std::vector<uint64_t> CkptTree::Pages() const {
   std::vector<uint64_t> a;

@@ -93,12 +93,10 @@ class PageAllocator {
 };
 
 struct CkptPool {
-  Uuid uuid{};
-  // The address bound of every page (IndexReadBound(sb) gives it).
-  uint64_t addr_begin = kIndexMinAddress;
-  uint64_t addr_end = 0;
+  // The pool's UUID and the address bound of every page, as ReadIndex takes
+  // them (IndexReadBound(sb) gives it); its seq, level and key range are unused.
+  IndexPageExpect bound;
   uint64_t phys_grains = 0;  // every run ends at or below it (sb.grains())
-  IndexPageExpect Bound() const;
 };
 
 struct CkptWrite {

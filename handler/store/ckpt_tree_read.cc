@@ -29,7 +29,7 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
   if (root.entry.addr == kNoPage) return Corrupt("a root with no page must be kNoIndex");
   // An empty root page (the other spelling of the empty index) is refused by
   // ReadIndex's IndexRootRule.
-  const IndexPageExpect bound = pool.Bound();
+  const IndexPageExpect& bound = pool.bound;
   // ReadIndex checks every page against the entry naming it; the bytes are
   // kept so the pages can be decoded again for the tree without a second read.
   std::map<uint64_t, std::string> index_bytes;
@@ -69,7 +69,7 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
   for (const IndexEntry& e : t.leaves) {
     if (Status r = ReadPage(file, e.addr, &bytes); !r.ok()) return r;
     LeafPage leaf;
-    if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool.uuid, pool.phys_grains), &leaf);
+    if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool.bound.pool, pool.phys_grains), &leaf);
         !d.ok())
       return Status(d.code(), d.message() + " (leaf at address " + std::to_string(e.addr) + ")");
     // A LUN without runs has no leaves (ckpt_tree.h): an empty leaf is not

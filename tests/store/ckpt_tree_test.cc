@@ -31,9 +31,9 @@ constexpr uint64_t kPhysGrains = uint64_t{1} << 40;
 
 CkptPool TestPool() {
   CkptPool p;
-  p.uuid.fill(0x5a);
-  p.addr_begin = kAreaBegin;
-  p.addr_end = kAreaBegin + kAreaPages * kPage;
+  p.bound.pool.fill(0x5a);
+  p.bound.addr_begin = kAreaBegin;
+  p.bound.addr_end = kAreaBegin + kAreaPages * kPage;
   p.phys_grains = kPhysGrains;
   return p;
 }
@@ -619,6 +619,33 @@ TEST(CkptTree, APreviousTreeAliasingTheOutputIsRefused) {
   EXPECT_EQ(w.tree.leaves, before.leaves);
 }
 
+// An allocator giving an address outside the pool's pages (CheckPageAddress,
+// the index codec's rule) is refused, and that address is not listed in
+// `written` as a page to give back.
+TEST(CkptTree, AnAllocatorGivingAnAddressOutsideThePoolIsRefused) {
+  struct Fixed final : PageAllocator {
+    uint64_t addr;
+    explicit Fixed(uint64_t a) : addr(a) {}
+    Result<uint64_t> Allocate() override { return addr; }
+  };
+  std::map<uint32_t, ExtentMap> maps;
+  ASSERT_TRUE(maps.emplace(1, ExtentMap(kPhysGrains)).first->second.Insert(0, 10, 5).ok());
+  std::map<uint32_t, const ExtentMap*> view{{1, &maps.at(1)}};
+  DirtyRanges dirty;
+  dirty.MarkLun(1);
+  const CkptPool pool = TestPool();
+  for (uint64_t bad : {kAreaBegin + 1, kAreaBegin - kPage, pool.bound.addr_end, uint64_t{0}}) {
+    Store st;
+    Fixed alloc(bad);
+    CkptWrite w;
+    Status s = WriteCkptTree(pool, 1, view, dirty, CkptTree{}, alloc, st.file(), &w);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << bad << ": " << s.ToString();
+    EXPECT_NE(s.message().find("address " + std::to_string(bad)), std::string::npos) << s.message();
+    EXPECT_TRUE(w.written.empty()) << bad;
+    EXPECT_EQ(st.file().writes(), 0u) << bad;
+  }
+}
+
 // An allocator with a bug: shadowing does not rest on it.
 TEST(CkptTree, AnAllocatorGivingAPageThePreviousTreeUsesIsRefused) {
   Store st;
@@ -773,7 +800,7 @@ TEST(CkptTree, DamageIsRefused) {
 TEST(CkptTree, TheEmptyIndexHasOneSpelling) {
   Store st;
   IndexPage empty_page;  // the empty level-0 root page the codec can spell
-  empty_page.pool = TestPool().uuid;
+  empty_page.pool = TestPool().bound.pool;
   empty_page.seq = 1;
   std::string bytes;
   ASSERT_TRUE(EncodeIndexPage(empty_page, &bytes).ok());
@@ -806,7 +833,7 @@ TEST(CkptTree, LeavesThatDoNotTileTheirLunAreRefused) {
   leaves.erase(leaves.begin() + 1);  // an index without the second leaf
   std::vector<std::pair<uint64_t, std::string>> pages;
   IndexRoot root;
-  ASSERT_TRUE(BuildIndex(TestPool().Bound(), 2, leaves, [&] { return st.alloc().Allocate(); }, &pages, &root).ok());
+  ASSERT_TRUE(BuildIndex(TestPool().bound, 2, leaves, [&] { return st.alloc().Allocate(); }, &pages, &root).ok());
   for (const auto& [a, b] : pages) st.PutPage(a, b);
   std::map<uint32_t, ExtentMap> back;
   CkptTree tree;
@@ -819,7 +846,7 @@ TEST(CkptTree, LeavesThatDoNotTileTheirLunAreRefused) {
 TEST(CkptTree, AnEmptyLeafIsRefused) {
   Store st;
   LeafPage leaf;
-  leaf.pool = TestPool().uuid;
+  leaf.pool = TestPool().bound.pool;
   leaf.lun = 4;
   leaf.first_lba = 0;
   leaf.end_lba = ExtentMap::kMaxLba;
@@ -832,7 +859,7 @@ TEST(CkptTree, AnEmptyLeafIsRefused) {
   std::vector<std::pair<uint64_t, std::string>> pages;
   IndexRoot root;
   const IndexEntry entry{{4, 0}, {4, ExtentMap::kMaxLba}, *at, 1};
-  ASSERT_TRUE(BuildIndex(TestPool().Bound(), 1, {entry}, [&] { return st.alloc().Allocate(); }, &pages, &root).ok());
+  ASSERT_TRUE(BuildIndex(TestPool().bound, 1, {entry}, [&] { return st.alloc().Allocate(); }, &pages, &root).ok());
   for (const auto& [a, b] : pages) st.PutPage(a, b);
   std::map<uint32_t, ExtentMap> back;
   CkptTree tree;
