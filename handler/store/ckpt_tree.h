@@ -152,7 +152,8 @@ std::string LeafTilingRule(const std::vector<IndexEntry>& leaves);
 
 // Reads the tree `root` names through `file`: every index page (ReadIndex,
 // then the pages decoded again to keep their entries for the next shadowing
-// write) and every leaf (DecodeLeafPage with LeafExpectFor), and replaces
+// write) and every leaf (DecodeLeafPage with LeafExpectFor; in address
+// order, one ascending pass however shadowing scattered them), and replaces
 // *maps with the maps of the LUNs that have leaves (bound pool.phys_grains)
 // and *tree with the tree. kNoIndex: no maps, the empty tree. kCorruption,
 // naming the fault, for what the codecs refuse, a root with an address of

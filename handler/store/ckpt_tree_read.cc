@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The reader of ckpt_tree.h (the writer is ckpt_tree.cc).
+#include <algorithm>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "handler/store/ckpt_page.h"
 #include "handler/store/ckpt_tree.h"
@@ -64,9 +66,17 @@ Status ReadCkptTree(const CkptPool& pool, const IndexRoot& root, File& file,
     at_level = std::move(below);
   }
 
+  // Leaves by address, not key order: after shadowing they are scattered,
+  // and one ascending pass over the area is the sequential read an open
+  // wants. Leaves are disjoint, so their runs go into the maps in any order.
+  std::vector<const IndexEntry*> by_addr;
+  by_addr.reserve(t.leaves.size());
+  for (const IndexEntry& e : t.leaves) by_addr.push_back(&e);
+  std::sort(by_addr.begin(), by_addr.end(), [](const IndexEntry* a, const IndexEntry* b) { return a->addr < b->addr; });
   std::map<uint32_t, ExtentMap> m;
   std::string bytes;
-  for (const IndexEntry& e : t.leaves) {
+  for (const IndexEntry* leaf_entry : by_addr) {
+    const IndexEntry& e = *leaf_entry;
     if (Status r = ReadPage(file, e.addr, &bytes); !r.ok()) return r;
     LeafPage leaf;
     if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool.bound.pool, pool.phys_grains), &leaf);
