@@ -63,7 +63,12 @@ namespace cowstore::store {
 // as its runs fit the page, and split only past that, so the slack lets the
 // next writes into a fresh leaf (each may split one run into three) rewrite
 // that one leaf instead of splitting it, which would also add an entry to its
-// index page. 3.4's "one changed extent writes <= 3 pages" relies on it.
+// index page. So one changed extent usually writes its leaf and one page a
+// level (3 pages for 1 M extents, two levels). But a leaf rewritten whole can
+// reach 252 runs, and the change that overflows it splits it: two leaves and
+// one page a level, 4 pages in two levels (and one page more a level where
+// the split also overflows a full index page, which the fill below makes
+// rare).
 constexpr uint32_t kLeafFillRuns = 224;
 // The same one level up, of kIndexPageEntries (100): a leaf split adds an entry.
 constexpr uint32_t kIndexFillEntries = 90;

@@ -948,6 +948,53 @@ TEST(CkptTree, ChangingOneExtentOfAMillionWritesAtMostThreePages) {
   ExpectSameMaps(maps, back);
 }
 
+// A leaf is rewritten whole while its runs fit the page, so it can grow to
+// kLeafPageRuns (252) past the 224 it is split to; the change that then
+// overflows it splits it in two: two leaves, its index page and the root,
+// 4 pages in a two-level tree (ckpt_tree.h's bound).
+TEST(CkptTree, ChangingOneExtentOfAFullLeafWritesAtMostFourPages) {
+  Store st;
+  std::map<uint32_t, ExtentMap> maps;
+  ExtentMap& m = maps.emplace(0, ExtentMap(kPhysGrains)).first->second;
+  for (uint64_t i = 0; i < 30000; i++) ASSERT_TRUE(m.Insert(i * 8, i * 5, 4).ok());
+  DirtyRanges all;
+  all.MarkLun(0);
+  CkptWrite w;
+  ASSERT_TRUE(st.Checkpoint(maps, all, &w).ok());
+  ASSERT_EQ(w.tree.levels.size(), 2u);
+  uint64_t phys = kPhysGrains / 2;
+  size_t most_runs = 0;  // the first leaf's, as last written whole
+  bool split = false;
+  for (uint64_t i = 0; !split; i++) {
+    ASSERT_LT(i, 100u) << "the first leaf never split";
+    DirtyRanges one;
+    const uint64_t lba = i * 8 + 1;  // a copy-on-write inside the first leaf's run i: one run becomes three
+    m.Remove(lba, 1, nullptr);
+    ASSERT_TRUE(m.Insert(lba, phys++, 1).ok());
+    one.Mark(0, lba, 1);
+    const size_t leaves_before = st.tree().leaves.size();
+    ASSERT_TRUE(st.Checkpoint(maps, one, &w).ok());
+    EXPECT_LE(st.file().writes(), 4u) << "change " << i;
+    split = w.tree.leaves.size() > leaves_before;
+    if (split) {
+      EXPECT_EQ(st.file().writes(), 4u) << "two leaves, the level-0 page, the root";
+    } else {
+      EXPECT_EQ(st.file().writes(), 3u) << "change " << i;
+      std::vector<store::Run> runs;
+      const IndexEntry& first = w.tree.leaves[0];
+      m.Lookup(first.first.lba, first.end.lba - first.first.lba, &runs);
+      most_runs = std::max(most_runs, runs.size());
+    }
+  }
+  EXPECT_GT(most_runs, kLeafFillRuns);  // rewritten whole past the fill...
+  EXPECT_LE(most_runs, kLeafPageRuns);  // ...up to the page
+  EXPECT_GE(most_runs + 2, kLeafPageRuns);
+  std::map<uint32_t, ExtentMap> back;
+  CkptTree tree;
+  ASSERT_TRUE(st.Read(&back, &tree).ok());
+  ExpectSameMaps(maps, back);
+}
+
 // The figure for store-v3.md: pages and bytes a checkpoint writes in a pool
 // of 1 M extents, for 1, 100 and 10,000 extents changed since the last one.
 TEST(CkptTree, PagesWrittenPerCheckpointForAMillionExtents) {
