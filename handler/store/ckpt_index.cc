@@ -27,20 +27,6 @@ std::string EntryText(size_t i, const IndexEntry& e) {
          ", seq " + std::to_string(e.seq) + ")";
 }
 
-// Where a page may be: a whole, aligned page inside [begin, end), never over
-// the superblocks.
-Status CheckAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end) {
-  if (addr % kIndexPageBytes != 0)
-    return Status(code, "address " + std::to_string(addr) + " not a multiple of " + std::to_string(kIndexPageBytes));
-  const uint64_t lowest = std::max(begin, kIndexMinAddress);
-  if (addr < lowest)
-    return Status(code, "address " + std::to_string(addr) + " below " + std::to_string(lowest) +
-                            " (the superblocks, or before the pages' area)");
-  if (addr >= end || end - addr < kIndexPageBytes)
-    return Status(code, "address " + std::to_string(addr) + " past the end of the pages' area " +
-                            std::to_string(end));
-  return Status::Ok();
-}
 
 // The rules an entry obeys, written once for both sides: the encoder refuses
 // with kInvalidArgument, the decoder with kCorruption. The encoder knows no
@@ -58,7 +44,7 @@ Status CheckEntry(Code code, size_t i, const IndexEntry& e, const IndexEntry* pr
   if (prev && e.first < prev->end)
     return Status(code, EntryText(i, e) + " overlaps entry " + std::to_string(i - 1) + ", which ends at " +
                             KeyText(prev->end));
-  if (Status s = CheckAddress(code, e.addr, addr_begin, addr_end); !s.ok())
+  if (Status s = CheckPageAddress(code, e.addr, addr_begin, addr_end); !s.ok())
     return Status(code, EntryText(i, e) + ": " + s.message());
   if (e.seq == 0) return Status(code, EntryText(i, e) + " has sequence 0, which no checkpoint writes");
   if (e.seq > page_seq)
@@ -111,6 +97,19 @@ Status CheckPage(Code code, const IndexPage& page, uint64_t addr_begin, uint64_t
 }
 
 }  // namespace
+
+Status CheckPageAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end) {
+  if (addr % kIndexPageBytes != 0)
+    return Status(code, "address " + std::to_string(addr) + " not a multiple of " + std::to_string(kIndexPageBytes));
+  const uint64_t lowest = std::max(begin, kIndexMinAddress);
+  if (addr < lowest)
+    return Status(code, "address " + std::to_string(addr) + " below " + std::to_string(lowest) +
+                            " (the superblocks, or before the pages' area)");
+  if (addr >= end || end - addr < kIndexPageBytes)
+    return Status(code, "address " + std::to_string(addr) + " past the end of the pages' area " +
+                            std::to_string(end));
+  return Status::Ok();
+}
 
 Status EncodeIndexPage(const IndexPage& page, std::string* out) {
   if (Status s = CheckPage(Code::kInvalidArgument, page, kIndexMinAddress, ~uint64_t{0}); !s.ok()) return s;
@@ -211,11 +210,10 @@ std::string IndexRootRule(const IndexRoot& root) {
     return "root level " + std::to_string(root.level) + " past " + std::to_string(kIndexMaxLevel);
   if (e.first.lba >= kMaxLba || e.end.lba > kMaxLba)
     return "root key range " + Range(e.first, e.end) + " has an LBA past 2^48";
-  // Only an empty index has an empty root (CheckPage): level 0, no keys.
-  const bool empty_index = e.first == IndexKey{} && e.end == IndexKey{} && root.level == 0;
-  if (e.first >= e.end && !empty_index)
-    return "root key range " + Range(e.first, e.end) +
-           " is empty (only the empty index's level-0 root, [0:0, 0:0), is)";
+  // The empty index is kNoIndex, never a page (superblock_v3.h): one state,
+  // one spelling, so a root always names at least one leaf.
+  if (e.first >= e.end)
+    return "root key range " + Range(e.first, e.end) + " is empty (the empty index is kNoIndex, never a page)";
   return "";
 }
 
@@ -260,6 +258,8 @@ IndexEntry EntryFor(const IndexPage& page, uint64_t addr) {
 
 Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std::vector<IndexEntry>& entries,
                        std::vector<IndexPage>* out) {
+  if (entries.empty())
+    return Status(Code::kInvalidArgument, "no entries: the empty index is kNoIndex, never a page");
   std::vector<IndexPage> pages;
   size_t i = 0;
   do {
@@ -289,11 +289,13 @@ Status BuildIndex(const IndexPageExpect& bound, uint64_t seq, const std::vector<
   // Nothing ReadIndex would refuse is written: it refuses a root of
   // sequence 0 (IndexRootRule), which no checkpoint writes.
   if (seq == 0) return Status(Code::kInvalidArgument, "index sequence 0, which no checkpoint writes");
+  // Nor an empty root (IndexRootRule): no leaves is kNoIndex, no page.
+  if (leaves.empty()) return Status(Code::kInvalidArgument, "no leaves: the empty index is kNoIndex, never a page");
   // Every address the index names, leaves and its own pages: each inside the
   // bound and used once, as ReadIndex demands.
   std::set<uint64_t> used;
   auto take = [&](uint64_t addr, const std::string& what) -> Status {
-    if (Status s = CheckAddress(Code::kInvalidArgument, addr, bound.addr_begin, bound.addr_end); !s.ok())
+    if (Status s = CheckPageAddress(Code::kInvalidArgument, addr, bound.addr_begin, bound.addr_end); !s.ok())
       return Status(s.code(), what + ": " + s.message());
     if (!used.insert(addr).second)
       return Status(Code::kInvalidArgument, what + ": address " + std::to_string(addr) + " is used twice");
@@ -339,7 +341,7 @@ Status ReadIndex(const IndexRoot& root, const IndexPageExpect& bound,
     return Status(Code::kCorruption, "checkpoint index: " + what);
   };
   if (std::string why = IndexRootRule(root); !why.empty()) return corrupt(why);
-  if (Status s = CheckAddress(Code::kCorruption, root.entry.addr, bound.addr_begin, bound.addr_end); !s.ok())
+  if (Status s = CheckPageAddress(Code::kCorruption, root.entry.addr, bound.addr_begin, bound.addr_end); !s.ok())
     return corrupt("root " + s.message());
   std::vector<IndexEntry> out;
   std::set<uint64_t> seen;  // every address named so far, pages and leaves

@@ -21,7 +21,8 @@
 // sorted and disjoint (entry i's end <= entry i+1's first); gaps are allowed
 // and are holes (no leaf: nothing mapped there). The header's key range is
 // the first entry's first key to the last entry's end key ([0:0, 0:0) for an
-// empty page, which only an empty index has). Addresses are byte offsets of
+// empty page, which the page codec still spells but no index has: the empty
+// index is kNoIndex, and IndexRootRule refuses an empty root). Addresses are byte offsets of
 // 4096-byte pages in the pool, so 0 and the two superblock slots below
 // kIndexMinAddress can never be a page. An entry's sequence is never newer
 // than its page's: shadowing rewrites a parent whenever a child changes.
@@ -114,6 +115,12 @@ struct IndexPageExpect {
   uint64_t addr_end = 0;
 };
 
+// Where a page may be, the one rule for every page address (leaf or index,
+// writer or reader): a whole kIndexPageBytes-aligned page inside
+// [begin, end) and at or above kIndexMinAddress (never over the
+// superblocks). Ok, or `code` naming the fault.
+Status CheckPageAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end);
+
 // Decodes the page at p[0..n). kInvalidArgument if n != kIndexPageBytes.
 // kCorruption, its message naming the first fault found, for: bad magic, CRC
 // mismatch, a foreign pool UUID, a stale or future sequence, a wrong level
@@ -141,8 +148,9 @@ LeafPageExpect LeafExpectFor(const IndexEntry& e, const Uuid& pool, uint64_t phy
 IndexEntry EntryFor(const IndexPage& page, uint64_t addr);
 
 // Splits sorted, disjoint `entries` into full pages of `level` (each
-// kIndexPageEntries but the last), key ranges set; one empty page for no
-// entries. kInvalidArgument (out untouched) for what EncodeIndexPage refuses.
+// kIndexPageEntries but the last), key ranges set. kInvalidArgument (out
+// untouched) for no entries (the empty index is kNoIndex, never a page) and
+// for what EncodeIndexPage refuses.
 Status BuildIndexLevel(const Uuid& pool, uint64_t seq, uint32_t level, const std::vector<IndexEntry>& entries,
                        std::vector<IndexPage>* out);
 
@@ -156,16 +164,19 @@ struct IndexRoot {
 
 // The rules a root obeys wherever it is recorded, the address aside (its
 // bound is the recorder's): sequence not 0, level at most kIndexMaxLevel, a
-// key range inside the 48-bit LBA bound and not empty, but for the empty
-// index's level-0 root, [0:0, 0:0). Empty if so, else why not. ReadIndex and
-// the v3 superblock codec both apply it.
+// key range inside the 48-bit LBA bound and not empty. The empty index is
+// not a root page but kNoIndex (superblock_v3.h), so no root is empty: a
+// superblock that decodes never names a tree the reader refuses for it.
+// Empty if so, else why not. ReadIndex and the v3 superblock codec both
+// apply it.
 std::string IndexRootRule(const IndexRoot& root);
 
 // Builds the whole index over `leaves` (sorted, disjoint level-0 entries):
 // level 0, then parents until one page is left. `alloc` gives each page its
 // address, children before parents, or the status that stops the build
 // (no space). Appends (address, encoded page) to *pages and sets *root only
-// on success. kInvalidArgument if the entries are invalid, need more than
+// on success. kInvalidArgument if there are no leaves (the empty index is
+// kNoIndex: nothing to write), the entries are invalid, need more than
 // kIndexMaxLevel + 1 levels, or an address (a leaf's or one `alloc` gave) is
 // outside `bound` (as ReadIndex would refuse it: unaligned, below
 // bound.addr_begin or kIndexMinAddress, past bound.addr_end) or is used

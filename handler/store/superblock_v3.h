@@ -187,9 +187,9 @@ std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
 // decoded superblock names, unless sb.index == kNoIndex: then there is no
 // index and no leaf, and ReadIndex (which refuses kNoIndex's sequence 0) is
-// not called. An empty index can also be written as BuildIndex writes it for
-// no leaves (an empty level-0 root page); the open of plan step 7 settles on
-// one of the two spellings.
+// not called. kNoIndex is the one spelling of an empty index (ckpt_tree.h
+// says why): BuildIndex refuses no leaves, and IndexRootRule, so this codec
+// and ReadIndex, refuses an empty root.
 IndexPageExpect IndexReadBound(const SuperblockV3& sb);
 
 // The format version of a slot, read through the envelope every format

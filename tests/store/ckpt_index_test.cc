@@ -592,9 +592,9 @@ TEST(CkptIndexLeaf, TheEntryCarriesWhatTheLeafDecoderChecks) {
 TEST(CkptIndexBuild, FillsPagesAndKeepsTheKeyRanges) {
   const Uuid pool = PoolId(0x5a);
   std::vector<IndexPage> pages;
-  ASSERT_TRUE(BuildIndexLevel(pool, 42, 0, {}, &pages).ok());
-  ASSERT_EQ(pages.size(), 1u);  // an empty index is one empty page
-  EXPECT_TRUE(pages[0].entries.empty());
+  // No entries, no page: the empty index is kNoIndex (superblock_v3.h).
+  EXPECT_EQ(BuildIndexLevel(pool, 42, 0, {}, &pages).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(pages.empty());
   for (size_t n : {size_t{1}, size_t{kIndexPageEntries}, size_t{kIndexPageEntries + 1}, size_t{1000}}) {
     const std::vector<IndexEntry> leaves = SomeLeaves(n);
     ASSERT_TRUE(BuildIndexLevel(pool, 42, 0, leaves, &pages).ok());
@@ -680,7 +680,7 @@ void BuildOnto(const std::vector<IndexEntry>& leaves, uint64_t seq, Built* b) {
 TEST(CkptIndexBuild, BuildsAndReadsEveryShape) {
   // leaves -> index pages written and the root's level.
   const std::vector<std::tuple<size_t, size_t, uint32_t>> shapes = {
-      {0, 1, 0}, {1, 1, 0}, {100, 1, 0}, {101, 3, 1}, {10000, 101, 1}, {10001, 104, 2}};
+      {1, 1, 0}, {100, 1, 0}, {101, 3, 1}, {10000, 101, 1}, {10001, 104, 2}};
   for (const auto& [n, npages, level] : shapes) {
     Built b;
     const std::vector<IndexEntry> leaves = LeavesAt(n, 7, 42);
@@ -867,6 +867,27 @@ TEST(CkptIndexBuild, BuilderRefusesBadAddressesAndPassesOnAllocatorFailure) {
   });
   EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
   EXPECT_EQ(calls, 3u);
+}
+
+// The empty index has one spelling, kNoIndex: no index is built over no
+// leaves, and a root naming the empty level-0 page (which the page codec can
+// still spell) is refused before any read.
+TEST(CkptIndexBuild, TheEmptyIndexIsNeverAPage) {
+  Disk d;
+  std::vector<std::pair<uint64_t, std::string>> order;
+  IndexRoot root;
+  Status s = BuildIndex(Bound(), 42, {}, d.Alloc(), &order, &root);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_TRUE(order.empty());
+
+  d.pages[kAreaBegin] = Encode(PageOf({}));
+  const IndexRoot empty{IndexEntry{{}, {}, kAreaBegin, 42}, 0};
+  EXPECT_NE(IndexRootRule(empty), "");
+  std::vector<IndexEntry> out;
+  s = ReadIndex(empty, Bound(), d.Reader(), &out);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("kNoIndex"), std::string::npos) << s.message();
+  EXPECT_EQ(d.reads, 0u);
 }
 
 // Nothing ReadIndex would refuse is built: an index of sequence 0.
