@@ -76,6 +76,10 @@ uint64_t Core::CkptUnits(uint64_t extents) const {
 }
 
 bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
+  // What neither allocates nor adds an extent (an overwrite in place) does
+  // not grow the pool: it needs no reserve, or a pool inside the reserve
+  // would refuse writes to data it already holds.
+  if (need == 0 && extra_extents == 0) return AffordableToFreeLocked(0);
   return space_.free_units() >=
          need + CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
 }

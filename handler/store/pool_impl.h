@@ -182,7 +182,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // 24 KiB of checkpoint: at most one AU of the pool.
   static constexpr uint64_t kFreeingReserveExtents = 1024;
   // Room for `need` more grains and `extra_extents` more extents, leaving the
-  // frees' reserve.
+  // frees' reserve (none is needed by what allocates nothing and adds no
+  // extent: an overwrite in place).
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Room for a free that adds up to `extra_extents` extents; may use the reserve.
   bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
