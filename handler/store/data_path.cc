@@ -432,7 +432,9 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       }
       if (pos < a1) holes.push_back({pos, 0, a1 - pos});
       for (const Run& h : holes) need += h.len;
-      s = ReserveLocked(need, holes.size() + 8, &fresh);
+      // Fragmented free space maps a hole with several runs: room for one
+      // extent per grain, as the write path reserves.
+      s = ReserveLocked(need, need + 8, &fresh);
       if (s.ok()) break;
       if (attempt > 0 || !space_.has_pending()) return s;
       g.Unlock();  // frees under way (commit, punch): wait for them, retry
