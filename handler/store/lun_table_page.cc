@@ -156,7 +156,11 @@ Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_l
                      uint64_t* root, std::vector<uint64_t>* written) {
   written->clear();
   std::set<std::string> names;
-  for (const LunRecord& r : luns) {
+  for (size_t i = 0; i < luns.size(); i++) {
+    const LunRecord& r = luns[i];
+    // ReadLunTable's whole-table rules: a table it would refuse is never written.
+    if (i > 0 && luns[i - 1].id >= r.id)
+      return Status(Code::kInvalidArgument, "LUN records out of id order");
     if (r.id >= next_lun_id)
       return Status(Code::kInvalidArgument, "LUN id " + std::to_string(r.id) +
                                                 " is not below the next LUN id");
@@ -176,11 +180,14 @@ Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_l
     pages.back().luns.push_back(r);
     used += bytes;
   }
+  // Every address taken is reported in *written, written or not, so the
+  // caller can give all of them back after a failure.
   std::vector<uint64_t> addrs;
   for (size_t i = 0; i < pages.size(); i++) {
     Result<uint64_t> a = alloc();
     if (!a.ok()) return a.status();
     addrs.push_back(*a);
+    written->push_back(*a);
   }
   for (size_t i = 0; i < pages.size(); i++) {
     LunTablePage& pg = pages[i];
@@ -195,7 +202,6 @@ Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_l
     std::string img;
     Status s = EncodeLunTablePage(pg, &img);
     if (!s.ok()) return s;
-    written->push_back(addrs[i]);
     s = file->Write(addrs[i], img.size(), img.data());
     if (!s.ok()) return s;
   }

@@ -92,8 +92,9 @@ Status DecodeLunTablePage(const void* p, size_t n, uint32_t page_no, const LunTa
 using LunPageAllocator = std::function<Result<uint64_t>()>;
 
 // Writes the table (records in id order, unique names) as a chain at fresh
-// addresses; returns the first page's address in *root and every page
-// written in *written (also on failure, for the caller to reclaim). An empty
+// addresses; returns the first page's address in *root and in *written
+// every address it took from `alloc` (also on failure, written or not, for
+// the caller to give back). An empty
 // table is one page with no records. Does not sync: the caller syncs before
 // the superblock that names *root.
 Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_lun_id,

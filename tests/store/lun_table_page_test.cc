@@ -320,9 +320,17 @@ TEST(LunTablePageWrite, RefusesATableThatCouldNotBeRead) {
   std::vector<uint64_t> written;
   EXPECT_EQ(d.Write({Lun(1, "a"), Lun(2, "a")}, 3, &root, &written).code(), Code::kInvalidArgument);
   EXPECT_EQ(d.Write({Lun(1, "a"), Lun(5, "b")}, 5, &root, &written).code(), Code::kInvalidArgument);
-  d.fail_after_ = 1;
+  // Out of id order (the reader would refuse the table).
+  auto luns = ManyLuns(150);
+  std::swap(luns.front(), luns.back());
+  EXPECT_EQ(d.Write(luns, 151, &root, &written).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(written.empty());
+  // The allocator fails at the third page: the two addresses it gave are
+  // reported for the caller to give back, and no page was written.
+  d.fail_after_ = 2;
   EXPECT_EQ(d.Write(ManyLuns(150), 151, &root, &written).code(), Code::kNoSpace);
-  EXPECT_TRUE(written.empty());  // nothing written before every page had its address
+  EXPECT_EQ(written, (std::vector<uint64_t>{kMin, kMin + kLunPageBytes}));
+  for (uint64_t a : written) EXPECT_EQ(d.Page(a), std::string(kLunPageBytes, '\0'));
 }
 
 }  // namespace
