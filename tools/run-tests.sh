@@ -151,32 +151,42 @@ run_package() {
 # one job in the background while e2e's build-tree suites run: the guest's
 # emulated CPU keeps one core busy and left the other idle (the two took
 # 455 s + 1,101 s one after the other on a 2-core machine).
+# The package is started when e2e starts (so no other stage shares the CPU
+# with it) and the suites that install it are skipped if it failed (they
+# would test a stale build/pkgroot).
 beside=0
 case " $STAGES " in *" package "*" e2e "*) beside=1 ;; esac
-pkg_pid=; pkg_t=0
+pkg_pid=; pkg_t=0; pkg_rc=0
 package_beside_start() {
   say "stage package: start (one job, beside e2e's build-tree suites; output in $LOGS/package.log)"
   pkg_t=$(date +%s)
-  (export JOBS=1; run_package > "$LOGS/package.log" 2>&1; echo $? > "$LOGS/package.rc") &
+  (export JOBS=1; run_package > "$LOGS/package.log" 2>&1) &
   pkg_pid=$!
+  trap 'kill "$pkg_pid" 2>/dev/null' EXIT
 }
 package_beside_finish() {
   wait "$pkg_pid"
-  local rc; rc=$(cat "$LOGS/package.rc" 2>/dev/null || echo 1)
+  pkg_rc=$?
+  trap - EXIT
   cat "$LOGS/package.log"
   count "$LOGS/package.log"
-  if [ "$rc" -ne 0 ]; then failed_stages+=(package); fi
-  say "stage package: rc=$rc in $(( $(date +%s) - pkg_t ))s (beside e2e)"
+  if [ "$pkg_rc" -ne 0 ]; then failed_stages+=(package); fi
+  say "stage package: rc=$pkg_rc in $(( $(date +%s) - pkg_t ))s (beside e2e)"
 }
 
 for s in $STAGES; do
   case $s in
-    package) if [ $beside = 1 ]; then package_beside_start; else stage package run_package; fi ;;
+    package) [ $beside = 1 ] || stage package run_package ;;
     e2e)
       if [ $beside = 1 ]; then
+        package_beside_start
         stage e2e run_e2e_build
         package_beside_finish
-        stage e2e-installed run_e2e_installed
+        if [ "$pkg_rc" -eq 0 ]; then
+          stage e2e-installed run_e2e_installed
+        else
+          say "stage e2e-installed: not run, the package stage failed"; failed_stages+=(e2e-installed)
+        fi
       else
         stage e2e run_e2e
       fi ;;
