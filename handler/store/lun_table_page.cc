@@ -22,6 +22,9 @@ std::string RecordRule(const LunRecord& r) {
   if (!ValidName(r.name, "LUN name", &why)) return why;
   if (!ValidBlockSize(r.bs)) return "block size " + std::to_string(r.bs);
   if (r.size % r.bs != 0) return "size not a multiple of the block size";
+  // The maps key LBAs in 48 bits (RunTree, the checkpoint's leaves): a
+  // larger size could never be mapped, and sizes are multiplied downstream.
+  if (r.size / r.bs > (uint64_t{1} << 48)) return "size past 2^48 blocks";
   return "";
 }
 
