@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Fuzz target for format v3's on-disk codecs (superblock slot and chooser,
-// checkpoint leaf page, checkpoint index page; docs/design/store-v3.md plan
-// steps 5 and 10), before they are wired into the open path.
+// checkpoint leaf page, checkpoint index page, LUN table page;
+// docs/design/store-v3.md plan steps 5 and 10), before they are wired into
+// the open path.
 //
 // Random bytes almost never pass a CRC, so the target builds a valid record
 // from the input's first bytes, encodes it, then damages the encoding with
@@ -29,6 +30,7 @@
 #include "handler/store/ckpt_index.h"
 #include "handler/store/ckpt_page.h"
 #include "handler/store/crc32c.h"
+#include "handler/store/lun_table_page.h"
 #include "handler/store/meta.h"
 #include "handler/store/superblock_v3.h"
 #include "tests/store/patch_bytes.h"  // Put32, ResealCrc
@@ -275,6 +277,63 @@ void FuzzIndex(Input* in, bool reseal) {
   }
 }
 
+// ---- LUN table page ----
+
+void FuzzLunTable(Input* in, bool reseal) {
+  LunTablePage page;
+  page.pool = PoolId(in->U8());
+  page.seq = 1 + in->U16();
+  page.page_no = in->U8() % 3;
+  if (in->U8() & 1) page.next = (2 + in->U8()) * kLunPageBytes;
+  if (page.page_no == 0) {
+    page.next_lun_id = 1 + in->U16();
+    page.total_luns = in->U8();
+  }
+  const uint32_t n = in->U8() % 40;
+  uint32_t id = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    LunRecord r;
+    id += 1 + in->U8() % 3;
+    r.id = id;
+    r.name = "lun" + std::to_string(in->U16()) + std::string(in->U8() % 40, 'x');
+    r.bs = in->U8() & 1 ? 512 : 4096;
+    r.size = uint64_t{in->U32()} * r.bs;
+    r.uuid = PoolId(in->U8());
+    const uint8_t a = in->U8();
+    r.attrs.read_only = a & 1;
+    if (a & 2) r.attrs.origin = PoolId(static_cast<uint8_t>(a));
+    if (a & 4) r.attrs.created = 1 + in->U32();
+    page.luns.push_back(r);
+  }
+  std::string good;
+  if (!EncodeLunTablePage(page, &good).ok()) return;  // too many for a page
+  const LunTableExpect expect{page.pool, page.seq, 2 * kLunPageBytes, 300 * kLunPageBytes};
+
+  LunTablePage back;
+  Check(DecodeLunTablePage(good.data(), good.size(), page.page_no, expect, &back).ok(),
+        "a fresh LUN table page is refused");
+  LunTableExpect later = expect;
+  later.seq = expect.seq + 1;
+  Check(!DecodeLunTablePage(good.data(), good.size(), page.page_no, later, &back).ok(),
+        "a stale LUN table page was accepted");
+  Check(!DecodeLunTablePage(good.data(), good.size(), page.page_no + 1, expect, &back).ok(),
+        "a LUN table page of another place in the chain was accepted");
+
+  std::string bad = good;
+  Damage(in, &bad);
+  if (reseal) ResealCrc(&bad, kLunPageCrcOffset);
+  LunTablePage got;
+  Status s = DecodeLunTablePage(bad.data(), bad.size(), page.page_no, expect, &got);
+  if (bad != good && !reseal) Check(!s.ok(), "a damaged LUN table page without a matching CRC was accepted");
+  if (s.ok()) {
+    std::string again;
+    Check(EncodeLunTablePage(got, &again).ok() && again == bad,
+          "a decoded LUN table page re-encodes to other bytes");
+    Check(got.pool == expect.pool && got.seq == expect.seq && got.page_no == page.page_no,
+          "a LUN table page other than the one the chain names was accepted");
+  }
+}
+
 }  // namespace
 }  // namespace cowstore::store
 
@@ -283,10 +342,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in(data, size);
   const uint8_t codec = in.U8();
   const bool reseal = in.U8() & 1;
-  switch (codec % 3) {
+  switch (codec % 4) {
     case 0: FuzzSuperblock(&in, reseal); break;
     case 1: FuzzLeaf(&in, reseal); break;
-    default: FuzzIndex(&in, reseal); break;
+    case 2: FuzzIndex(&in, reseal); break;
+    default: FuzzLunTable(&in, reseal); break;
   }
   return 0;
 }
