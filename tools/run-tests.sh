@@ -155,7 +155,8 @@ run_package() {
 # with it) and the suites that install it are skipped if it failed (they
 # would test a stale build/pkgroot).
 beside=0
-case " $STAGES " in *" package "*" e2e "*) beside=1 ;; esac
+# (" package " then " e2e " in what follows it: adjacent stages share a space.)
+if [[ " $STAGES " == *" package "* && " ${STAGES#*package} " == *" e2e "* ]]; then beside=1; fi
 pkg_pid=; pkg_t=0; pkg_rc=0
 package_beside_start() {
   say "stage package: start (one job, beside e2e's build-tree suites; output in $LOGS/package.log)"
