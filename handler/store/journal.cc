@@ -96,6 +96,7 @@ Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, Replay
   end->newer_record_follows = jr.newer_generation;
   end->damaged = jr.damaged;
   end->lost = std::move(jr.lost);
+  end->lost_operations = jr.lost_operations;
   end->explain = jr.Explain();
   return Status::Ok();
 }

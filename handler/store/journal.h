@@ -151,7 +151,8 @@ struct ReplayEnd {
   // Replay stopped at a record that later records prove was durable: it is
   // damaged, not torn (replay.h). `lost` names what opening anyway gives up.
   bool damaged = false;
-  std::vector<std::string> lost;
+  std::vector<std::string> lost;  // JournalReplay::lost: capped, then a count
+  uint64_t lost_operations = 0;
   std::string explain;  // one line for the error when damaged or newer
 };
 

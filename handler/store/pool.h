@@ -112,7 +112,10 @@ struct JournalLoss {
   bool damaged = false;              // false: the journal is intact, nothing to do
   uint64_t offset = 0;               // journal byte offset of the first damaged record
   uint64_t lsn = 0;                  // the LSN replay expected there
-  std::vector<std::string> dropped;  // one line per record given up, in LSN order
+  // One line per operation given up, in LSN order: the first 1,000, then
+  // one line counting the rest (a damaged ring may hold millions).
+  std::vector<std::string> dropped;
+  uint64_t dropped_operations = 0;  // every one, listed or not
 };
 
 struct LunInfo {

@@ -200,7 +200,7 @@ Status Core::LoadLocked() {
   loss_ = JournalLoss();
   if (end.damaged || end.newer_record_follows) {
     if (!accept_journal_loss_) return Status(Code::kCorruption, end.explain);
-    loss_ = {true, end.tail, end.next_lsn, end.lost};
+    loss_ = {true, end.tail, end.next_lsn, end.lost, end.lost_operations};
   }
 
   // 4. Rebuild reference counts, unit states and free space from the maps.

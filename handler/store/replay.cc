@@ -96,12 +96,10 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
   // every record framed while that commit was in flight carries proven < lsn;
   // so a later CRC-valid record with proven >= lsn exists only if the record
   // expected here was durable. Scan every byte offset after the stop for one.
-  struct Found {
-    uint64_t off;
-    RecordFrame f;
-    Record r;
-  };
-  std::vector<Found> later;
+  // Only a line for each of the first records found is kept (JournalReplay::
+  // lost), not the records: a damaged ring may hold millions of them.
+  std::vector<std::string> later;
+  uint64_t later_ops = 0;
   bool proof = false;
   for (uint64_t at = off; at + kRecordHeader <= n;) {
     // The headers the window holds, filtered without a call per byte.
@@ -113,15 +111,20 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     if (c == end) continue;
     s = w.At(at, kMaxRecordBytes, &p, &avail);
     if (!s.ok()) return s;
-    Found x{at, {}, {}};
-    size_t k = ParseRecord(p, avail, kNone, &x.r, &x.f);
+    Record r;
+    RecordFrame f;
+    size_t k = ParseRecord(p, avail, kNone, &r, &f);
     if (k == 0) {
       at++;
       continue;
     }
     if (at == off) out.newer_generation = true;  // a valid record where ours should be
-    if (x.f.proven >= lsn) proof = true;
-    later.push_back(std::move(x));
+    if (f.proven >= lsn) proof = true;
+    if (r.type != RecType::kSeal) {  // not an operation: nothing is lost with it
+      if (later.size() < JournalReplay::kMaxLostLines)
+        later.push_back("LSN " + std::to_string(f.lsn) + ": " + DescribeRecord(r));
+      later_ops++;
+    }
     at += k;
   }
   out.damaged = proof && !out.newer_generation;
@@ -129,9 +132,11 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
   if (out.damaged)
     out.lost.push_back("LSN " + std::to_string(lsn) + " at journal offset " + std::to_string(off) +
                        ": damaged, contents unknown");
-  for (const Found& x : later)
-    if (x.r.type != RecType::kSeal)  // not an operation: nothing is lost with it
-      out.lost.push_back("LSN " + std::to_string(x.f.lsn) + ": " + DescribeRecord(x.r));
+  out.lost_operations = out.lost.size() + later_ops;
+  for (std::string& line : later) out.lost.push_back(std::move(line));
+  if (later_ops > later.size())
+    out.lost.push_back("... and " + std::to_string(later_ops - later.size()) +
+                       " more operations after these (not listed)");
   return out;
 }
 
@@ -146,7 +151,7 @@ std::string JournalReplay::Explain() const {
   if (!damaged) return "journal intact";
   return "journal record LSN " + std::to_string(next_lsn) + " at journal offset " +
          std::to_string(end) + " is damaged although later records prove it was committed: " +
-         "opening would drop it and the " + std::to_string(lost.size() - 1) +
+         "opening would drop it and the " + std::to_string(lost_operations - 1) +
          " operation(s) after it (see 'cowctl pool check --repair')";
 }
 

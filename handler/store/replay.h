@@ -32,8 +32,12 @@ struct JournalReplay {
   // the journal belongs to a newer superblock than the one being used.
   bool newer_generation = false;
   // With damaged or newer_generation: what opening anyway gives up, one line
-  // per record, the unreadable one first.
+  // per record, the unreadable one first; past kMaxLostLines records, one
+  // last line counts the rest. A damaged ring of small records may hold
+  // millions: their lines would cost the daemon gigabytes.
   std::vector<std::string> lost;
+  uint64_t lost_operations = 0;  // every one, listed or not
+  static constexpr size_t kMaxLostLines = 1000;
   std::string Explain() const;  // one line for the error message
 };
 

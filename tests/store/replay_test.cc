@@ -64,6 +64,26 @@ TEST(Replay, DamageBeforeVouchingRecordsIsReported) {
   }
 }
 
+// A damaged ring of many small records: the lines naming what a repair
+// gives up stop at kMaxLostLines (one more counts the rest), the count does
+// not, so the daemon's memory does not grow with the ring.
+TEST(Replay, TheLostListIsCappedAndCountsEveryOperation) {
+  const int n = 3000;
+  std::vector<size_t> offs;
+  auto j = Journal(1000, n, 64 * n + 4096, 1, &offs);
+  j[offs[10] + 20] ^= 1;
+  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  ASSERT_TRUE(r.damaged);
+  EXPECT_EQ(r.lost_operations, uint64_t{n - 10});  // the damaged one and every one after it
+  ASSERT_EQ(r.lost.size(), 1 + JournalReplay::kMaxLostLines + 1);
+  EXPECT_NE(r.lost[1].find("LSN 1011"), std::string::npos) << r.lost[1];
+  EXPECT_NE(r.lost.back().find("and " + std::to_string(n - 11 - JournalReplay::kMaxLostLines) + " more"),
+            std::string::npos)
+      << r.lost.back();
+  EXPECT_NE(r.Explain().find("the " + std::to_string(n - 11) + " operation(s) after it"), std::string::npos)
+      << r.Explain();
+}
+
 TEST(Replay, TornLastBatchIsNotDamage) {
   // Records 6..9 went out in one commit that never synced; any of their bytes
   // may be missing (zeros), later ones surviving earlier ones.

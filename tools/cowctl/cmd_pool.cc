@@ -205,6 +205,7 @@ int PoolRepair(const Context& ctx, const std::string& name, bool yes) {
   Json dropped = Json::array();
   for (const auto& d : plan->dropped) dropped.push_back(d);
   j["dropped"] = dropped;
+  j["dropped_operations"] = plan->dropped_operations;
   if (!plan->damaged) {
     j["repaired"] = false;
     Emit(ctx, j, "pool " + name + ": the journal is intact; --repair fixes nothing else\n");
@@ -212,11 +213,11 @@ int PoolRepair(const Context& ctx, const std::string& name, bool yes) {
   }
   std::string list = "pool " + name + ": the journal is damaged at offset " + std::to_string(plan->offset) +
                      " (LSN " + std::to_string(plan->lsn) + "). Repairing gives up these " +
-                     std::to_string(plan->dropped.size()) + " committed operation(s):\n";
+                     std::to_string(plan->dropped_operations) + " committed operation(s):\n";
   for (const auto& d : plan->dropped) list += "  " + d + "\n";
   if (!yes) {
     if (ctx.json || ::isatty(0) != 1)
-      throw UserError("pool '" + name + "': the repair drops " + std::to_string(plan->dropped.size()) +
+      throw UserError("pool '" + name + "': the repair drops " + std::to_string(plan->dropped_operations) +
                       " committed operation(s) (see 'cowctl pool check " + name +
                       " --repair' on a terminal); confirm with --yes");
     std::cerr << list << "Type 'drop' to give them up and open the pool: " << std::flush;
@@ -228,7 +229,7 @@ int PoolRepair(const Context& ctx, const std::string& name, bool yes) {
   if (!done.ok()) Fail(done.status(), "repairing pool '" + name + "'");
   j["repaired"] = true;
   Emit(ctx, j, (yes ? list : std::string()) + "pool " + name + ": repaired; " +
-                   std::to_string(done->dropped.size()) + " operation(s) dropped\n");
+                   std::to_string(done->dropped_operations) + " operation(s) dropped\n");
   return 0;
 }
 
