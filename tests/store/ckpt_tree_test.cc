@@ -148,6 +148,22 @@ void ExpectSameMaps(const std::map<uint32_t, ExtentMap>& want, const std::map<ui
 
 std::set<uint64_t> AsSet(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
 
+// Three LUNs of `runs` two-grain runs each, two grains apart (LUN n's runs
+// at physical offset n), written as one checkpoint with everything dirty.
+std::map<uint32_t, ExtentMap> CheckpointStripedLuns(Store* st, uint64_t runs, CkptWrite* w,
+                                                    DirtyRanges* all_dirty = nullptr) {
+  std::map<uint32_t, ExtentMap> maps;
+  DirtyRanges dirty;
+  for (uint32_t lun = 0; lun < 3; lun++) {
+    ExtentMap& m = maps.emplace(lun, ExtentMap(kPhysGrains)).first->second;
+    for (uint64_t i = 0; i < runs; i++) EXPECT_TRUE(m.Insert(i * 4, i * 4 + lun, 2).ok());
+    dirty.MarkLun(lun);
+  }
+  if (all_dirty) all_dirty->Merge(dirty);
+  EXPECT_TRUE(st->Checkpoint(maps, dirty, w).ok());
+  return maps;
+}
+
 // Writes `maps` as the store's next checkpoint, everything dirty, and reads it back.
 void RoundTrip(const std::map<uint32_t, ExtentMap>& maps) {
   Store st;
@@ -651,15 +667,9 @@ TEST(CkptTree, AnAllocatorGivingAnAddressOutsideThePoolIsRefused) {
 // sequential pass over the metadata area instead of seeks back and forth.
 TEST(CkptTree, TheReaderReadsLeavesInAddressOrder) {
   Store st;
-  std::map<uint32_t, ExtentMap> maps;
-  for (uint32_t lun = 0; lun < 3; lun++) {
-    ExtentMap& m = maps.emplace(lun, ExtentMap(kPhysGrains)).first->second;
-    for (uint64_t i = 0; i < 1000; i++) ASSERT_TRUE(m.Insert(i * 4, i * 4 + lun, 2).ok());
-  }
-  DirtyRanges dirty;
-  for (const auto& [lun, m] : maps) dirty.MarkLun(lun);
   CkptWrite w;
-  ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+  std::map<uint32_t, ExtentMap> maps = CheckpointStripedLuns(&st, 1000, &w);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   DirtyRanges lun0;
   lun0.MarkLun(0);
   ASSERT_TRUE(st.Checkpoint(maps, lun0, &w).ok());  // LUN 0's leaves move past the others
@@ -704,15 +714,10 @@ TEST(CkptTree, AnAllocatorGivingAPageThePreviousTreeUsesIsRefused) {
 // leaves hold what.
 TEST(CkptTree, AnInconsistentPreviousTreeIsRefused) {
   Store st;
-  std::map<uint32_t, ExtentMap> maps;
-  for (uint32_t lun = 0; lun < 3; lun++) {
-    ExtentMap& m = maps.emplace(lun, ExtentMap(kPhysGrains)).first->second;
-    for (uint64_t i = 0; i < 10000; i++) ASSERT_TRUE(m.Insert(i * 4, i * 4 + lun, 2).ok());
-  }
   DirtyRanges dirty;
-  for (const auto& [lun, m] : maps) dirty.MarkLun(lun);
   CkptWrite w;
-  ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+  std::map<uint32_t, ExtentMap> maps = CheckpointStripedLuns(&st, 10000, &w, &dirty);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const CkptTree good = st.tree();
   ASSERT_EQ(good.levels.size(), 2u);
   ASSERT_GE(good.levels[0].size(), 2u);
@@ -789,15 +794,9 @@ TEST(CkptTree, LeafTilingRuleWantsLunsInOrder) {
 // shapes this component rules out.
 TEST(CkptTree, DamageIsRefused) {
   Store st;
-  std::map<uint32_t, ExtentMap> maps;
-  for (uint32_t lun = 0; lun < 3; lun++) {
-    ExtentMap& m = maps.emplace(lun, ExtentMap(kPhysGrains)).first->second;
-    for (uint64_t i = 0; i < 10000; i++) ASSERT_TRUE(m.Insert(i * 4, i * 4 + lun, 2).ok());
-  }
-  DirtyRanges dirty;
-  for (const auto& [lun, m] : maps) dirty.MarkLun(lun);
   CkptWrite w;
-  ASSERT_TRUE(st.Checkpoint(maps, dirty, &w).ok());
+  std::map<uint32_t, ExtentMap> maps = CheckpointStripedLuns(&st, 10000, &w);
+  ASSERT_FALSE(::testing::Test::HasFailure());
   ASSERT_GE(w.tree.levels.size(), 2u);  // index pages of two levels and leaves
   for (uint64_t a : st.tree().Pages()) {
     const std::string good = st.PageAt(a);
