@@ -89,16 +89,30 @@ void ExpectRefused(const std::string& page, uint32_t page_no, const std::string&
   EXPECT_NE(s.ToString().find(words), std::string::npos) << s.ToString();
 }
 
-std::string OnePage(std::vector<LunRecord> luns, uint32_t next_id = 100) {
+// A page of this test's pool and sequence: page `page_no` of a chain, naming
+// `next`; page 0 also declares the next LUN id and its records as the table.
+LunTablePage PageOf(uint32_t page_no, uint64_t next, std::vector<LunRecord> luns, uint32_t next_id = 100) {
   LunTablePage pg;
   pg.pool = PoolId(1);
   pg.seq = kSeq;
-  pg.next_lun_id = next_id;
-  pg.total_luns = static_cast<uint32_t>(luns.size());
+  pg.page_no = page_no;
+  pg.next = next;
+  if (page_no == 0) {
+    pg.next_lun_id = next_id;
+    pg.total_luns = static_cast<uint32_t>(luns.size());
+  }
   pg.luns = std::move(luns);
+  return pg;
+}
+
+std::string Encoded(const LunTablePage& pg) {
   std::string img;
   EXPECT_TRUE(EncodeLunTablePage(pg, &img).ok());
   return img;
+}
+
+std::string OnePage(std::vector<LunRecord> luns, uint32_t next_id = 100) {
+  return Encoded(PageOf(0, 0, std::move(luns), next_id));
 }
 
 TEST(LunTablePage, EmptyOneAndManyLunsReadBackAsWritten) {
@@ -180,13 +194,8 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
 }
 
 TEST(LunTablePage, LaterPagesCarryNoTableFields) {
-  LunTablePage pg;
-  pg.pool = PoolId(1);
-  pg.seq = kSeq;
-  pg.page_no = 1;
-  pg.luns = {Lun(3, "c")};
-  std::string img;
-  ASSERT_TRUE(EncodeLunTablePage(pg, &img).ok());
+  LunTablePage pg = PageOf(1, 0, {Lun(3, "c")});
+  std::string img = Encoded(pg);
   LunTablePage out;
   ASSERT_TRUE(DecodeLunTablePage(img.data(), img.size(), 1, Expect(), &out).ok());
   Put32(&img, 60, 1);
@@ -297,14 +306,7 @@ TEST_F(LunTableChain, ADeclaredCountBelowTheRecordsIsRefused) {
   Edit(0, [&](std::string* b) { Put32(b, 60, 149); });
   ExpectRefused("more LUNs than page 0 declares");
   // An empty table is one page: one that goes on is damage.
-  LunTablePage empty;
-  empty.pool = PoolId(1);
-  empty.seq = kSeq;
-  empty.next_lun_id = 1;
-  empty.next = pages_[1];
-  std::string img;
-  ASSERT_TRUE(EncodeLunTablePage(empty, &img).ok());
-  d_.Put(pages_[0], img);
+  d_.Put(pages_[0], Encoded(PageOf(0, pages_[1], {}, 1)));
   ExpectRefused("chain longer than its LUNs");
 }
 
@@ -314,14 +316,7 @@ TEST_F(LunTableChain, IdsAndNamesMustMakeOneTable) {
 }
 
 TEST_F(LunTableChain, AnEmptyPageInAChainIsRefused) {
-  LunTablePage pg;
-  pg.pool = PoolId(1);
-  pg.seq = kSeq;
-  pg.page_no = 1;
-  pg.next = pages_[2];
-  std::string img;
-  ASSERT_TRUE(EncodeLunTablePage(pg, &img).ok());
-  d_.Put(pages_[1], img);
+  d_.Put(pages_[1], Encoded(PageOf(1, pages_[2], {})));
   ExpectRefused("no records");
 }
 
