@@ -148,6 +148,15 @@ void ExpectSameMaps(const std::map<uint32_t, ExtentMap>& want, const std::map<ui
 
 std::set<uint64_t> AsSet(const std::vector<uint64_t>& v) { return {v.begin(), v.end()}; }
 
+// The store's committed tree reads back as `maps`.
+void ExpectReadsBack(Store& st, const std::map<uint32_t, ExtentMap>& maps) {
+  std::map<uint32_t, ExtentMap> back;
+  CkptTree tree;
+  Status s = st.Read(&back, &tree);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ExpectSameMaps(maps, back);
+}
+
 // Three LUNs of `runs` two-grain runs each, two grains apart (LUN n's runs
 // at physical offset n), written as one checkpoint with everything dirty.
 std::map<uint32_t, ExtentMap> CheckpointStripedLuns(Store* st, uint64_t runs, CkptWrite* w,
@@ -420,10 +429,7 @@ TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
     ASSERT_TRUE(st.Read(&back, &tree).ok());
     ExpectSameMaps(committed, back);
   }
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
 }
 
 // Why a sequence is used up by any attempt that may have written a page
@@ -533,10 +539,7 @@ TEST(CkptTree, WriteOrSyncFailureChangesNothingThePreviousTreeUses) {
     EXPECT_EQ(st.file().syncs(), 0u);
     unchanged(w, "write " + std::to_string(n));
   }
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
 }
 
 // No leaf is empty, so a touched leaf whose runs are all gone takes in a
@@ -678,10 +681,7 @@ TEST(CkptTree, TheReaderReadsLeavesInAddressOrder) {
   ASSERT_FALSE(std::is_sorted(by_key.begin(), by_key.end())) << "the test needs key order != address order";
 
   st.file().Reset();
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
   const std::set<uint64_t> leaves = AsSet(by_key);
   std::vector<uint64_t> leaf_reads;
   for (uint64_t a : st.file().read_at())
@@ -941,10 +941,7 @@ TEST(CkptTree, ChangingOneExtentOfAMillionWritesAtMostThreePages) {
     EXPECT_EQ(w.freed.size(), st.file().writes());
     EXPECT_EQ(st.file().syncs(), 1u);
   }
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
 }
 
 // A leaf is rewritten whole while its runs fit the page, so it can grow to
@@ -988,10 +985,7 @@ TEST(CkptTree, ChangingOneExtentOfAFullLeafWritesAtMostFourPages) {
   EXPECT_GT(most_runs, kLeafFillRuns);  // rewritten whole past the fill...
   EXPECT_LE(most_runs, kLeafPageRuns);  // ...up to the page
   EXPECT_GE(most_runs + 2, kLeafPageRuns);
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
 }
 
 // The figure for store-v3.md: pages and bytes a checkpoint writes in a pool
@@ -1020,10 +1014,7 @@ TEST(CkptTree, PagesWrittenPerCheckpointForAMillionExtents) {
     EXPECT_EQ(st.file().bytes_written(), st.file().writes() * kPage);
     last = st.file().writes();
   }
-  std::map<uint32_t, ExtentMap> back;
-  CkptTree tree;
-  ASSERT_TRUE(st.Read(&back, &tree).ok());
-  ExpectSameMaps(maps, back);
+  ExpectReadsBack(st, maps);
 }
 
 TEST(DirtyRanges, MarksCoalesceAndTouchesIsExact) {
