@@ -399,16 +399,36 @@ void CommitThreeCheckpoints(Store* st, Workload* work, std::map<uint32_t, Extent
   }
 }
 
-TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
+// Three committed checkpoints of a random workload, then 400 steps not yet
+// checkpointed: where a failing checkpoint attempt starts from.
+struct PendingCheckpoint {
+  explicit PendingCheckpoint(uint64_t seed) : work(seed) {
+    CommitThreeCheckpoints(&st, &work, &maps);
+    committed = maps;
+    for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
+    for (uint64_t a : st.tree().Pages()) before[a] = st.PageAt(a);
+  }
+  // The previous tree's pages are byte-identical and read back as committed.
+  void ExpectPreviousTreeIntact(const std::string& at) {
+    for (const auto& [a, bytes] : before) ASSERT_EQ(st.PageAt(a), bytes) << at << ": page " << a << " changed";
+    std::map<uint32_t, ExtentMap> back;
+    CkptTree tree;
+    ASSERT_TRUE(st.Read(&back, &tree).ok()) << at;
+    ExpectSameMaps(committed, back);
+  }
   Store st;
-  Workload work(42);
+  Workload work;
   std::map<uint32_t, ExtentMap> maps;
-  CommitThreeCheckpoints(&st, &work, &maps);
-  const std::map<uint32_t, ExtentMap> committed = maps;
+  std::map<uint32_t, ExtentMap> committed;
   DirtyRanges dirty;
-  for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
-  std::map<uint64_t, std::string> before;
-  for (uint64_t a : st.tree().Pages()) before[a] = st.PageAt(a);
+  std::map<uint64_t, std::string> before;  // the previous tree's pages
+};
+
+TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
+  PendingCheckpoint pending(42);
+  Store& st = pending.st;
+  std::map<uint32_t, ExtentMap>& maps = pending.maps;
+  const DirtyRanges& dirty = pending.dirty;
 
   for (int64_t n = 0;; n++) {
     st.alloc().FailAfter(n);
@@ -423,11 +443,7 @@ TEST(CkptTree, AllocatorFailureChangesNothingThePreviousTreeUses) {
     EXPECT_EQ(w.written.size(), static_cast<size_t>(n));
     EXPECT_EQ(w.tree.root, kNoIndex) << "no tree on failure";
     EXPECT_TRUE(w.tree.Pages().empty());
-    for (const auto& [a, bytes] : before) ASSERT_EQ(st.PageAt(a), bytes) << "page " << a << " changed";
-    std::map<uint32_t, ExtentMap> back;
-    CkptTree tree;
-    ASSERT_TRUE(st.Read(&back, &tree).ok());
-    ExpectSameMaps(committed, back);
+    pending.ExpectPreviousTreeIntact("allocation " + std::to_string(n));
   }
   ExpectReadsBack(st, maps);
 }
@@ -492,15 +508,10 @@ TEST(CkptTree, ARetryUnderAFreshSequenceRefusesAFailedAttemptsPage) {
 // `written` is exactly the pages the attempt wrote (or tried to), and nothing
 // is freed.
 TEST(CkptTree, WriteOrSyncFailureChangesNothingThePreviousTreeUses) {
-  Store st;
-  Workload work(43);
-  std::map<uint32_t, ExtentMap> maps;
-  CommitThreeCheckpoints(&st, &work, &maps);
-  const std::map<uint32_t, ExtentMap> committed = maps;
-  DirtyRanges dirty;
-  for (int i = 0; i < 400; i++) work.Step(&maps, &dirty);
-  std::map<uint64_t, std::string> before;
-  for (uint64_t a : st.tree().Pages()) before[a] = st.PageAt(a);
+  PendingCheckpoint pending(43);
+  Store& st = pending.st;
+  std::map<uint32_t, ExtentMap>& maps = pending.maps;
+  const DirtyRanges& dirty = pending.dirty;
 
   auto unchanged = [&](const CkptWrite& w, const std::string& at) {
     EXPECT_EQ(w.tree.root, kNoIndex) << at << ": no tree on failure";
@@ -508,11 +519,7 @@ TEST(CkptTree, WriteOrSyncFailureChangesNothingThePreviousTreeUses) {
     EXPECT_EQ(AsSet(w.written), st.file().written_at()) << at;
     EXPECT_EQ(w.written.size(), st.file().written_at().size()) << at;
     EXPECT_TRUE(w.freed.empty()) << at;
-    for (const auto& [a, bytes] : before) ASSERT_EQ(st.PageAt(a), bytes) << at << ": page " << a << " changed";
-    std::map<uint32_t, ExtentMap> back;
-    CkptTree tree;
-    ASSERT_TRUE(st.Read(&back, &tree).ok()) << at;
-    ExpectSameMaps(committed, back);
+    pending.ExpectPreviousTreeIntact(at);
   };
   {
     // The sync: every page is written, none is named.
