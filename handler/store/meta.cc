@@ -39,10 +39,13 @@ bool DecodeLunAttrs(Decoder* d, LunAttrs* out) {
   if (!d->U32(&bytes) || bytes > d->left() || bytes > kMaxLunAttrBytes) return false;
   Decoder a(d->here(), bytes);
   d->Skip(bytes);
-  uint32_t seen = 0;  // bit per known tag: each may appear once
+  // Tags strictly ascending, as EncodeLunAttrs writes them: each at most
+  // once, and one spelling per list (a reordered list is not another one).
+  uint32_t last_tag = 0;
   while (a.left() > 0) {
     uint32_t tag, len;
-    if (!a.U32(&tag) || !a.U32(&len) || len > a.left()) return false;
+    if (!a.U32(&tag) || !a.U32(&len) || len > a.left() || tag <= last_tag) return false;
+    last_tag = tag;
     Decoder v(a.here(), len);
     a.Skip(len);
     switch (tag) {
@@ -61,8 +64,7 @@ bool DecodeLunAttrs(Decoder* d, LunAttrs* out) {
         if (out->unknown_tag == 0) out->unknown_tag = tag;
         continue;
     }
-    if (v.left() != 0 || (seen & (1u << tag))) return false;
-    seen |= 1u << tag;
+    if (v.left() != 0) return false;
   }
   return true;
 }
