@@ -3,6 +3,7 @@
 
 #include <endian.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -115,6 +116,11 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     RecordFrame f;
     size_t k = ParseRecord(p, avail, kNone, &r, &f);
     if (k == 0) {
+      out.failed_record_bytes += kRecordHeader + std::min<uint64_t>(U32(p + 4), avail - kRecordHeader);
+      if (out.failed_record_bytes > JournalReplay::LaterScanBudget(n)) {
+        out.unjudged = true;
+        break;
+      }
       at++;
       continue;
     }
@@ -127,16 +133,19 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     }
     at += k;
   }
-  out.damaged = proof && !out.newer_generation;
+  out.damaged = (proof || out.unjudged) && !out.newer_generation;
   if (!out.damaged && !out.newer_generation) return out;  // a torn tail: nothing was committed
   if (out.damaged)
     out.lost.push_back("LSN " + std::to_string(lsn) + " at journal offset " + std::to_string(off) +
                        ": damaged, contents unknown");
-  out.lost_operations = out.lost.size() + later_ops;
+  out.lost_operations = (out.damaged ? 1 : 0) + later_ops;
   for (std::string& line : later) out.lost.push_back(std::move(line));
   if (later_ops > later.size())
     out.lost.push_back("... and " + std::to_string(later_ops - later.size()) +
                        " more operations after these (not listed)");
+  if (out.damaged && out.unjudged)
+    out.lost.push_back("journal offsets up to " + std::to_string(n) +
+                       ": more damaged record headers than a power cut leaves, contents unknown");
   return out;
 }
 
@@ -149,6 +158,11 @@ std::string JournalReplay::Explain() const {
   if (newer_generation)
     return "the journal is newer than every readable superblock (newest superblock damaged)";
   if (!damaged) return "journal intact";
+  if (unjudged)
+    return "journal record LSN " + std::to_string(next_lsn) + " at journal offset " +
+           std::to_string(end) + " cannot be read, and the journal after it holds more damaged " +
+           "record headers than a power cut leaves, so whether later operations were committed " +
+           "cannot be judged: opening would drop them (see 'cowctl pool check --repair')";
   return "journal record LSN " + std::to_string(next_lsn) + " at journal offset " +
          std::to_string(end) + " is damaged although later records prove it was committed: " +
          "opening would drop it and the " + std::to_string(lost_operations - 1) +

@@ -38,6 +38,20 @@ struct JournalReplay {
   std::vector<std::string> lost;
   uint64_t lost_operations = 0;  // every one, listed or not
   static constexpr size_t kMaxLostLines = 1000;
+
+  // The scan for later records tries ParseRecord wherever a header looks
+  // plausible, and a failed try costs up to its declared length: crafted or
+  // badly damaged bytes with a plausible header every few bytes would make
+  // that quadratic (hours for a 1 GiB ring, inside the daemon). The bytes
+  // failed tries declared are counted; past LaterScanBudget (far more than a
+  // torn batch, at most the journal, plus a few stray headers, can declare)
+  // the scan stops and replay reports damage it cannot judge: the open is
+  // refused, and a repair gives up what follows, knowingly.
+  uint64_t failed_record_bytes = 0;
+  bool unjudged = false;  // the budget ran out: set with `damaged`
+  static constexpr uint64_t LaterScanBudget(uint64_t journal_bytes) {
+    return 4 * journal_bytes + 8 * kMaxRecordBytes;
+  }
   std::string Explain() const;  // one line for the error message
 };
 

@@ -84,6 +84,65 @@ TEST(Replay, TheLostListIsCappedAndCountsEveryOperation) {
       << r.Explain();
 }
 
+// The first 33 bytes of a kMap record that passes every check but its CRC:
+// later than the LSN Journal(1000, 5, ...)'s replay expects (1005), vouching
+// for it, 512 KiB long (within kMap's bound), its run count matching that
+// length, so each try decodes 512 KiB of runs (any bytes are runs) and sums
+// their CRC. Laid every 33 bytes, each one's runs hold the next ones.
+std::string FailingHeader() {
+  constexpr uint32_t kRuns = 21845;  // 8 + 24 * 21845 = 512 KiB
+  std::string h(kRecordHeader + 8, '\0');
+  Put32(&h, 4, 8 + 24 * kRuns);
+  Put64(&h, 8, 1006);
+  Put64(&h, 16, 1000);
+  h[24] = static_cast<char>(RecType::kMap);
+  Put32(&h, 25, 1);      // LUN
+  Put32(&h, 29, kRuns);  // run count
+  return h;
+}
+
+// Bytes with a plausible record header every few bytes (crafted, or damage
+// no power cut leaves) after the stop: each failed try at a record costs up
+// to its declared length, so the scan for later records would be quadratic.
+// It stops when the bytes tried pass the budget and reports damage it cannot
+// judge, so the open is refused and a repair is a person's decision.
+TEST(Replay, HeadersEveryFewBytesStopTheScanAsUnjudgedDamage) {
+  const size_t bytes = 1 << 20;
+  std::vector<size_t> offs;
+  auto j = Journal(1000, 5, bytes, 1, &offs);
+  const size_t start = offs[4] + 80;  // past the fifth record
+  for (size_t at = start; at + 33 <= bytes; at += 33) {
+    const std::string h = FailingHeader();
+    std::copy(h.begin(), h.end(), j.begin() + at);
+  }
+  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  EXPECT_EQ(r.records.size(), 5u);
+  ASSERT_TRUE(r.damaged);
+  EXPECT_TRUE(r.unjudged);
+  EXPECT_GT(r.failed_record_bytes, JournalReplay::LaterScanBudget(bytes));
+  EXPECT_LE(r.failed_record_bytes, JournalReplay::LaterScanBudget(bytes) + kMaxRecordBytes);
+  ASSERT_FALSE(r.lost.empty());
+  EXPECT_NE(r.lost.back().find("more damaged record headers"), std::string::npos) << r.lost.back();
+  EXPECT_NE(r.Explain().find("cannot be judged"), std::string::npos) << r.Explain();
+}
+
+// The same bytes, fewer of them: a torn batch and a few stray headers stay
+// well inside the budget and are a torn tail, as before.
+TEST(Replay, AFewFailedHeadersAreATornTail) {
+  const size_t bytes = 1 << 20;
+  std::vector<size_t> offs;
+  auto j = Journal(1000, 5, bytes, 1, &offs);
+  for (size_t k = 0; k < 4; k++) {
+    const std::string h = FailingHeader();
+    std::copy(h.begin(), h.end(), j.begin() + offs[4] + 80 + 33 * k);
+  }
+  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  EXPECT_EQ(r.records.size(), 5u);
+  EXPECT_FALSE(r.damaged);
+  EXPECT_FALSE(r.unjudged);
+  EXPECT_GT(r.failed_record_bytes, 0u);
+}
+
 TEST(Replay, TornLastBatchIsNotDamage) {
   // Records 6..9 went out in one commit that never synced; any of their bytes
   // may be missing (zeros), later ones surviving earlier ones.
