@@ -84,13 +84,12 @@ Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* 
 
 Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, ReplayEnd* end,
                      uint32_t version) {
-  Result<JournalReplay> scanned = ScanJournal(j, start_lsn, version);
+  // Applied as they are read, so memory does not grow with the journal.
+  Result<JournalReplay> scanned =
+      ScanJournal(j, start_lsn, version, kJournalWindowBytes,
+                  [st](Record&& r) { return ApplyRecord(st, r, nullptr); });
   if (!scanned.ok()) return scanned.status();
   JournalReplay jr = std::move(scanned).value();
-  for (const Record& r : jr.records) {
-    Status s = ApplyRecord(st, r, nullptr);
-    if (!s.ok()) return s;
-  }
   end->tail = jr.end;
   end->next_lsn = jr.next_lsn;
   end->newer_record_follows = jr.newer_generation;

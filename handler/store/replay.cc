@@ -60,7 +60,7 @@ const uint8_t* NextCandidate(const uint8_t* p, const uint8_t* end, uint64_t lsn)
 }  // namespace
 
 Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32_t version,
-                                  size_t window) {
+                                  size_t window, const RecordSink& sink) {
   const bool v1 = version < 2;
   if (v1 && !src->Contiguous())
     return Status(Code::kInvalidArgument, "a version-1 journal is replayed from memory");
@@ -79,7 +79,13 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     Record r;
     size_t k = v1 ? ParseRecordV1(p, avail, lsn, &r) : ParseRecord(p, avail, lsn, &r);
     if (k == 0) break;
-    out.records.push_back(std::move(r));
+    if (sink) {
+      Status applied = sink(std::move(r));
+      if (!applied.ok()) return applied;
+    } else {
+      out.records.push_back(std::move(r));
+    }
+    out.replayed++;
     off += k;
     lsn++;
   }

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,10 @@
 namespace cowstore::store {
 
 struct JournalReplay {
-  std::vector<Record> records;  // consecutive LSNs from the start LSN, to apply in order
+  // Consecutive LSNs from the start LSN, to apply in order: kept here only
+  // when ScanJournal was given no RecordSink.
+  std::vector<Record> records;
+  uint64_t replayed = 0;        // how many, kept or handed to the sink
   uint64_t end = 0;             // journal bytes holding them (where the next record goes)
   uint64_t next_lsn = 0;        // the LSN replay expected at `end`
 
@@ -64,9 +68,17 @@ struct JournalReplay {
 // version-1 journal must be in memory (kInvalidArgument otherwise). Fails
 // only as the source's reads do. `window` (tests: smaller, to cross more
 // window edges) must hold kMaxRecordBytes.
+// With `sink`, each record is handed to it as it is read, in order, and not
+// kept: replay's memory is then the window's, however many records a ring
+// holds (a 1 GiB ring of small records would otherwise be gigabytes inside
+// the daemon). The sink sees every record before the verdict is known, as
+// applying them in order always did; a sink's failure ends the scan and is
+// returned.
+using RecordSink = std::function<Status(Record&&)>;
 Result<JournalReplay> ScanJournal(JournalSource* j, uint64_t start_lsn,
                                   uint32_t version = kFormatVersion,
-                                  size_t window = kJournalWindowBytes);
+                                  size_t window = kJournalWindowBytes,
+                                  const RecordSink& sink = nullptr);
 // The journal region in memory (v1/v2's fixed region, tests).
 JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
                           uint32_t version = kFormatVersion);

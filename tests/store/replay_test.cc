@@ -458,5 +458,47 @@ TEST(ReplayWindow, AGibibyteRingIsReplayedInAFewMebibytes) {
               static_cast<unsigned long long>(src.read_bytes));
 }
 
+// Replay hands records to a sink as it reads them and keeps none, so a ring
+// of many small records costs the window, not memory per record; the sink
+// sees exactly what would have been kept, in order, and its failure ends the
+// scan with that failure.
+TEST(ReplayWindow, ASinkSeesEveryRecordInOrderAndNoneIsKept) {
+  std::vector<size_t> offs;
+  const int n = 3000;
+  auto j = Journal(1000, n, 64 * n + 4096, 1, &offs);
+  j[offs[n - 100] + 20] ^= 1;  // damaged: 99 later records vouch for it
+  MemoryJournalSource kept_src(j.data(), j.size()), sunk_src(j.data(), j.size());
+  Result<JournalReplay> kept = ScanJournal(&kept_src, 1000);
+  std::vector<Record> seen;
+  Result<JournalReplay> sunk = ScanJournal(&sunk_src, 1000, kFormatVersion, kJournalWindowBytes,
+                                           [&](Record&& r) {
+                                             seen.push_back(std::move(r));
+                                             return Status::Ok();
+                                           });
+  ASSERT_TRUE(kept.ok() && sunk.ok());
+  EXPECT_TRUE(sunk->records.empty());
+  EXPECT_EQ(sunk->replayed, uint64_t{n - 100});
+  EXPECT_EQ(kept->replayed, uint64_t{n - 100});
+  ASSERT_EQ(seen.size(), kept->records.size());
+  for (size_t i = 0; i < seen.size(); i++) {
+    ASSERT_EQ(seen[i].runs.size(), 1u);
+    EXPECT_EQ(seen[i].runs[0].lba, kept->records[i].runs[0].lba) << i;
+  }
+  JournalReplay sunk_with_records = *sunk;
+  sunk_with_records.records = seen;
+  EXPECT_EQ(ReplayVerdict(sunk_with_records), ReplayVerdict(*kept));
+
+  int calls = 0;
+  MemoryJournalSource failing_src(j.data(), j.size());
+  Result<JournalReplay> failed = ScanJournal(&failing_src, 1000, kFormatVersion, kJournalWindowBytes,
+                                             [&](Record&&) {
+                                               return ++calls == 7 ? Status(Code::kCorruption, "bad seventh")
+                                                                   : Status::Ok();
+                                             });
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().message(), "bad seventh");
+  EXPECT_EQ(calls, 7);
+}
+
 }  // namespace
 }  // namespace cowstore::store
