@@ -6,6 +6,7 @@
 
 #include "handler/store/crc32c.h"
 #include "handler/store/meta.h"  // Encoder, Decoder: the store's one little-endian codec
+#include "handler/store/page_version.h"
 
 namespace cowstore::store {
 namespace {
@@ -119,9 +120,7 @@ Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, Lea
     return corrupt("CRC mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) + ")");
   // CRC-valid from here on: what follows is a page some cowstore wrote, so a
   // mismatch is a misdirected or lost write, or a writer's bug.
-  if (version != kLeafPageVersion)
-    return Status(Code::kUnsupported, "checkpoint leaf page: format version " + std::to_string(version) +
-                                          " (this build reads " + std::to_string(kLeafPageVersion) + ")");
+  if (Status s = PageVersionRule("checkpoint leaf page", version, kLeafPageVersion); !s.ok()) return s;
   if (page.pool != expect.pool)
     return corrupt("foreign pool UUID " + UuidText(page.pool) + " (this pool is " + UuidText(expect.pool) + ")");
   page.lun = lun;

@@ -92,8 +92,9 @@ struct LeafPageExpect {
 // run count above kLeafPageRuns, an empty or out-of-bounds key range, a key
 // range other than the one the index entry names, a run
 // unsorted, overlapping, outside the key range or beyond phys_grains, and
-// non-zero bytes after the last run. kUnsupported for a page format version
-// this build does not know. Reads nothing outside p[0..n), reserves runs only
+// non-zero bytes after the last run, a page format version that is not this
+// build's and not a later one (0). kUnsupported for a later page format
+// version (page_version.h). Reads nothing outside p[0..n), reserves runs only
 // after their count is checked, and leaves *out unchanged unless it succeeds.
 Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, LeafPage* out);
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/page_version.h"
 
 namespace cowstore::store {
 namespace {
@@ -105,11 +106,8 @@ Status DecodeLunTablePage(const void* p, size_t n, uint32_t page_no, const LunTa
   d.U32(&crc);
   if (crc != Crc32cAroundField(b, n, kLunPageCrcOffset)) return Corrupt(page_no, "CRC mismatch");
   // The CRC covers the version: it is what a writer wrote.
-  if (version > kLunPageVersion)
-    return Status(Code::kUnsupported, "LUN table page version " + std::to_string(version) +
-                                          ": this build reads up to " +
-                                          std::to_string(kLunPageVersion));
-  if (version != kLunPageVersion) return Corrupt(page_no, "version " + std::to_string(version));
+  if (Status s = PageVersionRule("LUN table page " + std::to_string(page_no), version, kLunPageVersion); !s.ok())
+    return s;
   d.Bytes(pg.pool.data(), pg.pool.size());
   d.U64(&pg.seq);
   d.U32(&pg.page_no);

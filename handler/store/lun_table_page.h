@@ -81,7 +81,7 @@ struct LunTableExpect {
 
 // Decodes page `page_no` of a chain. kInvalidArgument if n != kLunPageBytes;
 // kUnsupported for a newer page version or an attribute this build does not
-// know; otherwise kCorruption naming the first fault: magic, CRC, pool,
+// know (any other version but this build's is kCorruption: page_version.h); otherwise kCorruption naming the first fault: magic, CRC, pool,
 // sequence, page number, count, a record that does not decode or is out of
 // order, an invalid name or block size, a next address unaligned or outside
 // the bounds, page-0 fields on a later page, a nonzero tail.

@@ -354,6 +354,15 @@ TEST_F(CkptLeafPageDamage, UnknownVersionIsUnsupported) {
   ExpectRefused(d, expect, "format version 2", Code::kUnsupported);
 }
 
+// Version 0 is no format any cowstore wrote: damage or a writer's bug, not
+// a later format (only a version above this build's is kUnsupported).
+TEST_F(CkptLeafPageDamage, VersionZeroIsCorruption) {
+  std::string d = bytes;
+  Put32(&d, kOffVersion, 0);
+  Reseal(&d);
+  ExpectRefused(d, expect, "format version 0");
+}
+
 TEST_F(CkptLeafPageDamage, HeaderFieldsResealedAreStillCaught) {
   // A misdirected write of another pool's or LUN's page carries a valid CRC.
   std::string d = bytes;

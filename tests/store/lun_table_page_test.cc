@@ -166,7 +166,7 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
   ExpectRefused(resealed([](std::string* b) { Put64(b, 48, 4096); }), 0, "outside the pool");
   ExpectRefused(resealed([](std::string* b) { (*b)[4000] = 1; }), 0, "nonzero bytes");
   ExpectRefused(resealed([](std::string* b) { Put32(b, 8, kLunPageVersion + 1); }), 0,
-                "LUN table page version 2", Code::kUnsupported);
+                "format version 2", Code::kUnsupported);
   ExpectRefused(resealed([](std::string* b) { Put32(b, 8, 0); }), 0, "version 0");
   // Record fields: the first record starts at the header's end.
   ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, 0); }), 0, "LUN id 0");
