@@ -48,8 +48,12 @@
 //
 // Addresses are byte offsets in the pool's file or device. Pages are 4 KiB
 // (kLeafPageBytes) at 4 KiB-aligned addresses inside the data area
-// [data_offset, data_offset + units * AU); kNoPage (~0) says "none" (a pool
-// without LUNs has no LUN table and no index).
+// [data_offset, data_offset + units * AU). kNoPage (~0) says "none", for the
+// index only (kNoIndex: a pool whose LUNs map nothing, or without LUNs). The
+// LUN table root is always a page: a pool without LUNs has a LUN table of no
+// records (lun_table_page.h), which carries the next LUN id; "none" there
+// could not, so the ids of deleted LUNs would be given out again, and "no
+// LUNs" would have two spellings.
 //
 // The journal is a ring of `capacity()` bytes made of AU-sized segments, the
 // concatenation of the extents (runs of consecutive AUs) in list order:
@@ -137,7 +141,7 @@ struct SuperblockV3 {
   // Root of the checkpoint index as BuildIndex gives it and ReadIndex takes
   // it. kNoIndex (address kNoPage, all else zero) when there is none.
   IndexRoot index = kNoIndex;
-  PageRef lun_table;           // first page of the LUN table's chain
+  PageRef lun_table;           // first page of the LUN table's chain: never kNoPage
   std::vector<JournalExtent> journal;  // 1 .. kMaxJournalExtents runs, in journal order
   uint64_t journal_start = 0;      // replay starts at this journal offset ...
   uint64_t journal_start_lsn = 1;  // ... with the record of this LSN
@@ -163,7 +167,7 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // page address unaligned or outside the data area; "none" with a sequence;
 // a page sequence 0 or after the superblock's; no journal extent, more
 // than kMaxJournalExtents, an extent empty, too long or outside the data
-// area; two regions overlapping (journal extents, the index root, the LUN
+// area; a LUN table root of kNoPage; two regions overlapping (journal extents, the index root, the LUN
 // table root); a journal outside 64 KiB .. 1 GiB; a replay start outside the
 // journal or off a write-unit boundary (journal appends are laid out in
 // write units); LSN 0 or past 2^62. kUnsupported for a

@@ -114,13 +114,15 @@ void FuzzSuperblock(Input* in, bool reseal) {
   sb.journal = {{0, journal_aus}};
   sb.journal_start = (in->U16() % (journal_aus * sb.au / sb.write_unit)) * sb.write_unit;
   sb.journal_start_lsn = 1 + in->U32();
+  // Every v3 superblock names a LUN table (an empty one is a page); the
+  // index is optional.
+  sb.lun_table = {sb.data_offset + (journal_aus + 2) * sb.au, sb.seq};
   if (in->U8() & 1) {
     sb.index.entry.first = {in->U8(), in->U16()};
     sb.index.entry.end = {sb.index.entry.first.lun + in->U8() % 3, uint64_t{1} + in->U32()};
     sb.index.entry.addr = sb.data_offset + (journal_aus + 1) * sb.au;
     sb.index.entry.seq = sb.seq - (in->U8() & 1);
     sb.index.level = in->U8() % (kIndexMaxLevel + 1);
-    sb.lun_table = {sb.data_offset + (journal_aus + 2) * sb.au, sb.seq};
   }
   std::string good;
   if (!EncodeSuperblockV3(sb, &good).ok()) return;  // a parameter choice the rules refuse

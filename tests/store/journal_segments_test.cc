@@ -98,6 +98,8 @@ TEST(JournalLayout, AcceptsWhatTheSuperblockAccepts) {
   sb.grain = 4096;
   sb.data_offset = kDataOffset;
   sb.units = uint64_t{1} << 20;
+  sb.lun_table = {kDataOffset + (uint64_t{1} << 19) * kAu, 1};  // clear of every journal below
+  sb.seq = 1;
   std::vector<std::vector<JournalExtent>> lists = {
       {{0, 1}}, {{9, 2}, {3, 1}}, {{0, 0}}, {{0, 4}, {3, 1}}, {{(uint64_t{1} << 20) - 1, 2}},
       {{0, kMaxJournalBytes / kAu}}, {{0, kMaxJournalBytes / kAu}, {kMaxJournalExtentAus, 1}},
@@ -290,6 +292,7 @@ TEST_F(JournalRingTest, RestartStartsTheEmptyJournalOnAWriteUnitAtTheTail) {
   sb.data_offset = kDataOffset;
   sb.units = kUnits;
   sb.journal = l.extents();
+  sb.lun_table = {kDataOffset + 30 * kAu, 1};  // clear of the journal's AUs
   sb.write_unit = 4096;
   sb.journal_start = start;
   std::string slot;
