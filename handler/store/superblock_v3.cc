@@ -131,6 +131,8 @@ std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64
       if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
         return ExtentName(i, x) + " overlaps journal extent " + N(j);
     }
+    if (i > 0 && JournalExtentsJoin(extents[i - 1], x))
+      return ExtentName(i, x) + " continues journal extent " + N(i - 1) + ": one extent spells the two";
     aus += x.aus;  // <= 32 * 2^16
   }
   const uint64_t capacity = aus * au;

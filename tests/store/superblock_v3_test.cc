@@ -198,6 +198,9 @@ TEST(SuperblockV3, EncoderRefusesWhatDecodeWould) {
   sb = Base();
   sb.units = ~uint64_t{0} / 2;
   ExpectEncodeRefuses(sb, "passes 2^48 grains");
+  sb = Base();
+  sb.journal = {{200, 10}, {210, 6}};  // [200, +16) spelled in two
+  ExpectEncodeRefuses(sb, "journal extent 1 (AUs [210, +6)) continues journal extent 0");
   // No LUN table: refused with or without an index (an empty table is a page).
   sb = Base();
   sb.lun_table = {};
@@ -375,6 +378,16 @@ TEST_F(SuperblockV3Damage, JournalExtents) {
   d[kOffIndexLevel] = 0;
   for (size_t off : {kOffIndexFirstLun, kOffIndexEndLun, kOffIndexFirstLba, kOffIndexEndLba}) Put64(&d, off, 0);
   ExpectRefused(d, "journal extent 1 (AUs [100, +1)) overlaps the LUN table root page at byte 105906176");
+  // [200, +10) then [210, +6) is the journal [200, +16): one list per
+  // journal, so an extent never continues the one before it in the list.
+  ExpectRefused(With64(kOffExtents + 8, extent(210, 6)),
+                "journal extent 1 (AUs [210, +6)) continues journal extent 0");
+  // Next to each other in the other order is another ring: accepted.
+  std::string other = With64(kOffExtents + 8, extent(194, 6));
+  Reseal(&other);
+  SuperblockV3 out;
+  ASSERT_TRUE(Decode(other, &out).ok());
+  EXPECT_EQ(out.journal, (std::vector<JournalExtent>{{200, 10}, {194, 6}}));
   // 10 + 1,024 AUs of 1 MiB: past the 1 GiB cap.
   ExpectRefused(With64(kOffExtents + 8, extent(1000, 1024)), "journal of 1084227584 bytes is not 64 KiB .. 1 GiB");
 }
