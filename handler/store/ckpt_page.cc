@@ -46,6 +46,9 @@ Status CheckRun(Code code, size_t i, const Run& r, const Run* prev, uint64_t fir
   if (prev && r.lba < prev->lba + prev->len)
     return Status(code, RunText(i, r) + " overlaps run " + std::to_string(i - 1) + ", which ends at lba " +
                             std::to_string(prev->lba + prev->len));
+  if (prev && LeafRunsJoin(*prev, r))
+    return Status(code, RunText(i, r) + " continues run " + std::to_string(i - 1) +
+                            ": the map holds the two as one run");
   if (r.lba < first || r.lba >= end || r.len > end - r.lba)  // end - r.lba cannot wrap
     return Status(code, RunText(i, r) + " is outside the key range " + Range(first, end));
   if (r.phys >= phys_grains || r.len > phys_grains - r.phys)
