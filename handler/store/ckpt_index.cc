@@ -8,6 +8,7 @@
 
 #include "handler/store/crc32c.h"
 #include "handler/store/meta.h"  // Encoder, Decoder: the store's one little-endian codec
+#include "handler/store/page_version.h"
 #include "handler/store/run_tree.h"  // RunTree::kMaxKey: the 48-bit LBA bound
 
 namespace cowstore::store {
@@ -169,9 +170,7 @@ Status DecodeIndexPage(const void* p, size_t n, const IndexPageExpect& expect, I
     return corrupt("CRC mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) + ")");
   // CRC-valid from here on: a mismatch is a misdirected or lost write, or a
   // writer's bug.
-  if (version != kIndexPageVersion)
-    return Status(Code::kUnsupported, "checkpoint index page: format version " + std::to_string(version) +
-                                          " (this build reads " + std::to_string(kIndexPageVersion) + ")");
+  if (Status s = PageVersionRule("checkpoint index page", version, kIndexPageVersion); !s.ok()) return s;
   if (page.pool != expect.pool)
     return corrupt("foreign pool UUID " + UuidText(page.pool) + " (this pool is " + UuidText(expect.pool) + ")");
   if (page.seq != expect.seq)

@@ -129,8 +129,9 @@ Status CheckPageAddress(Code code, uint64_t addr, uint64_t begin, uint64_t end);
 // the entries', an entry with an empty or out-of-bounds key range, spanning
 // LUNs at level 0, unsorted or overlapping, with an address outside the
 // bound or not page-aligned, two entries naming one address, an entry
-// sequence 0 or newer than the page's, and non-zero bytes after the last entry. kUnsupported for a page format version
-// this build does not know. Reads nothing outside p[0..n), reserves entries
+// sequence 0 or newer than the page's, non-zero bytes after the last entry,
+// and a page format version that is not this build's and not a later one
+// (0). kUnsupported for a later page format version (page_version.h). Reads nothing outside p[0..n), reserves entries
 // only after their count is checked, and leaves *out unchanged unless it
 // succeeds.
 Status DecodeIndexPage(const void* p, size_t n, const IndexPageExpect& expect, IndexPage* out);

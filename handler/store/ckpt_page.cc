@@ -6,6 +6,7 @@
 
 #include "handler/store/crc32c.h"
 #include "handler/store/meta.h"  // Encoder, Decoder: the store's one little-endian codec
+#include "handler/store/page_version.h"
 
 namespace cowstore::store {
 namespace {
@@ -45,6 +46,9 @@ Status CheckRun(Code code, size_t i, const Run& r, const Run* prev, uint64_t fir
   if (prev && r.lba < prev->lba + prev->len)
     return Status(code, RunText(i, r) + " overlaps run " + std::to_string(i - 1) + ", which ends at lba " +
                             std::to_string(prev->lba + prev->len));
+  if (prev && LeafRunsJoin(*prev, r))
+    return Status(code, RunText(i, r) + " continues run " + std::to_string(i - 1) +
+                            ": the map holds the two as one run");
   if (r.lba < first || r.lba >= end || r.len > end - r.lba)  // end - r.lba cannot wrap
     return Status(code, RunText(i, r) + " is outside the key range " + Range(first, end));
   if (r.phys >= phys_grains || r.len > phys_grains - r.phys)
@@ -119,9 +123,7 @@ Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, Lea
     return corrupt("CRC mismatch (stored " + std::to_string(stored_crc) + ", computed " + std::to_string(crc) + ")");
   // CRC-valid from here on: what follows is a page some cowstore wrote, so a
   // mismatch is a misdirected or lost write, or a writer's bug.
-  if (version != kLeafPageVersion)
-    return Status(Code::kUnsupported, "checkpoint leaf page: format version " + std::to_string(version) +
-                                          " (this build reads " + std::to_string(kLeafPageVersion) + ")");
+  if (Status s = PageVersionRule("checkpoint leaf page", version, kLeafPageVersion); !s.ok()) return s;
   if (page.pool != expect.pool)
     return corrupt("foreign pool UUID " + UuidText(page.pool) + " (this pool is " + UuidText(expect.pool) + ")");
   page.lun = lun;

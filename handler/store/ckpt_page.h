@@ -15,7 +15,14 @@
 // so every run the in-RAM map holds is written as it is, never split. Storing
 // len - 1 lets a run of 2^32 grains fit and makes a zero-length run
 // impossible to express on disk (there is nothing to refuse: an all-zero
-// field means one grain). The CRC covers the whole page with its own four
+// field means one grain).
+//
+// One spelling per map: two runs next to each other on one page never join
+// (LeafRunsJoin), since the map itself would hold them as one
+// (ExtentMap::Insert merges them) and a rewrite would give other bytes. The
+// rule is per page: a run split by a page boundary (a leaf's key range ends
+// inside it) is two pieces on two pages, and the reader's inserts join them.
+// The CRC covers the whole page with its own four
 // bytes left out (bytes [0, 12) then [16, 4096)), so damage anywhere,
 // unused tail included, is seen.
 #pragma once
@@ -52,11 +59,20 @@ struct LeafPage {
   std::vector<Run> runs;   // in grains, sorted, disjoint, inside the key range
 };
 
+// Whether run b, right after run a, is one run with it in a map: b
+// continues a in both lba and phys and the two together are at most
+// RunTree::kMaxLen long, exactly when RunTree::Insert (a kMapping tree, so
+// ExtentMap::Insert) merges two neighbours. Longer neighbours stay apart in
+// the map, so they are two runs on the page too.
+inline bool LeafRunsJoin(const Run& a, const Run& b) {
+  return a.lba + a.len == b.lba && a.phys + a.len == b.phys && a.len + b.len <= RunTree::kMaxLen;
+}
+
 // Replaces *out with the page's kLeafPageBytes bytes. kInvalidArgument
 // (nothing written) if the key range is empty or reaches past 2^48, there are
 // more than kLeafPageRuns runs, or a run has length 0, does not fit the
-// packing (RunTree::Fits), lies outside the key range, or is not after the
-// run before it (unsorted or overlapping).
+// packing (RunTree::Fits), lies outside the key range, is not after the
+// run before it (unsorted or overlapping) or joins it (LeafRunsJoin).
 Status EncodeLeafPage(const LeafPage& page, std::string* out);
 
 // What the reader knows before it reads a page, from the superblock and the
@@ -91,9 +107,11 @@ struct LeafPageExpect {
 // mismatch, a foreign pool UUID, a wrong LUN, a stale or future sequence, a
 // run count above kLeafPageRuns, an empty or out-of-bounds key range, a key
 // range other than the one the index entry names, a run
-// unsorted, overlapping, outside the key range or beyond phys_grains, and
-// non-zero bytes after the last run. kUnsupported for a page format version
-// this build does not know. Reads nothing outside p[0..n), reserves runs only
+// unsorted, overlapping, joining the run before it (LeafRunsJoin), outside
+// the key range or beyond phys_grains, and
+// non-zero bytes after the last run, a page format version that is not this
+// build's and not a later one (0). kUnsupported for a later page format
+// version (page_version.h). Reads nothing outside p[0..n), reserves runs only
 // after their count is checked, and leaves *out unchanged unless it succeeds.
 Status DecodeLeafPage(const void* p, size_t n, const LeafPageExpect& expect, LeafPage* out);
 

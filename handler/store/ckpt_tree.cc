@@ -17,6 +17,25 @@ std::string N(uint64_t v) { return std::to_string(v); }
 
 Status Invalid(const std::string& what) { return Status(Code::kInvalidArgument, "checkpoint tree: " + what); }
 
+// The map's runs (sorted) as leaves hold them: neighbours that join
+// (LeafRunsJoin) made one run, left to right. A map can hold such a pair:
+// Remove does not merge the pieces it leaves, so cutting the head off the
+// first of two contiguous runs too long to merge leaves two that would. A
+// leaf page refuses the pair (one spelling per map), so it is written as the
+// run the map means. Joining greedily leaves no pair that joins: a run that
+// could not join the one before it cannot once either has grown.
+std::vector<Run> Joined(const std::vector<Run>& runs) {
+  std::vector<Run> out;
+  out.reserve(runs.size());
+  for (const Run& r : runs) {
+    if (!out.empty() && LeafRunsJoin(out.back(), r))
+      out.back().len += r.len;
+    else
+      out.push_back(r);
+  }
+  return out;
+}
+
 // Where each page of n items starts, for pages that hold `cap` and are
 // filled to `fill` when written: n items that fit one page stay one page
 // (a dirty leaf that grew a little is rewritten, not split, so its parent
@@ -178,8 +197,10 @@ class Writer {
     return Pack(lun, first, end, runs);
   }
 
-  // New leaves tiling [first, end) holding `runs` (clipped to it, sorted).
-  Status Pack(uint32_t lun, uint64_t first, uint64_t end, const std::vector<Run>& runs) {
+  // New leaves tiling [first, end) holding the map's `map_runs` (clipped to
+  // it, sorted), joined as a leaf holds them.
+  Status Pack(uint32_t lun, uint64_t first, uint64_t end, const std::vector<Run>& map_runs) {
+    const std::vector<Run> runs = Joined(map_runs);
     const std::vector<size_t> starts = PageStarts(runs.size(), kLeafPageRuns, kLeafFillRuns);
     for (size_t c = 0; c < starts.size(); c++) {
       const size_t stop = c + 1 < starts.size() ? starts[c + 1] : runs.size();

@@ -9,7 +9,10 @@
 // falls in exactly one leaf, so a dirty range names its leaves and a change
 // can never fall between two. A leaf holds the map clipped to its range (a
 // run crossing a boundary is stored in two pieces; the reader's inserts join
-// them again). A LUN without runs has no leaves: the tree says nothing of it
+// them again), with neighbours the map would merge written as one run: a
+// leaf page refuses two runs that join (ckpt_page.h, LeafRunsJoin), and a
+// map can hold such a pair (ExtentMap::Remove does not merge what it
+// leaves). A LUN without runs has no leaves: the tree says nothing of it
 // (the LUN table names the LUNs). Index pages are the codec's.
 //
 // Shadowing. WriteCkptTree writes a new tree next to the previous one and

@@ -155,7 +155,7 @@ std::vector<JournalExtent> Fill(std::vector<JournalExtent>* list, uint64_t targe
     taken.push_back(run);
     have += run.aus;
     JournalExtent* last = list->empty() ? nullptr : &list->back();
-    if (last && last->first_au + last->aus == run.first_au && last->aus + run.aus <= kMaxJournalExtentAus)
+    if (last && JournalExtentsJoin(*last, run))  // the list's one spelling (superblock_v3.h)
       last->aus += run.aus;
     else
       list->push_back(run);

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/page_version.h"
 
 namespace cowstore::store {
 namespace {
@@ -34,6 +35,13 @@ std::string AddressRule(uint64_t a, const LunTableExpect& e) {
     return "address " + std::to_string(a) + " outside the pool";
   return "";
 }
+
+// The packing rule, written once for the writer and the reader: records
+// fill a page in id order and a page ends only where the next record does
+// not fit after the `used` bytes it holds (header included). So a table has
+// one split into pages, the greedy one, and a chain split anywhere else (a
+// page ending with room for the next page's first record) is refused.
+bool StartsNewPage(size_t used, const LunRecord& next) { return used + LunRecordBytes(next) > kLunPageBytes; }
 
 void EncodeRecord(const LunRecord& r, Encoder* e) {
   e->U32(r.id);
@@ -105,11 +113,8 @@ Status DecodeLunTablePage(const void* p, size_t n, uint32_t page_no, const LunTa
   d.U32(&crc);
   if (crc != Crc32cAroundField(b, n, kLunPageCrcOffset)) return Corrupt(page_no, "CRC mismatch");
   // The CRC covers the version: it is what a writer wrote.
-  if (version > kLunPageVersion)
-    return Status(Code::kUnsupported, "LUN table page version " + std::to_string(version) +
-                                          ": this build reads up to " +
-                                          std::to_string(kLunPageVersion));
-  if (version != kLunPageVersion) return Corrupt(page_no, "version " + std::to_string(version));
+  if (Status s = PageVersionRule("LUN table page " + std::to_string(page_no), version, kLunPageVersion); !s.ok())
+    return s;
   d.Bytes(pg.pool.data(), pg.pool.size());
   d.U64(&pg.seq);
   d.U32(&pg.page_no);
@@ -175,13 +180,12 @@ Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_l
   std::vector<LunTablePage> pages(1);
   size_t used = kLunPageHeader;
   for (const LunRecord& r : luns) {
-    const size_t bytes = LunRecordBytes(r);
-    if (used + bytes > kLunPageBytes) {
+    if (StartsNewPage(used, r)) {
       pages.emplace_back();
       used = kLunPageHeader;
     }
     pages.back().luns.push_back(r);
-    used += bytes;
+    used += LunRecordBytes(r);
   }
   // Every address taken is reported in *written, written or not, so the
   // caller can give all of them back after a failure.
@@ -219,6 +223,7 @@ Status ReadLunTable(File* file, uint64_t root, const LunTableExpect& expect, Lun
   std::set<uint64_t> seen;
   std::set<std::string> names;
   uint32_t total = 0;
+  size_t used = 0;  // bytes the page before this one holds, header included
   std::string buf(kLunPageBytes, '\0');
   for (uint64_t addr = root, page_no = 0; addr != 0; page_no++) {
     if (!seen.insert(addr).second) return Corrupt(static_cast<uint32_t>(page_no), "chain loops");
@@ -235,6 +240,12 @@ Status ReadLunTable(File* file, uint64_t root, const LunTableExpect& expect, Lun
       total = pg.total_luns;
     }
     if (pg.luns.empty() && total != 0) return Corrupt(static_cast<uint32_t>(page_no), "no records");
+    // The page before ended only if this page's first record did not fit on it.
+    if (page_no > 0 && !StartsNewPage(used, pg.luns.front()))
+      return Corrupt(static_cast<uint32_t>(page_no - 1),
+                     "ends with room for LUN " + std::to_string(pg.luns.front().id) +
+                         ", the next page's first record (the writer fills each page before the next)");
+    used = kLunPageHeader;
     for (LunRecord& r : pg.luns) {
       if (!t.luns.empty() && t.luns.back().id >= r.id)
         return Corrupt(static_cast<uint32_t>(page_no), "records out of id order");
@@ -245,6 +256,7 @@ Status ReadLunTable(File* file, uint64_t root, const LunTableExpect& expect, Lun
         return Corrupt(static_cast<uint32_t>(page_no), "LUN name " + r.name + " twice");
       if (t.luns.size() == total)
         return Corrupt(static_cast<uint32_t>(page_no), "more LUNs than page 0 declares");
+      used += LunRecordBytes(r);
       t.luns.push_back(std::move(r));
     }
     t.pages.push_back(addr);

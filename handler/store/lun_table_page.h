@@ -14,7 +14,9 @@
 //   64 records, then zeros to the end of the page.
 // A record: id(4) block size(4) size in bytes(8) uuid(16) name(4 + length)
 // and its attributes as a checkpoint writes them (EncodeLunAttrs). Records
-// sit in id order, whole on one page. Only page 0 carries the next LUN id and
+// sit in id order, whole on one page, packed greedily: a page ends only where
+// the next record does not fit on it, so a table has exactly one split into
+// pages (one spelling) and the reader refuses any other. Only page 0 carries the next LUN id and
 // the table's LUN count (later pages hold zeros there), so a chain cut short
 // or a page dropped is seen; the CRC covers the page but its own four bytes.
 //
@@ -81,7 +83,7 @@ struct LunTableExpect {
 
 // Decodes page `page_no` of a chain. kInvalidArgument if n != kLunPageBytes;
 // kUnsupported for a newer page version or an attribute this build does not
-// know; otherwise kCorruption naming the first fault: magic, CRC, pool,
+// know (any other version but this build's is kCorruption: page_version.h); otherwise kCorruption naming the first fault: magic, CRC, pool,
 // sequence, page number, count, a record that does not decode or is out of
 // order, an invalid name or block size, a next address unaligned or outside
 // the bounds, page-0 fields on a later page, a nonzero tail.
@@ -110,7 +112,8 @@ struct LunTable {
 // Reads the chain at `root`, checking every page against `expect` and the
 // whole: ids strictly increasing and below the next LUN id, names unique,
 // the count page 0 declares, no page with no records but an empty table's,
-// no address twice.
+// no page but the last with room for the next page's first record (the
+// writer's greedy packing, one rule for both), no address twice.
 Status ReadLunTable(File* file, uint64_t root, const LunTableExpect& expect, LunTable* out);
 
 }  // namespace cowstore::store

@@ -83,6 +83,12 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   } else if (std::string why = IndexRootRule(sb.index); !why.empty()) {
     return bad("index " + why);
   }
+  // "No LUNs" has one spelling: a LUN table of no records, which still
+  // carries the next LUN id (kNoPage could not: the ids of deleted LUNs would
+  // be given out again).
+  if (sb.lun_table.addr == kNoPage)
+    return bad("LUN table root is none: a v3 superblock always names its LUN table "
+               "(a pool without LUNs has a table of no records)");
   if (Status s = page("LUN table root", sb.lun_table); !s.ok()) return s;
   if (index_page.addr != kNoPage && index_page.addr == sb.lun_table.addr)
     return bad("index root and LUN table root overlap at byte " + N(index_page.addr));
@@ -91,7 +97,7 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   for (size_t i = 0; i < sb.journal.size(); i++) {
     const JournalExtent& x = sb.journal[i];
     for (const auto& [what, r] : {std::pair{"index root", index_page}, std::pair{"LUN table root", sb.lun_table}}) {
-      if (r.addr == kNoPage) continue;
+      if (r.addr == kNoPage) continue;  // no index
       const uint64_t au = (r.addr - sb.data_offset) / sb.au;
       if (au >= x.first_au && au - x.first_au < x.aus)
         return bad(ExtentName(i, x) + " overlaps the " + std::string(what) + " page at byte " + N(r.addr));
@@ -125,6 +131,8 @@ std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64
       if (x.first_au < y.first_au + y.aus && y.first_au < x.first_au + x.aus)
         return ExtentName(i, x) + " overlaps journal extent " + N(j);
     }
+    if (i > 0 && JournalExtentsJoin(extents[i - 1], x))
+      return ExtentName(i, x) + " continues journal extent " + N(i - 1) + ": one extent spells the two";
     aus += x.aus;  // <= 32 * 2^16
   }
   const uint64_t capacity = aus * au;

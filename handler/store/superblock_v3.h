@@ -48,8 +48,12 @@
 //
 // Addresses are byte offsets in the pool's file or device. Pages are 4 KiB
 // (kLeafPageBytes) at 4 KiB-aligned addresses inside the data area
-// [data_offset, data_offset + units * AU); kNoPage (~0) says "none" (a pool
-// without LUNs has no LUN table and no index).
+// [data_offset, data_offset + units * AU). kNoPage (~0) says "none", for the
+// index only (kNoIndex: a pool whose LUNs map nothing, or without LUNs). The
+// LUN table root is always a page: a pool without LUNs has a LUN table of no
+// records (lun_table_page.h), which carries the next LUN id; "none" there
+// could not, so the ids of deleted LUNs would be given out again, and "no
+// LUNs" would have two spellings.
 //
 // The journal is a ring of `capacity()` bytes made of AU-sized segments, the
 // concatenation of the extents (runs of consecutive AUs) in list order:
@@ -137,7 +141,7 @@ struct SuperblockV3 {
   // Root of the checkpoint index as BuildIndex gives it and ReadIndex takes
   // it. kNoIndex (address kNoPage, all else zero) when there is none.
   IndexRoot index = kNoIndex;
-  PageRef lun_table;           // first page of the LUN table's chain
+  PageRef lun_table;           // first page of the LUN table's chain: never kNoPage
   std::vector<JournalExtent> journal;  // 1 .. kMaxJournalExtents runs, in journal order
   uint64_t journal_start = 0;      // replay starts at this journal offset ...
   uint64_t journal_start_lsn = 1;  // ... with the record of this LSN
@@ -162,8 +166,9 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // 8 AUs, more than 2^48 grains or 2^62 bytes, or ends beyond device_bytes; a
 // page address unaligned or outside the data area; "none" with a sequence;
 // a page sequence 0 or after the superblock's; no journal extent, more
-// than kMaxJournalExtents, an extent empty, too long or outside the data
-// area; two regions overlapping (journal extents, the index root, the LUN
+// than kMaxJournalExtents, an extent empty, too long, outside the data
+// area or continuing the one before it (JournalExtentsJoin); a LUN table
+// root of kNoPage; two regions overlapping (journal extents, the index root, the LUN
 // table root); a journal outside 64 KiB .. 1 GiB; a replay start outside the
 // journal or off a write-unit boundary (journal appends are laid out in
 // write units); LSN 0 or past 2^62. kUnsupported for a
@@ -175,12 +180,25 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // succeeds.
 Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, SuperblockV3* out);
 
+// Whether `b`, listed right after `a`, is one extent with it: b starts
+// where a ends and the two fit one extent. A list never holds such a pair
+// (JournalExtentsRule): [A, +n)[A + n, +m) is the journal [A, +n + m), one
+// ring spelled two ways. The writer (GrowJournal) lengthens the last extent
+// instead. Under the 1 GiB cap two extents always fit one (2^14 AUs of
+// 64 KiB at most, an extent holds 2^16), so every list has one spelling.
+// Extents next to each other on the device in the other order (b before a)
+// are another ring, and allowed.
+inline bool JournalExtentsJoin(const JournalExtent& a, const JournalExtent& b) {
+  return a.first_au + a.aus == b.first_au && a.aus + b.aus <= kMaxJournalExtentAus;
+}
+
 // The rule for a journal's extent list, written once for the superblock's
 // codec and the ring's layout (journal_segments.h): 1 .. kMaxJournalExtents
 // extents of 1 .. kMaxJournalExtentAus AUs each, inside the pool's `units`
-// AUs, none overlapping another, kMinJournalBytes .. kMaxJournalBytes in all
-// at `au` bytes an AU (which the caller has checked). "" if it holds, else
-// the first fault, naming the extent.
+// AUs, none overlapping another, none joining the one before it
+// (JournalExtentsJoin), kMinJournalBytes .. kMaxJournalBytes in all at `au`
+// bytes an AU (which the caller has checked). "" if it holds, else the
+// first fault, naming the extent.
 std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64_t units, uint32_t au);
 
 // What ReadIndex needs beside sb.index: the pool and the address bound (the

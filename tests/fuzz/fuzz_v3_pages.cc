@@ -18,8 +18,10 @@
 //  * the chooser, given the intact copy and the damaged one, returns a copy
 //    that decodes from the slot it names, and never an older sequence than a
 //    valid copy beside it.
-// Input layout: [codec][flags: bit 0 reseals][the record's parameters]
+// Input layout: [codec][flags: bit 0 reseals; bit 1 (superblock) several
+// journal extents][the record's parameters]
 // [up to 16 (u16 offset, u8 xor) pairs].
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -89,9 +91,8 @@ uint32_t Get32(const std::string& b, size_t off) {
   for (int i = 3; i >= 0; i--) v = v << 8 | static_cast<uint8_t>(b[off + i]);
   return v;
 }
-uint64_t RawSeq(const std::string& slot) {  // the sequence field, decoded or not
-  return Get32(slot, kSuperblockV3Seq) | uint64_t{Get32(slot, kSuperblockV3Seq + 4)} << 32;
-}
+uint64_t Get64(const std::string& b, size_t off) { return Get32(b, off) | uint64_t{Get32(b, off + 4)} << 32; }
+uint64_t RawSeq(const std::string& slot) { return Get64(slot, kSuperblockV3Seq); }  // decoded or not
 // Both CRCs match and the envelope says format 3: written whole by a v3 writer.
 bool crc_valid(const std::string& slot) {
   auto* b = reinterpret_cast<const uint8_t*>(slot.data());
@@ -99,7 +100,8 @@ bool crc_valid(const std::string& slot) {
          Get32(slot, kSuperblockV3Crc) == Crc32cAroundField(b, kSuperblockSlot, kSuperblockV3Crc);
 }
 
-void FuzzSuperblock(Input* in, bool reseal) {
+// flags bit 1: a journal of several extents.
+void FuzzSuperblock(Input* in, bool reseal, bool several_extents) {
   SuperblockV3 sb;
   sb.uuid = PoolId(in->U8());
   sb.seq = 2 + in->U16();
@@ -110,17 +112,51 @@ void FuzzSuperblock(Input* in, bool reseal) {
   sb.soft_threshold_percent = in->U8() % 101;
   sb.write_unit = 512u << (in->U8() % 4);
   sb.origin_format = 1 + in->U8() % 3;
-  const uint64_t journal_aus = sb.au == kMiB ? 1 + in->U8() % 8 : 1 + in->U8() % 64;
-  sb.journal = {{0, journal_aus}};
+  uint64_t journal_aus = 0, journal_end = 0;  // AUs in the journal; the first AU past its extents
+  if (several_extents) {
+    // 2-4 extents from AU 0 up, each after a gap of 0-2 AUs, listed in
+    // device order or the reverse (another ring).
+    const uint32_t n = 2 + in->U8() % 3;
+    const bool reversed = in->U8() & 1;
+    for (uint32_t i = 0; i < n; i++) {
+      journal_end += in->U8() % 3;
+      const uint64_t aus = 1 + in->U8() % (sb.au == kMiB ? 4 : 16);
+      sb.journal.push_back({journal_end, aus});
+      journal_end += aus;
+      journal_aus += aus;
+    }
+    if (reversed) std::reverse(sb.journal.begin(), sb.journal.end());
+    // An extent that continues the one before it (no gap, device order) is
+    // the longer extent spelled in two: refused; its one spelling goes on.
+    std::vector<JournalExtent> one;
+    for (const JournalExtent& x : sb.journal) {
+      if (!one.empty() && JournalExtentsJoin(one.back(), x))
+        one.back().aus += x.aus;
+      else
+        one.push_back(x);
+    }
+    if (one != sb.journal) {
+      std::string refused;
+      sb.lun_table = {sb.data_offset + (journal_end + 2) * sb.au, sb.seq};  // so only the list is wrong
+      Check(EncodeSuperblockV3(sb, &refused).code() == Code::kInvalidArgument,
+            "a journal extent continuing the one before it was encoded");
+      sb.journal = one;
+    }
+  } else {
+    journal_aus = journal_end = sb.au == kMiB ? 1 + in->U8() % 8 : 1 + in->U8() % 64;
+    sb.journal = {{0, journal_aus}};
+  }
   sb.journal_start = (in->U16() % (journal_aus * sb.au / sb.write_unit)) * sb.write_unit;
   sb.journal_start_lsn = 1 + in->U32();
+  // Every v3 superblock names a LUN table (an empty one is a page); the
+  // index is optional.
+  sb.lun_table = {sb.data_offset + (journal_end + 2) * sb.au, sb.seq};
   if (in->U8() & 1) {
     sb.index.entry.first = {in->U8(), in->U16()};
     sb.index.entry.end = {sb.index.entry.first.lun + in->U8() % 3, uint64_t{1} + in->U32()};
-    sb.index.entry.addr = sb.data_offset + (journal_aus + 1) * sb.au;
+    sb.index.entry.addr = sb.data_offset + (journal_end + 1) * sb.au;
     sb.index.entry.seq = sb.seq - (in->U8() & 1);
     sb.index.level = in->U8() % (kIndexMaxLevel + 1);
-    sb.lun_table = {sb.data_offset + (journal_aus + 2) * sb.au, sb.seq};
   }
   std::string good;
   if (!EncodeSuperblockV3(sb, &good).ok()) return;  // a parameter choice the rules refuse
@@ -129,6 +165,13 @@ void FuzzSuperblock(Input* in, bool reseal) {
   SuperblockV3 back;
   Check(DecodeSuperblockV3(good.data(), good.size(), device, &back).ok(), "a fresh encoding is refused");
   Check(back == sb, "a fresh encoding decodes to another superblock");
+  // Sealed as a writer would, one sequence older than the LUN table it
+  // names: a superblock never names a page of a later checkpoint.
+  std::string older = good;
+  Put64(&older, kSuperblockV3Seq, sb.lun_table.seq - 1);
+  ResealSuperblock(&older);
+  Check(DecodeSuperblockV3(older.data(), older.size(), device, &back).code() == Code::kCorruption,
+        "a superblock older than its LUN table was accepted");
 
   std::string bad = good;
   Damage(in, &bad);
@@ -176,7 +219,11 @@ void FuzzLeaf(Input* in, bool reseal) {
   const uint32_t runs = in->U8() % (kLeafPageRuns + 1);
   uint64_t lba = page.first_lba, phys = in->U16();
   for (uint32_t i = 0; i < runs; i++) {
-    lba += in->U8() % 4;  // a hole, or none
+    const uint64_t hole = in->U8() % 4;  // a hole, or none
+    // Runs that continue each other in both lba and phys are one run to the
+    // map, and the page refuses them (LeafRunsJoin): keep a gap in one.
+    if (i > 0 && hole == 0 && phys == page.runs.back().phys + page.runs.back().len) phys++;
+    lba += hole;
     const uint64_t len = 1 + in->U16();
     page.runs.push_back({lba, phys, len});
     lba += len;
@@ -195,9 +242,44 @@ void FuzzLeaf(Input* in, bool reseal) {
 
   LeafPage back;
   Check(DecodeLeafPage(good.data(), good.size(), expect, &back).ok(), "a fresh leaf is refused");
-  LeafPageExpect older = expect;
-  older.seq = expect.seq + 1;  // the index names a later write: this page is stale
-  Check(!DecodeLeafPage(good.data(), good.size(), older, &back).ok(), "a stale leaf was accepted");
+  // The same mapping with its first long run split in two is a second
+  // spelling: the encoder refuses it, and so does the decoder (the split
+  // page is built as a valid one with the second piece one grain further,
+  // then moved back and resealed).
+  for (size_t i = 0; i < page.runs.size(); i++) {
+    const Run r = page.runs[i];
+    if (r.len < 2 || page.runs.size() == kLeafPageRuns) continue;
+    const uint64_t head = r.len / 2;
+    LeafPage split = page;
+    split.runs[i].len = head;
+    split.runs.insert(split.runs.begin() + i + 1, Run{r.lba + head, r.phys + head, r.len - head});
+    std::string bytes;
+    Check(EncodeLeafPage(split, &bytes).code() == Code::kInvalidArgument, "a leaf with a run split in two encodes");
+    split.runs[i + 1].phys++;
+    if (EncodeLeafPage(split, &bytes).ok()) {  // the gap may make it join the next run
+      const size_t hi = kLeafPageHeader + (i + 1) * kLeafPageRunBytes + 8;
+      Put64(&bytes, hi, Get64(bytes, hi) - 1);
+      ResealCrc(&bytes, kLeafPageCrcOffset);
+      Check(DecodeLeafPage(bytes.data(), bytes.size(), expect, &back).code() == Code::kCorruption,
+            "a leaf with a run split in two decodes");
+    }
+    break;
+  }
+  LeafPageExpect other = expect;
+  other.seq = expect.seq + 1;  // the index names a later write: this page is stale
+  Check(!DecodeLeafPage(good.data(), good.size(), other, &back).ok(), "a stale leaf was accepted");
+  other.seq = expect.seq - 1;  // the index names an earlier write: this page is from the future
+  Check(!DecodeLeafPage(good.data(), good.size(), other, &back).ok(), "a leaf of a later sequence was accepted");
+  // A leaf of another LUN or key range (a misdirected write) is refused.
+  other = expect;
+  other.lun = expect.lun + 1;
+  Check(!DecodeLeafPage(good.data(), good.size(), other, &back).ok(), "a leaf of another LUN was accepted");
+  other = expect;
+  other.first_lba = expect.first_lba + 1;
+  Check(!DecodeLeafPage(good.data(), good.size(), other, &back).ok(), "a leaf of another first LBA was accepted");
+  other = expect;
+  other.end_lba = expect.end_lba + 1;
+  Check(!DecodeLeafPage(good.data(), good.size(), other, &back).ok(), "a leaf of another end LBA was accepted");
 
   std::string bad = good;
   Damage(in, &bad);
@@ -257,10 +339,16 @@ void FuzzIndex(Input* in, bool reseal) {
 
   IndexPage back;
   Check(DecodeIndexPage(good.data(), good.size(), expect, &back).ok(), "a fresh index page is refused");
-  IndexPageExpect deeper = expect;
-  deeper.level = (expect.level + 1) % (kIndexMaxLevel + 1);
-  Check(!DecodeIndexPage(good.data(), good.size(), deeper, &back).ok(),
+  IndexPageExpect other = expect;
+  other.level = (expect.level + 1) % (kIndexMaxLevel + 1);
+  Check(!DecodeIndexPage(good.data(), good.size(), other, &back).ok(),
         "an index page of another level was accepted");
+  other = expect;
+  other.seq = expect.seq + 1;  // the parent names a later write: this page is stale
+  Check(!DecodeIndexPage(good.data(), good.size(), other, &back).ok(), "a stale index page was accepted");
+  other.seq = expect.seq - 1;
+  Check(!DecodeIndexPage(good.data(), good.size(), other, &back).ok(),
+        "an index page of a later sequence was accepted");
 
   std::string bad = good;
   Damage(in, &bad);
@@ -316,6 +404,9 @@ void FuzzLunTable(Input* in, bool reseal) {
   later.seq = expect.seq + 1;
   Check(!DecodeLunTablePage(good.data(), good.size(), page.page_no, later, &back).ok(),
         "a stale LUN table page was accepted");
+  later.seq = expect.seq - 1;
+  Check(!DecodeLunTablePage(good.data(), good.size(), page.page_no, later, &back).ok(),
+        "a LUN table page of a later sequence was accepted");
   Check(!DecodeLunTablePage(good.data(), good.size(), page.page_no + 1, expect, &back).ok(),
         "a LUN table page of another place in the chain was accepted");
 
@@ -341,9 +432,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace cowstore::store;
   Input in(data, size);
   const uint8_t codec = in.U8();
-  const bool reseal = in.U8() & 1;
+  const uint8_t flags = in.U8();
+  const bool reseal = flags & 1;
   switch (codec % 4) {
-    case 0: FuzzSuperblock(&in, reseal); break;
+    case 0: FuzzSuperblock(&in, reseal, flags & 2); break;
     case 1: FuzzLeaf(&in, reseal); break;
     case 2: FuzzIndex(&in, reseal); break;
     default: FuzzLunTable(&in, reseal); break;

@@ -257,6 +257,14 @@ TEST_F(CkptIndexPageDamage, UnknownVersionIsUnsupported) {
   ExpectRefused(d, expect, "format version 2", Code::kUnsupported);
 }
 
+// Version 0 is no format any cowstore wrote: damage, not a later format.
+TEST_F(CkptIndexPageDamage, VersionZeroIsCorruption) {
+  std::string d = bytes;
+  Put32(&d, kOffVersion, 0);
+  Reseal(&d);
+  ExpectRefused(d, expect, "format version 0");
+}
+
 TEST_F(CkptIndexPageDamage, ForeignPool) {
   IndexPageExpect e = expect;
   e.pool[15] ^= 1;

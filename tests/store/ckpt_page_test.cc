@@ -143,6 +143,18 @@ void ExpectEncodeRefuses(const LeafPage& p, const std::string& what) {
   EXPECT_EQ(out, "untouched");
 }
 
+// Neighbours the map keeps apart are two runs on the page too: contiguous in
+// lba only, in phys only, or both but longer together than a run holds
+// (RunTree::kMaxLen: Insert does not merge them either).
+TEST(CkptLeafPage, RoundTripsNeighboursTheMapKeepsApart) {
+  LeafPage p = BasePage();
+  p.runs = {{2000, 100, 1}, {2001, 102, 1}, {2003, 103, 1}};
+  ExpectRoundTrip(p);
+  p.end_lba = k48;
+  p.runs = {{2000, 100, k32}, {2000 + k32, 100 + k32, 1}};
+  ExpectRoundTrip(p, k48);
+}
+
 TEST(CkptLeafPage, EncoderRefusesInvalidPages) {
   LeafPage p = BasePage();
   p.runs = {{2000, 1, 10}, {1500, 2, 10}};
@@ -168,6 +180,13 @@ TEST(CkptLeafPage, EncoderRefusesInvalidPages) {
   p.runs = SomeRuns(kLeafPageRuns + 1);
   p.end_lba = k48;
   ExpectEncodeRefuses(p, "do not fit a leaf page");
+  // Two runs ExtentMap::Insert would merge: one run has one spelling.
+  p = BasePage();
+  p.runs = {{2000, 100, 1}, {2001, 101, 1}};
+  ExpectEncodeRefuses(p, "run 1 (lba 2001, phys 101, 1 grains) continues run 0");
+  p.runs = {{2000, 100, k32 - 1}, {2000 + k32 - 1, 100 + k32 - 1, 1}};  // together exactly 2^32
+  p.end_lba = k48;
+  ExpectEncodeRefuses(p, "continues run 0");
   p = BasePage();
   p.end_lba = p.first_lba;
   ExpectEncodeRefuses(p, "empty key range");
@@ -352,6 +371,24 @@ TEST_F(CkptLeafPageDamage, UnknownVersionIsUnsupported) {
   Put32(&d, kOffVersion, kLeafPageVersion + 1);
   Reseal(&d);
   ExpectRefused(d, expect, "format version 2", Code::kUnsupported);
+}
+
+// Version 0 is no format any cowstore wrote: damage or a writer's bug, not
+// a later format (only a version above this build's is kUnsupported).
+TEST_F(CkptLeafPageDamage, VersionZeroIsCorruption) {
+  std::string d = bytes;
+  Put32(&d, kOffVersion, 0);
+  Reseal(&d);
+  ExpectRefused(d, expect, "format version 0");
+}
+
+// Run 1 made to continue run 0 in both lba and phys: the map holds them as
+// one run (ExtentMap::Insert merges them), so the page is a second spelling.
+TEST_F(CkptLeafPageDamage, RunsTheMapWouldMergeAreRefused) {
+  std::string d = bytes;
+  PutRun(&d, 1, {2010, 110, 5});
+  Reseal(&d);
+  ExpectRefused(d, expect, "run 1 (lba 2010, phys 110, 5 grains) continues run 0");
 }
 
 TEST_F(CkptLeafPageDamage, HeaderFieldsResealedAreStillCaught) {

@@ -242,6 +242,33 @@ TEST(CkptTree, RoundTripRunsAtTheLimits) {
   RoundTrip(maps);
 }
 
+// A map can hold two runs Insert would have merged: Remove leaves the piece
+// of a run it cuts beside a neighbour that was too long to merge with the
+// whole run. The leaf holds them as one run, the one spelling the page codec
+// accepts (ckpt_page.h, LeafRunsJoin).
+TEST(CkptTree, NeighboursTheMapWouldMergeAreWrittenAsOneRun) {
+  constexpr uint64_t kMaxLen = RunTree::kMaxLen;
+  std::map<uint32_t, ExtentMap> maps;
+  ExtentMap& m = maps.emplace(1, ExtentMap(kPhysGrains)).first->second;
+  ASSERT_TRUE(m.Insert(0, 8, kMaxLen).ok());
+  ASSERT_TRUE(m.Insert(kMaxLen, 8 + kMaxLen, 1).ok());  // 2^32 + 1 together: kept apart
+  m.Remove(0, kMaxLen - 5, nullptr);
+  ASSERT_EQ(m.extents(), 2u);  // [2^32 - 5, +5) and [2^32, +1): 6 grains, still apart
+  Store st;
+  DirtyRanges dirty;
+  dirty.MarkLun(1);
+  CkptWrite w;
+  Status s = st.Checkpoint(maps, dirty, &w);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_EQ(w.tree.leaves.size(), 1u);
+  const std::string b = st.PageAt(w.tree.leaves[0].addr);
+  LeafPage leaf;
+  s = DecodeLeafPage(b.data(), b.size(), LeafExpectFor(w.tree.leaves[0], TestPool().bound.pool, kPhysGrains), &leaf);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(leaf.runs, (std::vector<store::Run>{{kMaxLen - 5, 8 + kMaxLen - 5, 6}}));
+  ExpectReadsBack(st, maps);
+}
+
 // Many LUNs with full leaves: three index levels, and a leaf at every limit.
 TEST(CkptTree, RoundTripThreeLevels) {
   std::map<uint32_t, ExtentMap> maps;

@@ -77,10 +77,12 @@ TEST(JournalLayout, RefusesListsTheSuperblockRefuses) {
   EXPECT_TRUE(refused(kAu, kDataOffset, kUnits, {{63, 2}}));                 // past the pool
   EXPECT_TRUE(refused(kAu, kDataOffset, kUnits, {{64, 1}}));                 // past the pool
   EXPECT_TRUE(refused(kAu, kDataOffset, kUnits, {{0, 4}, {3, 1}}));          // overlap
+  EXPECT_TRUE(refused(kAu, kDataOffset, kUnits, {{0, 4}, {4, 1}}));          // [0, +5) in two
+  EXPECT_FALSE(refused(kAu, kDataOffset, kUnits, {{4, 1}, {0, 4}}));         // another ring
   EXPECT_TRUE(refused(kAu, ~uint64_t{0} - kAu, kUnits, {{0, 1}}));           // area overflows
   EXPECT_TRUE(refused(kAu, kDataOffset, ~uint64_t{0}, {{0, 1}}));            // area overflows
   std::vector<JournalExtent> many;
-  for (uint64_t i = 0; i <= kMaxJournalExtents; i++) many.push_back({i, 1});
+  for (uint64_t i = 0; i <= kMaxJournalExtents; i++) many.push_back({2 * i, 1});
   EXPECT_TRUE(refused(kAu, kDataOffset, kUnits, many));                      // 33 extents
   many.pop_back();
   EXPECT_FALSE(refused(kAu, kDataOffset, kUnits, many));                     // 32
@@ -98,8 +100,10 @@ TEST(JournalLayout, AcceptsWhatTheSuperblockAccepts) {
   sb.grain = 4096;
   sb.data_offset = kDataOffset;
   sb.units = uint64_t{1} << 20;
+  sb.lun_table = {kDataOffset + (uint64_t{1} << 19) * kAu, 1};  // clear of every journal below
+  sb.seq = 1;
   std::vector<std::vector<JournalExtent>> lists = {
-      {{0, 1}}, {{9, 2}, {3, 1}}, {{0, 0}}, {{0, 4}, {3, 1}}, {{(uint64_t{1} << 20) - 1, 2}},
+      {{0, 1}}, {{9, 2}, {3, 1}}, {{0, 0}}, {{0, 4}, {3, 1}}, {{0, 4}, {4, 1}}, {{(uint64_t{1} << 20) - 1, 2}},
       {{0, kMaxJournalBytes / kAu}}, {{0, kMaxJournalBytes / kAu}, {kMaxJournalExtentAus, 1}},
       {{0, kMaxJournalExtentAus + 1}}, {}};
   std::vector<JournalExtent> many;
@@ -159,10 +163,13 @@ TEST(JournalLayout, MapsWithinAtAndAcrossExtentBoundariesAndTheWrap) {
   EXPECT_EQ(l.Map(0, 4 * kAu + 1, &p).code(), Code::kInvalidArgument);
 }
 
+// The list never holds an extent continuing the one before it (one extent
+// spells that), but the ring wraps from the last extent to the first, which
+// may lie right after it on the device.
 TEST(JournalLayout, ExtentsNextToEachOtherOnTheDeviceAreOnePiece) {
-  const JournalLayout l = Layout({{4, 1}, {5, 1}, {30, 1}});
+  const JournalLayout l = Layout({{5, 1}, {30, 1}, {4, 1}});
   std::vector<RingPiece> p;
-  ASSERT_TRUE(l.Map(kAu - 10, kAu + 20, &p).ok());
+  ASSERT_TRUE(l.Map(3 * kAu - 10, kAu + 20, &p).ok());
   EXPECT_EQ(p, (std::vector<RingPiece>{{Dev(4, kAu - 10), kAu + 10}, {Dev(30), 10}}));
 }
 
@@ -290,6 +297,7 @@ TEST_F(JournalRingTest, RestartStartsTheEmptyJournalOnAWriteUnitAtTheTail) {
   sb.data_offset = kDataOffset;
   sb.units = kUnits;
   sb.journal = l.extents();
+  sb.lun_table = {kDataOffset + 30 * kAu, 1};  // clear of the journal's AUs
   sb.write_unit = 4096;
   sb.journal_start = start;
   std::string slot;

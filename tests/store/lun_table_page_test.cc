@@ -166,7 +166,7 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
   ExpectRefused(resealed([](std::string* b) { Put64(b, 48, 4096); }), 0, "outside the pool");
   ExpectRefused(resealed([](std::string* b) { (*b)[4000] = 1; }), 0, "nonzero bytes");
   ExpectRefused(resealed([](std::string* b) { Put32(b, 8, kLunPageVersion + 1); }), 0,
-                "LUN table page version 2", Code::kUnsupported);
+                "format version 2", Code::kUnsupported);
   ExpectRefused(resealed([](std::string* b) { Put32(b, 8, 0); }), 0, "version 0");
   // Record fields: the first record starts at the header's end.
   ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, 0); }), 0, "LUN id 0");
@@ -318,6 +318,42 @@ TEST_F(LunTableChain, IdsAndNamesMustMakeOneTable) {
 TEST_F(LunTableChain, AnEmptyPageInAChainIsRefused) {
   d_.Put(pages_[1], Encoded(PageOf(1, pages_[2], {})));
   ExpectRefused("no records");
+}
+
+// The writer packs records greedily: a page ends only where the next record
+// does not fit on it. The same table split elsewhere is a second spelling.
+TEST_F(LunTableChain, ARecordMovedToTheNextPageIsRefused) {
+  const size_t i = pages_.size() - 2;  // the last page has room for one more
+  const std::string pa = d_.Page(pages_[i]), pb = d_.Page(pages_[i + 1]);
+  LunTablePage a, b;
+  ASSERT_TRUE(DecodeLunTablePage(pa.data(), pa.size(), static_cast<uint32_t>(i), Expect(), &a).ok());
+  ASSERT_TRUE(DecodeLunTablePage(pb.data(), pb.size(), static_cast<uint32_t>(i + 1), Expect(), &b).ok());
+  b.luns.insert(b.luns.begin(), a.luns.back());
+  a.luns.pop_back();
+  d_.Put(pages_[i], Encoded(a));
+  d_.Put(pages_[i + 1], Encoded(b));
+  ExpectRefused("page " + std::to_string(i) + ": ends with room for LUN " + std::to_string(b.luns[0].id));
+}
+
+// [1] -> [2] where the writer writes [1 2]: two pages of one record each.
+TEST(LunTableRead, TwoRecordsThatFitOnePageSplitOverTwoAreRefused) {
+  Disk d;
+  const uint64_t a0 = kMin, a1 = kMin + kLunPageBytes;
+  LunTablePage p0 = PageOf(0, a1, {Lun(1, "a")}, 3);
+  p0.total_luns = 2;
+  d.Put(a0, Encoded(p0));
+  d.Put(a1, Encoded(PageOf(1, 0, {Lun(2, "b")})));
+  LunTable t;
+  Status s = d.Read(a0, &t);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.ToString().find("page 0: ends with room for LUN 2"), std::string::npos) << s.ToString();
+  // What the writer writes for that table: one page, read back.
+  uint64_t root = 0;
+  std::vector<uint64_t> written;
+  ASSERT_TRUE(d.Write({Lun(1, "a"), Lun(2, "b")}, 3, &root, &written).ok());
+  EXPECT_EQ(written.size(), 1u);
+  ASSERT_TRUE(d.Read(root, &t).ok());
+  EXPECT_EQ(t.luns.size(), 2u);
 }
 
 // Page 1's first record given the id, then the name, of a LUN on page 0.

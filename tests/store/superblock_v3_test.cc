@@ -87,9 +87,10 @@ TEST(SuperblockV3, RoundTrips) {
   EXPECT_EQ(back.capacity(), 16 * kMiB);
   EXPECT_EQ(back.grains(), 4096u * 256);
 
-  // A pool without LUNs: no index, no LUN table; one extent; upgraded from v2.
+  // A pool without LUNs: no index, a LUN table of no records (it still
+  // carries the next LUN id); one extent; upgraded from v2.
   sb.index = kNoIndex;
-  sb.lun_table = {};
+  sb.lun_table = {64 << 10, 41};
   sb.journal = {{7, 1}};  // the last AU: 64 KiB, the smallest journal
   sb.journal_start = 0;
   sb.origin_format = 2;
@@ -134,7 +135,7 @@ TEST(SuperblockV3, RoundTripsAtTheLimits) {
   sb.data_offset = 64 << 10;
   sb.units = 1 << 16;
   sb.index = kNoIndex;
-  sb.lun_table = {};
+  sb.lun_table = {(64 << 10) + (20000ull << 16), sb.seq};
   sb.journal = {{0, 16384}};  // exactly 1 GiB
   ASSERT_TRUE(Decode(Encode(sb), &back).ok());
   EXPECT_EQ(back.capacity(), 1ull << 30);
@@ -197,6 +198,15 @@ TEST(SuperblockV3, EncoderRefusesWhatDecodeWould) {
   sb = Base();
   sb.units = ~uint64_t{0} / 2;
   ExpectEncodeRefuses(sb, "passes 2^48 grains");
+  sb = Base();
+  sb.journal = {{200, 10}, {210, 6}};  // [200, +16) spelled in two
+  ExpectEncodeRefuses(sb, "journal extent 1 (AUs [210, +6)) continues journal extent 0");
+  // No LUN table: refused with or without an index (an empty table is a page).
+  sb = Base();
+  sb.lun_table = {};
+  ExpectEncodeRefuses(sb, "LUN table root is none");
+  sb.index = kNoIndex;
+  ExpectEncodeRefuses(sb, "LUN table root is none");
 }
 
 // A valid superblock to damage. Every damage is resealed (both CRCs valid),
@@ -300,13 +310,14 @@ TEST_F(SuperblockV3Damage, PageRoots) {
   ExpectRefused(With64(kOffLunAddr, kNoPage - 4095), "LUN table root page address");
   ExpectRefused(With64(kOffLunSeq, 1000), "LUN table root sequence 1000");
   ExpectRefused(With64(kOffLunAddr, kMiB + 100 * kMiB + 8192), "index root and LUN table root overlap");
-  // "None" carries no sequence, and an index without a root has no levels.
+  // Every v3 superblock names a LUN table: "no LUNs" is a page of no
+  // records, which carries the next LUN id (kNoPage could not, and the ids
+  // of deleted LUNs would be given out again).
   std::string d = With64(kOffLunAddr, kNoPage);
-  ExpectRefused(d, "LUN table root is none but has sequence 41");
+  ExpectRefused(d, "LUN table root is none");
   Put64(&d, kOffLunSeq, 0);
+  ExpectRefused(d, "LUN table root is none");
   SuperblockV3 out;
-  Reseal(&d);
-  EXPECT_TRUE(Decode(d, &out).ok());
   // "None" for the index is kNoIndex: no sequence, level or key range.
   d = With64(kOffIndexAddr, kNoPage);
   Put64(&d, kOffIndexSeq, 0);
@@ -367,6 +378,16 @@ TEST_F(SuperblockV3Damage, JournalExtents) {
   d[kOffIndexLevel] = 0;
   for (size_t off : {kOffIndexFirstLun, kOffIndexEndLun, kOffIndexFirstLba, kOffIndexEndLba}) Put64(&d, off, 0);
   ExpectRefused(d, "journal extent 1 (AUs [100, +1)) overlaps the LUN table root page at byte 105906176");
+  // [200, +10) then [210, +6) is the journal [200, +16): one list per
+  // journal, so an extent never continues the one before it in the list.
+  ExpectRefused(With64(kOffExtents + 8, extent(210, 6)),
+                "journal extent 1 (AUs [210, +6)) continues journal extent 0");
+  // Next to each other in the other order is another ring: accepted.
+  std::string other = With64(kOffExtents + 8, extent(194, 6));
+  Reseal(&other);
+  SuperblockV3 out;
+  ASSERT_TRUE(Decode(other, &out).ok());
+  EXPECT_EQ(out.journal, (std::vector<JournalExtent>{{200, 10}, {194, 6}}));
   // 10 + 1,024 AUs of 1 MiB: past the 1 GiB cap.
   ExpectRefused(With64(kOffExtents + 8, extent(1000, 1024)), "journal of 1084227584 bytes is not 64 KiB .. 1 GiB");
 }
@@ -518,6 +539,7 @@ SuperblockV3 UpgradeOf(const Superblock& v2) {
   sb.soft_threshold_percent = v2.soft_threshold_percent;
   sb.origin_format = v2.version;
   sb.journal = {{0, 1}};
+  sb.lun_table = {v2.data_offset + v2.au, sb.seq};  // AU 1: the upgrade's LUN table
   sb.journal_start_lsn = v2.journal_start_lsn + 1;
   return sb;
 }
