@@ -1,0 +1,697 @@
+// SPDX-License-Identifier: Apache-2.0
+// Format v3's space map (grain_space.h):
+// - differentially against the flat SpaceMap at grain == AU, both driven by
+//   the same seeded random calls and compared after every step;
+// - at grain < AU: metadata chunks, per-grain sharing and the in-place rule,
+//   Rebuild against the incremental state;
+// - its RAM at 16 TiB of 4 KiB grains with 1 M extents.
+#include "handler/store/grain_space.h"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "handler/store/space_map.h"
+#include "tests/common/sanitizers.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t kNone = UINT64_MAX;
+using MapRun = Run;  // inside a TEST, Run names testing::Test::Run
+constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+
+// A state whose LUN i maps luns[i]'s runs (lba, phys, len), in grains.
+MetaState StateOf(const std::vector<std::vector<Run>>& luns, uint64_t max_phys = ExtentMap::kMaxPhys) {
+  MetaState st;
+  st.au = 4096;
+  for (size_t i = 0; i < luns.size(); i++) {
+    auto l = std::make_shared<LunState>();
+    l->id = static_cast<uint32_t>(i + 1);
+    l->name = "lun" + std::to_string(i + 1);
+    l->map = ExtentMap(max_phys);
+    uint64_t end = 0;
+    for (const Run& r : luns[i]) {
+      if (!l->map.Insert(r.lba, r.phys, r.len).ok()) std::abort();
+      end = std::max(end, r.lba + r.len);
+    }
+    l->size = end * st.au;
+    st.AddLun(l);
+  }
+  return st;
+}
+
+// The grains of the runs, each once (a set).
+std::set<uint64_t> GrainsOf(const std::vector<PendingRun>& runs) {
+  std::set<uint64_t> s;
+  for (const PendingRun& r : runs)
+    for (uint64_t p = r.phys; p < r.phys + r.n; p++) s.insert(p);
+  return s;
+}
+
+// Runs sorted by grain, none touching the next: what TakeReleasable promises.
+void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
+  for (size_t i = 1; i < runs.size(); i++) EXPECT_LT(runs[i - 1].phys + runs[i - 1].n, runs[i].phys);
+}
+
+// ------------------------------------------------ 1. SpaceMap vs GrainSpace
+//
+// Both start from the same state and get the same calls. Where they may
+// legitimately differ is WHICH free units Reserve and TakeMeta hand out
+// (next-fit cursor vs FreeSpace's policy). So the test keeps a bijection
+// `pi_` from every unit SpaceMap holds out of its free list to the grain
+// GrainSpace handed out for it in the same call, and addresses every later
+// call on a unit to pi_(unit) on the GrainSpace side. Then every per-unit
+// answer (refs, WritableInPlace, what TakeReleasable returns) must agree
+// through pi_, every count must agree exactly, and each side's free set must
+// be exactly the complement of what it holds out (each side's own
+// invariant: nothing handed out twice, nothing lost).
+class Differential {
+ public:
+  Differential(uint64_t seed, uint64_t units, uint32_t max_refs)
+      : rng_(seed), gs_(4096, 4096), max_refs_(max_refs) {
+    sm_.set_max_refs(max_refs);
+    gs_.set_max_refs(max_refs);
+    const uint32_t soft = static_cast<uint32_t>(rng_() % 90) + 5;
+    sm_.set_soft_percent(soft);
+    gs_.set_soft_percent(soft);
+    pi_.assign(units, kNone);
+    owners_.assign(units, 0);
+    Rebuild();
+  }
+
+  void Step() {
+    const int op = static_cast<int>(rng_() % 100);
+    if (op < 18) ReserveSome();
+    else if (op < 33) MapSome();
+    else if (op < 36) MappedLater();
+    else if (op < 45) CloneSome();
+    else if (op < 50) CanIncSome();
+    else if (op < 64) UnmapSome();
+    else if (op < 70) AdvanceDurable();
+    else if (op < 77) TakeReleasable();
+    else if (op < 85) ReleaseSome();
+    else if (op < 89) Checkpoint();
+    else if (op < 92) UnreserveSome();
+    else if (op < 94) GrowSome();
+    else if (op < 96) Rebuild();
+    else ReserveAndGiveBack();
+    if (rng_() % 2) ticket_++;  // records share a ticket, or not
+  }
+
+  // Every count and every per-unit answer both give.
+  void Compare(const std::string& where) {
+    SCOPED_TRACE(where);
+    const uint64_t units = sm_.total_units();
+    ASSERT_EQ(gs_.total_units(), units);
+    EXPECT_EQ(gs_.free_units(), sm_.free_units());
+    EXPECT_EQ(gs_.mapped_units(), sm_.mapped_units());
+    EXPECT_EQ(gs_.shared_units(), sm_.shared_units());
+    EXPECT_EQ(gs_.meta_units(), sm_.meta_units());
+    EXPECT_EQ(gs_.reserved_units(), sm_.reserved_units());
+    EXPECT_EQ(gs_.pending_units(), sm_.pending_units());
+    EXPECT_EQ(gs_.releasing_units(), sm_.releasing_units());
+    uint64_t quarantined = 0;
+    for (uint64_t p = 0; p < units; p++) quarantined += sm_.state(p) == AuState::kQuarantine;
+    EXPECT_EQ(gs_.quarantined_units(), quarantined);
+    EXPECT_EQ(gs_.has_pending(), sm_.has_pending());
+    EXPECT_EQ(gs_.soft_threshold_units(), sm_.soft_threshold_units());
+    EXPECT_EQ(gs_.meta_aus().size(), sm_.meta_aus().size());
+    for (size_t i = 0; i < sm_.meta_aus().size() && i < gs_.meta_aus().size(); i++)
+      EXPECT_EQ(gs_.meta_aus()[i], pi_[sm_.meta_aus()[i]]);
+    // Per unit: counts (the model's too) and the in-place rule, at the
+    // durable ticket and at the newest one, for every mapped or reserved unit.
+    for (uint64_t u = 0; u < units; u++) {
+      const AuState s = sm_.state(u);
+      if (s != AuState::kNone && s != AuState::kReserved) continue;
+      ASSERT_NE(pi_[u], kNone) << "unit " << u;
+      EXPECT_EQ(sm_.refs(u), owners_[u]) << "unit " << u;
+      EXPECT_EQ(gs_.refs(pi_[u]), sm_.refs(u)) << "unit " << u;
+      for (uint64_t d : {durable_, ticket_})
+        EXPECT_EQ(gs_.WritableInPlace(pi_[u], d), sm_.WritableInPlace(u, d)) << "unit " << u << " at " << d;
+    }
+    // Each side's own invariant: free is exactly what it does not hold out.
+    std::vector<bool> gs_free(units, false), held(units, false);
+    for (const auto& [p, n] : gs_.free_runs())
+      for (uint64_t q = p; q < p + n; q++) gs_free[q] = true;
+    for (uint64_t u = 0; u < units; u++) {
+      EXPECT_EQ(sm_.state(u) == AuState::kFree, pi_[u] == kNone) << "unit " << u;
+      if (pi_[u] == kNone) continue;
+      ASSERT_LT(pi_[u], units);
+      EXPECT_FALSE(held[pi_[u]]) << "grain " << pi_[u] << " held for two units";
+      held[pi_[u]] = true;
+    }
+    for (uint64_t g = 0; g < units; g++) EXPECT_NE(gs_free[g], held[g]) << "grain " << g;
+  }
+
+ private:
+  // The GrainSpace runs of SpaceMap's units [u, u+n) (pi_ is not monotonic).
+  std::vector<GrainRun> Image(uint64_t u, uint64_t n) const {
+    std::vector<uint64_t> g;
+    for (uint64_t q = u; q < u + n; q++) g.push_back(pi_[q]);
+    std::sort(g.begin(), g.end());
+    std::vector<GrainRun> runs;
+    for (uint64_t p : g) {
+      if (!runs.empty() && runs.back().end() == p) runs.back().len++;
+      else runs.push_back({p, 1});
+    }
+    return runs;
+  }
+  std::vector<uint64_t> Map(const std::vector<uint64_t>& units) const {
+    std::vector<uint64_t> g;
+    for (uint64_t u : units) g.push_back(pi_[u]);
+    return g;
+  }
+  // Hands out SpaceMap's units to GrainSpace's grains in call order.
+  void Pair(const std::vector<uint64_t>& sm, const std::vector<uint64_t>& gs) {
+    ASSERT_EQ(sm.size(), gs.size());
+    for (size_t i = 0; i < sm.size(); i++) {
+      ASSERT_EQ(pi_[sm[i]], kNone) << "SpaceMap handed out unit " << sm[i] << " twice";
+      pi_[sm[i]] = gs[i];
+    }
+  }
+  // A run of up to `max` units starting at a random one that `ok` accepts.
+  bool PickRun(uint64_t max, bool (Differential::*ok)(uint64_t) const, uint64_t* u, uint64_t* n) {
+    const uint64_t units = sm_.total_units();
+    const uint64_t start = rng_() % units;
+    for (uint64_t i = 0; i < units; i++) {
+      const uint64_t p = (start + i) % units;
+      if (!(this->*ok)(p)) continue;
+      uint64_t len = 1;
+      const uint64_t want = 1 + rng_() % max;
+      while (len < want && p + len < units && (this->*ok)(p + len)) len++;
+      *u = p;
+      *n = len;
+      return true;
+    }
+    return false;
+  }
+  bool IsMapped(uint64_t u) const { return owners_[u] > 0 && sm_.state(u) == AuState::kNone; }
+  bool IsMappedOrIncd(uint64_t u) const { return owners_[u] > 0; }
+
+  void ReserveSome() {
+    const uint64_t n = 1 + rng_() % 8;
+    std::vector<uint64_t> a, b;
+    const uint64_t sm_before = sm_.free_units(), gs_before = gs_.free_units();
+    const bool sm_ok = sm_.Reserve(n, &a);
+    const bool gs_ok = gs_.Reserve(n, &b);
+    ASSERT_EQ(gs_ok, sm_ok) << n << " of " << sm_before;
+    EXPECT_EQ(sm_ok, n <= sm_before);
+    EXPECT_EQ(gs_.CrossedSoftThreshold(gs_before), sm_.CrossedSoftThreshold(sm_before));
+    if (!sm_ok) {
+      EXPECT_TRUE(b.empty());
+      return;
+    }
+    Pair(a, b);
+    reserved_.insert(reserved_.end(), a.begin(), a.end());
+  }
+
+  // A record maps some reserved units (Inc), and usually Mapped follows.
+  void MapSome() {
+    if (reserved_.empty()) return;
+    std::shuffle(reserved_.begin(), reserved_.end(), rng_);
+    const size_t k = 1 + rng_() % reserved_.size();
+    std::vector<uint64_t> units(reserved_.end() - static_cast<long>(k), reserved_.end());
+    reserved_.resize(reserved_.size() - k);
+    for (uint64_t u : units) {
+      ASSERT_TRUE(sm_.Inc(u, 1).ok());
+      ASSERT_TRUE(gs_.Inc(pi_[u], 1).ok());
+      owners_[u] = 1;
+    }
+    if (rng_() % 4 == 0) {
+      incd_.insert(incd_.end(), units.begin(), units.end());
+      return;
+    }
+    sm_.Mapped(units);
+    gs_.Mapped(Map(units));
+  }
+  void MappedLater() {
+    sm_.Mapped(incd_);
+    gs_.Mapped(Map(incd_));
+    incd_.clear();
+  }
+
+  // A clone or XCOPY: a run of mapped units gains an owner (maybe refused).
+  void CloneSome() {
+    uint64_t u, n;
+    if (!PickRun(6, &Differential::IsMappedOrIncd, &u, &n)) return;
+    const std::vector<GrainRun> image = Image(u, n);
+    const Status s = sm_.Inc(u, n);
+    Status g = Status::Ok();
+    if (image.size() == 1) {
+      g = gs_.Inc(image[0].start, image[0].len);
+    } else {  // several GrainSpace calls: all-or-nothing through CanInc, as ApplyRecord does
+      std::vector<Run> runs;
+      for (const GrainRun& r : image) runs.push_back({0, r.start, r.len});
+      g = gs_.CanInc(runs);
+      for (const GrainRun& r : image) {
+        if (g.ok()) {
+          ASSERT_TRUE(gs_.Inc(r.start, r.len).ok());
+        }
+      }
+    }
+    ASSERT_EQ(g.code(), s.code()) << s.ToString() << " / " << g.ToString();
+    if (s.ok())
+      for (uint64_t q = u; q < u + n; q++) owners_[q]++;
+  }
+
+  // Several runs at once, overlapping: a unit gains one per run naming it.
+  void CanIncSome() {
+    std::vector<Run> sm_runs, gs_runs;
+    const int k = 1 + static_cast<int>(rng_() % 4);
+    for (int i = 0; i < k; i++) {
+      uint64_t u, n;
+      if (!PickRun(4, &Differential::IsMappedOrIncd, &u, &n)) return;
+      sm_runs.push_back({0, u, n});
+      for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      if (rng_() % 2) {  // the same run again: a second reference to each unit
+        sm_runs.push_back({0, u, n});
+        for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      }
+    }
+    EXPECT_EQ(gs_.CanInc(gs_runs).code(), sm_.CanInc(sm_runs).code());
+  }
+
+  void UnmapSome() {
+    uint64_t u, n;
+    if (!PickRun(6, &Differential::IsMapped, &u, &n)) return;
+    const uint64_t tag = ticket_ + 1;  // the ticket the record will get
+    sm_.Dec(u, n, tag);
+    for (const GrainRun& r : Image(u, n)) gs_.Dec(r.start, r.len, tag);
+    for (uint64_t q = u; q < u + n; q++) owners_[q]--;
+  }
+
+  void AdvanceDurable() {
+    if (ticket_ > durable_) durable_ += 1 + rng_() % (ticket_ - durable_);
+  }
+
+  void TakeReleasable() {
+    const std::vector<PendingRun> a = sm_.TakeReleasable(durable_);
+    const std::vector<PendingRun> b = gs_.TakeReleasable(durable_);
+    ExpectSortedAndMerged(a);
+    ExpectSortedAndMerged(b);
+    std::set<uint64_t> image;
+    for (uint64_t u : GrainsOf(a)) image.insert(pi_[u]);
+    EXPECT_EQ(GrainsOf(b), image);  // the same units, wherever each side put them
+    for (const PendingRun& r : a) EXPECT_LE(r.tag, durable_);
+    for (const PendingRun& r : b) EXPECT_LE(r.tag, durable_);
+    releasing_.insert(releasing_.end(), a.begin(), a.end());
+  }
+
+  // The thinner's report: punched (free) or not (quarantine); sometimes a
+  // run in two pieces, as a sliced punch reports it.
+  void ReleaseSome() {
+    if (releasing_.empty()) return;
+    const size_t i = rng_() % releasing_.size();
+    PendingRun r = releasing_[i];
+    releasing_.erase(releasing_.begin() + static_cast<long>(i));
+    if (r.n > 1 && rng_() % 3 == 0) {
+      const uint64_t k = 1 + rng_() % (r.n - 1);
+      releasing_.push_back({r.phys + k, r.n - k, r.tag});
+      r.n = k;
+    }
+    const bool zeroed = rng_() % 8 != 0;
+    sm_.Release(r, zeroed);
+    for (const GrainRun& g : Image(r.phys, r.n)) gs_.Release({g.start, g.len, r.tag}, zeroed);
+    if (zeroed)
+      for (uint64_t q = r.phys; q < r.phys + r.n; q++) pi_[q] = kNone;
+  }
+
+  // TakeMeta, then InstallMeta retiring the previous checkpoint.
+  void Checkpoint() {
+    const uint64_t n = 1 + rng_() % 3;
+    std::vector<uint64_t> a, b;
+    const bool sm_ok = sm_.TakeMeta(n, &a);
+    ASSERT_EQ(gs_.TakeMeta(n, &b), sm_ok);
+    if (!sm_ok) return;
+    Pair(a, b);
+    sm_.InstallMeta(a, ticket_);
+    gs_.InstallMeta(b, ticket_);
+  }
+
+  void UnreserveSome() {
+    if (reserved_.empty()) return;
+    std::shuffle(reserved_.begin(), reserved_.end(), rng_);
+    const size_t k = 1 + rng_() % reserved_.size();
+    std::vector<uint64_t> units(reserved_.end() - static_cast<long>(k), reserved_.end()), bad;
+    reserved_.resize(reserved_.size() - k);
+    for (uint64_t u : units)
+      if (rng_() % 4 == 0) bad.push_back(u);
+    sm_.Unreserve(units, bad);
+    gs_.Unreserve(Map(units), Map(bad));
+    for (uint64_t u : units)
+      if (std::find(bad.begin(), bad.end(), u) == bad.end()) pi_[u] = kNone;
+  }
+
+  void GrowSome() {
+    const uint64_t units = sm_.total_units() + 1 + rng_() % 8;
+    sm_.ReserveIndex(units);
+    gs_.ReserveIndex(units);
+    sm_.Grow(units);
+    gs_.Grow(units);
+    pi_.resize(units, kNone);
+    owners_.resize(units, 0);
+  }
+
+  // Free units reserved and given straight back: success must agree, and
+  // GrainSpace's pick must be free grains, each once.
+  void ReserveAndGiveBack() {
+    const uint64_t n = 1 + rng_() % (sm_.free_units() + 2);
+    std::vector<uint64_t> a, b;
+    const bool sm_ok = sm_.Reserve(n, &a);
+    ASSERT_EQ(gs_.Reserve(n, &b), sm_ok);
+    if (!sm_ok) return;
+    std::set<uint64_t> distinct(b.begin(), b.end());
+    EXPECT_EQ(distinct.size(), n);
+    for (uint64_t g : b) EXPECT_EQ(std::count(pi_.begin(), pi_.end(), g), 0) << "grain " << g << " is held";
+    sm_.Unreserve(a, {});
+    gs_.Unreserve(b, {});
+  }
+
+  // Open: both rebuilt from the maps (SpaceMap's units, and pi_ of them for
+  // GrainSpace) and the checkpoint's AUs; everything else becomes free.
+  void Rebuild() {
+    MappedLater();
+    std::vector<Run> sm_map, gs_map;
+    const uint64_t units = sm_.total_units() ? sm_.total_units() : pi_.size();
+    for (uint64_t u = 0; u < units; u++)
+      for (uint32_t j = 0; j < owners_[u]; j++) {
+        sm_map.push_back({j * units + u, u, 1});
+        gs_map.push_back({j * units + u, pi_[u], 1});
+      }
+    std::vector<uint64_t> meta = sm_.meta_aus();
+    ASSERT_TRUE(sm_.Rebuild(units, StateOf({sm_map}), meta).ok());
+    ASSERT_TRUE(gs_.Rebuild(units, StateOf({gs_map}), Map(meta)).ok());
+    std::set<uint64_t> keep(meta.begin(), meta.end());
+    for (uint64_t u = 0; u < units; u++)
+      if (owners_[u] == 0 && !keep.contains(u)) pi_[u] = kNone;
+    reserved_.clear();
+    releasing_.clear();
+  }
+
+  std::mt19937_64 rng_;
+  SpaceMap sm_;
+  GrainSpace gs_;
+  uint32_t max_refs_;
+  std::vector<uint64_t> pi_;        // SpaceMap unit -> GrainSpace grain (kNone: free)
+  std::vector<uint32_t> owners_;    // the model's count per SpaceMap unit
+  std::vector<uint64_t> reserved_;  // reserved, no record maps them yet
+  std::vector<uint64_t> incd_;      // mapped by a record, Mapped not called yet
+  std::vector<PendingRun> releasing_;
+  uint64_t ticket_ = 0, durable_ = 0;
+};
+
+TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
+  constexpr int kSeeds = sanitizer::kSanitized ? 12 : 40;
+  constexpr int kSteps = 3000;
+  for (int seed = 1; seed <= kSeeds; seed++) {
+    // A small bound for some seeds, so clones reach it; the full one else.
+    const uint32_t max_refs = seed % 3 == 0 ? 3 : seed % 3 == 1 ? 5 : GrainSpace::kMaxRefs;
+    Differential d(static_cast<uint64_t>(seed), 40 + static_cast<uint64_t>(seed) * 3, max_refs);
+    d.Compare("seed " + std::to_string(seed) + " after the first rebuild");
+    for (int step = 0; step < kSteps; step++) {
+      d.Step();
+      d.Compare("seed " + std::to_string(seed) + " step " + std::to_string(step));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// --------------------------------------------------- 2. grain < AU
+
+// Units of 4 KiB grains in 64 KiB AUs: 16 grains an AU.
+constexpr uint64_t kG16 = 16;
+
+TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_EQ(s.grains_per_au(), kG16);
+  // 10 AUs and 5 grains past the last whole one. Mapped: one grain in AU 1,
+  // grains 40..56 (the end of AU 2 and the start of AU 3), and AU 7's last.
+  const uint64_t total = 10 * kG16 + 5;
+  ASSERT_TRUE(s.Rebuild(total, StateOf({{{0, 17, 1}, {1, 40, 17}, {18, 7 * kG16 + 15, 1}}}), {0}).ok());
+  EXPECT_EQ(s.mapped_units(), 19u);
+  EXPECT_EQ(s.meta_units(), kG16);
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(3, &fresh));  // wherever FreeSpace puts them
+  const std::map<uint64_t, uint64_t> free_before = s.free_runs();
+  auto all_free = [&](uint64_t au) {
+    for (const auto& [p, n] : free_before)
+      if (p <= au * kG16 && au * kG16 + kG16 <= p + n) return true;
+    return false;
+  };
+  uint64_t whole_free = 0;
+  for (uint64_t au = 0; au < 10; au++) whole_free += all_free(au);
+  // Asking for more whole AUs than are free refuses, taking nothing, though
+  // the free grains would be enough (rule 3).
+  const uint64_t free_grains = s.free_units();
+  std::vector<uint64_t> aus;
+  ASSERT_GE(free_grains, (whole_free + 1) * kG16);
+  EXPECT_FALSE(s.TakeMeta(whole_free + 1, &aus));
+  EXPECT_TRUE(aus.empty());
+  EXPECT_EQ(s.free_units(), free_grains);
+  EXPECT_EQ(s.free_runs(), free_before);
+  // All of them: exactly the AUs whose every grain was free.
+  ASSERT_TRUE(s.TakeMeta(whole_free, &aus));
+  ASSERT_EQ(aus.size(), whole_free);
+  for (uint64_t au : aus) EXPECT_TRUE(all_free(au)) << "AU " << au;
+  EXPECT_EQ(std::set<uint64_t>(aus.begin(), aus.end()).size(), aus.size());
+  EXPECT_EQ(s.free_units(), free_grains - whole_free * kG16);
+  EXPECT_EQ(s.meta_units(), (1 + whole_free) * kG16);
+  EXPECT_EQ(s.reserved_units(), 3u);  // the chunks are not reservations
+  // None overlaps what is mapped or reserved: those are still as they were.
+  for (uint64_t au : aus) {
+    EXPECT_NE(au, 1u);
+    EXPECT_NE(au, 2u);
+    EXPECT_NE(au, 3u);
+    EXPECT_NE(au, 7u);
+    for (uint64_t g : fresh) EXPECT_NE(g / kG16, au);
+  }
+  // Nothing whole is left (the 5 tail grains never make an AU).
+  EXPECT_FALSE(s.TakeMeta(1, &aus));
+  // Installing them retires AU 0 through the pending path, in grains.
+  s.InstallMeta(aus, 7);
+  EXPECT_EQ(s.pending_units(), kG16);
+  const std::vector<PendingRun> ready = s.TakeReleasable(7);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, 0u);
+  EXPECT_EQ(ready[0].n, kG16);
+  s.Release(ready[0], true);
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus.back(), 0u);  // the only whole AU free again
+}
+
+TEST(GrainSpace, RebuildRefusesCheckpointAusThatAreMappedOutsideOrTwice) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {2}).ok());
+  const std::map<uint64_t, uint64_t> before = s.free_runs();
+  // One mapped grain inside AU 1 (grain 31, its last).
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 2 * kG16 - 1, 1}}}), {1}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {4}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16 + 15, StateOf({{{0, 0, 1}}}), {4}).code(), Code::kCorruption);  // not whole
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {2, 2}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 4 * kG16 - 1, 2}}}), {}).code(), Code::kCorruption);
+  // A refused rebuild changed nothing.
+  EXPECT_EQ(s.free_runs(), before);
+  EXPECT_EQ(s.meta_aus(), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(s.mapped_units(), 1u);
+  // A mapped grain right next to a checkpoint AU is fine.
+  EXPECT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 2 * kG16 - 1, 1}, {1, 3 * kG16, 1}}}), {2}).ok());
+}
+
+TEST(GrainSpace, SharingOneGrainOfAnAuLeavesItsNeighboursWritableInPlace) {
+  constexpr uint64_t kG = 256;  // 4 KiB grains, 1 MiB AUs
+  GrainSpace s(4 * KiB, 1 * MiB);
+  ASSERT_EQ(s.grains_per_au(), kG);
+  // LUN 1 maps AU 1's grains whole.
+  ASSERT_TRUE(s.Rebuild(4 * kG, StateOf({{{0, kG, kG}}}), {0}).ok());
+  const uint64_t g = kG + 10;
+  for (uint64_t p = kG; p < 2 * kG; p++) ASSERT_TRUE(s.WritableInPlace(p, 0)) << p;
+  // XCOPY of that one grain: it has two owners, its neighbours keep one.
+  ASSERT_TRUE(s.Inc(g, 1).ok());
+  EXPECT_EQ(s.refs(g), 2u);
+  EXPECT_EQ(s.refs(g - 1), 1u);
+  EXPECT_EQ(s.refs(g + 1), 1u);
+  EXPECT_EQ(s.shared_units(), 1u);
+  EXPECT_FALSE(s.WritableInPlace(g, 100));
+  EXPECT_TRUE(s.WritableInPlace(g - 1, 0));
+  EXPECT_TRUE(s.WritableInPlace(g + 1, 0));
+  EXPECT_EQ(s.Usage({{0, kG, kG}}), (LunShare{.exclusive = kG - 1, .shared = 1}));
+  // The copy goes away in the record with ticket 5: one owner again, but
+  // the disk still shares the grain until ticket 5 is durable.
+  s.Dec(g, 1, 5);
+  EXPECT_EQ(s.refs(g), 1u);
+  EXPECT_FALSE(s.WritableInPlace(g, 4));
+  EXPECT_TRUE(s.WritableInPlace(g, 5));
+  EXPECT_TRUE(s.WritableInPlace(g + 1, 4));  // the mark is the one grain's
+  // Once TakeReleasable has seen ticket 5 durable, the mark is gone.
+  EXPECT_TRUE(s.TakeReleasable(5).empty());
+  EXPECT_TRUE(s.WritableInPlace(g, 0));
+  // A reserved grain has no owner until its record: not writable in place.
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(1, &fresh));
+  EXPECT_EQ(s.refs(fresh[0]), 0u);
+  EXPECT_FALSE(s.WritableInPlace(fresh[0], 0));
+  ASSERT_TRUE(s.Inc(fresh[0], 1).ok());
+  EXPECT_EQ(s.refs(fresh[0]), 1u);
+  EXPECT_TRUE(s.WritableInPlace(fresh[0], 0));
+  s.Mapped(fresh);
+  EXPECT_EQ(s.mapped_units(), kG + 1);
+  // Dropping the last owner of a grain frees that grain alone, pending.
+  s.Dec(g, 1, 6);
+  EXPECT_EQ(s.pending_units(), 1u);
+  EXPECT_EQ(s.mapped_units(), kG);
+  const std::vector<PendingRun> ready = s.TakeReleasable(6);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, g);
+  EXPECT_EQ(ready[0].n, 1u);
+}
+
+TEST(GrainSpace, CanIncCountsEveryRunNamingAGrain) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  s.set_max_refs(3);
+  ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 8}}, {{0, 4, 1}}}), {3}).ok());  // grain 4 has 2
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(1, &fresh));
+  const uint64_t f = fresh[0];
+  EXPECT_TRUE(s.CanInc({{0, 0, 8}, {0, 0, 4}}).ok());                       // 0..3 reach 3
+  EXPECT_EQ(s.CanInc({{0, 3, 2}, {0, 4, 1}}).code(), Code::kInvalidArgument);  // grain 4 would have 4
+  EXPECT_EQ(s.CanInc({{0, 1, 1}, {0, 0, 2}, {0, 1, 3}}).code(), Code::kInvalidArgument);  // grain 1: 1 + 3
+  EXPECT_TRUE(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}}).ok());  // a reserved grain starts at 0
+  EXPECT_EQ(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}, {0, f, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.CanInc({{0, 4 * kG16 - 1, 2}}).code(), Code::kInvalidArgument);  // leaves the pool
+  EXPECT_EQ(s.Inc(4 * kG16 - 1, 2).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(s.Inc(4, 1).ok());
+  EXPECT_EQ(s.refs(4), 3u);
+  EXPECT_EQ(s.Inc(3, 2).code(), Code::kInvalidArgument);  // all or nothing
+  EXPECT_EQ(s.refs(3), 1u);
+}
+
+// Random calls at 16 grains an AU; whenever nothing is in flight, a
+// GrainSpace rebuilt from the maps must equal the incremental one.
+TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
+  constexpr uint64_t kUnits = 40 * kG16;
+  for (uint64_t seed = 1; seed <= (sanitizer::kSanitized ? 4 : 12); seed++) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    GrainSpace s(4 * KiB, 64 * KiB);
+    std::vector<uint32_t> owners(kUnits, 0);
+    ASSERT_TRUE(s.Rebuild(kUnits, StateOf({}), {}).ok());
+    uint64_t ticket = 0;
+    auto maps = [&] {
+      std::vector<MapRun> m;
+      for (uint64_t p = 0; p < kUnits; p++)
+        for (uint32_t j = 0; j < owners[p]; j++) m.push_back({j * kUnits + p, p, 1});
+      return StateOf({m});
+    };
+    for (int step = 0; step < 4000; step++) {
+      const int op = static_cast<int>(rng() % 10);
+      if (op < 3) {  // a write: reserve, map, Mapped
+        std::vector<uint64_t> fresh;
+        if (!s.Reserve(1 + rng() % 40, &fresh)) continue;
+        for (uint64_t p : fresh) {
+          ASSERT_TRUE(s.Inc(p, 1).ok());
+          owners[p] = 1;
+        }
+        s.Mapped(fresh);
+      } else if (op < 5) {  // a clone of a run of mapped grains
+        const uint64_t p = rng() % kUnits;
+        uint64_t n = 0;
+        while (p + n < kUnits && owners[p + n] > 0 && n < 50) n++;
+        if (n == 0 || !s.Inc(p, n).ok()) continue;
+        for (uint64_t q = p; q < p + n; q++) owners[q]++;
+      } else if (op < 8) {  // an unmap
+        const uint64_t p = rng() % kUnits;
+        uint64_t n = 0;
+        while (p + n < kUnits && owners[p + n] > 0 && n < 30) n++;
+        if (n == 0) continue;
+        s.Dec(p, n, ++ticket);
+        for (uint64_t q = p; q < p + n; q++) owners[q]--;
+      } else if (op < 9) {  // a checkpoint
+        std::vector<uint64_t> aus;
+        if (s.TakeMeta(1 + rng() % 2, &aus)) s.InstallMeta(aus, ticket);
+      } else {  // everything durable and punched: nothing in flight, compare
+        for (const PendingRun& r : s.TakeReleasable(ticket)) s.Release(r, true);
+        GrainSpace fresh(4 * KiB, 64 * KiB);
+        ASSERT_TRUE(fresh.Rebuild(kUnits, maps(), s.meta_aus()).ok());
+        ASSERT_TRUE(fresh.shared() == s.shared()) << "step " << step;
+        ASSERT_EQ(fresh.free_runs(), s.free_runs()) << "step " << step;
+        ASSERT_EQ(fresh.mapped_units(), s.mapped_units());
+        ASSERT_EQ(fresh.shared_units(), s.shared_units());
+        ASSERT_EQ(fresh.meta_units(), s.meta_units());
+        ASSERT_EQ(fresh.free_units(), s.free_units());
+        ASSERT_FALSE(s.has_pending());
+        for (uint64_t p = 0; p < kUnits; p++) {
+          if (owners[p] > 0) {
+            ASSERT_EQ(s.refs(p), owners[p]) << "grain " << p;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ 3. RAM
+
+// 16 TiB of 4 KiB grains (2^32: SpaceMap would hold 5 bytes each, 20 GiB)
+// with 1 M extents: 900,000 runs of LUN 1, each apart from the next (so as
+// many free runs between them), and 100,000 runs of LUN 2 sharing parts of
+// them (clones that diverged). The design's budget (store-v3.md 3.3) for what
+// GrainSpace holds: SharedRefs, free runs by offset and by size class,
+// <= 24 bytes an entry each, and the region counters, 4 bytes per 16 MiB.
+TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {
+  constexpr uint64_t kGrains = uint64_t{1} << 32;
+  constexpr uint64_t kOwn = 900000, kShared = 100000;
+  constexpr uint64_t kStride = kGrains / kOwn;  // ~4772 grains between run starts
+  std::mt19937_64 rng(16);
+  std::vector<MapRun> own, clone;
+  own.reserve(kOwn);
+  for (uint64_t i = 0; i < kOwn; i++) own.push_back({i * 64, 4 * 256 + i * kStride, 1 + rng() % 64});
+  for (uint64_t k = 0; k < kShared; k++) {
+    const MapRun& r = own[(k * kOwn) / kShared + rng() % (kOwn / kShared)];
+    const uint64_t off = rng() % r.len;
+    clone.push_back({k * 64, r.phys + off, 1 + rng() % (r.len - off)});
+  }
+  const MetaState st = StateOf({own, clone});
+  ASSERT_EQ(st.extents(), kOwn + kShared);
+#if !COWSTORE_SANITIZED()
+  const size_t before = mallinfo2().uordblks;
+#endif
+  auto s = std::make_unique<GrainSpace>(4 * KiB, 1 * MiB);
+  ASSERT_TRUE(s->Rebuild(kGrains, st, {0, 1, 2, 3}).ok());
+#if !COWSTORE_SANITIZED()
+  const size_t heap = mallinfo2().uordblks - before;
+#endif
+  const uint64_t records = s->shared().records(), free_runs = s->free_space().index().run_count();
+  EXPECT_EQ(records, kShared);  // each clone run inside one of LUN 1's, apart from the others
+  EXPECT_EQ(free_runs, kOwn);   // the gap after each of LUN 1's runs (the checkpoint's 4 AUs lie before them)
+  const double budget = 24.0 * double(records) + 2 * 24.0 * double(free_runs) + 4.0 * double(s->shared().regions());
+  const double region_bytes = 4.0 * double(s->shared().regions());
+  EXPECT_EQ(s->shared().regions(), kGrains / SharedRefs::kRegionGrains);
+  EXPECT_LE(double(s->MemoryBytes()), budget);
+#if !COWSTORE_SANITIZED()
+  std::printf(
+      "GrainSpace, 16 TiB of 4 KiB grains, 1 M extents (%llu shared records, %llu free runs): "
+      "%.1f MiB heap (%.1f MiB region counters, %.1f bytes per record or free run besides); "
+      "budget %.1f MiB; SpaceMap would take %.0f MiB\n",
+      static_cast<unsigned long long>(records), static_cast<unsigned long long>(free_runs), heap / double(MiB),
+      region_bytes / double(MiB), (double(heap) - region_bytes) / double(records + free_runs), budget / double(MiB),
+      5.0 * double(kGrains) / double(MiB));
+  RecordProperty("heap_bytes", std::to_string(heap));
+  EXPECT_GE(double(heap), region_bytes + 16.0 * double(records) + 32.0 * double(free_runs));  // the measure works
+  EXPECT_LE(double(heap), budget);
+  EXPECT_LE(heap, 76 * MiB);  // the table's rows for these structures at 1 M entries
+#else
+  std::printf("GrainSpace, 16 TiB, 1 M extents: %.1f MiB in its structures (heap not measured)\n",
+              double(s->MemoryBytes()) / double(MiB));
+#endif
+}
+
+}  // namespace
+}  // namespace cowstore::store
