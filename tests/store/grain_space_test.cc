@@ -76,7 +76,7 @@ void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
 class Differential {
  public:
   Differential(uint64_t seed, uint64_t units, uint32_t max_refs)
-      : rng_(seed), gs_(4096, 4096), max_refs_(max_refs) {
+      : rng_(seed), gs_(4096, 4096) {
     sm_.set_max_refs(max_refs);
     gs_.set_max_refs(max_refs);
     const uint32_t soft = static_cast<uint32_t>(rng_() % 90) + 5;
@@ -399,7 +399,6 @@ class Differential {
   std::mt19937_64 rng_;
   SpaceMap sm_;
   GrainSpace gs_;
-  uint32_t max_refs_;
   std::vector<uint64_t> pi_;        // SpaceMap unit -> GrainSpace grain (kNone: free)
   std::vector<uint32_t> owners_;    // the model's count per SpaceMap unit
   std::vector<uint64_t> reserved_;  // reserved, no record maps them yet
@@ -672,10 +671,10 @@ TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {
   EXPECT_EQ(records, kShared);  // each clone run inside one of LUN 1's, apart from the others
   EXPECT_EQ(free_runs, kOwn);   // the gap after each of LUN 1's runs (the checkpoint's 4 AUs lie before them)
   const double budget = 24.0 * double(records) + 2 * 24.0 * double(free_runs) + 4.0 * double(s->shared().regions());
-  const double region_bytes = 4.0 * double(s->shared().regions());
   EXPECT_EQ(s->shared().regions(), kGrains / SharedRefs::kRegionGrains);
   EXPECT_LE(double(s->MemoryBytes()), budget);
 #if !COWSTORE_SANITIZED()
+  const double region_bytes = 4.0 * double(s->shared().regions());
   std::printf(
       "GrainSpace, 16 TiB of 4 KiB grains, 1 M extents (%llu shared records, %llu free runs): "
       "%.1f MiB heap (%.1f MiB region counters, %.1f bytes per record or free run besides); "
