@@ -61,6 +61,43 @@ void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
   for (size_t i = 1; i < runs.size(); i++) EXPECT_LT(runs[i - 1].phys + runs[i - 1].n, runs[i].phys);
 }
 
+// ------------------------------------------------ RangeValues
+
+std::map<uint64_t, std::pair<uint64_t, uint64_t>> Pieces(const RangeValues& r) {  // start -> (len, value)
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> m;
+  r.Visit(0, UINT64_MAX / 2, [&](uint64_t s, uint64_t n, uint64_t v) { m[s] = {n, v}; });
+  return m;
+}
+
+TEST(RangeValues, AssignSplitsReplacesAndMergesEqualNeighbours) {
+  using P = std::map<uint64_t, std::pair<uint64_t, uint64_t>>;
+  RangeValues r;
+  r.Assign(10, 10, 1);
+  r.Assign(14, 2, 7);  // splits [10, 20) in three
+  EXPECT_EQ(Pieces(r), (P{{10, {4, 1}}, {14, {2, 7}}, {16, {4, 1}}}));
+  r.Assign(14, 2, 1);  // equal to both neighbours: one range again
+  EXPECT_EQ(Pieces(r), (P{{10, {10, 1}}}));
+  EXPECT_EQ(r.ranges(), 1u);
+  r.Assign(20, 5, 1);  // touches on the right, same value: merges
+  r.Assign(5, 5, 2);   // touches on the left, another value: stays apart
+  EXPECT_EQ(Pieces(r), (P{{5, {5, 2}}, {10, {15, 1}}}));
+  r.Erase(8, 4);  // cuts the end of one range and the start of the next
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}, {12, {13, 1}}}));
+  r.Erase(14, 2);  // a hole inside one range
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}, {12, {2, 1}}, {16, {9, 1}}}));
+  uint64_t v = 0;
+  EXPECT_TRUE(r.Find(13, &v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_FALSE(r.Find(14, &v));
+  EXPECT_FALSE(r.Find(25, &v));
+  EXPECT_EQ(r.grains(), 14u);
+  std::vector<std::pair<uint64_t, uint64_t>> seen;  // Visit clips to its range
+  r.Visit(6, 8, [&](uint64_t s, uint64_t n, uint64_t) { seen.push_back({s, n}); });
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, uint64_t>>{{6, 2}, {12, 2}}));
+  r.EraseIf([](uint64_t value) { return value == 1; });
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}}));
+}
+
 // ------------------------------------------------ 1. SpaceMap vs GrainSpace
 //
 // Both start from the same state and get the same calls. Where they may
@@ -73,6 +110,13 @@ void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
 // through pi_, every count must agree exactly, and each side's free set must
 // be exactly the complement of what it holds out (each side's own
 // invariant: nothing handed out twice, nothing lost).
+// How often the random calls reached each case worth comparing, so that a
+// change to the driver cannot quietly stop exercising one.
+struct Seen {
+  uint64_t reserve_refused = 0, meta_refused = 0, inc_refused = 0, can_inc_refused = 0;
+  uint64_t quarantined = 0, released = 0, grown = 0, rebuilt = 0, marks = 0, crossings = 0;
+};
+
 class Differential {
  public:
   Differential(uint64_t seed, uint64_t units, uint32_t max_refs)
@@ -136,6 +180,7 @@ class Differential {
       EXPECT_EQ(gs_.refs(pi_[u]), sm_.refs(u)) << "unit " << u;
       for (uint64_t d : {durable_, ticket_})
         EXPECT_EQ(gs_.WritableInPlace(pi_[u], d), sm_.WritableInPlace(u, d)) << "unit " << u << " at " << d;
+      seen_.marks += !sm_.WritableInPlace(u, durable_) && sm_.WritableInPlace(u, ticket_);
     }
     // Each side's own invariant: free is exactly what it does not hold out.
     std::vector<bool> gs_free(units, false), held(units, false);
@@ -150,6 +195,8 @@ class Differential {
     }
     for (uint64_t g = 0; g < units; g++) EXPECT_NE(gs_free[g], held[g]) << "grain " << g;
   }
+
+ Seen seen_;
 
  private:
   // The GrainSpace runs of SpaceMap's units [u, u+n) (pi_ is not monotonic).
@@ -205,6 +252,8 @@ class Differential {
     ASSERT_EQ(gs_ok, sm_ok) << n << " of " << sm_before;
     EXPECT_EQ(sm_ok, n <= sm_before);
     EXPECT_EQ(gs_.CrossedSoftThreshold(gs_before), sm_.CrossedSoftThreshold(sm_before));
+    seen_.crossings += sm_.CrossedSoftThreshold(sm_before);
+    seen_.reserve_refused += !sm_ok;
     if (!sm_ok) {
       EXPECT_TRUE(b.empty());
       return;
@@ -258,6 +307,7 @@ class Differential {
       }
     }
     ASSERT_EQ(g.code(), s.code()) << s.ToString() << " / " << g.ToString();
+    seen_.inc_refused += !s.ok();
     if (s.ok())
       for (uint64_t q = u; q < u + n; q++) owners_[q]++;
   }
@@ -276,7 +326,9 @@ class Differential {
         for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
       }
     }
-    EXPECT_EQ(gs_.CanInc(gs_runs).code(), sm_.CanInc(sm_runs).code());
+    const Status s = sm_.CanInc(sm_runs);
+    EXPECT_EQ(gs_.CanInc(gs_runs).code(), s.code());
+    seen_.can_inc_refused += !s.ok();
   }
 
   void UnmapSome() {
@@ -318,6 +370,8 @@ class Differential {
       r.n = k;
     }
     const bool zeroed = rng_() % 8 != 0;
+    seen_.released++;
+    seen_.quarantined += !zeroed;
     sm_.Release(r, zeroed);
     for (const GrainRun& g : Image(r.phys, r.n)) gs_.Release({g.start, g.len, r.tag}, zeroed);
     if (zeroed)
@@ -330,6 +384,7 @@ class Differential {
     std::vector<uint64_t> a, b;
     const bool sm_ok = sm_.TakeMeta(n, &a);
     ASSERT_EQ(gs_.TakeMeta(n, &b), sm_ok);
+    seen_.meta_refused += !sm_ok;
     if (!sm_ok) return;
     Pair(a, b);
     sm_.InstallMeta(a, ticket_);
@@ -358,6 +413,7 @@ class Differential {
     gs_.Grow(units);
     pi_.resize(units, kNone);
     owners_.resize(units, 0);
+    seen_.grown++;
   }
 
   // Free units reserved and given straight back: success must agree, and
@@ -394,6 +450,7 @@ class Differential {
       if (owners_[u] == 0 && !keep.contains(u)) pi_[u] = kNone;
     reserved_.clear();
     releasing_.clear();
+    seen_.rebuilt++;
   }
 
   std::mt19937_64 rng_;
@@ -410,6 +467,7 @@ class Differential {
 TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
   constexpr int kSeeds = sanitizer::kSanitized ? 12 : 40;
   constexpr int kSteps = 3000;
+  Seen seen;
   for (int seed = 1; seed <= kSeeds; seed++) {
     // A small bound for some seeds, so clones reach it; the full one else.
     const uint32_t max_refs = seed % 3 == 0 ? 3 : seed % 3 == 1 ? 5 : GrainSpace::kMaxRefs;
@@ -420,7 +478,22 @@ TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
       d.Compare("seed " + std::to_string(seed) + " step " + std::to_string(step));
       if (::testing::Test::HasFailure()) return;
     }
+    for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
+                              &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
+                              &Seen::crossings})
+      seen.*f += d.seen_.*f;
   }
+  std::printf("differential: %llu reserves and %llu checkpoints refused, %llu Inc and %llu CanInc past the bound, "
+              "%llu of %llu releases to quarantine, %llu grows, %llu rebuilds, %llu in-place answers waiting on a "
+              "ticket, %llu soft-threshold crossings\n",
+              (unsigned long long)seen.reserve_refused, (unsigned long long)seen.meta_refused,
+              (unsigned long long)seen.inc_refused, (unsigned long long)seen.can_inc_refused,
+              (unsigned long long)seen.quarantined, (unsigned long long)seen.released, (unsigned long long)seen.grown,
+              (unsigned long long)seen.rebuilt, (unsigned long long)seen.marks, (unsigned long long)seen.crossings);
+  for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
+                            &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
+                            &Seen::crossings})
+    EXPECT_GT(seen.*f, 0u);
 }
 
 // --------------------------------------------------- 2. grain < AU
