@@ -559,6 +559,27 @@ TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
   EXPECT_EQ(aus.back(), 0u);  // the only whole AU free again
 }
 
+TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  // AU 0 the checkpoint, AU 1 mapped, 5 grains past it: no whole AU free.
+  ASSERT_TRUE(s.Rebuild(2 * kG16 + 5, StateOf({{{0, kG16, kG16}}}), {0}).ok());
+  std::vector<uint64_t> aus;
+  EXPECT_FALSE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(s.free_units(), 5u);
+  s.ReserveIndex(3 * kG16 + 3);
+  EXPECT_EQ(s.total_units(), 2 * kG16 + 5);  // ReserveIndex changes nothing visible
+  EXPECT_EQ(s.Inc(2 * kG16 + 5, 1).code(), Code::kInvalidArgument);
+  s.Grow(3 * kG16 + 3);
+  EXPECT_EQ(s.total_units(), 3 * kG16 + 3);
+  EXPECT_EQ(s.free_units(), kG16 + 3);
+  EXPECT_EQ(s.free_runs(), (std::map<uint64_t, uint64_t>{{2 * kG16, kG16 + 3}}));  // the tail and the new grains: one run
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(s.free_units(), 3u);
+  s.Grow(kG16);  // smaller: nothing changes
+  EXPECT_EQ(s.total_units(), 3 * kG16 + 3);
+}
+
 TEST(GrainSpace, RebuildRefusesCheckpointAusThatAreMappedOutsideOrTwice) {
   GrainSpace s(4 * KiB, 64 * KiB);
   ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {2}).ok());
