@@ -81,12 +81,12 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
   return Status::Ok();
 }
 
-void GrainSpace::ReserveIndex(uint64_t grains) { shared_.Grow(grains); }
+void GrainSpace::ReserveIndex(uint64_t grains) { shared_.ReserveRegions(grains); }
 
 void GrainSpace::Grow(uint64_t grains) {
   if (grains <= total_) return;
-  shared_.Grow(grains);  // a larger SharedRefs than the pool is harmless: nothing maps there
-  free_.Grow(grains);    // all-or-nothing
+  free_.Grow(grains);    // all-or-nothing: first, so a throw changes nothing
+  shared_.Grow(grains);  // within ReserveIndex's capacity: cannot throw
   total_ = grains;
 }
 

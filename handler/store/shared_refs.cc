@@ -65,6 +65,10 @@ void SharedRefs::Grow(uint64_t pool_grains) {
   pool_grains_ = pool_grains;
 }
 
+void SharedRefs::ReserveRegions(uint64_t pool_grains) {
+  regions_.reserve((std::min(pool_grains, kMaxPoolGrains) + kRegionGrains - 1) / kRegionGrains);
+}
+
 // Inc and Dec: split the records at the range's edges, then give each record
 // inside its new count and fill or report the gaps between them. Inside, the
 // records stay maximal (neighbours differed before and still do, a filled gap

@@ -164,6 +164,20 @@ TEST(SharedRefs, IncRefusesRangesOutsideThePool) {
   EXPECT_TRUE(s.Inc(50, 0).ok());
 }
 
+TEST(SharedRefs, ReserveRegionsChangesNothingVisible) {
+  SharedRefs s(SharedRefs::kRegionGrains + 1);
+  ASSERT_TRUE(s.Inc(0, 4).ok());
+  const SharedRefs before = s;
+  s.ReserveRegions(5 * SharedRefs::kRegionGrains);
+  EXPECT_TRUE(s == before);
+  EXPECT_EQ(s.pool_grains(), SharedRefs::kRegionGrains + 1);
+  EXPECT_EQ(s.regions(), 2u);
+  EXPECT_EQ(s.Inc(SharedRefs::kRegionGrains + 1, 1).code(), Code::kInvalidArgument);
+  s.Grow(5 * SharedRefs::kRegionGrains);  // what was reserved
+  EXPECT_EQ(s.regions(), 5u);
+  EXPECT_EQ(s.SharedCount(0), 2u);
+}
+
 TEST(SharedRefs, GrowAdmitsTheNewGrainsAndKeepsTheRecords) {
   SharedRefs s(100);
   ASSERT_TRUE(s.Inc(90, 10).ok());
