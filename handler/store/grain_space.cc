@@ -260,6 +260,14 @@ void GrainSpace::Unreserve(const std::vector<uint64_t>& grains, const std::vecto
   }
 }
 
+void GrainSpace::GiveBack(const std::vector<GrainRun>& taken) {
+  for (const GrainRun& r : taken) {
+    Status s = free_.Unreserve(r, /*zeroed=*/true);  // never written: as free as before
+    assert(s.ok());
+    (void)s;
+  }
+}
+
 std::vector<PendingRun> GrainSpace::TakeReleasable(uint64_t durable_ticket) {
   std::vector<PendingRun> ready = free_.TakeReleasable(durable_ticket);
   unshared_.EraseIf([&](uint64_t tag) { return tag <= durable_ticket; });
@@ -292,16 +300,23 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
     return want > 0;
   });
   if (want > 0) return false;
+  // Exactly the planned AUs, each checked (in every build) to be free still.
+  // The plan's pieces lie in distinct free runs, so taking one leaves the
+  // others free: a refusal means the plan is wrong, and what was taken goes
+  // back.
+  std::vector<GrainRun> taken;  // in grains
+  taken.reserve(plan.size());
   for (const GrainRun& a : plan) {
-    std::vector<GrainRun> got;
-    // Metadata is served from the index at the goal when the grains are
-    // free there (free_space.h), and they are: one free run holds them.
-    Status s = free_.Allocate(a.len * g, AllocHint{AllocHint::kNoLun, a.start * g}, &got);
-    assert(s.ok() && got.size() == 1 && got[0] == (GrainRun{a.start * g, a.len * g}));
-    (void)s;
-    free_.Mapped(a.len * g);  // allocated for good, like mapped grains
-    for (uint64_t au = a.start; au < a.end(); au++) out->push_back(au);
+    const GrainRun r{a.start * g, a.len * g};
+    if (!free_.TakeRun(r).ok()) {
+      GiveBack(taken);
+      return false;
+    }
+    taken.push_back(r);
   }
+  free_.Mapped(n * g);  // allocated for good, like mapped grains
+  for (const GrainRun& a : plan)
+    for (uint64_t au = a.start; au < a.end(); au++) out->push_back(au);
   meta_taken_ += n;
   return true;
 }

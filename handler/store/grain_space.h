@@ -162,6 +162,8 @@ class GrainSpace {
   Status Overflow(uint64_t p, uint64_t refs) const;
   // The grains in sorted, merged runs.
   static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
+  // Puts runs taken by FreeSpace::TakeRun and used for nothing back.
+  void GiveBack(const std::vector<GrainRun>& taken);
 
   uint64_t grain_bytes_, au_bytes_, grains_per_au_;
   uint64_t total_ = 0;
