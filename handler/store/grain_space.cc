@@ -17,8 +17,7 @@ GrainSpace::GrainSpace(uint64_t grain_bytes, uint64_t au_bytes)
 }
 
 Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus) {
-  if (grains > SharedRefs::kMaxPoolGrains)
-    return Status(Code::kCorruption, "a pool of more than 2^48 grains");
+  if (grains > kMaxGrains) return Status(Code::kCorruption, "a pool of more than 2^48 grains");
   const uint64_t g = grains_per_au_;
   // Every mapped run, sorted: its union is what is mapped (a shared grain
   // counts once), and no checkpoint AU may lie in it.
@@ -81,10 +80,16 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
   return Status::Ok();
 }
 
-void GrainSpace::ReserveIndex(uint64_t grains) { shared_.ReserveRegions(grains); }
+Status GrainSpace::ReserveIndex(uint64_t grains) {
+  if (grains > kMaxGrains)
+    return Status(Code::kInvalidArgument, "a pool holds at most 2^48 grains, not " + std::to_string(grains));
+  shared_.ReserveRegions(grains);
+  return Status::Ok();
+}
 
 void GrainSpace::Grow(uint64_t grains) {
   if (grains <= total_) return;
+  assert(grains <= kMaxGrains);  // ReserveIndex refused more
   free_.Grow(grains);    // all-or-nothing: first, so a throw changes nothing
   shared_.Grow(grains);  // within ReserveIndex's capacity: cannot throw
   total_ = grains;

@@ -74,10 +74,17 @@ class GrainSpace {
   // the pool or covers a checkpoint AU, a checkpoint AU is outside the pool
   // or named twice, or a count passes max_refs().
   Status Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  // The most grains a pool may have (the packed record's 48-bit grain):
+  // Rebuild refuses more, so ReserveIndex refuses to grow past it.
+  static constexpr uint64_t kMaxGrains = SharedRefs::kMaxPoolGrains;
   // Allocates ahead what a Grow to `grains` grains needs that scales with
-  // the pool (the region counters); see rule 5 above.
-  void ReserveIndex(uint64_t grains);
+  // the pool (the region counters; see rule 5 above), changing nothing
+  // visible. kInvalidArgument, changing nothing, past kMaxGrains: a pool
+  // must never be grown to a size it cannot reopen. std::bad_alloc if
+  // memory cannot hold the counters.
+  Status ReserveIndex(uint64_t grains);
   // The pool grew to `grains` grains; the new ones are free.
+  // REQUIRES: ReserveIndex(grains) succeeded.
   void Grow(uint64_t grains);
 
   // Reference counts, as records are applied; `tag` as in SpaceMap. Inc of a

@@ -408,7 +408,7 @@ class Differential {
   void GrowSome() {
     const uint64_t units = sm_.total_units() + 1 + rng_() % 8;
     sm_.ReserveIndex(units);
-    gs_.ReserveIndex(units);
+    ASSERT_TRUE(gs_.ReserveIndex(units).ok());
     sm_.Grow(units);
     gs_.Grow(units);
     pi_.resize(units, kNone);
@@ -567,7 +567,7 @@ TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
   EXPECT_FALSE(s.TakeMeta(1, &aus));
   EXPECT_EQ(s.free_units(), 5u);
   const std::map<uint64_t, uint64_t> runs_before = s.free_runs();
-  s.ReserveIndex(3 * kG16 + 3);
+  ASSERT_TRUE(s.ReserveIndex(3 * kG16 + 3).ok());
   // ReserveIndex changes nothing visible: a check comparing shared() with
   // SharedRefs::Rebuild of the maps (as Core's does) still agrees.
   EXPECT_EQ(s.total_units(), 2 * kG16 + 5);
@@ -587,6 +587,22 @@ TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
   EXPECT_EQ(s.free_units(), 3u);
   s.Grow(kG16);  // smaller: nothing changes
   EXPECT_EQ(s.total_units(), 3 * kG16 + 3);
+}
+
+TEST(GrainSpace, ReserveIndexRefusesASizeRebuildWouldRefuse) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(s.Rebuild(2 * kG16, StateOf({{{0, 0, 3}}}), {1}).ok());
+  const std::map<uint64_t, uint64_t> runs = s.free_runs();
+  // The bound is the one Rebuild applies at the next open.
+  EXPECT_EQ(s.ReserveIndex(GrainSpace::kMaxGrains + 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.ReserveIndex(UINT64_MAX).code(), Code::kInvalidArgument);
+  GrainSpace other(4 * KiB, 64 * KiB);
+  EXPECT_FALSE(other.Rebuild(GrainSpace::kMaxGrains + 1, StateOf({}), {}).ok());
+  // Nothing changed.
+  EXPECT_EQ(s.total_units(), 2 * kG16);
+  EXPECT_EQ(s.free_runs(), runs);
+  EXPECT_EQ(s.shared().regions(), 1u);
+  EXPECT_TRUE(s.ReserveIndex(4 * kG16).ok());
 }
 
 TEST(GrainSpace, RebuildRefusesCheckpointAusThatAreMappedOutsideOrTwice) {
