@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <optional>
 #include <string>
 
 #include "handler/store/names.h"
@@ -186,13 +187,14 @@ Status GrainSpace::Inc(uint64_t phys, uint64_t n) {
     pos = s + len;
   });
   if (pos < phys + n) more.push_back({pos, phys + n - pos});
+  RangeValues::Spare spare(RangeValues::kAssignNodes * fresh.size());  // so the fresh grains' step cannot throw
   for (const GrainRun& r : more) {
     Status s = shared_.Inc(r.start, r.len);
     assert(s.ok());  // range and bound checked above
     (void)s;
   }
   for (const GrainRun& r : fresh) {
-    reserved_.Assign(r.start, r.len, 1);
+    reserved_.Assign(r.start, r.len, 1, &spare);
     mapped_ += r.len;
   }
   return Status::Ok();
@@ -235,18 +237,34 @@ std::vector<GrainRun> GrainSpace::ToRuns(std::vector<uint64_t> grains) {
   return runs;
 }
 
+// All-or-nothing: the output's room first; then FreeSpace's Allocate (which
+// is); then the reservation nodes, giving the grains back if those throw.
 bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+  if (n > free_.free_grains()) return false;
+  out->reserve(out->size() + n);
   std::vector<GrainRun> runs;
   if (!free_.Allocate(n, AllocHint{}, &runs).ok()) return false;  // kNoSpace: nothing taken
+  std::optional<RangeValues::Spare> spare;
+  try {
+    // Taken grains were free, so in no reservation: each Assign only adds.
+    spare.emplace(RangeValues::kAssignNodes * runs.size());
+  } catch (...) {
+    GiveBack(runs);
+    throw;
+  }
+  // Nothing below allocates.
   for (const GrainRun& r : runs) {
-    reserved_.Assign(r.start, r.len, 0);
+    reserved_.Assign(r.start, r.len, 0, &*spare);
     for (uint64_t p = r.start; p < r.end(); p++) out->push_back(p);
   }
   return true;
 }
 
 void GrainSpace::Mapped(const std::vector<uint64_t>& grains) {
-  for (const GrainRun& r : ToRuns(grains)) reserved_.Erase(r.start, r.len);
+  const std::vector<GrainRun> runs = ToRuns(grains);
+  RangeValues::Spare spare(RangeValues::kEraseNodes * runs.size());
+  // Nothing below allocates: all-or-nothing.
+  for (const GrainRun& r : runs) reserved_.Erase(r.start, r.len, &spare);
   free_.Mapped(grains.size());
 }
 
@@ -255,12 +273,17 @@ void GrainSpace::Unreserve(const std::vector<uint64_t>& grains, const std::vecto
   std::sort(bad.begin(), bad.end());
   std::vector<uint64_t> good, quarantine;
   for (uint64_t p : grains) (std::binary_search(bad.begin(), bad.end(), p) ? quarantine : good).push_back(p);
-  for (bool zeroed : {true, false}) {
-    for (const GrainRun& r : ToRuns(zeroed ? good : quarantine)) {
-      reserved_.Erase(r.start, r.len);
-      Status s = free_.Unreserve(r, zeroed);
+  const std::vector<GrainRun> runs[2] = {ToRuns(std::move(good)), ToRuns(std::move(quarantine))};
+  RangeValues::Spare spare(RangeValues::kEraseNodes * (runs[0].size() + runs[1].size()));
+  // Run by run, each whole: FreeSpace's Unreserve (all-or-nothing, may
+  // throw), then the reservation's erase (cannot). A throw leaves the runs
+  // before it given back and the rest reserved: every grain still tracked.
+  for (int i = 0; i < 2; i++) {
+    for (const GrainRun& r : runs[i]) {
+      Status s = free_.Unreserve(r, /*zeroed=*/i == 0);
       assert(s.ok());  // REQUIRES: reserved
       (void)s;
+      reserved_.Erase(r.start, r.len, &spare);
     }
   }
 }
@@ -309,16 +332,26 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   // The plan's pieces lie in distinct free runs, so taking one leaves the
   // others free: a refusal means the plan is wrong, and what was taken goes
   // back.
+  // The output's room, and the list of what was taken, come first; a
+  // piece that throws (a split run's new node) changes nothing itself, and
+  // the pieces before it go back.
+  out->reserve(out->size() + n);
   std::vector<GrainRun> taken;  // in grains
   taken.reserve(plan.size());
-  for (const GrainRun& a : plan) {
-    const GrainRun r{a.start * g, a.len * g};
-    if (!free_.TakeRun(r).ok()) {
-      GiveBack(taken);
-      return false;
+  try {
+    for (const GrainRun& a : plan) {
+      const GrainRun r{a.start * g, a.len * g};
+      if (!free_.TakeRun(r).ok()) {
+        GiveBack(taken);
+        return false;
+      }
+      taken.push_back(r);
     }
-    taken.push_back(r);
+  } catch (...) {
+    GiveBack(taken);
+    throw;
   }
+  // Nothing below allocates.
   free_.Mapped(n * g);  // allocated for good, like mapped grains
   for (const GrainRun& a : plan)
     for (uint64_t au = a.start; au < a.end(); au++) out->push_back(au);

@@ -34,10 +34,16 @@
 // 4. Which free grains Reserve and TakeMeta pick differs (FreeSpace's
 //    goal/best-fit policy, not SpaceMap's next-fit cursor); counts, success
 //    and every per-grain answer agree.
-// 5. Grow cannot be made infallible by ReserveIndex: the free index may need
-//    one tree node for the new run (std::bad_alloc, all-or-nothing). What
-//    ReserveIndex still allocates ahead is the only structure that grows
-//    with the pool, SharedRefs' region counters (4 bytes per 16 MiB).
+// 5. Grow cannot be made infallible by ReserveIndex: FreeRunIndex::Insert of
+//    the new grains may need a tree node (a new run, or the merged last run
+//    moving to a higher size class), and RunTree has no way to hold one
+//    ahead. What ReserveIndex allocates ahead is the only structure that
+//    grows with the pool, SharedRefs' region counters (4 bytes per 16 MiB).
+//    So Core's Grow, which calls Grow after the superblock names the new
+//    size, must treat a throw there as it treats a failed superblock write
+//    (fail the pool: reopening indexes the new size), or the lead's wiring
+//    gives RunTree a spare-node reserve (the one change that makes Grow
+//    infallible).
 // 6. max_refs must be >= 2 (a count of 1 is an unshared grain: SharedRefs
 //    records start at 2). Inc and CanInc check range bounds (kInvalidArgument
 //    beyond the pool) where SpaceMap indexes out of bounds; Rebuild refuses
@@ -46,6 +52,24 @@
 // 7. Reserve keeps no per-LUN chunk (it has no LUN to go by): every request
 //    is served from the index like metadata. Per-LUN chunks (3.5) need a LUN
 //    in the call, which is the seam's next change (AllocHint).
+// 8. std::bad_alloc. Reserve, Mapped, TakeMeta, ReserveIndex, Grow and
+//    Rebuild are all-or-nothing: output room and reservation nodes are
+//    allocated before anything changes, and TakeMeta/Reserve give back what
+//    they took from FreeSpace if a later step throws. Two windows remain:
+//    - that give-back re-inserts runs into the free index, which may itself
+//      need a node; if it throws too, those grains stay counted reserved and
+//      in no reservation: lost to allocation until the next open's Rebuild,
+//      never handed out twice.
+//    - Unreserve gives back run by run (each whole): a throw leaves the
+//      runs before it free and the rest reserved, every grain in exactly one
+//      place; the rest stay reserved (counted) until the next open.
+//    Inc, Dec and InstallMeta change several structures run by run and are
+//    not all-or-nothing (SharedRefs' Inc/Dec and FreeSpace's Free each are,
+//    per run). Core calls Inc/Dec only inside ApplyRecord, whose catch fails
+//    the pool (pool_impl.cc, Core::Apply: meta_failed_, queue_.Fail), and
+//    reopening rebuilds everything from the maps; InstallMeta must get the
+//    same treatment when this class is wired in (checkpoint.cc calls it
+//    after the superblock is written, outside any such catch today).
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once

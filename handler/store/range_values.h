@@ -11,18 +11,55 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <utility>
 
 namespace cowstore::store {
 
 class RangeValues {
+ private:
+  struct Piece {
+    uint64_t end;
+    uint64_t value;
+  };
+  using Pieces = std::map<uint64_t, Piece>;  // start -> [start, end) has value
+
  public:
+  // Nodes allocated ahead (std::bad_alloc here, before anything changes), so
+  // that the calls given them never allocate: a caller that changes several
+  // ranges in one step makes them all-or-nothing this way. Assign takes at
+  // most kAssignNodes, Erase at most kEraseNodes.
+  static constexpr size_t kAssignNodes = 2, kEraseNodes = 1;
+  class Spare {
+   public:
+    explicit Spare(size_t nodes) {
+      for (size_t i = 0; i < nodes; i++) nodes_.emplace_hint(nodes_.end(), i, Piece{0, 0});
+    }
+
+   private:
+    friend class RangeValues;
+    Pieces nodes_;
+  };
+
   // Gives every grain of [start, start+len) the value v (replacing any).
+  // Both are all-or-nothing under std::bad_alloc.
   void Assign(uint64_t start, uint64_t len, uint64_t v) {
+    Spare spare(kAssignNodes);
+    Assign(start, len, v, &spare);
+  }
+  // Forgets [start, start+len), splitting the ranges at its edges.
+  void Erase(uint64_t start, uint64_t len) {
+    Spare spare(kEraseNodes);
+    Erase(start, len, &spare);
+  }
+  // The same with nodes from `spare`: never throws. REQUIRES: it holds
+  // kAssignNodes (kEraseNodes) more than the calls before took.
+  void Assign(uint64_t start, uint64_t len, uint64_t v, Spare* spare) {
     if (len == 0) return;
-    Erase(start, len);
+    Erase(start, len, spare);
     auto next = m_.lower_bound(start);
     if (next != m_.begin()) {
       auto prev = std::prev(next);
@@ -38,14 +75,12 @@ class RangeValues {
     if (next != m_.end() && next->first == start + len && next->second.value == v) {
       const uint64_t end = next->second.end;
       auto hint = m_.erase(next);
-      m_.emplace_hint(hint, start, Piece{end, v});
+      Put(hint, start, Piece{end, v}, spare);
       return;
     }
-    m_.emplace_hint(next, start, Piece{start + len, v});
+    Put(next, start, Piece{start + len, v}, spare);
   }
-
-  // Forgets [start, start+len), splitting the ranges at its edges.
-  void Erase(uint64_t start, uint64_t len) {
+  void Erase(uint64_t start, uint64_t len, Spare* spare) {
     if (len == 0) return;
     const uint64_t end = start + len;
     auto it = m_.lower_bound(start);
@@ -55,7 +90,7 @@ class RangeValues {
         const Piece p = prev->second;
         prev->second.end = start;
         if (p.end > end) {
-          m_.emplace_hint(it, end, Piece{p.end, p.value});
+          Put(it, end, Piece{p.end, p.value}, spare);
           return;
         }
       }
@@ -64,13 +99,12 @@ class RangeValues {
       if (it->second.end > end) {
         const Piece p = it->second;
         it = m_.erase(it);
-        m_.emplace_hint(it, end, p);
+        Put(it, end, p, spare);
         return;
       }
       it = m_.erase(it);
     }
   }
-
   // Calls f(start, len, value) for the pieces of [start, start+len) that
   // have a value, clipped to it, in order.
   template <typename F>
@@ -109,11 +143,16 @@ class RangeValues {
   void Clear() { m_.clear(); }
 
  private:
-  struct Piece {
-    uint64_t end;
-    uint64_t value;
-  };
-  std::map<uint64_t, Piece> m_;  // start -> [start, end) has value
+  // Inserts (start, p) before `hint` with a node of `spare`: no allocation.
+  void Put(Pieces::iterator hint, uint64_t start, const Piece& p, Spare* spare) {
+    assert(!spare->nodes_.empty());
+    auto node = spare->nodes_.extract(spare->nodes_.begin());
+    node.key() = start;
+    node.mapped() = p;
+    m_.insert(hint, std::move(node));
+  }
+
+  Pieces m_;
 };
 
 }  // namespace cowstore::store

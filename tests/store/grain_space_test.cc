@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <new>
 #include <memory>
 #include <random>
 #include <set>
@@ -20,6 +22,32 @@
 
 #include "handler/store/space_map.h"
 #include "tests/common/sanitizers.h"
+
+#if COWSTORE_CAN_REPLACE_NEW()
+// Allocation failure on demand (GrainSpaceAllocationFailure): the next
+// t_fail_in allocations succeed, the one after throws, then all succeed.
+namespace {
+thread_local int64_t t_fail_in = -1;
+}  // namespace
+void* operator new(std::size_t n) {
+  if (t_fail_in == 0) {
+    t_fail_in = -1;
+    throw std::bad_alloc();
+  }
+  if (t_fail_in > 0) t_fail_in--;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // operator new above is malloc
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 namespace cowstore::store {
 namespace {
@@ -763,6 +791,112 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
 // them (clones that diverged). The design's budget (store-v3.md 3.3) for what
 // GrainSpace holds: SharedRefs, free runs by offset and by size class,
 // <= 24 bytes an entry each, and the region counters, 4 bytes per 16 MiB.
+#if COWSTORE_CAN_REPLACE_NEW()
+// ------------------------------------------------ allocation failure
+
+// What GrainSpace shows: after a std::bad_alloc, exactly what it was.
+struct Visible {
+  std::map<uint64_t, uint64_t> free_runs;
+  uint64_t free = 0, reserved = 0, mapped = 0, meta = 0, pending = 0;
+  std::vector<SharedRecord> shared;
+  std::vector<uint32_t> refs;  // of every grain: 0 tells the reserved ones with no owner
+  bool operator==(const Visible&) const = default;
+};
+
+Visible See(const GrainSpace& s) {
+  Visible v{s.free_runs(), s.free_units(), s.reserved_units(), s.mapped_units(), s.meta_units(),
+            s.pending_units(), s.shared().All(), {}};
+  for (uint64_t p = 0; p < s.total_units(); p++) v.refs.push_back(s.refs(p));
+  return v;
+}
+
+// Runs op with each of its allocations failing in turn until it completes;
+// after every failure the state must be as before (`whole`), or (else)
+// satisfy check. Returns how many allocations failed.
+template <typename Op, typename Check>
+uint64_t FailEachAllocationInTurn(const GrainSpace& s, bool whole, Op op, Check check) {
+  uint64_t failures = 0;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    const Visible before = See(s);
+    bool threw = false;
+    t_fail_in = k;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    t_fail_in = -1;
+    EXPECT_EQ(s.free_space().index().Check(), "");
+    check();
+    if (!threw) return failures;
+    failures++;
+    if (whole) {
+      EXPECT_TRUE(See(s) == before);
+    }
+    if (::testing::Test::HasFailure()) return failures;
+  }
+}
+
+TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) {
+  GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
+  // 8 AUs; AU 0 the checkpoint; grains 3, 21, 39, ... mapped, so free runs
+  // are short and cross AU edges: AUs 5 and 7 stay wholly free.
+  std::vector<MapRun> map;
+  for (uint64_t p = kG16 + 3, lba = 0; p < 5 * kG16; p += 18) map.push_back({lba++, p, 1});
+  map.push_back({100, 6 * kG16 + 5, 1});
+  ASSERT_TRUE(s.Rebuild(8 * kG16, StateOf({map}), {0}).ok());
+  const uint64_t total = s.total_units();
+  auto every_grain_counted_once = [&] {
+    EXPECT_EQ(s.free_units() + s.reserved_units() + s.mapped_units() + s.meta_units() + s.pending_units(), total);
+  };
+
+  // Two whole free AUs in two free runs, each split to take them.
+  std::vector<uint64_t> aus;
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { aus.clear(); ASSERT_TRUE(s.TakeMeta(2, &aus)); },
+                                     every_grain_counted_once),
+            0u);
+  std::sort(aus.begin(), aus.end());
+  EXPECT_EQ(aus, (std::vector<uint64_t>{5, 7}));
+  EXPECT_EQ(s.meta_units(), 3 * kG16);
+
+  std::vector<uint64_t> got;  // from the short runs left
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { got.clear(); ASSERT_TRUE(s.Reserve(30, &got)); },
+                                     every_grain_counted_once),
+            0u);
+  ASSERT_EQ(got.size(), 30u);
+  for (uint64_t p : got) EXPECT_EQ(s.refs(p), 0u);
+
+  // Every other grain mapped by a record: Mapped splits the reserved ranges.
+  std::vector<uint64_t> mapped, back;
+  for (size_t i = 0; i < got.size(); i++) (i % 2 ? back : mapped).push_back(got[i]);
+  for (uint64_t p : mapped) ASSERT_TRUE(s.Inc(p, 1).ok());
+  // (Between Inc and Mapped a grain counts as reserved and mapped.)
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { s.Mapped(mapped); }, [] {}), 0u);
+  every_grain_counted_once();
+  for (uint64_t p : mapped) EXPECT_EQ(s.refs(p), 1u);
+  EXPECT_EQ(s.reserved_units(), back.size());
+
+  // Unreserve gives back run by run: a throw may leave a prefix given back,
+  // but every grain is free or still reserved, never neither.
+  auto each_grain_free_or_reserved = [&] {
+    every_grain_counted_once();
+    const std::map<uint64_t, uint64_t> runs = s.free_runs();
+    uint64_t reserved = 0;
+    for (uint64_t p : back) {
+      auto it = runs.upper_bound(p);
+      const bool free = it != runs.begin() && std::prev(it)->first + std::prev(it)->second > p;
+      EXPECT_NE(free, s.refs(p) == 0) << "grain " << p;
+      reserved += s.refs(p) == 0;
+    }
+    EXPECT_EQ(s.reserved_units(), reserved);
+  };
+  EXPECT_GT(FailEachAllocationInTurn(s, false, [&] { s.Unreserve(back, {}); }, each_grain_free_or_reserved), 0u);
+  EXPECT_EQ(s.reserved_units(), 0u);
+
+}
+#endif  // COWSTORE_CAN_REPLACE_NEW()
+
 TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {
   constexpr uint64_t kGrains = uint64_t{1} << 32;
   constexpr uint64_t kOwn = 900000, kShared = 100000;
