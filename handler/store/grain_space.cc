@@ -308,33 +308,38 @@ void GrainSpace::Release(const PendingRun& r, bool zeroed) {
   (void)s;
 }
 
-bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
-  if (n == 0) return true;
+// The whole AUs inside free runs, longest runs first (so chunks are
+// sequential), up to n. A run of a class whose longest member is shorter
+// than an AU holds none, and neither does any later (shorter) class.
+uint64_t GrainSpace::PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const {
   const uint64_t g = grains_per_au_;
-  // Plan first (nothing changes): the whole AUs inside free runs, longest
-  // runs first. A run of a class whose longest member is shorter than an AU
-  // holds none, and neither does any later (shorter) class.
-  std::vector<GrainRun> plan;  // in AUs
-  uint64_t want = n;
+  uint64_t found = 0;
+  if (n == 0) return 0;
   free_.index().VisitLongestFirst(0, [&](const GrainRun& r) {
     const uint64_t class_max = (uint64_t{2} << (std::bit_width(r.len) - 1)) - 1;
     if (class_max < g) return false;
     const uint64_t first = (r.start + g - 1) / g, last = r.end() / g;  // AUs [first, last)
     if (last > first) {
-      const uint64_t k = std::min(want, last - first);
-      plan.push_back({first, k});
-      want -= k;
+      const uint64_t k = std::min(n - found, last - first);
+      if (plan) plan->push_back({first, k});
+      found += k;
     }
-    return want > 0;
+    return found < n;
   });
-  if (want > 0) return false;
+  return found;
+}
+
+bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
+  if (n == 0) return true;
+  const uint64_t g = grains_per_au_;
+  std::vector<GrainRun> plan;  // in AUs; planning changes nothing
+  if (PlanMeta(n, &plan) < n) return false;
   // Exactly the planned AUs, each checked (in every build) to be free still.
   // The plan's pieces lie in distinct free runs, so taking one leaves the
-  // others free: a refusal means the plan is wrong, and what was taken goes
-  // back.
-  // The output's room, and the list of what was taken, come first; a
-  // piece that throws (a split run's new node) changes nothing itself, and
-  // the pieces before it go back.
+  // others free: a refusal means the plan is wrong. The output's room and
+  // the list of what was taken come first; a piece that is refused or
+  // throws (a split run's new node) changes nothing itself, and the pieces
+  // before it go back.
   out->reserve(out->size() + n);
   std::vector<GrainRun> taken;  // in grains
   taken.reserve(plan.size());

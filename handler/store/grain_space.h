@@ -70,6 +70,12 @@
 //    reopening rebuilds everything from the maps; InstallMeta must get the
 //    same treatment when this class is wired in (checkpoint.cc calls it
 //    after the superblock is written, outside any such catch today).
+// 9. For Core's wiring: at grain < AU, data reservations can leave no whole
+//    free AU while many grains are free, so TakeMeta can fail where
+//    free_units() promised room. Core's affordability (AffordableLocked,
+//    AffordableToFreeLocked) must count the checkpoint's share in whole free
+//    AUs (free_whole_aus(k) >= k for k = CkptUnits(...)) and only the data's
+//    in free_units() less those AUs' grains.
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
@@ -147,6 +153,10 @@ class GrainSpace {
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out);
   void InstallMeta(std::vector<uint64_t> aus, uint64_t tag);
   const std::vector<uint64_t>& meta_aus() const { return meta_aus_; }
+  // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
+  // exactly when free_whole_aus(n) == n (rule 9). O(free runs visited):
+  // longest first, so usually a few.
+  uint64_t free_whole_aus(uint64_t limit = UINT64_MAX) const { return PlanMeta(limit, nullptr); }
 
   // Soft threshold (a percentage of the pool's grains; 0: none), as SpaceMap's.
   void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
@@ -193,6 +203,9 @@ class GrainSpace {
   Status Overflow(uint64_t p, uint64_t refs) const;
   // The grains in sorted, merged runs.
   static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
+  // Plans (changing nothing) up to n whole free AUs for TakeMeta, appending
+  // them as runs of AUs to *plan (may be null); returns how many it found.
+  uint64_t PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const;
   // Puts runs taken by FreeSpace::TakeRun and used for nothing back.
   void GiveBack(const std::vector<GrainRun>& taken);
 

@@ -587,6 +587,32 @@ TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
   EXPECT_EQ(aus.back(), 0u);  // the only whole AU free again
 }
 
+TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
+  GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
+  ASSERT_TRUE(s.Rebuild(6 * kG16, StateOf({}), {0}).ok());
+  EXPECT_EQ(s.free_whole_aus(), 5u);
+  EXPECT_EQ(s.free_whole_aus(3), 3u);  // stops at the limit
+  // One data grain reserved in the middle of each free AU: 75 grains free,
+  // no whole AU.
+  std::vector<uint64_t> all, back;
+  ASSERT_TRUE(s.Reserve(s.free_units(), &all));
+  for (uint64_t p : all)
+    if (p % kG16 != 7) back.push_back(p);
+  s.Unreserve(back, {});
+  EXPECT_EQ(s.reserved_units(), 5u);
+  EXPECT_EQ(s.free_units(), 5 * kG16 - 5);
+  EXPECT_EQ(s.free_whole_aus(), 0u);
+  std::vector<uint64_t> aus;
+  EXPECT_FALSE(s.TakeMeta(1, &aus));  // although free_units() >= one AU's grains
+  // Give back one: exactly that AU is whole again, and TakeMeta takes it.
+  s.Unreserve({3 * kG16 + 7}, {});
+  EXPECT_EQ(s.free_whole_aus(), 1u);
+  EXPECT_FALSE(s.TakeMeta(2, &aus));
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(s.free_whole_aus(), 0u);
+}
+
 TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
   GrainSpace s(4 * KiB, 64 * KiB);
   // AU 0 the checkpoint, AU 1 mapped, 5 grains past it: no whole AU free.
