@@ -142,7 +142,7 @@ TEST(RangeValues, AssignSplitsReplacesAndMergesEqualNeighbours) {
 // change to the driver cannot quietly stop exercising one.
 struct Seen {
   uint64_t reserve_refused = 0, meta_refused = 0, inc_refused = 0, can_inc_refused = 0;
-  uint64_t quarantined = 0, released = 0, grown = 0, rebuilt = 0, marks = 0, crossings = 0;
+  uint64_t quarantined = 0, released = 0, grown = 0, rebuilt = 0, marks = 0, crossings = 0, reserved_at_bound = 0;
 };
 
 class Differential {
@@ -196,8 +196,6 @@ class Differential {
     EXPECT_EQ(gs_.has_pending(), sm_.has_pending());
     EXPECT_EQ(gs_.soft_threshold_units(), sm_.soft_threshold_units());
     EXPECT_EQ(gs_.meta_aus().size(), sm_.meta_aus().size());
-    for (size_t i = 0; i < sm_.meta_aus().size() && i < gs_.meta_aus().size(); i++)
-      EXPECT_EQ(gs_.meta_aus()[i], pi_[sm_.meta_aus()[i]]);
     // Per unit: counts (the model's too) and the in-place rule, at the
     // durable ticket and at the newest one, for every mapped or reserved unit.
     for (uint64_t u = 0; u < units; u++) {
@@ -222,6 +220,16 @@ class Differential {
       held[pi_[u]] = true;
     }
     for (uint64_t g = 0; g < units; g++) EXPECT_NE(gs_free[g], held[g]) << "grain " << g;
+    // The checkpoint's AUs, from GrainSpace's own side: exactly the grains
+    // its FreeSpace does not hold free and that no unit SpaceMap holds for
+    // anything but metadata is paired with (so an AU taken from the index
+    // other than the one named, or named and not taken, shows).
+    std::set<uint64_t> not_free_not_data;
+    for (uint64_t g = 0; g < units; g++)
+      if (!gs_free[g]) not_free_not_data.insert(g);
+    for (uint64_t u = 0; u < units; u++)
+      if (pi_[u] != kNone && sm_.state(u) != AuState::kMeta) not_free_not_data.erase(pi_[u]);
+    EXPECT_EQ(std::set<uint64_t>(gs_.meta_aus().begin(), gs_.meta_aus().end()), not_free_not_data);
   }
 
  Seen seen_;
@@ -270,6 +278,8 @@ class Differential {
   }
   bool IsMapped(uint64_t u) const { return owners_[u] > 0 && sm_.state(u) == AuState::kNone; }
   bool IsMappedOrIncd(uint64_t u) const { return owners_[u] > 0; }
+  // Mapped, or reserved with no owner yet (CanInc counts those from 0).
+  bool IsHeldForData(uint64_t u) const { return owners_[u] > 0 || sm_.state(u) == AuState::kReserved; }
 
   void ReserveSome() {
     const uint64_t n = 1 + rng_() % 8;
@@ -344,11 +354,20 @@ class Differential {
   void CanIncSome() {
     std::vector<Run> sm_runs, gs_runs;
     const int k = 1 + static_cast<int>(rng_() % 4);
+    const bool reserved_too = rng_() % 2;
     for (int i = 0; i < k; i++) {
       uint64_t u, n;
-      if (!PickRun(4, &Differential::IsMappedOrIncd, &u, &n)) return;
+      if (!PickRun(4, reserved_too ? &Differential::IsHeldForData : &Differential::IsMappedOrIncd, &u, &n)) return;
       sm_runs.push_back({0, u, n});
       for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      // With a small bound, a run over reserved grains sometimes named
+      // max_refs times: its mapped grains pass the bound, its reserved ones
+      // with no owner yet reach it exactly.
+      const uint64_t again = reserved_too && i == 0 && sm_.max_refs() <= 8 && rng_() % 2 ? sm_.max_refs() - 1 : 0;
+      for (uint64_t j = 0; j < again; j++) {
+        sm_runs.push_back({0, u, n});
+        for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      }
       if (rng_() % 2) {  // the same run again: a second reference to each unit
         sm_runs.push_back({0, u, n});
         for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
@@ -357,6 +376,18 @@ class Differential {
     const Status s = sm_.CanInc(sm_runs);
     EXPECT_EQ(gs_.CanInc(gs_runs).code(), s.code());
     seen_.can_inc_refused += !s.ok();
+    // The case a reserved grain's 0 decides: one with no owner yet at depth
+    // == max_refs (it passes) in the same runs as a mapped one.
+    std::vector<uint64_t> depth(sm_.total_units(), 0);
+    bool mapped = false, reserved_at_bound = false;
+    for (const Run& r : sm_runs)
+      for (uint64_t q = r.phys; q < r.phys + r.len; q++) {
+        depth[q]++;
+        mapped |= owners_[q] > 0;
+      }
+    for (uint64_t q = 0; q < depth.size(); q++)
+      reserved_at_bound |= owners_[q] == 0 && depth[q] == sm_.max_refs();
+    seen_.reserved_at_bound += mapped && reserved_at_bound;
   }
 
   void UnmapSome() {
@@ -382,11 +413,12 @@ class Differential {
     EXPECT_EQ(GrainsOf(b), image);  // the same units, wherever each side put them
     for (const PendingRun& r : a) EXPECT_LE(r.tag, durable_);
     for (const PendingRun& r : b) EXPECT_LE(r.tag, durable_);
-    releasing_.insert(releasing_.end(), a.begin(), a.end());
+    releasing_.insert(releasing_.end(), b.begin(), b.end());  // GrainSpace's own runs
   }
 
-  // The thinner's report: punched (free) or not (quarantine); sometimes a
-  // run in two pieces, as a sliced punch reports it.
+  // The thinner's report on GrainSpace's own releasing runs: punched (free)
+  // or not (quarantine); sometimes a run in two pieces, as a sliced punch
+  // reports it. SpaceMap releases the units paired with those grains.
   void ReleaseSome() {
     if (releasing_.empty()) return;
     const size_t i = rng_() % releasing_.size();
@@ -400,10 +432,19 @@ class Differential {
     const bool zeroed = rng_() % 8 != 0;
     seen_.released++;
     seen_.quarantined += !zeroed;
-    sm_.Release(r, zeroed);
-    for (const GrainRun& g : Image(r.phys, r.n)) gs_.Release({g.start, g.len, r.tag}, zeroed);
+    gs_.Release(r, zeroed);
+    std::vector<uint64_t> units;  // paired with the grains of r, ascending
+    for (uint64_t u = 0; u < pi_.size(); u++)
+      if (pi_[u] != kNone && pi_[u] >= r.phys && pi_[u] < r.phys + r.n) units.push_back(u);
+    ASSERT_EQ(units.size(), r.n);
+    for (size_t i = 0; i < units.size();) {
+      size_t j = i + 1;
+      while (j < units.size() && units[j] == units[j - 1] + 1) j++;
+      sm_.Release({units[i], j - i, r.tag}, zeroed);
+      i = j;
+    }
     if (zeroed)
-      for (uint64_t q = r.phys; q < r.phys + r.n; q++) pi_[q] = kNone;
+      for (uint64_t u : units) pi_[u] = kNone;
   }
 
   // TakeMeta, then InstallMeta retiring the previous checkpoint.
@@ -508,19 +549,20 @@ TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
     }
     for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
                               &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
-                              &Seen::crossings})
+                              &Seen::crossings, &Seen::reserved_at_bound})
       seen.*f += d.seen_.*f;
   }
   std::printf("differential: %llu reserves and %llu checkpoints refused, %llu Inc and %llu CanInc past the bound, "
               "%llu of %llu releases to quarantine, %llu grows, %llu rebuilds, %llu in-place answers waiting on a "
-              "ticket, %llu soft-threshold crossings\n",
+              "ticket, %llu soft-threshold crossings, %llu CanInc with a reserved grain at the bound\n",
               (unsigned long long)seen.reserve_refused, (unsigned long long)seen.meta_refused,
               (unsigned long long)seen.inc_refused, (unsigned long long)seen.can_inc_refused,
               (unsigned long long)seen.quarantined, (unsigned long long)seen.released, (unsigned long long)seen.grown,
-              (unsigned long long)seen.rebuilt, (unsigned long long)seen.marks, (unsigned long long)seen.crossings);
+              (unsigned long long)seen.rebuilt, (unsigned long long)seen.marks, (unsigned long long)seen.crossings,
+              (unsigned long long)seen.reserved_at_bound);
   for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
                             &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
-                            &Seen::crossings})
+                            &Seen::crossings, &Seen::reserved_at_bound})
     EXPECT_GT(seen.*f, 0u);
 }
 
@@ -748,22 +790,31 @@ TEST(GrainSpace, CanIncCountsEveryRunNamingAGrain) {
 // Random calls at 16 grains an AU; whenever nothing is in flight, a
 // GrainSpace rebuilt from the maps must equal the incremental one.
 TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
-  constexpr uint64_t kUnits = 40 * kG16;
+  constexpr uint64_t kStart = 40 * kG16;
   for (uint64_t seed = 1; seed <= (sanitizer::kSanitized ? 4 : 12); seed++) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     std::mt19937_64 rng(seed);
     GrainSpace s(4 * KiB, 64 * KiB);
-    std::vector<uint32_t> owners(kUnits, 0);
-    ASSERT_TRUE(s.Rebuild(kUnits, StateOf({}), {}).ok());
+    uint64_t units = kStart;  // grows, by whole AUs and not
+    std::vector<uint32_t> owners(units, 0);
+    ASSERT_TRUE(s.Rebuild(units, StateOf({}), {}).ok());
     uint64_t ticket = 0;
+    uint64_t marks_seen = 0;
     auto maps = [&] {
       std::vector<MapRun> m;
-      for (uint64_t p = 0; p < kUnits; p++)
-        for (uint32_t j = 0; j < owners[p]; j++) m.push_back({j * kUnits + p, p, 1});
+      for (uint64_t p = 0; p < units; p++)
+        for (uint32_t j = 0; j < owners[p]; j++) m.push_back({j * units + p, p, 1});
       return StateOf({m});
     };
     for (int step = 0; step < 4000; step++) {
       const int op = static_cast<int>(rng() % 10);
+      if (rng() % 64 == 0) {  // the pool grows (the new grains free)
+        units += 1 + rng() % (2 * kG16);
+        ASSERT_TRUE(s.ReserveIndex(units).ok());
+        s.Grow(units);
+        owners.resize(units, 0);
+        continue;
+      }
       if (op < 3) {  // a write: reserve, map, Mapped
         std::vector<uint64_t> fresh;
         if (!s.Reserve(1 + rng() % 40, &fresh)) continue;
@@ -773,15 +824,15 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
         }
         s.Mapped(fresh);
       } else if (op < 5) {  // a clone of a run of mapped grains
-        const uint64_t p = rng() % kUnits;
+        const uint64_t p = rng() % units;
         uint64_t n = 0;
-        while (p + n < kUnits && owners[p + n] > 0 && n < 50) n++;
+        while (p + n < units && owners[p + n] > 0 && n < 50) n++;
         if (n == 0 || !s.Inc(p, n).ok()) continue;
         for (uint64_t q = p; q < p + n; q++) owners[q]++;
       } else if (op < 8) {  // an unmap
-        const uint64_t p = rng() % kUnits;
+        const uint64_t p = rng() % units;
         uint64_t n = 0;
-        while (p + n < kUnits && owners[p + n] > 0 && n < 30) n++;
+        while (p + n < units && owners[p + n] > 0 && n < 30) n++;
         if (n == 0) continue;
         s.Dec(p, n, ++ticket);
         for (uint64_t q = p; q < p + n; q++) owners[q]--;
@@ -789,9 +840,19 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
         std::vector<uint64_t> aus;
         if (s.TakeMeta(1 + rng() % 2, &aus)) s.InstallMeta(aus, ticket);
       } else {  // everything durable and punched: nothing in flight, compare
+        // Before: a grain whose count fell to one in a record not yet
+        // durable waits for it; one that shares nothing does not.
+        for (uint64_t p = 0; p < units; p++) {
+          if (owners[p] == 0) continue;
+          if (owners[p] > 1) {
+            ASSERT_FALSE(s.WritableInPlace(p, ticket)) << "grain " << p;
+          } else if (!s.WritableInPlace(p, ticket > 0 ? ticket - 1 : 0)) {
+            marks_seen++;
+          }
+        }
         for (const PendingRun& r : s.TakeReleasable(ticket)) s.Release(r, true);
         GrainSpace fresh(4 * KiB, 64 * KiB);
-        ASSERT_TRUE(fresh.Rebuild(kUnits, maps(), s.meta_aus()).ok());
+        ASSERT_TRUE(fresh.Rebuild(units, maps(), s.meta_aus()).ok());
         ASSERT_TRUE(fresh.shared() == s.shared()) << "step " << step;
         ASSERT_EQ(fresh.free_runs(), s.free_runs()) << "step " << step;
         ASSERT_EQ(fresh.mapped_units(), s.mapped_units());
@@ -799,13 +860,21 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
         ASSERT_EQ(fresh.meta_units(), s.meta_units());
         ASSERT_EQ(fresh.free_units(), s.free_units());
         ASSERT_FALSE(s.has_pending());
-        for (uint64_t p = 0; p < kUnits; p++) {
+        ASSERT_EQ(fresh.total_units(), s.total_units());
+        for (uint64_t p = 0; p < units; p++) {
           if (owners[p] > 0) {
             ASSERT_EQ(s.refs(p), owners[p]) << "grain " << p;
+            ASSERT_EQ(fresh.refs(p), owners[p]) << "grain " << p;
+            // Everything durable: the marks are gone, and the incremental
+            // state answers as the rebuilt one, which never had any.
+            ASSERT_EQ(s.WritableInPlace(p, ticket), owners[p] == 1) << "grain " << p;
+            ASSERT_EQ(fresh.WritableInPlace(p, ticket), s.WritableInPlace(p, ticket)) << "grain " << p;
           }
         }
       }
     }
+    EXPECT_GT(marks_seen, 0u);  // the marks the durable point clears were there
+    EXPECT_GT(units, kStart);
   }
 }
 
