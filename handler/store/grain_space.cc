@@ -376,14 +376,6 @@ void GrainSpace::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
   }
 }
 
-bool GrainSpace::CrossedSoftThreshold(uint64_t free_before) const {
-  if (soft_percent_ == 0) return false;
-  const uint64_t limit = soft_threshold_units(), releasing = free_.releasing_grains();
-  const uint64_t used_before = total_ - free_before - releasing;
-  const uint64_t used_now = total_ - free_.free_grains() - releasing;
-  return used_before < limit && used_now >= limit;
-}
-
 uint32_t GrainSpace::refs(uint64_t p) const {
   if (const uint64_t c = shared_.SharedCount(p); c != 0) return static_cast<uint32_t>(c);
   uint64_t owners;

@@ -88,6 +88,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/range_values.h"
 #include "handler/store/shared_refs.h"
+#include "handler/store/soft_threshold.h"
 #include "handler/store/space_map.h"  // PendingRun
 #include "handler/store/status.h"
 
@@ -158,10 +159,13 @@ class GrainSpace {
   // longest first, so usually a few.
   uint64_t free_whole_aus(uint64_t limit = UINT64_MAX) const { return PlanMeta(limit, nullptr); }
 
-  // Soft threshold (a percentage of the pool's grains; 0: none), as SpaceMap's.
+  // Soft threshold (a percentage of the pool's grains; 0: none), as
+  // SpaceMap's: the rule is soft_threshold.h's.
   void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
-  uint64_t soft_threshold_units() const { return total_ * soft_percent_ / 100; }
-  bool CrossedSoftThreshold(uint64_t free_before) const;
+  uint64_t soft_threshold_units() const { return SoftThresholdUnits(total_, soft_percent_); }
+  bool CrossedSoftThreshold(uint64_t free_before) const {
+    return SoftThresholdCrossed(total_, soft_percent_, free_before, free_.free_grains(), free_.releasing_grains());
+  }
 
   uint64_t total_units() const { return total_; }
   // Owners of grain p: 0 for a reserved grain no record maps yet.

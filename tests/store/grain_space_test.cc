@@ -89,6 +89,21 @@ void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
   for (size_t i = 1; i < runs.size(); i++) EXPECT_LT(runs[i - 1].phys + runs[i - 1].n, runs[i].phys);
 }
 
+// ------------------------------------------------ soft threshold
+
+TEST(SoftThreshold, CrossedOnlyFromBelowToAtOrAboveWithReleasingNotUsed) {
+  EXPECT_EQ(SoftThresholdUnits(1000, 80), 800u);
+  EXPECT_EQ(SoftThresholdUnits(1000, 0), 0u);
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 0, 1000, 0, 0));      // none set
+  EXPECT_TRUE(SoftThresholdCrossed(1000, 80, 201, 200, 0));     // 799 -> 800 used
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 200, 199, 0));    // above already
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 300, 202, 0));    // still below
+  // 100 being punched: 650 -> 750 used, no crossing; were they counted as
+  // used (750 -> 850), it would be one.
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 250, 150, 100));
+  EXPECT_TRUE(SoftThresholdCrossed(1000, 80, 250, 150, 0));
+}
+
 // ------------------------------------------------ RangeValues
 
 std::map<uint64_t, std::pair<uint64_t, uint64_t>> Pieces(const RangeValues& r) {  // start -> (len, value)
