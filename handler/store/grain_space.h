@@ -36,7 +36,7 @@
 //    and every per-grain answer agree.
 // 5. Grow cannot be made infallible by ReserveIndex: FreeRunIndex::Insert of
 //    the new grains may need a tree node (a new run, or the merged last run
-//    moving to a higher size class), and RunTree has no way to hold one
+//    moving to a higher size class), and RunTree has no public way to hold one
 //    ahead. What ReserveIndex allocates ahead is the only structure that
 //    grows with the pool, SharedRefs' region counters (4 bytes per 16 MiB).
 //    So Core's Grow, which calls Grow after the superblock names the new
