@@ -481,6 +481,17 @@ Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainR
   return Status::Ok();
 }
 
+Status FreeSpace::TakeRun(const GrainRun& r) {
+  if (r.len == 0) return Status::Ok();
+  std::optional<GrainRun> holder = index_.RunHolding(r.start);
+  if (!holder || r.len > holder->end() - r.start)
+    return Status(Code::kInvalidArgument, "grains " + std::to_string(r.start) + "+" + std::to_string(r.len) +
+                                              " are not all free in one run");
+  index_.Remove(r.start, r.len);  // all-or-nothing
+  reserved_ += r.len;
+  return Status::Ok();
+}
+
 void FreeSpace::Mapped(uint64_t n) { reserved_ -= std::min(n, reserved_); }
 
 Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {

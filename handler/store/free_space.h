@@ -155,6 +155,12 @@ class FreeSpace {
   // LUNs' chunks may stay given back: that moves free grains from a chunk
   // to the index and changes no count.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
+  // Takes exactly the grains of r (they become reserved, as Allocate's):
+  // for a caller that chose them itself (GrainSpace's AU-aligned metadata).
+  // kInvalidArgument, changing nothing, unless r lies wholly inside one free
+  // run of the index (grains held in LUN chunks are not taken this way).
+  // All-or-nothing under std::bad_alloc.
+  Status TakeRun(const GrainRun& r);
   // n reserved grains are now mapped by a record.
   void Mapped(uint64_t n);
   // Gives back reserved grains an operation did not use; `zeroed` false if

@@ -58,6 +58,17 @@ Result<SharedRefs> SharedRefs::Rebuild(uint64_t pool_grains,
   return refs;
 }
 
+void SharedRefs::Grow(uint64_t pool_grains) {
+  if (pool_grains <= pool_grains_) return;
+  assert(pool_grains <= kMaxPoolGrains);
+  regions_.resize((pool_grains + kRegionGrains - 1) / kRegionGrains, 0);  // strong guarantee
+  pool_grains_ = pool_grains;
+}
+
+void SharedRefs::ReserveRegions(uint64_t pool_grains) {
+  regions_.reserve((std::min(pool_grains, kMaxPoolGrains) + kRegionGrains - 1) / kRegionGrains);
+}
+
 // Inc and Dec: split the records at the range's edges, then give each record
 // inside its new count and fill or report the gaps between them. Inside, the
 // records stay maximal (neighbours differed before and still do, a filled gap

@@ -74,6 +74,14 @@ class SharedRefs {
   // grain would pass max_refs (the engine never produces either).
   static Result<SharedRefs> Rebuild(uint64_t pool_grains, const std::vector<std::vector<Run>>& luns,
                                     uint64_t max_refs = kMaxRefs);
+  // The pool grew to pool_grains grains (REQUIRES <= kMaxPoolGrains; a
+  // smaller size changes nothing): the new grains share nothing. Only the
+  // region counters grow; all-or-nothing under std::bad_alloc.
+  void Grow(uint64_t pool_grains);
+  // Allocates ahead the region counters a Grow to pool_grains needs, so that
+  // Grow cannot throw; changes nothing visible (operator==, pool_grains(),
+  // regions() stay as they were). std::bad_alloc if memory cannot.
+  void ReserveRegions(uint64_t pool_grains);
 
   // [p, p+n) gains one owner (clone, XCOPY): grains without a record enter
   // with 2, records go up by one. kInvalidArgument, nothing changed, if the

@@ -351,6 +351,30 @@ TEST(FreeSpace, BadFreesAndReleasesAreRefusedAndChangeNothing) {
   EXPECT_EQ(fs.pending_grains(), 5u);
 }
 
+TEST(FreeSpace, TakeRunTakesExactlyAWhollyFreeRunOrNothing) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(100, {{0, 50}, {70, 10}}).ok());  // free: [50,70), [80,100)
+  GV out;
+  ASSERT_TRUE(fs.Allocate(2, Lun(1, 80), &out).ok());  // chunk [80,88), [82,88) unused
+  const Runs before = fs.index().by_offset();
+  const uint64_t free_grains = fs.free_grains(), reserved = fs.reserved_grains();
+  EXPECT_EQ(fs.TakeRun({45, 10}).code(), Code::kInvalidArgument);  // starts in allocated grains
+  EXPECT_EQ(fs.TakeRun({60, 15}).code(), Code::kInvalidArgument);  // runs past the free run
+  EXPECT_EQ(fs.TakeRun({60, 30}).code(), Code::kInvalidArgument);  // spans two free runs
+  EXPECT_EQ(fs.TakeRun({84, 2}).code(), Code::kInvalidArgument);   // in LUN 1's chunk
+  EXPECT_EQ(fs.TakeRun({99, 2}).code(), Code::kInvalidArgument);   // beyond the pool
+  EXPECT_EQ(fs.index().by_offset(), before);  // refusals changed nothing
+  EXPECT_EQ(fs.free_grains(), free_grains);
+  EXPECT_EQ(fs.reserved_grains(), reserved);
+  ASSERT_TRUE(fs.TakeRun({56, 8}).ok());  // exactly these, from inside a run
+  EXPECT_EQ(fs.index().by_offset(), (Runs{{50, 6}, {64, 6}, {88, 12}}));
+  EXPECT_EQ(fs.free_grains(), free_grains - 8);
+  EXPECT_EQ(fs.reserved_grains(), reserved + 8);
+  EXPECT_EQ(fs.index().Check(), "");
+  fs.Mapped(8);
+  EXPECT_EQ(fs.reserved_grains(), reserved);
+}
+
 TEST(FreeSpace, AUsedUpChunkDoesNotGuardTheGrainsAroundIt) {
   // LUN 1 uses its chunk [0,8) up; a record then frees grains across the
   // chunk's end. (Found by the randomised test: an empty chunk was taken as
@@ -820,6 +844,28 @@ std::string Difference(const std::vector<uint8_t>& held, const std::vector<uint8
 // open chunks) must be exactly the per-grain reference's, and no count nor
 // *out changed; after the completed call, exactly the grains it handed out
 // are gone.
+TEST(FreeSpaceAllocationFailure, TakeRunIsAllOrNothing) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(4000, {}).ok());
+  uint64_t failures = 0;
+  for (uint64_t round = 0; round < 100; round++) {
+    const GrainRun r{round * 37 % 3900 + 1, 1 + round % 5};
+    if (!fs.index().RunHolding(r.start) || fs.index().RunHolding(r.start)->end() < r.end()) continue;
+    const auto before = fs.index().by_offset();
+    const uint64_t reserved = fs.reserved_grains();
+    ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+        [&] { ASSERT_TRUE(fs.TakeRun(r).ok()); },
+        [&](bool threw) {
+          ASSERT_EQ(fs.index().Check(), "");
+          if (!threw) return;
+          ASSERT_EQ(fs.index().by_offset(), before);
+          ASSERT_EQ(fs.reserved_grains(), reserved);
+        },
+        &failures));
+  }
+  EXPECT_GT(failures, 0u);
+}
+
 TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
   constexpr uint64_t kTotal = 20000;  // ~500 free runs: several leaves a tree
   constexpr int kLuns = 3;

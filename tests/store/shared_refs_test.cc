@@ -164,6 +164,36 @@ TEST(SharedRefs, IncRefusesRangesOutsideThePool) {
   EXPECT_TRUE(s.Inc(50, 0).ok());
 }
 
+TEST(SharedRefs, ReserveRegionsChangesNothingVisible) {
+  SharedRefs s(SharedRefs::kRegionGrains + 1);
+  ASSERT_TRUE(s.Inc(0, 4).ok());
+  const SharedRefs before = s;
+  s.ReserveRegions(5 * SharedRefs::kRegionGrains);
+  EXPECT_TRUE(s == before);
+  EXPECT_EQ(s.pool_grains(), SharedRefs::kRegionGrains + 1);
+  EXPECT_EQ(s.regions(), 2u);
+  EXPECT_EQ(s.Inc(SharedRefs::kRegionGrains + 1, 1).code(), Code::kInvalidArgument);
+  s.Grow(5 * SharedRefs::kRegionGrains);  // what was reserved
+  EXPECT_EQ(s.regions(), 5u);
+  EXPECT_EQ(s.SharedCount(0), 2u);
+}
+
+TEST(SharedRefs, GrowAdmitsTheNewGrainsAndKeepsTheRecords) {
+  SharedRefs s(100);
+  ASSERT_TRUE(s.Inc(90, 10).ok());
+  EXPECT_EQ(s.Inc(100, 1).code(), Code::kInvalidArgument);
+  s.Grow(50);  // smaller: nothing changes
+  EXPECT_EQ(s.pool_grains(), 100u);
+  s.Grow(3 * SharedRefs::kRegionGrains + 1);
+  EXPECT_EQ(s.pool_grains(), 3 * SharedRefs::kRegionGrains + 1);
+  EXPECT_EQ(s.regions(), 4u);
+  EXPECT_EQ(s.All(), (std::vector<SharedRecord>{{90, 10, 2}}));
+  ASSERT_TRUE(s.Inc(3 * SharedRefs::kRegionGrains, 1).ok());  // the last grain, in the new last region
+  EXPECT_EQ(s.RegionShared(3), 1u);
+  EXPECT_TRUE(s.AnyShared(3 * SharedRefs::kRegionGrains, 1));
+  EXPECT_EQ(s.Inc(3 * SharedRefs::kRegionGrains + 1, 1).code(), Code::kInvalidArgument);
+}
+
 TEST(SharedRefs, RebuildSweepsOverlapDepth) {
   // LUN 0 maps [0,10) and, by an XCOPY inside itself, [5,8) again; LUN 1 is
   // a clone of [0,6) plus its own [20,30).

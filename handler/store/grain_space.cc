@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "handler/store/grain_space.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+#include <optional>
+#include <string>
+
+#include "handler/store/names.h"
+
+namespace cowstore::store {
+
+GrainSpace::GrainSpace(uint64_t grain_bytes, uint64_t au_bytes)
+    : grain_bytes_(grain_bytes), au_bytes_(au_bytes), grains_per_au_(au_bytes / grain_bytes),
+      free_(grains_per_au_), shared_(0) {
+  assert(GrainRule(grain_bytes, au_bytes).empty());
+}
+
+Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus) {
+  if (grains > kMaxGrains) return Status(Code::kCorruption, "a pool of more than 2^48 grains");
+  const uint64_t g = grains_per_au_;
+  // Every mapped run, sorted: its union is what is mapped (a shared grain
+  // counts once), and no checkpoint AU may lie in it.
+  std::vector<std::vector<Run>> luns;
+  std::vector<GrainRun> mapped;
+  luns.reserve(st.luns.size());
+  for (const auto& [id, l] : st.luns) {
+    std::vector<Run>& runs = luns.emplace_back();
+    runs.reserve(l->map.extents());
+    for (const auto& [lba, e] : l->map.runs()) {
+      if (e.phys >= grains || e.len > grains - e.phys)
+        return Status(Code::kCorruption, "LUN " + l->name + " maps grains outside the pool");
+      runs.push_back({lba, e.phys, e.len});
+      mapped.push_back({e.phys, e.len});
+    }
+  }
+  std::sort(mapped.begin(), mapped.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  std::vector<GrainRun> allocated;  // the union of the maps, then the checkpoint's AUs
+  uint64_t mapped_grains = 0;
+  for (const GrainRun& r : mapped) {
+    if (!allocated.empty() && r.start <= allocated.back().end()) {
+      const uint64_t end = std::max(allocated.back().end(), r.end());
+      mapped_grains += end - allocated.back().end();
+      allocated.back().len = end - allocated.back().start;
+    } else {
+      allocated.push_back(r);
+      mapped_grains += r.len;
+    }
+  }
+  std::vector<uint64_t> sorted_aus = ckpt_aus;
+  std::sort(sorted_aus.begin(), sorted_aus.end());
+  size_t next_mapped = 0;  // the first union run that may reach the AU being checked
+  for (size_t i = 0; i < sorted_aus.size(); i++) {
+    const uint64_t a = sorted_aus[i];
+    if (a >= grains / g) return Status(Code::kCorruption, "checkpoint AU " + std::to_string(a) + " outside the pool");
+    if (i > 0 && sorted_aus[i - 1] == a) return Status(Code::kCorruption, "checkpoint AU " + std::to_string(a) + " named twice");
+    while (next_mapped < allocated.size() && allocated[next_mapped].end() <= a * g) next_mapped++;
+    if (next_mapped < allocated.size() && allocated[next_mapped].start < (a + 1) * g)
+      return Status(Code::kCorruption, "a checkpoint AU is mapped by a LUN: AU " + std::to_string(a));
+  }
+  // SharedRefs keeps the count field's own bound, so a later set_max_refs
+  // may raise ours; a lower one (tests) is checked here.
+  Result<SharedRefs> shared = SharedRefs::Rebuild(grains, luns);
+  if (!shared.ok()) return shared.status();
+  if (max_refs_ < kMaxRefs)
+    for (const SharedRecord& r : shared->All())
+      if (r.refs > max_refs_) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
+  for (uint64_t a : sorted_aus) allocated.push_back({a * g, g});
+  FreeSpace free(g);
+  if (Status s = free.Rebuild(grains, std::move(allocated)); !s.ok()) return s;
+  // Nothing below fails: the new state replaces the old whole.
+  total_ = grains;
+  free_ = std::move(free);
+  shared_ = std::move(*shared);
+  reserved_.Clear();
+  unshared_.Clear();
+  meta_aus_ = std::move(ckpt_aus);
+  meta_taken_ = meta_aus_.size();
+  mapped_ = mapped_grains;
+  return Status::Ok();
+}
+
+Status GrainSpace::ReserveIndex(uint64_t grains) {
+  if (grains > kMaxGrains)
+    return Status(Code::kInvalidArgument, "a pool holds at most 2^48 grains, not " + std::to_string(grains));
+  shared_.ReserveRegions(grains);
+  return Status::Ok();
+}
+
+void GrainSpace::Grow(uint64_t grains) {
+  if (grains <= total_) return;
+  assert(grains <= kMaxGrains);  // ReserveIndex refused more
+  free_.Grow(grains);    // all-or-nothing: first, so a throw changes nothing
+  shared_.Grow(grains);  // within ReserveIndex's capacity: cannot throw
+  total_ = grains;
+}
+
+Status GrainSpace::CheckRange(uint64_t phys, uint64_t n) const {
+  if (phys > total_ || n > total_ - phys)
+    return Status(Code::kInvalidArgument, "grains " + std::to_string(phys) + "+" + std::to_string(n) +
+                                              " lie outside the pool's " + std::to_string(total_));
+  return Status::Ok();
+}
+
+Status GrainSpace::Overflow(uint64_t p, uint64_t refs) const {
+  return Status(Code::kInvalidArgument,
+                "grain " + std::to_string(p) + " already has " + std::to_string(refs) +
+                    " references, as many as its count can hold: nothing was changed");
+}
+
+// A grain's count before the runs: a record's, else 0 if it is reserved and
+// no record maps it yet, else 1 (rule 1: Inc's REQUIRES). The runs' edges cut
+// the pool into pieces each run covers whole or not at all, so a piece's
+// depth is the gain of each of its grains; only pieces whose highest count
+// plus depth can pass the bound are looked at grain range by grain range.
+Status GrainSpace::CanInc(const std::vector<Run>& runs) const {
+  std::vector<std::pair<uint64_t, int>> edges;  // (grain, +1 start / -1 end)
+  edges.reserve(2 * runs.size());
+  for (const Run& r : runs) {
+    if (r.len == 0) continue;
+    if (Status s = CheckRange(r.phys, r.len); !s.ok()) return s;
+    edges.push_back({r.phys, +1});
+    edges.push_back({r.phys + r.len, -1});
+  }
+  std::sort(edges.begin(), edges.end());
+  uint64_t depth = 0;
+  for (size_t i = 0; i < edges.size();) {
+    const uint64_t at = edges[i].first;
+    for (; i < edges.size() && edges[i].first == at; i++) depth += edges[i].second;
+    if (depth == 0 || i == edges.size()) continue;
+    const uint64_t end = edges[i].first, n = end - at;
+    if (depth > max_refs_) return Overflow(at, refs(at));  // even a grain with no owner yet
+    // The highest count in [at, end): 1 (unrecorded mapped grains) unless
+    // records say more; reserved grains count 0.
+    if (depth + 1 <= max_refs_ && !shared_.AnyShared(at, n)) continue;  // common case: nothing shared here
+    std::vector<SharedRecord> recs;
+    shared_.Lookup(at, n, &recs);
+    for (const SharedRecord& r : recs)
+      if (r.refs + depth > max_refs_) return Overflow(r.phys, r.refs);
+    if (depth + 1 <= max_refs_) continue;
+    // The bound is within `depth` of one owner: an unrecorded grain that is
+    // not a reserved one with no owner yet passes it too.
+    uint64_t pos = at;
+    auto unrecorded_mapped = [&](uint64_t s, uint64_t e) -> uint64_t {  // first such grain in [s, e), or e
+      uint64_t first = e;
+      uint64_t q = s;
+      reserved_.Visit(s, e - s, [&](uint64_t rs, uint64_t rn, uint64_t owners) {
+        if (first != e) return;
+        if (rs > q) first = q;                     // a gap before this reservation: mapped
+        else if (owners > 0) first = rs;           // reserved and already mapped once
+        q = rs + rn;
+      });
+      if (first == e && q < e) first = q;
+      return first;
+    };
+    for (const SharedRecord& r : recs) {
+      if (r.phys > pos) {
+        uint64_t p = unrecorded_mapped(pos, r.phys);
+        if (p != r.phys) return Overflow(p, 1);
+      }
+      pos = r.phys + r.len;
+    }
+    if (pos < end) {
+      uint64_t p = unrecorded_mapped(pos, end);
+      if (p != end) return Overflow(p, 1);
+    }
+  }
+  return Status::Ok();
+}
+
+Status GrainSpace::Inc(uint64_t phys, uint64_t n) {
+  if (n == 0) return Status::Ok();
+  if (Status s = CheckRange(phys, n); !s.ok()) return s;
+  std::vector<SharedRecord> recs;
+  shared_.Lookup(phys, n, &recs);
+  for (const SharedRecord& r : recs)
+    if (r.refs >= max_refs_) return Overflow(r.phys, r.refs);  // max_refs_ >= 2: one owner always passes
+  // Reserved grains with no owner yet get their first; every other grain of
+  // the range (mapped, or reserved and mapped once) one more, in SharedRefs.
+  std::vector<GrainRun> fresh, more;
+  uint64_t pos = phys;
+  reserved_.Visit(phys, n, [&](uint64_t s, uint64_t len, uint64_t owners) {
+    if (owners != 0) return;  // counted as mapped below
+    if (s > pos) more.push_back({pos, s - pos});
+    fresh.push_back({s, len});
+    pos = s + len;
+  });
+  if (pos < phys + n) more.push_back({pos, phys + n - pos});
+  RangeValues::Spare spare(RangeValues::kAssignNodes * fresh.size());  // so the fresh grains' step cannot throw
+  for (const GrainRun& r : more) {
+    Status s = shared_.Inc(r.start, r.len);
+    assert(s.ok());  // range and bound checked above
+    (void)s;
+  }
+  for (const GrainRun& r : fresh) {
+    reserved_.Assign(r.start, r.len, 1, &spare);
+    mapped_ += r.len;
+  }
+  return Status::Ok();
+}
+
+void GrainSpace::Dec(uint64_t phys, uint64_t n, uint64_t tag) {
+  if (n == 0) return;
+  assert(CheckRange(phys, n).ok());
+  // Records at 2 leave one owner: on disk the grain is still shared until
+  // `tag` is durable.
+  std::vector<SharedRecord> recs;
+  shared_.Lookup(phys, n, &recs);
+  for (const SharedRecord& r : recs)
+    if (r.refs == 2) unshared_.Assign(r.phys, r.len, tag);
+  std::vector<GrainRun> freed;
+  shared_.Dec(phys, n, &freed);
+  for (const GrainRun& f : freed) {
+    Status s = free_.Free(f, tag);
+    assert(s.ok());  // REQUIRES: mapped, so neither free nor pending
+    (void)s;
+    mapped_ -= f.len;
+  }
+}
+
+bool GrainSpace::WritableInPlace(uint64_t p, uint64_t durable_ticket) const {
+  if (refs(p) != 1) return false;
+  uint64_t tag;
+  return !unshared_.Find(p, &tag) || tag <= durable_ticket;
+}
+
+std::vector<GrainRun> GrainSpace::ToRuns(std::vector<uint64_t> grains) {
+  std::sort(grains.begin(), grains.end());
+  std::vector<GrainRun> runs;
+  for (uint64_t p : grains) {
+    if (!runs.empty() && runs.back().end() == p)
+      runs.back().len++;
+    else
+      runs.push_back({p, 1});
+  }
+  return runs;
+}
+
+// All-or-nothing: the output's room first; then FreeSpace's Allocate (which
+// is); then the reservation nodes, giving the grains back if those throw.
+bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+  if (n > free_.free_grains()) return false;
+  out->reserve(out->size() + n);
+  std::vector<GrainRun> runs;
+  if (!free_.Allocate(n, AllocHint{}, &runs).ok()) return false;  // kNoSpace: nothing taken
+  std::optional<RangeValues::Spare> spare;
+  try {
+    // Taken grains were free, so in no reservation: each Assign only adds.
+    spare.emplace(RangeValues::kAssignNodes * runs.size());
+  } catch (...) {
+    GiveBack(runs);
+    throw;
+  }
+  // Nothing below allocates.
+  for (const GrainRun& r : runs) {
+    reserved_.Assign(r.start, r.len, 0, &*spare);
+    for (uint64_t p = r.start; p < r.end(); p++) out->push_back(p);
+  }
+  return true;
+}
+
+void GrainSpace::Mapped(const std::vector<uint64_t>& grains) {
+  const std::vector<GrainRun> runs = ToRuns(grains);
+  RangeValues::Spare spare(RangeValues::kEraseNodes * runs.size());
+  // Nothing below allocates: all-or-nothing.
+  for (const GrainRun& r : runs) reserved_.Erase(r.start, r.len, &spare);
+  free_.Mapped(grains.size());
+}
+
+void GrainSpace::Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) {
+  std::vector<uint64_t> bad = unzeroed;
+  std::sort(bad.begin(), bad.end());
+  std::vector<uint64_t> good, quarantine;
+  for (uint64_t p : grains) (std::binary_search(bad.begin(), bad.end(), p) ? quarantine : good).push_back(p);
+  const std::vector<GrainRun> runs[2] = {ToRuns(std::move(good)), ToRuns(std::move(quarantine))};
+  RangeValues::Spare spare(RangeValues::kEraseNodes * (runs[0].size() + runs[1].size()));
+  // Run by run, each whole: FreeSpace's Unreserve (all-or-nothing, may
+  // throw), then the reservation's erase (cannot). A throw leaves the runs
+  // before it given back and the rest reserved: every grain still tracked.
+  for (int i = 0; i < 2; i++) {
+    for (const GrainRun& r : runs[i]) {
+      Status s = free_.Unreserve(r, /*zeroed=*/i == 0);
+      assert(s.ok());  // REQUIRES: reserved
+      (void)s;
+      reserved_.Erase(r.start, r.len, &spare);
+    }
+  }
+}
+
+void GrainSpace::GiveBack(const std::vector<GrainRun>& taken) {
+  for (const GrainRun& r : taken) {
+    Status s = free_.Unreserve(r, /*zeroed=*/true);  // never written: as free as before
+    assert(s.ok());
+    (void)s;
+  }
+}
+
+std::vector<PendingRun> GrainSpace::TakeReleasable(uint64_t durable_ticket) {
+  std::vector<PendingRun> ready = free_.TakeReleasable(durable_ticket);
+  unshared_.EraseIf([&](uint64_t tag) { return tag <= durable_ticket; });
+  return ready;
+}
+
+void GrainSpace::Release(const PendingRun& r, bool zeroed) {
+  Status s = free_.Release(r, zeroed);
+  assert(s.ok());  // REQUIRES: r was taken by TakeReleasable
+  (void)s;
+}
+
+// The whole AUs inside free runs, longest runs first (so chunks are
+// sequential), up to n. A run of a class whose longest member is shorter
+// than an AU holds none, and neither does any later (shorter) class.
+uint64_t GrainSpace::PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const {
+  const uint64_t g = grains_per_au_;
+  uint64_t found = 0;
+  if (n == 0) return 0;
+  free_.index().VisitLongestFirst(0, [&](const GrainRun& r) {
+    const uint64_t class_max = (uint64_t{2} << (std::bit_width(r.len) - 1)) - 1;
+    if (class_max < g) return false;
+    const uint64_t first = (r.start + g - 1) / g, last = r.end() / g;  // AUs [first, last)
+    if (last > first) {
+      const uint64_t k = std::min(n - found, last - first);
+      if (plan) plan->push_back({first, k});
+      found += k;
+    }
+    return found < n;
+  });
+  return found;
+}
+
+bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
+  if (n == 0) return true;
+  const uint64_t g = grains_per_au_;
+  std::vector<GrainRun> plan;  // in AUs; planning changes nothing
+  if (PlanMeta(n, &plan) < n) return false;
+  // Exactly the planned AUs, each checked (in every build) to be free still.
+  // The plan's pieces lie in distinct free runs, so taking one leaves the
+  // others free: a refusal means the plan is wrong. The output's room and
+  // the list of what was taken come first; a piece that is refused or
+  // throws (a split run's new node) changes nothing itself, and the pieces
+  // before it go back.
+  out->reserve(out->size() + n);
+  std::vector<GrainRun> taken;  // in grains
+  taken.reserve(plan.size());
+  try {
+    for (const GrainRun& a : plan) {
+      const GrainRun r{a.start * g, a.len * g};
+      if (!free_.TakeRun(r).ok()) {
+        GiveBack(taken);
+        return false;
+      }
+      taken.push_back(r);
+    }
+  } catch (...) {
+    GiveBack(taken);
+    throw;
+  }
+  // Nothing below allocates.
+  free_.Mapped(n * g);  // allocated for good, like mapped grains
+  for (const GrainRun& a : plan)
+    for (uint64_t au = a.start; au < a.end(); au++) out->push_back(au);
+  meta_taken_ += n;
+  return true;
+}
+
+void GrainSpace::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
+  std::vector<uint64_t> old = std::move(meta_aus_);
+  meta_aus_ = std::move(aus);
+  meta_taken_ -= old.size();
+  // The old checkpoint is unreachable now: free it through the pending path.
+  for (const GrainRun& a : ToRuns(std::move(old))) {
+    Status s = free_.Free({a.start * grains_per_au_, a.len * grains_per_au_}, tag);
+    assert(s.ok());
+    (void)s;
+  }
+}
+
+uint32_t GrainSpace::refs(uint64_t p) const {
+  if (const uint64_t c = shared_.SharedCount(p); c != 0) return static_cast<uint32_t>(c);
+  uint64_t owners;
+  if (reserved_.Find(p, &owners)) return static_cast<uint32_t>(owners);
+  return 1;
+}
+
+void GrainSpace::set_max_refs(uint32_t m) {
+  assert(m >= 2);
+  max_refs_ = std::max<uint32_t>(m, 2);
+}
+
+size_t GrainSpace::MemoryBytes() const {
+  return free_.index().MemoryBytes() + shared_.MemoryBytes() + shared_.regions() * sizeof(uint32_t);
+}
+
+}  // namespace cowstore::store

@@ -1,0 +1,232 @@
+// SPDX-License-Identifier: Apache-2.0
+// Format v3's space map (docs/design/store-v3.md 3.2-3.5): the same calls as
+// the flat SpaceMap (space_map.h), with the same meanings, kept in grains over
+// FreeSpace (free grains as runs; reserve/pending/releasing/quarantine counts)
+// and SharedRefs (counts of grains with two owners or more). Nothing here is
+// per grain or per AU: RAM follows what is free, shared or in flight, never
+// the pool's size (store_grain_space_test measures it).
+//
+// Units. Every count, grain number and run is in grains, except the
+// checkpoint's chunks: TakeMeta, InstallMeta, meta_aus and Rebuild's
+// `ckpt_aus` name whole AUs (AU a is grains [a*g, (a+1)*g), g =
+// grains_per_au()), because that is what the checkpoint chain writes and the
+// superblock names. At grain == AU (the differential test) the two coincide.
+//
+// Where it differs from SpaceMap, and why (each rule is tested):
+// 1. A mapped grain with one owner is recorded nowhere: it is the grain that
+//    is neither free (FreeSpace's index), reserved, pending, releasing,
+//    quarantined nor metadata, and has no SharedRefs record. So refs(p) and
+//    WritableInPlace(p) answer only for grains a LUN maps (and reserved
+//    ones): the only grains Core asks about (data_path.cc, lun_table.cc).
+//    SpaceMap answers 0 / false for any other unit; telling a releasing or
+//    quarantined grain from a mapped one would need the per-grain state
+//    v3 removes.
+// 2. There is no per-unit state: state(), all_states(), all_refs() and
+//    free() (FreeRuns) have no equivalent. The check compares shared() with
+//    SharedRefs::Rebuild of the maps and the counts with a recount instead;
+//    recovery punches free_runs().
+// 3. Metadata chunks are whole, AU-aligned AUs carved out of the grain space
+//    (3.4 "Where pages go"): TakeMeta takes only AUs all of whose grains are
+//    free, from the longest free runs first (so chunks are sequential), and
+//    never grains past the last whole AU. So TakeMeta(n) may refuse while
+//    free_units() >= n * grains_per_au() (free grains scattered); at
+//    grain == AU it refuses exactly when SpaceMap does.
+// 4. Which free grains Reserve and TakeMeta pick differs (FreeSpace's
+//    goal/best-fit policy, not SpaceMap's next-fit cursor); counts, success
+//    and every per-grain answer agree.
+// 5. Grow cannot be made infallible by ReserveIndex: FreeRunIndex::Insert of
+//    the new grains may need a tree node (a new run, or the merged last run
+//    moving to a higher size class), and RunTree has no public way to hold one
+//    ahead. What ReserveIndex allocates ahead is the only structure that
+//    grows with the pool, SharedRefs' region counters (4 bytes per 16 MiB).
+//    So Core's Grow, which calls Grow after the superblock names the new
+//    size, must treat a throw there as it treats a failed superblock write
+//    (fail the pool: reopening indexes the new size), or the lead's wiring
+//    gives RunTree a spare-node reserve (the one change that makes Grow
+//    infallible).
+// 6. max_refs must be >= 2 (a count of 1 is an unshared grain: SharedRefs
+//    records start at 2). Inc and CanInc check range bounds (kInvalidArgument
+//    beyond the pool) where SpaceMap indexes out of bounds; Rebuild refuses
+//    checkpoint AUs outside the pool or named twice, and leaves the previous
+//    state whole when it refuses.
+// 7. Reserve keeps no per-LUN chunk (it has no LUN to go by): every request
+//    is served from the index like metadata. Per-LUN chunks (3.5) need a LUN
+//    in the call, which is the seam's next change (AllocHint).
+// 8. std::bad_alloc. Reserve, Mapped, TakeMeta, ReserveIndex, Grow and
+//    Rebuild are all-or-nothing: output room and reservation nodes are
+//    allocated before anything changes, and TakeMeta/Reserve give back what
+//    they took from FreeSpace if a later step throws. Two windows remain:
+//    - that give-back re-inserts runs into the free index, which may itself
+//      need a node; if it throws too, those grains stay counted reserved and
+//      in no reservation: lost to allocation until the next open's Rebuild,
+//      never handed out twice.
+//    - Unreserve gives back run by run (each whole): a throw leaves the
+//      runs before it free and the rest reserved, every grain in exactly one
+//      place; the rest stay reserved (counted) until the next open.
+//    Inc, Dec and InstallMeta change several structures run by run and are
+//    not all-or-nothing (SharedRefs' Inc/Dec and FreeSpace's Free each are,
+//    per run). Core calls Inc/Dec only inside ApplyRecord, whose catch fails
+//    the pool (pool_impl.cc, Core::Apply: meta_failed_, queue_.Fail), and
+//    reopening rebuilds everything from the maps; InstallMeta must get the
+//    same treatment when this class is wired in (checkpoint.cc calls it
+//    after the superblock is written, outside any such catch today).
+// 9. For Core's wiring: at grain < AU, data reservations can leave no whole
+//    free AU while many grains are free, so TakeMeta can fail where
+//    free_units() promised room. Core's affordability (AffordableLocked,
+//    AffordableToFreeLocked) must count the checkpoint's share in whole free
+//    AUs (free_whole_aus(k) >= k for k = CkptUnits(...)) and only the data's
+//    in free_units() less those AUs' grains.
+//
+// Not thread-safe: the pool guards it with its metadata lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "handler/store/free_space.h"
+#include "handler/store/meta.h"
+#include "handler/store/range_values.h"
+#include "handler/store/shared_refs.h"
+#include "handler/store/soft_threshold.h"
+#include "handler/store/space_map.h"  // PendingRun
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+class GrainSpace {
+ public:
+  // REQUIRES: GrainRule(grain_bytes, au_bytes) holds (names.h).
+  GrainSpace(uint64_t grain_bytes, uint64_t au_bytes);
+
+  // Rebuilds everything from the LUN maps of `st` (runs in grains) and the
+  // checkpoint's AUs, over `grains` grains: grains neither mapped nor
+  // metadata become free. kCorruption, changing nothing, if a map run leaves
+  // the pool or covers a checkpoint AU, a checkpoint AU is outside the pool
+  // or named twice, or a count passes max_refs().
+  Status Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  // The most grains a pool may have (the packed record's 48-bit grain):
+  // Rebuild refuses more, so ReserveIndex refuses to grow past it.
+  static constexpr uint64_t kMaxGrains = SharedRefs::kMaxPoolGrains;
+  // Allocates ahead what a Grow to `grains` grains needs that scales with
+  // the pool (the region counters; see rule 5 above), changing nothing
+  // visible. kInvalidArgument, changing nothing, past kMaxGrains: a pool
+  // must never be grown to a size it cannot reopen. std::bad_alloc if
+  // memory cannot hold the counters.
+  Status ReserveIndex(uint64_t grains);
+  // The pool grew to `grains` grains; the new ones are free.
+  // REQUIRES: ReserveIndex(grains) succeeded.
+  void Grow(uint64_t grains);
+
+  // Reference counts, as records are applied; `tag` as in SpaceMap. Inc of a
+  // reserved grain takes it from 0 to 1 owner (a fresh grain mapped by its
+  // record), of a mapped grain from k to k+1 (clone, XCOPY). Inc refuses
+  // with kInvalidArgument, changing nothing, a range leaving the pool or an
+  // increment past max_refs(); CanInc answers the same for several runs at
+  // once (a grain gains one reference per run naming it).
+  // REQUIRES (Inc): every grain is mapped or reserved. (Dec): mapped, not
+  // reserved (Core calls Mapped right after the record that maps them).
+  static constexpr uint32_t kMaxRefs = UINT32_MAX;
+  Status CanInc(const std::vector<Run>& runs) const;
+  Status Inc(uint64_t phys, uint64_t n);
+  void Dec(uint64_t phys, uint64_t n, uint64_t tag);
+  // True if grain p may be overwritten in place: one owner, and no state
+  // newer than `durable_ticket` on disk still shares it.
+  // REQUIRES: p is mapped (rule 1 above).
+  bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const;
+
+  // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
+  bool Reserve(uint64_t n, std::vector<uint64_t>* out);
+  void Mapped(const std::vector<uint64_t>& grains);
+  void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed);
+
+  // Pending frees, as SpaceMap's: runs of grains, in grain order, merged
+  // where contiguous.
+  bool has_pending() const { return free_.has_pending(); }
+  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
+  void Release(const PendingRun& r, bool zeroed);
+  uint64_t releasing_units() const { return free_.releasing_grains(); }
+
+  // Checkpoint chunks, in AUs (rule 3 above). TakeMeta takes n whole free
+  // AUs (false, taking nothing, if fewer are); InstallMeta makes `aus` the
+  // current checkpoint and retires the previous one through the pending
+  // path, reusable once ticket `tag` is durable.
+  bool TakeMeta(uint64_t n, std::vector<uint64_t>* out);
+  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag);
+  const std::vector<uint64_t>& meta_aus() const { return meta_aus_; }
+  // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
+  // exactly when free_whole_aus(n) == n (rule 9). O(free runs visited):
+  // longest first, so usually a few.
+  uint64_t free_whole_aus(uint64_t limit = UINT64_MAX) const { return PlanMeta(limit, nullptr); }
+
+  // Soft threshold (a percentage of the pool's grains; 0: none), as
+  // SpaceMap's: the rule is soft_threshold.h's.
+  void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
+  uint64_t soft_threshold_units() const { return SoftThresholdUnits(total_, soft_percent_); }
+  bool CrossedSoftThreshold(uint64_t free_before) const {
+    return SoftThresholdCrossed(total_, soft_percent_, free_before, free_.free_grains(), free_.releasing_grains());
+  }
+
+  uint64_t total_units() const { return total_; }
+  // Owners of grain p: 0 for a reserved grain no record maps yet.
+  // REQUIRES: p is mapped or reserved (rule 1 above).
+  uint32_t refs(uint64_t p) const;
+  uint32_t max_refs() const { return max_refs_; }
+  // Tests lower the bound to reach it (default kMaxRefs). REQUIRES: m >= 2.
+  void set_max_refs(uint32_t m);
+  // Grains of the mapped runs with other owners, and the rest (v3's answer
+  // to the per-unit `refs(p) > 1` loops in Core: O(runs x log records)).
+  LunShare Usage(const std::vector<Run>& runs) const { return shared_.Usage(runs); }
+
+  // Counts, all in grains. meta_units: the current checkpoint's AUs and
+  // those taken for the next, times grains_per_au().
+  uint64_t free_units() const { return free_.free_grains(); }
+  uint64_t mapped_units() const { return mapped_; }
+  uint64_t shared_units() const { return shared_.shared_grains(); }
+  uint64_t meta_units() const { return meta_taken_ * grains_per_au_; }
+  uint64_t reserved_units() const { return free_.reserved_grains(); }
+  uint64_t pending_units() const { return free_.pending_grains(); }
+  uint64_t quarantined_units() const { return free_.quarantined_grains(); }
+  // Every free run, start -> length (a copy: recovery punches them, the
+  // check compares them).
+  std::map<uint64_t, uint64_t> free_runs() const { return free_.index().by_offset(); }
+
+  uint64_t grain_bytes() const { return grain_bytes_; }
+  uint64_t au_bytes() const { return au_bytes_; }
+  uint64_t grains_per_au() const { return grains_per_au_; }
+  const SharedRefs& shared() const { return shared_; }
+  const FreeSpace& free_space() const { return free_; }
+  // Heap bytes the structures hold that stay with the pool (the free
+  // indexes, the shared records, the region counters); the in-flight sets
+  // (reservations, marks, pending frees) are counted by a heap measure only.
+  size_t MemoryBytes() const;
+
+ private:
+  // kInvalidArgument unless [phys, phys+n) lies in the pool.
+  Status CheckRange(uint64_t phys, uint64_t n) const;
+  Status Overflow(uint64_t p, uint64_t refs) const;
+  // The grains in sorted, merged runs.
+  static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
+  // Plans (changing nothing) up to n whole free AUs for TakeMeta, appending
+  // them as runs of AUs to *plan (may be null); returns how many it found.
+  uint64_t PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const;
+  // Puts runs taken by FreeSpace::TakeRun and used for nothing back.
+  void GiveBack(const std::vector<GrainRun>& taken);
+
+  uint64_t grain_bytes_, au_bytes_, grains_per_au_;
+  uint64_t total_ = 0;
+  FreeSpace free_;
+  SharedRefs shared_;
+  // Reserved grains -> owners so far (0, or 1 once a record mapped them).
+  RangeValues reserved_;
+  // Grains whose count fell to 1 in a record not yet durable -> its ticket:
+  // they must not be overwritten in place before it is (v1's rule, by range).
+  RangeValues unshared_;
+  std::vector<uint64_t> meta_aus_;  // the current checkpoint's AUs, in order
+  uint64_t meta_taken_ = 0;         // AUs: meta_aus_ and those taken for the next
+  uint64_t mapped_ = 0;             // grains with one owner or more
+  uint32_t soft_percent_ = 0;
+  uint32_t max_refs_ = kMaxRefs;
+};
+
+}  // namespace cowstore::store

@@ -1,0 +1,1059 @@
+// SPDX-License-Identifier: Apache-2.0
+// Format v3's space map (grain_space.h):
+// - differentially against the flat SpaceMap at grain == AU, both driven by
+//   the same seeded random calls and compared after every step;
+// - at grain < AU: metadata chunks, per-grain sharing and the in-place rule,
+//   Rebuild against the incremental state;
+// - its RAM at 16 TiB of 4 KiB grains with 1 M extents.
+#include "handler/store/grain_space.h"
+
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "handler/store/space_map.h"
+#include "tests/common/sanitizers.h"
+
+#if COWSTORE_CAN_REPLACE_NEW()
+// Allocation failure on demand (GrainSpaceAllocationFailure): the next
+// t_fail_in allocations succeed, the one after throws, then all succeed.
+namespace {
+thread_local int64_t t_fail_in = -1;
+}  // namespace
+void* operator new(std::size_t n) {
+  if (t_fail_in == 0) {
+    t_fail_in = -1;
+    throw std::bad_alloc();
+  }
+  if (t_fail_in > 0) t_fail_in--;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"  // operator new above is malloc
+#endif
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif  // COWSTORE_CAN_REPLACE_NEW()
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t kNone = UINT64_MAX;
+using MapRun = Run;  // inside a TEST, Run names testing::Test::Run
+constexpr uint64_t KiB = 1024, MiB = 1024 * KiB;
+
+// A state whose LUN i maps luns[i]'s runs (lba, phys, len), in grains.
+MetaState StateOf(const std::vector<std::vector<Run>>& luns, uint64_t max_phys = ExtentMap::kMaxPhys) {
+  MetaState st;
+  st.au = 4096;
+  for (size_t i = 0; i < luns.size(); i++) {
+    auto l = std::make_shared<LunState>();
+    l->id = static_cast<uint32_t>(i + 1);
+    l->name = "lun" + std::to_string(i + 1);
+    l->map = ExtentMap(max_phys);
+    uint64_t end = 0;
+    for (const Run& r : luns[i]) {
+      if (!l->map.Insert(r.lba, r.phys, r.len).ok()) std::abort();
+      end = std::max(end, r.lba + r.len);
+    }
+    l->size = end * st.au;
+    st.AddLun(l);
+  }
+  return st;
+}
+
+// The grains of the runs, each once (a set).
+std::set<uint64_t> GrainsOf(const std::vector<PendingRun>& runs) {
+  std::set<uint64_t> s;
+  for (const PendingRun& r : runs)
+    for (uint64_t p = r.phys; p < r.phys + r.n; p++) s.insert(p);
+  return s;
+}
+
+// Runs sorted by grain, none touching the next: what TakeReleasable promises.
+void ExpectSortedAndMerged(const std::vector<PendingRun>& runs) {
+  for (size_t i = 1; i < runs.size(); i++) EXPECT_LT(runs[i - 1].phys + runs[i - 1].n, runs[i].phys);
+}
+
+// ------------------------------------------------ soft threshold
+
+TEST(SoftThreshold, CrossedOnlyFromBelowToAtOrAboveWithReleasingNotUsed) {
+  EXPECT_EQ(SoftThresholdUnits(1000, 80), 800u);
+  EXPECT_EQ(SoftThresholdUnits(1000, 0), 0u);
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 0, 1000, 0, 0));      // none set
+  EXPECT_TRUE(SoftThresholdCrossed(1000, 80, 201, 200, 0));     // 799 -> 800 used
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 200, 199, 0));    // above already
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 300, 202, 0));    // still below
+  // 100 being punched: 650 -> 750 used, no crossing; were they counted as
+  // used (750 -> 850), it would be one.
+  EXPECT_FALSE(SoftThresholdCrossed(1000, 80, 250, 150, 100));
+  EXPECT_TRUE(SoftThresholdCrossed(1000, 80, 250, 150, 0));
+}
+
+// ------------------------------------------------ RangeValues
+
+std::map<uint64_t, std::pair<uint64_t, uint64_t>> Pieces(const RangeValues& r) {  // start -> (len, value)
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> m;
+  r.Visit(0, UINT64_MAX / 2, [&](uint64_t s, uint64_t n, uint64_t v) { m[s] = {n, v}; });
+  return m;
+}
+
+TEST(RangeValues, AssignSplitsReplacesAndMergesEqualNeighbours) {
+  using P = std::map<uint64_t, std::pair<uint64_t, uint64_t>>;
+  RangeValues r;
+  r.Assign(10, 10, 1);
+  r.Assign(14, 2, 7);  // splits [10, 20) in three
+  EXPECT_EQ(Pieces(r), (P{{10, {4, 1}}, {14, {2, 7}}, {16, {4, 1}}}));
+  r.Assign(14, 2, 1);  // equal to both neighbours: one range again
+  EXPECT_EQ(Pieces(r), (P{{10, {10, 1}}}));
+  EXPECT_EQ(r.ranges(), 1u);
+  r.Assign(20, 5, 1);  // touches on the right, same value: merges
+  r.Assign(5, 5, 2);   // touches on the left, another value: stays apart
+  EXPECT_EQ(Pieces(r), (P{{5, {5, 2}}, {10, {15, 1}}}));
+  r.Erase(8, 4);  // cuts the end of one range and the start of the next
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}, {12, {13, 1}}}));
+  r.Erase(14, 2);  // a hole inside one range
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}, {12, {2, 1}}, {16, {9, 1}}}));
+  uint64_t v = 0;
+  EXPECT_TRUE(r.Find(13, &v));
+  EXPECT_EQ(v, 1u);
+  EXPECT_FALSE(r.Find(14, &v));
+  EXPECT_FALSE(r.Find(25, &v));
+  EXPECT_EQ(r.grains(), 14u);
+  std::vector<std::pair<uint64_t, uint64_t>> seen;  // Visit clips to its range
+  r.Visit(6, 8, [&](uint64_t s, uint64_t n, uint64_t) { seen.push_back({s, n}); });
+  EXPECT_EQ(seen, (std::vector<std::pair<uint64_t, uint64_t>>{{6, 2}, {12, 2}}));
+  r.EraseIf([](uint64_t value) { return value == 1; });
+  EXPECT_EQ(Pieces(r), (P{{5, {3, 2}}}));
+}
+
+// ------------------------------------------------ 1. SpaceMap vs GrainSpace
+//
+// Both start from the same state and get the same calls. Where they may
+// legitimately differ is WHICH free units Reserve and TakeMeta hand out
+// (next-fit cursor vs FreeSpace's policy). So the test keeps a bijection
+// `pi_` from every unit SpaceMap holds out of its free list to the grain
+// GrainSpace handed out for it in the same call, and addresses every later
+// call on a unit to pi_(unit) on the GrainSpace side. Then every per-unit
+// answer (refs, WritableInPlace, what TakeReleasable returns) must agree
+// through pi_, every count must agree exactly, and each side's free set must
+// be exactly the complement of what it holds out (each side's own
+// invariant: nothing handed out twice, nothing lost).
+// How often the random calls reached each case worth comparing, so that a
+// change to the driver cannot quietly stop exercising one.
+struct Seen {
+  uint64_t reserve_refused = 0, meta_refused = 0, inc_refused = 0, can_inc_refused = 0;
+  uint64_t quarantined = 0, released = 0, grown = 0, rebuilt = 0, marks = 0, crossings = 0, reserved_at_bound = 0;
+};
+
+class Differential {
+ public:
+  Differential(uint64_t seed, uint64_t units, uint32_t max_refs)
+      : rng_(seed), gs_(4096, 4096) {
+    sm_.set_max_refs(max_refs);
+    gs_.set_max_refs(max_refs);
+    const uint32_t soft = static_cast<uint32_t>(rng_() % 90) + 5;
+    sm_.set_soft_percent(soft);
+    gs_.set_soft_percent(soft);
+    pi_.assign(units, kNone);
+    owners_.assign(units, 0);
+    Rebuild();
+  }
+
+  void Step() {
+    const int op = static_cast<int>(rng_() % 100);
+    if (op < 18) ReserveSome();
+    else if (op < 33) MapSome();
+    else if (op < 36) MappedLater();
+    else if (op < 45) CloneSome();
+    else if (op < 50) CanIncSome();
+    else if (op < 64) UnmapSome();
+    else if (op < 70) AdvanceDurable();
+    else if (op < 77) TakeReleasable();
+    else if (op < 85) ReleaseSome();
+    else if (op < 89) Checkpoint();
+    else if (op < 92) UnreserveSome();
+    else if (op < 94) GrowSome();
+    else if (op < 96) Rebuild();
+    else ReserveAndGiveBack();
+    if (rng_() % 2) ticket_++;  // records share a ticket, or not
+  }
+
+  // Every count and every per-unit answer both give.
+  void Compare(const std::string& where) {
+    SCOPED_TRACE(where);
+    const uint64_t units = sm_.total_units();
+    ASSERT_EQ(gs_.total_units(), units);
+    EXPECT_EQ(gs_.free_units(), sm_.free_units());
+    EXPECT_EQ(gs_.mapped_units(), sm_.mapped_units());
+    EXPECT_EQ(gs_.shared_units(), sm_.shared_units());
+    EXPECT_EQ(gs_.meta_units(), sm_.meta_units());
+    EXPECT_EQ(gs_.reserved_units(), sm_.reserved_units());
+    EXPECT_EQ(gs_.pending_units(), sm_.pending_units());
+    EXPECT_EQ(gs_.releasing_units(), sm_.releasing_units());
+    uint64_t quarantined = 0;
+    for (uint64_t p = 0; p < units; p++) quarantined += sm_.state(p) == AuState::kQuarantine;
+    EXPECT_EQ(gs_.quarantined_units(), quarantined);
+    EXPECT_EQ(gs_.has_pending(), sm_.has_pending());
+    EXPECT_EQ(gs_.soft_threshold_units(), sm_.soft_threshold_units());
+    EXPECT_EQ(gs_.meta_aus().size(), sm_.meta_aus().size());
+    // Per unit: counts (the model's too) and the in-place rule, at the
+    // durable ticket and at the newest one, for every mapped or reserved unit.
+    for (uint64_t u = 0; u < units; u++) {
+      const AuState s = sm_.state(u);
+      if (s != AuState::kNone && s != AuState::kReserved) continue;
+      ASSERT_NE(pi_[u], kNone) << "unit " << u;
+      EXPECT_EQ(sm_.refs(u), owners_[u]) << "unit " << u;
+      EXPECT_EQ(gs_.refs(pi_[u]), sm_.refs(u)) << "unit " << u;
+      for (uint64_t d : {durable_, ticket_})
+        EXPECT_EQ(gs_.WritableInPlace(pi_[u], d), sm_.WritableInPlace(u, d)) << "unit " << u << " at " << d;
+      seen_.marks += !sm_.WritableInPlace(u, durable_) && sm_.WritableInPlace(u, ticket_);
+    }
+    // Each side's own invariant: free is exactly what it does not hold out.
+    std::vector<bool> gs_free(units, false), held(units, false);
+    for (const auto& [p, n] : gs_.free_runs())
+      for (uint64_t q = p; q < p + n; q++) gs_free[q] = true;
+    for (uint64_t u = 0; u < units; u++) {
+      EXPECT_EQ(sm_.state(u) == AuState::kFree, pi_[u] == kNone) << "unit " << u;
+      if (pi_[u] == kNone) continue;
+      ASSERT_LT(pi_[u], units);
+      EXPECT_FALSE(held[pi_[u]]) << "grain " << pi_[u] << " held for two units";
+      held[pi_[u]] = true;
+    }
+    for (uint64_t g = 0; g < units; g++) EXPECT_NE(gs_free[g], held[g]) << "grain " << g;
+    // The checkpoint's AUs, from GrainSpace's own side: exactly the grains
+    // its FreeSpace does not hold free and that no unit SpaceMap holds for
+    // anything but metadata is paired with (so an AU taken from the index
+    // other than the one named, or named and not taken, shows).
+    std::set<uint64_t> not_free_not_data;
+    for (uint64_t g = 0; g < units; g++)
+      if (!gs_free[g]) not_free_not_data.insert(g);
+    for (uint64_t u = 0; u < units; u++)
+      if (pi_[u] != kNone && sm_.state(u) != AuState::kMeta) not_free_not_data.erase(pi_[u]);
+    EXPECT_EQ(std::set<uint64_t>(gs_.meta_aus().begin(), gs_.meta_aus().end()), not_free_not_data);
+  }
+
+ Seen seen_;
+
+ private:
+  // The GrainSpace runs of SpaceMap's units [u, u+n) (pi_ is not monotonic).
+  std::vector<GrainRun> Image(uint64_t u, uint64_t n) const {
+    std::vector<uint64_t> g;
+    for (uint64_t q = u; q < u + n; q++) g.push_back(pi_[q]);
+    std::sort(g.begin(), g.end());
+    std::vector<GrainRun> runs;
+    for (uint64_t p : g) {
+      if (!runs.empty() && runs.back().end() == p) runs.back().len++;
+      else runs.push_back({p, 1});
+    }
+    return runs;
+  }
+  std::vector<uint64_t> Map(const std::vector<uint64_t>& units) const {
+    std::vector<uint64_t> g;
+    for (uint64_t u : units) g.push_back(pi_[u]);
+    return g;
+  }
+  // Hands out SpaceMap's units to GrainSpace's grains in call order.
+  void Pair(const std::vector<uint64_t>& sm, const std::vector<uint64_t>& gs) {
+    ASSERT_EQ(sm.size(), gs.size());
+    for (size_t i = 0; i < sm.size(); i++) {
+      ASSERT_EQ(pi_[sm[i]], kNone) << "SpaceMap handed out unit " << sm[i] << " twice";
+      pi_[sm[i]] = gs[i];
+    }
+  }
+  // A run of up to `max` units starting at a random one that `ok` accepts.
+  bool PickRun(uint64_t max, bool (Differential::*ok)(uint64_t) const, uint64_t* u, uint64_t* n) {
+    const uint64_t units = sm_.total_units();
+    const uint64_t start = rng_() % units;
+    for (uint64_t i = 0; i < units; i++) {
+      const uint64_t p = (start + i) % units;
+      if (!(this->*ok)(p)) continue;
+      uint64_t len = 1;
+      const uint64_t want = 1 + rng_() % max;
+      while (len < want && p + len < units && (this->*ok)(p + len)) len++;
+      *u = p;
+      *n = len;
+      return true;
+    }
+    return false;
+  }
+  bool IsMapped(uint64_t u) const { return owners_[u] > 0 && sm_.state(u) == AuState::kNone; }
+  bool IsMappedOrIncd(uint64_t u) const { return owners_[u] > 0; }
+  // Mapped, or reserved with no owner yet (CanInc counts those from 0).
+  bool IsHeldForData(uint64_t u) const { return owners_[u] > 0 || sm_.state(u) == AuState::kReserved; }
+
+  void ReserveSome() {
+    const uint64_t n = 1 + rng_() % 8;
+    std::vector<uint64_t> a, b;
+    const uint64_t sm_before = sm_.free_units(), gs_before = gs_.free_units();
+    const bool sm_ok = sm_.Reserve(n, &a);
+    const bool gs_ok = gs_.Reserve(n, &b);
+    ASSERT_EQ(gs_ok, sm_ok) << n << " of " << sm_before;
+    EXPECT_EQ(sm_ok, n <= sm_before);
+    EXPECT_EQ(gs_.CrossedSoftThreshold(gs_before), sm_.CrossedSoftThreshold(sm_before));
+    seen_.crossings += sm_.CrossedSoftThreshold(sm_before);
+    seen_.reserve_refused += !sm_ok;
+    if (!sm_ok) {
+      EXPECT_TRUE(b.empty());
+      return;
+    }
+    Pair(a, b);
+    reserved_.insert(reserved_.end(), a.begin(), a.end());
+  }
+
+  // A record maps some reserved units (Inc), and usually Mapped follows.
+  void MapSome() {
+    if (reserved_.empty()) return;
+    std::shuffle(reserved_.begin(), reserved_.end(), rng_);
+    const size_t k = 1 + rng_() % reserved_.size();
+    std::vector<uint64_t> units(reserved_.end() - static_cast<long>(k), reserved_.end());
+    reserved_.resize(reserved_.size() - k);
+    for (uint64_t u : units) {
+      ASSERT_TRUE(sm_.Inc(u, 1).ok());
+      ASSERT_TRUE(gs_.Inc(pi_[u], 1).ok());
+      owners_[u] = 1;
+    }
+    if (rng_() % 4 == 0) {
+      incd_.insert(incd_.end(), units.begin(), units.end());
+      return;
+    }
+    sm_.Mapped(units);
+    gs_.Mapped(Map(units));
+  }
+  void MappedLater() {
+    sm_.Mapped(incd_);
+    gs_.Mapped(Map(incd_));
+    incd_.clear();
+  }
+
+  // A clone or XCOPY: a run of mapped units gains an owner (maybe refused).
+  void CloneSome() {
+    uint64_t u, n;
+    if (!PickRun(6, &Differential::IsMappedOrIncd, &u, &n)) return;
+    const std::vector<GrainRun> image = Image(u, n);
+    const Status s = sm_.Inc(u, n);
+    Status g = Status::Ok();
+    if (image.size() == 1) {
+      g = gs_.Inc(image[0].start, image[0].len);
+    } else {  // several GrainSpace calls: all-or-nothing through CanInc, as ApplyRecord does
+      std::vector<Run> runs;
+      for (const GrainRun& r : image) runs.push_back({0, r.start, r.len});
+      g = gs_.CanInc(runs);
+      for (const GrainRun& r : image) {
+        if (g.ok()) {
+          ASSERT_TRUE(gs_.Inc(r.start, r.len).ok());
+        }
+      }
+    }
+    ASSERT_EQ(g.code(), s.code()) << s.ToString() << " / " << g.ToString();
+    seen_.inc_refused += !s.ok();
+    if (s.ok())
+      for (uint64_t q = u; q < u + n; q++) owners_[q]++;
+  }
+
+  // Several runs at once, overlapping: a unit gains one per run naming it.
+  void CanIncSome() {
+    std::vector<Run> sm_runs, gs_runs;
+    const int k = 1 + static_cast<int>(rng_() % 4);
+    const bool reserved_too = rng_() % 2;
+    for (int i = 0; i < k; i++) {
+      uint64_t u, n;
+      if (!PickRun(4, reserved_too ? &Differential::IsHeldForData : &Differential::IsMappedOrIncd, &u, &n)) return;
+      sm_runs.push_back({0, u, n});
+      for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      // With a small bound, a run over reserved grains sometimes named
+      // max_refs times: its mapped grains pass the bound, its reserved ones
+      // with no owner yet reach it exactly.
+      const uint64_t again = reserved_too && i == 0 && sm_.max_refs() <= 8 && rng_() % 2 ? sm_.max_refs() - 1 : 0;
+      for (uint64_t j = 0; j < again; j++) {
+        sm_runs.push_back({0, u, n});
+        for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      }
+      if (rng_() % 2) {  // the same run again: a second reference to each unit
+        sm_runs.push_back({0, u, n});
+        for (const GrainRun& r : Image(u, n)) gs_runs.push_back({0, r.start, r.len});
+      }
+    }
+    const Status s = sm_.CanInc(sm_runs);
+    EXPECT_EQ(gs_.CanInc(gs_runs).code(), s.code());
+    seen_.can_inc_refused += !s.ok();
+    // The case a reserved grain's 0 decides: one with no owner yet at depth
+    // == max_refs (it passes) in the same runs as a mapped one.
+    std::vector<uint64_t> depth(sm_.total_units(), 0);
+    bool mapped = false, reserved_at_bound = false;
+    for (const Run& r : sm_runs)
+      for (uint64_t q = r.phys; q < r.phys + r.len; q++) {
+        depth[q]++;
+        mapped |= owners_[q] > 0;
+      }
+    for (uint64_t q = 0; q < depth.size(); q++)
+      reserved_at_bound |= owners_[q] == 0 && depth[q] == sm_.max_refs();
+    seen_.reserved_at_bound += mapped && reserved_at_bound;
+  }
+
+  void UnmapSome() {
+    uint64_t u, n;
+    if (!PickRun(6, &Differential::IsMapped, &u, &n)) return;
+    const uint64_t tag = ticket_ + 1;  // the ticket the record will get
+    sm_.Dec(u, n, tag);
+    for (const GrainRun& r : Image(u, n)) gs_.Dec(r.start, r.len, tag);
+    for (uint64_t q = u; q < u + n; q++) owners_[q]--;
+  }
+
+  void AdvanceDurable() {
+    if (ticket_ > durable_) durable_ += 1 + rng_() % (ticket_ - durable_);
+  }
+
+  void TakeReleasable() {
+    const std::vector<PendingRun> a = sm_.TakeReleasable(durable_);
+    const std::vector<PendingRun> b = gs_.TakeReleasable(durable_);
+    ExpectSortedAndMerged(a);
+    ExpectSortedAndMerged(b);
+    std::set<uint64_t> image;
+    for (uint64_t u : GrainsOf(a)) image.insert(pi_[u]);
+    EXPECT_EQ(GrainsOf(b), image);  // the same units, wherever each side put them
+    for (const PendingRun& r : a) EXPECT_LE(r.tag, durable_);
+    for (const PendingRun& r : b) EXPECT_LE(r.tag, durable_);
+    releasing_.insert(releasing_.end(), b.begin(), b.end());  // GrainSpace's own runs
+  }
+
+  // The thinner's report on GrainSpace's own releasing runs: punched (free)
+  // or not (quarantine); sometimes a run in two pieces, as a sliced punch
+  // reports it. SpaceMap releases the units paired with those grains.
+  void ReleaseSome() {
+    if (releasing_.empty()) return;
+    const size_t i = rng_() % releasing_.size();
+    PendingRun r = releasing_[i];
+    releasing_.erase(releasing_.begin() + static_cast<long>(i));
+    if (r.n > 1 && rng_() % 3 == 0) {
+      const uint64_t k = 1 + rng_() % (r.n - 1);
+      releasing_.push_back({r.phys + k, r.n - k, r.tag});
+      r.n = k;
+    }
+    const bool zeroed = rng_() % 8 != 0;
+    seen_.released++;
+    seen_.quarantined += !zeroed;
+    gs_.Release(r, zeroed);
+    std::vector<uint64_t> units;  // paired with the grains of r, ascending
+    for (uint64_t u = 0; u < pi_.size(); u++)
+      if (pi_[u] != kNone && pi_[u] >= r.phys && pi_[u] < r.phys + r.n) units.push_back(u);
+    ASSERT_EQ(units.size(), r.n);
+    for (size_t i = 0; i < units.size();) {
+      size_t j = i + 1;
+      while (j < units.size() && units[j] == units[j - 1] + 1) j++;
+      sm_.Release({units[i], j - i, r.tag}, zeroed);
+      i = j;
+    }
+    if (zeroed)
+      for (uint64_t u : units) pi_[u] = kNone;
+  }
+
+  // TakeMeta, then InstallMeta retiring the previous checkpoint.
+  void Checkpoint() {
+    const uint64_t n = 1 + rng_() % 3;
+    std::vector<uint64_t> a, b;
+    const bool sm_ok = sm_.TakeMeta(n, &a);
+    ASSERT_EQ(gs_.TakeMeta(n, &b), sm_ok);
+    seen_.meta_refused += !sm_ok;
+    if (!sm_ok) return;
+    Pair(a, b);
+    sm_.InstallMeta(a, ticket_);
+    gs_.InstallMeta(b, ticket_);
+  }
+
+  void UnreserveSome() {
+    if (reserved_.empty()) return;
+    std::shuffle(reserved_.begin(), reserved_.end(), rng_);
+    const size_t k = 1 + rng_() % reserved_.size();
+    std::vector<uint64_t> units(reserved_.end() - static_cast<long>(k), reserved_.end()), bad;
+    reserved_.resize(reserved_.size() - k);
+    for (uint64_t u : units)
+      if (rng_() % 4 == 0) bad.push_back(u);
+    sm_.Unreserve(units, bad);
+    gs_.Unreserve(Map(units), Map(bad));
+    for (uint64_t u : units)
+      if (std::find(bad.begin(), bad.end(), u) == bad.end()) pi_[u] = kNone;
+  }
+
+  void GrowSome() {
+    const uint64_t units = sm_.total_units() + 1 + rng_() % 8;
+    sm_.ReserveIndex(units);
+    ASSERT_TRUE(gs_.ReserveIndex(units).ok());
+    sm_.Grow(units);
+    gs_.Grow(units);
+    pi_.resize(units, kNone);
+    owners_.resize(units, 0);
+    seen_.grown++;
+  }
+
+  // Free units reserved and given straight back: success must agree, and
+  // GrainSpace's pick must be free grains, each once.
+  void ReserveAndGiveBack() {
+    const uint64_t n = 1 + rng_() % (sm_.free_units() + 2);
+    std::vector<uint64_t> a, b;
+    const bool sm_ok = sm_.Reserve(n, &a);
+    ASSERT_EQ(gs_.Reserve(n, &b), sm_ok);
+    if (!sm_ok) return;
+    std::set<uint64_t> distinct(b.begin(), b.end());
+    EXPECT_EQ(distinct.size(), n);
+    for (uint64_t g : b) EXPECT_EQ(std::count(pi_.begin(), pi_.end(), g), 0) << "grain " << g << " is held";
+    sm_.Unreserve(a, {});
+    gs_.Unreserve(b, {});
+  }
+
+  // Open: both rebuilt from the maps (SpaceMap's units, and pi_ of them for
+  // GrainSpace) and the checkpoint's AUs; everything else becomes free.
+  void Rebuild() {
+    MappedLater();
+    std::vector<Run> sm_map, gs_map;
+    const uint64_t units = sm_.total_units() ? sm_.total_units() : pi_.size();
+    for (uint64_t u = 0; u < units; u++)
+      for (uint32_t j = 0; j < owners_[u]; j++) {
+        sm_map.push_back({j * units + u, u, 1});
+        gs_map.push_back({j * units + u, pi_[u], 1});
+      }
+    std::vector<uint64_t> meta = sm_.meta_aus();
+    ASSERT_TRUE(sm_.Rebuild(units, StateOf({sm_map}), meta).ok());
+    ASSERT_TRUE(gs_.Rebuild(units, StateOf({gs_map}), Map(meta)).ok());
+    std::set<uint64_t> keep(meta.begin(), meta.end());
+    for (uint64_t u = 0; u < units; u++)
+      if (owners_[u] == 0 && !keep.contains(u)) pi_[u] = kNone;
+    reserved_.clear();
+    releasing_.clear();
+    seen_.rebuilt++;
+  }
+
+  std::mt19937_64 rng_;
+  SpaceMap sm_;
+  GrainSpace gs_;
+  std::vector<uint64_t> pi_;        // SpaceMap unit -> GrainSpace grain (kNone: free)
+  std::vector<uint32_t> owners_;    // the model's count per SpaceMap unit
+  std::vector<uint64_t> reserved_;  // reserved, no record maps them yet
+  std::vector<uint64_t> incd_;      // mapped by a record, Mapped not called yet
+  std::vector<PendingRun> releasing_;
+  uint64_t ticket_ = 0, durable_ = 0;
+};
+
+TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
+  constexpr int kSeeds = sanitizer::kSanitized ? 12 : 40;
+  constexpr int kSteps = 3000;
+  Seen seen;
+  for (int seed = 1; seed <= kSeeds; seed++) {
+    // A small bound for some seeds, so clones reach it; the full one else.
+    const uint32_t max_refs = seed % 3 == 0 ? 3 : seed % 3 == 1 ? 5 : GrainSpace::kMaxRefs;
+    Differential d(static_cast<uint64_t>(seed), 40 + static_cast<uint64_t>(seed) * 3, max_refs);
+    d.Compare("seed " + std::to_string(seed) + " after the first rebuild");
+    for (int step = 0; step < kSteps; step++) {
+      d.Step();
+      d.Compare("seed " + std::to_string(seed) + " step " + std::to_string(step));
+      if (::testing::Test::HasFailure()) return;
+    }
+    for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
+                              &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
+                              &Seen::crossings, &Seen::reserved_at_bound})
+      seen.*f += d.seen_.*f;
+  }
+  std::printf("differential: %llu reserves and %llu checkpoints refused, %llu Inc and %llu CanInc past the bound, "
+              "%llu of %llu releases to quarantine, %llu grows, %llu rebuilds, %llu in-place answers waiting on a "
+              "ticket, %llu soft-threshold crossings, %llu CanInc with a reserved grain at the bound\n",
+              (unsigned long long)seen.reserve_refused, (unsigned long long)seen.meta_refused,
+              (unsigned long long)seen.inc_refused, (unsigned long long)seen.can_inc_refused,
+              (unsigned long long)seen.quarantined, (unsigned long long)seen.released, (unsigned long long)seen.grown,
+              (unsigned long long)seen.rebuilt, (unsigned long long)seen.marks, (unsigned long long)seen.crossings,
+              (unsigned long long)seen.reserved_at_bound);
+  for (uint64_t Seen::*f : {&Seen::reserve_refused, &Seen::meta_refused, &Seen::inc_refused, &Seen::can_inc_refused,
+                            &Seen::quarantined, &Seen::released, &Seen::grown, &Seen::rebuilt, &Seen::marks,
+                            &Seen::crossings, &Seen::reserved_at_bound})
+    EXPECT_GT(seen.*f, 0u);
+}
+
+// --------------------------------------------------- 2. grain < AU
+
+// Units of 4 KiB grains in 64 KiB AUs: 16 grains an AU.
+constexpr uint64_t kG16 = 16;
+
+TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_EQ(s.grains_per_au(), kG16);
+  // 10 AUs and 5 grains past the last whole one. Mapped: one grain in AU 1,
+  // grains 40..56 (the end of AU 2 and the start of AU 3), and AU 7's last.
+  const uint64_t total = 10 * kG16 + 5;
+  ASSERT_TRUE(s.Rebuild(total, StateOf({{{0, 17, 1}, {1, 40, 17}, {18, 7 * kG16 + 15, 1}}}), {0}).ok());
+  EXPECT_EQ(s.mapped_units(), 19u);
+  EXPECT_EQ(s.meta_units(), kG16);
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(3, &fresh));  // wherever FreeSpace puts them
+  const std::map<uint64_t, uint64_t> free_before = s.free_runs();
+  auto all_free = [&](uint64_t au) {
+    for (const auto& [p, n] : free_before)
+      if (p <= au * kG16 && au * kG16 + kG16 <= p + n) return true;
+    return false;
+  };
+  uint64_t whole_free = 0;
+  for (uint64_t au = 0; au < 10; au++) whole_free += all_free(au);
+  // Asking for more whole AUs than are free refuses, taking nothing, though
+  // the free grains would be enough (rule 3).
+  const uint64_t free_grains = s.free_units();
+  std::vector<uint64_t> aus;
+  ASSERT_GE(free_grains, (whole_free + 1) * kG16);
+  EXPECT_FALSE(s.TakeMeta(whole_free + 1, &aus));
+  EXPECT_TRUE(aus.empty());
+  EXPECT_EQ(s.free_units(), free_grains);
+  EXPECT_EQ(s.free_runs(), free_before);
+  // All of them: exactly the AUs whose every grain was free.
+  ASSERT_TRUE(s.TakeMeta(whole_free, &aus));
+  ASSERT_EQ(aus.size(), whole_free);
+  for (uint64_t au : aus) EXPECT_TRUE(all_free(au)) << "AU " << au;
+  EXPECT_EQ(std::set<uint64_t>(aus.begin(), aus.end()).size(), aus.size());
+  EXPECT_EQ(s.free_units(), free_grains - whole_free * kG16);
+  EXPECT_EQ(s.meta_units(), (1 + whole_free) * kG16);
+  EXPECT_EQ(s.reserved_units(), 3u);  // the chunks are not reservations
+  // None overlaps what is mapped or reserved: those are still as they were.
+  for (uint64_t au : aus) {
+    EXPECT_NE(au, 1u);
+    EXPECT_NE(au, 2u);
+    EXPECT_NE(au, 3u);
+    EXPECT_NE(au, 7u);
+    for (uint64_t g : fresh) EXPECT_NE(g / kG16, au);
+  }
+  // Nothing whole is left (the 5 tail grains never make an AU).
+  EXPECT_FALSE(s.TakeMeta(1, &aus));
+  // Installing them retires AU 0 through the pending path, in grains.
+  s.InstallMeta(aus, 7);
+  EXPECT_EQ(s.pending_units(), kG16);
+  const std::vector<PendingRun> ready = s.TakeReleasable(7);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, 0u);
+  EXPECT_EQ(ready[0].n, kG16);
+  s.Release(ready[0], true);
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus.back(), 0u);  // the only whole AU free again
+}
+
+TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
+  GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
+  ASSERT_TRUE(s.Rebuild(6 * kG16, StateOf({}), {0}).ok());
+  EXPECT_EQ(s.free_whole_aus(), 5u);
+  EXPECT_EQ(s.free_whole_aus(3), 3u);  // stops at the limit
+  // One data grain reserved in the middle of each free AU: 75 grains free,
+  // no whole AU.
+  std::vector<uint64_t> all, back;
+  ASSERT_TRUE(s.Reserve(s.free_units(), &all));
+  for (uint64_t p : all)
+    if (p % kG16 != 7) back.push_back(p);
+  s.Unreserve(back, {});
+  EXPECT_EQ(s.reserved_units(), 5u);
+  EXPECT_EQ(s.free_units(), 5 * kG16 - 5);
+  EXPECT_EQ(s.free_whole_aus(), 0u);
+  std::vector<uint64_t> aus;
+  EXPECT_FALSE(s.TakeMeta(1, &aus));  // although free_units() >= one AU's grains
+  // Give back one: exactly that AU is whole again, and TakeMeta takes it.
+  s.Unreserve({3 * kG16 + 7}, {});
+  EXPECT_EQ(s.free_whole_aus(), 1u);
+  EXPECT_FALSE(s.TakeMeta(2, &aus));
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus, (std::vector<uint64_t>{3}));
+  EXPECT_EQ(s.free_whole_aus(), 0u);
+}
+
+TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  // AU 0 the checkpoint, AU 1 mapped, 5 grains past it: no whole AU free.
+  ASSERT_TRUE(s.Rebuild(2 * kG16 + 5, StateOf({{{0, kG16, kG16}}}), {0}).ok());
+  std::vector<uint64_t> aus;
+  EXPECT_FALSE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(s.free_units(), 5u);
+  const std::map<uint64_t, uint64_t> runs_before = s.free_runs();
+  ASSERT_TRUE(s.ReserveIndex(3 * kG16 + 3).ok());
+  // ReserveIndex changes nothing visible: a check comparing shared() with
+  // SharedRefs::Rebuild of the maps (as Core's does) still agrees.
+  EXPECT_EQ(s.total_units(), 2 * kG16 + 5);
+  EXPECT_EQ(s.free_runs(), runs_before);
+  EXPECT_EQ(s.free_units(), 5u);
+  Result<SharedRefs> expect = SharedRefs::Rebuild(2 * kG16 + 5, {{{0, kG16, kG16}}});
+  ASSERT_TRUE(expect.ok());
+  EXPECT_TRUE(s.shared() == *expect);
+  EXPECT_EQ(s.shared().regions(), expect->regions());
+  EXPECT_EQ(s.Inc(2 * kG16 + 5, 1).code(), Code::kInvalidArgument);
+  s.Grow(3 * kG16 + 3);
+  EXPECT_EQ(s.total_units(), 3 * kG16 + 3);
+  EXPECT_EQ(s.free_units(), kG16 + 3);
+  EXPECT_EQ(s.free_runs(), (std::map<uint64_t, uint64_t>{{2 * kG16, kG16 + 3}}));  // the tail and the new grains: one run
+  ASSERT_TRUE(s.TakeMeta(1, &aus));
+  EXPECT_EQ(aus, (std::vector<uint64_t>{2}));
+  EXPECT_EQ(s.free_units(), 3u);
+  s.Grow(kG16);  // smaller: nothing changes
+  EXPECT_EQ(s.total_units(), 3 * kG16 + 3);
+}
+
+TEST(GrainSpace, ReserveIndexRefusesASizeRebuildWouldRefuse) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(s.Rebuild(2 * kG16, StateOf({{{0, 0, 3}}}), {1}).ok());
+  const std::map<uint64_t, uint64_t> runs = s.free_runs();
+  // The bound is the one Rebuild applies at the next open.
+  EXPECT_EQ(s.ReserveIndex(GrainSpace::kMaxGrains + 1).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.ReserveIndex(UINT64_MAX).code(), Code::kInvalidArgument);
+  GrainSpace other(4 * KiB, 64 * KiB);
+  EXPECT_FALSE(other.Rebuild(GrainSpace::kMaxGrains + 1, StateOf({}), {}).ok());
+  // Nothing changed.
+  EXPECT_EQ(s.total_units(), 2 * kG16);
+  EXPECT_EQ(s.free_runs(), runs);
+  EXPECT_EQ(s.shared().regions(), 1u);
+  EXPECT_TRUE(s.ReserveIndex(4 * kG16).ok());
+}
+
+TEST(GrainSpace, RebuildRefusesCheckpointAusThatAreMappedOutsideOrTwice) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {2}).ok());
+  const std::map<uint64_t, uint64_t> before = s.free_runs();
+  // One mapped grain inside AU 1 (grain 31, its last).
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 2 * kG16 - 1, 1}}}), {1}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {4}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16 + 15, StateOf({{{0, 0, 1}}}), {4}).code(), Code::kCorruption);  // not whole
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 0, 1}}}), {2, 2}).code(), Code::kCorruption);
+  EXPECT_EQ(s.Rebuild(4 * kG16, StateOf({{{0, 4 * kG16 - 1, 2}}}), {}).code(), Code::kCorruption);
+  // A refused rebuild changed nothing.
+  EXPECT_EQ(s.free_runs(), before);
+  EXPECT_EQ(s.meta_aus(), (std::vector<uint64_t>{2}));
+  EXPECT_EQ(s.mapped_units(), 1u);
+  // A mapped grain right next to a checkpoint AU is fine.
+  EXPECT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 2 * kG16 - 1, 1}, {1, 3 * kG16, 1}}}), {2}).ok());
+}
+
+TEST(GrainSpace, SharingOneGrainOfAnAuLeavesItsNeighboursWritableInPlace) {
+  constexpr uint64_t kG = 256;  // 4 KiB grains, 1 MiB AUs
+  GrainSpace s(4 * KiB, 1 * MiB);
+  ASSERT_EQ(s.grains_per_au(), kG);
+  // LUN 1 maps AU 1's grains whole.
+  ASSERT_TRUE(s.Rebuild(4 * kG, StateOf({{{0, kG, kG}}}), {0}).ok());
+  const uint64_t g = kG + 10;
+  for (uint64_t p = kG; p < 2 * kG; p++) ASSERT_TRUE(s.WritableInPlace(p, 0)) << p;
+  // XCOPY of that one grain: it has two owners, its neighbours keep one.
+  ASSERT_TRUE(s.Inc(g, 1).ok());
+  EXPECT_EQ(s.refs(g), 2u);
+  EXPECT_EQ(s.refs(g - 1), 1u);
+  EXPECT_EQ(s.refs(g + 1), 1u);
+  EXPECT_EQ(s.shared_units(), 1u);
+  EXPECT_FALSE(s.WritableInPlace(g, 100));
+  EXPECT_TRUE(s.WritableInPlace(g - 1, 0));
+  EXPECT_TRUE(s.WritableInPlace(g + 1, 0));
+  EXPECT_EQ(s.Usage({{0, kG, kG}}), (LunShare{.exclusive = kG - 1, .shared = 1}));
+  // The copy goes away in the record with ticket 5: one owner again, but
+  // the disk still shares the grain until ticket 5 is durable.
+  s.Dec(g, 1, 5);
+  EXPECT_EQ(s.refs(g), 1u);
+  EXPECT_FALSE(s.WritableInPlace(g, 4));
+  EXPECT_TRUE(s.WritableInPlace(g, 5));
+  EXPECT_TRUE(s.WritableInPlace(g + 1, 4));  // the mark is the one grain's
+  // Once TakeReleasable has seen ticket 5 durable, the mark is gone.
+  EXPECT_TRUE(s.TakeReleasable(5).empty());
+  EXPECT_TRUE(s.WritableInPlace(g, 0));
+  // A reserved grain has no owner until its record: not writable in place.
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(1, &fresh));
+  EXPECT_EQ(s.refs(fresh[0]), 0u);
+  EXPECT_FALSE(s.WritableInPlace(fresh[0], 0));
+  ASSERT_TRUE(s.Inc(fresh[0], 1).ok());
+  EXPECT_EQ(s.refs(fresh[0]), 1u);
+  EXPECT_TRUE(s.WritableInPlace(fresh[0], 0));
+  s.Mapped(fresh);
+  EXPECT_EQ(s.mapped_units(), kG + 1);
+  // Dropping the last owner of a grain frees that grain alone, pending.
+  s.Dec(g, 1, 6);
+  EXPECT_EQ(s.pending_units(), 1u);
+  EXPECT_EQ(s.mapped_units(), kG);
+  const std::vector<PendingRun> ready = s.TakeReleasable(6);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].phys, g);
+  EXPECT_EQ(ready[0].n, 1u);
+}
+
+TEST(GrainSpace, CanIncCountsEveryRunNamingAGrain) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  s.set_max_refs(3);
+  ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 8}}, {{0, 4, 1}}}), {3}).ok());  // grain 4 has 2
+  std::vector<uint64_t> fresh;
+  ASSERT_TRUE(s.Reserve(1, &fresh));
+  const uint64_t f = fresh[0];
+  EXPECT_TRUE(s.CanInc({{0, 0, 8}, {0, 0, 4}}).ok());                       // 0..3 reach 3
+  EXPECT_EQ(s.CanInc({{0, 3, 2}, {0, 4, 1}}).code(), Code::kInvalidArgument);  // grain 4 would have 4
+  EXPECT_EQ(s.CanInc({{0, 1, 1}, {0, 0, 2}, {0, 1, 3}}).code(), Code::kInvalidArgument);  // grain 1: 1 + 3
+  EXPECT_TRUE(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}}).ok());  // a reserved grain starts at 0
+  EXPECT_EQ(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}, {0, f, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.CanInc({{0, 4 * kG16 - 1, 2}}).code(), Code::kInvalidArgument);  // leaves the pool
+  EXPECT_EQ(s.Inc(4 * kG16 - 1, 2).code(), Code::kInvalidArgument);
+  ASSERT_TRUE(s.Inc(4, 1).ok());
+  EXPECT_EQ(s.refs(4), 3u);
+  EXPECT_EQ(s.Inc(3, 2).code(), Code::kInvalidArgument);  // all or nothing
+  EXPECT_EQ(s.refs(3), 1u);
+}
+
+// Random calls at 16 grains an AU; whenever nothing is in flight, a
+// GrainSpace rebuilt from the maps must equal the incremental one.
+TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
+  constexpr uint64_t kStart = 40 * kG16;
+  for (uint64_t seed = 1; seed <= (sanitizer::kSanitized ? 4 : 12); seed++) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng(seed);
+    GrainSpace s(4 * KiB, 64 * KiB);
+    uint64_t units = kStart;  // grows, by whole AUs and not
+    std::vector<uint32_t> owners(units, 0);
+    ASSERT_TRUE(s.Rebuild(units, StateOf({}), {}).ok());
+    uint64_t ticket = 0;
+    uint64_t marks_seen = 0;
+    auto maps = [&] {
+      std::vector<MapRun> m;
+      for (uint64_t p = 0; p < units; p++)
+        for (uint32_t j = 0; j < owners[p]; j++) m.push_back({j * units + p, p, 1});
+      return StateOf({m});
+    };
+    for (int step = 0; step < 4000; step++) {
+      const int op = static_cast<int>(rng() % 10);
+      if (rng() % 64 == 0) {  // the pool grows (the new grains free)
+        units += 1 + rng() % (2 * kG16);
+        ASSERT_TRUE(s.ReserveIndex(units).ok());
+        s.Grow(units);
+        owners.resize(units, 0);
+        continue;
+      }
+      if (op < 3) {  // a write: reserve, map, Mapped
+        std::vector<uint64_t> fresh;
+        if (!s.Reserve(1 + rng() % 40, &fresh)) continue;
+        for (uint64_t p : fresh) {
+          ASSERT_TRUE(s.Inc(p, 1).ok());
+          owners[p] = 1;
+        }
+        s.Mapped(fresh);
+      } else if (op < 5) {  // a clone of a run of mapped grains
+        const uint64_t p = rng() % units;
+        uint64_t n = 0;
+        while (p + n < units && owners[p + n] > 0 && n < 50) n++;
+        if (n == 0 || !s.Inc(p, n).ok()) continue;
+        for (uint64_t q = p; q < p + n; q++) owners[q]++;
+      } else if (op < 8) {  // an unmap
+        const uint64_t p = rng() % units;
+        uint64_t n = 0;
+        while (p + n < units && owners[p + n] > 0 && n < 30) n++;
+        if (n == 0) continue;
+        s.Dec(p, n, ++ticket);
+        for (uint64_t q = p; q < p + n; q++) owners[q]--;
+      } else if (op < 9) {  // a checkpoint
+        std::vector<uint64_t> aus;
+        if (s.TakeMeta(1 + rng() % 2, &aus)) s.InstallMeta(aus, ticket);
+      } else {  // everything durable and punched: nothing in flight, compare
+        // Before: a grain whose count fell to one in a record not yet
+        // durable waits for it; one that shares nothing does not.
+        for (uint64_t p = 0; p < units; p++) {
+          if (owners[p] == 0) continue;
+          if (owners[p] > 1) {
+            ASSERT_FALSE(s.WritableInPlace(p, ticket)) << "grain " << p;
+          } else if (!s.WritableInPlace(p, ticket > 0 ? ticket - 1 : 0)) {
+            marks_seen++;
+          }
+        }
+        for (const PendingRun& r : s.TakeReleasable(ticket)) s.Release(r, true);
+        GrainSpace fresh(4 * KiB, 64 * KiB);
+        ASSERT_TRUE(fresh.Rebuild(units, maps(), s.meta_aus()).ok());
+        ASSERT_TRUE(fresh.shared() == s.shared()) << "step " << step;
+        ASSERT_EQ(fresh.free_runs(), s.free_runs()) << "step " << step;
+        ASSERT_EQ(fresh.mapped_units(), s.mapped_units());
+        ASSERT_EQ(fresh.shared_units(), s.shared_units());
+        ASSERT_EQ(fresh.meta_units(), s.meta_units());
+        ASSERT_EQ(fresh.free_units(), s.free_units());
+        ASSERT_FALSE(s.has_pending());
+        ASSERT_EQ(fresh.total_units(), s.total_units());
+        for (uint64_t p = 0; p < units; p++) {
+          if (owners[p] > 0) {
+            ASSERT_EQ(s.refs(p), owners[p]) << "grain " << p;
+            ASSERT_EQ(fresh.refs(p), owners[p]) << "grain " << p;
+            // Everything durable: the marks are gone, and the incremental
+            // state answers as the rebuilt one, which never had any.
+            ASSERT_EQ(s.WritableInPlace(p, ticket), owners[p] == 1) << "grain " << p;
+            ASSERT_EQ(fresh.WritableInPlace(p, ticket), s.WritableInPlace(p, ticket)) << "grain " << p;
+          }
+        }
+      }
+    }
+    EXPECT_GT(marks_seen, 0u);  // the marks the durable point clears were there
+    EXPECT_GT(units, kStart);
+  }
+}
+
+// ------------------------------------------------------------ 3. RAM
+
+// 16 TiB of 4 KiB grains (2^32: SpaceMap would hold 5 bytes each, 20 GiB)
+// with 1 M extents: 900,000 runs of LUN 1, each apart from the next (so as
+// many free runs between them), and 100,000 runs of LUN 2 sharing parts of
+// them (clones that diverged). The design's budget (store-v3.md 3.3) for what
+// GrainSpace holds: SharedRefs, free runs by offset and by size class,
+// <= 24 bytes an entry each, and the region counters, 4 bytes per 16 MiB.
+#if COWSTORE_CAN_REPLACE_NEW()
+// ------------------------------------------------ allocation failure
+
+// What GrainSpace shows: after a std::bad_alloc, exactly what it was.
+struct Visible {
+  std::map<uint64_t, uint64_t> free_runs;
+  uint64_t free = 0, reserved = 0, mapped = 0, meta = 0, pending = 0;
+  std::vector<SharedRecord> shared;
+  std::vector<uint32_t> refs;  // of every grain: 0 tells the reserved ones with no owner
+  bool operator==(const Visible&) const = default;
+};
+
+Visible See(const GrainSpace& s) {
+  Visible v{s.free_runs(), s.free_units(), s.reserved_units(), s.mapped_units(), s.meta_units(),
+            s.pending_units(), s.shared().All(), {}};
+  for (uint64_t p = 0; p < s.total_units(); p++) v.refs.push_back(s.refs(p));
+  return v;
+}
+
+// Runs op with each of its allocations failing in turn until it completes;
+// after every failure the state must be as before (`whole`), or (else)
+// satisfy check. Returns how many allocations failed.
+template <typename Op, typename Check>
+uint64_t FailEachAllocationInTurn(const GrainSpace& s, bool whole, Op op, Check check) {
+  uint64_t failures = 0;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    const Visible before = See(s);
+    bool threw = false;
+    t_fail_in = k;
+    try {
+      op();
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    t_fail_in = -1;
+    EXPECT_EQ(s.free_space().index().Check(), "");
+    check();
+    if (!threw) return failures;
+    failures++;
+    if (whole) {
+      EXPECT_TRUE(See(s) == before);
+    }
+    if (::testing::Test::HasFailure()) return failures;
+  }
+}
+
+TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) {
+  GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
+  // 8 AUs; AU 0 the checkpoint; grains 3, 21, 39, ... mapped, so free runs
+  // are short and cross AU edges: AUs 5 and 7 stay wholly free.
+  std::vector<MapRun> map;
+  for (uint64_t p = kG16 + 3, lba = 0; p < 5 * kG16; p += 18) map.push_back({lba++, p, 1});
+  map.push_back({100, 6 * kG16 + 5, 1});
+  ASSERT_TRUE(s.Rebuild(8 * kG16, StateOf({map}), {0}).ok());
+  const uint64_t total = s.total_units();
+  auto every_grain_counted_once = [&] {
+    EXPECT_EQ(s.free_units() + s.reserved_units() + s.mapped_units() + s.meta_units() + s.pending_units(), total);
+  };
+
+  // Two whole free AUs in two free runs, each split to take them.
+  std::vector<uint64_t> aus;
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { aus.clear(); ASSERT_TRUE(s.TakeMeta(2, &aus)); },
+                                     every_grain_counted_once),
+            0u);
+  std::sort(aus.begin(), aus.end());
+  EXPECT_EQ(aus, (std::vector<uint64_t>{5, 7}));
+  EXPECT_EQ(s.meta_units(), 3 * kG16);
+
+  std::vector<uint64_t> got;  // from the short runs left
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { got.clear(); ASSERT_TRUE(s.Reserve(30, &got)); },
+                                     every_grain_counted_once),
+            0u);
+  ASSERT_EQ(got.size(), 30u);
+  for (uint64_t p : got) EXPECT_EQ(s.refs(p), 0u);
+
+  // Every other grain mapped by a record: Mapped splits the reserved ranges.
+  std::vector<uint64_t> mapped, back;
+  for (size_t i = 0; i < got.size(); i++) (i % 2 ? back : mapped).push_back(got[i]);
+  for (uint64_t p : mapped) ASSERT_TRUE(s.Inc(p, 1).ok());
+  // (Between Inc and Mapped a grain counts as reserved and mapped.)
+  EXPECT_GT(FailEachAllocationInTurn(s, true, [&] { s.Mapped(mapped); }, [] {}), 0u);
+  every_grain_counted_once();
+  for (uint64_t p : mapped) EXPECT_EQ(s.refs(p), 1u);
+  EXPECT_EQ(s.reserved_units(), back.size());
+
+  // Unreserve gives back run by run: a throw may leave a prefix given back,
+  // but every grain is free or still reserved, never neither.
+  auto each_grain_free_or_reserved = [&] {
+    every_grain_counted_once();
+    const std::map<uint64_t, uint64_t> runs = s.free_runs();
+    uint64_t reserved = 0;
+    for (uint64_t p : back) {
+      auto it = runs.upper_bound(p);
+      const bool free = it != runs.begin() && std::prev(it)->first + std::prev(it)->second > p;
+      EXPECT_NE(free, s.refs(p) == 0) << "grain " << p;
+      reserved += s.refs(p) == 0;
+    }
+    EXPECT_EQ(s.reserved_units(), reserved);
+  };
+  EXPECT_GT(FailEachAllocationInTurn(s, false, [&] { s.Unreserve(back, {}); }, each_grain_free_or_reserved), 0u);
+  EXPECT_EQ(s.reserved_units(), 0u);
+
+}
+#endif  // COWSTORE_CAN_REPLACE_NEW()
+
+TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {
+  constexpr uint64_t kGrains = uint64_t{1} << 32;
+  constexpr uint64_t kOwn = 900000, kShared = 100000;
+  constexpr uint64_t kStride = kGrains / kOwn;  // ~4772 grains between run starts
+  std::mt19937_64 rng(16);
+  std::vector<MapRun> own, clone;
+  own.reserve(kOwn);
+  for (uint64_t i = 0; i < kOwn; i++) own.push_back({i * 64, 4 * 256 + i * kStride, 1 + rng() % 64});
+  for (uint64_t k = 0; k < kShared; k++) {
+    const MapRun& r = own[(k * kOwn) / kShared + rng() % (kOwn / kShared)];
+    const uint64_t off = rng() % r.len;
+    clone.push_back({k * 64, r.phys + off, 1 + rng() % (r.len - off)});
+  }
+  const MetaState st = StateOf({own, clone});
+  ASSERT_EQ(st.extents(), kOwn + kShared);
+#if !COWSTORE_SANITIZED()
+  const size_t before = mallinfo2().uordblks;
+#endif
+  auto s = std::make_unique<GrainSpace>(4 * KiB, 1 * MiB);
+  ASSERT_TRUE(s->Rebuild(kGrains, st, {0, 1, 2, 3}).ok());
+#if !COWSTORE_SANITIZED()
+  const size_t heap = mallinfo2().uordblks - before;
+#endif
+  const uint64_t records = s->shared().records(), free_runs = s->free_space().index().run_count();
+  EXPECT_EQ(records, kShared);  // each clone run inside one of LUN 1's, apart from the others
+  EXPECT_EQ(free_runs, kOwn);   // the gap after each of LUN 1's runs (the checkpoint's 4 AUs lie before them)
+  const double budget = 24.0 * double(records) + 2 * 24.0 * double(free_runs) + 4.0 * double(s->shared().regions());
+  EXPECT_EQ(s->shared().regions(), kGrains / SharedRefs::kRegionGrains);
+  EXPECT_LE(double(s->MemoryBytes()), budget);
+#if !COWSTORE_SANITIZED()
+  const double region_bytes = 4.0 * double(s->shared().regions());
+  std::printf(
+      "GrainSpace, 16 TiB of 4 KiB grains, 1 M extents (%llu shared records, %llu free runs): "
+      "%.1f MiB heap (%.1f MiB region counters, %.1f bytes per record or free run besides); "
+      "budget %.1f MiB; SpaceMap would take %.0f MiB\n",
+      static_cast<unsigned long long>(records), static_cast<unsigned long long>(free_runs), heap / double(MiB),
+      region_bytes / double(MiB), (double(heap) - region_bytes) / double(records + free_runs), budget / double(MiB),
+      5.0 * double(kGrains) / double(MiB));
+  RecordProperty("heap_bytes", std::to_string(heap));
+  EXPECT_GE(double(heap), region_bytes + 16.0 * double(records) + 32.0 * double(free_runs));  // the measure works
+  EXPECT_LE(double(heap), budget);
+  EXPECT_LE(heap, 76 * MiB);  // the table's rows for these structures at 1 M entries
+#else
+  std::printf("GrainSpace, 16 TiB, 1 M extents: %.1f MiB in its structures (heap not measured)\n",
+              double(s->MemoryBytes()) / double(MiB));
+#endif
+}
+
+}  // namespace
+}  // namespace cowstore::store
