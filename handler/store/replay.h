@@ -4,8 +4,10 @@
 // power-cut tear (normal: those records were never acknowledged) or at damage
 // to records that were durable (which must never be dropped silently).
 //
-// Pure: bytes in, verdict out. Recovery applies the records; this file only
-// decides which ones and why.
+// Bytes in, verdict out: this file decides which records replay and why. The
+// caller applies them, handed over one by one as they are read (RecordSink):
+// so on an error, or before the verdict is acted on, the caller's state holds
+// a prefix of them and must be thrown away unless the verdict accepts it.
 #pragma once
 
 #include <cstddef>
