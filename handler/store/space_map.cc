@@ -5,6 +5,8 @@
 #include <iterator>
 #include <string>
 
+#include "handler/store/soft_threshold.h"
+
 namespace cowstore::store {
 
 void FreeRuns::Add(uint64_t p, uint64_t n) {
@@ -237,11 +239,7 @@ void SpaceMap::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
 }
 
 bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {
-  if (soft_percent_ == 0) return false;
-  uint64_t limit = soft_threshold_units();
-  uint64_t used_before = total_units_ - free_before - releasing_;
-  uint64_t used_now = total_units_ - free_.count() - releasing_;
-  return used_before < limit && used_now >= limit;
+  return SoftThresholdCrossed(total_units_, soft_percent_, free_before, free_.count(), releasing_);
 }
 
 uint64_t SpaceMap::shared_units() const {
