@@ -1,10 +1,41 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/format_v2.h"
 
+#include <random>
+
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 
 namespace cowstore::store {
+
+Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size,
+                        uint64_t journal_bytes, uint32_t soft_threshold_percent) {
+  Superblock sb;
+  sb.uuid = uuid;
+  sb.au = au;
+  sb.size_bytes = size;
+  sb.journal_bytes = journal_bytes;
+  sb.data_offset = (kJournalOffset + journal_bytes + au - 1) / au * au;  // Superblock::Decode's rule
+  sb.soft_threshold_percent = soft_threshold_percent;
+  if (size < sb.data_offset + 8ull * au)
+    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
+                                              std::to_string(sb.data_offset + 8ull * au) +
+                                              " bytes");
+  std::mt19937_64 rng(std::random_device{}());
+  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
+  Status s;
+  if (!file->IsBlockDevice()) s = file->Truncate(size);
+  if (s.ok()) s = file->PunchHole(kJournalOffset, journal_bytes);
+  // The size before the superblocks that declare it (as Grow does).
+  if (s.ok()) s = file->Sync();
+  for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
+    sb.seq = seq;
+    std::string img = sb.Encode();
+    s = file->Write(seq * kSuperblockSlot, img.size(), img.data());
+  }
+  if (s.ok()) s = file->Sync();
+  return s;
+}
 
 Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) {
   // The newest valid copy. Both slots normally hold the same newest copy

@@ -14,6 +14,15 @@ namespace cowstore::store {
 
 class FormatV2 final : public MetaFormat {
  public:
+  // Lays out a new, empty pool of `size` bytes on `file`: a file extended
+  // to `size` and the journal region cleared, synced before the superblocks
+  // that declare them, then both slots (sequences 0 and 1), synced.
+  // kInvalidArgument, with nothing written, if `size` cannot hold the
+  // journal and 8 AUs. The caller has checked the AU, journal size and
+  // soft threshold against their rules and that no pool is there.
+  static Status Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size,
+                       uint64_t journal_bytes, uint32_t soft_threshold_percent);
+
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
   bool Fits(size_t bytes) const override { return journal_.Fits(bytes); }

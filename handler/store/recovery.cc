@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Creating and opening a pool: the format's choice and load (superblock,
-// checkpoint, journal replay: meta_format.h), the checks of its geometry
-// against the device, and the rebuild of reference counts and free space
-// from the maps.
+// Creating and opening a pool: the options checked, then the format lays
+// the pool out; the format's choice and load (superblock, checkpoint, journal
+// replay: meta_format.h), the checks of its geometry against the device,
+// and the rebuild of reference counts and free space from the maps.
 
 #include "handler/store/pool_impl.h"
 
@@ -10,6 +10,7 @@
 #include <map>
 #include <random>
 
+#include "handler/store/format_v2.h"
 #include "handler/store/names.h"
 
 namespace cowstore::store {
@@ -52,30 +53,8 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
     if (size == 0) size = *fsize;
     if (size > *fsize) return Status(Code::kInvalidArgument, "size exceeds the device");
   }
-  Superblock sb;
-  sb.uuid = NewUuid();
-  sb.au = au;
-  sb.size_bytes = size;
-  sb.journal_bytes = jbytes;
-  sb.data_offset = DivUp(kJournalOffset + jbytes, au) * au;
-  sb.soft_threshold_percent = o.soft_threshold_percent;
-  if (size < sb.data_offset + 8ull * au)
-    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
-                                              std::to_string(sb.data_offset + 8ull * au) +
-                                              " bytes");
-  std::mt19937_64 rng(std::random_device{}());
-  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
-  Status s;
-  if (!file->IsBlockDevice()) s = file->Truncate(size);
-  if (s.ok()) s = file->PunchHole(kJournalOffset, jbytes);
-  // The size before the superblocks that declare it (as Grow does).
-  if (s.ok()) s = file->Sync();
-  for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
-    sb.seq = seq;
-    std::string img = sb.Encode();
-    s = file->Write(seq * kSuperblockSlot, img.size(), img.data());
-  }
-  if (s.ok()) s = file->Sync();
+  // Formats 1 and 2 only until PoolOptions names a format (plan step 5d).
+  Status s = FormatV2::Create(file.get(), NewUuid(), au, size, jbytes, o.soft_threshold_percent);
   if (!s.ok()) return s;
   auto core = std::make_shared<Core>(env, std::move(file), false);
   s = core->Load();
