@@ -102,7 +102,9 @@ class MetaFormat {
   // superblock naming it into both slots, syncs, then empties the journal,
   // which continues at `start_lsn`. On success the checkpoint holds every
   // record before start_lsn and the previous checkpoint's AUs may be
-  // released; on failure the previous checkpoint is still the pool's.
+  // released. On failure the format keeps the previous checkpoint in memory;
+  // on disk either may be current (a failure after the first slot's write),
+  // and the next open decides.
   virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
 

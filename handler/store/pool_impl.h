@@ -169,7 +169,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
   // MetaFormat::durable_lsn() is atomic and raised only once what it names
   // is durable, so any value read is durable; a stale one merely vouches for
-  // less. format_ itself is set once, by Load, before the Core is shared.
+  // less. format_ itself is set once, by Load, before the Core is shared;
+  // whatever replaces it later (an in-place upgrade) must also hold meta_mu_,
+  // under which AppendLocked calls this.
   uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return format_->durable_lsn(); }
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
   uint64_t CurrentSeq() EXCLUDES(meta_mu_) {
