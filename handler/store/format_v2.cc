@@ -15,12 +15,16 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   sb.au = au;
   sb.size_bytes = size;
   sb.journal_bytes = journal_bytes;
-  sb.data_offset = (kJournalOffset + journal_bytes + au - 1) / au * au;  // Superblock::Decode's rule
+  sb.data_offset = DataOffsetV2(au, journal_bytes);
   sb.soft_threshold_percent = soft_threshold_percent;
-  if (size < sb.data_offset + 8ull * au)
+  if (size < sb.data_offset + kMinPoolUnits * au)
     return Status(Code::kInvalidArgument, "pool too small: needs at least " +
-                                              std::to_string(sb.data_offset + 8ull * au) +
+                                              std::to_string(sb.data_offset + kMinPoolUnits * au) +
                                               " bytes");
+  // Before anything is written: a superblock Decode would refuse leaves a
+  // file that looks like a pool and never opens.
+  if (std::string why = PoolUnitsRule(sb.total_units()); !why.empty())
+    return Status(Code::kInvalidArgument, "pool too large: " + why + " of " + std::to_string(au) + " bytes");
   std::mt19937_64 rng(std::random_device{}());
   sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
   Status s;

@@ -220,9 +220,7 @@ Status Core::Grow(uint64_t new_size) {
   if (new_size < old_size) return Status(Code::kInvalidArgument, "a pool cannot shrink");
   if (new_size == old_size) return Status::Ok();
   const uint64_t units = (new_size - data_offset_) / au_;
-  if (units > kMaxPoolUnits)
-    return Status(Code::kInvalidArgument, "a pool holds at most " + std::to_string(kMaxPoolUnits) +
-                                              " allocation units");
+  if (std::string why = PoolUnitsRule(units); !why.empty()) return Status(Code::kInvalidArgument, why);
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.
