@@ -90,7 +90,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       }
     } timer{t0, &rep.longest_lock_hold_us};
     if (Status f = queue_.failed(); !f.ok()) problem("pool is in the failed state: " + f.ToString());
-    sb_seq = sb_.seq;
+    sb_seq = format_->superblock_seq();
     units = space_.total_units();
     luns.reserve(st_.luns.size());
     for (const auto& [id, l] : st_.luns) {
@@ -192,7 +192,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   }
   if (table_lsn < end && disk->st_.luns.size() != luns.size())
     problem("on-disk LUN table differs from memory");
-  if (disk->sb_.seq == sb_seq && disk->space_.meta_aus() != ckpt_now)
+  if (disk->format_->superblock_seq() == sb_seq && disk->space_.meta_aus() != ckpt_now)
     problem("on-disk checkpoint chain differs from memory");
   return rep;
 }

@@ -59,41 +59,25 @@ Status ReadCheckpointChain(File* file, const Superblock& sb, uint64_t units, std
   return Status::Ok();
 }
 
-// Snapshots the state under the metadata lock, writes it into fresh AUs
-// outside it, then the superblock; the journal restarts empty and the
-// previous chain is freed once nothing can read it.
+// Freezes the state under the metadata lock and takes the AUs the format
+// needs for it, then has the format write it outside the lock (checkpoint,
+// superblock, journal restart: MetaFormat::WriteCheckpoint); the previous
+// checkpoint's AUs are freed once nothing can read them.
 Status Core::CheckpointLocked(uint64_t* target) {
-  std::string payload;
+  FrozenCheckpoint frozen;
   std::vector<uint64_t> aus;
   uint64_t start_lsn;
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
-    EncodeState(st_, &payload);
-    if (!space_.TakeMeta(CheckpointUnits(payload.size(), au_), &aus))
+    frozen = format_->Freeze(st_);
+    if (!space_.TakeMeta(frozen.meta_units, &aus))
       return Status(Code::kNoSpace, "no room for a metadata checkpoint");
     *target = jbuf_.last_ticket();
     start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
   }
-  Superblock nsb = sb_;
-  nsb.seq = sb_.seq + 1;
-  // The upgrade of a version-1 pool: this superblock names a checkpoint and
-  // a journal generation in the current format, so it is the one write that
-  // changes the version (until it is durable the old one opens as it was).
-  nsb.version = kFormatVersion;
-  nsb.ckpt_first = aus[0];
-  nsb.ckpt_seq = nsb.seq;
-  nsb.ckpt_bytes = payload.size();
-  nsb.ckpt_crc = Crc32c(0, payload.data(), payload.size());
-  nsb.journal_start_lsn = start_lsn;
-  Status s = WriteCheckpointChain(file_.get(), data_offset_, au_, aus, payload, nsb.seq, sb_uuid_);
-  if (s.ok()) s = file_->Sync();  // data and checkpoint before the superblock
-  if (s.ok()) s = WriteSuperblockLocked(nsb);
-  if (s.ok()) s = file_->Sync();
+  Status s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
   if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
-  sb_ = nsb;
-  journal_.Restart(file_.get());
-  journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record
   {
     MutexLock g(&meta_mu_);
     space_.InstallMeta(std::move(aus), *target);

@@ -4,8 +4,9 @@
 // written after the chain (and a sync) makes it current; the superblock
 // carries the payload's size and CRC, so a chain is only ever read whole.
 //
-// The chunk format is in meta.h; Core::CheckpointLocked (checkpoint.cc)
-// decides when to write one and what it replaces.
+// The chunk format is in meta.h; FormatV2 (format_v2.h) writes and reads
+// chains; Core::CheckpointLocked (checkpoint.cc) decides when to write one
+// and frees what it replaces.
 #pragma once
 
 #include <cstdint>

@@ -129,6 +129,14 @@ std::string Superblock::Encode() const {
   return s;
 }
 
+std::string PoolUnitsRule(uint64_t units) {
+  if (units < kMinPoolUnits)
+    return "a pool needs at least " + std::to_string(kMinPoolUnits) + " allocation units";
+  if (units > kMaxPoolUnits)
+    return "a pool holds at most " + std::to_string(kMaxPoolUnits) + " allocation units";
+  return "";
+}
+
 Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
   Decoder d(p, n);
   char magic[8];
@@ -154,9 +162,8 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
   bool pow2 = sb->au && (sb->au & (sb->au - 1)) == 0;
   if (!pow2 || sb->au < (64u << 10) || sb->au > (1u << 20) || sb->journal_bytes < kMinJournalBytes ||
       sb->journal_bytes > kMaxJournalBytes || sb->journal_bytes % 4096 != 0 ||
-      sb->data_offset != (kJournalOffset + sb->journal_bytes + sb->au - 1) / sb->au * sb->au ||
-      sb->size_bytes < sb->data_offset + 8ull * sb->au ||
-      (sb->size_bytes - sb->data_offset) / sb->au > kMaxPoolUnits)
+      sb->data_offset != DataOffsetV2(sb->au, sb->journal_bytes) ||
+      sb->size_bytes < sb->data_offset || !PoolUnitsRule(sb->total_units()).empty())
     return Status(Code::kCorruption, "superblock geometry is inconsistent");
   uint64_t units = sb->total_units();
   if (sb->ckpt_first != kNone &&

@@ -49,6 +49,16 @@ constexpr uint64_t kMaxJournalBytes = 1ull << 30;
 // The most AUs a pool may have: its in-memory index costs 5 bytes per AU, so
 // this (4 Gi AUs, 4 PiB at 1 MiB) already needs 20 GiB of RAM.
 constexpr uint64_t kMaxPoolUnits = 1ull << 32;
+// The fewest AUs a pool may have.
+constexpr uint64_t kMinPoolUnits = 8;
+// Formats 1 and 2 put the data area at the first AU boundary past the
+// journal; Create lays it out so and Decode refuses any other.
+constexpr uint64_t DataOffsetV2(uint32_t au, uint64_t journal_bytes) {
+  return (kJournalOffset + journal_bytes + au - 1) / au * au;
+}
+// Why a pool may not have `units` AUs ("" if it may): Create and Grow refuse
+// with it, Decode refuses a superblock that breaks it.
+std::string PoolUnitsRule(uint64_t units);
 constexpr uint64_t kNone = ~uint64_t{0};
 
 // Little-endian encoder/decoder with bounds checks.

@@ -109,19 +109,6 @@ void Core::Unreserve(const std::vector<uint64_t>& grains, bool dirty) {
   space_.Unreserve(grains, bad);
 }
 
-// Writes `sb` into both slots: first slot seq % 2, synced, then the other.
-// A torn write leaves an intact newest copy in the other slot, and once both
-// are written either copy alone opens the pool exactly (an older copy would
-// name a checkpoint that has since been freed). The caller syncs after.
-Status Core::WriteSuperblockLocked(const Superblock& sb) {
-  std::string img = sb.Encode();
-  uint64_t first = sb.seq % 2;
-  Status s = file_->Write(first * kSuperblockSlot, img.size(), img.data());
-  if (s.ok()) s = file_->Sync();
-  if (s.ok()) s = file_->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
-  return s;
-}
-
 // One batch: everything appended so far, or a checkpoint when it would not
 // fit in the journal. Runs only as queue_'s leader, so nothing else commits.
 Result<uint64_t> Core::CommitBatch() {
@@ -137,11 +124,11 @@ Result<uint64_t> Core::CommitBatch() {
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // nothing buffered may be written
-    ckpt = !journal_.Fits(jbuf_.bytes());
+    ckpt = !format_->Fits(jbuf_.bytes());
     if (!ckpt) jbuf_.TakeBatch(&batch);
   }
   uint64_t target = batch.last_ticket;
-  Status s = ckpt ? CheckpointLocked(&target) : journal_.WriteBatch(file_.get(), batch);
+  Status s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
   if (!s.ok()) return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
   return target;  // queue_ publishes it, wakes its waiters, then ReleasePending
 }
@@ -192,7 +179,7 @@ Status Core::Close() {
   {
     CommitQueue::ExclusiveGuard leader(&queue_);  // no batch in flight: durable_lsn is final
     MutexLock g(&meta_mu_);
-    if (journal_.tail() == 0 && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
+    if (format_->journal_empty() && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
     Record seal;
     seal.type = RecType::kSeal;
     Result<uint64_t> t = AppendLocked(seal);
@@ -225,12 +212,15 @@ Status Core::Grow(uint64_t new_size) {
     if (new_size == 0) new_size = *dsz;
     if (new_size > *dsz) return Status(Code::kInvalidArgument, "size exceeds the device");
   }
-  if (new_size < sb_.size_bytes) return Status(Code::kInvalidArgument, "a pool cannot shrink");
-  if (new_size == sb_.size_bytes) return Status::Ok();
+  uint64_t old_size;
+  {
+    MutexLock g(&meta_mu_);
+    old_size = size_bytes_;  // what the format's superblock declares: set by Load and here only
+  }
+  if (new_size < old_size) return Status(Code::kInvalidArgument, "a pool cannot shrink");
+  if (new_size == old_size) return Status::Ok();
   const uint64_t units = (new_size - data_offset_) / au_;
-  if (units > kMaxPoolUnits)
-    return Status(Code::kInvalidArgument, "a pool holds at most " + std::to_string(kMaxPoolUnits) +
-                                              " allocation units");
+  if (std::string why = PoolUnitsRule(units); !why.empty()) return Status(Code::kInvalidArgument, why);
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.
@@ -249,16 +239,11 @@ Status Core::Grow(uint64_t new_size) {
     if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
   }
-  Superblock nsb = sb_;
-  nsb.seq++;
-  nsb.size_bytes = new_size;
-  s = WriteSuperblockLocked(nsb);
-  if (s.ok()) s = file_->Sync();
+  s = format_->Grow(file_.get(), new_size);
   if (!s.ok()) {
     queue_.Fail(s);
     return s;
   }
-  sb_ = nsb;
   MutexLock g(&meta_mu_);
   space_.Grow(units);  // within the reserved index: cannot throw
   size_bytes_ = new_size;

@@ -6,15 +6,17 @@
 //   data_path.cc   Read, Write, CompareAndWrite, ZeroRange, Allocate, CloneRange
 //   lun_table.cc   create, delete, resize, clone, list and open LUNs
 //   checkpoint.cc  CheckpointLocked (and the chain format's I/O)
-//   recovery.cc    Create, Open, Load (superblock, checkpoint, replay, rebuild)
+//   recovery.cc    Create, Open, Load (format choice, geometry checks, rebuild)
 //   check.cc       Check
-// with the state of two mechanisms in classes of their own: SpaceMap
-// (space_map.h) and the journal's JournalBuffer/JournalWriter (journal.h).
+// with the state of three mechanisms in classes of their own: SpaceMap
+// (space_map.h), the JournalBuffer of records not yet committed (journal.h),
+// and the on-disk format, MetaFormat (meta_format.h: superblock, checkpoint,
+// journal on disk; FormatV2 for pool formats 1 and 2).
 //
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
 //   leadership of Core::queue_ (one batch or Exclusive section at a time:
-//                    journal tail, superblock; commit_queue.h)
+//                    the format's journal tail and superblock; commit_queue.h)
 //   Core::meta_mu_   (LUN table and maps, space map, the journal buffer)
 // Data I/O never happens under meta_mu_. Durable operations wait for their
 // ticket in queue_ after releasing their range locks.
@@ -35,6 +37,7 @@
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
+#include "handler/store/meta_format.h"
 #include "handler/store/pool.h"
 #include "handler/store/space_map.h"
 #include "handler/store/thinner.h"
@@ -164,10 +167,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   static Status MetaFailed();
   // The highest durable LSN, which every record framed now carries as its
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
-  // JournalWriter keeps it in an atomic it raises only after a batch's sync
-  // returned or a checkpoint's superblock is durable, so any value read is
-  // durable; a stale one merely vouches for less.
-  uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return journal_.durable_lsn(); }
+  // MetaFormat::durable_lsn() is atomic and raised only once what it names
+  // is durable, so any value read is durable; a stale one merely vouches for
+  // less. format_ itself is set once, by Load, before the Core is shared;
+  // whatever replaces it later (an in-place upgrade) must also hold meta_mu_,
+  // under which AppendLocked calls this.
+  uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return format_->durable_lsn(); }
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
   uint64_t CurrentSeq() EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
@@ -211,7 +216,6 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
       EXCLUDES(queue_, meta_mu_);
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
-  Status WriteSuperblockLocked(const Superblock& sb) REQUIRES(queue_);
   // Thin on thin, after an allocation: at most once per interval asks the
   // Env what the backing store has free; finding it newly short of the
   // pool's remaining growth (OutgrowsBacking) bumps backing_gen_. Never under
@@ -240,8 +244,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // space map counts grains apart from the AU-sized checkpoint chunks it
   // also hands out (SpaceMap's units are both today) and the format records
   // the grain (v3 superblock, plan step 5): a map in grains written into a
-  // v2 checkpoint or journal would be read back in AUs. Load sets
-  // grain_ = au_ (recovery.cc); nothing else sets it.
+  // v2 checkpoint or journal would be read back in AUs. Load sets grain_
+  // from the format's geometry (FormatV2: grain_ = au_); nothing else sets it.
   uint32_t au_ = 0;
   uint32_t grain_ = 0;
   uint64_t data_offset_ = 0;
@@ -253,8 +257,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // leadership (a batch or an Exclusive section) is a capability: what only
   // the leader may touch is GUARDED_BY(queue_).
   CommitQueue queue_ ACQUIRED_BEFORE(meta_mu_);
-  Superblock sb_ GUARDED_BY(queue_);          // the newest durable superblock
-  JournalWriter journal_ GUARDED_BY(queue_);  // the journal on disk: its tail
+  // The on-disk format (superblock, checkpoint, the journal's tail and
+  // durable LSN), chosen by Load from the superblocks' version. Only the
+  // leader calls it, except DurableLsn.
+  std::unique_ptr<MetaFormat> format_ PT_GUARDED_BY(queue_);
 
   mutable Mutex meta_mu_;
   // The LUN table and maps. LunState's fields other than its range lock are

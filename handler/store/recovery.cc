@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Creating and opening a pool: superblock choice, checkpoint load, journal
-// replay, and the rebuild of reference counts and free space from the maps.
+// Creating and opening a pool: the options checked, then the format lays
+// the pool out; the format's choice and load (superblock, checkpoint, journal
+// replay: meta_format.h), the checks of its geometry against the device,
+// and the rebuild of reference counts and free space from the maps.
 
 #include "handler/store/pool_impl.h"
 
@@ -8,9 +10,8 @@
 #include <map>
 #include <random>
 
-#include "handler/store/checkpoint.h"
+#include "handler/store/format_v2.h"
 #include "handler/store/names.h"
-#include "handler/store/superblock_v3.h"  // SuperblockEnvelopeVersion: every format's envelope
 
 namespace cowstore::store {
 namespace {
@@ -28,7 +29,7 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   if (o.soft_threshold_percent > 100)
     return Status(Code::kInvalidArgument, "soft threshold is a percentage");
   uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
-  if (jbytes < kMinJournalBytes || jbytes > (1ull << 30) || jbytes % 4096)
+  if (jbytes < kMinJournalBytes || jbytes > kMaxJournalBytes || jbytes % 4096)
     return Status(Code::kInvalidArgument, "journal size must be 64 KiB..1 GiB, 4 KiB aligned");
   bool existed = env->Exists(path);
   auto f = env->OpenLocked(path, existed ? Env::Mode::kReadWrite : Env::Mode::kCreate);
@@ -52,30 +53,8 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
     if (size == 0) size = *fsize;
     if (size > *fsize) return Status(Code::kInvalidArgument, "size exceeds the device");
   }
-  Superblock sb;
-  sb.uuid = NewUuid();
-  sb.au = au;
-  sb.size_bytes = size;
-  sb.journal_bytes = jbytes;
-  sb.data_offset = DivUp(kJournalOffset + jbytes, au) * au;
-  sb.soft_threshold_percent = o.soft_threshold_percent;
-  if (size < sb.data_offset + 8ull * au)
-    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
-                                              std::to_string(sb.data_offset + 8ull * au) +
-                                              " bytes");
-  std::mt19937_64 rng(std::random_device{}());
-  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
-  Status s;
-  if (!file->IsBlockDevice()) s = file->Truncate(size);
-  if (s.ok()) s = file->PunchHole(kJournalOffset, jbytes);
-  // The size before the superblocks that declare it (as Grow does).
-  if (s.ok()) s = file->Sync();
-  for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
-    sb.seq = seq;
-    std::string img = sb.Encode();
-    s = file->Write(seq * kSuperblockSlot, img.size(), img.data());
-  }
-  if (s.ok()) s = file->Sync();
+  // Formats 1 and 2 only until PoolOptions names a format (plan step 5d).
+  Status s = FormatV2::Create(file.get(), NewUuid(), au, size, jbytes, o.soft_threshold_percent);
   if (!s.ok()) return s;
   auto core = std::make_shared<Core>(env, std::move(file), false);
   s = core->Load();
@@ -96,106 +75,51 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
 
 Status Core::LoadLocked() {
   MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
-  // 1. The newest valid superblock copy. Both slots normally hold the same
-  // newest copy (WriteSuperblockLocked).
-  Superblock best;
-  bool have = false;
-  Status why;
-  int damaged_slot = -1;
-  for (int slot = 0; slot < 2; slot++) {
-    std::vector<char> buf(kSuperblockSlot);
-    Status s = file_->Read(slot * kSuperblockSlot, buf.size(), buf.data());
-    if (!s.ok()) return s;
-    Superblock sb;
-    s = Superblock::Decode(buf.data(), buf.size(), &sb);
-    // A newer format in either slot refuses the open, even beside a valid
-    // copy of ours: it is no damaged slot but a newer build's write (an
-    // upgrade, store-v3.md 3.7), and opening the other slot's older copy
-    // would roll the pool back and, read-write, rewrite that slot and punch
-    // the newer format's pages as free space. The envelope every format
-    // shares (superblock_v3.h) tells a newer format from damage.
-    if (const uint32_t v = SuperblockEnvelopeVersion(buf.data(), buf.size()); v > kFormatVersion)
-      return Status(Code::kUnsupported, "superblock slot " + std::to_string(slot) + " holds pool format version " +
-                                            std::to_string(v) + " (this build reads versions " +
-                                            std::to_string(kOldestFormatVersion) + " to " +
-                                            std::to_string(kFormatVersion) +
-                                            "): a newer build wrote this pool, or an interrupted upgrade to "
-                                            "it; open it with a build that reads that version (which completes "
-                                            "the upgrade), and do not repair or recreate it with this one");
-    if (!s.ok()) {
-      if (why.ok() || s.code() == Code::kUnsupported) why = s;
-      damaged_slot = slot;
-      continue;
-    }
-    if (!have || sb.seq > best.seq) best = sb;
-    have = true;
-  }
-  if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
-  // With one copy unreadable the other may be older than it was: if what it
-  // names does not load, say both things rather than blame the checkpoint.
-  auto fallback = [&](const Status& s) {
-    if (damaged_slot < 0 || s.ok()) return s;
-    return Status(s.code(), "superblock slot " + std::to_string(damaged_slot) +
-                                " is damaged and the copy in slot " +
-                                std::to_string(1 - damaged_slot) + " (sequence " +
-                                std::to_string(best.seq) + ") does not load: " + s.message());
-  };
-  sb_ = best;
-  sb_uuid_ = best.uuid;
-  au_ = best.au;
-  // v1/v2 share at the AU: their maps, journal and checkpoint count AUs.
-  // (v3's superblock will carry its own grain: plan step 5.)
-  grain_ = best.au;
+  // 1. The format that reads the superblocks, and the copy it opens from.
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(file_.get(), &slots);
+  if (!chosen.ok()) return chosen.status();
+  format_ = std::move(chosen).value();
+  PoolGeometry geo;
+  Status s = format_->ChooseSuperblock(slots, &geo);
+  if (!s.ok()) return s;
+  sb_uuid_ = geo.uuid;
+  au_ = geo.au;
+  grain_ = geo.grain;
   {
     std::string bad = GrainRule(grain_, au_);
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
-  data_offset_ = best.data_offset;
-  journal_.set_capacity(best.journal_bytes);
-  const uint64_t total_units = (best.size_bytes - data_offset_) / au_;
+  data_offset_ = geo.data_offset;
+  const uint64_t total_units = geo.total_units();
   // Punch slices, and at most 1/16 of the pool waiting for its punch (thinner.h).
   thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
                      std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
-  size_bytes_ = best.size_bytes;
-  space_.set_soft_percent(best.soft_threshold_percent);
+  size_bytes_ = geo.size_bytes;
+  space_.set_soft_percent(geo.soft_threshold_percent);
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
-  if (file_->IsBlockDevice() && *fsize < best.size_bytes)
+  if (file_->IsBlockDevice() && *fsize < geo.size_bytes)
     return Status(Code::kCorruption, "device is smaller than the pool's declared size");
   // Create and Grow extend a pool file (and sync) before any superblock names
   // the size, and a pool never shrinks: a shorter file was cut or copied
   // incompletely, and what lay past its end would read as zeros.
-  if (!file_->IsBlockDevice() && *fsize < best.size_bytes)
+  if (!file_->IsBlockDevice() && *fsize < geo.size_bytes)
     return Status(Code::kCorruption,
                   "pool file is " + std::to_string(*fsize) + " bytes, shorter than the " +
-                      std::to_string(best.size_bytes) +
+                      std::to_string(geo.size_bytes) +
                       " bytes its superblock declares: it was truncated or copied incompletely "
                       "(docs/design/store.md, \"Recovery procedures\")");
   st_ = MetaState();
   st_.au = grain_;  // MetaState's unit is the map's: the grain
 
-  // 2. The checkpoint chain.
-  std::vector<uint64_t> ckpt_aus;
-  if (best.ckpt_first != kNone) {
-    std::string payload;
-    Status s = ReadCheckpointChain(file_.get(), best, total_units, &payload, &ckpt_aus);
-    if (!s.ok()) return fallback(s);
-    s = DecodeState(payload, &st_, best.version);
-    if (!s.ok()) return fallback(s);
-    st_.au = grain_;
-  }
-
-  // 3. Journal replay: records with consecutive LSNs from journal_start_lsn;
-  // the first bad or stale record ends it. A torn tail ends it quietly;
-  // damage to records later ones vouch for, or a journal of a newer
+  // 2. The checkpoint and the journal after it. A torn tail ends replay
+  // quietly; damage to records later ones vouch for, or a journal of a newer
   // superblock, is refused unless the caller knowingly accepts the loss.
-  std::vector<uint8_t> j(journal_.capacity());
-  Status s = file_->Read(kJournalOffset, j.size(), j.data());
+  LoadedMeta loaded;
+  s = format_->LoadState(file_.get(), &st_, &loaded);
   if (!s.ok()) return s;
-  ReplayEnd end;
-  s = ReplayJournal(j.data(), j.size(), best.journal_start_lsn, &st_, &end, best.version);
-  if (!s.ok()) return s;
-  journal_.set_tail(end.tail);
+  const ReplayEnd& end = loaded.end;
   jbuf_.set_next_lsn(end.next_lsn);
   loss_ = JournalLoss();
   if (end.damaged || end.newer_record_follows) {
@@ -203,7 +127,7 @@ Status Core::LoadLocked() {
     loss_ = {true, end.tail, end.next_lsn, end.lost, end.lost_operations};
   }
 
-  // 4. Rebuild reference counts, unit states and free space from the maps.
+  // 3. Rebuild reference counts, unit states and free space from the maps.
   // (Space-map units are grains, and total_units counts AUs: the same while
   // grain_ == au_, as set above for every pool for now.)
   for (const auto& [id, l] : st_.luns) {
@@ -214,11 +138,11 @@ Status Core::LoadLocked() {
       if (e.phys + e.len > total_units || lba + e.len > units)
         return Status(Code::kCorruption, "LUN " + l->name + " maps outside its bounds");
   }
-  s = space_.Rebuild(total_units, st_, std::move(ckpt_aus));
+  s = space_.Rebuild(total_units, st_, std::move(loaded.meta_units));
   if (!s.ok()) return s;
   if (read_only_) return Status::Ok();
 
-  // 5. Writable: zero every free AU (a crash may have left data in AUs whose
+  // 4. Writable: zero every free AU (a crash may have left data in AUs whose
   // mapping never became durable), then checkpoint with a fresh LSN range so
   // a torn journal tail can never be mistaken for new records.
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the

@@ -254,9 +254,9 @@ struct SuperblockChoice {
 //    (the v1/v2 open reads it) and the other slot is not a format 3 slot;
 //    a refused format 3 slot (its envelope says 3) beside a v1/v2 copy is
 //    kCorruption, since the v1/v2 open refuses any slot of a newer format
-//    (recovery.cc); no valid copy at all is kCorruption naming both slots'
+//    (ChooseMetaFormat, meta_format.cc); no valid copy at all is kCorruption naming both slots'
 //    faults.
-// Writer rule (plan step 7 keeps it; WriteSuperblockLocked does today): a
+// Writer rule (plan step 7 keeps it; FormatV2::WriteSuperblock does today): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
 // any operation after it is acknowledged and before anything the previous
 // superblock names (pages, journal space) is reused; open rewrites a slot not

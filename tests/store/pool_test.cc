@@ -94,6 +94,25 @@ TEST(PoolCreate, RejectsBadOptions) {
   EXPECT_EQ(Pool::Create(&env, "p3", o).status().code(), Code::kInvalidArgument);
 }
 
+// More AUs than a superblock may declare: refused before anything is written
+// (it used to write superblocks that Open then refused as corruption).
+TEST(PoolCreate, RefusesMoreUnitsThanASuperblockMayDeclare) {
+  FaultInjectionEnv env;
+  PoolOptions o = Opts();
+  o.size_bytes = kDataOffset + (kMaxPoolUnits + 1) * kAu;
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_EQ(p.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(p.status().message().find("pool too large"), std::string::npos) << p.status().message();
+  auto f = env.OpenLocked("p", Env::Mode::kReadOnly);
+  ASSERT_TRUE(f.ok());
+  auto size = (*f)->Size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, 0u);  // nothing written
+  // The largest pool it may declare is accepted by the same rule.
+  EXPECT_TRUE(PoolUnitsRule(kMaxPoolUnits).empty());
+  EXPECT_FALSE(PoolUnitsRule(kMinPoolUnits - 1).empty());
+}
+
 TEST(PoolCreate, RefusesExistingPoolAndForeignFile) {
   FaultInjectionEnv env;
   { ASSERT_TRUE(Pool::Create(&env, "p", Opts()).ok()); }

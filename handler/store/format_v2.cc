@@ -1,0 +1,170 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "handler/store/format_v2.h"
+
+#include <random>
+
+#include "handler/store/checkpoint.h"
+#include "handler/store/crc32c.h"
+
+namespace cowstore::store {
+
+Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size,
+                        uint64_t journal_bytes, uint32_t soft_threshold_percent) {
+  Superblock sb;
+  sb.uuid = uuid;
+  sb.au = au;
+  sb.size_bytes = size;
+  sb.journal_bytes = journal_bytes;
+  sb.data_offset = DataOffsetV2(au, journal_bytes);
+  sb.soft_threshold_percent = soft_threshold_percent;
+  if (size < sb.data_offset + kMinPoolUnits * au)
+    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
+                                              std::to_string(sb.data_offset + kMinPoolUnits * au) +
+                                              " bytes");
+  // Before anything is written: a superblock Decode would refuse leaves a
+  // file that looks like a pool and never opens.
+  if (std::string why = PoolUnitsRule(sb.total_units()); !why.empty())
+    return Status(Code::kInvalidArgument, "pool too large: " + why + " of " + std::to_string(au) + " bytes");
+  std::mt19937_64 rng(std::random_device{}());
+  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
+  Status s;
+  if (!file->IsBlockDevice()) s = file->Truncate(size);
+  if (s.ok()) s = file->PunchHole(kJournalOffset, journal_bytes);
+  // The size before the superblocks that declare it (as Grow does).
+  if (s.ok()) s = file->Sync();
+  for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {
+    sb.seq = seq;
+    std::string img = sb.Encode();
+    s = file->Write(seq * kSuperblockSlot, img.size(), img.data());
+  }
+  if (s.ok()) s = file->Sync();
+  return s;
+}
+
+Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) {
+  // The newest valid copy. Both slots normally hold the same newest copy
+  // (WriteSuperblock). A newer format in either slot never reaches here:
+  // ChooseMetaFormat refuses it first.
+  Superblock best;
+  bool have = false;
+  Status why;
+  for (int slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    Status s = Superblock::Decode(slots.slot[slot].data(), slots.slot[slot].size(), &sb);
+    if (!s.ok()) {
+      if (why.ok() || s.code() == Code::kUnsupported) why = s;
+      damaged_slot_ = slot;
+      continue;
+    }
+    if (!have || sb.seq > best.seq) best = sb;
+    have = true;
+  }
+  if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
+  sb_ = best;
+  journal_.set_capacity(best.journal_bytes);
+  g->uuid = best.uuid;
+  g->au = best.au;
+  // v1/v2 share at the AU: their maps, journal and checkpoint count AUs.
+  // (v3's superblock carries its own grain: plan step 5.)
+  g->grain = best.au;
+  g->data_offset = best.data_offset;
+  g->size_bytes = best.size_bytes;
+  g->soft_threshold_percent = best.soft_threshold_percent;
+  return Status::Ok();
+}
+
+// With one copy unreadable the other may be older than it was: if what it
+// names does not load, say both things rather than blame the checkpoint.
+Status FormatV2::Fallback(const Status& s) const {
+  if (damaged_slot_ < 0 || s.ok()) return s;
+  return Status(s.code(), "superblock slot " + std::to_string(damaged_slot_) +
+                              " is damaged and the copy in slot " +
+                              std::to_string(1 - damaged_slot_) + " (sequence " +
+                              std::to_string(sb_.seq) + ") does not load: " + s.message());
+}
+
+Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
+  const uint32_t unit = st->au;  // the grain, which DecodeState does not know
+  // The checkpoint chain.
+  out->meta_units.clear();
+  if (sb_.ckpt_first != kNone) {
+    std::string payload;
+    Status s = ReadCheckpointChain(file, sb_, sb_.total_units(), &payload, &out->meta_units);
+    if (!s.ok()) return Fallback(s);
+    s = DecodeState(payload, st, sb_.version);
+    if (!s.ok()) return Fallback(s);
+    st->au = unit;
+  }
+  // Journal replay: records with consecutive LSNs from journal_start_lsn;
+  // the first bad or stale record ends it. A torn tail ends it quietly;
+  // damage to records later ones vouch for, or a journal of a newer
+  // superblock, is reported in out->end for Core to refuse or accept.
+  std::vector<uint8_t> j(journal_.capacity());
+  Status s = file->Read(kJournalOffset, j.size(), j.data());
+  if (!s.ok()) return s;
+  s = ReplayJournal(j.data(), j.size(), sb_.journal_start_lsn, st, &out->end, sb_.version);
+  if (!s.ok()) return s;
+  journal_.set_tail(out->end.tail);
+  return Status::Ok();
+}
+
+Status FormatV2::CommitBatch(File* file, const JournalBatch& b) {
+  return journal_.WriteBatch(file, b);
+}
+
+FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
+  FrozenCheckpoint f;
+  EncodeState(st, &f.payload);
+  f.meta_units = CheckpointUnits(f.payload.size(), sb_.au);
+  return f;
+}
+
+Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
+                                 const std::vector<uint64_t>& units, uint64_t start_lsn) {
+  Superblock nsb = sb_;
+  nsb.seq = sb_.seq + 1;
+  // The upgrade of a version-1 pool: this superblock names a checkpoint and
+  // a journal generation in the current format, so it is the one write that
+  // changes the version (until it is durable the old one opens as it was).
+  nsb.version = kFormatVersion;
+  nsb.ckpt_first = units[0];
+  nsb.ckpt_seq = nsb.seq;
+  nsb.ckpt_bytes = f.payload.size();
+  nsb.ckpt_crc = Crc32c(0, f.payload.data(), f.payload.size());
+  nsb.journal_start_lsn = start_lsn;
+  Status s = WriteCheckpointChain(file, sb_.data_offset, sb_.au, units, f.payload, nsb.seq, sb_.uuid);
+  if (s.ok()) s = file->Sync();  // data and checkpoint before the superblock
+  if (s.ok()) s = WriteSuperblock(file, nsb);
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;  // the caller fails the pool; reopen recovers
+  sb_ = nsb;
+  journal_.Restart(file);
+  journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record
+  return Status::Ok();
+}
+
+Status FormatV2::Grow(File* file, uint64_t new_size) {
+  Superblock nsb = sb_;
+  nsb.seq++;
+  nsb.size_bytes = new_size;
+  Status s = WriteSuperblock(file, nsb);
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  sb_ = nsb;
+  return Status::Ok();
+}
+
+// Writes `sb` into both slots: first slot seq % 2, synced, then the other.
+// A torn write leaves an intact newest copy in the other slot, and once both
+// are written either copy alone opens the pool exactly (an older copy would
+// name a checkpoint that has since been freed). The caller syncs after.
+Status FormatV2::WriteSuperblock(File* file, const Superblock& sb) {
+  std::string img = sb.Encode();
+  uint64_t first = sb.seq % 2;
+  Status s = file->Write(first * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  return s;
+}
+
+}  // namespace cowstore::store

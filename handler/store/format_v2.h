@@ -1,0 +1,50 @@
+// SPDX-License-Identifier: Apache-2.0
+// FormatV2: pool formats 1 and 2 behind MetaFormat (meta_format.h). Two
+// superblock slots, a checkpoint written whole as a chain of AU-sized
+// chunks (checkpoint.h), and a fixed journal region (journal.h); the maps
+// count AUs (grain == AU). A version 1 pool is read as it is and becomes
+// version 2 at its first checkpoint (meta.h, kFormatVersion).
+#pragma once
+
+#include "handler/store/journal.h"
+#include "handler/store/meta.h"
+#include "handler/store/meta_format.h"
+
+namespace cowstore::store {
+
+class FormatV2 final : public MetaFormat {
+ public:
+  // Lays out a new, empty pool of `size` bytes on `file`: a file extended
+  // to `size` and the journal region cleared, synced before the superblocks
+  // that declare them, then both slots (sequences 0 and 1), synced.
+  // kInvalidArgument, with nothing written, if `size` cannot hold the
+  // journal and 8 AUs. The caller has checked the AU, journal size and
+  // soft threshold against their rules and that no pool is there.
+  static Status Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size,
+                       uint64_t journal_bytes, uint32_t soft_threshold_percent);
+
+  Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
+  Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
+  bool Fits(size_t bytes) const override { return journal_.Fits(bytes); }
+  Status CommitBatch(File* file, const JournalBatch& b) override;
+  bool journal_empty() const override { return journal_.tail() == 0; }
+  uint64_t durable_lsn() const override { return journal_.durable_lsn(); }
+  uint64_t superblock_seq() const override { return sb_.seq; }
+  FrozenCheckpoint Freeze(const MetaState& st) const override;
+  Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
+                         uint64_t start_lsn) override;
+  Status Grow(File* file, uint64_t new_size) override;
+
+ private:
+  // The writer rule for both slots (WriteSuperblock in format_v2.cc).
+  static Status WriteSuperblock(File* file, const Superblock& sb);
+  // Names the damaged slot beside an error from what the surviving copy
+  // names (ok passes through).
+  Status Fallback(const Status& s) const;
+
+  Superblock sb_;          // the newest durable superblock
+  JournalWriter journal_;  // the journal on disk: its tail and durable LSN
+  int damaged_slot_ = -1;  // a slot that did not decode at open, if any
+};
+
+}  // namespace cowstore::store

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+// MetaFormat: what the engine (Core, pool_impl.h) asks of an on-disk
+// metadata format, so that formats can sit side by side (store-v3.md,
+// plan step 5b). A format owns the superblock, the checkpoint and the
+// journal on disk; Core keeps the locking, the commit queue, the space map
+// and the data path, and decides what to do with what the format reports.
+//
+// Callers: Core calls every member as the commit queue's leader (its
+// pointer to the format is PT_GUARDED_BY the queue), except durable_lsn(),
+// which is safe from any thread. A format takes no lock of its own.
+//
+// Errors are the store's: kCorruption for damage the format refuses,
+// kUnsupported for what a newer build wrote, an Env's error as it came.
+// A failed CommitBatch, WriteCheckpoint or Grow leaves the format's
+// in-memory state as it was before the call; Core then fails the pool (the
+// disk may hold a torn write that only a reopen can judge).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "handler/store/env.h"
+#include "handler/store/journal.h"
+#include "handler/store/meta.h"
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+// Both superblock slots as read from the device, once per open (the
+// chooser reads them; the chosen format decodes them).
+struct SuperblockSlots {
+  std::vector<char> slot[2];
+};
+
+// The pool's geometry, as the chosen superblock declares it.
+struct PoolGeometry {
+  Uuid uuid{};
+  uint32_t au = 0;     // allocation unit: data area alignment, metadata chunks
+  uint32_t grain = 0;  // unit of sharing and of the maps (GrainRule, names.h)
+  uint64_t data_offset = 0;
+  uint64_t size_bytes = 0;  // declared size; the device must hold it
+  uint32_t soft_threshold_percent = 0;
+  uint64_t total_units() const { return (size_bytes - data_offset) / au; }
+};
+
+// What LoadState hands back beside the state.
+struct LoadedMeta {
+  std::vector<uint64_t> meta_units;  // AUs the loaded checkpoint occupies
+  // Where replay stopped and its verdict (journal.h). Whether a damaged or
+  // newer journal may be opened anyway is Core's decision (the caller's
+  // accept_journal_loss), not the format's.
+  ReplayEnd end;
+};
+
+// The metadata state frozen for a checkpoint, taken under Core's metadata
+// lock (the state changes as soon as it is released).
+struct FrozenCheckpoint {
+  std::string payload;      // the state in the format's encoding
+  uint64_t meta_units = 0;  // AUs Core must take from the space map for it
+};
+
+class MetaFormat {
+ public:
+  virtual ~MetaFormat() = default;
+
+  // Open, step 1: chooses the superblock copy the pool opens from and
+  // returns its geometry. Reads nothing but `slots`. Core checks the
+  // geometry against the device before step 2.
+  virtual Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) = 0;
+  // Open, step 2: reads the checkpoint the chosen superblock names into *st
+  // (a fresh MetaState whose unit is the geometry's grain) and replays the
+  // journal after it. The journal's tail is the format's from then on.
+  virtual Status LoadState(File* file, MetaState* st, LoadedMeta* out) = 0;
+
+  // False if a batch of `bytes` more record bytes does not fit the journal:
+  // Core checkpoints instead.
+  virtual bool Fits(size_t bytes) const = 0;
+  // Appends `b` durably, in CommitJournalBatch's order (data sync, records,
+  // sync). On success every record of `b` is durable and durable_lsn() has
+  // reached b.last_lsn.
+  virtual Status CommitBatch(File* file, const JournalBatch& b) = 0;
+  // Nothing in the journal since the last checkpoint (a clean close then
+  // needs no seal).
+  virtual bool journal_empty() const = 0;
+  // The highest LSN known durable, which every record framed now carries as
+  // its `proven`. Safe from any thread without the queue's leadership: it
+  // is atomic and raised only once what it names is durable, so any value
+  // read is durable (a stale one vouches for less).
+  virtual uint64_t durable_lsn() const = 0;
+  // The newest durable superblock's sequence: changes with every superblock
+  // written (checkpoint, grow), so an online check can tell whether the
+  // metadata it read from disk is still the current checkpoint.
+  virtual uint64_t superblock_seq() const = 0;
+
+  // Checkpoint, step 1, under Core's metadata lock: encodes `st`.
+  virtual FrozenCheckpoint Freeze(const MetaState& st) const = 0;
+  // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
+  // (the FrozenCheckpoint's meta_units AUs, taken by Core), syncs, writes a
+  // superblock naming it into both slots, syncs, then empties the journal,
+  // which continues at `start_lsn`. On success the checkpoint holds every
+  // record before start_lsn and the previous checkpoint's AUs may be
+  // released. On failure the format keeps the previous checkpoint in memory;
+  // on disk either may be current (a failure after the first slot's write),
+  // and the next open decides.
+  virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
+                                 const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
+
+  // Declares the pool `new_size` bytes, durably (superblock in both slots,
+  // synced). The caller has checked the size and made the device hold it.
+  virtual Status Grow(File* file, uint64_t new_size) = 0;
+};
+
+// Reads both superblock slots and picks the format that reads them, by the
+// envelope every format shares (superblock_v3.h). A version no format of
+// this build handles, in either slot, is kUnsupported and nothing is written.
+Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots* slots);
+
+}  // namespace cowstore::store
