@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <new>
 #include <string>
 
 #include "handler/store/soft_threshold.h"
@@ -90,9 +91,14 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   return Status::Ok();
 }
 
-void SpaceMap::ReserveIndex(uint64_t units) {
-  refs_.reserve(units);
-  state_.reserve(units);
+Status SpaceMap::ReserveIndex(uint64_t units) {
+  try {
+    refs_.reserve(units);
+    state_.reserve(units);
+  } catch (const std::bad_alloc&) {
+    return IndexOutOfMemory(units);
+  }
+  return Status::Ok();
 }
 
 void SpaceMap::Grow(uint64_t units) {

@@ -483,7 +483,7 @@ class Differential {
 
   void GrowSome() {
     const uint64_t units = sm_.total_units() + 1 + rng_() % 8;
-    sm_.ReserveIndex(units);
+    ASSERT_TRUE(sm_.ReserveIndex(units).ok());
     ASSERT_TRUE(gs_.ReserveIndex(units).ok());
     sm_.Grow(units);
     gs_.Grow(units);
@@ -639,7 +639,7 @@ TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
 TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
   GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
   ASSERT_TRUE(s.Rebuild(6 * kG16, StateOf({}), {0}).ok());
-  EXPECT_EQ(s.free_whole_aus(), 5u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 5u);
   EXPECT_EQ(s.free_whole_aus(3), 3u);  // stops at the limit
   // One data grain reserved in the middle of each free AU: 75 grains free,
   // no whole AU.
@@ -650,16 +650,16 @@ TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
   s.Unreserve(back, {});
   EXPECT_EQ(s.reserved_units(), 5u);
   EXPECT_EQ(s.free_units(), 5 * kG16 - 5);
-  EXPECT_EQ(s.free_whole_aus(), 0u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 0u);
   std::vector<uint64_t> aus;
   EXPECT_FALSE(s.TakeMeta(1, &aus));  // although free_units() >= one AU's grains
   // Give back one: exactly that AU is whole again, and TakeMeta takes it.
   s.Unreserve({3 * kG16 + 7}, {});
-  EXPECT_EQ(s.free_whole_aus(), 1u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 1u);
   EXPECT_FALSE(s.TakeMeta(2, &aus));
   ASSERT_TRUE(s.TakeMeta(1, &aus));
   EXPECT_EQ(aus, (std::vector<uint64_t>{3}));
-  EXPECT_EQ(s.free_whole_aus(), 0u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 0u);
 }
 
 TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
