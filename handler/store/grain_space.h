@@ -73,9 +73,11 @@
 // 9. For Core's wiring: at grain < AU, data reservations can leave no whole
 //    free AU while many grains are free, so TakeMeta can fail where
 //    free_units() promised room. Core's affordability (AffordableLocked,
-//    AffordableToFreeLocked) must count the checkpoint's share in whole free
-//    AUs (free_whole_aus(k) >= k for k = CkptUnits(...)) and only the data's
-//    in free_units() less those AUs' grains.
+//    AffordableToFreeLocked) therefore asks HasRoomFor (pool_space.h): the
+//    checkpoint's share in whole free AUs (free_whole_aus(k) >= k for
+//    k = CkptUnits(...)) and only the data's in free_units() less those
+//    AUs' grains. (Reserve may still pick grains of those AUs: keeping
+//    data out of the last whole AUs is the allocation policy's, step d.)
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once

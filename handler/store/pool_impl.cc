@@ -80,12 +80,11 @@ bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
   // not grow the pool: it needs no reserve, or a pool inside the reserve
   // would refuse writes to data it already holds.
   if (need == 0 && extra_extents == 0) return AffordableToFreeLocked(0);
-  return space_->free_units() >=
-         need + CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
+  return HasRoomFor(*space_, need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents));
 }
 
 bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
-  return space_->free_units() >= CkptUnits(st_.extents() + extra_extents);
+  return HasRoomFor(*space_, 0, CkptUnits(st_.extents() + extra_extents));
 }
 
 Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {

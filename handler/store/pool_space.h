@@ -97,7 +97,9 @@ class PoolSpace {
   virtual const std::vector<uint64_t>& meta_aus() const = 0;
   // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
   // exactly when free_whole_aus(n) == n. Free units can outnumber them many
-  // times over when units are smaller than an AU (free grains scattered).
+  // times over when units are smaller than an AU (free grains scattered), so
+  // whether a checkpoint fits is asked here, not of free_units()
+  // (HasRoomFor below).
   virtual uint64_t free_whole_aus(uint64_t limit) const = 0;
 
   // Soft threshold (a percentage of the pool's units; 0: none; the rule is
@@ -131,6 +133,16 @@ class PoolSpace {
 // What ReserveIndex returns when memory cannot hold the index for `units`.
 inline Status IndexOutOfMemory(uint64_t units) {
   return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) + " units");
+}
+
+// True if `s` has room for `data_units` more units and a checkpoint of
+// `ckpt_aus` AUs at once: the checkpoint in whole free AUs (all TakeMeta can
+// use), the data in the free units left beside them. When a unit is an AU
+// this is free_units() >= data_units + ckpt_aus.
+inline bool HasRoomFor(const PoolSpace& s, uint64_t data_units, uint64_t ckpt_aus) {
+  if (s.free_whole_aus(ckpt_aus) < ckpt_aus) return false;
+  // ckpt_aus whole free AUs are that many times units_per_au() free units.
+  return s.free_units() - ckpt_aus * s.units_per_au() >= data_units;
 }
 
 }  // namespace cowstore::store
