@@ -156,8 +156,7 @@ class GrainSpace final : public PoolSpace {
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
   void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
-  // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
-  // exactly when free_whole_aus(n) == n (rule 9). O(free runs visited):
+  // PoolSpace::free_whole_aus (rule 9). O(free runs visited):
   // longest first, so usually a few.
   uint64_t free_whole_aus(uint64_t limit) const override { return PlanMeta(limit, nullptr); }
 

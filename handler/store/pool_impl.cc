@@ -225,10 +225,16 @@ Status Core::Grow(uint64_t new_size) {
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.
+  // The space map counts its own units (grains at grain < AU).
+  uint64_t space_units;
   {
     MutexLock g(&meta_mu_);
-    s = space_->ReserveIndex(units);
+    space_units = units * space_->units_per_au();
+    s = space_->ReserveIndex(space_units);
   }
+  if (s.code() == Code::kNoSpace)
+    return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) +
+                                      " allocation units: the pool keeps its size");
   if (!s.ok()) return Status(s.code(), s.message() + ": the pool keeps its size");
   if (!file_->IsBlockDevice()) {
     // The new size must be durable before a superblock declares it: a cut
@@ -238,13 +244,27 @@ Status Core::Grow(uint64_t new_size) {
     if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
   }
-  s = format_->Grow(file_.get(), new_size);
+  try {
+    s = format_->Grow(file_.get(), new_size);
+  } catch (...) {  // e.g. an Env out of memory after the first slot's write
+    s = StatusFromCurrentException();
+  }
   if (!s.ok()) {
     queue_.Fail(s);
     return s;
   }
   MutexLock g(&meta_mu_);
-  space_->Grow(units);  // within the reserved index: cannot throw
+  try {
+    space_->Grow(space_units);  // within the reserved index, but may need a node
+  } catch (...) {
+    // The superblock names the new size and the space map could not take
+    // it: serving on would hand out the old units while every later
+    // superblock declares the new ones, and the map may be half-grown. The
+    // pool fails; reopening indexes the declared size.
+    meta_failed_.store(true);
+    queue_.Fail(MetaFailed());
+    return MetaFailed();
+  }
   size_bytes_ = new_size;
   return Status::Ok();
 }

@@ -44,8 +44,10 @@ class PoolSpace {
   // Allocates ahead what a Grow to `units` units needs that scales with the
   // pool, changing nothing visible, so that a size memory cannot index is
   // refused before a superblock names it: kNoSpace (IndexOutOfMemory) if
-  // memory cannot hold it, kInvalidArgument past the most units a Rebuild
-  // accepts. Whether Grow can still throw after it is each class's to say.
+  // memory cannot hold it; GrainSpace also refuses more grains than a Rebuild
+  // accepts (kInvalidArgument; SpaceMap's bound, kMaxPoolUnits, is Core's to
+  // check). Grow may still throw std::bad_alloc after it (each class's
+  // header says what that leaves); Core then fails the pool.
   virtual Status ReserveIndex(uint64_t units) = 0;
   // The pool grew to `units` units; the new ones are free.
   // REQUIRES: ReserveIndex(units) succeeded.
@@ -117,7 +119,8 @@ class PoolSpace {
   // only for units a LUN maps, and reserved ones.
   virtual uint32_t refs(uint64_t p) const = 0;
   virtual uint32_t max_refs() const = 0;
-  // Tests lower the bound to reach it (default kMaxRefs). REQUIRES: m >= 2.
+  // Tests lower the bound to reach it (default kMaxRefs; GrainSpace
+  // REQUIRES m >= 2).
   virtual void set_max_refs(uint32_t m) = 0;
   virtual uint64_t free_units() const = 0;
   virtual uint64_t mapped_units() const = 0;   // one reference or more

@@ -10,9 +10,10 @@
 
 namespace cowstore::store {
 
+// All or nothing under std::bad_alloc: the one allocation (a new run's node)
+// comes before any change, and a run that grows downwards keeps its node.
 void FreeRuns::Add(uint64_t p, uint64_t n) {
   if (n == 0) return;
-  count_ += n;
   auto next = runs_.lower_bound(p);
   if (next != runs_.begin()) {
     auto prev = std::prev(next);
@@ -22,16 +23,21 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
         prev->second += next->second;
         runs_.erase(next);
       }
+      count_ += n;
       return;
     }
   }
   if (next != runs_.end() && next->first == p + n) {
-    uint64_t len = n + next->second;
-    auto hint = runs_.erase(next);
-    runs_.emplace_hint(hint, p, len);
+    auto hint = std::next(next);
+    auto node = runs_.extract(next);
+    node.key() = p;
+    node.mapped() += n;
+    runs_.insert(hint, std::move(node));
+    count_ += n;
     return;
   }
   runs_.emplace_hint(next, p, n);
+  count_ += n;
 }
 
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {

@@ -72,7 +72,8 @@ class SpaceMap final : public PoolSpace {
   // Rebuild's kCorruption: a map points at a checkpoint AU or a count
   // passes max_refs(). REQUIRES: every extent of `st` lies below `units`.
   Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus) override;
-  // Reserves the per-AU vectors, so that Grow to `units` cannot throw.
+  // Reserves the per-AU vectors, so that Grow to `units` allocates at most
+  // one free run's node (and, if that throws, changes nothing).
   Status ReserveIndex(uint64_t units) override;
   void Grow(uint64_t units) override;
 
