@@ -91,7 +91,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     } timer{t0, &rep.longest_lock_hold_us};
     if (Status f = queue_.failed(); !f.ok()) problem("pool is in the failed state: " + f.ToString());
     sb_seq = format_->superblock_seq();
-    units = space_.total_units();
+    units = space_->total_units();
     luns.reserve(st_.luns.size());
     for (const auto& [id, l] : st_.luns) {
       LunCopy c{l->id, l->bs, l->name, l->uuid, l->size, l->mod_lsn, {}};
@@ -99,14 +99,19 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       for (const auto& [lba, e] : l->map.runs()) c.runs.push_back({lba, e.phys, e.len});
       luns.push_back(std::move(c));
     }
-    refs_now.assign(space_.all_refs().begin(), space_.all_refs().begin() + static_cast<long>(units));
-    state_now.assign(space_.all_states().begin(), space_.all_states().begin() + static_cast<long>(units));
-    free_runs.assign(space_.free().runs().begin(), space_.free().runs().end());
-    free_count = space_.free_units();
-    ckpt_now = space_.meta_aus();
-    meta_units = space_.meta_units();
-    reserved = space_.reserved_units();
-    pending = space_.pending_units();
+    // The recount below is per AU, against the flat map's own states.
+    if (!flat_space_) {
+      problem("the check cannot read this pool's space map (not the flat, per-AU one)");
+      return rep;
+    }
+    refs_now.assign(flat_space_->all_refs().begin(), flat_space_->all_refs().begin() + static_cast<long>(units));
+    state_now.assign(flat_space_->all_states().begin(), flat_space_->all_states().begin() + static_cast<long>(units));
+    free_runs.assign(flat_space_->free().runs().begin(), flat_space_->free().runs().end());
+    free_count = space_->free_units();
+    ckpt_now = space_->meta_aus();
+    meta_units = space_->meta_units();
+    reserved = space_->reserved_units();
+    pending = space_->pending_units();
     table_lsn = st_.table_lsn;
   }
 
@@ -192,7 +197,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   }
   if (table_lsn < end && disk->st_.luns.size() != luns.size())
     problem("on-disk LUN table differs from memory");
-  if (disk->format_->superblock_seq() == sb_seq && disk->space_.meta_aus() != ckpt_now)
+  if (disk->format_->superblock_seq() == sb_seq && disk->space_->meta_aus() != ckpt_now)
     problem("on-disk checkpoint chain differs from memory");
   return rep;
 }

@@ -71,7 +71,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     frozen = format_->Freeze(st_);
-    if (!space_.TakeMeta(frozen.meta_units, &aus))
+    if (!space_->TakeMeta(frozen.meta_units, &aus))
       return Status(Code::kNoSpace, "no room for a metadata checkpoint");
     *target = jbuf_.last_ticket();
     start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
@@ -80,7 +80,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
   if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
   {
     MutexLock g(&meta_mu_);
-    space_.InstallMeta(std::move(aus), *target);
+    space_->InstallMeta(std::move(aus), *target);
   }
   return Status::Ok();
 }

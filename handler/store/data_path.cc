@@ -60,11 +60,11 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
     std::vector<Run> pieces;
     l->map.Lookup(a0, a1 - a0, &pieces);
     for (const Run& r : pieces)
-      for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= space_.refs(p) == 1;
-    if (!AffordableLocked(need, need) && !space_.has_pending())
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= space_->refs(p) == 1;
+    if (!AffordableLocked(need, need) && !space_->has_pending())
       return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
                                         " allocation units needed, " +
-                                        std::to_string(space_.free_units()) + " free");
+                                        std::to_string(space_->free_units()) + " free");
   }
   while (len > 0) {
     uint64_t n = std::min(len, chunk - off % grain_);
@@ -98,13 +98,13 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     for (Plan& p : plan) {
       // In place only if no durable state can still share the grain: its last
       // other reference may have gone in a record that is not durable yet.
-      p.inplace = p.old != kNone && space_.WritableInPlace(p.old, queue_.durable());
+      p.inplace = p.old != kNone && space_->WritableInPlace(p.old, queue_.durable());
       if (!p.inplace) need++;
     }
     fresh.clear();
     Status s = ReserveLocked(need, need, &fresh);
     if (s.ok()) break;
-    if (attempt > 0 || !space_.has_pending()) return s;
+    if (attempt > 0 || !space_->has_pending()) return s;
     g.Unlock();  // frees under way (commit, punch): wait for them, retry
     Status c = ReclaimPending();
     if (!c.ok()) return c;
@@ -170,7 +170,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     }
     t = *a;
   }
-  space_.Mapped(fresh);
+  space_->Mapped(fresh);
   *ticket = std::max(*ticket, t);
   return Status::Ok();
 }
@@ -189,7 +189,7 @@ Status Core::UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket
     // Splitting an extent adds one; keep the checkpoint's room guaranteed.
     // A free: it may use the room growth leaves it.
     if (!AffordableToFreeLocked(2)) {
-      if (attempt > 0 || !space_.has_pending())
+      if (attempt > 0 || !space_->has_pending())
         return Status(Code::kNoSpace, "no room for metadata to unmap");
       g.Unlock();
       Status c = ReclaimPending();
@@ -436,7 +436,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       // extent per grain, as the write path reserves.
       s = ReserveLocked(need, need + 8, &fresh);
       if (s.ok()) break;
-      if (attempt > 0 || !space_.has_pending()) return s;
+      if (attempt > 0 || !space_->has_pending()) return s;
       g.Unlock();  // frees under way (commit, punch): wait for them, retry
       s = ReclaimPending();
       if (!s.ok()) return s;
@@ -473,14 +473,14 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
                        rec.runs.begin() + std::min<size_t>(rec.runs.size(), i + kMaxMapRuns));
       Result<uint64_t> a = AppendLocked(part);
       if (!a.ok()) {  // not for fresh grains (nothing references them), but never ignored
-        space_.Mapped({fresh.begin(), fresh.begin() + mapped});
+        space_->Mapped({fresh.begin(), fresh.begin() + mapped});
         g.Unlock();
         Unreserve({fresh.begin() + mapped, fresh.end()}, false);
         return a.status();
       }
       for (const Run& r : part.runs) mapped += r.len;
     }
-    space_.Mapped(fresh);
+    space_->Mapped(fresh);
     ticket = jbuf_.last_ticket();  // ours, or the newest the mapping it saw may rest on
   }
   if (grew) PollBacking();
@@ -564,7 +564,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         src->map.Lookup(sw0, w1 - w0, &sp);
         dst->map.Lookup(w0, w1 - w0, &dp);
         if ((!sp.empty() || !dp.empty()) && !AffordableLocked(0, sp.size() + 2) &&
-            space_.has_pending()) {
+            space_->has_pending()) {
           g.Unlock();  // frees under way (commit, punch): wait for them, look again
           s = ReclaimPending();
           if (!s.ok()) return s;

@@ -30,7 +30,7 @@
 
 #include "handler/store/grain_run.h"
 #include "handler/store/run_tree.h"
-#include "handler/store/space_map.h"  // PendingRun, shared with the flat map
+#include "handler/store/pending_run.h"
 #include "handler/store/status.h"
 
 namespace cowstore::store {

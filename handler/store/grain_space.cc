@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cassert>
+#include <new>
 #include <optional>
 #include <string>
 
@@ -84,7 +85,11 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
 Status GrainSpace::ReserveIndex(uint64_t grains) {
   if (grains > kMaxGrains)
     return Status(Code::kInvalidArgument, "a pool holds at most 2^48 grains, not " + std::to_string(grains));
-  shared_.ReserveRegions(grains);
+  try {
+    shared_.ReserveRegions(grains);
+  } catch (const std::bad_alloc&) {
+    return IndexOutOfMemory(grains);
+  }
   return Status::Ok();
 }
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Format v3's space map (docs/design/store-v3.md 3.2-3.5): the same calls as
-// the flat SpaceMap (space_map.h), with the same meanings, kept in grains over
+// Format v3's space map (docs/design/store-v3.md 3.2-3.5): a PoolSpace
+// (pool_space.h) like the flat SpaceMap (space_map.h), kept in grains over
 // FreeSpace (free grains as runs; reserve/pending/releasing/quarantine counts)
 // and SharedRefs (counts of grains with two owners or more). Nothing here is
 // per grain or per AU: RAM follows what is free, shared or in flight, never
@@ -73,9 +73,11 @@
 // 9. For Core's wiring: at grain < AU, data reservations can leave no whole
 //    free AU while many grains are free, so TakeMeta can fail where
 //    free_units() promised room. Core's affordability (AffordableLocked,
-//    AffordableToFreeLocked) must count the checkpoint's share in whole free
-//    AUs (free_whole_aus(k) >= k for k = CkptUnits(...)) and only the data's
-//    in free_units() less those AUs' grains.
+//    AffordableToFreeLocked) therefore asks HasRoomFor (pool_space.h): the
+//    checkpoint's share in whole free AUs (free_whole_aus(k) >= k for
+//    k = CkptUnits(...)) and only the data's in free_units() less those
+//    AUs' grains. (Reserve may still pick grains of those AUs: keeping
+//    data out of the last whole AUs is the allocation policy's, step d.)
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
@@ -86,15 +88,16 @@
 
 #include "handler/store/free_space.h"
 #include "handler/store/meta.h"
+#include "handler/store/pending_run.h"
+#include "handler/store/pool_space.h"
 #include "handler/store/range_values.h"
 #include "handler/store/shared_refs.h"
 #include "handler/store/soft_threshold.h"
-#include "handler/store/space_map.h"  // PendingRun
 #include "handler/store/status.h"
 
 namespace cowstore::store {
 
-class GrainSpace {
+class GrainSpace final : public PoolSpace {
  public:
   // REQUIRES: GrainRule(grain_bytes, au_bytes) holds (names.h).
   GrainSpace(uint64_t grain_bytes, uint64_t au_bytes);
@@ -104,19 +107,19 @@ class GrainSpace {
   // metadata become free. kCorruption, changing nothing, if a map run leaves
   // the pool or covers a checkpoint AU, a checkpoint AU is outside the pool
   // or named twice, or a count passes max_refs().
-  Status Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus);
+  Status Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus) override;
   // The most grains a pool may have (the packed record's 48-bit grain):
   // Rebuild refuses more, so ReserveIndex refuses to grow past it.
   static constexpr uint64_t kMaxGrains = SharedRefs::kMaxPoolGrains;
   // Allocates ahead what a Grow to `grains` grains needs that scales with
   // the pool (the region counters; see rule 5 above), changing nothing
   // visible. kInvalidArgument, changing nothing, past kMaxGrains: a pool
-  // must never be grown to a size it cannot reopen. std::bad_alloc if
-  // memory cannot hold the counters.
-  Status ReserveIndex(uint64_t grains);
+  // must never be grown to a size it cannot reopen. kNoSpace
+  // (IndexOutOfMemory), changing nothing, if memory cannot hold the counters.
+  Status ReserveIndex(uint64_t grains) override;
   // The pool grew to `grains` grains; the new ones are free.
   // REQUIRES: ReserveIndex(grains) succeeded.
-  void Grow(uint64_t grains);
+  void Grow(uint64_t grains) override;
 
   // Reference counts, as records are applied; `tag` as in SpaceMap. Inc of a
   // reserved grain takes it from 0 to 1 owner (a fresh grain mapped by its
@@ -126,70 +129,69 @@ class GrainSpace {
   // once (a grain gains one reference per run naming it).
   // REQUIRES (Inc): every grain is mapped or reserved. (Dec): mapped, not
   // reserved (Core calls Mapped right after the record that maps them).
-  static constexpr uint32_t kMaxRefs = UINT32_MAX;
-  Status CanInc(const std::vector<Run>& runs) const;
-  Status Inc(uint64_t phys, uint64_t n);
-  void Dec(uint64_t phys, uint64_t n, uint64_t tag);
+  Status CanInc(const std::vector<Run>& runs) const override;
+  Status Inc(uint64_t phys, uint64_t n) override;
+  void Dec(uint64_t phys, uint64_t n, uint64_t tag) override;
   // True if grain p may be overwritten in place: one owner, and no state
   // newer than `durable_ticket` on disk still shares it.
   // REQUIRES: p is mapped (rule 1 above).
-  bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const;
+  bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
-  bool Reserve(uint64_t n, std::vector<uint64_t>* out);
-  void Mapped(const std::vector<uint64_t>& grains);
-  void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed);
+  bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  void Mapped(const std::vector<uint64_t>& grains) override;
+  void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
 
   // Pending frees, as SpaceMap's: runs of grains, in grain order, merged
   // where contiguous.
-  bool has_pending() const { return free_.has_pending(); }
-  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
-  void Release(const PendingRun& r, bool zeroed);
-  uint64_t releasing_units() const { return free_.releasing_grains(); }
+  bool has_pending() const override { return free_.has_pending(); }
+  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) override;
+  void Release(const PendingRun& r, bool zeroed) override;
+  uint64_t releasing_units() const override { return free_.releasing_grains(); }
 
   // Checkpoint chunks, in AUs (rule 3 above). TakeMeta takes n whole free
   // AUs (false, taking nothing, if fewer are); InstallMeta makes `aus` the
   // current checkpoint and retires the previous one through the pending
   // path, reusable once ticket `tag` is durable.
-  bool TakeMeta(uint64_t n, std::vector<uint64_t>* out);
-  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag);
-  const std::vector<uint64_t>& meta_aus() const { return meta_aus_; }
-  // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
-  // exactly when free_whole_aus(n) == n (rule 9). O(free runs visited):
+  bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
+  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
+  const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  // PoolSpace::free_whole_aus (rule 9). O(free runs visited):
   // longest first, so usually a few.
-  uint64_t free_whole_aus(uint64_t limit = UINT64_MAX) const { return PlanMeta(limit, nullptr); }
+  uint64_t free_whole_aus(uint64_t limit) const override { return PlanMeta(limit, nullptr); }
 
   // Soft threshold (a percentage of the pool's grains; 0: none), as
   // SpaceMap's: the rule is soft_threshold.h's.
-  void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
-  uint64_t soft_threshold_units() const { return SoftThresholdUnits(total_, soft_percent_); }
-  bool CrossedSoftThreshold(uint64_t free_before) const {
+  void set_soft_percent(uint32_t percent) override { soft_percent_ = percent; }
+  uint64_t soft_threshold_units() const override { return SoftThresholdUnits(total_, soft_percent_); }
+  bool CrossedSoftThreshold(uint64_t free_before) const override {
     return SoftThresholdCrossed(total_, soft_percent_, free_before, free_.free_grains(), free_.releasing_grains());
   }
 
-  uint64_t total_units() const { return total_; }
+  uint64_t units_per_au() const override { return grains_per_au_; }
+  uint64_t total_units() const override { return total_; }
   // Owners of grain p: 0 for a reserved grain no record maps yet.
   // REQUIRES: p is mapped or reserved (rule 1 above).
-  uint32_t refs(uint64_t p) const;
-  uint32_t max_refs() const { return max_refs_; }
+  uint32_t refs(uint64_t p) const override;
+  uint32_t max_refs() const override { return max_refs_; }
   // Tests lower the bound to reach it (default kMaxRefs). REQUIRES: m >= 2.
-  void set_max_refs(uint32_t m);
+  void set_max_refs(uint32_t m) override;
   // Grains of the mapped runs with other owners, and the rest (v3's answer
   // to the per-unit `refs(p) > 1` loops in Core: O(runs x log records)).
   LunShare Usage(const std::vector<Run>& runs) const { return shared_.Usage(runs); }
 
   // Counts, all in grains. meta_units: the current checkpoint's AUs and
   // those taken for the next, times grains_per_au().
-  uint64_t free_units() const { return free_.free_grains(); }
-  uint64_t mapped_units() const { return mapped_; }
-  uint64_t shared_units() const { return shared_.shared_grains(); }
-  uint64_t meta_units() const { return meta_taken_ * grains_per_au_; }
-  uint64_t reserved_units() const { return free_.reserved_grains(); }
-  uint64_t pending_units() const { return free_.pending_grains(); }
-  uint64_t quarantined_units() const { return free_.quarantined_grains(); }
+  uint64_t free_units() const override { return free_.free_grains(); }
+  uint64_t mapped_units() const override { return mapped_; }
+  uint64_t shared_units() const override { return shared_.shared_grains(); }
+  uint64_t meta_units() const override { return meta_taken_ * grains_per_au_; }
+  uint64_t reserved_units() const override { return free_.reserved_grains(); }
+  uint64_t pending_units() const override { return free_.pending_grains(); }
+  uint64_t quarantined_units() const override { return free_.quarantined_grains(); }
   // Every free run, start -> length (a copy: recovery punches them, the
   // check compares them).
-  std::map<uint64_t, uint64_t> free_runs() const { return free_.index().by_offset(); }
+  std::map<uint64_t, uint64_t> free_runs() const override { return free_.index().by_offset(); }
 
   uint64_t grain_bytes() const { return grain_bytes_; }
   uint64_t au_bytes() const { return au_bytes_; }

@@ -20,7 +20,7 @@ LunInfo Core::InfoLocked(const LunState& l) const {
   i.created_unix = l.attrs.created;
   uint64_t excl = 0, shared = 0;
   for (const auto& [lba, e] : l.map.runs())
-    for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_.refs(p) > 1 ? shared : excl)++;
+    for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_->refs(p) > 1 ? shared : excl)++;
   i.mapped_bytes = (excl + shared) * grain_;
   i.exclusive_bytes = excl * grain_;
   i.shared_bytes = shared * grain_;
@@ -46,11 +46,11 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
     MutexLock g(&meta_mu_);
     // A geometry bound in AUs (LUN AUs <= 1024 x pool AUs <= 2^42, inside
     // ExtentMap::kMaxLba); a grain below the AU will need it in grains.
-    if (size / au_ > space_.total_units() * 1024)
+    if (size / au_ > space_->total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
     if (!AffordableLocked(0, 8)) {
-      if (attempt > 0 || !space_.has_pending()) return Status(Code::kNoSpace, "no room for another LUN");
+      if (attempt > 0 || !space_->has_pending()) return Status(Code::kNoSpace, "no room for another LUN");
       g.Unlock();
       Status c = ReclaimPending();  // freed AUs still being punched: wait for them
       if (!c.ok()) return c;
@@ -110,7 +110,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
     uint64_t old;
     {
       MutexLock g(&meta_mu_);
-      if (size / au_ > space_.total_units() * 1024)
+      if (size / au_ > space_->total_units() * 1024)
         return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
       if (l->deleted) return Status(Code::kNotFound, "no LUN " + name);
       old = l->size;
@@ -160,7 +160,7 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
       if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
       else if (!AffordableLocked(0, l->map.extents() + 8)) {
         s = Status(Code::kNoSpace, "no room for the clone's metadata");
-        reclaim = attempt == 0 && space_.has_pending();
+        reclaim = attempt == 0 && space_->has_pending();
       }
       if (s.ok()) {
         Record r;
@@ -223,7 +223,7 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
                                                " have different block sizes");
       else if (!AffordableLocked(0, snap->map.extents() + 8)) {
         s = Status(Code::kNoSpace, "no room for the rollback's metadata");
-        reclaim = attempt == 0 && space_.has_pending();
+        reclaim = attempt == 0 && space_->has_pending();
       }
       if (s.ok()) {
         Record r;

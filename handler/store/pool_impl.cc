@@ -22,12 +22,12 @@ Uuid NewUuid() {
   return u;
 }
 
-Status Core::CanInc(const std::vector<Run>& runs) const { return space_.CanInc(runs); }
+Status Core::CanInc(const std::vector<Run>& runs) const { return space_->CanInc(runs); }
 
-Status Core::Inc(uint64_t phys, uint64_t n) { return space_.Inc(phys, n); }
+Status Core::Inc(uint64_t phys, uint64_t n) { return space_->Inc(phys, n); }
 
 void Core::Dec(uint64_t phys, uint64_t n) {
-  space_.Dec(phys, n, jbuf_.next_ticket());  // the ticket AppendLocked hands out
+  space_->Dec(phys, n, jbuf_.next_ticket());  // the ticket AppendLocked hands out
 }
 
 Result<uint64_t> Core::AppendLocked(const Record& r) {
@@ -80,22 +80,21 @@ bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
   // not grow the pool: it needs no reserve, or a pool inside the reserve
   // would refuse writes to data it already holds.
   if (need == 0 && extra_extents == 0) return AffordableToFreeLocked(0);
-  return space_.free_units() >=
-         need + CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
+  return HasRoomFor(*space_, need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents));
 }
 
 bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
-  return space_.free_units() >= CkptUnits(st_.extents() + extra_extents);
+  return HasRoomFor(*space_, 0, CkptUnits(st_.extents() + extra_extents));
 }
 
 Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {
   if (!AffordableLocked(need, extra_extents))
     return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
                                       " allocation units needed, " +
-                                      std::to_string(space_.free_units()) + " free");
-  uint64_t free_before = space_.free_units();
-  space_.Reserve(need, out);
-  if (space_.CrossedSoftThreshold(free_before)) soft_gen_++;
+                                      std::to_string(space_->free_units()) + " free");
+  uint64_t free_before = space_->free_units();
+  space_->Reserve(need, out);
+  if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
   return Status::Ok();
 }
 
@@ -106,7 +105,7 @@ void Core::Unreserve(const std::vector<uint64_t>& grains, bool dirty) {
       if (!file_->PunchHole(GrainOffset(p), grain_).ok()) bad.push_back(p);
   }
   MutexLock g(&meta_mu_);
-  space_.Unreserve(grains, bad);
+  space_->Unreserve(grains, bad);
 }
 
 // One batch: everything appended so far, or a checkpoint when it would not
@@ -137,7 +136,7 @@ void Core::ReleasePending(uint64_t target) {
   std::vector<PendingRun> ready;
   {
     MutexLock g(&meta_mu_);
-    ready = space_.TakeReleasable(target);
+    ready = space_->TakeReleasable(target);
   }
   // The freeing records are durable: no recovered state can map these AUs,
   // so they may be zeroed (punched, keeping the file thin) and reused. The
@@ -151,7 +150,7 @@ bool Core::PunchRun(const PendingRun& r) {
 
 void Core::ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed) {
   MutexLock g(&meta_mu_);
-  for (size_t i = 0; i < runs.size(); i++) space_.Release(runs[i], zeroed[i]);
+  for (size_t i = 0; i < runs.size(); i++) space_->Release(runs[i], zeroed[i]);
 }
 
 Status Core::ReclaimPending() {
@@ -224,13 +223,17 @@ Status Core::Grow(uint64_t new_size) {
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.
-  try {
+  // The space map counts its own units (grains at grain < AU).
+  uint64_t space_units;
+  {
     MutexLock g(&meta_mu_);
-    space_.ReserveIndex(units);
-  } catch (const std::bad_alloc&) {
+    space_units = units * space_->units_per_au();
+    s = space_->ReserveIndex(space_units);
+  }
+  if (s.code() == Code::kNoSpace)
     return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) +
                                       " allocation units: the pool keeps its size");
-  }
+  if (!s.ok()) return Status(s.code(), s.message() + ": the pool keeps its size");
   if (!file_->IsBlockDevice()) {
     // The new size must be durable before a superblock declares it: a cut
     // between the two would leave a pool that declares more than its file
@@ -239,13 +242,27 @@ Status Core::Grow(uint64_t new_size) {
     if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
   }
-  s = format_->Grow(file_.get(), new_size);
+  try {
+    s = format_->Grow(file_.get(), new_size);
+  } catch (...) {  // e.g. an Env out of memory after the first slot's write
+    s = StatusFromCurrentException();
+  }
   if (!s.ok()) {
     queue_.Fail(s);
     return s;
   }
   MutexLock g(&meta_mu_);
-  space_.Grow(units);  // within the reserved index: cannot throw
+  try {
+    space_->Grow(space_units);  // within the reserved index, but may need a node
+  } catch (...) {
+    // The superblock names the new size and the space map could not take
+    // it: serving on would hand out the old units while every later
+    // superblock declares the new ones, and the map may be half-grown. The
+    // pool fails; reopening indexes the declared size.
+    meta_failed_.store(true);
+    queue_.Fail(MetaFailed());
+    return MetaFailed();
+  }
   size_bytes_ = new_size;
   return Status::Ok();
 }
@@ -263,7 +280,7 @@ void Core::PollBacking() {
   uint64_t growth;
   {
     MutexLock g(&meta_mu_);
-    growth = space_.free_units() * au_;
+    growth = space_->free_units() * au_;
   }
   const bool outgrows = OutgrowsBacking(b->grows, b->free_bytes, growth);
   if (!outgrows) backing_short_.store(false);
@@ -286,21 +303,21 @@ SpaceInfo Core::Space() {
   // SpaceInfo counts AUs, which the space map's units are while grain_ ==
   // au_ (pool_impl.h); a space map in grains will convert here.
   si.allocation_unit = au_;
-  si.total_units = space_.total_units();
-  si.allocated_units = space_.mapped_units() + space_.meta_units();
-  si.metadata_units = space_.meta_units();
-  si.shared_units = space_.shared_units();
+  si.total_units = space_->total_units();
+  si.allocated_units = space_->mapped_units() + space_->meta_units();
+  si.metadata_units = space_->meta_units();
+  si.shared_units = space_->shared_units();
   // Units whose punch is still under way are free space (an allocation
   // waits for them), said apart so a reader sees it coming back.
-  si.thinning_units = space_.releasing_units();
-  si.free_units = space_.free_units() + si.thinning_units;
+  si.thinning_units = space_->releasing_units();
+  si.free_units = space_->free_units() + si.thinning_units;
   for (const auto& [id, l] : st_.luns) {
     si.luns.push_back(InfoLocked(*l));
     si.mapped_bytes += si.luns.back().mapped_bytes;
     si.provisioned_bytes += si.luns.back().size_bytes;
   }
-  si.saved_bytes = si.mapped_bytes - space_.mapped_units() * au_;
-  si.soft_threshold_units = space_.soft_threshold_units();
+  si.saved_bytes = si.mapped_bytes - space_->mapped_units() * au_;
+  si.soft_threshold_units = space_->soft_threshold_units();
   si.backing_short = si.backing_known &&
                      OutgrowsBacking(si.backing_grows, si.backing_free_bytes, si.free_units * au_);
   return si;

@@ -8,8 +8,9 @@
 //   checkpoint.cc  CheckpointLocked (and the chain format's I/O)
 //   recovery.cc    Create, Open, Load (format choice, geometry checks, rebuild)
 //   check.cc       Check
-// with the state of three mechanisms in classes of their own: SpaceMap
-// (space_map.h), the JournalBuffer of records not yet committed (journal.h),
+// with the state of three mechanisms in classes of their own: the space map,
+// a PoolSpace (pool_space.h; SpaceMap for pool formats 1 and 2), the
+// JournalBuffer of records not yet committed (journal.h),
 // and the on-disk format, MetaFormat (meta_format.h: superblock, checkpoint,
 // journal on disk; FormatV2 for pool formats 1 and 2).
 //
@@ -39,6 +40,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/meta_format.h"
 #include "handler/store/pool.h"
+#include "handler/store/pool_space.h"
 #include "handler/store/space_map.h"
 #include "handler/store/thinner.h"
 #include "handler/store/thread_annotations.h"
@@ -133,6 +135,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     return LoadLocked();
   }
   Status LoadLocked() REQUIRES(queue_) EXCLUDES(meta_mu_);
+  // Makes the space map for the format Load chose (space_, flat_space_).
+  void NewSpaceLocked() REQUIRES(meta_mu_);
   // Returns once `ticket` is durable (group commit through queue_).
   Status Commit(uint64_t ticket) EXCLUDES(queue_, meta_mu_) { return queue_.Wait(ticket); }
   // A durable operation's commit: its own ticket (the newest record it
@@ -266,7 +270,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The LUN table and maps. LunState's fields other than its range lock are
   // guarded by meta_mu_ too (the analysis cannot name it from meta.h).
   MetaState st_ GUARDED_BY(meta_mu_);
-  SpaceMap space_ GUARDED_BY(meta_mu_);
+  // The space map, made by Load for the pool's format (NewSpaceLocked), and
+  // never replaced. flat_space_ is the same object as the flat SpaceMap, for
+  // the check, which compares its per-AU states (null for a space that is
+  // not flat); everything else goes through space_.
+  std::unique_ptr<PoolSpace> space_ PT_GUARDED_BY(meta_mu_);
+  SpaceMap* flat_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
   // A metadata update failed part way (AppendLocked): st_ and space_ may be
   // half-changed, so every operation fails, and no batch or checkpoint

@@ -73,6 +73,16 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
   return core;
 }
 
+void Core::NewSpaceLocked() {
+  // Every format this build opens (1 and 2) counts its maps in AUs
+  // (grain == AU, FormatV2): the flat, per-AU SpaceMap, which the check
+  // also reads per AU. Format v3 will count grains in a GrainSpace (plan
+  // step 5d), chosen here by the format.
+  auto flat = std::make_unique<SpaceMap>();
+  flat_space_ = flat.get();
+  space_ = std::move(flat);
+}
+
 Status Core::LoadLocked() {
   MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
   // 1. The format that reads the superblocks, and the copy it opens from.
@@ -96,7 +106,8 @@ Status Core::LoadLocked() {
   thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
                      std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
   size_bytes_ = geo.size_bytes;
-  space_.set_soft_percent(geo.soft_threshold_percent);
+  NewSpaceLocked();
+  space_->set_soft_percent(geo.soft_threshold_percent);
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
   if (file_->IsBlockDevice() && *fsize < geo.size_bytes)
@@ -138,7 +149,7 @@ Status Core::LoadLocked() {
       if (e.phys + e.len > total_units || lba + e.len > units)
         return Status(Code::kCorruption, "LUN " + l->name + " maps outside its bounds");
   }
-  s = space_.Rebuild(total_units, st_, std::move(loaded.meta_units));
+  s = space_->Rebuild(total_units, st_, std::move(loaded.meta_units));
   if (!s.ok()) return s;
   if (read_only_) return Status::Ok();
 
@@ -148,7 +159,7 @@ Status Core::LoadLocked() {
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
-  const std::map<uint64_t, uint64_t> free_runs = space_.free().runs();
+  const std::map<uint64_t, uint64_t> free_runs = space_->free_runs();
   g.Unlock();  // no data I/O under the metadata lock
   for (const auto& [p, n] : free_runs) {
     s = file_->PunchHole(GrainOffset(p), n * grain_);

@@ -3,15 +3,17 @@
 
 #include <algorithm>
 #include <iterator>
+#include <new>
 #include <string>
 
 #include "handler/store/soft_threshold.h"
 
 namespace cowstore::store {
 
+// All or nothing under std::bad_alloc: the one allocation (a new run's node)
+// comes before any change, and a run that grows downwards keeps its node.
 void FreeRuns::Add(uint64_t p, uint64_t n) {
   if (n == 0) return;
-  count_ += n;
   auto next = runs_.lower_bound(p);
   if (next != runs_.begin()) {
     auto prev = std::prev(next);
@@ -21,16 +23,21 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
         prev->second += next->second;
         runs_.erase(next);
       }
+      count_ += n;
       return;
     }
   }
   if (next != runs_.end() && next->first == p + n) {
-    uint64_t len = n + next->second;
-    auto hint = runs_.erase(next);
-    runs_.emplace_hint(hint, p, len);
+    auto hint = std::next(next);
+    auto node = runs_.extract(next);
+    node.key() = p;
+    node.mapped() += n;
+    runs_.insert(hint, std::move(node));
+    count_ += n;
     return;
   }
   runs_.emplace_hint(next, p, n);
+  count_ += n;
 }
 
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
@@ -90,9 +97,14 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   return Status::Ok();
 }
 
-void SpaceMap::ReserveIndex(uint64_t units) {
-  refs_.reserve(units);
-  state_.reserve(units);
+Status SpaceMap::ReserveIndex(uint64_t units) {
+  try {
+    refs_.reserve(units);
+    state_.reserve(units);
+  } catch (const std::bad_alloc&) {
+    return IndexOutOfMemory(units);
+  }
+  return Status::Ok();
 }
 
 void SpaceMap::Grow(uint64_t units) {

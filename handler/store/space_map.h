@@ -11,6 +11,11 @@
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.
 //
+// The engine sees it as a PoolSpace (pool_space.h, whose comments give each
+// call's contract); what only this flat map has, the per-AU states, counts
+// and free runs the check compares (state, all_states, all_refs, free), is
+// below the overrides.
+//
 // Its unit is the pool's grain, the unit of sharing (Core::grain_,
 // pool_impl.h): reference counts, the in-place rule, unshared marks,
 // reservations and pending frees are per grain. It also hands out the
@@ -20,12 +25,16 @@
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <unordered_map>
 #include <vector>
 
 #include "handler/store/meta.h"
+#include "handler/store/pending_run.h"
+#include "handler/store/pool_space.h"
+#include "handler/store/soft_threshold.h"
 #include "handler/store/status.h"
 
 namespace cowstore::store {
@@ -58,95 +67,63 @@ enum class AuState : uint8_t {
   kQuarantine,   // could not be zeroed; reclaimed at the next open
 };
 
-// AUs [phys, phys+n) freed by the record with ticket `tag`.
-struct PendingRun {
-  uint64_t phys, n, tag;
-};
-
-class SpaceMap {
+class SpaceMap final : public PoolSpace {
  public:
-  // Rebuilds everything from the LUN maps of `st` and the checkpoint's AUs,
-  // over `units` AUs: AUs neither mapped nor metadata become free.
-  // kCorruption if a map points at a checkpoint AU or a count overflows.
-  // REQUIRES: every extent of `st` lies below `units`.
-  Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus);
-  // Allocates the index for `units` AUs without changing anything, so that a
-  // Grow to that size cannot fail (throws std::bad_alloc if memory cannot).
-  void ReserveIndex(uint64_t units);
-  // The pool grew to `units` AUs; the new ones are free.
-  void Grow(uint64_t units);
+  // Rebuild's kCorruption: a map points at a checkpoint AU or a count
+  // passes max_refs(). REQUIRES: every extent of `st` lies below `units`.
+  Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus) override;
+  // Reserves the per-AU vectors, so that Grow to `units` allocates at most
+  // one free run's node (and, if that throws, changes nothing).
+  Status ReserveIndex(uint64_t units) override;
+  void Grow(uint64_t units) override;
 
-  // Reference counts, as records are applied. `tag` is the ticket of the
-  // record that drops the references: AUs it frees stay kPending, and AUs it
-  // leaves with one reference stay "shared on disk", until it is durable.
-  //
-  // A count is 32 bits, and nothing else bounds it (XCOPY may copy one AU to
-  // every AU of a LUN, and LUNs may be clones of clones): Inc refuses with
-  // kInvalidArgument, changing nothing, an increment that would take an AU
-  // past max_refs(); CanInc answers the same for several runs at once, an AU
-  // gaining one reference per run that names it (so a record that increments
-  // run by run can be refused before any of it is applied). Rebuild refuses
-  // maps that pass the bound.
-  static constexpr uint32_t kMaxRefs = UINT32_MAX;
-  Status CanInc(const std::vector<Run>& runs) const;
-  Status Inc(uint64_t phys, uint64_t n);
-  void Dec(uint64_t phys, uint64_t n, uint64_t tag);
-  // True if AU p may be overwritten in place: one reference, and no state
-  // newer than `durable_ticket` on disk still shares it.
-  bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const;
+  // Per AU: Inc and CanInc index the vectors (REQUIRES: runs within the pool).
+  Status CanInc(const std::vector<Run>& runs) const override;
+  Status Inc(uint64_t phys, uint64_t n) override;
+  void Dec(uint64_t phys, uint64_t n, uint64_t tag) override;
+  // Any AU may be asked: false for one that is not mapped.
+  bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
-  // Reservations. Reserve takes n free AUs for an operation (false, taking
-  // nothing, if fewer are free); Mapped says a record now maps them;
-  // Unreserve gives back those the operation did not use, `unzeroed` being
-  // the ones that could not be zeroed (they go to quarantine).
-  bool Reserve(uint64_t n, std::vector<uint64_t>* out);
-  void Mapped(const std::vector<uint64_t>& aus);
-  void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed);
+  bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  void Mapped(const std::vector<uint64_t>& aus) override;
+  void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed) override;
 
-  // Pending frees. TakeReleasable removes and returns the runs freed by
-  // records up to ticket `durable_ticket` (in AU order, merged where
-  // contiguous), and forgets the shared-on-disk marks that ticket resolves;
-  // the AUs stay kPending (counted as releasing) until Release returns each
-  // run to the free list, or to quarantine if it could not be zeroed.
-  // has_pending: some AUs will become free without any new record.
-  bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
-  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
-  void Release(const PendingRun& r, bool zeroed);
-  uint64_t releasing_units() const { return releasing_; }
+  bool has_pending() const override { return !pending_.empty() || releasing_ != 0; }
+  std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) override;
+  void Release(const PendingRun& r, bool zeroed) override;
+  uint64_t releasing_units() const override { return releasing_; }
 
-  // Checkpoint AUs. TakeMeta takes n free AUs for a new checkpoint;
-  // InstallMeta makes `aus` the current checkpoint and retires the previous
-  // one through the pending path, reusable once ticket `tag` is durable.
-  bool TakeMeta(uint64_t n, std::vector<uint64_t>* out);
-  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag);
-  const std::vector<uint64_t>& meta_aus() const { return meta_aus_; }
+  bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
+  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
+  const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  // A free unit is a whole free AU here.
+  uint64_t free_whole_aus(uint64_t limit) const override { return std::min(free_units(), limit); }
 
-  // Soft threshold (a percentage of the pool; 0: none).
-  void set_soft_percent(uint32_t percent) { soft_percent_ = percent; }
-  uint64_t soft_threshold_units() const { return total_units_ * soft_percent_ / 100; }
-  // True if taking AUs brought the used count from below the threshold (with
-  // `free_before` free) to at or above it. AUs being punched (releasing) are
-  // not used: they are free by every durable record, and Space() shows them
-  // as free, so a large delete must not make a later small write look like
-  // a crossing of the threshold.
-  bool CrossedSoftThreshold(uint64_t free_before) const;
+  void set_soft_percent(uint32_t percent) override { soft_percent_ = percent; }
+  uint64_t soft_threshold_units() const override { return SoftThresholdUnits(total_units_, soft_percent_); }
+  bool CrossedSoftThreshold(uint64_t free_before) const override;
 
-  uint64_t total_units() const { return total_units_; }
-  uint32_t refs(uint64_t p) const { return refs_[p]; }
-  uint32_t max_refs() const { return max_refs_; }
-  // Tests lower the bound to reach it (default kMaxRefs).
-  void set_max_refs(uint32_t m) { max_refs_ = m; }
+  uint64_t units_per_au() const override { return 1; }
+  uint64_t total_units() const override { return total_units_; }
+  // Any AU may be asked: 0 for one that is not mapped.
+  uint32_t refs(uint64_t p) const override { return refs_[p]; }
+  uint32_t max_refs() const override { return max_refs_; }
+  void set_max_refs(uint32_t m) override { max_refs_ = m; }
+  uint64_t free_units() const override { return free_.count(); }
+  uint64_t mapped_units() const override { return mapped_units_; }
+  uint64_t shared_units() const override;
+  uint64_t meta_units() const override { return meta_units_; }
+  uint64_t reserved_units() const override { return reserved_; }
+  uint64_t pending_units() const override;
+  uint64_t quarantined_units() const override { return quarantined_; }
+  std::map<uint64_t, uint64_t> free_runs() const override { return free_.runs(); }
+
+  // The flat map's own: every AU's state, and its count and state at once,
+  // and the free list itself (for copying, e.g. by the check).
   AuState state(uint64_t p) const { return state_[p]; }
-  // Every AU's count and state at once (for copying, e.g. by the check).
   const std::vector<uint32_t>& all_refs() const { return refs_; }
   const std::vector<AuState>& all_states() const { return state_; }
   const FreeRuns& free() const { return free_; }
-  uint64_t free_units() const { return free_.count(); }
-  uint64_t mapped_units() const { return mapped_units_; }
-  uint64_t shared_units() const;
-  uint64_t meta_units() const { return meta_units_; }
-  uint64_t reserved_units() const { return reserved_; }
-  uint64_t pending_units() const;
 
  private:
   // Takes n free AUs into state `as`, appending them to *out.

@@ -51,7 +51,7 @@
 #include <thread>
 #include <vector>
 
-#include "handler/store/space_map.h"
+#include "handler/store/pending_run.h"
 
 namespace cowstore::store {
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's space map (grain_space.h):
 // - differentially against the flat SpaceMap at grain == AU, both driven by
-//   the same seeded random calls and compared after every step;
+//   the same seeded random calls through PoolSpace (pool_space.h), the
+//   interface Core holds, and compared after every step;
 // - at grain < AU: metadata chunks, per-grain sharing and the in-place rule,
 //   Rebuild against the incremental state;
 // - its RAM at 16 TiB of 4 KiB grains with 1 M extents.
@@ -20,6 +21,9 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/fault_env.h"
+#include "handler/store/pool.h"
+#include "handler/store/pool_space.h"
 #include "handler/store/space_map.h"
 #include "tests/common/sanitizers.h"
 
@@ -155,7 +159,7 @@ struct Seen {
 class Differential {
  public:
   Differential(uint64_t seed, uint64_t units, uint32_t max_refs)
-      : rng_(seed), gs_(4096, 4096) {
+      : rng_(seed), grains_(4096, 4096) {
     sm_.set_max_refs(max_refs);
     gs_.set_max_refs(max_refs);
     const uint32_t soft = static_cast<uint32_t>(rng_() % 90) + 5;
@@ -198,15 +202,28 @@ class Differential {
     EXPECT_EQ(gs_.pending_units(), sm_.pending_units());
     EXPECT_EQ(gs_.releasing_units(), sm_.releasing_units());
     uint64_t quarantined = 0;
-    for (uint64_t p = 0; p < units; p++) quarantined += sm_.state(p) == AuState::kQuarantine;
+    for (uint64_t p = 0; p < units; p++) quarantined += flat_.state(p) == AuState::kQuarantine;
+    EXPECT_EQ(sm_.quarantined_units(), quarantined);
     EXPECT_EQ(gs_.quarantined_units(), quarantined);
     EXPECT_EQ(gs_.has_pending(), sm_.has_pending());
     EXPECT_EQ(gs_.soft_threshold_units(), sm_.soft_threshold_units());
     EXPECT_EQ(gs_.meta_aus().size(), sm_.meta_aus().size());
+    ASSERT_EQ(sm_.units_per_au(), 1u);
+    ASSERT_EQ(gs_.units_per_au(), 1u);
+    // Whole free AUs, and Core's affordability over them (HasRoomFor), at
+    // limits around the free count: at grain == AU both are free_units()'s.
+    const uint64_t free = sm_.free_units();
+    for (uint64_t k : {uint64_t{0}, uint64_t{1}, free / 2, free, free + 1, free + 2}) {
+      EXPECT_EQ(sm_.free_whole_aus(k), std::min(free, k)) << "limit " << k;
+      EXPECT_EQ(gs_.free_whole_aus(k), sm_.free_whole_aus(k)) << "limit " << k;
+      for (uint64_t data : {uint64_t{0}, uint64_t{1}, free - std::min(free, k), free - std::min(free, k) + 1, free})
+        for (const PoolSpace* x : {&sm_, &gs_})
+          EXPECT_EQ(HasRoomFor(*x, data, k), free >= data + k) << "data " << data << ", checkpoint " << k;
+    }
     // Per unit: counts (the model's too) and the in-place rule, at the
     // durable ticket and at the newest one, for every mapped or reserved unit.
     for (uint64_t u = 0; u < units; u++) {
-      const AuState s = sm_.state(u);
+      const AuState s = flat_.state(u);
       if (s != AuState::kNone && s != AuState::kReserved) continue;
       ASSERT_NE(pi_[u], kNone) << "unit " << u;
       EXPECT_EQ(sm_.refs(u), owners_[u]) << "unit " << u;
@@ -220,7 +237,7 @@ class Differential {
     for (const auto& [p, n] : gs_.free_runs())
       for (uint64_t q = p; q < p + n; q++) gs_free[q] = true;
     for (uint64_t u = 0; u < units; u++) {
-      EXPECT_EQ(sm_.state(u) == AuState::kFree, pi_[u] == kNone) << "unit " << u;
+      EXPECT_EQ(flat_.state(u) == AuState::kFree, pi_[u] == kNone) << "unit " << u;
       if (pi_[u] == kNone) continue;
       ASSERT_LT(pi_[u], units);
       EXPECT_FALSE(held[pi_[u]]) << "grain " << pi_[u] << " held for two units";
@@ -235,7 +252,7 @@ class Differential {
     for (uint64_t g = 0; g < units; g++)
       if (!gs_free[g]) not_free_not_data.insert(g);
     for (uint64_t u = 0; u < units; u++)
-      if (pi_[u] != kNone && sm_.state(u) != AuState::kMeta) not_free_not_data.erase(pi_[u]);
+      if (pi_[u] != kNone && flat_.state(u) != AuState::kMeta) not_free_not_data.erase(pi_[u]);
     EXPECT_EQ(std::set<uint64_t>(gs_.meta_aus().begin(), gs_.meta_aus().end()), not_free_not_data);
   }
 
@@ -283,10 +300,10 @@ class Differential {
     }
     return false;
   }
-  bool IsMapped(uint64_t u) const { return owners_[u] > 0 && sm_.state(u) == AuState::kNone; }
+  bool IsMapped(uint64_t u) const { return owners_[u] > 0 && flat_.state(u) == AuState::kNone; }
   bool IsMappedOrIncd(uint64_t u) const { return owners_[u] > 0; }
   // Mapped, or reserved with no owner yet (CanInc counts those from 0).
-  bool IsHeldForData(uint64_t u) const { return owners_[u] > 0 || sm_.state(u) == AuState::kReserved; }
+  bool IsHeldForData(uint64_t u) const { return owners_[u] > 0 || flat_.state(u) == AuState::kReserved; }
 
   void ReserveSome() {
     const uint64_t n = 1 + rng_() % 8;
@@ -458,7 +475,10 @@ class Differential {
   void Checkpoint() {
     const uint64_t n = 1 + rng_() % 3;
     std::vector<uint64_t> a, b;
+    const bool fits = sm_.free_whole_aus(n) == n;  // what TakeMeta promises to honour
+    ASSERT_EQ(gs_.free_whole_aus(n) == n, fits);
     const bool sm_ok = sm_.TakeMeta(n, &a);
+    ASSERT_EQ(sm_ok, fits);
     ASSERT_EQ(gs_.TakeMeta(n, &b), sm_ok);
     seen_.meta_refused += !sm_ok;
     if (!sm_ok) return;
@@ -483,7 +503,7 @@ class Differential {
 
   void GrowSome() {
     const uint64_t units = sm_.total_units() + 1 + rng_() % 8;
-    sm_.ReserveIndex(units);
+    ASSERT_TRUE(sm_.ReserveIndex(units).ok());
     ASSERT_TRUE(gs_.ReserveIndex(units).ok());
     sm_.Grow(units);
     gs_.Grow(units);
@@ -530,8 +550,11 @@ class Differential {
   }
 
   std::mt19937_64 rng_;
-  SpaceMap sm_;
-  GrainSpace gs_;
+  SpaceMap flat_;       // its own per-unit states only (state()): the model's view
+  GrainSpace grains_;
+  // Every call both get goes through the interface Core holds.
+  PoolSpace& sm_ = flat_;
+  PoolSpace& gs_ = grains_;
   std::vector<uint64_t> pi_;        // SpaceMap unit -> GrainSpace grain (kNone: free)
   std::vector<uint32_t> owners_;    // the model's count per SpaceMap unit
   std::vector<uint64_t> reserved_;  // reserved, no record maps them yet
@@ -639,7 +662,7 @@ TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
 TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
   GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
   ASSERT_TRUE(s.Rebuild(6 * kG16, StateOf({}), {0}).ok());
-  EXPECT_EQ(s.free_whole_aus(), 5u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 5u);
   EXPECT_EQ(s.free_whole_aus(3), 3u);  // stops at the limit
   // One data grain reserved in the middle of each free AU: 75 grains free,
   // no whole AU.
@@ -650,16 +673,48 @@ TEST(GrainSpace, FreeWholeAusCountsWhatTakeMetaCanTakeNotFreeGrains) {
   s.Unreserve(back, {});
   EXPECT_EQ(s.reserved_units(), 5u);
   EXPECT_EQ(s.free_units(), 5 * kG16 - 5);
-  EXPECT_EQ(s.free_whole_aus(), 0u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 0u);
   std::vector<uint64_t> aus;
   EXPECT_FALSE(s.TakeMeta(1, &aus));  // although free_units() >= one AU's grains
   // Give back one: exactly that AU is whole again, and TakeMeta takes it.
   s.Unreserve({3 * kG16 + 7}, {});
-  EXPECT_EQ(s.free_whole_aus(), 1u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 1u);
   EXPECT_FALSE(s.TakeMeta(2, &aus));
   ASSERT_TRUE(s.TakeMeta(1, &aus));
   EXPECT_EQ(aus, (std::vector<uint64_t>{3}));
-  EXPECT_EQ(s.free_whole_aus(), 0u);
+  EXPECT_EQ(s.free_whole_aus(UINT64_MAX), 0u);
+}
+
+// Core's affordability (HasRoomFor, through the interface as Core asks it):
+// the checkpoint's share in whole free AUs, the data's in the grains left.
+TEST(GrainSpace, RoomForACheckpointIsCountedInWholeAusNotInFreeGrains) {
+  GrainSpace g(4 * KiB, 64 * KiB);  // 16 grains an AU
+  PoolSpace& s = g;
+  ASSERT_TRUE(s.Rebuild(6 * kG16, StateOf({}), {0}).ok());
+  ASSERT_EQ(s.units_per_au(), kG16);
+  // 5 whole AUs free: 2 for a checkpoint and 3 AUs' grains of data fit.
+  EXPECT_TRUE(HasRoomFor(s, 3 * kG16, 2));
+  EXPECT_FALSE(HasRoomFor(s, 3 * kG16 + 1, 2));
+  EXPECT_FALSE(HasRoomFor(s, 0, 6));
+  // One data grain reserved in the middle of each free AU: 75 grains free,
+  // no whole AU, so no checkpoint fits, although free_units() would say 4.
+  std::vector<uint64_t> all, back;
+  ASSERT_TRUE(s.Reserve(s.free_units(), &all));
+  for (uint64_t p : all)
+    if (p % kG16 != 7) back.push_back(p);
+  s.Unreserve(back, {});
+  ASSERT_EQ(s.free_units(), 5 * kG16 - 5);
+  EXPECT_FALSE(HasRoomFor(s, 0, 1));
+  EXPECT_TRUE(HasRoomFor(s, s.free_units(), 0));
+  // One AU whole again: a one-AU checkpoint fits beside the other free
+  // grains, and TakeMeta honours it.
+  s.Unreserve({3 * kG16 + 7}, {});
+  const uint64_t others = s.free_units() - kG16;
+  EXPECT_TRUE(HasRoomFor(s, others, 1));
+  EXPECT_FALSE(HasRoomFor(s, others + 1, 1));
+  EXPECT_FALSE(HasRoomFor(s, 0, 2));
+  std::vector<uint64_t> aus;
+  EXPECT_TRUE(s.TakeMeta(1, &aus));
 }
 
 TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
@@ -940,6 +995,28 @@ uint64_t FailEachAllocationInTurn(const GrainSpace& s, bool whole, Op op, Check 
   }
 }
 
+// ReserveIndex turns a memory that cannot hold the index into kNoSpace,
+// changing nothing (Core's Grow then refuses with the pool at its size),
+// in both spaces, through the interface Core calls.
+TEST(PoolSpaceAllocationFailure, ReserveIndexIsNoSpaceAndChangesNothing) {
+  SpaceMap flat;
+  GrainSpace grains(4 * KiB, 4 * KiB);
+  constexpr uint64_t kGrown = 1 << 20;  // both must allocate for it
+  for (PoolSpace* s : {static_cast<PoolSpace*>(&flat), static_cast<PoolSpace*>(&grains)}) {
+    ASSERT_TRUE(s->Rebuild(8, StateOf({}), {0}).ok());
+    t_fail_in = 0;
+    const Status r = s->ReserveIndex(kGrown);
+    t_fail_in = -1;
+    EXPECT_EQ(r.code(), Code::kNoSpace) << r.ToString();
+    EXPECT_EQ(s->total_units(), 8u);
+    EXPECT_EQ(s->free_units(), 7u);
+    ASSERT_TRUE(s->ReserveIndex(kGrown).ok());
+    s->Grow(kGrown);
+    EXPECT_EQ(s->total_units(), kGrown);
+    EXPECT_EQ(s->free_units(), kGrown - 1);
+  }
+}
+
 TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) {
   GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
   // 8 AUs; AU 0 the checkpoint; grains 3, 21, 39, ... mapped, so free runs
@@ -996,6 +1073,99 @@ TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) 
   EXPECT_GT(FailEachAllocationInTurn(s, false, [&] { s.Unreserve(back, {}); }, each_grain_free_or_reserved), 0u);
   EXPECT_EQ(s.reserved_units(), 0u);
 
+}
+
+// SpaceMap's free runs under std::bad_alloc: a run that joins the next one
+// from below reuses that run's node (nothing to allocate), and a run of its
+// own changes nothing if its node cannot be had. (Grow adds such a run when
+// the pool's last AU is in use.)
+TEST(FreeRunsAllocationFailure, AddAllocatesAtMostOneNodeAndChangesNothingWithoutIt) {
+  FreeRuns f;
+  f.Add(10, 5);
+  f.Add(30, 5);
+  bool threw = false;
+  t_fail_in = 0;
+  try {
+    f.Add(5, 5);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  t_fail_in = -1;
+  EXPECT_FALSE(threw);
+  EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{5, 10}, {30, 5}}));
+  EXPECT_EQ(f.count(), 15u);
+
+  threw = false;
+  t_fail_in = 0;
+  try {
+    f.Add(20, 2);
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  t_fail_in = -1;
+  EXPECT_TRUE(threw);
+  EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{5, 10}, {30, 5}}));
+  EXPECT_EQ(f.count(), 15u);
+}
+
+// Core's Grow with each allocation failing in turn, on a full pool whose
+// last AU holds its checkpoint (so the space map's Grow needs a node): a
+// Grow that fails after the superblock names the new size (in the format's
+// write or in the space map's Grow) fails the pool, which must not go on
+// serving an index that disagrees with its superblock. Reopening gives the
+// size the superblock declares, check-clean.
+TEST(PoolGrowAllocationFailure, AnIndexThatCannotGrowAfterTheSuperblockFailsThePool) {
+  constexpr uint32_t kAu = 64 * 1024;
+  PoolOptions o;
+  o.allocation_unit = kAu;
+  o.journal_bytes = 64 * 1024;
+  o.size_bytes = 128 * 1024 + 16 * kAu;
+  const uint64_t grown = o.size_bytes + 8 * kAu;
+  bool failed_after_superblock = false;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    FaultInjectionEnv env;
+    {
+      auto p = Pool::Create(&env, "p", o);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ASSERT_TRUE((*p)->CreateLun("a", 16 * kAu, 512).ok());
+      auto l = (*p)->OpenLun("a");
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      const std::vector<char> au(kAu, 'x');
+      uint64_t written = 0;
+      for (uint64_t i = 0; i < 16; i++) {
+        if (!(*l)->Write(i * (kAu / 512), kAu / 512, au.data(), Durability::kDurable).ok()) break;
+        written++;
+      }
+      ASSERT_GT(written, 8u);
+      l->reset();
+      ASSERT_TRUE((*p)->Close().ok());
+    }
+    auto p = Pool::Open(&env, "p");  // its checkpoint goes to the free AUs at the top
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    t_fail_in = k;
+    const Status s = (*p)->Grow(grown);
+    t_fail_in = -1;
+    if (s.ok()) break;
+    const bool serving = (*p)->CreateLun("probe", kAu, 512).ok();
+    (void)(*p)->Close();
+    p->reset();
+    auto again = Pool::Open(&env, "p");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    const uint64_t size = (*again)->Space().pool_size_bytes;
+    ASSERT_TRUE(size == o.size_bytes || size == grown) << size;
+    // (Refused before the superblock, the pool may serve on or have failed:
+    // Core cannot tell a format's throw before its first write from one
+    // after it, so it fails the pool on either; both are safe.)
+    if (size == grown) {
+      failed_after_superblock = true;
+      EXPECT_FALSE(serving) << "the pool served on after its superblock outgrew its index";
+    }
+    const CheckReport check = (*again)->Check();
+    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
 }
 #endif  // COWSTORE_CAN_REPLACE_NEW()
 

@@ -1,0 +1,151 @@
+// SPDX-License-Identifier: Apache-2.0
+// PoolSpace: the space map as the engine (Core, pool_impl.h) uses it, so that
+// formats can count space their own way (store-v3.md, plan step 5c). Two
+// implementations, with the same meanings (store_grain_space_test drives
+// both through this interface and compares every answer):
+//   SpaceMap (space_map.h)     formats 1 and 2: flat, per AU (grain == AU)
+//   GrainSpace (grain_space.h) format v3: in grains over free runs and
+//                              shared-grain records
+// Each class's header says where its answers differ beyond this contract.
+//
+// Units. Every count, unit number and run is in the space's unit (the pool's
+// grain), except the checkpoint's chunks: TakeMeta, InstallMeta, meta_aus,
+// free_whole_aus and Rebuild's `ckpt_aus` name whole AUs, because that is
+// what the checkpoint chain writes and the superblock names. units_per_au()
+// converts (1 for SpaceMap). meta_units() counts units.
+//
+// What only one implementation has (the flat map's per-unit states for the
+// check, GrainSpace's Usage(runs)) is not here: a caller that needs it holds
+// the concrete class (Core keeps a typed pointer beside this one).
+//
+// Not thread-safe: the pool guards it with its metadata lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "handler/store/meta.h"
+#include "handler/store/pending_run.h"
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+class PoolSpace {
+ public:
+  virtual ~PoolSpace() = default;
+
+  // Rebuilds everything from the LUN maps of `st` (runs in units) and the
+  // checkpoint's AUs, over `units` units: units neither mapped nor metadata
+  // become free. kCorruption if a map points at a checkpoint AU or a count
+  // passes max_refs() (and what else each class's header names).
+  virtual Status Rebuild(uint64_t units, const MetaState& st, std::vector<uint64_t> ckpt_aus) = 0;
+  // Allocates ahead what a Grow to `units` units needs that scales with the
+  // pool, changing nothing visible, so that a size memory cannot index is
+  // refused before a superblock names it: kNoSpace (IndexOutOfMemory) if
+  // memory cannot hold it; GrainSpace also refuses more grains than a Rebuild
+  // accepts (kInvalidArgument; SpaceMap's bound, kMaxPoolUnits, is Core's to
+  // check). Grow may still throw std::bad_alloc after it (each class's
+  // header says what that leaves); Core then fails the pool.
+  virtual Status ReserveIndex(uint64_t units) = 0;
+  // The pool grew to `units` units; the new ones are free.
+  // REQUIRES: ReserveIndex(units) succeeded.
+  virtual void Grow(uint64_t units) = 0;
+
+  // Reference counts, as records are applied. `tag` is the ticket of the
+  // record that drops the references: units it frees stay pending, and units
+  // it leaves with one reference stay "shared on disk", until it is durable.
+  // A count is 32 bits, and nothing else bounds it (XCOPY may copy one unit
+  // to every unit of a LUN, and LUNs may be clones of clones): Inc refuses
+  // with kInvalidArgument, changing nothing, an increment that would take a
+  // unit past max_refs(); CanInc answers the same for several runs at once,
+  // a unit gaining one reference per run that names it (so a record that
+  // increments run by run can be refused before any of it is applied).
+  static constexpr uint32_t kMaxRefs = UINT32_MAX;
+  virtual Status CanInc(const std::vector<Run>& runs) const = 0;
+  virtual Status Inc(uint64_t phys, uint64_t n) = 0;
+  virtual void Dec(uint64_t phys, uint64_t n, uint64_t tag) = 0;
+  // True if unit p may be overwritten in place: one reference, and no state
+  // newer than `durable_ticket` on disk still shares it. Asked only for units
+  // a LUN maps.
+  virtual bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const = 0;
+
+  // Reservations. Reserve takes n free units for an operation (false, taking
+  // nothing, if fewer are free); Mapped says a record now maps them;
+  // Unreserve gives back those the operation did not use, `unzeroed` being
+  // the ones that could not be zeroed (they go to quarantine).
+  virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out) = 0;
+  virtual void Mapped(const std::vector<uint64_t>& units) = 0;
+  virtual void Unreserve(const std::vector<uint64_t>& units, const std::vector<uint64_t>& unzeroed) = 0;
+
+  // Pending frees. TakeReleasable removes and returns the runs freed by
+  // records up to ticket `durable_ticket` (in unit order, merged where
+  // contiguous), and forgets the shared-on-disk marks that ticket resolves;
+  // the units stay pending (counted as releasing) until Release returns each
+  // run to the free list, or to quarantine if it could not be zeroed.
+  // has_pending: some units will become free without any new record.
+  virtual bool has_pending() const = 0;
+  virtual std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) = 0;
+  virtual void Release(const PendingRun& r, bool zeroed) = 0;
+  virtual uint64_t releasing_units() const = 0;
+
+  // Checkpoint chunks, in AUs. TakeMeta takes n whole free AUs for a new
+  // checkpoint (false, taking nothing, if fewer are); InstallMeta makes
+  // `aus` the current checkpoint and retires the previous one through the
+  // pending path, reusable once ticket `tag` is durable.
+  virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
+  virtual void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) = 0;
+  virtual const std::vector<uint64_t>& meta_aus() const = 0;
+  // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
+  // exactly when free_whole_aus(n) == n. Free units can outnumber them many
+  // times over when units are smaller than an AU (free grains scattered), so
+  // whether a checkpoint fits is asked here, not of free_units()
+  // (HasRoomFor below).
+  virtual uint64_t free_whole_aus(uint64_t limit) const = 0;
+
+  // Soft threshold (a percentage of the pool's units; 0: none; the rule is
+  // soft_threshold.h's). CrossedSoftThreshold: taking units brought the
+  // used count from below the threshold (with `free_before` free) to at or
+  // above it; units being punched (releasing) are not used.
+  virtual void set_soft_percent(uint32_t percent) = 0;
+  virtual uint64_t soft_threshold_units() const = 0;
+  virtual bool CrossedSoftThreshold(uint64_t free_before) const = 0;
+
+  // Units per AU: 1 when the unit is the AU (formats 1 and 2).
+  virtual uint64_t units_per_au() const = 0;
+  virtual uint64_t total_units() const = 0;
+  // References to unit p (0 for a reserved unit no record maps yet). Asked
+  // only for units a LUN maps, and reserved ones.
+  virtual uint32_t refs(uint64_t p) const = 0;
+  virtual uint32_t max_refs() const = 0;
+  // Tests lower the bound to reach it (default kMaxRefs; GrainSpace
+  // REQUIRES m >= 2).
+  virtual void set_max_refs(uint32_t m) = 0;
+  virtual uint64_t free_units() const = 0;
+  virtual uint64_t mapped_units() const = 0;   // one reference or more
+  virtual uint64_t shared_units() const = 0;   // two references or more
+  virtual uint64_t meta_units() const = 0;     // the checkpoint's AUs and those taken for the next
+  virtual uint64_t reserved_units() const = 0;
+  virtual uint64_t pending_units() const = 0;  // freed by records not yet durable
+  virtual uint64_t quarantined_units() const = 0;
+  // Every free run, start -> length (a copy: recovery punches them).
+  virtual std::map<uint64_t, uint64_t> free_runs() const = 0;
+};
+
+// What ReserveIndex returns when memory cannot hold the index for `units`.
+inline Status IndexOutOfMemory(uint64_t units) {
+  return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) + " units");
+}
+
+// True if `s` has room for `data_units` more units and a checkpoint of
+// `ckpt_aus` AUs at once: the checkpoint in whole free AUs (all TakeMeta can
+// use), the data in the free units left beside them. When a unit is an AU
+// this is free_units() >= data_units + ckpt_aus.
+inline bool HasRoomFor(const PoolSpace& s, uint64_t data_units, uint64_t ckpt_aus) {
+  if (s.free_whole_aus(ckpt_aus) < ckpt_aus) return false;
+  // ckpt_aus whole free AUs are that many times units_per_au() free units.
+  return s.free_units() - ckpt_aus * s.units_per_au() >= data_units;
+}
+
+}  // namespace cowstore::store
