@@ -43,6 +43,9 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
   if (n > count_) return false;
   if (n == 0) return true;
+  // All or nothing under std::bad_alloc: `out` is sized first, and a run cut
+  // short keeps its node, so nothing after that allocates.
+  out->reserve(out->size() + n);
   // Prefer one run that holds all n at or after the cursor, else take pieces.
   auto it = runs_.lower_bound(cursor_);
   for (auto j = it; j != runs_.end(); ++j) {
@@ -54,8 +57,15 @@ bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
     uint64_t start = it->first, len = it->second;
     uint64_t k = std::min(n, len);
     for (uint64_t i = 0; i < k; i++) out->push_back(start + i);
-    it = runs_.erase(it);
-    if (k < len) it = runs_.emplace_hint(it, start + k, len - k);
+    if (k < len) {
+      auto next = std::next(it);
+      auto node = runs_.extract(it);
+      node.key() = start + k;
+      node.mapped() = len - k;
+      it = runs_.insert(next, std::move(node));
+    } else {
+      it = runs_.erase(it);
+    }
     count_ -= k;
     n -= k;
     cursor_ = start + k;

@@ -1108,6 +1108,38 @@ TEST(FreeRunsAllocationFailure, AddAllocatesAtMostOneNodeAndChangesNothingWithou
   EXPECT_EQ(f.count(), 15u);
 }
 
+// Take under std::bad_alloc: refused whole (runs, count and `out` as they
+// were), or done whole. A lost run with its AUs still counted would later
+// send Take past the last run.
+TEST(FreeRunsAllocationFailure, TakeIsAllOrNothing) {
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    FreeRuns f;
+    f.Add(0, 10);
+    f.Add(20, 10);
+    std::vector<uint64_t> out;
+    bool threw = false;
+    t_fail_in = k;
+    try {
+      f.Take(15, &out);  // the first run whole, then a piece of the second
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    t_fail_in = -1;
+    if (threw) {
+      EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{0, 10}, {20, 10}}));
+      EXPECT_EQ(f.count(), 20u);
+      EXPECT_TRUE(out.empty());
+      if (::testing::Test::HasFailure()) return;
+      continue;
+    }
+    EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{25, 5}}));
+    EXPECT_EQ(f.count(), 5u);
+    EXPECT_EQ(out.size(), 15u);
+    return;
+  }
+}
+
 // Core's Grow with each allocation failing in turn, on a full pool whose
 // last AU holds its checkpoint (so the space map's Grow needs a node): a
 // Grow that fails after the superblock names the new size (in the format's
