@@ -201,6 +201,15 @@ inline bool JournalExtentsJoin(const JournalExtent& a, const JournalExtent& b) {
 // first fault, naming the extent.
 std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64_t units, uint32_t au);
 
+// Why a format 3 pool may not have `units` AUs of `au` bytes shared at
+// `grain` ("" if it may): at least 8 AUs (kMinPoolUnits, as v2), at most
+// 2^48 grains (RunTree's physical grain) and 2^62 bytes (so offsets in the
+// data area never wrap). No 2^32-AU cap: v2's PoolUnitsRule bounds the AU
+// space map's RAM, which format 3's grain space (grain_space.h) does not
+// have. The codec refuses a superblock that breaks it, and FormatV3::Create
+// a pool. `au` and `grain` must already pass their rules.
+std::string PoolUnitsRuleV3(uint64_t units, uint32_t au, uint32_t grain);
+
 // What ReadIndex needs beside sb.index: the pool and the address bound (the
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
 // decoded superblock names, unless sb.index == kNoIndex: then there is no
