@@ -154,8 +154,8 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // generation, is reported for Core to refuse or accept, as v2's.
   auto layout = JournalLayout::Of(sb);
   if (!layout.ok()) return Fallback(layout.status());  // a decoded superblock's list: not expected
-  JournalRingSource ring(file, *layout, sb.journal_start);
-  auto scan = ScanJournal(&ring, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes, [&sb](Record&&) {
+  JournalRingSource source(file, *layout, sb.journal_start);
+  auto scan = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes, [&sb](Record&&) {
     return NotYet("the journal holds records from LSN " + N(sb.journal_start_lsn) + " on");
   });
   if (!scan.ok()) return scan.status();
@@ -167,14 +167,45 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   std::sort(units.begin(), units.end());
   units.erase(std::unique(units.begin(), units.end()), units.end());
 
+  ReplayEnd end = ReplayEndOf(std::move(scan).value());
+  // The ring's logical positions start at the replay start's ring offset
+  // (journal_segments.h); nothing was replayed, so the tail is there too.
+  auto ring = JournalRing::Open(*layout, sb.journal_start, sb.journal_start + end.tail);
+  if (!ring.ok()) return ring.status();
+
   // Nothing refused from here on: the state and the report change together.
   st->next_lun_id = table.next_lun_id;
   out->meta_units = std::move(units);
-  out->end = ReplayEndOf(std::move(scan).value());
+  out->end = std::move(end);
+  ring_.emplace(std::move(ring).value());
   return Status::Ok();
 }
 
-Status FormatV3::CommitBatch(File*, const JournalBatch&) { return NotBuilt("committing a journal batch"); }
+Status FormatV3::RewriteOtherSlot(File* file) {
+  if (choice_.redundant) return Status::Ok();
+  // The chosen copy re-encodes to its own bytes (the codec has one
+  // spelling), so both slots then hold it byte for byte.
+  std::string img;
+  Status s = EncodeSuperblockV3(choice_.sb, &img);
+  if (s.ok()) s = file->Write(choice_.other * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  choice_.redundant = true;
+  choice_.other = -1;
+  choice_.other_state.clear();
+  return Status::Ok();
+}
+
+Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: CommitBatch before LoadState");
+  // Refused before the slot rewrite too: a batch that does not fit changes
+  // nothing on disk (the caller checkpoints instead).
+  if (!ring_->Fits(b.bytes.size()))
+    return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
+  Status s = RewriteOtherSlot(file);
+  if (!s.ok()) return s;
+  return ring_->WriteBatch(file, b);
+}
 
 FrozenCheckpoint FormatV3::Freeze(const MetaState&) const {
   return FrozenCheckpoint();  // WriteCheckpoint refuses it: step 5d's WriteCkptTree and LUN table

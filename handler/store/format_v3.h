@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // FormatV3: pool format 3 behind MetaFormat (meta_format.h; store-v3.md 3.4,
-// 3.6, 3.7, plan step 5d). First part: Create, the superblock choice and
+// 3.6, 3.7, plan step 5d). First part: Create, the superblock choice,
 // LoadState of a pool whose index is empty, whose LUN table has no records
-// and whose journal holds no record, i.e. exactly what Create lays out.
+// and whose journal holds no record (exactly what Create lays out), and
+// journal commits over the ring.
 // Standalone: Core does not serve format 3 yet (ChooseMetaFormat refuses it
 // unless asked for ServedFormats::kV1ToV3), and PoolOptions names no format.
 //
@@ -38,13 +39,20 @@
 // AUs and the journal's (LoadedMeta::meta_units). What this first part does
 // not load it refuses with kUnsupported, before *st changes, never half:
 // an index root (leaves: ReadCkptTree), LUN records, a journal holding
-// records (replay over JournalRing). Members that write (CommitBatch,
-// WriteCheckpoint, Grow) are kUnsupported too: step 5d's work left, with
-// the rewrite of a slot the chooser names before the first write.
+// records (replay over JournalRing).
+//
+// Writes: CommitBatch appends to the journal ring (JournalRing, in
+// CommitJournalBatch's order), after the open's half of the writer rule:
+// a slot not holding the chosen copy is rewritten with it, synced, before
+// the pool's first write. WriteCheckpoint and Grow are kUnsupported: step
+// 5d's work left (WriteCkptTree, the LUN table, GrowJournal, a fresh
+// checkpoint sequence per attempt).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
+#include "handler/store/journal_segments.h"  // JournalRing
 #include "handler/store/meta_format.h"
 #include "handler/store/superblock_v3.h"
 
@@ -78,17 +86,21 @@ class FormatV3 final : public MetaFormat {
   // first part does not load (header comment), with *st unchanged.
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
 
-  // Step 5d's work left: the journal ring's appends (JournalRing), and the
-  // checkpoint (WriteCkptTree, the LUN table, GrowJournal). Until then
-  // nothing fits, so Core would checkpoint, and every write member is
-  // kUnsupported; Core never reaches them (ChooseMetaFormat, kV1V2).
-  bool Fits(size_t) const override { return false; }
+  // The journal ring from LoadState on (before it: nothing fits, nothing
+  // was committed).
+  bool Fits(size_t bytes) const override { return ring_ && ring_->Fits(bytes); }
+  // Rewrites a slot the chooser named (above), then JournalRing::WriteBatch.
+  // kNoSpace, nothing written, when the batch does not fit; on any failure
+  // the ring's tail and durable LSN stay.
   Status CommitBatch(File* file, const JournalBatch& b) override;
-  bool journal_empty() const override { return true; }  // LoadState refuses any other
-  // Nothing was committed since the open: 0 vouches for nothing, which
-  // meta_format.h allows (a stale value vouches for less).
-  uint64_t durable_lsn() const override { return 0; }
+  bool journal_empty() const override { return !ring_ || ring_->tail() == ring_->start(); }
+  // 0 until a batch is committed: LoadState replays nothing, and 0 vouches
+  // for nothing, which meta_format.h allows (a stale value vouches for
+  // less). ring_ is engaged by LoadState, before the pool is shared.
+  uint64_t durable_lsn() const override { return ring_ ? ring_->durable_lsn() : 0; }
   uint64_t superblock_seq() const override { return choice_.sb.seq; }
+  // Step 5d's work left, kUnsupported (Core never reaches them:
+  // ChooseMetaFormat, kV1V2): the checkpoint and growth.
   FrozenCheckpoint Freeze(const MetaState& st) const override;
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
@@ -102,9 +114,16 @@ class FormatV3 final : public MetaFormat {
   // Names a slot that is not redundant beside an error from what the chosen
   // copy names (ok passes through), as FormatV2::Fallback.
   Status Fallback(const Status& s) const;
+  // The writer rule's open half (superblock_v3.h): unless both slots hold
+  // the chosen copy, writes it into the other slot and syncs, so that no
+  // later fault can fall back to that slot's older state (a stale or
+  // damaged copy, or the v2 copy of an upgrade cut between its two slot
+  // writes, which this completes: store-v3.md 3.7) once writes moved past it.
+  Status RewriteOtherSlot(File* file);
 
   uint64_t device_bytes_;
   SuperblockChoice choice_;
+  std::optional<JournalRing> ring_;  // engaged by LoadState
 };
 
 }  // namespace cowstore::store

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,9 +16,11 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v2.h"
 #include "handler/store/journal.h"
+#include "handler/store/journal_segments.h"
 #include "handler/store/lun_table_page.h"
 #include "handler/store/meta_format.h"
 #include "handler/store/pool.h"
+#include "handler/store/replay.h"
 #include "tests/store/patch_bytes.h"
 
 namespace cowstore::store {
@@ -477,6 +480,247 @@ TEST_F(FormatV3NotYet, ANewerGenerationIsReportedNotReplayed) {
   EXPECT_EQ(o.meta.end.tail, 0u);
   EXPECT_TRUE(o.meta.end.newer_record_follows);
   EXPECT_TRUE(o.st.luns.empty());
+}
+
+// ----------------------------------------------------------- journal ring
+
+// CommitBatch over the ring Create laid out and LoadState opened.
+class FormatV3Journal : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(CreateOn(&env_).ok()); }
+  // Chooses and loads the pool read-write, keeping the file for writes.
+  void Load() {
+    auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    file_ = std::move(f).value();
+    SuperblockSlots slots;
+    auto chosen = ChooseMetaFormat(file_.get(), &slots, ServedFormats::kV1ToV3);
+    ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+    format_ = std::move(chosen).value();
+    v3_ = dynamic_cast<FormatV3*>(format_.get());
+    ASSERT_NE(v3_, nullptr);
+    PoolGeometry g;
+    ASSERT_TRUE(format_->ChooseSuperblock(slots, &g).ok());
+    MetaState st;
+    st.au = g.grain;
+    LoadedMeta meta;
+    Status s = format_->LoadState(file_.get(), &st, &meta);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    sb_ = v3_->choice().sb;
+    next_lsn_ = meta.end.next_lsn;
+  }
+  // A batch of `n` records with the LSNs after the last batch's.
+  JournalBatch Batch(int n) {
+    JournalBatch b;
+    for (int i = 0; i < n; i++) {
+      Record r;
+      r.type = RecType::kSeal;
+      std::string one;
+      FrameRecord(r, next_lsn_, format_->durable_lsn(), &one);
+      b.bytes += one;
+      b.last_lsn = next_lsn_++;
+    }
+    return b;
+  }
+  std::string Slot(int slot) const {
+    const std::vector<uint8_t> img = env_.Snapshot("p");
+    return std::string(img.begin() + slot * kSuperblockSlot, img.begin() + (slot + 1) * kSuperblockSlot);
+  }
+  std::string Ring() const {
+    const std::vector<uint8_t> img = env_.Snapshot("p");
+    const uint64_t at = sb_.data_offset + sb_.journal[0].first_au * sb_.au;
+    return std::string(img.begin() + at, img.begin() + at + sb_.capacity());
+  }
+  // Cuts power (unsynced writes dropped) and scans the ring as the next
+  // open does: the records durable there.
+  uint64_t DurableRecordsAfterPowerLoss() {
+    file_.reset();
+    env_.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);
+    auto f = env_.OpenLocked("p", Env::Mode::kReadOnly);
+    EXPECT_TRUE(f.ok());
+    auto layout = JournalLayout::Of(sb_);
+    EXPECT_TRUE(layout.ok());
+    JournalRingSource ring(f->get(), *layout, sb_.journal_start);
+    auto scan = ScanJournal(&ring, sb_.journal_start_lsn);
+    EXPECT_TRUE(scan.ok());
+    EXPECT_FALSE(scan->damaged);
+    EXPECT_FALSE(scan->newer_generation);
+    return scan->replayed;
+  }
+
+  FaultInjectionEnv env_;
+  std::unique_ptr<File> file_;
+  std::unique_ptr<MetaFormat> format_;
+  FormatV3* v3_ = nullptr;
+  SuperblockV3 sb_;
+  uint64_t next_lsn_ = 0;
+};
+
+TEST_F(FormatV3Journal, CommitBatchMakesItsRecordsDurableInTheRing) {
+  ASSERT_NO_FATAL_FAILURE(Load());
+  EXPECT_TRUE(format_->journal_empty());
+  EXPECT_EQ(format_->durable_lsn(), 0u);
+  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  JournalBatch b = Batch(3);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 1u) << "no data to sync first, no slot to rewrite";
+  EXPECT_EQ(format_->durable_lsn(), b.last_lsn);
+  EXPECT_FALSE(format_->journal_empty());
+  b = Batch(2);  // vouching for the first batch
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
+  EXPECT_EQ(format_->durable_lsn(), b.last_lsn);
+  EXPECT_EQ(DurableRecordsAfterPowerLoss(), 5u);
+  // And the next open finds a journal it does not replay yet.
+  Opened o;
+  Status why;
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoad);
+  EXPECT_EQ(why.code(), Code::kUnsupported) << why.ToString();
+}
+
+// Fits is the ring's room exactly; a batch that does not fit is kNoSpace
+// and writes nothing.
+TEST_F(FormatV3Journal, FitsIsTheRingsRoomAndAFullBatchWritesNothing) {
+  ASSERT_NO_FATAL_FAILURE(Load());
+  const uint64_t cap = sb_.capacity();
+  EXPECT_EQ(cap, 2u * kAu);
+  EXPECT_TRUE(format_->Fits(cap));
+  EXPECT_FALSE(format_->Fits(cap + 1));
+  const JournalBatch b = Batch(4);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
+  const uint64_t room = cap - b.bytes.size();
+  EXPECT_TRUE(format_->Fits(room));
+  EXPECT_FALSE(format_->Fits(room + 1));
+  JournalBatch big;
+  big.bytes.assign(room + 1, '\0');
+  big.last_lsn = next_lsn_;
+  const std::vector<uint8_t> before = env_.Snapshot("p");
+  const uint64_t calls = env_.mutating_calls();
+  EXPECT_EQ(format_->CommitBatch(file_.get(), big).code(), Code::kNoSpace);
+  EXPECT_EQ(env_.mutating_calls(), calls);
+  EXPECT_EQ(env_.Snapshot("p"), before);
+  EXPECT_EQ(format_->durable_lsn(), b.last_lsn);
+  EXPECT_TRUE(format_->Fits(room));
+}
+
+// The writer rule's open half: a slot the chooser named is rewritten with
+// the chosen copy, synced, before the first record is written; if that
+// rewrite fails, nothing of the batch is written.
+TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheFirstRecord) {
+  env_.Corrupt("p", kSuperblockSlot + 40, 1);
+  ASSERT_NO_FATAL_FAILURE(Load());
+  ASSERT_FALSE(v3_->choice().redundant);
+  ASSERT_EQ(v3_->choice().other, 1);
+  const std::string ring = Ring();
+  // The rewrite's write fails: no record written, the ring as it was.
+  env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
+  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
+  EXPECT_EQ(Ring(), ring);
+  EXPECT_TRUE(format_->journal_empty());
+  EXPECT_EQ(format_->durable_lsn(), 0u);
+  EXPECT_FALSE(v3_->choice().redundant);
+  // The rewrite's sync fails: still no record written.
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
+  EXPECT_EQ(Ring(), ring);
+  EXPECT_TRUE(format_->journal_empty());
+  // Then it goes through: the slot first (synced), then the batch.
+  env_.ClearFaults();
+  next_lsn_ = sb_.journal_start_lsn;
+  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), Batch(1)).ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 2u);
+  EXPECT_EQ(Slot(1), Slot(0));
+  EXPECT_TRUE(v3_->choice().redundant);
+  EXPECT_EQ(DurableRecordsAfterPowerLoss(), 1u);
+  SuperblockChoice c;
+  const std::vector<uint8_t> img = env_.Snapshot("p");
+  ASSERT_TRUE(ChooseSuperblockV3(img.data(), img.data() + kSuperblockSlot, img.size(), &c).ok());
+  EXPECT_TRUE(c.redundant);
+}
+
+// A failed batch (its sync) leaves the ring's tail and durable LSN: the
+// next batch would go where it went, and Core fails the pool anyway.
+TEST_F(FormatV3Journal, AFailedBatchMovesNeitherTailNorDurableLsn) {
+  ASSERT_NO_FATAL_FAILURE(Load());
+  const JournalBatch first = Batch(1);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), first).ok());
+  const uint64_t room = sb_.capacity() - first.bytes.size();
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(2)).code(), Code::kIOError);
+  EXPECT_EQ(format_->durable_lsn(), first.last_lsn);
+  EXPECT_TRUE(format_->Fits(room));
+  EXPECT_FALSE(format_->Fits(room + 1));
+}
+
+// An upgrade cut after its first slot write (store-v3.md 3.7): the v3 copy
+// in slot 0 beside the v2 copy it started from in slot 1. FormatV3 takes the
+// v3 copy, and its first write completes the upgrade by rewriting the v2
+// slot; Core still refuses the pool (it does not serve format 3 yet).
+TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
+  FaultInjectionEnv env;
+  Superblock v2;
+  {
+    auto f = env.OpenLocked("p", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(FormatV2::Create(f->get(), PoolId(7), kAu, 2 << 20, 64 << 10, 0).ok());
+    std::vector<char> slot(kSuperblockSlot);
+    ASSERT_TRUE((*f)->Read(kSuperblockSlot, slot.size(), slot.data()).ok());
+    ASSERT_TRUE(Superblock::Decode(slot.data(), slot.size(), &v2).ok());
+    ASSERT_EQ(v2.seq, 1u);
+    // The upgrade's v3 superblock (same pool: UUID, AU, data offset, size),
+    // its LUN table in data AU 1 and journal in AU 0, both free in v2.
+    SuperblockV3 sb;
+    sb.uuid = v2.uuid;
+    sb.seq = v2.seq + 1;
+    sb.au = v2.au;
+    sb.grain = kGrain;
+    sb.data_offset = v2.data_offset;
+    sb.units = v2.total_units();
+    sb.origin_format = v2.version;
+    sb.journal = {{0, 1}};
+    sb.lun_table = {v2.data_offset + v2.au, sb.seq};
+    sb.journal_start_lsn = v2.journal_start_lsn + 1;
+    uint64_t root = 0;
+    std::vector<uint64_t> written;
+    ASSERT_TRUE(WriteLunTable(f->get(), sb.uuid, sb.seq, 1, {}, [&]() -> Result<uint64_t> { return sb.lun_table.addr; },
+                              &root, &written)
+                    .ok());
+    ASSERT_TRUE((*f)->Sync().ok());
+    std::string img;
+    ASSERT_TRUE(EncodeSuperblockV3(sb, &img).ok());
+    ASSERT_TRUE((*f)->Write(sb.seq % 2 * kSuperblockSlot, img.size(), img.data()).ok());  // slot 0
+    ASSERT_TRUE((*f)->Sync().ok());
+  }
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
+
+  auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
+  ASSERT_TRUE(f.ok());
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(f->get(), &slots, ServedFormats::kV1ToV3);
+  ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+  auto* v3 = dynamic_cast<FormatV3*>(chosen->get());
+  ASSERT_NE(v3, nullptr);
+  PoolGeometry g;
+  ASSERT_TRUE(v3->ChooseSuperblock(slots, &g).ok());
+  EXPECT_EQ(v3->choice().slot, 0);
+  EXPECT_EQ(v3->choice().other, 1);
+  EXPECT_NE(v3->choice().other_state.find("format 2"), std::string::npos) << v3->choice().other_state;
+  MetaState st;
+  LoadedMeta meta;
+  ASSERT_TRUE(v3->LoadState(f->get(), &st, &meta).ok());
+  EXPECT_EQ(meta.meta_units, (std::vector<uint64_t>{0, 1}));
+  JournalBatch b;
+  Record seal;
+  seal.type = RecType::kSeal;
+  FrameRecord(seal, meta.end.next_lsn, &b.bytes);
+  b.last_lsn = meta.end.next_lsn;
+  ASSERT_TRUE(v3->CommitBatch(f->get(), b).ok());
+  f->reset();
+  const std::vector<uint8_t> img = env.Snapshot("p");
+  EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
+      << "the v2 slot now holds the v3 copy";
+  EXPECT_EQ(SuperblockEnvelopeVersion(img.data() + kSuperblockSlot, kSuperblockSlot), kFormatVersionV3);
+  EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
 }
 
 }  // namespace
