@@ -124,7 +124,7 @@ Status FormatV3::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g)
 // it names does not load, say both things rather than blame the page.
 Status FormatV3::Fallback(const Status& s) const {
   if (s.ok() || choice_.redundant || choice_.other < 0) return s;
-  return Status(s.code(), "superblock slot " + N(choice_.other) + " holds no copy to open (" + choice_.other_state +
+  return Status(s.code(), "superblock slot " + N(choice_.other) + " was passed over (" + choice_.other_state +
                               ") and the copy in slot " + N(choice_.slot) + " (sequence " + N(choice_.sb.seq) +
                               ") does not load: " + s.message());
 }
