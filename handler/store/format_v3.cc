@@ -58,7 +58,8 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   sb.origin_format = kFormatVersionV3;
   sb.index = kNoIndex;
   const uint64_t journal_aus = (journal_bytes + au - 1) / au;  // <= 1 GiB / 64 KiB: one extent
-  const uint64_t min_size = sb.data_offset + (kCreateJournalAu + journal_aus + kMinPoolUnits) * au;
+  const uint64_t metadata_aus = kCreateJournalAu + journal_aus;  // AU 0, then the journal
+  const uint64_t min_size = sb.data_offset + (metadata_aus + kMinPoolUnits) * au;
   if (size < min_size)
     return refuse("pool too small: needs at least " + N(min_size) + " bytes (the metadata AU, a journal of " +
                   N(journal_aus) + " AUs and " + N(kMinPoolUnits) + " AUs of data)");
@@ -155,6 +156,8 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   auto layout = JournalLayout::Of(sb);
   if (!layout.ok()) return Fallback(layout.status());  // a decoded superblock's list: not expected
   JournalRingSource source(file, *layout, sb.journal_start);
+  // Records are framed as format 2 frames them (with `proven`), so the
+  // scan judges damage by the same rule.
   auto scan = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes, [&sb](Record&&) {
     return NotYet("the journal holds records from LSN " + N(sb.journal_start_lsn) + " on");
   });
