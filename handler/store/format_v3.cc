@@ -65,7 +65,7 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
                   N(journal_aus) + " AUs and " + N(kMinPoolUnits) + " AUs of data)");
   sb.units = (size - sb.data_offset) / au;
   if (std::string why = PoolUnitsRuleV3(sb.units, au, grain); !why.empty())
-    return refuse("pool too large: " + why + " of " + N(au) + " bytes");
+    return refuse("pool too large: " + why + ", at an allocation unit of " + N(au) + " bytes");
   sb.lun_table = {sb.data_offset + kCreateMetaAu * au, kCreateSeq};
   sb.journal = {{kCreateJournalAu, journal_aus}};
   sb.journal_start = 0;

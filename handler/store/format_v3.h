@@ -44,7 +44,10 @@
 // Writes: CommitBatch appends to the journal ring (JournalRing, in
 // CommitJournalBatch's order), after the open's half of the writer rule:
 // a slot not holding the chosen copy is rewritten with it, synced, before
-// the pool's first write. WriteCheckpoint and Grow are kUnsupported: step
+// the format's first write. (Core's open also writes data, zeroing free AUs
+// the older copy may still use, before any batch: wiring FormatV3 into Core
+// needs that rewrite as a step of its own, called before the first write of
+// any kind.) WriteCheckpoint and Grow are kUnsupported: step
 // 5d's work left (WriteCkptTree, the LUN table, GrowJournal, a fresh
 // checkpoint sequence per attempt).
 #pragma once

@@ -29,7 +29,8 @@ Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots
       return Status(Code::kUnsupported, "superblock slot " + std::to_string(slot) + " holds pool format version " +
                                             std::to_string(version[slot]) + " (this build reads versions " +
                                             std::to_string(kOldestFormatVersion) + " to " +
-                                            std::to_string(kFormatVersionV3) +
+                                            std::to_string(served == ServedFormats::kV1V2 ? kFormatVersion
+                                                                                          : kFormatVersionV3) +
                                             "): a newer build wrote this pool, or an interrupted upgrade to "
                                             "it; open it with a build that reads that version (which completes "
                                             "the upgrade), and do not repair or recreate it with this one");
@@ -43,8 +44,8 @@ Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots
     if (served == ServedFormats::kV1V2)
       return Status(Code::kUnsupported,
                     "superblock slot " + std::to_string(slot) +
-                        " holds pool format version 3, which this build does not serve yet (its format 3 "
-                        "support is incomplete: store-v3.md plan step 5d); open it with a build that serves "
+                        " holds pool format version 3, which this build does not serve yet; open it with a "
+                        "build that serves "
                         "format 3, and do not repair or recreate it with this one");
     auto size = file->Size();
     if (!size.ok()) return size.status();

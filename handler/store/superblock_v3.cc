@@ -395,8 +395,8 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
     if (!is_old[i]) continue;
     // A format 3 writer's slot beside it (its envelope says 3, the rest is
     // refused): an upgrade cut between its two slot writes, then damaged.
-    // The v1/v2 open refuses any slot of a newer format (ChooseMetaFormat, meta_format.cc), so
-    // neither open takes the pool.
+    // The v1/v2 open refuses any format 3 slot or newer (ChooseMetaFormat,
+    // meta_format.cc), so neither open takes the pool.
     if (v3_envelope[1 - i])
       return Status(Code::kCorruption, "superblock slot " + N(1 - i) + " holds a format 3 copy that is refused (" +
                                            st[1 - i].message() + ") beside format " + N(old[i].version) +

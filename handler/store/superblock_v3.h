@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's superblock (docs/design/store-v3.md 3.4, 3.6-3.8, plan step 5)
-// and the choice between its two copies. A standalone codec: nothing writes
-// or opens v3 pools yet (plan step 7 wires it into open, step 8 into
-// upgrade).
+// and the choice between its two copies. FormatV3 (format_v3.h) writes and
+// chooses with it; Core does not open v3 pools yet (plan step 7 wires it
+// into open, step 8 into upgrade).
 //
 // Each of the two 4 KiB slots at bytes 0 and 4096 holds one copy. Little-
 // endian; a record of 448 bytes, then zeros to the end of the slot:
@@ -262,8 +262,9 @@ struct SuperblockChoice {
 //  * no valid v3 copy: kUnsupported "format N" when a v1/v2 copy is valid
 //    (the v1/v2 open reads it) and the other slot is not a format 3 slot;
 //    a refused format 3 slot (its envelope says 3) beside a v1/v2 copy is
-//    kCorruption, since the v1/v2 open refuses any slot of a newer format
-//    (ChooseMetaFormat, meta_format.cc); no valid copy at all is kCorruption naming both slots'
+//    kCorruption, since the v1/v2 open refuses any format 3 slot (which it
+//    does not serve) or newer (ChooseMetaFormat, meta_format.cc); no valid
+//    copy at all is kCorruption naming both slots'
 //    faults.
 // Writer rule (plan step 7 keeps it; FormatV2::WriteSuperblock does today): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
