@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/format_v2.h"
 
-#include <random>
-
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 
@@ -25,8 +23,7 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   // file that looks like a pool and never opens.
   if (std::string why = PoolUnitsRule(sb.total_units()); !why.empty())
     return Status(Code::kInvalidArgument, "pool too large: " + why + " of " + std::to_string(au) + " bytes");
-  std::mt19937_64 rng(std::random_device{}());
-  sb.journal_start_lsn = (rng() >> 24) + 1;  // never the LSNs of an older pool here
+  sb.journal_start_lsn = NewPoolJournalStartLsn();  // never the LSNs of an older pool here
   Status s;
   if (!file->IsBlockDevice()) s = file->Truncate(size);
   if (s.ok()) s = file->PunchHole(kJournalOffset, journal_bytes);

@@ -89,15 +89,20 @@ Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, Replay
       ScanJournal(j, start_lsn, version, kJournalWindowBytes,
                   [st](Record&& r) { return ApplyRecord(st, r, nullptr); });
   if (!scanned.ok()) return scanned.status();
-  JournalReplay jr = std::move(scanned).value();
-  end->tail = jr.end;
-  end->next_lsn = jr.next_lsn;
-  end->newer_record_follows = jr.newer_generation;
-  end->damaged = jr.damaged;
-  end->lost = std::move(jr.lost);
-  end->lost_operations = jr.lost_operations;
-  end->explain = jr.Explain();
+  *end = ReplayEndOf(std::move(scanned).value());
   return Status::Ok();
+}
+
+ReplayEnd ReplayEndOf(JournalReplay&& jr) {
+  ReplayEnd end;
+  end.tail = jr.end;
+  end.next_lsn = jr.next_lsn;
+  end.newer_record_follows = jr.newer_generation;
+  end.damaged = jr.damaged;
+  end.explain = jr.Explain();
+  end.lost = std::move(jr.lost);
+  end.lost_operations = jr.lost_operations;
+  return end;
 }
 
 }  // namespace cowstore::store

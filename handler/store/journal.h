@@ -156,6 +156,10 @@ struct ReplayEnd {
   std::string explain;  // one line for the error when damaged or newer
 };
 
+// The verdict of a scan (replay.h) as open reports it.
+struct JournalReplay;
+ReplayEnd ReplayEndOf(JournalReplay&& jr);
+
 // Applies the records of j[0..n) with consecutive LSNs from start_lsn to
 // *st; the first bad, torn or stale record ends replay, and *end says whether
 // that was a torn tail or something Open must refuse (replay.h). kCorruption

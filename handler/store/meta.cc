@@ -3,6 +3,7 @@
 
 #include <cassert>
 #include <cstring>
+#include <random>
 
 #include "handler/store/crc32c.h"
 
@@ -127,6 +128,17 @@ std::string Superblock::Encode() const {
   e.U32(Crc32c(0, s.data(), s.size()));
   s.resize(kSuperblockSlot, '\0');
   return s;
+}
+
+std::string JournalBytesRule(uint64_t bytes) {
+  if (bytes < kMinJournalBytes || bytes > kMaxJournalBytes || bytes % 4096)
+    return "journal size must be 64 KiB..1 GiB, 4 KiB aligned";
+  return "";
+}
+
+uint64_t NewPoolJournalStartLsn() {
+  std::mt19937_64 rng(std::random_device{}());
+  return (rng() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)
 }
 
 std::string PoolUnitsRule(uint64_t units) {

@@ -59,6 +59,14 @@ constexpr uint64_t DataOffsetV2(uint32_t au, uint64_t journal_bytes) {
 // Why a pool may not have `units` AUs ("" if it may): Create and Grow refuse
 // with it, Decode refuses a superblock that breaks it.
 std::string PoolUnitsRule(uint64_t units);
+// Why a journal of `bytes` may not be asked for ("" if it may): 64 KiB to
+// 1 GiB, 4 KiB aligned. Core::Create and FormatV3::Create refuse with it
+// (format 3 then rounds it up to whole AUs: its journal is AU segments).
+std::string JournalBytesRule(uint64_t bytes);
+// The LSN a new pool's journal starts at: random, so that no record an
+// older pool left on the same file or device can pass for one of this
+// pool's (every format's Create).
+uint64_t NewPoolJournalStartLsn();
 constexpr uint64_t kNone = ~uint64_t{0};
 
 // Little-endian encoder/decoder with bounds checks.

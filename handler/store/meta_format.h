@@ -113,9 +113,27 @@ class MetaFormat {
   virtual Status Grow(File* file, uint64_t new_size) = 0;
 };
 
+// Which formats an open may be served with. This build knows formats 1 to 3,
+// but FormatV3 (format_v3.h) loads only the simplest v3 pool and writes
+// nothing yet (plan step 5d), so the engine serves 1 and 2 only: were v3
+// built for Core, an empty v3 pool would load and Core would run a pool its
+// format cannot checkpoint or journal (and whose grain Core's space map
+// does not count in). kV1ToV3 is for FormatV3's own tests until Core serves
+// format 3 (step 5d's wiring, then PoolOptions' format: store-v3.md).
+enum class ServedFormats : uint8_t {
+  kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written
+  kV1ToV3,  // FormatV3's tests: a format 3 pool gets a FormatV3
+};
+
 // Reads both superblock slots and picks the format that reads them, by the
-// envelope every format shares (superblock_v3.h). A version no format of
-// this build handles, in either slot, is kUnsupported and nothing is written.
-Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots* slots);
+// envelope every format shares (superblock_v3.h): FormatV3 if either slot's
+// envelope says 3 (a v3 pool, or an upgrade cut between its two slot
+// writes, which ChooseSuperblockV3 judges), else FormatV2 (versions 1 and 2,
+// and slots whose envelope is damaged or blank, which it judges as its own).
+// kUnsupported, nothing written: a version above 3 in either slot (a newer
+// build's pool, however valid the other slot), or format 3 when `served`
+// is kV1V2.
+Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots* slots,
+                                                     ServedFormats served = ServedFormats::kV1V2);
 
 }  // namespace cowstore::store

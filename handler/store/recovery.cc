@@ -29,8 +29,7 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   if (o.soft_threshold_percent > 100)
     return Status(Code::kInvalidArgument, "soft threshold is a percentage");
   uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
-  if (jbytes < kMinJournalBytes || jbytes > kMaxJournalBytes || jbytes % 4096)
-    return Status(Code::kInvalidArgument, "journal size must be 64 KiB..1 GiB, 4 KiB aligned");
+  if (std::string why = JournalBytesRule(jbytes); !why.empty()) return Status(Code::kInvalidArgument, why);
   bool existed = env->Exists(path);
   auto f = env->OpenLocked(path, existed ? Env::Mode::kReadWrite : Env::Mode::kCreate);
   if (!f.ok()) return f.status();

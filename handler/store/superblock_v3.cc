@@ -53,9 +53,7 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   // before it is formed.
   if (sb.data_offset < 2 * kSuperblockSlot || sb.data_offset % sb.au)
     return bad("data offset " + N(sb.data_offset) + " is inside the superblock slots or not a multiple of the AU");
-  if (sb.units < 8) return bad("pool size of " + N(sb.units) + " AUs is below 8");
-  if (sb.units > kMaxGrains / (sb.au / sb.grain) || sb.units > kMaxAreaBytes / sb.au)
-    return bad("pool size of " + N(sb.units) + " AUs passes 2^48 grains or 2^62 bytes");
+  if (std::string why = PoolUnitsRuleV3(sb.units, sb.au, sb.grain); !why.empty()) return bad(why);
   const uint64_t area = sb.units * sb.au;  // <= 2^62: no overflow
   if (sb.data_offset > device_bytes || area > device_bytes - sb.data_offset)
     return bad("pool size of " + N(sb.units) + " AUs from byte " + N(sb.data_offset) +
@@ -138,6 +136,13 @@ std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64
   const uint64_t capacity = aus * au;
   if (capacity < kMinJournalBytes || capacity > kMaxJournalBytes)
     return "journal of " + N(capacity) + " bytes is not 64 KiB .. 1 GiB";
+  return "";
+}
+
+std::string PoolUnitsRuleV3(uint64_t units, uint32_t au, uint32_t grain) {
+  if (units < kMinPoolUnits) return "pool size of " + N(units) + " AUs is below " + N(kMinPoolUnits);
+  if (units > kMaxGrains / (au / grain) || units > kMaxAreaBytes / au)
+    return "pool size of " + N(units) + " AUs passes 2^48 grains or 2^62 bytes";
   return "";
 }
 
@@ -390,8 +395,8 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
     if (!is_old[i]) continue;
     // A format 3 writer's slot beside it (its envelope says 3, the rest is
     // refused): an upgrade cut between its two slot writes, then damaged.
-    // The v1/v2 open refuses any slot of a newer format (ChooseMetaFormat, meta_format.cc), so
-    // neither open takes the pool.
+    // The v1/v2 open refuses any format 3 slot or newer (ChooseMetaFormat,
+    // meta_format.cc), so neither open takes the pool.
     if (v3_envelope[1 - i])
       return Status(Code::kCorruption, "superblock slot " + N(1 - i) + " holds a format 3 copy that is refused (" +
                                            st[1 - i].message() + ") beside format " + N(old[i].version) +

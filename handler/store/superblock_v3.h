@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's superblock (docs/design/store-v3.md 3.4, 3.6-3.8, plan step 5)
-// and the choice between its two copies. A standalone codec: nothing writes
-// or opens v3 pools yet (plan step 7 wires it into open, step 8 into
-// upgrade).
+// and the choice between its two copies. FormatV3 (format_v3.h) writes and
+// chooses with it; Core does not open v3 pools yet (plan step 7 wires it
+// into open, step 8 into upgrade).
 //
 // Each of the two 4 KiB slots at bytes 0 and 4096 holds one copy. Little-
 // endian; a record of 448 bytes, then zeros to the end of the slot:
@@ -201,6 +201,15 @@ inline bool JournalExtentsJoin(const JournalExtent& a, const JournalExtent& b) {
 // first fault, naming the extent.
 std::string JournalExtentsRule(const std::vector<JournalExtent>& extents, uint64_t units, uint32_t au);
 
+// Why a format 3 pool may not have `units` AUs of `au` bytes shared at
+// `grain` ("" if it may): at least 8 AUs (kMinPoolUnits, as v2), at most
+// 2^48 grains (RunTree's physical grain) and 2^62 bytes (so offsets in the
+// data area never wrap). No 2^32-AU cap: v2's PoolUnitsRule bounds the AU
+// space map's RAM, which format 3's grain space (grain_space.h) does not
+// have. The codec refuses a superblock that breaks it, and FormatV3::Create
+// a pool. `au` and `grain` must already pass their rules.
+std::string PoolUnitsRuleV3(uint64_t units, uint32_t au, uint32_t grain);
+
 // What ReadIndex needs beside sb.index: the pool and the address bound (the
 // data area). ReadIndex(sb.index, IndexReadBound(sb), ...) reads the index a
 // decoded superblock names, unless sb.index == kNoIndex: then there is no
@@ -253,8 +262,9 @@ struct SuperblockChoice {
 //  * no valid v3 copy: kUnsupported "format N" when a v1/v2 copy is valid
 //    (the v1/v2 open reads it) and the other slot is not a format 3 slot;
 //    a refused format 3 slot (its envelope says 3) beside a v1/v2 copy is
-//    kCorruption, since the v1/v2 open refuses any slot of a newer format
-//    (ChooseMetaFormat, meta_format.cc); no valid copy at all is kCorruption naming both slots'
+//    kCorruption, since the v1/v2 open refuses any format 3 slot (which it
+//    does not serve) or newer (ChooseMetaFormat, meta_format.cc); no valid
+//    copy at all is kCorruption naming both slots'
 //    faults.
 // Writer rule (plan step 7 keeps it; FormatV2::WriteSuperblock does today): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
