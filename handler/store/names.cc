@@ -32,7 +32,7 @@ bool Fail(std::string* reason, std::string msg) {
 
 }  // namespace
 
-bool ValidName(std::string_view name, std::string_view what, std::string* reason) {
+bool ValidStoredName(std::string_view name, std::string_view what, std::string* reason) {
   const std::string w(what);
   if (name.empty()) return Fail(reason, w + " is empty");
   if (name.size() > kMaxNameLength) {
@@ -49,8 +49,13 @@ bool ValidName(std::string_view name, std::string_view what, std::string* reason
   if (name[0] == '.' || name[0] == '-') {
     return Fail(reason, w + " " + Quote(name) + " must not start with '.' or '-'");
   }
+  return true;
+}
+
+bool ValidName(std::string_view name, std::string_view what, std::string* reason) {
+  if (!ValidStoredName(name, what, reason)) return false;
   if (name.find("..") != std::string_view::npos) {
-    return Fail(reason, w + " " + Quote(name) + " must not contain \"..\"");
+    return Fail(reason, std::string(what) + " " + Quote(name) + " must not contain \"..\"");
   }
   return true;
 }

@@ -180,6 +180,89 @@ TEST(Corruption, AJournalRecordWithAnExtentTheMapCannotHoldIsRefused) {
   EXPECT_EQ((*p)->GetLun("a")->mapped_bytes, 2u * kImgAu);
 }
 
+// `img` (WithJournal's) with `r` framed as the next journal record: CRC-valid,
+// so only the LUN rule (meta.h, LunRecordRule) can refuse it.
+std::vector<uint8_t> WithRecord(const std::vector<uint8_t>& img, const JournalReplay& jr, const Record& r) {
+  std::string frame;
+  FrameRecord(r, jr.next_lsn, jr.next_lsn - 1, &frame);
+  std::vector<uint8_t> d = img;
+  EXPECT_LE(kJournalOffset + jr.end + frame.size(), kImgData);
+  std::memcpy(d.data() + kJournalOffset + jr.end, frame.data(), frame.size());
+  return d;
+}
+
+// A record making or resizing a LUN off the one LUN rule is refused at open
+// as corruption, nothing written: otherwise a pool would hold a LUN the v3
+// LUN table page refuses, and every v3 checkpoint of it would fail.
+TEST(Corruption, AJournalRecordMakingALunOffTheRuleIsRefused) {
+  const std::vector<uint8_t> img = WithJournal();
+  const Superblock sb = NewestSuperblock(img);
+  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                 sb.journal_start_lsn, sb.version);
+  ASSERT_FALSE(jr.records.empty());
+  const uint32_t a = jr.records[0].lun;  // LUN "a", 512 KiB of 512-byte blocks
+  auto create = [](uint32_t id, std::string name, uint64_t size, uint32_t bs) {
+    Record r;
+    r.type = RecType::kCreateLun;
+    r.lun = id;
+    r.name = std::move(name);
+    r.a = size;
+    r.bs = bs;
+    return r;
+  };
+  auto copy = [&](RecType t, uint32_t id, std::string name) {
+    Record r;
+    r.type = t;
+    r.lun = a;
+    r.lun2 = id;
+    r.name = std::move(name);
+    return r;
+  };
+  auto resize = [&](uint64_t size) {
+    Record r;
+    r.type = RecType::kResizeLun;
+    r.lun = a;
+    r.a = size;
+    return r;
+  };
+  const struct {
+    Record r;
+    const char* why;
+  } kOffTheRule[] = {
+      {create(0, "b", 1 << 20, 512), "LUN id 0"},
+      {create(9, "b/c", 1 << 20, 512), "contains '/'"},
+      {create(9, "-b", 1 << 20, 512), "must not start with '.' or '-'"},
+      {create(9, "b", 1 << 20, 1024), "block size 1024"},
+      {create(9, "b", 0, 512), "size 0 not a positive multiple"},
+      {create(9, "b", 1000, 512), "size 1000 not a positive multiple"},
+      {copy(RecType::kCloneLun, 0, "b"), "LUN id 0"},
+      {copy(RecType::kCloneLun, 9, "b c"), "contains ' '"},
+      {copy(RecType::kSnapshotLun, 0, "b"), "LUN id 0"},
+      {copy(RecType::kSnapshotLun, 9, ".b"), "must not start with '.' or '-'"},
+      {resize(0), "size 0 not a positive multiple"},
+      {resize(1000), "size 1000 not a positive multiple"},
+  };
+  for (const auto& bad : kOffTheRule) {
+    SCOPED_TRACE(bad.why);
+    std::string got = RefusalOf(WithRecord(img, jr, bad.r));
+    EXPECT_NE(got.find("Corruption: journal replay: LUN"), std::string::npos) << got;
+    EXPECT_NE(got.find(bad.why), std::string::npos) << got;
+  }
+  // Records the rule accepts replay (the frames are right), among them what
+  // an older build may have written: a name with "..", a LUN of more than
+  // 2^48 blocks (formats 1 and 2 do not bound it; a pool of 128 TiB held one).
+  for (const Record& good : {create(9, "b", 1 << 20, 512), create(9, "b..c", 1 << 20, 512),
+                             create(9, "b", (kMaxLunBlocks + 1) * 512, 512),
+                             copy(RecType::kSnapshotLun, 9, "b"), resize(1024)}) {
+    SCOPED_TRACE(good.name);
+    std::vector<uint8_t> d = WithRecord(img, jr, good);
+    FaultInjectionEnv env;
+    env.Install("p", d.data(), d.size());
+    auto p = Pool::Open(&env, "p", {.read_only = true});
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+  }
+}
+
 TEST(Corruption, ACheckpointWithAnExtentTheMapCannotHoldIsRefused) {
   // Reopened and closed: the checkpoint now holds LUN a's extent.
   std::vector<uint8_t> img;
