@@ -8,6 +8,19 @@
 #include "handler/store/names.h"
 
 namespace cowstore::store {
+namespace {
+
+// The LUN table page refuses more blocks than its maps can key (meta.h,
+// kMaxLunBlocks): a LUN made here must be one the v3 writer can write. Checked
+// before the pool-relative bound, so the reason is the same in any pool.
+Status BlocksRule(uint64_t size, uint32_t bs) {
+  if (size / bs <= kMaxLunBlocks) return Status::Ok();
+  return Status(Code::kInvalidArgument, "a LUN holds at most 2^48 blocks (" +
+                                            std::to_string(kMaxLunBlocks * bs) + " bytes at " +
+                                            std::to_string(bs) + "-byte blocks)");
+}
+
+}  // namespace
 
 LunInfo Core::InfoLocked(const LunState& l) const {
   LunInfo i;
@@ -36,6 +49,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   if (!ValidBlockSize(bs))
     return Status(Code::kInvalidArgument, "block size must be " + std::string(kBlockSizeRule));
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  if (Status b = BlocksRule(size, bs); !b.ok()) return b;
   // A block must lie within one grain (the unit of copy-on-write).
   if (bs > grain_)
     return Status(Code::kInvalidArgument, "block size " + std::to_string(bs) +
@@ -104,6 +118,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
   }
   if (size == 0 || size % l->bs)
     return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  if (Status b = BlocksRule(size, l->bs); !b.ok()) return b;
   if (l->attrs.read_only) return Status(Code::kReadOnly, "LUN " + name + " is read-only (a snapshot)");
   {
     RangeGuard rg(&l->lock, 0, kNone, true);
