@@ -20,6 +20,15 @@ Status BlocksRule(uint64_t size, uint32_t bs) {
                                             std::to_string(bs) + "-byte blocks)");
 }
 
+// A new LUN takes next_lun_id and moves it one up; UINT32_MAX is never an id
+// (meta.h, LunRecordRule), so at UINT32_MAX the ids have run out. Checked
+// under meta_mu_, before anything is appended.
+Status LunIdsLeft(const MetaState& st) {
+  if (st.next_lun_id != UINT32_MAX) return Status::Ok();
+  return Status(Code::kNoSpace, "no LUN ids left: this pool has used all " + std::to_string(UINT32_MAX - 1) +
+                                    " (no LUN can be created, cloned or snapshotted in it)");
+}
+
 }  // namespace
 
 LunInfo Core::InfoLocked(const LunState& l) const {
@@ -63,6 +72,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
     if (size / au_ > space_->total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
+    if (Status ids = LunIdsLeft(st_); !ids.ok()) return ids;
     if (!AffordableLocked(0, 8)) {
       if (attempt > 0 || !space_->has_pending()) return Status(Code::kNoSpace, "no room for another LUN");
       g.Unlock();
@@ -173,6 +183,7 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
       RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
       MutexLock g(&meta_mu_);
       if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
+      else if (Status ids = LunIdsLeft(st_); !ids.ok()) s = ids;
       else if (!AffordableLocked(0, l->map.extents() + 8)) {
         s = Status(Code::kNoSpace, "no room for the clone's metadata");
         reclaim = attempt == 0 && space_->has_pending();

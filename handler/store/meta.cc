@@ -139,6 +139,7 @@ std::string JournalBytesRule(uint64_t bytes) {
 std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uint32_t bs) {
   std::string why;
   if (id == 0) return "LUN id 0";
+  if (id == UINT32_MAX) return "LUN id " + std::to_string(id) + " leaves no next LUN id";
   if (!ValidStoredName(name, "LUN name", &why)) return why;
   if (!ValidBlockSize(bs)) return "block size " + std::to_string(bs);
   if (size == 0 || size % bs != 0) return "size " + std::to_string(size) + " not a positive multiple of the block size";
@@ -647,6 +648,9 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
   Status bad(Code::kCorruption, "checkpoint does not decode");
   if (!d.U32(&magic) || magic != kStateMagic || !d.U32(&st->next_lun_id) || !d.U32(&nluns))
     return bad;
+  // Every build started it at 1 and kept it above every id (ApplyRecord);
+  // the v3 LUN table page requires the same.
+  if (st->next_lun_id == 0) return Status(Code::kCorruption, "checkpoint: next LUN id 0");
   for (uint32_t i = 0; i < nluns; i++) {
     auto l = std::make_shared<LunState>();
     uint64_t next;
@@ -655,6 +659,9 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
       return bad;
     if (std::string why = LunRecordRule(l->id, l->name, l->size, l->bs); !why.empty())
       return Status(Code::kCorruption, "checkpoint: LUN " + std::to_string(l->id) + ": " + why);
+    if (l->id >= st->next_lun_id)
+      return Status(Code::kCorruption, "checkpoint: LUN " + std::to_string(l->id) + " not below the next LUN id " +
+                                           std::to_string(st->next_lun_id));
     if (version >= 2) {
       if (!DecodeLunAttrs(&d, &l->attrs)) return bad;
       if (l->attrs.unknown_tag) return UnknownAttr(l->name, l->attrs.unknown_tag);

@@ -71,11 +71,13 @@ std::string JournalBytesRule(uint64_t bytes);
 // build made it).
 constexpr uint64_t kMaxLunBlocks = uint64_t{1} << 48;
 // Why a LUN may not have this id, name, size (bytes) and block size ("" if
-// it may): id not 0, a name ValidStoredName accepts, a valid block size, a
+// it may): id neither 0 nor UINT32_MAX (next_lun_id is the highest id plus
+// one and never 0), a name ValidStoredName accepts, a valid block size, a
 // size a positive multiple of it. What every build let into a pool, so every
 // loader and codec refuses (kCorruption) what breaks it: ApplyRecord for the
 // records that make or resize a LUN, DecodeState, recovery's geometry check
-// and the LUN table page codec. The Pool API refuses all of it first.
+// and the LUN table page codec. The Pool API refuses all of it first (ids:
+// CreateLun and CopyLun refuse with kNoSpace once next_lun_id is UINT32_MAX).
 std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uint32_t bs);
 // The LSN a new pool's journal starts at: random, so that no record an
 // older pool left on the same file or device can pass for one of this

@@ -4,6 +4,7 @@
 // crash, never a pool that opens with something missing.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 
 #include "handler/store/crc32c.h"
@@ -230,6 +231,7 @@ TEST(Corruption, AJournalRecordMakingALunOffTheRuleIsRefused) {
     const char* why;
   } kOffTheRule[] = {
       {create(0, "b", 1 << 20, 512), "LUN id 0"},
+      {create(UINT32_MAX, "b", 1 << 20, 512), "leaves no next LUN id"},
       {create(9, "b/c", 1 << 20, 512), "contains '/'"},
       {create(9, "-b", 1 << 20, 512), "must not start with '.' or '-'"},
       {create(9, "b", 1 << 20, 1024), "block size 1024"},
@@ -238,6 +240,7 @@ TEST(Corruption, AJournalRecordMakingALunOffTheRuleIsRefused) {
       {copy(RecType::kCloneLun, 0, "b"), "LUN id 0"},
       {copy(RecType::kCloneLun, 9, "b c"), "contains ' '"},
       {copy(RecType::kSnapshotLun, 0, "b"), "LUN id 0"},
+      {copy(RecType::kSnapshotLun, UINT32_MAX, "b"), "leaves no next LUN id"},
       {copy(RecType::kSnapshotLun, 9, ".b"), "must not start with '.' or '-'"},
       {resize(0), "size 0 not a positive multiple"},
       {resize(1000), "size 1000 not a positive multiple"},
@@ -261,6 +264,45 @@ TEST(Corruption, AJournalRecordMakingALunOffTheRuleIsRefused) {
     auto p = Pool::Open(&env, "p", {.read_only = true});
     EXPECT_TRUE(p.ok()) << p.status().ToString();
   }
+}
+
+// A pool whose LUN ids run out (a journal record made LUN 2^32-3, so
+// next_lun_id is near the top) makes one more LUN, then refuses create,
+// clone and snapshot with kNoSpace, nothing changed, and still opens.
+TEST(Corruption, APoolWhoseLunIdsRunOutRefusesNewLunsWithNoSpace) {
+  const std::vector<uint8_t> img = WithJournal();
+  const Superblock sb = NewestSuperblock(img);
+  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                 sb.journal_start_lsn, sb.version);
+  Record r;
+  r.type = RecType::kCreateLun;
+  r.lun = UINT32_MAX - 2;
+  r.name = "b";
+  r.a = 1 << 20;
+  r.bs = 512;
+  std::vector<uint8_t> d = WithRecord(img, jr, r);
+  FaultInjectionEnv env;
+  env.Install("p", d.data(), d.size());
+  auto expect_no_ids_left = [](Pool* p) {
+    for (Status s : {p->CreateLun("d", 1 << 20, 512).status(), p->CloneLun("a", "d").status(),
+                     p->SnapshotLun("a", "d").status()}) {
+      EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+      EXPECT_NE(s.message().find("no LUN ids left"), std::string::npos) << s.ToString();
+    }
+    EXPECT_EQ(p->ListLuns().size(), 3u);
+  };
+  {
+    auto p = Pool::Open(&env, "p", {});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("c", 1 << 20, 512).ok());  // id 2^32-2, the last
+    expect_no_ids_left(p->get());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto p = Pool::Open(&env, "p", {});  // its checkpoint holds next_lun_id 2^32-1
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  expect_no_ids_left(p->get());
+  ASSERT_TRUE((*p)->DeleteLun("c").ok());  // deleting frees no id: ids are never reused
+  EXPECT_EQ((*p)->CreateLun("d", 1 << 20, 512).status().code(), Code::kNoSpace);
 }
 
 TEST(Corruption, ACheckpointWithAnExtentTheMapCannotHoldIsRefused) {

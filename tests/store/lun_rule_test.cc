@@ -7,6 +7,7 @@
 // (plus its 2^48-block bound). Replay at open: corruption_test.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,8 @@ struct Geometry {
 // Each a LUN some part of the rule refuses, the rest of it fine.
 const Geometry kBad[] = {
     {0, "b", 1 << 20, 512, "LUN id 0"},
+    // next_lun_id (the highest id plus one, 32 bits) would wrap to 0.
+    {UINT32_MAX, "b", 1 << 20, 512, "LUN id 4294967295 leaves no next LUN id"},
     {7, "", 1 << 20, 512, "LUN name is empty"},
     {7, "b/c", 1 << 20, 512, "contains '/'"},
     {7, ".b", 1 << 20, 512, "must not start with '.'"},
@@ -125,16 +128,34 @@ std::string Encoded(const MetaState& st) {
   return s;
 }
 
+// A RefSink that allows every increment and records each Inc and Dec, so a
+// test sees reference counts a refused record changed (EncodeState does not
+// hold them).
+struct RecordingSink : RefSink {
+  std::vector<std::string> calls;
+  Status CanInc(const std::vector<Run>&) const override { return Status::Ok(); }
+  Status Inc(uint64_t phys, uint64_t n) override {
+    calls.push_back("Inc " + std::to_string(phys) + " +" + std::to_string(n));
+    return Status::Ok();
+  }
+  void Dec(uint64_t phys, uint64_t n) override {
+    calls.push_back("Dec " + std::to_string(phys) + " +" + std::to_string(n));
+  }
+};
+
 // A record the rule refuses is corruption, and leaves the state as it was
-// (EncodeState covers every LUN field, the maps and the next LUN id).
+// (EncodeState covers every LUN field, the maps and the next LUN id) and
+// every reference count too (no Inc or Dec reached the sink).
 void ExpectRefusedUnchanged(const Record& r, const char* why) {
   MetaState st = OneLun();
   const std::string before = Encoded(st);
-  Status s = ApplyRecord(&st, r, nullptr);
+  RecordingSink sink;
+  Status s = ApplyRecord(&st, r, &sink);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find(why), std::string::npos) << s.ToString();
   EXPECT_EQ(Encoded(st), before);
   EXPECT_EQ(st.luns.size(), 1u);
+  EXPECT_TRUE(sink.calls.empty()) << sink.calls.front();
 }
 
 TEST(LunRule, ApplyRecordRefusesACreateOffTheRuleChangingNothing) {
@@ -159,14 +180,23 @@ TEST(LunRule, ApplyRecordRefusesACloneOrSnapshotOffTheRuleChangingNothing) {
     r.lun2 = 0;
     r.name = "b";
     ExpectRefusedUnchanged(r, "LUN id 0");
+    r.lun2 = UINT32_MAX;
+    ExpectRefusedUnchanged(r, "leaves no next LUN id");
     r.lun2 = 2;
     for (const char* name : {"", "b c", "-b"}) {
       r.name = name;
       ExpectRefusedUnchanged(r, "LUN name");
     }
-    r.name = "b";  // the record is otherwise right
+    r.name = "b";  // the record is otherwise right: the copy adds a reference
     MetaState st = OneLun();
+    RecordingSink sink;
+    EXPECT_TRUE(ApplyRecord(&st, r, &sink).ok());
+    EXPECT_EQ(sink.calls, std::vector<std::string>{"Inc 3 +1"});
+    // The highest id a LUN may have moves next_lun_id to UINT32_MAX, no wrap.
+    r.lun2 = UINT32_MAX - 1;
+    r.name = "c";
     EXPECT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    EXPECT_EQ(st.next_lun_id, UINT32_MAX);
   }
 }
 
@@ -184,7 +214,7 @@ TEST(LunRule, ApplyRecordRefusesAResizeOffTheRuleChangingNothing) {
 }
 
 // A v2 checkpoint's payload holding one LUN with geometry `g`.
-std::string PayloadWith(const Geometry& g) {
+std::string PayloadWith(const Geometry& g, uint32_t next_lun_id = 8) {
   MetaState st;
   auto l = std::make_shared<LunState>();
   l->id = g.id;
@@ -192,7 +222,7 @@ std::string PayloadWith(const Geometry& g) {
   l->size = g.size;
   l->bs = g.bs;
   st.AddLun(std::move(l));
-  st.next_lun_id = 8;
+  st.next_lun_id = next_lun_id;
   return Encoded(st);
 }
 
@@ -212,6 +242,26 @@ TEST(LunRule, DecodeStateRefusesALunOffTheRule) {
     MetaState st;
     EXPECT_TRUE(DecodeState(PayloadWith({7, name, 1 << 20, 512, ""}), &st, kFormatVersion).ok()) << name;
   }
+}
+
+// next_lun_id is above every id and never 0 (every build kept it so; the v3
+// LUN table page requires it), so a payload breaking that is corruption: the
+// next CreateLun would reuse an id, or a v3 checkpoint could not be written.
+TEST(LunRule, DecodeStateRefusesAnIdNotBelowTheNextLunId) {
+  for (uint32_t next : {7u, 3u, 0u}) {
+    SCOPED_TRACE(next);
+    MetaState st;
+    Status s = DecodeState(PayloadWith({7, "b", 1 << 20, 512, ""}, next), &st, kFormatVersion);
+    EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+    EXPECT_NE(s.message().find(next == 0 ? "next LUN id 0" : "LUN 7 not below the next LUN id"), std::string::npos)
+        << s.ToString();
+  }
+  MetaState empty;
+  empty.next_lun_id = 0;
+  MetaState st;
+  EXPECT_EQ(DecodeState(Encoded(empty), &st, kFormatVersion).code(), Code::kCorruption);
+  // The top: the highest id a LUN may have, and the next id past it.
+  EXPECT_TRUE(DecodeState(PayloadWith({UINT32_MAX - 1, "b", 1 << 20, 512, ""}, UINT32_MAX), &st, kFormatVersion).ok());
 }
 
 }  // namespace
