@@ -11,13 +11,16 @@ namespace cowstore::store {
 namespace {
 
 // The LUN table page refuses more blocks than its maps can key (meta.h,
-// kMaxLunBlocks): a LUN made here must be one the v3 writer can write. Checked
-// before the pool-relative bound, so the reason is the same in any pool.
+// LunBlocksRule): a LUN that CreateLun makes or ResizeLun sizes must be one
+// the v3 writer can write. Checked before the pool-relative bound, so the
+// reason is the same in any pool. CopyLun does not check it: a clone or
+// snapshot takes its source's size, and a v1/v2 pool may hold a LUN above
+// the bound that an older build made; refusing would take snapshots from
+// that LUN's users, and such a pool cannot become v3 anyway. ResizeLun on
+// that LUN is refused for any new size still above the bound.
 Status BlocksRule(uint64_t size, uint32_t bs) {
-  if (size / bs <= kMaxLunBlocks) return Status::Ok();
-  return Status(Code::kInvalidArgument, "a LUN holds at most 2^48 blocks (" +
-                                            std::to_string(kMaxLunBlocks * bs) + " bytes at " +
-                                            std::to_string(bs) + "-byte blocks)");
+  if (std::string why = LunBlocksRule(size, bs); !why.empty()) return Status(Code::kInvalidArgument, why);
+  return Status::Ok();
 }
 
 // A new LUN takes next_lun_id and moves it one up; UINT32_MAX is never an id

@@ -20,8 +20,7 @@ Status Corrupt(uint32_t page_no, const std::string& what) {
 // with every loader's, meta.h), and no more blocks than the maps can key.
 std::string RecordRule(const LunRecord& r) {
   if (std::string why = LunRecordRule(r.id, r.name, r.size, r.bs); !why.empty()) return why;
-  if (r.size / r.bs > kMaxLunBlocks) return "size past 2^48 blocks";
-  return "";
+  return LunBlocksRule(r.size, r.bs);  // after LunRecordRule: the block size is valid
 }
 
 std::string AddressRule(uint64_t a, const LunTableExpect& e) {

@@ -146,6 +146,12 @@ std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uin
   return "";
 }
 
+std::string LunBlocksRule(uint64_t size, uint32_t bs) {
+  if (size / bs <= kMaxLunBlocks) return "";
+  return "a LUN holds at most 2^48 blocks (" + std::to_string(kMaxLunBlocks * bs) + " bytes at " +
+         std::to_string(bs) + "-byte blocks)";
+}
+
 uint64_t NewPoolJournalStartLsn() {
   std::mt19937_64 rng(std::random_device{}());
   return (rng() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)

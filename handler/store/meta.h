@@ -70,6 +70,10 @@ std::string JournalBytesRule(uint64_t bytes);
 // do not (a v1/v2 pool of 128 TiB or more may hold such a LUN: an older
 // build made it).
 constexpr uint64_t kMaxLunBlocks = uint64_t{1} << 48;
+// Why a LUN of `size` bytes in blocks of `bs` (a valid block size) breaks
+// kMaxLunBlocks ("" if it does not): the one comparison, for the API and
+// the LUN table page codec.
+std::string LunBlocksRule(uint64_t size, uint32_t bs);
 // Why a LUN may not have this id, name, size (bytes) and block size ("" if
 // it may): id neither 0 nor UINT32_MAX (next_lun_id is the highest id plus
 // one and never 0), a name ValidStoredName accepts, a valid block size, a

@@ -180,7 +180,7 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
                 "multiple of the block size");
   ExpectRefused(resealed([](std::string* b) { (*b)[kLunPageHeader + 36] = '/'; }), 0, "LUN name");
   ExpectRefused(resealed([](std::string* b) { Put64(b, kLunPageHeader + 8, ((uint64_t{1} << 48) + 1) * 512); }),
-                0, "size past 2^48 blocks");
+                0, "at most 2^48 blocks");
   // An attribute this build does not know: the one record "a" has an empty
   // attribute list at 37 bytes in (id, bs, size, uuid, name 4 + 1).
   {
