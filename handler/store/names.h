@@ -35,6 +35,10 @@ bool ValidName(std::string_view name, std::string_view what = "name",
 bool ValidStoredName(std::string_view name, std::string_view what = "name",
                      std::string* reason = nullptr);
 
+// A name (any user input) as a message shows it: in single quotes, bytes
+// outside printable ASCII as \xNN, so an empty or damaged name still reads.
+std::string Quoted(std::string_view s);
+
 // Logical block size of a LUN: 512 or 4096 bytes.
 bool ValidBlockSize(uint64_t bytes);
 inline constexpr std::string_view kBlockSizeRule = "512 or 4096";
