@@ -320,7 +320,10 @@ TEST_F(PoolTest, LunTable) {
 // The LUN table page (format 3) keys a LUN's blocks in 48 bits, so the API
 // refuses a bigger LUN in any pool (the pool-relative bound alone let one
 // into a pool of 128 TiB or more), and a name with "..", which the loaders
-// accept from older builds' pools, is still never made.
+// accept from older builds' pools, is still never made. This pool is small,
+// so the pool-relative bound would refuse these sizes too: the test shows
+// the 2^48 check comes first and its message, not a 128 TiB pool where only
+// it refuses (too big for a unit test).
 TEST_F(PoolTest, ALunHoldsAtMost2To48Blocks) {
   for (uint32_t bs : {512u, 4096u}) {
     auto c = pool_->CreateLun("c", (kMaxLunBlocks + 1) * bs, bs);
