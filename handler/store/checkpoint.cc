@@ -76,11 +76,22 @@ Status Core::CheckpointLocked(uint64_t* target) {
     *target = jbuf_.last_ticket();
     start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
   }
-  Status s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
-  if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
-  {
+  // A throw (out of memory) from here on may come after the superblock that
+  // names the new checkpoint is durable: in the format's write (its second
+  // slot, the journal restart: Core cannot tell before from after) or in the
+  // space map taking the new checkpoint and freeing the old one, which it
+  // may leave half done. The pool then fails, as AppendLocked's and Grow's
+  // do, rather than serve reads and changes from metadata that disagrees
+  // with the disk (the throw alone would fail only the commit queue);
+  // reopening rebuilds everything from the durable state.
+  try {
+    Status s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
+    if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
     MutexLock g(&meta_mu_);
     space_->InstallMeta(std::move(aus), *target);
+  } catch (...) {
+    meta_failed_.store(true);
+    return MetaFailed();
   }
   return Status::Ok();
 }

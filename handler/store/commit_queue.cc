@@ -208,7 +208,17 @@ Status CommitQueue::Wait(uint64_t ticket) {
     // find the hook that hands the batch's freed runs on, or its
     // ReclaimPending would drain nothing and give up on space on its way back.
     uint64_t hook = 0;
-    if (after_) running_hooks_.insert(hook = ++hook_seq_);
+    bool run_hook = false;
+    if (after_) {
+      // The batch is durable whatever happens here: out of memory for the
+      // hook's entry skips the hook, as a hook that throws ends (RunAfter),
+      // rather than leave the queue led by no one and every waiter asleep.
+      try {
+        running_hooks_.insert(hook = ++hook_seq_);
+        run_hook = true;
+      } catch (...) {
+      }
+    }
     durable_.store(d, std::memory_order_release);
     CollectSatisfiedLocked(&wk);
     const bool mine = d >= ticket;
@@ -224,7 +234,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
     if (mine) PassLeadershipLocked(&wk);
     lk.unlock();
     Deliver(&wk);  // the next leader, if any
-    if (after_) {
+    if (run_hook) {
       RunAfter(d);
       lk.lock();
       running_hooks_.erase(hook);

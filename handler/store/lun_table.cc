@@ -8,6 +8,31 @@
 #include "handler/store/names.h"
 
 namespace cowstore::store {
+namespace {
+
+// The LUN table page refuses more blocks than its maps can key (meta.h,
+// LunBlocksRule): a LUN that CreateLun makes or ResizeLun sizes must be one
+// the v3 writer can write. Checked before the pool-relative bound, so the
+// reason is the same in any pool. CopyLun does not check it: a clone or
+// snapshot takes its source's size, and a v1/v2 pool may hold a LUN above
+// the bound that an older build made; refusing would take snapshots from
+// that LUN's users, and such a pool cannot become v3 anyway. ResizeLun on
+// that LUN is refused for any new size still above the bound.
+Status BlocksRule(uint64_t size, uint32_t bs) {
+  if (std::string why = LunBlocksRule(size, bs); !why.empty()) return Status(Code::kInvalidArgument, why);
+  return Status::Ok();
+}
+
+// A new LUN takes next_lun_id and moves it one up; UINT32_MAX is never an id
+// (meta.h, LunRecordRule), so at UINT32_MAX the ids have run out. Checked
+// under meta_mu_, before anything is appended.
+Status LunIdsLeft(const MetaState& st) {
+  if (st.next_lun_id != UINT32_MAX) return Status::Ok();
+  return Status(Code::kNoSpace, "no LUN ids left: this pool has used all " + std::to_string(UINT32_MAX - 1) +
+                                    " (no LUN can be created, cloned or snapshotted in it)");
+}
+
+}  // namespace
 
 LunInfo Core::InfoLocked(const LunState& l) const {
   LunInfo i;
@@ -36,6 +61,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   if (!ValidBlockSize(bs))
     return Status(Code::kInvalidArgument, "block size must be " + std::string(kBlockSizeRule));
   if (size == 0 || size % bs) return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  if (Status b = BlocksRule(size, bs); !b.ok()) return b;
   // A block must lie within one grain (the unit of copy-on-write).
   if (bs > grain_)
     return Status(Code::kInvalidArgument, "block size " + std::to_string(bs) +
@@ -49,6 +75,7 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
     if (size / au_ > space_->total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
+    if (Status ids = LunIdsLeft(st_); !ids.ok()) return ids;
     if (!AffordableLocked(0, 8)) {
       if (attempt > 0 || !space_->has_pending()) return Status(Code::kNoSpace, "no room for another LUN");
       g.Unlock();
@@ -104,6 +131,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
   }
   if (size == 0 || size % l->bs)
     return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
+  if (Status b = BlocksRule(size, l->bs); !b.ok()) return b;
   if (l->attrs.read_only) return Status(Code::kReadOnly, "LUN " + name + " is read-only (a snapshot)");
   {
     RangeGuard rg(&l->lock, 0, kNone, true);
@@ -158,6 +186,7 @@ Result<LunInfo> Core::CopyLun(const std::string& src, const std::string& dst, bo
       RangeGuard rg(&l->lock, 0, kNone, false);  // no in-place write may race the copy
       MutexLock g(&meta_mu_);
       if (st_.FindName(dst)) s = Status(Code::kAlreadyExists, "LUN " + dst + " exists");
+      else if (Status ids = LunIdsLeft(st_); !ids.ok()) s = ids;
       else if (!AffordableLocked(0, l->map.extents() + 8)) {
         s = Status(Code::kNoSpace, "no room for the clone's metadata");
         reclaim = attempt == 0 && space_->has_pending();

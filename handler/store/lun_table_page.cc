@@ -16,17 +16,11 @@ Status Corrupt(uint32_t page_no, const std::string& what) {
   return Status(Code::kCorruption, "LUN table page " + std::to_string(page_no) + ": " + what);
 }
 
-// The record rules encode and decode share: what a LUN may be.
+// The record rules encode and decode share: what a LUN may be (one rule
+// with every loader's, meta.h), and no more blocks than the maps can key.
 std::string RecordRule(const LunRecord& r) {
-  std::string why;
-  if (r.id == 0) return "LUN id 0";
-  if (!ValidName(r.name, "LUN name", &why)) return why;
-  if (!ValidBlockSize(r.bs)) return "block size " + std::to_string(r.bs);
-  if (r.size % r.bs != 0) return "size not a multiple of the block size";
-  // The maps key LBAs in 48 bits (RunTree, the checkpoint's leaves): a
-  // larger size could never be mapped, and sizes are multiplied downstream.
-  if (r.size / r.bs > (uint64_t{1} << 48)) return "size past 2^48 blocks";
-  return "";
+  if (std::string why = LunRecordRule(r.id, r.name, r.size, r.bs); !why.empty()) return why;
+  return LunBlocksRule(r.size, r.bs);  // after LunRecordRule: the block size is valid
 }
 
 std::string AddressRule(uint64_t a, const LunTableExpect& e) {

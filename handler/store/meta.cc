@@ -136,6 +136,22 @@ std::string JournalBytesRule(uint64_t bytes) {
   return "";
 }
 
+std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uint32_t bs) {
+  std::string why;
+  if (id == 0) return "LUN id 0";
+  if (id == UINT32_MAX) return "LUN id " + std::to_string(id) + " leaves no next LUN id";
+  if (!ValidStoredName(name, "LUN name", &why)) return why;
+  if (!ValidBlockSize(bs)) return "block size " + std::to_string(bs);
+  if (size == 0 || size % bs != 0) return "size " + std::to_string(size) + " not a positive multiple of the block size";
+  return "";
+}
+
+std::string LunBlocksRule(uint64_t size, uint32_t bs) {
+  if (size / bs <= kMaxLunBlocks) return "";
+  return "a LUN holds at most 2^48 blocks (" + std::to_string(kMaxLunBlocks * bs) + " bytes at " +
+         std::to_string(bs) + "-byte blocks)";
+}
+
 uint64_t NewPoolJournalStartLsn() {
   std::mt19937_64 rng(std::random_device{}());
   return (rng() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)
@@ -478,6 +494,8 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
   }
   switch (r.type) {
     case RecType::kCreateLun: {
+      if (std::string why = LunRecordRule(r.lun, r.name, r.a, r.bs); !why.empty())
+        return Bad("LUN " + std::to_string(r.lun) + " created with " + why);
       if (st->Find(r.lun) || st->FindName(r.name)) return Bad("LUN created twice");
       auto l = std::make_shared<LunState>();
       l->id = r.lun;
@@ -495,6 +513,9 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       if (r.type == RecType::kSnapshotLun && r.attrs.unknown_tag)
         return UnknownAttr(r.name, r.attrs.unknown_tag);
       if (!src || st->Find(r.lun2) || st->FindName(r.name)) return Bad("bad LUN clone");
+      // The copy's own id and name; its size and block size are the source's.
+      if (std::string why = LunRecordRule(r.lun2, r.name, src->size, src->bs); !why.empty())
+        return Bad("LUN " + std::to_string(r.lun2) + " copied with " + why);
       auto l = std::make_shared<LunState>();
       l->id = r.lun2;
       l->name = r.name;
@@ -543,6 +564,8 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
     case RecType::kResizeLun: {
       LunState* l = st->Find(r.lun);
       if (!l) return Bad("resize of unknown LUN");
+      if (std::string why = LunRecordRule(l->id, l->name, r.a, l->bs); !why.empty())
+        return Bad("LUN " + std::to_string(l->id) + " resized to " + why);
       uint64_t keep = Units(r.a, st->au);
       std::vector<Run> removed;
       l->map.Remove(keep, kNone - keep, &removed);
@@ -631,12 +654,20 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
   Status bad(Code::kCorruption, "checkpoint does not decode");
   if (!d.U32(&magic) || magic != kStateMagic || !d.U32(&st->next_lun_id) || !d.U32(&nluns))
     return bad;
+  // Every build started it at 1 and kept it above every id (ApplyRecord);
+  // the v3 LUN table page requires the same.
+  if (st->next_lun_id == 0) return Status(Code::kCorruption, "checkpoint: next LUN id 0");
   for (uint32_t i = 0; i < nluns; i++) {
     auto l = std::make_shared<LunState>();
     uint64_t next;
     if (!d.U32(&l->id) || !d.Bytes(l->uuid.data(), 16) || !d.U64(&l->size) || !d.U32(&l->bs) ||
         !d.Str(&l->name, kMaxNameLength))
       return bad;
+    if (std::string why = LunRecordRule(l->id, l->name, l->size, l->bs); !why.empty())
+      return Status(Code::kCorruption, "checkpoint: LUN " + std::to_string(l->id) + ": " + why);
+    if (l->id >= st->next_lun_id)
+      return Status(Code::kCorruption, "checkpoint: LUN " + std::to_string(l->id) + " not below the next LUN id " +
+                                           std::to_string(st->next_lun_id));
     if (version >= 2) {
       if (!DecodeLunAttrs(&d, &l->attrs)) return bad;
       if (l->attrs.unknown_tag) return UnknownAttr(l->name, l->attrs.unknown_tag);

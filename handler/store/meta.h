@@ -16,11 +16,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
 #include "handler/store/extent_map.h"
-#include "handler/store/names.h"  // kMaxNameLength
+#include "handler/store/names.h"  // kMaxNameLength, ValidStoredName
 #include "handler/store/pool.h"
 #include "handler/store/range_lock.h"
 #include "handler/store/status.h"
@@ -63,6 +64,25 @@ std::string PoolUnitsRule(uint64_t units);
 // 1 GiB, 4 KiB aligned. Core::Create and FormatV3::Create refuse with it
 // (format 3 then rounds it up to whole AUs: its journal is AU segments).
 std::string JournalBytesRule(uint64_t bytes);
+// The most blocks a LUN may have: format 3's maps key LBAs in 48 bits
+// (RunTree, the checkpoint's leaves). CreateLun and ResizeLun refuse more
+// and the LUN table page codec refuses a record with more; formats 1 and 2
+// do not (a v1/v2 pool of 128 TiB or more may hold such a LUN: an older
+// build made it).
+constexpr uint64_t kMaxLunBlocks = uint64_t{1} << 48;
+// Why a LUN of `size` bytes in blocks of `bs` (a valid block size) breaks
+// kMaxLunBlocks ("" if it does not): the one comparison, for the API and
+// the LUN table page codec.
+std::string LunBlocksRule(uint64_t size, uint32_t bs);
+// Why a LUN may not have this id, name, size (bytes) and block size ("" if
+// it may): id neither 0 nor UINT32_MAX (next_lun_id is the highest id plus
+// one and never 0), a name ValidStoredName accepts, a valid block size, a
+// size a positive multiple of it. What every build let into a pool, so every
+// loader and codec refuses (kCorruption) what breaks it: ApplyRecord for the
+// records that make or resize a LUN, DecodeState, recovery's geometry check
+// and the LUN table page codec. The Pool API refuses all of it first (ids:
+// CreateLun and CopyLun refuse with kNoSpace once next_lun_id is UINT32_MAX).
+std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uint32_t bs);
 // The LSN a new pool's journal starts at: random, so that no record an
 // older pool left on the same file or device can pass for one of this
 // pool's (every format's Create).

@@ -9,8 +9,14 @@ bool NameChar(char c) {
          c == '_' || c == '.' || c == '-';
 }
 
-// Printable rendering of user input inside a message.
-std::string Quote(std::string_view s) {
+bool Fail(std::string* reason, std::string msg) {
+  if (reason) *reason = std::move(msg);
+  return false;
+}
+
+}  // namespace
+
+std::string Quoted(std::string_view s) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out = "'";
   for (char c : s) {
@@ -25,32 +31,30 @@ std::string Quote(std::string_view s) {
   return out + "'";
 }
 
-bool Fail(std::string* reason, std::string msg) {
-  if (reason) *reason = std::move(msg);
-  return false;
-}
-
-}  // namespace
-
-bool ValidName(std::string_view name, std::string_view what, std::string* reason) {
+bool ValidStoredName(std::string_view name, std::string_view what, std::string* reason) {
   const std::string w(what);
   if (name.empty()) return Fail(reason, w + " is empty");
   if (name.size() > kMaxNameLength) {
-    return Fail(reason, w + " " + Quote(name.substr(0, 16)) + "... is " +
+    return Fail(reason, w + " " + Quoted(name.substr(0, 16)) + "... is " +
                             std::to_string(name.size()) + " characters long; at most " +
                             std::to_string(kMaxNameLength) + " are allowed");
   }
   for (char c : name) {
     if (!NameChar(c)) {
-      return Fail(reason, w + " " + Quote(name) + " contains " + Quote(std::string_view(&c, 1)) +
+      return Fail(reason, w + " " + Quoted(name) + " contains " + Quoted(std::string_view(&c, 1)) +
                               "; use only letters, digits, '_', '.' and '-'");
     }
   }
   if (name[0] == '.' || name[0] == '-') {
-    return Fail(reason, w + " " + Quote(name) + " must not start with '.' or '-'");
+    return Fail(reason, w + " " + Quoted(name) + " must not start with '.' or '-'");
   }
+  return true;
+}
+
+bool ValidName(std::string_view name, std::string_view what, std::string* reason) {
+  if (!ValidStoredName(name, what, reason)) return false;
   if (name.find("..") != std::string_view::npos) {
-    return Fail(reason, w + " " + Quote(name) + " must not contain \"..\"");
+    return Fail(reason, std::string(what) + " " + Quoted(name) + " must not contain \"..\"");
   }
   return true;
 }

@@ -27,6 +27,17 @@ inline constexpr size_t kMaxNameLength = 64;
 // `what` ("pool name", "LUN name", "copy group name") and saying what to do.
 bool ValidName(std::string_view name, std::string_view what = "name",
                std::string* reason = nullptr);
+// What every build has let into a pool as a LUN name: ValidName but for
+// "..", which the store's own check allowed until 5968edc (cowctl made LUNs
+// named 'a..b' then), so a pool may hold one. Only the loaders' and the
+// on-disk codecs' rule (LunRecordRule, meta.h); anything that makes a name
+// uses ValidName.
+bool ValidStoredName(std::string_view name, std::string_view what = "name",
+                     std::string* reason = nullptr);
+
+// A name (any user input) as a message shows it: in single quotes, bytes
+// outside printable ASCII as \xNN, so an empty or damaged name still reads.
+std::string Quoted(std::string_view s);
 
 // Logical block size of a LUN: 512 or 4096 bytes.
 bool ValidBlockSize(uint64_t bytes);

@@ -211,13 +211,20 @@ class Pool {
   virtual Uuid uuid() const = 0;
   virtual uint32_t allocation_unit() const = 0;
 
-  // LUN names: 1..64 chars of [A-Za-z0-9_.-], not starting with '.' or '-'.
+  // LUN names: 1..64 chars of [A-Za-z0-9_.-], not starting with '.' or '-',
+  // without "..". The size is a positive multiple of the block size (512 or
+  // 4096) and at most 2^48 blocks (128 TiB of 512-byte blocks, 1 PiB of
+  // 4096-byte ones: format 3 keys blocks in 48 bits) and 1024 times the
+  // pool's size; kInvalidArgument otherwise. kNoSpace once the pool's
+  // 2^32-2 LUN ids are used up (CloneLun and SnapshotLun too).
   virtual Result<LunInfo> CreateLun(const std::string& name, uint64_t size_bytes,
                                     uint32_t block_size) = 0;
   // kBusy while a Lun handle to it is open.
   virtual Status DeleteLun(const std::string& name) = 0;
   // Growing exposes zeros; shrinking releases the AUs beyond the new end.
-  // Size must be a multiple of the block size.
+  // Size must be a positive multiple of the block size, with CreateLun's
+  // bounds (a LUN an older build made above 2^48 blocks can only shrink
+  // below them).
   virtual Status ResizeLun(const std::string& name, uint64_t new_size_bytes) = 0;
   // A whole-LUN clone (also used as a snapshot): O(extents) metadata, fresh
   // identity, the source stays writable. Durable when it returns.

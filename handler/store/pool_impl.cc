@@ -37,9 +37,12 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
   JournalBuffer::Framed f = jbuf_.Frame(r, DurableLsn());
   try {
     // Records built at run time fit the state (ExtentMap's rule holds for
-    // every run: extent_map.h); what ApplyRecord can still refuse is an
-    // increment past a reference count's bound, and it refuses before
-    // changing anything.
+    // every run: extent_map.h), and the API checks a stricter LUN rule than
+    // ApplyRecord's (meta.h, LunRecordRule: names, sizes, ids) before it
+    // builds one, so that refusal (worded "journal replay: ...") cannot
+    // happen here. What ApplyRecord can still refuse is an increment past a
+    // reference count's bound. Either way it refuses before changing
+    // anything.
     Status s = ApplyRecord(&st_, r, this);
     if (!s.ok()) return s;
     if (fail_after_apply_for_test > 0 && --fail_after_apply_for_test == 0) throw std::bad_alloc();

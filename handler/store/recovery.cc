@@ -141,8 +141,15 @@ Status Core::LoadLocked() {
   // (Space-map units are grains, and total_units counts AUs: the same while
   // grain_ == au_, as set above for every pool for now.)
   for (const auto& [id, l] : st_.luns) {
-    if (!ValidBlockSize(l->bs) || l->bs > grain_ || l->size % l->bs || l->name.empty())
-      return Status(Code::kCorruption, "LUN " + l->name + " has a bad geometry");
+    // Every loader has applied the one LUN rule (meta.h) already: this is a
+    // second line of defence, should a loader ever miss it. A block must
+    // also lie within one grain, as CreateLun requires: that check is this
+    // one's own (the loaders do not know the grain).
+    std::string why = LunRecordRule(l->id, l->name, l->size, l->bs);
+    if (why.empty() && l->bs > grain_) why = "block size above the grain";
+    if (!why.empty())
+      return Status(Code::kCorruption,
+                    "LUN " + std::to_string(l->id) + " (" + Quoted(l->name) + ") has a bad geometry: " + why);
     uint64_t units = DivUp(l->size, grain_);
     for (const auto& [lba, e] : l->map.runs())
       if (e.phys + e.len > total_units || lba + e.len > units)

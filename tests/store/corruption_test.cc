@@ -4,6 +4,7 @@
 // crash, never a pool that opens with something missing.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <random>
 
 #include "handler/store/crc32c.h"
@@ -178,6 +179,130 @@ TEST(Corruption, AJournalRecordWithAnExtentTheMapCannotHoldIsRefused) {
   auto p = Pool::Open(&env, "p", {.read_only = true});
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ((*p)->GetLun("a")->mapped_bytes, 2u * kImgAu);
+}
+
+// `img` (WithJournal's) with `r` framed as the next journal record: CRC-valid,
+// so only the LUN rule (meta.h, LunRecordRule) can refuse it.
+std::vector<uint8_t> WithRecord(const std::vector<uint8_t>& img, const JournalReplay& jr, const Record& r) {
+  std::string frame;
+  FrameRecord(r, jr.next_lsn, jr.next_lsn - 1, &frame);
+  std::vector<uint8_t> d = img;
+  EXPECT_LE(kJournalOffset + jr.end + frame.size(), kImgData);
+  std::memcpy(d.data() + kJournalOffset + jr.end, frame.data(), frame.size());
+  return d;
+}
+
+// A record making or resizing a LUN off the one LUN rule is refused at open
+// as corruption, nothing written: otherwise a pool would hold a LUN the v3
+// LUN table page refuses, and every v3 checkpoint of it would fail.
+TEST(Corruption, AJournalRecordMakingALunOffTheRuleIsRefused) {
+  const std::vector<uint8_t> img = WithJournal();
+  const Superblock sb = NewestSuperblock(img);
+  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                 sb.journal_start_lsn, sb.version);
+  ASSERT_FALSE(jr.records.empty());
+  const uint32_t a = jr.records[0].lun;  // LUN "a", 512 KiB of 512-byte blocks
+  auto create = [](uint32_t id, std::string name, uint64_t size, uint32_t bs) {
+    Record r;
+    r.type = RecType::kCreateLun;
+    r.lun = id;
+    r.name = std::move(name);
+    r.a = size;
+    r.bs = bs;
+    return r;
+  };
+  auto copy = [&](RecType t, uint32_t id, std::string name) {
+    Record r;
+    r.type = t;
+    r.lun = a;
+    r.lun2 = id;
+    r.name = std::move(name);
+    return r;
+  };
+  auto resize = [&](uint64_t size) {
+    Record r;
+    r.type = RecType::kResizeLun;
+    r.lun = a;
+    r.a = size;
+    return r;
+  };
+  const struct {
+    Record r;
+    const char* why;
+  } kOffTheRule[] = {
+      {create(0, "b", 1 << 20, 512), "LUN id 0"},
+      {create(UINT32_MAX, "b", 1 << 20, 512), "leaves no next LUN id"},
+      {create(9, "b/c", 1 << 20, 512), "contains '/'"},
+      {create(9, "-b", 1 << 20, 512), "must not start with '.' or '-'"},
+      {create(9, "b", 1 << 20, 1024), "block size 1024"},
+      {create(9, "b", 0, 512), "size 0 not a positive multiple"},
+      {create(9, "b", 1000, 512), "size 1000 not a positive multiple"},
+      {copy(RecType::kCloneLun, 0, "b"), "LUN id 0"},
+      {copy(RecType::kCloneLun, 9, "b c"), "contains ' '"},
+      {copy(RecType::kSnapshotLun, 0, "b"), "LUN id 0"},
+      {copy(RecType::kSnapshotLun, UINT32_MAX, "b"), "leaves no next LUN id"},
+      {copy(RecType::kSnapshotLun, 9, ".b"), "must not start with '.' or '-'"},
+      {resize(0), "size 0 not a positive multiple"},
+      {resize(1000), "size 1000 not a positive multiple"},
+  };
+  for (const auto& bad : kOffTheRule) {
+    SCOPED_TRACE(bad.why);
+    std::string got = RefusalOf(WithRecord(img, jr, bad.r));
+    EXPECT_NE(got.find("Corruption: journal replay: LUN"), std::string::npos) << got;
+    EXPECT_NE(got.find(bad.why), std::string::npos) << got;
+  }
+  // Records the rule accepts replay (the frames are right), among them what
+  // an older build may have written: a name with "..", a LUN of more than
+  // 2^48 blocks (formats 1 and 2 do not bound it; a pool of 128 TiB held one).
+  for (const Record& good : {create(9, "b", 1 << 20, 512), create(9, "b..c", 1 << 20, 512),
+                             create(9, "b", (kMaxLunBlocks + 1) * 512, 512),
+                             copy(RecType::kSnapshotLun, 9, "b"), resize(1024)}) {
+    SCOPED_TRACE(good.name);
+    std::vector<uint8_t> d = WithRecord(img, jr, good);
+    FaultInjectionEnv env;
+    env.Install("p", d.data(), d.size());
+    auto p = Pool::Open(&env, "p", {.read_only = true});
+    EXPECT_TRUE(p.ok()) << p.status().ToString();
+  }
+}
+
+// A pool whose LUN ids run out (a journal record made LUN 2^32-3, so
+// next_lun_id is near the top) makes one more LUN, then refuses create,
+// clone and snapshot with kNoSpace, nothing changed, and still opens.
+TEST(Corruption, APoolWhoseLunIdsRunOutRefusesNewLunsWithNoSpace) {
+  const std::vector<uint8_t> img = WithJournal();
+  const Superblock sb = NewestSuperblock(img);
+  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                 sb.journal_start_lsn, sb.version);
+  Record r;
+  r.type = RecType::kCreateLun;
+  r.lun = UINT32_MAX - 2;
+  r.name = "b";
+  r.a = 1 << 20;
+  r.bs = 512;
+  std::vector<uint8_t> d = WithRecord(img, jr, r);
+  FaultInjectionEnv env;
+  env.Install("p", d.data(), d.size());
+  auto expect_no_ids_left = [](Pool* p) {
+    for (Status s : {p->CreateLun("d", 1 << 20, 512).status(), p->CloneLun("a", "d").status(),
+                     p->SnapshotLun("a", "d").status()}) {
+      EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+      EXPECT_NE(s.message().find("no LUN ids left"), std::string::npos) << s.ToString();
+    }
+    EXPECT_EQ(p->ListLuns().size(), 3u);
+  };
+  {
+    auto p = Pool::Open(&env, "p", {});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("c", 1 << 20, 512).ok());  // id 2^32-2, the last
+    expect_no_ids_left(p->get());
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto p = Pool::Open(&env, "p", {});  // its checkpoint holds next_lun_id 2^32-1
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  expect_no_ids_left(p->get());
+  ASSERT_TRUE((*p)->DeleteLun("c").ok());  // deleting frees no id: ids are never reused
+  EXPECT_EQ((*p)->CreateLun("d", 1 << 20, 512).status().code(), Code::kNoSpace);
 }
 
 TEST(Corruption, ACheckpointWithAnExtentTheMapCannotHoldIsRefused) {

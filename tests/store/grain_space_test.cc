@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/meta.h"  // Superblock
 #include "handler/store/pool.h"
 #include "handler/store/pool_space.h"
 #include "handler/store/space_map.h"
@@ -1178,6 +1179,72 @@ TEST(PoolGrowAllocationFailure, AnIndexThatCannotGrowAfterTheSuperblockFailsTheP
       failed_after_superblock = true;
       EXPECT_FALSE(serving) << "the pool served on after its superblock outgrew its index";
     }
+    const CheckReport check = (*again)->Check();
+    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
+}
+// The newest superblock sequence in a pool image (either slot).
+uint64_t NewestSuperblockSeq(const std::vector<uint8_t>& img) {
+  uint64_t seq = 0;
+  for (uint64_t slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    if (Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok())
+      seq = std::max(seq, sb.seq);
+  }
+  return seq;
+}
+
+// Core's checkpoint with each allocation failing in turn: a commit that
+// fails once the checkpoint's superblock is durable (the space map taking
+// the new checkpoint and freeing the old one, InstallMeta) fails the pool,
+// which must not go on serving reads or LUN changes from a space map half
+// installed. Reopening gives the durable state, check-clean.
+TEST(PoolCheckpointAllocationFailure, ASpaceMapThatCannotTakeTheCheckpointFailsThePool) {
+  constexpr uint32_t kAu = 64 * 1024;
+  PoolOptions o;
+  o.allocation_unit = kAu;
+  o.journal_bytes = 64 * 1024;
+  o.size_bytes = 128 * 1024 + 32 * kAu;
+  bool failed_after_superblock = false;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    FaultInjectionEnv env;
+    auto p = Pool::Create(&env, "p", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("a", 16 * kAu, 512).ok());
+    auto l = (*p)->OpenLun("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    const std::vector<char> au(kAu, 'x');
+    ASSERT_TRUE((*l)->Write(0, kAu / 512, au.data(), Durability::kDurable).ok());
+    // More buffered records than the journal holds: the next commit is a
+    // checkpoint.
+    for (uint64_t i = 0; i < 2000; i++)
+      ASSERT_TRUE((*p)->CloneRange(**l, 0, **l, kAu / 512 * (1 + i % 15), kAu / 512, Durability::kBuffered).ok());
+    const uint64_t seq_before = NewestSuperblockSeq(env.Snapshot("p"));
+    t_fail_in = k;
+    const Status s = (*p)->Flush();
+    t_fail_in = -1;
+    if (s.ok()) break;
+    if (NewestSuperblockSeq(env.Snapshot("p")) > seq_before) {
+      failed_after_superblock = true;
+      std::vector<char> back(kAu);
+      EXPECT_FALSE((*l)->Read(0, kAu / 512, back.data()).ok()) << "read served after the checkpoint failed";
+      EXPECT_FALSE((*p)->CreateLun("probe", kAu, 512).ok());
+      EXPECT_EQ((*p)->GetLun("probe").status().code(), Code::kNotFound) << "a LUN made in memory";
+    }
+    l->reset();
+    (void)(*p)->Close();
+    p->reset();
+    auto again = Pool::Open(&env, "p");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    auto a = (*again)->OpenLun("a");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    std::vector<char> back(kAu);
+    ASSERT_TRUE((*a)->Read(0, kAu / 512, back.data()).ok());
+    EXPECT_EQ(back, au);  // durable before the checkpoint: never lost
+    a->reset();
     const CheckReport check = (*again)->Check();
     EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
     if (::testing::Test::HasFailure()) return;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
@@ -169,7 +170,9 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
                 "format version 2", Code::kUnsupported);
   ExpectRefused(resealed([](std::string* b) { Put32(b, 8, 0); }), 0, "version 0");
   // Record fields: the first record starts at the header's end.
-  ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, 0); }), 0, "LUN id 0");
+  ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, 0); }), 0, "record 0: LUN id 0");
+  ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, UINT32_MAX); }), 0,
+                "record 0: LUN id 4294967295 leaves no next LUN id");
   ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader, 5); }), 0, "out of id order");
   ExpectRefused(resealed([](std::string* b) { Put32(b, kLunPageHeader + 4, 1024); }), 0,
                 "block size 1024");
@@ -177,7 +180,7 @@ TEST(LunTablePage, EachPageFaultIsRefusedByName) {
                 "multiple of the block size");
   ExpectRefused(resealed([](std::string* b) { (*b)[kLunPageHeader + 36] = '/'; }), 0, "LUN name");
   ExpectRefused(resealed([](std::string* b) { Put64(b, kLunPageHeader + 8, ((uint64_t{1} << 48) + 1) * 512); }),
-                0, "size past 2^48 blocks");
+                0, "at most 2^48 blocks");
   // An attribute this build does not know: the one record "a" has an empty
   // attribute list at 37 bytes in (id, bs, size, uuid, name 4 + 1).
   {
