@@ -337,10 +337,9 @@ TEST(CommitQueueOutOfMemory, ALeaderOutOfMemoryNeverStrandsTheQueueOrSkipsAHook)
           [&]() -> Result<uint64_t> {
             if (batches++ != 0) return appended.load();
             gate.Pass();
-            Result<uint64_t> r = outcome == Outcome::kError
-                                     ? Result<uint64_t>(Status(Code::kIOError,
-                                                               "injected: a message too long for a short string"))
-                                     : Result<uint64_t>(uint64_t{2});
+            const Status error(Code::kIOError, "injected: a message too long for a short string");
+            Result<uint64_t> r = outcome == Outcome::kError ? Result<uint64_t>(error)
+                                                            : Result<uint64_t>(uint64_t{2});
             armed_at = t_allocations;
             t_oom_after = k < 0 ? INT64_MAX : k;
             if (outcome == Outcome::kThrow) throw std::bad_alloc();
@@ -366,7 +365,8 @@ TEST(CommitQueueOutOfMemory, ALeaderOutOfMemoryNeverStrandsTheQueueOrSkipsAHook)
       Finishing covered("the covered waiter's Wait",
                         [&] { covered_status = q.Wait(appended.fetch_add(1) + 1); });
       Eventually([&] { return q.stats().slept == 1; });
-      Finishing later("the later waiter's Wait", [&] { later_status = q.Wait(appended.fetch_add(1) + 1); });
+      Finishing later("the later waiter's Wait",
+                      [&] { later_status = q.Wait(appended.fetch_add(1) + 1); });
       Eventually([&] { return q.stats().slept == 2; });
       gate.Open();
       leader.Join(&q);
