@@ -2,6 +2,8 @@
 #include "handler/store/checkpoint.h"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "handler/store/crc32c.h"
 #include "handler/store/pool_impl.h"
@@ -59,41 +61,89 @@ Status ReadCheckpointChain(File* file, const Superblock& sb, uint64_t units, std
   return Status::Ok();
 }
 
+namespace {
+
+Status CheckpointFailed(Status s, bool threw) {
+  if (!threw) return s;
+  // An exception's status says what it was ("out of memory", also for
+  // Open's checkpoint, whose caller discards the Core), with the code of a
+  // failed pool: kIOError, as MetaFailed(); kNoSpace would promise that
+  // nothing changed. (This may throw, outside any catch: the commit queue
+  // and the API edge catch it.)
+  return Status(Code::kIOError, s.message() + "; the pool must be reopened");
+}
+
+}  // namespace
+
 // Freezes the state under the metadata lock and takes the AUs the format
 // needs for it, then has the format write it outside the lock (checkpoint,
 // superblock, journal restart: MetaFormat::WriteCheckpoint); the previous
 // checkpoint's AUs are freed once nothing can read them.
+//
+// A checkpoint that fails, at any step, whether it threw or returned an
+// error, fails the pool (meta_failed_, set under meta_mu_ as AppendLocked
+// and Grow set it, so nothing passes CheckUsable or AppendLocked in
+// between):
+// - once the buffered records are dropped (they are in the snapshot), even a
+//   failure that wrote nothing leaves changes in memory that no later commit
+//   can make durable;
+// - a failure may come after the superblock that names the new checkpoint is
+//   durable (the second slot, its sync, the journal restart: Core cannot
+//   tell before from after), and the space map taking the new checkpoint and
+//   freeing the old one (InstallMeta) may stop half done;
+// - a failure before anything changed (no room for the checkpoint, no memory
+//   to encode it) fails the commit, and the commit queue's failure is sticky:
+//   the pool can make nothing durable any more either way, and one rule is
+//   simpler to trust than two.
+// The commit queue fails too (the error is the commit's), but that alone
+// would let reads and LUN changes in memory go on from metadata that
+// disagrees with the disk. Reopening rebuilds everything from the durable
+// state.
 Status Core::CheckpointLocked(uint64_t* target) {
+  constexpr std::string_view kWhere = "checkpoint failed";
+  Status s;
+  bool threw = false;
   FrozenCheckpoint frozen;
   std::vector<uint64_t> aus;
-  uint64_t start_lsn;
+  uint64_t start_lsn = 0;
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
-    frozen = format_->Freeze(st_);
-    if (!space_->TakeMeta(frozen.meta_units, &aus))
-      return Status(Code::kNoSpace, "no room for a metadata checkpoint");
-    *target = jbuf_.last_ticket();
-    start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+    try {
+      frozen = format_->Freeze(st_);
+      if (space_->TakeMeta(frozen.meta_units, &aus)) {
+        *target = jbuf_.last_ticket();
+        start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+      } else {
+        s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+      }
+    } catch (...) {
+      s = StatusFromCurrentException(kWhere);  // never throws
+      threw = true;
+    }
+    if (!s.ok()) {
+      meta_failed_.store(true);
+      return CheckpointFailed(std::move(s), threw);
+    }
   }
-  // A throw (out of memory) from here on may come after the superblock that
-  // names the new checkpoint is durable: in the format's write (its second
-  // slot, the journal restart: Core cannot tell before from after) or in the
-  // space map taking the new checkpoint and freeing the old one, which it
-  // may leave half done. The pool then fails, as AppendLocked's and Grow's
-  // do, rather than serve reads and changes from metadata that disagrees
-  // with the disk (the throw alone would fail only the commit queue);
-  // reopening rebuilds everything from the durable state.
   try {
-    Status s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
-    if (!s.ok()) return s;  // caller marks the pool failed; reopen recovers
-    MutexLock g(&meta_mu_);
-    space_->InstallMeta(std::move(aus), *target);
+    s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
   } catch (...) {
-    meta_failed_.store(true);
-    return MetaFailed();
+    s = StatusFromCurrentException(kWhere);
+    threw = true;
   }
-  return Status::Ok();
+  MutexLock g(&meta_mu_);
+  if (s.ok()) {
+    try {
+      space_->InstallMeta(std::move(aus), *target);
+      return Status::Ok();
+    } catch (...) {
+      s = StatusFromCurrentException(kWhere);
+      threw = true;
+    }
+  }
+  meta_failed_.store(true);
+  return CheckpointFailed(std::move(s), threw);
 }
 
 }  // namespace cowstore::store

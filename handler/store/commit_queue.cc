@@ -18,7 +18,7 @@ CommitQueue::CommitQueue(CommitFn commit, AfterFn after, uint64_t durable)
 
 Status CommitQueue::failed() const {
   std::lock_guard<std::mutex> g(mu_);
-  return failed_;
+  return CopyStatus(failed_);
 }
 
 CommitQueue::Stats CommitQueue::stats() const {
@@ -158,7 +158,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
   }
   std::unique_lock<std::mutex> lk(mu_);
   if (durable_.load(std::memory_order_relaxed) >= ticket) return Status::Ok();
-  if (!failed_.ok()) return failed_;
+  if (!failed_.ok()) return CopyStatus(failed_);
   if (leading_) {
     Waiter w;
     w.ticket = ticket;
@@ -169,7 +169,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
       // Signalled after durable_ was raised (or the queue failed), under mu_.
       if (durable_.load(std::memory_order_acquire) >= ticket) return Status::Ok();
       lk.lock();
-      return failed_;
+      return CopyStatus(failed_);
     }
     lk.lock();
     // kLead: the previous leader handed us the queue (leading_ stays true).
@@ -179,27 +179,32 @@ Status CommitQueue::Wait(uint64_t ticket) {
   // The leader: run batches until our own ticket is durable. Each batch takes
   // everything appended so far, so one is enough unless the commit function
   // returns early (which it may, e.g. after a checkpoint).
+  // Nothing from here to the return allocates (Status copies would: their
+  // messages are longer than a short string): a throw would leave the queue
+  // led by no one, or a chosen next leader never signalled, and every
+  // waiter, later caller and Exclusive() section asleep for ever. So a
+  // failed batch's status is moved into failed_, and the failure is copied
+  // for our caller only after the hand-on (CopyStatus cannot throw); the
+  // hook's entry is a node on this stack.
   for (;;) {
     Wakeups wk;
     if (!failed_.ok()) {  // Fail() was called while we waited for our turn
       PassLeadershipLocked(&wk);
-      Status f = failed_;
       lk.unlock();
       Deliver(&wk);
-      return f;
+      return FailedCopy();
     }
     stats_.batches++;
     lk.unlock();
     Result<uint64_t> r = RunCommit();
     lk.lock();
     if (!r.ok()) {
-      if (failed_.ok()) failed_ = r.status();
+      if (failed_.ok()) failed_ = std::move(r).TakeStatus();
       CollectSatisfiedLocked(&wk);
       PassLeadershipLocked(&wk);
-      Status f = failed_;
       lk.unlock();
       Deliver(&wk);
-      return f;
+      return FailedCopy();
     }
     const uint64_t d = std::max(durable_.load(std::memory_order_relaxed), r.value());
     // The batch's hook counts as running from the moment its tickets are
@@ -207,17 +212,10 @@ Status CommitQueue::Wait(uint64_t ticket) {
     // durable (woken, or on the fast path) and then calls DrainHooks must
     // find the hook that hands the batch's freed runs on, or its
     // ReclaimPending would drain nothing and give up on space on its way back.
-    uint64_t hook = 0;
-    bool run_hook = false;
+    RunningHook hook;
     if (after_) {
-      // The batch is durable whatever happens here: out of memory for the
-      // hook's entry skips the hook, as a hook that throws ends (RunAfter),
-      // rather than leave the queue led by no one and every waiter asleep.
-      try {
-        running_hooks_.insert(hook = ++hook_seq_);
-        run_hook = true;
-      } catch (...) {
-      }
+      hook.seq = ++hook_seq_;
+      LinkHookLocked(&hook);
     }
     durable_.store(d, std::memory_order_release);
     CollectSatisfiedLocked(&wk);
@@ -234,10 +232,10 @@ Status CommitQueue::Wait(uint64_t ticket) {
     if (mine) PassLeadershipLocked(&wk);
     lk.unlock();
     Deliver(&wk);  // the next leader, if any
-    if (run_hook) {
+    if (after_) {
       RunAfter(d);
       lk.lock();
-      running_hooks_.erase(hook);
+      UnlinkHookLocked(&hook);
       hooks_done_.notify_all();
     } else {
       lk.lock();
@@ -246,10 +244,28 @@ Status CommitQueue::Wait(uint64_t ticket) {
   }
 }
 
+void CommitQueue::LinkHookLocked(RunningHook* h) {
+  h->prev = hooks_tail_;
+  h->next = nullptr;
+  (hooks_tail_ ? hooks_tail_->next : hooks_head_) = h;
+  hooks_tail_ = h;
+}
+
+void CommitQueue::UnlinkHookLocked(RunningHook* h) {
+  (h->prev ? h->prev->next : hooks_head_) = h->next;
+  (h->next ? h->next->prev : hooks_tail_) = h->prev;
+}
+
+Status CommitQueue::FailedCopy() const noexcept {
+  // failed_ never changes once set, and this caller saw it set under mu_.
+  return CopyStatus(failed_);
+}
+
 void CommitQueue::DrainHooks() {
   std::unique_lock<std::mutex> lk(mu_);
   const uint64_t started = hook_seq_;
-  hooks_done_.wait(lk, [&] { return running_hooks_.empty() || *running_hooks_.begin() > started; });
+  // Hooks start in number order, so the oldest running one is the head.
+  hooks_done_.wait(lk, [&] { return !hooks_head_ || hooks_head_->seq > started; });
 }
 
 void CommitQueue::BeginExclusive() {
@@ -266,7 +282,7 @@ void CommitQueue::BeginExclusive() {
   }
   // We lead, so no batch and no new hook can start: wait out the hooks of
   // earlier batches (they change what an exclusive section may inspect).
-  hooks_done_.wait(lk, [&] { return running_hooks_.empty(); });
+  hooks_done_.wait(lk, [&] { return !hooks_head_; });
 }
 
 void CommitQueue::EndExclusive() {
@@ -292,11 +308,14 @@ void CommitQueue::Publish(uint64_t durable) {
   }
 }
 
-void CommitQueue::Fail(const Status& why) {
+void CommitQueue::Fail(const Status& why) noexcept {
   Wakeups wk;
   {
     std::lock_guard<std::mutex> g(mu_);
-    if (failed_.ok()) failed_ = why.ok() ? Status(Code::kIOError, "commit queue failed") : why;
+    // Nothing here may throw (Core calls it from a catch): a copy that
+    // finds no memory keeps the code without the message.
+    if (failed_.ok())
+      failed_ = why.ok() ? StatusNoThrow(Code::kIOError, "commit queue failed") : CopyStatus(why);
     CollectSatisfiedLocked(&wk);
   }
   Deliver(&wk);

@@ -62,7 +62,16 @@
 // successive batches may therefore overlap each other and later batches
 // (each is handed the ticket its batch made durable); an Exclusive() section
 // starts only once every hook has finished, and DrainHooks() waits for the
-// hooks already started.
+// hooks already started. Every successful batch runs its hook: its entry in
+// the list of running hooks is a node on the old leader's stack, so no
+// shortage of memory can skip it (Core::ReclaimPending drains exactly that
+// batch's hook to get the space it freed).
+//
+// Nothing on a leader's path allocates (a throw there would leave the queue
+// led by nobody, or a chosen next leader never signalled): the commit
+// function's exceptions are caught (RunCommit), a failed batch's status is
+// moved, never copied, into the queue, and the failure a caller gets back is
+// copied only after the hand-on, by a copy that cannot throw (CopyStatus).
 #pragma once
 
 #include <atomic>
@@ -70,7 +79,6 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <set>
 #include <vector>
 
 #include "handler/store/status.h"
@@ -124,7 +132,9 @@ class CAPABILITY("commit leadership") CommitQueue {
 
   // Returns once every after-hook that had started when it was called has
   // finished (e.g. before retrying an allocation that needs the AUs those
-  // hooks are freeing).
+  // hooks are freeing). A caller that has seen its ticket durable finds that
+  // batch's hook among them: it counts as started from the moment the
+  // batch's tickets are durable, and it is never skipped.
   void DrainHooks();
 
   // For an Exclusive() fn that made tickets durable by itself (a checkpoint
@@ -132,8 +142,9 @@ class CAPABILITY("commit leadership") CommitQueue {
   void Publish(uint64_t durable);
 
   // Puts the queue in the failed state (if it is not already) and wakes every
-  // waiter with `why`.
-  void Fail(const Status& why);
+  // waiter with `why`. Never throws (callable from a catch block): out of
+  // memory for the message, the failure keeps only why's code.
+  void Fail(const Status& why) noexcept;
 
   // The newest durable ticket (never goes back).
   uint64_t durable() const { return durable_.load(std::memory_order_acquire); }
@@ -168,6 +179,14 @@ class CAPABILITY("commit leadership") CommitQueue {
     Waiter* done_tail = nullptr;
   };
   static constexpr uint64_t kExclusive = ~uint64_t{0};
+  // A batch's after-hook while it runs: a node on the old leader's stack
+  // (no allocation, so no hook is ever skipped for memory), in a list under
+  // mu_ in start order (numbers increase), so the head is the oldest.
+  struct RunningHook {
+    uint64_t seq = 0;
+    RunningHook* prev = nullptr;
+    RunningHook* next = nullptr;
+  };
 
   void BeginExclusive() ACQUIRE();
   void EndExclusive() RELEASE();
@@ -182,6 +201,12 @@ class CAPABILITY("commit leadership") CommitQueue {
   void PassLeadershipLocked(Wakeups* w);
   // Without mu_: signals the new leader, then the satisfied waiters.
   static void Deliver(Wakeups* w);
+  // REQUIRES mu_. Adds a started hook at the tail / takes a finished one out.
+  void LinkHookLocked(RunningHook* h);
+  void UnlinkHookLocked(RunningHook* h);
+  // For a leader that saw failed_ set under mu_ and has handed on: the
+  // failure for its caller (failed_ never changes once set), without throwing.
+  Status FailedCopy() const noexcept;
   static void Signal(Waiter* w, Waiter::State st);
   // Sleeps until signalled; returns the state it was signalled with.
   static Waiter::State Sleep(Waiter* w);
@@ -203,7 +228,8 @@ class CAPABILITY("commit leadership") CommitQueue {
   Waiter* ex_head_ = nullptr;                // Exclusive() requests, oldest first
   Waiter* ex_tail_ = nullptr;
   uint64_t hook_seq_ = 0;                       // after-hooks started so far
-  std::set<uint64_t> running_hooks_;            // their numbers, while they run
+  RunningHook* hooks_head_ = nullptr;           // those running, oldest first
+  RunningHook* hooks_tail_ = nullptr;
   std::condition_variable hooks_done_;          // a hook finished (with mu_)
   Stats stats_;
   std::atomic<uint64_t> waits_{0}, fast_{0};

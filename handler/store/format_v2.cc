@@ -133,7 +133,7 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
   if (s.ok()) s = file->Sync();  // data and checkpoint before the superblock
   if (s.ok()) s = WriteSuperblock(file, nsb);
   if (s.ok()) s = file->Sync();
-  if (!s.ok()) return s;  // the caller fails the pool; reopen recovers
+  if (!s.ok()) return s;  // Core fails the pool (CheckpointLocked); reopening recovers
   sb_ = nsb;
   journal_.Restart(file);
   journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record

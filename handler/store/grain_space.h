@@ -66,10 +66,10 @@
 //    Inc, Dec and InstallMeta change several structures run by run and are
 //    not all-or-nothing (SharedRefs' Inc/Dec and FreeSpace's Free each are,
 //    per run). Core calls Inc/Dec only inside ApplyRecord, whose catch fails
-//    the pool (pool_impl.cc, Core::Apply: meta_failed_, queue_.Fail), and
-//    reopening rebuilds everything from the maps; InstallMeta must get the
-//    same treatment when this class is wired in (checkpoint.cc calls it
-//    after the superblock is written, outside any such catch today).
+//    the pool (pool_impl.cc, Core::AppendLocked: meta_failed_, queue_.Fail),
+//    and reopening rebuilds everything from the maps; InstallMeta gets the
+//    same treatment (checkpoint.cc, Core::CheckpointLocked: any failed
+//    checkpoint fails the pool).
 // 9. For Core's wiring: at grain < AU, data reservations can leave no whole
 //    free AU while many grains are free, so TakeMeta can fail where
 //    free_units() promised room. Core's affordability (AffordableLocked,

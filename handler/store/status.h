@@ -71,15 +71,43 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
+  // The error, moved out (moving allocates nothing, where a copy of the
+  // message would); only when !ok().
+  Status TakeStatus() && { return std::get<Status>(std::move(v_)); }
 
  private:
   std::variant<T, Status> v_;
 };
 
+// Status(code, message) where no exception may pass (the commit queue's
+// leader, a catch block): out of memory for the message, the status keeps
+// its code with an empty message, which allocates nothing.
+inline Status StatusNoThrow(Code code, std::string_view message) noexcept {
+  try {
+    return Status(code, std::string(message));
+  } catch (...) {
+    return Status(code, std::string());
+  }
+}
+
+// A copy of `s` that cannot throw (the same fallback: the code, no message).
+inline Status CopyStatus(const Status& s) noexcept {
+  try {
+    return s;
+  } catch (...) {
+    Status bare(s.code(), std::string());
+    bare.with_miscompare_offset(s.miscompare_offset());
+    return bare;
+  }
+}
+
 // The one rule for an exception that reaches an edge of the store (the Pool
 // and Lun API, the commit queue's leader): running out of memory is kNoSpace,
 // anything else kIOError. Call only inside a catch block; `context` ("commit
-// failed") prefixes the message.
+// failed") prefixes the message. Never throws (a second std::bad_alloc while
+// the message is built, likely when memory is short, would otherwise escape
+// the catch, and the noexcept commit queue leader would terminate): without
+// memory for the message it is a short one that needs none.
 //
 // kNoSpace means "retry later" only because the store keeps every
 // allocation that can fail ahead of the changes it feeds: an operation
@@ -88,16 +116,30 @@ class [[nodiscard]] Result {
 // (Core::AppendLocked) fails the pool with kIOError (it must be reopened),
 // and so does a commit that throws (its queue's failure is sticky, whatever
 // code this returns for it).
-inline Status StatusFromCurrentException(std::string_view context = {}) {
-  const std::string prefix = context.empty() ? std::string() : std::string(context) + ": ";
+inline Status StatusFromCurrentException(std::string_view context = {}) noexcept {
+  // First the code and the short message, which allocate nothing.
+  Code code = Code::kIOError;
+  const char* what = "internal error";
   try {
     throw;
   } catch (const std::bad_alloc&) {
-    return Status(Code::kNoSpace, prefix + "out of memory");
-  } catch (const std::exception& e) {
-    return Status(Code::kIOError, prefix + "internal error: " + e.what());
+    code = Code::kNoSpace;
+    what = "out of memory";
   } catch (...) {
-    return Status(Code::kIOError, prefix + "internal error");
+  }
+  try {
+    const std::string prefix = context.empty() ? std::string() : std::string(context) + ": ";
+    try {
+      throw;
+    } catch (const std::bad_alloc&) {
+      return Status(code, prefix + what);
+    } catch (const std::exception& e) {
+      return Status(code, prefix + what + ": " + e.what());
+    } catch (...) {
+      return Status(code, prefix + what);
+    }
+  } catch (...) {
+    return StatusNoThrow(code, what);
   }
 }
 

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -25,14 +27,20 @@
 #include "tests/common/sanitizers.h"
 
 // Counts this thread's heap allocations (for the test that a sleeping
-// Wait() allocates nothing). Only where a test binary may replace the global
-// operator new (not under TSan: tests/common/sanitizers.h).
+// Wait() allocates nothing), and runs this thread out of memory on demand
+// (CommitQueueOutOfMemory): with t_oom_after = n >= 0, the next n
+// allocations succeed and every later one throws, until it is set back to
+// -1. Only where a test binary may replace the global operator new (not
+// under TSan: tests/common/sanitizers.h).
 #if COWSTORE_CAN_REPLACE_NEW()
 namespace {
 thread_local uint64_t t_allocations = 0;
+thread_local int64_t t_oom_after = -1;
 }  // namespace
 void* operator new(std::size_t n) {
   t_allocations++;
+  if (t_oom_after == 0) throw std::bad_alloc();
+  if (t_oom_after > 0) t_oom_after--;
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
@@ -262,6 +270,171 @@ TEST(CommitQueue, SleepingWaitAllocatesNothing) {
   waiter.join();
   EXPECT_EQ(st.queue.stats().batches, 1u);
   EXPECT_EQ(allocations.load(), 0u);
+}
+
+// A thread that must finish: a thread still running after 10 s is a hang
+// (a queue led by nobody, a next leader never signalled, a hook never
+// ended). The test fails then instead of hanging the suite: Fail() releases
+// what sleeps in Wait(); what it cannot release (an Exclusive() section or
+// DrainHooks() waiting for a leader or a hook that will never end) aborts
+// the binary with the reason.
+class Finishing {
+ public:
+  template <class Fn>
+  explicit Finishing(const char* what, Fn fn)
+      : what_(what), t_([this, fn] {
+          fn();
+          done_ = true;
+        }) {}
+  void Join(CommitQueue* q) {
+    if (!Within(10s)) {
+      ADD_FAILURE() << what_ << " never returned";
+      q->Fail(Status(Code::kIOError, "test: release the stranded"));
+      if (!Within(5s)) {
+        std::fprintf(stderr, "%s never returned, even after Fail(): aborting\n", what_);
+        std::abort();
+      }
+    }
+    t_.join();
+  }
+
+ private:
+  bool Within(std::chrono::milliseconds limit) {
+    for (auto waited = 0ms; !done_.load() && waited < limit; waited += 1ms)
+      std::this_thread::sleep_for(1ms);
+    return done_.load();
+  }
+  const char* what_;
+  std::atomic<bool> done_{false};
+  std::thread t_;
+};
+
+// Out of memory on a leader's path: the leader's allocations fail from the
+// k-th one after its first batch's commit function returns (for every k up
+// to all those the path makes; a real shortage fails more than one), and
+// that batch succeeds, returns an error or throws. Whatever happens, nothing
+// is left asleep: the leader's Wait returns a Status (a throw escapes
+// neither the noexcept RunCommit, which would terminate, nor Wait), the
+// waiter the batch covered and a second thread waiting for a later ticket
+// return, and so do DrainHooks() and an Exclusive() section; every batch
+// that succeeded runs its hook, with the ticket it made durable (none is
+// skipped for memory: Core::ReclaimPending drains exactly that hook).
+TEST(CommitQueueOutOfMemory, ALeaderOutOfMemoryNeverStrandsTheQueueOrSkipsAHook) {
+  enum class Outcome { kOk, kError, kThrow };
+  for (Outcome outcome : {Outcome::kOk, Outcome::kError, Outcome::kThrow}) {
+    uint64_t path_allocations = 0;  // measured by the first round (no failure)
+    for (int64_t k = -1; k < static_cast<int64_t>(path_allocations) + 1; k++) {
+      SCOPED_TRACE("outcome " + std::to_string(static_cast<int>(outcome)) + ", allocation " +
+                   std::to_string(k) + " on fails");
+      std::atomic<uint64_t> appended{0};
+      std::atomic<int> batches{0}, hooks{0};
+      std::atomic<uint64_t> hook_durable[2] = {0, 0};  // the hooks' tickets, by batch
+      uint64_t armed_at = 0;                           // t_allocations of the leader's thread
+      Gate gate;
+      gate.Close();
+      // The first batch covers tickets 1-2 only; the next one all.
+      CommitQueue q(
+          [&]() -> Result<uint64_t> {
+            if (batches++ != 0) return appended.load();
+            gate.Pass();
+            const Status error(Code::kIOError, "injected: a message too long for a short string");
+            Result<uint64_t> r = outcome == Outcome::kError ? Result<uint64_t>(error)
+                                                            : Result<uint64_t>(uint64_t{2});
+            armed_at = t_allocations;
+            t_oom_after = k < 0 ? INT64_MAX : k;
+            if (outcome == Outcome::kThrow) throw std::bad_alloc();
+            return r;
+          },
+          [&](uint64_t durable) {  // allocates nothing: it may run out of memory
+            const int n = hooks++;
+            if (n < 2) hook_durable[n] = durable;
+          });
+      Status leader_status, covered_status, later_status;
+      bool leader_threw = false;
+      uint64_t leader_allocations = 0;
+      Finishing leader("the leader's Wait", [&] {
+        try {
+          leader_status = q.Wait(appended.fetch_add(1) + 1);
+        } catch (...) {
+          leader_threw = true;
+        }
+        leader_allocations = t_allocations - armed_at;
+        t_oom_after = -1;
+      });
+      gate.AwaitArrivals(1);
+      Finishing covered("the covered waiter's Wait",
+                        [&] { covered_status = q.Wait(appended.fetch_add(1) + 1); });
+      Eventually([&] { return q.stats().slept == 1; });
+      Finishing later("the later waiter's Wait",
+                      [&] { later_status = q.Wait(appended.fetch_add(1) + 1); });
+      Eventually([&] { return q.stats().slept == 2; });
+      gate.Open();
+      leader.Join(&q);
+      covered.Join(&q);
+      later.Join(&q);
+      Finishing drain("DrainHooks", [&] { q.DrainHooks(); });
+      drain.Join(&q);
+      bool ran = false;
+      Finishing exclusive("Exclusive", [&] {
+        EXPECT_TRUE(q.Exclusive([&] {
+                       ran = true;
+                       return Status::Ok();
+                     }).ok());
+      });
+      exclusive.Join(&q);
+      EXPECT_TRUE(ran);
+      if (k < 0) path_allocations = leader_allocations;
+
+      EXPECT_FALSE(leader_threw);
+      switch (outcome) {
+        case Outcome::kOk:
+          EXPECT_TRUE(leader_status.ok()) << leader_status.ToString();
+          EXPECT_TRUE(covered_status.ok()) << covered_status.ToString();
+          EXPECT_TRUE(later_status.ok()) << later_status.ToString();
+          EXPECT_EQ(q.durable(), 3u);
+          EXPECT_EQ(hooks.load(), 2) << "a batch's hook was skipped";
+          EXPECT_EQ(hook_durable[0].load() + hook_durable[1].load(), 2u + 3u);
+          break;
+        case Outcome::kError:
+        case Outcome::kThrow: {
+          const Code code = outcome == Outcome::kError ? Code::kIOError : Code::kNoSpace;
+          EXPECT_EQ(leader_status.code(), code) << leader_status.ToString();
+          EXPECT_EQ(covered_status.code(), code) << covered_status.ToString();
+          EXPECT_EQ(later_status.code(), code) << later_status.ToString();
+          EXPECT_EQ(q.durable(), 0u);
+          EXPECT_EQ(hooks.load(), 0);
+          EXPECT_EQ(q.Wait(appended.fetch_add(1) + 1).code(), code);  // sticky
+          break;
+        }
+      }
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// Fail() is called from catch blocks (Core::AppendLocked): out of memory for
+// the copy of its reason, it still fails the queue and wakes the waiters.
+TEST(CommitQueueOutOfMemory, FailWithoutMemoryStillFailsTheQueue) {
+  FakeStore st;
+  st.gate.Close();
+  uint64_t t1 = st.Append(), t2 = st.Append();
+  std::thread leader([&] { EXPECT_FALSE(st.queue.Wait(t2).ok()); });
+  st.gate.AwaitArrivals(1);
+  const Status why(Code::kIOError, "injected: a message too long for a short string");
+  bool threw = false;
+  t_oom_after = 0;
+  try {
+    st.queue.Fail(why);
+  } catch (...) {
+    threw = true;
+  }
+  t_oom_after = -1;
+  st.fail_next = true;
+  st.gate.Open();
+  leader.join();
+  EXPECT_FALSE(threw);
+  EXPECT_EQ(st.queue.failed().code(), Code::kIOError);
+  EXPECT_EQ(st.queue.Wait(t1 + 2).code(), Code::kIOError);
 }
 #endif  // COWSTORE_CAN_REPLACE_NEW()
 

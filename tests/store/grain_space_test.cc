@@ -5,7 +5,9 @@
 //   interface Core holds, and compared after every step;
 // - at grain < AU: metadata chunks, per-grain sharing and the in-place rule,
 //   Rebuild against the incremental state;
-// - its RAM at 16 TiB of 4 KiB grains with 1 M extents.
+// - its RAM at 16 TiB of 4 KiB grains with 1 M extents;
+// - Core with an allocation or an I/O failing in a checkpoint or a Grow:
+//   the pool fails, refuses everything, writes nothing, reopens clean.
 #include "handler/store/grain_space.h"
 
 #include <gtest/gtest.h>
@@ -941,6 +943,116 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
   }
 }
 
+// ------------------------------------------------ a failed checkpoint
+
+// A pool whose next commit is a checkpoint (more buffered records than its
+// journal holds), for the tests of a checkpoint that fails: LUN "a" holds
+// one durable AU of 'x' (never to be lost), LUN "b" is there to delete.
+struct PendingCheckpoint {
+  static constexpr uint32_t kAu = 64 * 1024;
+  FaultInjectionEnv env;
+  PoolOptions o;
+  std::unique_ptr<Pool> pool;
+  std::shared_ptr<Lun> a;
+  const std::vector<char> au = std::vector<char>(kAu, 'x');
+
+  void Make() {
+    o.allocation_unit = kAu;
+    o.journal_bytes = 64 * 1024;
+    o.size_bytes = 128 * 1024 + 32 * kAu;
+    auto p = Pool::Create(&env, "p", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool = std::move(*p);
+    ASSERT_TRUE(pool->CreateLun("a", 16 * kAu, 512).ok());
+    ASSERT_TRUE(pool->CreateLun("b", kAu, 512).ok());
+    auto l = pool->OpenLun("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    a = *l;
+    ASSERT_TRUE(a->Write(0, kAu / 512, au.data(), Durability::kDurable).ok());
+    for (uint64_t i = 0; i < 2000; i++)
+      ASSERT_TRUE(pool->CloneRange(*a, 0, *a, kAu / 512 * (1 + i % 15), kAu / 512, Durability::kBuffered).ok());
+  }
+
+  // Once a checkpoint failed, the pool serves nothing (its metadata in
+  // memory may disagree with the disk, and the records it dropped for the
+  // checkpoint can never be made durable), changes nothing, not even in
+  // memory, and writes nothing more, Close included.
+  void ExpectRefusesEverything() {
+    std::vector<char> back(kAu);
+    EXPECT_FALSE(a->Read(0, kAu / 512, back.data()).ok()) << "read served after the checkpoint failed";
+    EXPECT_FALSE(a->Write(0, kAu / 512, au.data(), Durability::kBuffered).ok());
+    EXPECT_FALSE(pool->CloneRange(*a, 0, *a, kAu / 512, kAu / 512, Durability::kBuffered).ok());
+    EXPECT_FALSE(pool->CreateLun("probe", kAu, 512).ok());
+    EXPECT_EQ(pool->GetLun("probe").status().code(), Code::kNotFound) << "a LUN made in memory";
+    EXPECT_FALSE(pool->DeleteLun("b").ok());
+    EXPECT_TRUE(pool->GetLun("b").ok()) << "a LUN deleted in memory";
+    EXPECT_FALSE(pool->Grow(o.size_bytes + 8 * kAu).ok());
+    const CheckReport check = pool->Check();
+    EXPECT_FALSE(check.clean) << "Check() called a failed pool clean";
+    a.reset();
+    const std::vector<uint8_t> before = env.Snapshot("p");
+    (void)pool->Close();
+    EXPECT_TRUE(env.Snapshot("p") == before) << "Close wrote to a failed pool";
+    pool.reset();
+  }
+
+  // Reopened: the durable state, check-clean.
+  void ExpectReopensClean() {
+    auto again = Pool::Open(&env, "p");
+    ASSERT_TRUE(again.ok()) << again.status().ToString();
+    auto l = (*again)->OpenLun("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    std::vector<char> back(kAu);
+    ASSERT_TRUE((*l)->Read(0, kAu / 512, back.data()).ok());
+    EXPECT_EQ(back, au);  // durable before the checkpoint: never lost
+    EXPECT_TRUE((*again)->GetLun("b").ok());
+    l->reset();
+    const CheckReport check = (*again)->Check();
+    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+  }
+};
+
+// The newest superblock sequence in a pool image (either slot), and whether
+// both slots hold it.
+uint64_t NewestSuperblockSeq(const std::vector<uint8_t>& img, bool* both = nullptr) {
+  uint64_t seq[2] = {0, 0};
+  for (uint64_t slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    if (Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok())
+      seq[slot] = sb.seq;
+  }
+  if (both) *both = seq[0] == seq[1];
+  return std::max(seq[0], seq[1]);
+}
+
+// The checkpoint with a write or a sync failing in turn (EIO): every failed
+// checkpoint fails the pool, as a thrown one does, whether it failed before
+// anything was written (the records it dropped can never be made durable)
+// or after the superblock naming it (the second slot's write or its sync:
+// slot one is durable, the pool's memory must not go on from there).
+TEST(PoolCheckpointIOError, EveryFailedCheckpointFailsThePool) {
+  for (FaultInjectionEnv::Op op : {FaultInjectionEnv::Op::kWrite, FaultInjectionEnv::Op::kSync}) {
+    bool failed_after_superblock = false;
+    for (uint64_t n = 0;; n++) {
+      SCOPED_TRACE(std::string(op == FaultInjectionEnv::Op::kWrite ? "write " : "sync ") +
+                   std::to_string(n) + " fails");
+      PendingCheckpoint t;
+      t.Make();
+      if (::testing::Test::HasFatalFailure()) return;
+      const uint64_t seq_before = NewestSuperblockSeq(t.env.Snapshot("p"));
+      t.env.FailAt(op, n, Code::kIOError);
+      const Status s = t.pool->Flush();
+      t.env.ClearFaults();
+      if (s.ok()) break;
+      if (NewestSuperblockSeq(t.env.Snapshot("p")) > seq_before) failed_after_superblock = true;
+      t.ExpectRefusesEverything();
+      t.ExpectReopensClean();
+      if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_TRUE(failed_after_superblock) << "no failure after the first superblock slot";
+  }
+}
+
 // ------------------------------------------------------------ 3. RAM
 
 // 16 TiB of 4 KiB grains (2^32: SpaceMap would hold 5 bytes each, 20 GiB)
@@ -1185,71 +1297,37 @@ TEST(PoolGrowAllocationFailure, AnIndexThatCannotGrowAfterTheSuperblockFailsTheP
   }
   EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
 }
-// The newest superblock sequence in a pool image (either slot).
-uint64_t NewestSuperblockSeq(const std::vector<uint8_t>& img) {
-  uint64_t seq = 0;
-  for (uint64_t slot = 0; slot < 2; slot++) {
-    Superblock sb;
-    if (Superblock::Decode(img.data() + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok())
-      seq = std::max(seq, sb.seq);
-  }
-  return seq;
-}
-
-// Core's checkpoint with each allocation failing in turn: a commit that
-// fails once the checkpoint's superblock is durable (the space map taking
-// the new checkpoint and freeing the old one, InstallMeta) fails the pool,
-// which must not go on serving reads or LUN changes from a space map half
-// installed. Reopening gives the durable state, check-clean.
+// Core's checkpoint with each allocation failing in turn: every failed
+// checkpoint fails the pool, before its first write as after its superblock
+// (the space map taking the new checkpoint and freeing the old one,
+// InstallMeta, may stop half done), and the pool must not go on serving
+// reads or changes (ExpectRefusesEverything). Reopening gives the durable
+// state, check-clean.
 TEST(PoolCheckpointAllocationFailure, ASpaceMapThatCannotTakeTheCheckpointFailsThePool) {
-  constexpr uint32_t kAu = 64 * 1024;
-  PoolOptions o;
-  o.allocation_unit = kAu;
-  o.journal_bytes = 64 * 1024;
-  o.size_bytes = 128 * 1024 + 32 * kAu;
-  bool failed_after_superblock = false;
+  bool failed_after_superblock = false, failed_after_both_slots = false;
   for (int64_t k = 0;; k++) {
     SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
-    FaultInjectionEnv env;
-    auto p = Pool::Create(&env, "p", o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->CreateLun("a", 16 * kAu, 512).ok());
-    auto l = (*p)->OpenLun("a");
-    ASSERT_TRUE(l.ok()) << l.status().ToString();
-    const std::vector<char> au(kAu, 'x');
-    ASSERT_TRUE((*l)->Write(0, kAu / 512, au.data(), Durability::kDurable).ok());
-    // More buffered records than the journal holds: the next commit is a
-    // checkpoint.
-    for (uint64_t i = 0; i < 2000; i++)
-      ASSERT_TRUE((*p)->CloneRange(**l, 0, **l, kAu / 512 * (1 + i % 15), kAu / 512, Durability::kBuffered).ok());
-    const uint64_t seq_before = NewestSuperblockSeq(env.Snapshot("p"));
+    PendingCheckpoint t;
+    t.Make();
+    if (::testing::Test::HasFatalFailure()) return;
+    const uint64_t seq_before = NewestSuperblockSeq(t.env.Snapshot("p"));
     t_fail_in = k;
-    const Status s = (*p)->Flush();
+    const Status s = t.pool->Flush();
     t_fail_in = -1;
     if (s.ok()) break;
-    if (NewestSuperblockSeq(env.Snapshot("p")) > seq_before) {
+    bool both = false;
+    if (NewestSuperblockSeq(t.env.Snapshot("p"), &both) > seq_before) {
       failed_after_superblock = true;
-      std::vector<char> back(kAu);
-      EXPECT_FALSE((*l)->Read(0, kAu / 512, back.data()).ok()) << "read served after the checkpoint failed";
-      EXPECT_FALSE((*p)->CreateLun("probe", kAu, 512).ok());
-      EXPECT_EQ((*p)->GetLun("probe").status().code(), Code::kNotFound) << "a LUN made in memory";
+      // Both slots written: the failure was in the journal restart or in
+      // InstallMeta, past the format's last write.
+      if (both) failed_after_both_slots = true;
     }
-    l->reset();
-    (void)(*p)->Close();
-    p->reset();
-    auto again = Pool::Open(&env, "p");
-    ASSERT_TRUE(again.ok()) << again.status().ToString();
-    auto a = (*again)->OpenLun("a");
-    ASSERT_TRUE(a.ok()) << a.status().ToString();
-    std::vector<char> back(kAu);
-    ASSERT_TRUE((*a)->Read(0, kAu / 512, back.data()).ok());
-    EXPECT_EQ(back, au);  // durable before the checkpoint: never lost
-    a->reset();
-    const CheckReport check = (*again)->Check();
-    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+    t.ExpectRefusesEverything();
+    t.ExpectReopensClean();
     if (::testing::Test::HasFailure()) return;
   }
   EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
+  EXPECT_TRUE(failed_after_both_slots) << "no allocation failed after both superblock slots";
 }
 #endif  // COWSTORE_CAN_REPLACE_NEW()
 
