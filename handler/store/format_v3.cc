@@ -2,11 +2,15 @@
 #include "handler/store/format_v3.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "handler/store/journal_segments.h"  // JournalLayout, JournalRingSource, ClearJournalRuns
+#include "handler/store/ckpt_page.h"  // kLeafPageBytes
 #include "handler/store/lun_table_page.h"
 #include "handler/store/names.h"
 #include "handler/store/replay.h"
@@ -27,6 +31,8 @@ constexpr uint64_t kCreateMetaAu = 0;
 constexpr uint64_t kCreateJournalAu = 1;
 
 std::string N(uint64_t v) { return std::to_string(v); }
+// What the tree codec needs of the pool (ckpt_tree.h).
+CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
 Status NotYet(const std::string& what) {
   return Status(Code::kUnsupported,
                 "format 3: " + what + ", which this build does not load yet (store-v3.md plan step 5d)");
@@ -133,9 +139,6 @@ Status FormatV3::Fallback(const Status& s) const {
 Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   if (choice_.slot < 0) return Status(Code::kInvalidArgument, "format 3: LoadState before ChooseSuperblock");
   const SuperblockV3& sb = choice_.sb;
-  if (sb.index != kNoIndex)
-    return NotYet("the pool's checkpoint index (root page at byte " + N(sb.index.entry.addr) + ", sequence " +
-                  N(sb.index.entry.seq) + ") names the LUNs' maps");
 
   // The LUN table.
   LunTableExpect expect;
@@ -146,7 +149,44 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   LunTable table;
   Status s = ReadLunTable(file, sb.lun_table.addr, expect, &table);
   if (!s.ok()) return Fallback(s);
-  if (!table.luns.empty()) return NotYet("the LUN table holds " + N(table.luns.size()) + " LUN(s)");
+
+  // The maps, from the tree the index root names (none for kNoIndex).
+  std::map<uint32_t, ExtentMap> maps;
+  CkptTree tree;
+  s = ReadCkptTree(PoolOf(sb), sb.index, *file, &maps, &tree);
+  if (!s.ok()) return Fallback(s);
+  // Pages are 4 KiB apart but the two structures are read apart: one page
+  // named by both would be overwritten by the next checkpoint's writes.
+  std::vector<uint64_t> pages = tree.Pages();
+  pages.insert(pages.end(), table.pages.begin(), table.pages.end());
+  std::sort(pages.begin(), pages.end());
+  if (std::adjacent_find(pages.begin(), pages.end()) != pages.end())
+    return Fallback(Status(Code::kCorruption, "format 3: a page is both the LUN table's and the checkpoint tree's"));
+  for (const JournalExtent& x : sb.journal)
+    for (uint64_t a : pages)
+      if ((a - sb.data_offset) / sb.au - x.first_au < x.aus)
+        return Fallback(Status(Code::kCorruption, "format 3: checkpoint page at byte " + N(a) + " lies in the journal"));
+
+  MetaState loaded;
+  loaded.au = st->au;
+  loaded.next_lun_id = table.next_lun_id;
+  for (LunRecord& r : table.luns) {
+    auto l = std::make_shared<LunState>();
+    l->id = r.id;
+    l->name = std::move(r.name);
+    l->uuid = r.uuid;
+    l->size = r.size;
+    l->bs = r.bs;
+    l->attrs = r.attrs;
+    if (auto m = maps.find(r.id); m != maps.end()) {
+      l->map = std::move(m->second);
+      maps.erase(m);
+    }
+    loaded.AddLun(std::move(l));  // ids and names unique: ReadLunTable's rule
+  }
+  if (!maps.empty())
+    return Fallback(Status(Code::kCorruption, "format 3: the checkpoint tree maps LUN " + N(maps.begin()->first) +
+                                                  ", which the LUN table does not hold"));
 
   // The journal ring from the replay start. Any record with the start LSN
   // would have to be applied: refused at the first, so nothing is applied
@@ -163,13 +203,6 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   });
   if (!scan.ok()) return scan.status();
 
-  std::vector<uint64_t> units;
-  for (uint64_t addr : table.pages) units.push_back((addr - sb.data_offset) / sb.au);
-  for (const JournalExtent& x : sb.journal)
-    for (uint64_t i = 0; i < x.aus; i++) units.push_back(x.first_au + i);
-  std::sort(units.begin(), units.end());
-  units.erase(std::unique(units.begin(), units.end()), units.end());
-
   ReplayEnd end = ReplayEndOf(std::move(scan).value());
   // The ring's logical positions start at the replay start's ring offset
   // (journal_segments.h); nothing was replayed, so the tail is there too.
@@ -177,11 +210,37 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   if (!ring.ok()) return ring.status();
 
   // Nothing refused from here on: the state and the report change together.
-  st->next_lun_id = table.next_lun_id;
-  out->meta_units = std::move(units);
+  *st = std::move(loaded);
+  tree_ = std::move(tree);
+  lun_pages_ = std::move(table.pages);
+  DeriveChunks();
+  seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
+  retry_dirty_ = DirtyRanges();
+  checkpoints_++;     // a Freeze of another tree does not apply to this one
+  out->meta_units = meta_units();
   out->end = std::move(end);
   ring_.emplace(std::move(ring).value());
   return Status::Ok();
+}
+
+std::vector<uint64_t> FormatV3::LivePages() const {
+  std::vector<uint64_t> pages = tree_.Pages();
+  pages.insert(pages.end(), lun_pages_.begin(), lun_pages_.end());
+  std::sort(pages.begin(), pages.end());
+  return pages;
+}
+
+void FormatV3::DeriveChunks() {
+  chunks_.clear();
+  for (uint64_t a : LivePages()) chunks_.insert(AuOf(a));
+}
+
+std::vector<uint64_t> FormatV3::meta_units() const {
+  std::vector<uint64_t> units(chunks_.begin(), chunks_.end());
+  for (const JournalExtent& x : choice_.sb.journal)
+    for (uint64_t i = 0; i < x.aus; i++) units.push_back(x.first_au + i);
+  std::sort(units.begin(), units.end());
+  return units;
 }
 
 Status FormatV3::RewriteOtherSlot(File* file) {
@@ -201,6 +260,8 @@ Status FormatV3::RewriteOtherSlot(File* file) {
 
 Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
   if (!ring_) return Status(Code::kInvalidArgument, "format 3: CommitBatch before LoadState");
+  if (ckpt_failed_)
+    return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
   // Refused before the slot rewrite too: a batch that does not fit changes
   // nothing on disk (the caller checkpoints instead).
   if (!ring_->Fits(b.bytes.size()))
@@ -210,12 +271,215 @@ Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
   return ring_->WriteBatch(file, b);
 }
 
-FrozenCheckpoint FormatV3::Freeze(const MetaState&) const {
-  return FrozenCheckpoint();  // WriteCheckpoint refuses it: step 5d's WriteCkptTree and LUN table
+namespace {
+
+// What Freeze copies for WriteCheckpoint (meta_format.h's FrozenDetail).
+struct FrozenV3 final : FrozenDetail {
+  const FormatV3* format = nullptr;  // the format that froze it ...
+  uint64_t checkpoint = 0;           // ... over its tree after this many checkpoints
+  uint32_t next_lun_id = 0;
+  std::vector<LunRecord> luns;         // id order
+  std::map<uint32_t, ExtentMap> maps;  // the LUNs with runs
+  DirtyRanges dirty;                   // relative to that tree
+};
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// A bound on the pages WriteCkptTree writes for `f` over `prev`, by its
+// packing rules (ckpt_tree.cc): a LUN's touched leaves form S stretches
+// (disjoint LBA ranges; a stretch that empties takes in a neighbour, which
+// never adds one), holding at most R + S run pieces for R runs, each
+// packed into ceil(n / kLeafFillRuns) leaves or one: at most
+// ceil((R + S) / kLeafFillRuns) + S leaves. A LUN new to the tree is one
+// stretch. At index level l, over n children, with P pages in the previous
+// level: new pages fill the stretches between the P pages named again, at
+// most P + 1 stretches, so at most ceil(n / kIndexFillEntries) + P + 1 of
+// them, and never more than n. The sum runs over every level the tree may
+// have; a bound that overshoots costs AUs Core gets back, one that falls
+// short a failed checkpoint (kNoSpace).
+uint64_t TreePagesBound(const FrozenV3& f, const CkptTree& prev) {
+  std::set<uint32_t> luns;
+  for (const auto& [lun, m] : f.maps) luns.insert(lun);
+  uint64_t leaves = 0;
+  size_t at = 0;
+  for (uint32_t lun : luns) {
+    while (at < prev.leaves.size() && prev.leaves[at].first.lun < lun) at++;
+    uint64_t stretches = 0;
+    bool in = false, any_prev = false;
+    for (; at < prev.leaves.size() && prev.leaves[at].first.lun == lun; at++) {
+      any_prev = true;
+      const bool t = f.dirty.Touches(lun, prev.leaves[at].first.lba, prev.leaves[at].end.lba);
+      if (t && !in) stretches++;
+      in = t;
+    }
+    if (!any_prev) stretches = 1;
+    if (stretches == 0) continue;
+    leaves += CeilDiv(f.maps.at(lun).extents() + stretches, kLeafFillRuns) + stretches;
+  }
+  uint64_t pages = leaves;
+  uint64_t n = prev.leaves.size() + leaves;  // the new tree's leaves at most
+  for (uint32_t level = 0; n > 0 && level <= kIndexMaxLevel; level++) {
+    const uint64_t p = level < prev.levels.size() ? prev.levels[level].size() : 0;
+    const uint64_t written = std::min(n, CeilDiv(n, kIndexFillEntries) + p + 1);
+    pages += written;
+    const uint64_t total = std::min(n, p + written);
+    if (total <= 1) break;  // the root
+    n = total;
+  }
+  return pages;
 }
 
-Status FormatV3::WriteCheckpoint(File*, const FrozenCheckpoint&, const std::vector<uint64_t>&, uint64_t) {
-  return NotBuilt("writing a checkpoint");
+// Gives the pages of the chunks the current checkpoint leaves free, then
+// those of the AUs Core handed over, in address order within each.
+class ChunkPages final : public PageAllocator {
+ public:
+  explicit ChunkPages(std::vector<uint64_t> pages) : pages_(std::move(pages)) {}
+  Result<uint64_t> Allocate() override {
+    if (next_ == pages_.size())
+      return Status(Code::kNoSpace, "format 3: the checkpoint's pages do not fit the metadata AUs given");
+    return pages_[next_++];
+  }
+
+ private:
+  std::vector<uint64_t> pages_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+FrozenCheckpoint FormatV3::Freeze(const MetaState& st) const {
+  DirtyRanges all;
+  for (const auto& [id, l] : st.luns) all.MarkLun(id);
+  for (const IndexEntry& e : tree_.leaves) all.MarkLun(e.first.lun);  // deleted LUNs' leaves go
+  return Freeze(st, all);
+}
+
+FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty) const {
+  auto f = std::make_shared<FrozenV3>();
+  f->format = this;
+  f->checkpoint = checkpoints_;
+  f->next_lun_id = st.next_lun_id;
+  for (const auto& [id, l] : st.luns) {
+    LunRecord r;
+    r.id = id;
+    r.name = l->name;
+    r.uuid = l->uuid;
+    r.size = l->size;
+    r.bs = l->bs;
+    r.attrs = l->attrs;
+    f->luns.push_back(std::move(r));
+    if (l->map.extents() > 0) f->maps.emplace(id, l->map);
+  }
+  f->dirty.Merge(dirty);
+  f->dirty.Merge(retry_dirty_);
+
+  const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
+  const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
+  const uint64_t free_pages = chunks_.size() * per_au - LivePages().size();
+  FrozenCheckpoint out;
+  out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
+  out.detail = std::move(f);
+  return out;
+}
+
+Status FormatV3::WriteSuperblock(File* file, const SuperblockV3& sb) {
+  std::string img;
+  Status s = EncodeSuperblockV3(sb, &img);
+  const uint64_t first = sb.seq % 2;
+  if (s.ok()) s = file->Write(first * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  choice_.sb = sb;
+  choice_.slot = 0;
+  choice_.redundant = true;
+  choice_.other = -1;
+  choice_.other_state.clear();
+  return Status::Ok();
+}
+
+Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                 uint64_t start_lsn) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: WriteCheckpoint before LoadState");
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  if (f == nullptr || f->format != this || f->checkpoint != checkpoints_)
+    return Status(Code::kInvalidArgument, "format 3: the checkpoint was not frozen by this format over its tree");
+  const SuperblockV3 cur = choice_.sb;
+  const std::vector<uint64_t> journal_and_chunks = meta_units();
+  std::set<uint64_t> given;
+  for (uint64_t u : units)
+    if (u >= cur.units || std::binary_search(journal_and_chunks.begin(), journal_and_chunks.end(), u) ||
+        !given.insert(u).second)
+      return Status(Code::kInvalidArgument, "format 3: AU " + N(u) + " given for a checkpoint is not a free AU");
+
+  // The new superblock, checked by its codec before anything is written
+  // (all but the roots, which the writers give).
+  SuperblockV3 nsb = cur;
+  nsb.journal_start = ring_->RestartOffset(cur.write_unit);
+  nsb.journal_start_lsn = start_lsn;
+  std::string img;
+  if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+
+  // Spend a sequence an earlier attempt may have used (header comment).
+  if (seq_spent_) {
+    SuperblockV3 burn = cur;
+    burn.seq++;
+    if (Status s = WriteSuperblock(file, burn); !s.ok()) return s;
+    seq_spent_ = false;
+  }
+  nsb.seq = choice_.sb.seq + 1;
+  seq_spent_ = true;  // from here on pages may carry nsb.seq
+  ckpt_failed_ = true;  // until the attempt succeeds (CommitBatch)
+
+  // The pages: those of the chunks the current checkpoint leaves free,
+  // then the AUs given, each in address order.
+  std::vector<uint64_t> live = LivePages();
+  std::vector<uint64_t> pages;
+  const uint64_t per_au = cur.au / kLeafPageBytes;
+  auto add_au = [&](uint64_t au) {
+    for (uint64_t i = 0; i < per_au; i++) {
+      const uint64_t a = cur.data_offset + au * cur.au + i * kLeafPageBytes;
+      if (!std::binary_search(live.begin(), live.end(), a)) pages.push_back(a);
+    }
+  };
+  for (uint64_t au : chunks_) add_au(au);
+  for (uint64_t au : given) add_au(au);
+  ChunkPages alloc(std::move(pages));
+
+  // The LUN table, then the tree, whose sync covers both (and the data
+  // written before: 3.6 item 1); then the superblock naming both.
+  uint64_t lun_root = 0;
+  std::vector<uint64_t> lun_pages;
+  Status s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns,
+                           [&alloc] { return alloc.Allocate(); }, &lun_root, &lun_pages);
+  std::map<uint32_t, const ExtentMap*> maps;
+  for (const auto& [id, m] : f->maps) maps.emplace(id, &m);
+  CkptWrite w;
+  if (s.ok()) s = WriteCkptTree(PoolOf(cur), nsb.seq, maps, f->dirty, tree_, alloc, *file, &w);
+  if (s.ok() && w.written.empty()) s = file->Sync();  // WriteCkptTree syncs only what it wrote
+  if (s.ok()) {
+    nsb.index = w.tree.root;
+    nsb.lun_table = {lun_root, nsb.seq};
+    s = WriteSuperblock(file, nsb);
+  }
+  if (!s.ok()) {
+    retry_dirty_.Merge(f->dirty);
+    return s;
+  }
+  // The new checkpoint is durable: it is the format's, and the pages of
+  // the previous one it no longer names are free (so are the chunks left
+  // without a live page: meta_units()).
+  tree_ = std::move(w.tree);
+  lun_pages_ = std::move(lun_pages);
+  DeriveChunks();
+  seq_spent_ = false;
+  ckpt_failed_ = false;
+  retry_dirty_ = DirtyRanges();
+  checkpoints_++;
+  ring_->Restart(nsb.write_unit);
+  ring_->RaiseDurableLsn(start_lsn - 1);  // the checkpoint holds every earlier record
+  return Status::Ok();
 }
 
 Status FormatV3::Grow(File*, uint64_t) { return NotBuilt("growing a pool"); }

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // FormatV3: pool format 3 behind MetaFormat (meta_format.h; store-v3.md 3.4,
-// 3.6, 3.7, plan step 5d). First part: Create, the superblock choice,
-// LoadState of a pool whose index is empty, whose LUN table has no records
-// and whose journal holds no record (exactly what Create lays out), and
-// journal commits over the ring.
+// 3.6, 3.7, plan step 5d): Create, the superblock choice, journal commits
+// over the ring, checkpoints (the LUN table and the maps' tree) and
+// LoadState of what they wrote, as long as the journal holds no record.
 // Standalone: Core does not serve format 3 yet (ChooseMetaFormat refuses it
 // unless asked for ServedFormats::kV1ToV3), and PoolOptions names no format.
 //
@@ -35,26 +34,52 @@
 //                        AUs beside its journal too).
 // There is no index (kNoIndex): a pool without mapped LUNs has no leaf.
 //
-// Load: the metadata AUs Core must not hand out are the LUN table's pages'
-// AUs and the journal's (LoadedMeta::meta_units). What this first part does
-// not load it refuses with kUnsupported, before *st changes, never half:
-// an index root (leaves: ReadCkptTree), LUN records, a journal holding
-// records (replay over JournalRing).
+// Checkpoints (3.4, 3.6 item 5). Pages (the LUN table's chain, the tree's
+// leaves and index pages: WriteLunTable, WriteCkptTree) go into metadata
+// chunks: AUs that hold live pages of the current checkpoint, then AUs Core
+// hands over (WriteCheckpoint's `units`, Freeze's meta_units of them: a
+// bound on the pages the checkpoint may write, less the pages free in the
+// chunks). A page is free when the current checkpoint does not name it, so
+// no page of the previous checkpoint is written before the superblock that
+// replaces it is durable; the chunks are then re-derived from the pages the
+// new checkpoint names (meta_units()), and every other AU (a chunk emptied,
+// a handed-over AU not used) is Core's to free. Order: pages, sync,
+// superblock to slot seq % 2, sync, the other slot, sync, the journal
+// restarted at `start_lsn` from the tail rounded up to the write unit.
+// Sequences: every attempt takes a sequence above every earlier attempt's,
+// even across crashes: an attempt uses the durable superblock's sequence
+// + 1 only if no attempt may have used it yet; otherwise (the first
+// checkpoint after an open, or after a failed attempt) a superblock naming
+// the current checkpoint under that sequence is written first, both slots
+// synced, so that a page a lost write left from an attempt never carries
+// the sequence a later index names (ckpt_tree.h says why).
 //
 // Writes: CommitBatch appends to the journal ring (JournalRing, in
 // CommitJournalBatch's order), after the open's half of the writer rule:
 // a slot not holding the chosen copy is rewritten with it, synced, before
-// the format's first write. (Core's open also writes data, zeroing free AUs
-// the older copy may still use, before any batch: wiring FormatV3 into Core
-// needs that rewrite as a step of its own, called before the first write of
-// any kind.) WriteCheckpoint and Grow are kUnsupported: step
-// 5d's work left (WriteCkptTree, the LUN table, GrowJournal, a fresh
-// checkpoint sequence per attempt).
+// the format's first write (a checkpoint's first superblock write, which
+// goes to both slots, does it too). (Core's open also writes data, zeroing
+// free AUs the older copy may still use, before any batch: wiring FormatV3
+// into Core needs that rewrite as a step of its own, called before the
+// first write of any kind.) Grow is kUnsupported, and a checkpoint keeps
+// the journal's extents (GrowJournal: step 5d's work left).
+//
+// Load: the LUN table (records and next LUN id) and the tree the index root
+// names (ReadCkptTree), each LUN's map the tree's; the metadata AUs Core
+// must not hand out are the chunks (the AUs of every page the superblock
+// names, through the chain and the tree) and the journal's
+// (LoadedMeta::meta_units). A journal holding records is still refused with
+// kUnsupported, before *st changes, never half (replay over JournalRing:
+// step 5d's work left).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <set>
+#include <vector>
 
+#include "handler/store/ckpt_tree.h"
+#include "handler/store/dirty_ranges.h"
 #include "handler/store/journal_segments.h"  // JournalRing
 #include "handler/store/meta_format.h"
 #include "handler/store/superblock_v3.h"
@@ -83,10 +108,13 @@ class FormatV3 final : public MetaFormat {
   // ChooseSuperblockV3 over the slots; the choice is kept (which slot, and
   // what the other holds, for the open that must rewrite it).
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
-  // Reads the LUN table and scans the journal ring from the replay start;
-  // *out's verdict is the scan's (a torn tail is clean; a damaged or newer
-  // journal is reported for Core, as v2's). kUnsupported for what this
-  // first part does not load (header comment), with *st unchanged.
+  // Reads the LUN table and the tree into *st (LUNs, their maps, the next
+  // LUN id) and scans the journal ring from the replay start; *out's
+  // verdict is the scan's (a torn tail is clean; a damaged or newer journal
+  // is reported for Core, as v2's). kCorruption for what the page codecs
+  // refuse and for a map of a LUN the table does not hold; kUnsupported for
+  // a journal holding records (header comment). *st is unchanged unless it
+  // succeeds.
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
 
   // The journal ring from LoadState on (before it: nothing fits, nothing
@@ -102,12 +130,37 @@ class FormatV3 final : public MetaFormat {
   // less). ring_ is engaged by LoadState, before the pool is shared.
   uint64_t durable_lsn() const override { return ring_ ? ring_->durable_lsn() : 0; }
   uint64_t superblock_seq() const override { return choice_.sb.seq; }
-  // Step 5d's work left, kUnsupported (Core never reaches them:
-  // ChooseMetaFormat, kV1V2): the checkpoint and growth.
+  // Copies what the checkpoint writes (LUN records, next LUN id, every map
+  // with runs) and asks for meta_units AUs: the pages it may write (its LUN
+  // table pages, and a bound on the leaves and index pages WriteCkptTree
+  // writes for `dirty`) less the pages free in the current chunks. Without
+  // `dirty`, every LUN is dirty: every leaf is rewritten (the engine does
+  // not track dirty ranges yet: store-v3.md step 5d). `dirty` must cover
+  // every map change since the last checkpoint (dirty_ranges.h); a failed
+  // attempt's set is added to the next one's by the format.
   FrozenCheckpoint Freeze(const MetaState& st) const override;
+  FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const;
+  // The checkpoint (header comment): `f` must be this format's latest
+  // Freeze (kInvalidArgument, nothing written, for a Freeze from before
+  // another checkpoint) and `units` free AUs outside the chunks and the
+  // journal (kInvalidArgument, nothing written). kNoSpace when the pages
+  // do not fit the chunks and `units`. On success meta_units() is the new
+  // checkpoint's; on failure every in-memory state is the previous
+  // checkpoint's, and the next attempt writes a superblock first (above).
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
+  // Step 5d's work left, kUnsupported (Core never reaches it: ChooseMetaFormat, kV1V2).
   Status Grow(File* file, uint64_t new_size) override;
+
+  // The AUs the current checkpoint occupies, sorted: the chunks holding its
+  // pages and the journal's. After LoadState, LoadedMeta::meta_units; after
+  // a checkpoint, what Core keeps as metadata (every other AU it handed
+  // over, and every chunk no longer listed, it may free: the superblock
+  // naming the new pages is durable).
+  std::vector<uint64_t> meta_units() const;
+  // The current checkpoint's tree (tests: which pages it names).
+  const CkptTree& tree() const { return tree_; }
+  const std::vector<uint64_t>& lun_table_pages() const { return lun_pages_; }
 
   // The chosen copy and what the other slot holds (tests; the open's slot
   // rewrite later).
@@ -123,10 +176,33 @@ class FormatV3 final : public MetaFormat {
   // damaged copy, or the v2 copy of an upgrade cut between its two slot
   // writes, which this completes: store-v3.md 3.7) once writes moved past it.
   Status RewriteOtherSlot(File* file);
+  // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
+  // slot, sync. On success both slots hold `sb` and it is the choice.
+  Status WriteSuperblock(File* file, const SuperblockV3& sb);
+  // Pages the current checkpoint names (LUN table and tree), sorted.
+  std::vector<uint64_t> LivePages() const;
+  // Replaces the chunks with the AUs of the live pages.
+  void DeriveChunks();
+  uint64_t AuOf(uint64_t addr) const { return (addr - choice_.sb.data_offset) / choice_.sb.au; }
 
   uint64_t device_bytes_;
-  SuperblockChoice choice_;
+  SuperblockChoice choice_;  // choice_.sb: the newest durable superblock
   std::optional<JournalRing> ring_;  // engaged by LoadState
+  // The current checkpoint, as the newest durable superblock names it.
+  CkptTree tree_;
+  std::vector<uint64_t> lun_pages_;  // the LUN table's chain
+  std::set<uint64_t> chunks_;        // AUs holding pages of lun_pages_ or tree_
+  uint64_t checkpoints_ = 0;  // checkpoints written: a Freeze is for the tree of its count
+  // Whether an attempt may have written pages under choice_.sb.seq + 1 (an
+  // attempt of the last session, or one that failed): then that sequence
+  // is spent by a superblock write before the next attempt (header comment).
+  bool seq_spent_ = true;
+  DirtyRanges retry_dirty_;  // failed attempts' dirty sets, for the next attempt
+  // A checkpoint attempt failed after its first write: the disk may name
+  // the attempt's journal start, past records the ring would still append
+  // (meta_format.h: Core fails the pool). Until a checkpoint succeeds,
+  // CommitBatch refuses.
+  bool ckpt_failed_ = false;
 };
 
 }  // namespace cowstore::store

@@ -104,7 +104,7 @@ Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
 uint64_t JournalRing::Restart(uint32_t write_unit) {
   // The capacity is a multiple of the AU, which the write unit (<= 4 KiB)
   // divides, so the ring offset of an aligned position is aligned too.
-  start_ = tail_ = (tail_ + write_unit - 1) / write_unit * write_unit;
+  start_ = tail_ = RoundUp(tail_, write_unit);
   return start_ % layout_.capacity();
 }
 

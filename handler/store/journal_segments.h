@@ -125,6 +125,16 @@ class JournalRing {
   // write unit with the start). Returns the new start's ring offset, for the
   // superblock's journal_start.
   uint64_t Restart(uint32_t write_unit);
+  // The ring offset Restart(write_unit) would return, without restarting:
+  // the superblock that names it is written before the ring restarts.
+  uint64_t RestartOffset(uint32_t write_unit) const {
+    return RoundUp(tail_, write_unit) % layout_.capacity();
+  }
+  // Raises durable_lsn() to `lsn` (never lowers it): a checkpoint made every
+  // record before its start LSN durable, journaled or not.
+  void RaiseDurableLsn(uint64_t lsn) {
+    if (lsn > durable_lsn()) durable_lsn_.store(lsn, std::memory_order_release);
+  }
 
   // The highest LSN known durable (set only after a batch's sync returned).
   // Atomic, as JournalWriter's: whoever frames records reads it
@@ -145,6 +155,7 @@ class JournalRing {
 
  private:
   explicit JournalRing(JournalLayout layout) : layout_(std::move(layout)) {}
+  static uint64_t RoundUp(uint64_t pos, uint32_t unit) { return (pos + unit - 1) / unit * unit; }
   JournalLayout layout_;
   uint64_t start_ = 0;
   uint64_t tail_ = 0;

@@ -55,11 +55,19 @@ struct LoadedMeta {
   ReplayEnd end;
 };
 
+// What a format freezes beside (or instead of) an encoded payload: FormatV3
+// keeps the maps and LUN records its page writers take. Core only carries it
+// from Freeze to WriteCheckpoint.
+struct FrozenDetail {
+  virtual ~FrozenDetail() = default;
+};
+
 // The metadata state frozen for a checkpoint, taken under Core's metadata
 // lock (the state changes as soon as it is released).
 struct FrozenCheckpoint {
-  std::string payload;      // the state in the format's encoding
+  std::string payload;      // the state in the format's encoding (FormatV2)
   uint64_t meta_units = 0;  // AUs Core must take from the space map for it
+  std::shared_ptr<const FrozenDetail> detail;  // the format's own (FormatV3); FormatV2: none
 };
 
 class MetaFormat {

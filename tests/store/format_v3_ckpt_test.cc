@@ -1,0 +1,454 @@
+// SPDX-License-Identifier: Apache-2.0
+// FormatV3's checkpoints (format_v3.h): what WriteCheckpoint writes loads
+// back as the state it froze; a checkpoint cut at any Env call, in any
+// power-loss mode, opens as the previous checkpoint or the new one, never a
+// mix; the previous checkpoint's pages are not written before the
+// superblock that replaces it is durable; every attempt takes a fresh
+// sequence.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "handler/store/dirty_ranges.h"
+#include "handler/store/fault_env.h"
+#include "handler/store/format_v3.h"
+#include "handler/store/meta_format.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint32_t kAu = 64 << 10;
+constexpr uint32_t kGrain = 4096;
+constexpr uint64_t kJournal = 64 << 10;
+constexpr uint64_t kSize = 8 << 20;  // 127 AUs of data area, 2032 grains
+constexpr uint64_t kPhysGrains = 2000;  // below the pool's grains: every run is one a leaf accepts
+
+Uuid Id(uint8_t b) {
+  Uuid u{};
+  u.fill(b);
+  return u;
+}
+
+// A LUN of `runs` single-grain runs that never join (every other LBA),
+// their physical grains spread by `salt` so two maps differ.
+std::shared_ptr<LunState> Lun(uint32_t id, const std::string& name, uint64_t runs, uint64_t salt) {
+  auto l = std::make_shared<LunState>();
+  l->id = id;
+  l->name = name;
+  l->uuid = Id(static_cast<uint8_t>(id));
+  l->size = uint64_t{1} << 30;
+  l->bs = 512;
+  l->attrs.created = 1700000000 + id;
+  l->attrs.read_only = id % 2 == 0;
+  for (uint64_t i = 0; i < runs; i++) EXPECT_TRUE(l->map.Insert(2 * i, (i * 7 + salt) % kPhysGrains, 1).ok());
+  return l;
+}
+
+using RunList = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>;
+RunList RunsOf(const ExtentMap& m) {
+  RunList out;
+  for (const auto& [lba, e] : m.runs()) out.emplace_back(lba, e.phys, e.len);
+  return out;
+}
+
+// The whole persistent state, compared field by field.
+void ExpectSameState(const MetaState& want, const MetaState& got) {
+  EXPECT_EQ(got.next_lun_id, want.next_lun_id);
+  ASSERT_EQ(got.luns.size(), want.luns.size());
+  for (const auto& [id, w] : want.luns) {
+    SCOPED_TRACE("LUN " + std::to_string(id));
+    const LunState* g = got.Find(id);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->name, w->name);
+    EXPECT_EQ(g->uuid, w->uuid);
+    EXPECT_EQ(g->size, w->size);
+    EXPECT_EQ(g->bs, w->bs);
+    EXPECT_EQ(g->attrs.read_only, w->attrs.read_only);
+    EXPECT_EQ(g->attrs.created, w->attrs.created);
+    EXPECT_EQ(g->attrs.origin, w->attrs.origin);
+    EXPECT_EQ(RunsOf(g->map), RunsOf(w->map));
+  }
+}
+
+// A state's copy (LunState holds a lock, so members one by one).
+MetaState Copy(const MetaState& st) {
+  MetaState c;
+  c.au = st.au;
+  c.next_lun_id = st.next_lun_id;
+  for (const auto& [id, l] : st.luns) {
+    auto n = std::make_shared<LunState>();
+    n->id = l->id;
+    n->name = l->name;
+    n->uuid = l->uuid;
+    n->size = l->size;
+    n->bs = l->bs;
+    n->attrs = l->attrs;
+    n->map = l->map;
+    c.AddLun(std::move(n));
+  }
+  return c;
+}
+
+// One open of the pool: the file, the format its chooser builds, what it loaded.
+struct Opened {
+  std::unique_ptr<File> file;
+  std::unique_ptr<MetaFormat> format;
+  FormatV3* v3 = nullptr;
+  MetaState st;
+  LoadedMeta meta;
+};
+
+Status Open(FaultInjectionEnv* env, Opened* o) {
+  auto f = env->OpenLocked("p", Env::Mode::kReadWrite);
+  if (!f.ok()) return f.status();
+  o->file = std::move(f).value();
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(o->file.get(), &slots, ServedFormats::kV1ToV3);
+  if (!chosen.ok()) return chosen.status();
+  o->format = std::move(chosen).value();
+  o->v3 = dynamic_cast<FormatV3*>(o->format.get());
+  if (o->v3 == nullptr) return Status(Code::kCorruption, "not a format 3 pool");
+  PoolGeometry g;
+  if (Status s = o->format->ChooseSuperblock(slots, &g); !s.ok()) return s;
+  o->st.au = g.grain;
+  return o->format->LoadState(o->file.get(), &o->st, &o->meta);
+}
+
+// The lowest `n` AUs outside the format's metadata (Core's space map would
+// hand out AUs free of data too; the format cares only that they are not
+// its own).
+std::vector<uint64_t> FreeAus(const FormatV3& v3, uint64_t n) {
+  const std::vector<uint64_t> meta = v3.meta_units();
+  std::vector<uint64_t> out;
+  for (uint64_t u = 0; out.size() < n; u++)
+    if (!std::binary_search(meta.begin(), meta.end(), u)) out.push_back(u);
+  return out;
+}
+
+// Freeze (all dirty, or `dirty`) and WriteCheckpoint as Core's checkpoint does.
+Status Checkpoint(Opened* o, const MetaState& st, uint64_t start_lsn, const DirtyRanges* dirty = nullptr) {
+  FrozenCheckpoint f = dirty ? o->v3->Freeze(st, *dirty) : o->format->Freeze(st);
+  return o->format->WriteCheckpoint(o->file.get(), f, FreeAus(*o->v3, f.meta_units), start_lsn);
+}
+
+class FormatV3Ckpt : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto f = env_.OpenLocked("p", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(FormatV3::Create(f->get(), Id(9), kAu, kGrain, kSize, kJournal, 80).ok());
+  }
+  // Opens a copy of the pool as it reads now (the writer may hold it open)
+  // and expects `want`, loaded with the journal starting at `start_lsn`.
+  void ExpectLoads(const MetaState& want, uint64_t start_lsn) {
+    const std::vector<uint8_t> img = env_.Snapshot("p");
+    FaultInjectionEnv copy;
+    copy.Install("p", img.data(), img.size());
+    Opened o;
+    Status s = Open(&copy, &o);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, o.st));
+    EXPECT_EQ(o.meta.end.next_lsn, start_lsn);
+    EXPECT_EQ(o.meta.end.tail, 0u);
+    EXPECT_TRUE(o.format->journal_empty());
+  }
+  // The bytes of `pages` in the current image.
+  std::vector<std::string> Bytes(const std::vector<uint64_t>& pages) const {
+    const std::vector<uint8_t> img = env_.Snapshot("p");
+    std::vector<std::string> out;
+    for (uint64_t a : pages) out.emplace_back(img.begin() + a, img.begin() + a + 4096);
+    return out;
+  }
+
+  FaultInjectionEnv env_;
+};
+
+std::vector<uint64_t> LivePages(const FormatV3& v3) {
+  std::vector<uint64_t> p = v3.tree().Pages();
+  p.insert(p.end(), v3.lun_table_pages().begin(), v3.lun_table_pages().end());
+  std::sort(p.begin(), p.end());
+  return p;
+}
+
+// ------------------------------------------------------------ round trip
+
+// Several checkpoints over one open, each reopened and compared with the
+// state it froze: LUNs made, grown past one index page, emptied, deleted;
+// every leaf rewritten (no dirty set) and only the dirty ones.
+TEST_F(FormatV3Ckpt, SeveralCheckpointsLoadAsTheStateTheyFroze) {
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  MetaState st;
+  st.au = kGrain;
+  uint64_t lsn = o.meta.end.next_lsn;
+  uint64_t seq = o.format->superblock_seq();
+
+  // 1: three LUNs, one of them large enough for two index levels
+  // (30,000 runs: ~134 leaves, over 100 entries an index page holds).
+  st.AddLun(Lun(1, "small", 10, 0));
+  st.AddLun(Lun(2, "large", 30000, 3));
+  st.AddLun(Lun(3, "empty", 0, 0));
+  st.next_lun_id = 4;
+  lsn += 1000;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  EXPECT_GT(o.format->superblock_seq(), seq);
+  seq = o.format->superblock_seq();
+  EXPECT_GE(o.v3->tree().root.level, 1u);
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+
+  // 2: only a range of LUN 2 changes, with its dirty set: most leaves are
+  // named again, not written.
+  const std::vector<uint64_t> before = o.v3->tree().Pages();
+  st.Find(2)->map.Remove(20000, 2000, nullptr);
+  ASSERT_TRUE(st.Find(2)->map.Insert(20001, 1999, 1).ok());
+  DirtyRanges dirty;
+  dirty.Mark(2, 20000, 2000);
+  lsn += 7;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn, &dirty).ok());
+  EXPECT_GT(o.format->superblock_seq(), seq);
+  seq = o.format->superblock_seq();
+  std::vector<uint64_t> after = o.v3->tree().Pages();
+  std::vector<uint64_t> kept;
+  std::sort(after.begin(), after.end());
+  std::vector<uint64_t> sorted_before = before;
+  std::sort(sorted_before.begin(), sorted_before.end());
+  std::set_intersection(sorted_before.begin(), sorted_before.end(), after.begin(), after.end(),
+                        std::back_inserter(kept));
+  EXPECT_GT(kept.size(), before.size() / 2) << "unchanged leaves are named again";
+  EXPECT_LT(kept.size(), before.size()) << "the changed ones are written afresh";
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+
+  // 3: a LUN deleted, one emptied, one made; the next LUN id moves on.
+  st.EraseLun(1);
+  st.Find(2)->map.Remove(0, ExtentMap::kMaxLba, nullptr);
+  st.AddLun(Lun(5, "new", 600, 11));
+  st.next_lun_id = 6;
+  lsn += 3;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+
+  // 4: no LUN at all: no index (kNoIndex), the LUN table keeps the next id.
+  st.EraseLun(2);
+  st.EraseLun(3);
+  st.EraseLun(5);
+  lsn += 1;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  EXPECT_EQ(o.v3->tree().root, kNoIndex);
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+  EXPECT_EQ(o.v3->meta_units().size(), 2u) << "one chunk for the LUN table, the journal's AU";
+}
+
+// What a reopen reports as metadata is what the writer keeps: every AU
+// holding a page either names, and the journal's, none twice.
+TEST_F(FormatV3Ckpt, LoadReportsTheChunksOfEveryPageAndTheJournal) {
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  MetaState st;
+  st.au = kGrain;
+  for (uint32_t id = 1; id <= 40; id++) st.AddLun(Lun(id, "lun" + std::to_string(id), 300 * id, id));
+  st.next_lun_id = 41;
+  ASSERT_TRUE(Checkpoint(&o, st, o.meta.end.next_lsn + 1).ok());
+  const std::vector<uint64_t> kept = o.v3->meta_units();
+  o = Opened();
+  Opened back;
+  ASSERT_TRUE(Open(&env_, &back).ok());
+  EXPECT_EQ(back.meta.meta_units, kept);
+  const SuperblockV3& sb = back.v3->choice().sb;
+  std::set<uint64_t> want;
+  for (uint64_t a : LivePages(*back.v3)) want.insert((a - sb.data_offset) / sb.au);
+  for (const JournalExtent& x : sb.journal)
+    for (uint64_t i = 0; i < x.aus; i++) want.insert(x.first_au + i);
+  EXPECT_EQ(back.meta.meta_units, std::vector<uint64_t>(want.begin(), want.end()));
+  EXPECT_GT(want.size(), 3u) << "the pages need AUs beyond Create's chunk";
+}
+
+// ------------------------------------------------------------ shadowing
+
+// A checkpoint writes none of the previous checkpoint's pages: they hold
+// their bytes until the new superblock is durable. Freed pages are reused
+// by the checkpoint after (the chunks are kept), and AUs no page uses any
+// more are no longer metadata.
+TEST_F(FormatV3Ckpt, ThePreviousCheckpointsPagesAreNotWritten) {
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 5000, 1));
+  st.AddLun(Lun(2, "b", 700, 2));
+  st.next_lun_id = 3;
+  uint64_t lsn = o.meta.end.next_lsn;
+  ASSERT_TRUE(Checkpoint(&o, st, ++lsn).ok());
+  for (int round = 0; round < 4; round++) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const std::vector<uint64_t> prev = LivePages(*o.v3);
+    const std::vector<std::string> prev_bytes = Bytes(prev);
+    const std::vector<uint64_t> prev_meta = o.v3->meta_units();
+    // Every leaf rewritten (no dirty set): the most pages a checkpoint writes.
+    ASSERT_TRUE(st.Find(1)->map.Insert(20001 + round * 2, 1, 1).ok());
+    ASSERT_TRUE(Checkpoint(&o, st, ++lsn).ok());
+    EXPECT_EQ(Bytes(prev), prev_bytes);
+    const std::vector<uint64_t> now = LivePages(*o.v3);
+    std::vector<uint64_t> both;
+    std::set_intersection(prev.begin(), prev.end(), now.begin(), now.end(), std::back_inserter(both));
+    EXPECT_TRUE(both.empty()) << "every page was rewritten, each at a fresh address";
+    if (round > 0) {
+      // The pages freed by the checkpoint before are in use again: the
+      // chunks are reused rather than new AUs taken every time.
+      std::vector<uint64_t> common;
+      const std::vector<uint64_t> meta = o.v3->meta_units();
+      std::set_intersection(prev_meta.begin(), prev_meta.end(), meta.begin(), meta.end(),
+                            std::back_inserter(common));
+      EXPECT_GT(common.size(), o.v3->choice().sb.journal[0].aus) << "chunks reused";
+    }
+    ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+  }
+}
+
+// ----------------------------------------------------- failures, power cuts
+
+// Each Env call of a checkpoint failing in turn, then each power-loss mode:
+// the pool opens as the previous checkpoint or the new one, whole. Then the
+// same format, retried without a power cut, writes the new one.
+TEST_F(FormatV3Ckpt, EveryFailedCallOpensThePreviousOrTheNewCheckpoint) {
+  // The previous checkpoint, on disk and durable.
+  MetaState prev;
+  prev.au = kGrain;
+  prev.AddLun(Lun(1, "a", 900, 1));
+  prev.AddLun(Lun(2, "b", 300, 2));
+  prev.AddLun(Lun(4, "c", 40, 4));
+  prev.next_lun_id = 5;
+  uint64_t lsn;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    lsn = o.meta.end.next_lsn + 10;
+    ASSERT_TRUE(Checkpoint(&o, prev, lsn).ok());
+  }
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  // The next: LUN 2 gone, LUN 1 changed in part, LUN 6 new.
+  MetaState next = Copy(prev);
+  next.EraseLun(2);
+  next.Find(1)->map.Remove(100, 300, nullptr);
+  next.AddLun(Lun(6, "d", 500, 6));
+  next.next_lun_id = 7;
+  DirtyRanges dirty;
+  dirty.MarkLun(2);
+  dirty.Mark(1, 100, 300);
+  dirty.MarkLun(6);
+  const uint64_t next_lsn = lsn + 50;
+
+  using Op = FaultInjectionEnv::Op;
+  const Op kOps[] = {Op::kWrite, Op::kSync};
+  // The calls of a clean checkpoint, per kind (from a fresh open: it
+  // spends a sequence first).
+  uint64_t clean_calls[2];
+  {
+    FaultInjectionEnv env;
+    env.Install("p", base.data(), base.size());
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    const uint64_t w = env.calls(Op::kWrite), s = env.calls(Op::kSync);
+    ASSERT_TRUE(Checkpoint(&o, next, next_lsn, &dirty).ok());
+    clean_calls[0] = env.calls(Op::kWrite) - w;
+    clean_calls[1] = env.calls(Op::kSync) - s;
+    EXPECT_GE(clean_calls[1], 5u) << "spent sequence (2 syncs), pages, both slots";
+  }
+  int old_state = 0, new_state = 0;
+  for (int k = 0; k < 2; k++) {
+    for (uint64_t nth = 0; nth < clean_calls[k]; nth++) {
+      for (int loss = -1; loss < 4; loss++) {  // -1: no power loss, the same format retries
+        for (uint64_t seed = 0; seed < (loss >= 2 ? 3u : 1u); seed++) {
+          SCOPED_TRACE("op " + std::to_string(k) + " call " + std::to_string(nth) + " loss " + std::to_string(loss) +
+                       " seed " + std::to_string(seed));
+          FaultInjectionEnv env;
+          env.Install("p", base.data(), base.size());
+          Opened o;
+          ASSERT_TRUE(Open(&env, &o).ok());
+          const uint64_t seq_before = o.format->superblock_seq();
+          env.FailAt(kOps[k], nth, Code::kIOError);
+          Status s = Checkpoint(&o, next, next_lsn, &dirty);
+          ASSERT_EQ(s.code(), Code::kIOError) << s.ToString();
+          if (loss < 0) {
+            // The format kept the previous checkpoint: the retry, under a
+            // sequence of its own, writes the new one.
+            const uint64_t failed_seq = o.format->superblock_seq() + 1;  // the failed attempt's, at most
+            ASSERT_TRUE(Checkpoint(&o, next, next_lsn, &dirty).ok());
+            EXPECT_GT(o.format->superblock_seq(), failed_seq);
+            EXPECT_GT(o.format->superblock_seq(), seq_before + 1);
+            o = Opened();
+            Opened back;
+            ASSERT_TRUE(Open(&env, &back).ok());
+            ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+            continue;
+          }
+          o = Opened();
+          env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), seed);
+          Opened back;
+          Status why = Open(&env, &back);
+          ASSERT_TRUE(why.ok()) << why.ToString();
+          if (back.meta.end.next_lsn == next_lsn) {
+            new_state++;
+            ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+          } else {
+            old_state++;
+            EXPECT_EQ(back.meta.end.next_lsn, lsn);
+            ASSERT_NO_FATAL_FAILURE(ExpectSameState(prev, back.st));
+          }
+          // Whichever it is, it checkpoints again, and its sequences move
+          // past every attempt's.
+          // The failed attempt wrote pages under seq_before + 2 only once
+          // the sequence before it was spent (two writes, two syncs).
+          const bool pages_written = nth >= 2;
+          ASSERT_TRUE(Checkpoint(&back, next, next_lsn + 1).ok());
+          EXPECT_GT(back.format->superblock_seq(), seq_before + (pages_written ? 2 : 1));
+        }
+      }
+    }
+  }
+  EXPECT_GT(old_state, 0);
+  EXPECT_GT(new_state, 0) << "a failure in the second slot's write leaves the new checkpoint durable";
+}
+
+// A Freeze belongs to the format and tree it was taken from, and the AUs
+// handed over must be free: refused before anything is written.
+TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 3000, 1));
+  st.next_lun_id = 2;
+  const uint64_t lsn = o.meta.end.next_lsn + 1;
+  FrozenCheckpoint f = o.format->Freeze(st);
+  ASSERT_GT(f.meta_units, 0u);
+  const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
+  std::vector<uint64_t> journal_au = FreeAus(*o.v3, f.meta_units);
+  journal_au[0] = o.v3->choice().sb.journal[0].first_au;
+  EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), f, journal_au, lsn).code(), Code::kInvalidArgument);
+  std::vector<uint64_t> twice = FreeAus(*o.v3, f.meta_units);
+  twice.push_back(twice[0]);
+  EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), f, twice, lsn).code(), Code::kInvalidArgument);
+  EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), FrozenCheckpoint(), {}, lsn).code(), Code::kInvalidArgument);
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite), writes);
+  ASSERT_TRUE(o.format->WriteCheckpoint(o.file.get(), f, FreeAus(*o.v3, f.meta_units), lsn).ok());
+  // f froze the tree before that checkpoint: its dirty set means nothing now.
+  Status s = o.format->WriteCheckpoint(o.file.get(), f, FreeAus(*o.v3, f.meta_units), lsn + 1);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  // Too few AUs: kNoSpace, and the pool still opens as it was.
+  st.AddLun(Lun(2, "b", 3000, 2));
+  st.next_lun_id = 3;
+  FrozenCheckpoint g = o.format->Freeze(st);
+  ASSERT_GT(g.meta_units, 0u);
+  EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), g, {}, lsn + 1).code(), Code::kNoSpace);
+  st.EraseLun(2);
+  st.next_lun_id = 2;
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+}
+
+}  // namespace
+}  // namespace cowstore::store
