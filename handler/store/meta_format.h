@@ -122,11 +122,11 @@ class MetaFormat {
 };
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
-// but FormatV3 (format_v3.h) loads only the simplest v3 pool and writes
-// nothing yet (plan step 5d), so the engine serves 1 and 2 only: were v3
-// built for Core, an empty v3 pool would load and Core would run a pool its
-// format cannot checkpoint or journal (and whose grain Core's space map
-// does not count in). kV1ToV3 is for FormatV3's own tests until Core serves
+// but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d: it
+// replays no journal record, cannot grow, and Core neither passes it dirty
+// ranges nor keeps the metadata AUs it reports after a checkpoint), so the
+// engine serves 1 and 2 only (Core's space map does not count in v3's
+// grain either). kV1ToV3 is for FormatV3's own tests until Core serves
 // format 3 (step 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {
   kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written

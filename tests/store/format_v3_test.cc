@@ -396,20 +396,23 @@ TEST(FormatV3Create, RefusesArgumentsBeforeWritingAnything) {
 
 // ---------------------------------------- what LoadState does not load yet
 
-// Each refused with kUnsupported, and the state left as it was (never half
-// loaded): an index root, LUN records, a journal holding records.
+// Refused, and the state left as it was (never half loaded): a journal
+// holding records (kUnsupported: not loaded yet), an index root naming no
+// index page (kCorruption). LUN records load (format_v3_ckpt_test.cc has
+// the checkpoints that write them).
 class FormatV3NotYet : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(CreateOn(&env_).ok());
     sb_ = SlotOf(&env_, 0);
   }
-  void ExpectUnsupported(const std::string& what) {
+  void ExpectUnsupported(const std::string& what) { ExpectRefused(Code::kUnsupported, what); }
+  void ExpectRefused(Code code, const std::string& what) {
     Opened o;
     o.st.next_lun_id = 99;  // LoadState must not touch it when it refuses
     Status why;
     ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoad) << why.ToString();
-    EXPECT_EQ(why.code(), Code::kUnsupported) << why.ToString();
+    EXPECT_EQ(why.code(), code) << why.ToString();
     EXPECT_NE(why.message().find(what), std::string::npos) << why.ToString();
     EXPECT_TRUE(o.st.luns.empty());
     EXPECT_EQ(o.st.next_lun_id, 99u);
@@ -429,14 +432,14 @@ class FormatV3NotYet : public ::testing::Test {
   SuperblockV3 sb_;
 };
 
-TEST_F(FormatV3NotYet, AnIndexRoot) {
+TEST_F(FormatV3NotYet, AnIndexRootNamingNoIndexPageIsCorruption) {
   SuperblockV3 sb = sb_;
-  sb.index = {IndexEntry{{1, 0}, {1, 100}, sb.data_offset + 4096, 1}, 0};  // in the metadata AU
+  sb.index = {IndexEntry{{1, 0}, {1, 100}, sb.data_offset + 4096, 1}, 0};  // in the metadata AU, zeros
   ASSERT_NO_FATAL_FAILURE(WriteBothSlots(&env_, sb));
-  ExpectUnsupported("checkpoint index (root page at byte " + std::to_string(sb.data_offset + 4096));
+  ExpectRefused(Code::kCorruption, "not an index page) (at address " + std::to_string(sb.data_offset + 4096));
 }
 
-TEST_F(FormatV3NotYet, LunRecords) {
+TEST_F(FormatV3NotYet, LunRecordsLoad) {
   auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
   ASSERT_TRUE(f.ok());
   LunRecord lun;
@@ -451,7 +454,17 @@ TEST_F(FormatV3NotYet, LunRecords) {
                   .ok());
   ASSERT_TRUE((*f)->Sync().ok());
   f->reset();
-  ExpectUnsupported("the LUN table holds 1 LUN(s)");
+  Opened o;
+  Status why;
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
+  EXPECT_EQ(o.st.next_lun_id, 2u);
+  ASSERT_EQ(o.st.luns.size(), 1u);
+  const LunState* l = o.st.Find(1);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->name, "a");
+  EXPECT_EQ(l->size, uint64_t{1} << 20);
+  EXPECT_EQ(l->map.extents(), 0u) << "no index: no runs";
+  EXPECT_EQ(o.meta.meta_units, (std::vector<uint64_t>{0, 1, 2}));  // the LUN table's AU, the journal's two
 }
 
 TEST_F(FormatV3NotYet, AJournalHoldingRecords) {
