@@ -13,6 +13,7 @@
 #include "handler/store/ckpt_page.h"  // kLeafPageBytes
 #include "handler/store/lun_table_page.h"
 #include "handler/store/names.h"
+#include "handler/store/journal.h"  // ReplayJournal
 #include "handler/store/replay.h"
 
 namespace cowstore::store {
@@ -33,10 +34,6 @@ constexpr uint64_t kCreateJournalAu = 1;
 std::string N(uint64_t v) { return std::to_string(v); }
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
-Status NotYet(const std::string& what) {
-  return Status(Code::kUnsupported,
-                "format 3: " + what + ", which this build does not load yet (store-v3.md plan step 5d)");
-}
 Status NotBuilt(const char* what) {
   return Status(Code::kUnsupported,
                 std::string("format 3: ") + what + " is not built yet (store-v3.md plan step 5d)");
@@ -188,26 +185,28 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     return Fallback(Status(Code::kCorruption, "format 3: the checkpoint tree maps LUN " + N(maps.begin()->first) +
                                                   ", which the LUN table does not hold"));
 
-  // The journal ring from the replay start. Any record with the start LSN
-  // would have to be applied: refused at the first, so nothing is applied
-  // and the scan stops there. With none, the scan's verdict stands: a torn
-  // or cleared ring is clean; damage later records vouch for, or a newer
-  // generation, is reported for Core to refuse or accept, as v2's.
+  // The journal ring from the replay start: its records applied to the
+  // checkpoint's state (ApplyRecord, as v2's ReplayJournal), framed as
+  // format 2 frames them (with `proven`), so damage is judged by the same
+  // rule: a torn or cleared ring is clean; damage later records vouch for,
+  // or a newer generation, is reported for Core to refuse or accept.
   auto layout = JournalLayout::Of(sb);
   if (!layout.ok()) return Fallback(layout.status());  // a decoded superblock's list: not expected
   JournalRingSource source(file, *layout, sb.journal_start);
-  // Records are framed as format 2 frames them (with `proven`), so the
-  // scan judges damage by the same rule.
-  auto scan = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes, [&sb](Record&&) {
-    return NotYet("the journal holds records from LSN " + N(sb.journal_start_lsn) + " on");
-  });
-  if (!scan.ok()) return scan.status();
-
-  ReplayEnd end = ReplayEndOf(std::move(scan).value());
+  ReplayEnd end;
+  s = ReplayJournal(&source, sb.journal_start_lsn, &loaded, &end, kFormatVersion);
+  if (!s.ok()) return s;
   // The ring's logical positions start at the replay start's ring offset
-  // (journal_segments.h); nothing was replayed, so the tail is there too.
+  // (journal_segments.h); the tail is past the records replayed.
   auto ring = JournalRing::Open(*layout, sb.journal_start, sb.journal_start + end.tail);
   if (!ring.ok()) return ring.status();
+  // Replayed records changed maps the tree does not hold, and no dirty
+  // range names them: the next checkpoint rewrites every LUN's leaves.
+  DirtyRanges replayed;
+  if (end.next_lsn != sb.journal_start_lsn) {
+    for (const auto& [id, l] : loaded.luns) replayed.MarkLun(id);
+    for (const IndexEntry& e : tree.leaves) replayed.MarkLun(e.first.lun);
+  }
 
   // Nothing refused from here on: the state and the report change together.
   *st = std::move(loaded);
@@ -215,7 +214,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   lun_pages_ = std::move(table.pages);
   DeriveChunks();
   seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
-  retry_dirty_ = DirtyRanges();
+  carried_dirty_ = std::move(replayed);
   checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = meta_units();
   out->end = std::move(end);
@@ -371,7 +370,7 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
     if (l->map.extents() > 0) f->maps.emplace(id, l->map);
   }
   f->dirty.Merge(dirty);
-  f->dirty.Merge(retry_dirty_);
+  f->dirty.Merge(carried_dirty_);
 
   const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
   const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
@@ -464,7 +463,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
     s = WriteSuperblock(file, nsb);
   }
   if (!s.ok()) {
-    retry_dirty_.Merge(f->dirty);
+    carried_dirty_.Merge(f->dirty);
     return s;
   }
   // The new checkpoint is durable: it is the format's, and the pages of
@@ -475,7 +474,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   DeriveChunks();
   seq_spent_ = false;
   ckpt_failed_ = false;
-  retry_dirty_ = DirtyRanges();
+  carried_dirty_ = DirtyRanges();
   checkpoints_++;
   ring_->Restart(nsb.write_unit);
   ring_->RaiseDurableLsn(start_lsn - 1);  // the checkpoint holds every earlier record

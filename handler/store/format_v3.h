@@ -2,7 +2,7 @@
 // FormatV3: pool format 3 behind MetaFormat (meta_format.h; store-v3.md 3.4,
 // 3.6, 3.7, plan step 5d): Create, the superblock choice, journal commits
 // over the ring, checkpoints (the LUN table and the maps' tree) and
-// LoadState of what they wrote, as long as the journal holds no record.
+// LoadState of what they wrote and of the journal after it.
 // Standalone: Core does not serve format 3 yet (ChooseMetaFormat refuses it
 // unless asked for ServedFormats::kV1ToV3), and PoolOptions names no format.
 //
@@ -65,12 +65,12 @@
 // the journal's extents (GrowJournal: step 5d's work left).
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
-// names (ReadCkptTree), each LUN's map the tree's; the metadata AUs Core
-// must not hand out are the chunks (the AUs of every page the superblock
-// names, through the chain and the tree) and the journal's
-// (LoadedMeta::meta_units). A journal holding records is still refused with
-// kUnsupported, before *st changes, never half (replay over JournalRing:
-// step 5d's work left).
+// names (ReadCkptTree), each LUN's map the tree's, then the journal's
+// records from the replay start (ReplayJournal over JournalRing, ApplyRecord
+// as v2), all into a state that replaces *st only when every step passed.
+// The metadata AUs Core must not hand out are the chunks (the AUs of every
+// page the superblock names, through the chain and the tree) and the
+// journal's (LoadedMeta::meta_units).
 #pragma once
 
 #include <cstdint>
@@ -109,12 +109,12 @@ class FormatV3 final : public MetaFormat {
   // what the other holds, for the open that must rewrite it).
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
   // Reads the LUN table and the tree into *st (LUNs, their maps, the next
-  // LUN id) and scans the journal ring from the replay start; *out's
-  // verdict is the scan's (a torn tail is clean; a damaged or newer journal
+  // LUN id) and replays the journal ring from the replay start; *out's
+  // verdict is replay's (a torn tail is clean; a damaged or newer journal
   // is reported for Core, as v2's). kCorruption for what the page codecs
-  // refuse and for a map of a LUN the table does not hold; kUnsupported for
-  // a journal holding records (header comment). *st is unchanged unless it
-  // succeeds.
+  // refuse, a page named twice or inside the journal, a map of a LUN the
+  // table does not hold; a record ApplyRecord refuses, as it refuses it.
+  // *st is unchanged unless it succeeds.
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
 
   // The journal ring from LoadState on (before it: nothing fits, nothing
@@ -125,9 +125,10 @@ class FormatV3 final : public MetaFormat {
   // the ring's tail and durable LSN stay.
   Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return !ring_ || ring_->tail() == ring_->start(); }
-  // 0 until a batch is committed: LoadState replays nothing, and 0 vouches
-  // for nothing, which meta_format.h allows (a stale value vouches for
-  // less). ring_ is engaged by LoadState, before the pool is shared.
+  // 0 until a batch or a checkpoint is committed (LoadState vouches for
+  // none of the records it replayed: 0 vouches for nothing, which
+  // meta_format.h allows, a stale value vouching for less). ring_ is
+  // engaged by LoadState, before the pool is shared.
   uint64_t durable_lsn() const override { return ring_ ? ring_->durable_lsn() : 0; }
   uint64_t superblock_seq() const override { return choice_.sb.seq; }
   // Copies what the checkpoint writes (LUN records, next LUN id, every map
@@ -136,8 +137,9 @@ class FormatV3 final : public MetaFormat {
   // writes for `dirty`) less the pages free in the current chunks. Without
   // `dirty`, every LUN is dirty: every leaf is rewritten (the engine does
   // not track dirty ranges yet: store-v3.md step 5d). `dirty` must cover
-  // every map change since the last checkpoint (dirty_ranges.h); a failed
-  // attempt's set is added to the next one's by the format.
+  // every map change since the last checkpoint (dirty_ranges.h) but those
+  // the format adds itself: a failed attempt's set, and after an open that
+  // replayed records every LUN (until a checkpoint succeeds).
   FrozenCheckpoint Freeze(const MetaState& st) const override;
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const;
   // The checkpoint (header comment): `f` must be this format's latest
@@ -197,7 +199,9 @@ class FormatV3 final : public MetaFormat {
   // attempt of the last session, or one that failed): then that sequence
   // is spent by a superblock write before the next attempt (header comment).
   bool seq_spent_ = true;
-  DirtyRanges retry_dirty_;  // failed attempts' dirty sets, for the next attempt
+  // Marks every Freeze adds to its caller's until a checkpoint succeeds:
+  // failed attempts' sets, and every LUN after a replay applied records.
+  DirtyRanges carried_dirty_;
   // A checkpoint attempt failed after its first write: the disk may name
   // the attempt's journal start, past records the ring would still append
   // (meta_format.h: Core fails the pool). Until a checkpoint succeeds,

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <set>
 #include <string>
@@ -135,6 +136,8 @@ Status Checkpoint(Opened* o, const MetaState& st, uint64_t start_lsn, const Dirt
   FrozenCheckpoint f = dirty ? o->v3->Freeze(st, *dirty) : o->format->Freeze(st);
   return o->format->WriteCheckpoint(o->file.get(), f, FreeAus(*o->v3, f.meta_units), start_lsn);
 }
+
+const DirtyRanges kNothingDirty;
 
 class FormatV3Ckpt : public ::testing::Test {
  protected:
@@ -307,6 +310,56 @@ TEST_F(FormatV3Ckpt, ThePreviousCheckpointsPagesAreNotWritten) {
     }
     ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
   }
+}
+
+// ---------------------------------------------------------------- replay
+
+// Records committed after a checkpoint replay on open (ApplyRecord, as v2),
+// and the next checkpoint holds them even when its caller's dirty set is
+// empty: the maps they changed are named by no dirty range, so the format
+// rewrites every LUN after a replay (without that, LUN 1's change would sit
+// in a leaf named again, and be lost).
+TEST_F(FormatV3Ckpt, ReplayedRecordsLoadAndTheNextCheckpointHoldsThem) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 700, 1));
+  st.next_lun_id = 2;
+  uint64_t lsn;
+  std::vector<Record> records(3);
+  records[0].type = RecType::kCreateLun;
+  records[0].lun = 2;
+  records[0].name = "r";
+  records[0].uuid = Id(2);
+  records[0].a = uint64_t{1} << 30;
+  records[0].bs = 512;
+  records[1].type = RecType::kMap;
+  records[1].lun = 1;
+  records[1].runs = {store::Run{1, 1500, 1}};  // between two runs of its first leaf
+  records[2].type = RecType::kMap;
+  records[2].lun = 2;
+  records[2].runs = {store::Run{0, 1600, 4}};
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    lsn = o.meta.end.next_lsn + 5;
+    ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+    JournalBatch b;
+    for (size_t i = 0; i < records.size(); i++) FrameRecord(records[i], lsn + i, o.format->durable_lsn(), &b.bytes);
+    b.last_lsn = lsn + records.size() - 1;
+    ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
+  }
+  MetaState want = Copy(st);
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  const uint64_t next = lsn + records.size();
+
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, o.st));
+  EXPECT_EQ(o.meta.end.next_lsn, next);
+  EXPECT_FALSE(o.format->journal_empty());
+  ASSERT_TRUE(Checkpoint(&o, o.st, next, &kNothingDirty).ok());
+  o = Opened();
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(want, next));
 }
 
 // ----------------------------------------------------- failures, power cuts

@@ -394,19 +394,17 @@ TEST(FormatV3Create, RefusesArgumentsBeforeWritingAnything) {
   EXPECT_NE(PoolUnitsRuleV3((uint64_t{1} << 42) + 1, 1 << 20, 1 << 20), "");
 }
 
-// ---------------------------------------- what LoadState does not load yet
+// ------------------------------------------- what LoadState loads or refuses
 
-// Refused, and the state left as it was (never half loaded): a journal
-// holding records (kUnsupported: not loaded yet), an index root naming no
-// index page (kCorruption). LUN records load (format_v3_ckpt_test.cc has
-// the checkpoints that write them).
+// An index root naming no index page is refused (kCorruption), the state
+// left as it was (never half loaded); LUN records and journal records load
+// (format_v3_ckpt_test.cc has the checkpoints that write them).
 class FormatV3NotYet : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(CreateOn(&env_).ok());
     sb_ = SlotOf(&env_, 0);
   }
-  void ExpectUnsupported(const std::string& what) { ExpectRefused(Code::kUnsupported, what); }
   void ExpectRefused(Code code, const std::string& what) {
     Opened o;
     o.st.next_lun_id = 99;  // LoadState must not touch it when it refuses
@@ -467,10 +465,16 @@ TEST_F(FormatV3NotYet, LunRecordsLoad) {
   EXPECT_EQ(o.meta.meta_units, (std::vector<uint64_t>{0, 1, 2}));  // the LUN table's AU, the journal's two
 }
 
-TEST_F(FormatV3NotYet, AJournalHoldingRecords) {
+TEST_F(FormatV3NotYet, AJournalHoldingRecordsIsReplayed) {
   std::string two = Seal(sb_.journal_start_lsn) + Seal(sb_.journal_start_lsn + 1);
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), two));
-  ExpectUnsupported("the journal holds records from LSN " + std::to_string(sb_.journal_start_lsn));
+  Opened o;
+  Status why;
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
+  EXPECT_EQ(o.meta.end.next_lsn, sb_.journal_start_lsn + 2);
+  EXPECT_EQ(o.meta.end.tail, two.size());
+  EXPECT_FALSE(o.meta.end.damaged);
+  EXPECT_FALSE(o.format->journal_empty());
 }
 
 // What replays nothing is loaded, with the scan's verdict for Core: a torn
