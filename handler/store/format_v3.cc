@@ -152,8 +152,9 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   CkptTree tree;
   s = ReadCkptTree(PoolOf(sb), sb.index, *file, &maps, &tree);
   if (!s.ok()) return Fallback(s);
-  // Pages are 4 KiB apart but the two structures are read apart: one page
-  // named by both would be overwritten by the next checkpoint's writes.
+  // The chain and the tree are read apart, so neither codec sees the
+  // other's pages: a page named by both would be freed as one while the
+  // other still names it, then overwritten by a later checkpoint.
   std::vector<uint64_t> pages = tree.Pages();
   pages.insert(pages.end(), table.pages.begin(), table.pages.end());
   std::sort(pages.begin(), pages.end());

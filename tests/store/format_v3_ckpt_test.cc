@@ -18,6 +18,7 @@
 #include "handler/store/dirty_ranges.h"
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v3.h"
+#include "handler/store/lun_table_page.h"
 #include "handler/store/meta_format.h"
 
 namespace cowstore::store {
@@ -310,6 +311,50 @@ TEST_F(FormatV3Ckpt, ThePreviousCheckpointsPagesAreNotWritten) {
     }
     ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
   }
+}
+
+// A tree that maps a LUN the LUN table does not hold is refused, not loaded
+// as an orphan map (its grains would count as used by no LUN), and the
+// state is left as it was.
+TEST_F(FormatV3Ckpt, AMapOfALunTheTableDoesNotHoldIsCorruption) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 50, 1));
+  st.AddLun(Lun(2, "b", 50, 2));
+  st.next_lun_id = 3;
+  SuperblockV3 sb;
+  std::vector<uint64_t> chain;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    ASSERT_TRUE(Checkpoint(&o, st, o.meta.end.next_lsn + 1).ok());
+    sb = o.v3->choice().sb;
+    chain = o.v3->lun_table_pages();
+  }
+  // The table rewritten in place, under its own sequence, without LUN 2.
+  auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(chain.size(), 1u);
+  LunRecord one;
+  one.id = 1;
+  one.name = "a";
+  one.uuid = Id(1);
+  one.size = uint64_t{1} << 30;
+  one.attrs.created = 1700000001;
+  uint64_t root = 0;
+  std::vector<uint64_t> written;
+  ASSERT_TRUE(WriteLunTable(f->get(), sb.uuid, sb.lun_table.seq, 3, {one},
+                            [&]() -> Result<uint64_t> { return chain[0]; }, &root, &written)
+                  .ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+  f->reset();
+  Opened o;
+  o.st.next_lun_id = 99;
+  Status s = Open(&env_, &o);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find("maps LUN 2, which the LUN table does not hold"), std::string::npos) << s.ToString();
+  EXPECT_TRUE(o.st.luns.empty());
+  EXPECT_EQ(o.st.next_lun_id, 99u);
 }
 
 // ---------------------------------------------------------------- replay
