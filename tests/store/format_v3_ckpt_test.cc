@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <memory>
 #include <set>
@@ -510,6 +511,87 @@ TEST_F(FormatV3Ckpt, EveryFailedCallOpensThePreviousOrTheNewCheckpoint) {
   }
   EXPECT_GT(old_state, 0);
   EXPECT_GT(new_state, 0) << "a failure in the second slot's write leaves the new checkpoint durable";
+}
+
+// A device with a hook on every write: passed on, lost (the call succeeds
+// and the media keeps its old bytes, a misbehaving disk's lost write), or
+// failed.
+class HookedFile final : public File {
+ public:
+  enum class Fate { kPass, kLose, kFail };
+  HookedFile(File* f, std::function<Fate(uint64_t off)> hook) : f_(f), hook_(std::move(hook)) {}
+  Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+  Status Write(uint64_t off, size_t n, const void* buf) override {
+    switch (hook_(off)) {
+      case Fate::kPass: return f_->Write(off, n, buf);
+      case Fate::kLose: return Status::Ok();
+      case Fate::kFail: break;
+    }
+    return Status(Code::kIOError, "injected");
+  }
+  Status Sync() override { return f_->Sync(); }
+  Result<uint64_t> Size() override { return f_->Size(); }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+  bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+ private:
+  File* f_;
+  std::function<Fate(uint64_t)> hook_;
+};
+
+// store-v3.md step 5d's hazard: an attempt writes its pages and fails at
+// its superblock; the retry takes the same free pages, and the disk loses
+// those writes. The pages then hold the failed attempt's bytes, CRC-valid:
+// under the retry's own sequence they are refused (kCorruption), where
+// under the failed attempt's they would load its maps silently.
+TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 300, 1));
+  st.next_lun_id = 2;
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  const uint64_t lsn = o.meta.end.next_lsn + 1;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  const uint64_t data_offset = o.v3->choice().sb.data_offset;
+
+  // Attempt A: a state of other runs; its pages are written, its first
+  // superblock slot write fails.
+  MetaState a = Copy(st);
+  a.EraseLun(1);
+  a.AddLun(Lun(1, "a", 300, 5));
+  std::set<uint64_t> a_pages;
+  HookedFile fail_sb(o.file.get(), [&](uint64_t off) {
+    if (off >= data_offset) {
+      a_pages.insert(off);
+      return HookedFile::Fate::kPass;
+    }
+    return a_pages.empty() ? HookedFile::Fate::kPass : HookedFile::Fate::kFail;
+  });
+  FrozenCheckpoint fa = o.format->Freeze(a);
+  ASSERT_EQ(o.format->WriteCheckpoint(&fail_sb, fa, FreeAus(*o.v3, fa.meta_units), lsn + 1).code(),
+            Code::kIOError);
+  ASSERT_FALSE(a_pages.empty());
+
+  // Retry B: yet other runs; every write to a page A wrote is lost.
+  MetaState b = Copy(st);
+  b.EraseLun(1);
+  b.AddLun(Lun(1, "a", 300, 9));
+  std::set<uint64_t> lost;
+  HookedFile lose(o.file.get(), [&](uint64_t off) {
+    if (!a_pages.count(off)) return HookedFile::Fate::kPass;
+    lost.insert(off);
+    return HookedFile::Fate::kLose;
+  });
+  FrozenCheckpoint fb = o.format->Freeze(b);
+  ASSERT_TRUE(o.format->WriteCheckpoint(&lose, fb, FreeAus(*o.v3, fb.meta_units), lsn + 1).ok());
+  ASSERT_FALSE(lost.empty()) << "the retry took pages the failed attempt wrote";
+  o = Opened();
+
+  Opened back;
+  Status s = Open(&env_, &back);
+  EXPECT_EQ(s.code(), Code::kCorruption) << (s.ok() ? "loaded a state mixing attempt A's pages" : s.ToString());
 }
 
 // A Freeze belongs to the format and tree it was taken from, and the AUs
