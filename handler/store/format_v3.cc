@@ -425,7 +425,10 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   if (seq_spent_) {
     SuperblockV3 burn = cur;
     burn.seq++;
-    if (Status s = WriteSuperblock(file, burn); !s.ok()) return s;
+    if (Status s = WriteSuperblock(file, burn); !s.ok()) {
+      carried_dirty_.Merge(f->dirty);
+      return s;
+    }
     seq_spent_ = false;
   }
   nsb.seq = choice_.sb.seq + 1;

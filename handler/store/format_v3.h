@@ -121,8 +121,9 @@ class FormatV3 final : public MetaFormat {
   // was committed).
   bool Fits(size_t bytes) const override { return ring_ && ring_->Fits(bytes); }
   // Rewrites a slot the chooser named (above), then JournalRing::WriteBatch.
-  // kNoSpace, nothing written, when the batch does not fit; on any failure
-  // the ring's tail and durable LSN stay.
+  // kNoSpace, nothing written, when the batch does not fit; kInvalidArgument,
+  // nothing written, after a failed checkpoint (WriteCheckpoint); on any
+  // failure the ring's tail and durable LSN stay.
   Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return !ring_ || ring_->tail() == ring_->start(); }
   // 0 until a batch or a checkpoint is committed (LoadState vouches for
@@ -132,7 +133,9 @@ class FormatV3 final : public MetaFormat {
   uint64_t durable_lsn() const override { return ring_ ? ring_->durable_lsn() : 0; }
   uint64_t superblock_seq() const override { return choice_.sb.seq; }
   // Copies what the checkpoint writes (LUN records, next LUN id, every map
-  // with runs) and asks for meta_units AUs: the pages it may write (its LUN
+  // with runs: O(extents) under Core's metadata lock, as v2's encoding; the
+  // writer reads only the dirty LUNs' maps, but needs every LUN with leaves
+  // present) and asks for meta_units AUs: the pages it may write (its LUN
   // table pages, and a bound on the leaves and index pages WriteCkptTree
   // writes for `dirty`) less the pages free in the current chunks. Without
   // `dirty`, every LUN is dirty: every leaf is rewritten (the engine does
@@ -148,7 +151,10 @@ class FormatV3 final : public MetaFormat {
   // journal (kInvalidArgument, nothing written). kNoSpace when the pages
   // do not fit the chunks and `units`. On success meta_units() is the new
   // checkpoint's; on failure every in-memory state is the previous
-  // checkpoint's, and the next attempt writes a superblock first (above).
+  // checkpoint's, the frozen dirty set is carried into the next Freeze
+  // (merging it back too is harmless), the next attempt writes a
+  // superblock first (above), and CommitBatch refuses until a checkpoint
+  // succeeds: the disk may already name this attempt's journal start.
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
   // Step 5d's work left, kUnsupported (Core never reaches it: ChooseMetaFormat, kV1V2).

@@ -20,6 +20,7 @@
 #include "handler/store/dirty_ranges.h"
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v3.h"
+#include "handler/store/journal.h"
 #include "handler/store/lun_table_page.h"
 #include "handler/store/meta_format.h"
 
@@ -634,6 +635,37 @@ TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
   Opened back;
   Status s = Open(&env_, &back);
   EXPECT_EQ(s.code(), Code::kCorruption) << (s.ok() ? "loaded a state mixing attempt A's pages" : s.ToString());
+}
+
+// After a failed checkpoint the disk may name the attempt's journal start
+// (its first slot written), which records appended at the old tail would
+// not follow: no batch until a checkpoint succeeds, then batches replay.
+TEST_F(FormatV3Ckpt, NoBatchBetweenAFailedCheckpointAndASuccessfulOne) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 100, 1));
+  st.next_lun_id = 2;
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  const uint64_t lsn = o.meta.end.next_lsn + 1;
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 3, Code::kIOError);  // the first slot's (after the spent sequence's two and the pages')
+  ASSERT_EQ(Checkpoint(&o, st, lsn).code(), Code::kIOError);
+  Record seal;
+  seal.type = RecType::kSeal;
+  JournalBatch b;
+  FrameRecord(seal, lsn, o.format->durable_lsn(), &b.bytes);
+  b.last_lsn = lsn;
+  const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
+  EXPECT_EQ(o.format->CommitBatch(o.file.get(), b).code(), Code::kInvalidArgument);
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite), writes);
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
+  EXPECT_EQ(o.format->durable_lsn(), lsn);
+  o = Opened();
+  Opened back;
+  ASSERT_TRUE(Open(&env_, &back).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
+  EXPECT_EQ(back.meta.end.next_lsn, lsn + 1);
 }
 
 // A Freeze belongs to the format and tree it was taken from, and the AUs
