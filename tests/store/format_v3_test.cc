@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// FormatV3's first part (format_v3.h): Create's layout and its power-cut
-// safety, the superblock choice through ChooseMetaFormat, LoadState of the
-// pool Create lays out, and the refusals: arguments Create must not write,
-// v3 pools Core must not open yet, and what LoadState does not load.
+// FormatV3 (format_v3.h): Create's layout and its power-cut safety, the
+// superblock choice through ChooseMetaFormat, LoadState of the pool Create
+// lays out, journal commits over the ring, and the refusals: arguments
+// Create must not write, v3 pools Core must not open yet, what LoadState
+// refuses. Checkpoints: format_v3_ckpt_test.cc.
 #include "handler/store/format_v3.h"
 
 #include <gtest/gtest.h>
