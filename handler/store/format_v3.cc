@@ -421,6 +421,15 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   std::string img;
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
 
+  // The writer rule's open half first: when the chooser passed over a slot
+  // (damaged, stale), the chosen copy is the pool's only valid one, and the
+  // spend write below may go to its slot first; a cut tearing that write
+  // would leave no slot to open. So the other slot gets the chosen copy,
+  // synced, before any superblock of a new sequence is written.
+  if (Status s = RewriteOtherSlot(file); !s.ok()) {
+    carried_dirty_.Merge(f->dirty);
+    return s;
+  }
   // Spend a sequence an earlier attempt may have used (header comment).
   if (seq_spent_) {
     SuperblockV3 burn = cur;

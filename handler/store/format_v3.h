@@ -57,11 +57,12 @@
 // Writes: CommitBatch appends to the journal ring (JournalRing, in
 // CommitJournalBatch's order), after the open's half of the writer rule:
 // a slot not holding the chosen copy is rewritten with it, synced, before
-// the format's first write (a checkpoint's first superblock write, which
-// goes to both slots, does it too). (Core's open also writes data, zeroing
-// free AUs the older copy may still use, before any batch: wiring FormatV3
-// into Core needs that rewrite as a step of its own, called before the
-// first write of any kind.) Grow is kUnsupported, and a checkpoint keeps
+// the format's first write (WriteCheckpoint does it first too: its first
+// superblock write, of a new sequence, goes to slot seq % 2, which may
+// hold the chosen copy, then the pool's only valid one). (Core's open
+// also writes data, zeroing free AUs the older copy may still use, before
+// any batch: wiring FormatV3 into Core needs that rewrite as a step of its
+// own, called before the first write of any kind.) Grow is kUnsupported, and a checkpoint keeps
 // the journal's extents (GrowJournal: step 5d's work left).
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
