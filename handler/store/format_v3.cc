@@ -386,6 +386,7 @@ Status FormatV3::WriteSuperblock(File* file, const SuperblockV3& sb) {
   std::string img;
   Status s = EncodeSuperblockV3(sb, &img);
   const uint64_t first = sb.seq % 2;
+  if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
   if (s.ok()) s = file->Write(first * kSuperblockSlot, img.size(), img.data());
   if (s.ok()) s = file->Sync();
   if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
@@ -430,10 +431,14 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
     carried_dirty_.Merge(f->dirty);
     return s;
   }
-  // Spend a sequence an earlier attempt may have used (header comment).
+  // Spend a sequence an earlier attempt may have used (header comment),
+  // under one above every sequence this format wrote: a failed attempt's
+  // superblock may sit in both slots under choice_.sb.seq + 1 (it failed
+  // at its last sync), and a different copy under that sequence in one
+  // slot would be "two writers" to the chooser.
   if (seq_spent_) {
     SuperblockV3 burn = cur;
-    burn.seq++;
+    burn.seq = std::max(cur.seq, highest_seq_used_) + 1;
     if (Status s = WriteSuperblock(file, burn); !s.ok()) {
       carried_dirty_.Merge(f->dirty);
       return s;
@@ -441,6 +446,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
     seq_spent_ = false;
   }
   nsb.seq = choice_.sb.seq + 1;
+  highest_seq_used_ = std::max(highest_seq_used_, nsb.seq);
   seq_spent_ = true;  // from here on pages may carry nsb.seq
   ckpt_failed_ = true;  // until the attempt succeeds (CommitBatch)
 

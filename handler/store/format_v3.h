@@ -50,9 +50,12 @@
 // even across crashes: an attempt uses the durable superblock's sequence
 // + 1 only if no attempt may have used it yet; otherwise (the first
 // checkpoint after an open, or after a failed attempt) a superblock naming
-// the current checkpoint under that sequence is written first, both slots
-// synced, so that a page a lost write left from an attempt never carries
-// the sequence a later index names (ckpt_tree.h says why).
+// the current checkpoint is written first, both slots synced, under the
+// sequence after the highest this format wrote (a failed attempt's
+// superblock may be on disk, in both slots, under the one after the
+// durable superblock's: no other copy may carry it), so that a page a lost write left from an
+// attempt never carries the sequence a later index names (ckpt_tree.h says
+// why).
 //
 // Writes: CommitBatch appends to the journal ring (JournalRing, in
 // CommitJournalBatch's order), after the open's half of the writer rule:
@@ -206,6 +209,10 @@ class FormatV3 final : public MetaFormat {
   // attempt of the last session, or one that failed): then that sequence
   // is spent by a superblock write before the next attempt (header comment).
   bool seq_spent_ = true;
+  // The highest sequence this format wrote a superblock or pages under (a
+  // failed attempt's may be above choice_.sb.seq, and on disk): the spend
+  // write takes the next above it, never one a failed attempt used.
+  uint64_t highest_seq_used_ = 0;
   // Marks every Freeze adds to its caller's until a checkpoint succeeds:
   // failed attempts' sets, and every LUN after a replay applied records.
   DirtyRanges carried_dirty_;
