@@ -209,34 +209,40 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     for (const IndexEntry& e : tree.leaves) replayed.MarkLun(e.first.lun);
   }
 
-  // Nothing refused from here on: the state and the report change together.
+  // What allocates (the chunks, the units reported) before anything
+  // changes: an exception (bad_alloc) leaves *st and the format as they
+  // were. Nothing refused or allocated from here on: the state and the
+  // report change together, by moves.
+  std::set<uint64_t> chunks = ChunksOf(tree, table.pages);
+  std::vector<uint64_t> units = UnitsOf(chunks);
   *st = std::move(loaded);
   tree_ = std::move(tree);
   lun_pages_ = std::move(table.pages);
-  DeriveChunks();
+  chunks_.swap(chunks);
   seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
   carried_dirty_ = std::move(replayed);
   checkpoints_++;     // a Freeze of another tree does not apply to this one
-  out->meta_units = meta_units();
+  out->meta_units = std::move(units);
   out->end = std::move(end);
   ring_.emplace(std::move(ring).value());
   return Status::Ok();
 }
 
-std::vector<uint64_t> FormatV3::LivePages() const {
-  std::vector<uint64_t> pages = tree_.Pages();
-  pages.insert(pages.end(), lun_pages_.begin(), lun_pages_.end());
+std::vector<uint64_t> FormatV3::PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages) {
+  std::vector<uint64_t> pages = tree.Pages();
+  pages.insert(pages.end(), lun_pages.begin(), lun_pages.end());
   std::sort(pages.begin(), pages.end());
   return pages;
 }
 
-void FormatV3::DeriveChunks() {
-  chunks_.clear();
-  for (uint64_t a : LivePages()) chunks_.insert(AuOf(a));
+std::set<uint64_t> FormatV3::ChunksOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages) const {
+  std::set<uint64_t> chunks;
+  for (uint64_t a : PagesOf(tree, lun_pages)) chunks.insert(AuOf(a));
+  return chunks;
 }
 
-std::vector<uint64_t> FormatV3::meta_units() const {
-  std::vector<uint64_t> units(chunks_.begin(), chunks_.end());
+std::vector<uint64_t> FormatV3::UnitsOf(const std::set<uint64_t>& chunks) const {
+  std::vector<uint64_t> units(chunks.begin(), chunks.end());
   for (const JournalExtent& x : choice_.sb.journal)
     for (uint64_t i = 0; i < x.aus; i++) units.push_back(x.first_au + i);
   std::sort(units.begin(), units.end());
@@ -375,14 +381,14 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
 
   const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
   const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
-  const uint64_t free_pages = chunks_.size() * per_au - LivePages().size();
+  const uint64_t free_pages = chunks_.size() * per_au - PagesOf(tree_, lun_pages_).size();
   FrozenCheckpoint out;
   out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
   out.detail = std::move(f);
   return out;
 }
 
-Status FormatV3::WriteSuperblock(File* file, const SuperblockV3& sb) {
+Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   std::string img;
   Status s = EncodeSuperblockV3(sb, &img);
   const uint64_t first = sb.seq % 2;
@@ -392,7 +398,7 @@ Status FormatV3::WriteSuperblock(File* file, const SuperblockV3& sb) {
   if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
   if (s.ok()) s = file->Sync();
   if (!s.ok()) return s;
-  choice_.sb = sb;
+  choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
   choice_.slot = 0;
   choice_.redundant = true;
   choice_.other = -1;
@@ -421,16 +427,17 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   nsb.journal_start_lsn = start_lsn;
   std::string img;
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+  // The frozen dirty set is carried into the next Freeze from here on, so
+  // that any failure (a status, or an exception: bad_alloc) keeps it; a
+  // success clears it.
+  carried_dirty_.Merge(f->dirty);
 
   // The writer rule's open half first: when the chooser passed over a slot
   // (damaged, stale), the chosen copy is the pool's only valid one, and the
   // spend write below may go to its slot first; a cut tearing that write
   // would leave no slot to open. So the other slot gets the chosen copy,
   // synced, before any superblock of a new sequence is written.
-  if (Status s = RewriteOtherSlot(file); !s.ok()) {
-    carried_dirty_.Merge(f->dirty);
-    return s;
-  }
+  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
   // Spend a sequence an earlier attempt may have used (header comment),
   // under one above every sequence this format wrote: a failed attempt's
   // superblock may sit in both slots under choice_.sb.seq + 1 (it failed
@@ -439,10 +446,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   if (seq_spent_) {
     SuperblockV3 burn = cur;
     burn.seq = std::max(cur.seq, highest_seq_used_) + 1;
-    if (Status s = WriteSuperblock(file, burn); !s.ok()) {
-      carried_dirty_.Merge(f->dirty);
-      return s;
-    }
+    if (Status s = WriteSuperblock(file, std::move(burn)); !s.ok()) return s;
     seq_spent_ = false;
   }
   nsb.seq = choice_.sb.seq + 1;
@@ -452,7 +456,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
 
   // The pages: those of the chunks the current checkpoint leaves free,
   // then the AUs given, each in address order.
-  std::vector<uint64_t> live = LivePages();
+  std::vector<uint64_t> live = PagesOf(tree_, lun_pages_);
   std::vector<uint64_t> pages;
   const uint64_t per_au = cur.au / kLeafPageBytes;
   auto add_au = [&](uint64_t au) {
@@ -476,26 +480,27 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   CkptWrite w;
   if (s.ok()) s = WriteCkptTree(PoolOf(cur), nsb.seq, maps, f->dirty, tree_, alloc, *file, &w);
   if (s.ok() && w.written.empty()) s = file->Sync();  // WriteCkptTree syncs only what it wrote
+  // The new chunks before the superblock: nothing that allocates (and may
+  // throw) runs once it is durable, so the format never holds half of it.
+  std::set<uint64_t> chunks;
+  if (s.ok()) chunks = ChunksOf(w.tree, lun_pages);
   if (s.ok()) {
     nsb.index = w.tree.root;
     nsb.lun_table = {lun_root, nsb.seq};
-    s = WriteSuperblock(file, nsb);
+    s = WriteSuperblock(file, std::move(nsb));
   }
-  if (!s.ok()) {
-    carried_dirty_.Merge(f->dirty);
-    return s;
-  }
-  // The new checkpoint is durable: it is the format's, and the pages of
-  // the previous one it no longer names are free (so are the chunks left
-  // without a live page: meta_units()).
+  if (!s.ok()) return s;
+  // The new checkpoint is durable: it is the format's (by moves and swaps
+  // only), and the pages of the previous one it no longer names are free
+  // (so are the chunks left without a live page: meta_units()).
   tree_ = std::move(w.tree);
   lun_pages_ = std::move(lun_pages);
-  DeriveChunks();
+  chunks_.swap(chunks);
   seq_spent_ = false;
   ckpt_failed_ = false;
   carried_dirty_ = DirtyRanges();
   checkpoints_++;
-  ring_->Restart(nsb.write_unit);
+  ring_->Restart(choice_.sb.write_unit);
   ring_->RaiseDurableLsn(start_lsn - 1);  // the checkpoint holds every earlier record
   return Status::Ok();
 }

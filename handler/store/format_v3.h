@@ -118,7 +118,8 @@ class FormatV3 final : public MetaFormat {
   // is reported for Core, as v2's). kCorruption for what the page codecs
   // refuse, a page named twice or inside the journal, a map of a LUN the
   // table does not hold; a record ApplyRecord refuses, as it refuses it.
-  // *st is unchanged unless it succeeds.
+  // *st and the format are unchanged unless it succeeds (an exception
+  // too: the commit only moves).
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
 
   // The journal ring from LoadState on (before it: nothing fits, nothing
@@ -154,7 +155,9 @@ class FormatV3 final : public MetaFormat {
   // another checkpoint) and `units` free AUs outside the chunks and the
   // journal (kInvalidArgument, nothing written). kNoSpace when the pages
   // do not fit the chunks and `units`. On success meta_units() is the new
-  // checkpoint's; on failure every in-memory state is the previous
+  // checkpoint's; on failure (a status, or an exception such as bad_alloc:
+  // whatever allocates runs before the superblock write, the commit after
+  // it only moves) every in-memory state is the previous
   // checkpoint's, the frozen dirty set is carried into the next Freeze
   // (merging it back too is harmless), the next attempt writes a
   // superblock first (above), and CommitBatch refuses until a checkpoint
@@ -169,7 +172,7 @@ class FormatV3 final : public MetaFormat {
   // a checkpoint, what Core keeps as metadata (every other AU it handed
   // over, and every chunk no longer listed, it may free: the superblock
   // naming the new pages is durable).
-  std::vector<uint64_t> meta_units() const;
+  std::vector<uint64_t> meta_units() const { return UnitsOf(chunks_); }
   // The current checkpoint's tree (tests: which pages it names).
   const CkptTree& tree() const { return tree_; }
   const std::vector<uint64_t>& lun_table_pages() const { return lun_pages_; }
@@ -189,12 +192,17 @@ class FormatV3 final : public MetaFormat {
   // writes, which this completes: store-v3.md 3.7) once writes moved past it.
   Status RewriteOtherSlot(File* file);
   // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
-  // slot, sync. On success both slots hold `sb` and it is the choice.
-  Status WriteSuperblock(File* file, const SuperblockV3& sb);
-  // Pages the current checkpoint names (LUN table and tree), sorted.
-  std::vector<uint64_t> LivePages() const;
-  // Replaces the chunks with the AUs of the live pages.
-  void DeriveChunks();
+  // slot, sync. On success both slots hold `sb` and it is the choice (moved
+  // in: nothing allocates once the writes are durable).
+  Status WriteSuperblock(File* file, SuperblockV3 sb);
+  // The pages a checkpoint names (its tree and LUN table chain), sorted.
+  static std::vector<uint64_t> PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages);
+  // The chunks of those pages (their AUs). Computed before the state they
+  // belong to is committed, which then only moves and swaps: a bad_alloc
+  // never leaves the format half updated.
+  std::set<uint64_t> ChunksOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages) const;
+  // `chunks` and the journal's AUs, sorted (meta_units()).
+  std::vector<uint64_t> UnitsOf(const std::set<uint64_t>& chunks) const;
   uint64_t AuOf(uint64_t addr) const { return (addr - choice_.sb.data_offset) / choice_.sb.au; }
 
   uint64_t device_bytes_;

@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <random>
 #include <memory>
+#include <new>
 #include <set>
 #include <string>
 #include <tuple>
@@ -24,6 +26,22 @@
 #include "handler/store/journal.h"
 #include "handler/store/lun_table_page.h"
 #include "handler/store/meta_format.h"
+
+// Allocation failure, for the bad_alloc tests: while armed (>= 0), the
+// allocation after that many more throws. Every other test runs unarmed.
+namespace {
+int64_t g_allocs_before_failure = -1;
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_allocs_before_failure >= 0 && g_allocs_before_failure-- == 0) throw std::bad_alloc();
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+// Not inlined: GCC would see free() of what operator new returned and warn
+// (-Wmismatched-new-delete), though both are these replacements.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace cowstore::store {
 namespace {
@@ -691,6 +709,129 @@ TEST_F(FormatV3Ckpt, APowerCutInARetryAfterAFailedLastSyncStillOpens) {
   auto [old_state, new_state] = CutEachCallOf(
       base, fail_last_sync, [&](Opened* o) { return Checkpoint(o, next, next_lsn); }, prev, lsn, next, next_lsn, 3);
   EXPECT_GT(old_state + new_state, 0);
+}
+
+// The AUs the format's pages lie in and the journal's, from what the
+// format names (its tree and LUN table chain), sorted: meta_units() must
+// agree with it whatever happened.
+std::vector<uint64_t> UnitsOfPagesNamed(const FormatV3& v3) {
+  const SuperblockV3& sb = v3.choice().sb;
+  std::set<uint64_t> units;
+  for (uint64_t a : LivePages(v3)) units.insert((a - sb.data_offset) / sb.au);
+  for (const JournalExtent& x : sb.journal)
+    for (uint64_t i = 0; i < x.aus; i++) units.insert(x.first_au + i);
+  return {units.begin(), units.end()};
+}
+
+// An allocation failing (bad_alloc) at any point of a checkpoint leaves the
+// format whole, as the previous checkpoint or the new one: its meta_units()
+// are the chunks of the pages it names, and a retry writes the new
+// checkpoint, which opens.
+TEST_F(FormatV3Ckpt, ABadAllocAnywhereInACheckpointLeavesTheFormatWhole) {
+  MetaState prev;
+  prev.au = kGrain;
+  prev.AddLun(Lun(1, "a", 30, 1));
+  prev.next_lun_id = 2;
+  uint64_t lsn;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    lsn = o.meta.end.next_lsn + 10;
+    ASSERT_TRUE(Checkpoint(&o, prev, lsn).ok());
+  }
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  MetaState next = Copy(prev);
+  next.AddLun(Lun(2, "b", 20, 2));
+  next.next_lun_id = 3;
+  const uint64_t next_lsn = lsn + 50;
+  FaultInjectionEnv env;
+  int thrown = 0;
+  for (int64_t n = 0;; n++) {
+    SCOPED_TRACE("allocation " + std::to_string(n));
+    env.Install("p", base.data(), base.size());
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    const FrozenCheckpoint f = o.format->Freeze(next);
+    const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
+    Status s;
+    bool threw = false;
+    g_allocs_before_failure = n;
+    try {
+      s = o.format->WriteCheckpoint(o.file.get(), f, units, next_lsn);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_allocs_before_failure = -1;
+    if (s.ok() && !threw) break;
+    thrown++;  // a bad_alloc thrown, or one a callee turned into a status
+    ASSERT_EQ(o.v3->meta_units(), UnitsOfPagesNamed(*o.v3));
+    ASSERT_TRUE(Checkpoint(&o, next, next_lsn).ok());
+    o = Opened();
+    Opened back;
+    ASSERT_TRUE(Open(&env, &back).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+  }
+  EXPECT_GT(thrown, 0);
+}
+
+// An allocation failing at any point of LoadState leaves the state it was
+// given and the format as they were; LoadState then loads.
+TEST_F(FormatV3Ckpt, ABadAllocAnywhereInLoadStateLeavesTheStateAsItWas) {
+  MetaState want;
+  want.au = kGrain;
+  want.AddLun(Lun(1, "a", 30, 1));
+  want.AddLun(Lun(2, "b", 20, 2));
+  want.next_lun_id = 3;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    ASSERT_TRUE(Checkpoint(&o, want, o.meta.end.next_lsn + 10).ok());
+  }
+  int thrown = 0;
+  for (int64_t n = 0;; n++) {
+    SCOPED_TRACE("allocation " + std::to_string(n));
+    auto file = env_.OpenLocked("p", Env::Mode::kReadWrite);
+    ASSERT_TRUE(file.ok());
+    SuperblockSlots slots;
+    auto chosen = ChooseMetaFormat(file->get(), &slots, ServedFormats::kV1ToV3);
+    ASSERT_TRUE(chosen.ok());
+    auto* v3 = dynamic_cast<FormatV3*>(chosen->get());
+    ASSERT_NE(v3, nullptr);
+    PoolGeometry g;
+    ASSERT_TRUE(v3->ChooseSuperblock(slots, &g).ok());
+    const std::vector<uint64_t> units_before = v3->meta_units();
+    MetaState st;
+    st.au = g.grain;
+    st.next_lun_id = 77;
+    LoadedMeta meta;
+    Status s;
+    bool threw = false;
+    g_allocs_before_failure = n;
+    try {
+      s = v3->LoadState(file->get(), &st, &meta);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_allocs_before_failure = -1;
+    if (s.ok() && !threw) {
+      ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, st));
+      break;
+    }
+    // A bad_alloc thrown, or one the replay turned into kNoSpace.
+    if (!threw) {
+      EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+    }
+    thrown++;
+    EXPECT_TRUE(st.luns.empty());
+    EXPECT_EQ(st.next_lun_id, 77u);
+    EXPECT_EQ(v3->meta_units(), units_before);
+    EXPECT_TRUE(v3->tree().leaves.empty());
+    EXPECT_FALSE(v3->Fits(1));
+    st.next_lun_id = 1;
+    ASSERT_TRUE(v3->LoadState(file->get(), &st, &meta).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, st));
+  }
+  EXPECT_GT(thrown, 0);
 }
 
 // A device with a hook on every write: passed on, lost (the call succeeds
