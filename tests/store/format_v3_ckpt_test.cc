@@ -4,7 +4,10 @@
 // power-loss mode, opens as the previous checkpoint or the new one, never a
 // mix; the previous checkpoint's pages are not written before the
 // superblock that replaces it is durable; every attempt takes a fresh
-// sequence.
+// sequence. Power cut at each call of the first checkpoint after a damaged
+// slot, and of a retry after an attempt failed at its last sync: the pool
+// opens. An allocation failing anywhere in a checkpoint or LoadState
+// leaves the format (and LoadState's *st) whole.
 #include <gtest/gtest.h>
 
 #include <algorithm>
