@@ -171,9 +171,7 @@ Status Superblock::Decode(const void* p, size_t n, Superblock* sb) {
   // Every field is bounded by what Create and Grow can write, so nothing
   // derived from it (offsets, unit counts, buffer sizes) can overflow or ask
   // for more memory than a pool of that size legitimately needs.
-  bool pow2 = sb->au && (sb->au & (sb->au - 1)) == 0;
-  if (!pow2 || sb->au < (64u << 10) || sb->au > (1u << 20) || sb->journal_bytes < kMinJournalBytes ||
-      sb->journal_bytes > kMaxJournalBytes || sb->journal_bytes % 4096 != 0 ||
+  if (!ValidAllocationUnit(sb->au) || !JournalBytesRule(sb->journal_bytes).empty() ||
       sb->data_offset != DataOffsetV2(sb->au, sb->journal_bytes) ||
       sb->size_bytes < sb->data_offset || !PoolUnitsRule(sb->total_units()).empty())
     return Status(Code::kCorruption, "superblock geometry is inconsistent");

@@ -951,6 +951,21 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
 #if COWSTORE_CAN_REPLACE_NEW()
 // ------------------------------------------------ allocation failure
 
+// Runs op with allocation `fail_in` (0: the first) failing; whether op
+// threw std::bad_alloc.
+template <typename Op>
+bool ThrowsBadAlloc(int64_t fail_in, Op&& op) {
+  bool threw = false;
+  t_fail_in = fail_in;
+  try {
+    op();
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  t_fail_in = -1;
+  return threw;
+}
+
 // What GrainSpace shows: after a std::bad_alloc, exactly what it was.
 struct Visible {
   std::map<uint64_t, uint64_t> free_runs;
@@ -976,14 +991,7 @@ uint64_t FailEachAllocationInTurn(const GrainSpace& s, bool whole, Op op, Check 
   for (int64_t k = 0;; k++) {
     SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
     const Visible before = See(s);
-    bool threw = false;
-    t_fail_in = k;
-    try {
-      op();
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    t_fail_in = -1;
+    const bool threw = ThrowsBadAlloc(k, op);
     EXPECT_EQ(s.free_space().index().Check(), "");
     check();
     if (!threw) return failures;
@@ -1083,27 +1091,11 @@ TEST(FreeRunsAllocationFailure, AddAllocatesAtMostOneNodeAndChangesNothingWithou
   FreeRuns f;
   f.Add(10, 5);
   f.Add(30, 5);
-  bool threw = false;
-  t_fail_in = 0;
-  try {
-    f.Add(5, 5);
-  } catch (const std::bad_alloc&) {
-    threw = true;
-  }
-  t_fail_in = -1;
-  EXPECT_FALSE(threw);
+  EXPECT_FALSE(ThrowsBadAlloc(0, [&] { f.Add(5, 5); }));
   EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{5, 10}, {30, 5}}));
   EXPECT_EQ(f.count(), 15u);
 
-  threw = false;
-  t_fail_in = 0;
-  try {
-    f.Add(20, 2);
-  } catch (const std::bad_alloc&) {
-    threw = true;
-  }
-  t_fail_in = -1;
-  EXPECT_TRUE(threw);
+  EXPECT_TRUE(ThrowsBadAlloc(0, [&] { f.Add(20, 2); }));
   EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{5, 10}, {30, 5}}));
   EXPECT_EQ(f.count(), 15u);
 }
@@ -1118,15 +1110,8 @@ TEST(FreeRunsAllocationFailure, TakeIsAllOrNothing) {
     f.Add(0, 10);
     f.Add(20, 10);
     std::vector<uint64_t> out;
-    bool threw = false;
-    t_fail_in = k;
-    try {
-      f.Take(15, &out);  // the first run whole, then a piece of the second
-    } catch (const std::bad_alloc&) {
-      threw = true;
-    }
-    t_fail_in = -1;
-    if (threw) {
+    // the first run whole, then a piece of the second
+    if (ThrowsBadAlloc(k, [&] { f.Take(15, &out); })) {
       EXPECT_EQ(f.runs(), (std::map<uint64_t, uint64_t>{{0, 10}, {20, 10}}));
       EXPECT_EQ(f.count(), 20u);
       EXPECT_TRUE(out.empty());
