@@ -220,6 +220,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   lun_pages_ = std::move(table.pages);
   chunks_.swap(chunks);
   seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
+  needs_open_ckpt_ = true;  // the ring may hold stale records past end.tail
   carried_dirty_ = std::move(replayed);
   checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = std::move(units);
@@ -266,14 +267,16 @@ Status FormatV3::RewriteOtherSlot(File* file) {
 
 Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
   if (!ring_) return Status(Code::kInvalidArgument, "format 3: CommitBatch before LoadState");
+  if (needs_open_ckpt_)
+    return Status(Code::kInvalidArgument,
+                  "format 3: no batch before the open's checkpoint (the replayed ring may hold stale records "
+                  "past its tail)");
   if (ckpt_failed_)
     return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
-  // Refused before the slot rewrite too: a batch that does not fit changes
-  // nothing on disk (the caller checkpoints instead).
+  // The writer rule's open half needs no step here: the open's checkpoint,
+  // which every batch follows, rewrote the other slot first.
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
-  Status s = RewriteOtherSlot(file);
-  if (!s.ok()) return s;
   return ring_->WriteBatch(file, b);
 }
 
@@ -498,6 +501,7 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   chunks_.swap(chunks);
   seq_spent_ = false;
   ckpt_failed_ = false;
+  needs_open_ckpt_ = false;
   carried_dirty_ = DirtyRanges();
   checkpoints_++;
   ring_->Restart(choice_.sb.write_unit);

@@ -57,12 +57,14 @@
 // attempt never carries the sequence a later index names (ckpt_tree.h says
 // why).
 //
-// Writes: CommitBatch appends to the journal ring (JournalRing, in
-// CommitJournalBatch's order), after the open's half of the writer rule:
-// a slot not holding the chosen copy is rewritten with it, synced, before
-// the format's first write (WriteCheckpoint does it first too: its first
-// superblock write, of a new sequence, goes to slot seq % 2, which may
-// hold the chosen copy, then the pool's only valid one). (Core's open
+// Writes: the open's checkpoint comes first (CommitBatch refuses until one
+// succeeded: the replayed ring may hold stale records past its tail), and
+// it begins with the open's half of the writer rule: a slot not holding
+// the chosen copy is rewritten with it, synced, before the format's first
+// write (its first superblock write, of a new sequence, goes to slot
+// seq % 2, which may hold the chosen copy, then the pool's only valid
+// one). CommitBatch then appends to the journal ring (JournalRing, in
+// CommitJournalBatch's order). (Core's open
 // also writes data, zeroing free AUs the older copy may still use, before
 // any batch: wiring FormatV3 into Core needs that rewrite as a step of its
 // own, called before the first write of any kind.) Grow is kUnsupported, and a checkpoint keeps
@@ -125,10 +127,15 @@ class FormatV3 final : public MetaFormat {
   // The journal ring from LoadState on (before it: nothing fits, nothing
   // was committed).
   bool Fits(size_t bytes) const override { return ring_ && ring_->Fits(bytes); }
-  // Rewrites a slot the chooser named (above), then JournalRing::WriteBatch.
-  // kNoSpace, nothing written, when the batch does not fit; kInvalidArgument,
-  // nothing written, after a failed checkpoint (WriteCheckpoint); on any
-  // failure the ring's tail and durable LSN stay.
+  // JournalRing::WriteBatch, once the open's checkpoint succeeded.
+  // kInvalidArgument, nothing written, between LoadState and that
+  // checkpoint: a replay that ended at a torn tail may leave stale CRC-valid
+  // records right after it, and records appended there could let a later
+  // replay chain a stale record after a new one (the checkpoint restarts
+  // the ring past them, under a new start LSN). kInvalidArgument, nothing
+  // written, after a failed checkpoint too (WriteCheckpoint); kNoSpace,
+  // nothing written, when the batch does not fit; on any failure the ring's
+  // tail and durable LSN stay.
   Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return !ring_ || ring_->tail() == ring_->start(); }
   // 0 until a batch or a checkpoint is committed (LoadState vouches for
@@ -229,6 +236,9 @@ class FormatV3 final : public MetaFormat {
   // (meta_format.h: Core fails the pool). Until a checkpoint succeeds,
   // CommitBatch refuses.
   bool ckpt_failed_ = false;
+  // Set by LoadState until a checkpoint succeeds: CommitBatch refuses
+  // (CommitBatch's comment says why).
+  bool needs_open_ckpt_ = false;
 };
 
 }  // namespace cowstore::store

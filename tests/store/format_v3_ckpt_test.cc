@@ -949,6 +949,44 @@ TEST_F(FormatV3Ckpt, NoBatchBetweenAFailedCheckpointAndASuccessfulOne) {
   EXPECT_EQ(back.meta.end.next_lsn, lsn + 1);
 }
 
+// A replay that ended at a torn tail may leave stale CRC-valid records
+// right after it: a batch appended there could be followed, on the next
+// replay, by a stale record of the next LSN. So no batch between LoadState
+// and the open's checkpoint (which restarts the ring past them); nothing is
+// written for a refused one. Then batches go through and replay.
+TEST_F(FormatV3Ckpt, NoBatchBetweenLoadStateAndTheOpensCheckpoint) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 100, 1));
+  st.next_lun_id = 2;
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  const uint64_t lsn = o.meta.end.next_lsn + 1;
+  Record seal;
+  seal.type = RecType::kSeal;
+  JournalBatch b;
+  FrameRecord(seal, o.meta.end.next_lsn, o.format->durable_lsn(), &b.bytes);
+  b.last_lsn = o.meta.end.next_lsn;
+  const std::vector<uint8_t> before = env_.Snapshot("p");
+  const uint64_t calls = env_.mutating_calls();
+  Status s = o.format->CommitBatch(o.file.get(), b);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  EXPECT_EQ(env_.mutating_calls(), calls);
+  EXPECT_EQ(env_.Snapshot("p"), before);
+  EXPECT_TRUE(o.format->journal_empty());
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+  b.bytes.clear();
+  FrameRecord(seal, lsn, o.format->durable_lsn(), &b.bytes);
+  b.last_lsn = lsn;
+  ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
+  EXPECT_EQ(o.format->durable_lsn(), lsn);
+  o = Opened();
+  Opened back;
+  ASSERT_TRUE(Open(&env_, &back).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
+  EXPECT_EQ(back.meta.end.next_lsn, lsn + 1);
+}
+
 // A Freeze belongs to the format and tree it was taken from, and the AUs
 // handed over must be free: refused before anything is written.
 TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {

@@ -502,12 +502,27 @@ TEST_F(FormatV3NotYet, ANewerGenerationIsReportedNotReplayed) {
 
 // ----------------------------------------------------------- journal ring
 
-// CommitBatch over the ring Create laid out and LoadState opened.
+// CommitBatch over the ring Create laid out and LoadState opened, after
+// the open's checkpoint (no batch may come before it).
 class FormatV3Journal : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(CreateOn(&env_).ok()); }
-  // Chooses and loads the pool read-write, keeping the file for writes.
+  // Chooses and loads the pool read-write, keeping the file for writes,
+  // then writes the open's checkpoint, as Core's open does.
   void Load() {
+    ASSERT_NO_FATAL_FAILURE(LoadOnly());
+    ASSERT_NO_FATAL_FAILURE(OpenCheckpoint());
+  }
+  // The open's checkpoint of the empty pool (its LUN table page fits the
+  // metadata chunk: no AU to hand over), its journal starting at next_lsn_.
+  void OpenCheckpoint() {
+    const FrozenCheckpoint f = format_->Freeze(MetaState());
+    ASSERT_EQ(f.meta_units, 0u);
+    Status s = format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    sb_ = v3_->choice().sb;
+  }
+  void LoadOnly() {
     auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
     ASSERT_TRUE(f.ok());
     file_ = std::move(f).value();
@@ -577,7 +592,7 @@ class FormatV3Journal : public ::testing::Test {
 TEST_F(FormatV3Journal, CommitBatchMakesItsRecordsDurableInTheRing) {
   ASSERT_NO_FATAL_FAILURE(Load());
   EXPECT_TRUE(format_->journal_empty());
-  EXPECT_EQ(format_->durable_lsn(), 0u);
+  EXPECT_EQ(format_->durable_lsn(), next_lsn_ - 1) << "the checkpoint holds every record before its start";
   const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
   JournalBatch b = Batch(3);
   ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
@@ -622,34 +637,40 @@ TEST_F(FormatV3Journal, FitsIsTheRingsRoomAndAFullBatchWritesNothing) {
 }
 
 // The writer rule's open half: a slot the chooser named is rewritten with
-// the chosen copy, synced, before the first record is written; if that
-// rewrite fails, nothing of the batch is written.
-TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheFirstRecord) {
+// the chosen copy, synced, before the open's checkpoint (the format's first
+// write: no batch comes before it) writes anything else; if that rewrite
+// fails, nothing else is written. Batches then need no rewrite.
+TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheOpensCheckpointWritesAnythingElse) {
   env_.Corrupt("p", kSuperblockSlot + 40, 1);
-  ASSERT_NO_FATAL_FAILURE(Load());
+  ASSERT_NO_FATAL_FAILURE(LoadOnly());
   ASSERT_FALSE(v3_->choice().redundant);
   ASSERT_EQ(v3_->choice().other, 1);
-  const std::string ring = Ring();
-  // The rewrite's write fails: no record written, the ring as it was.
+  const std::vector<uint8_t> image = env_.Snapshot("p");
+  const uint64_t seq = v3_->superblock_seq();
+  // The rewrite's write fails: nothing written.
   env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
-  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
-  EXPECT_EQ(Ring(), ring);
-  EXPECT_TRUE(format_->journal_empty());
-  EXPECT_EQ(format_->durable_lsn(), 0u);
+  const FrozenCheckpoint f = format_->Freeze(MetaState());
+  EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
+  EXPECT_EQ(env_.Snapshot("p"), image);
   EXPECT_FALSE(v3_->choice().redundant);
-  // The rewrite's sync fails: still no record written.
+  EXPECT_EQ(v3_->superblock_seq(), seq);
+  // The rewrite's sync fails: only the slot was written, with the chosen copy.
   env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
-  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
-  EXPECT_EQ(Ring(), ring);
-  EXPECT_TRUE(format_->journal_empty());
-  // Then it goes through: the slot first (synced), then the batch.
+  const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
+  EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite) - writes, 1u);
+  std::vector<uint8_t> want = image;
+  std::copy(image.begin(), image.begin() + kSuperblockSlot, want.begin() + kSuperblockSlot);
+  EXPECT_EQ(env_.Snapshot("p"), want);
+  EXPECT_EQ(v3_->superblock_seq(), seq);
+  // Then it goes through, and a batch after it rewrites no slot.
   env_.ClearFaults();
-  next_lsn_ = sb_.journal_start_lsn;
-  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
-  ASSERT_TRUE(format_->CommitBatch(file_.get(), Batch(1)).ok());
-  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 2u);
+  ASSERT_NO_FATAL_FAILURE(OpenCheckpoint());
   EXPECT_EQ(Slot(1), Slot(0));
   EXPECT_TRUE(v3_->choice().redundant);
+  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), Batch(1)).ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 1u);
   EXPECT_EQ(DurableRecordsAfterPowerLoss(), 1u);
   SuperblockChoice c;
   const std::vector<uint8_t> img = env_.Snapshot("p");
@@ -673,8 +694,9 @@ TEST_F(FormatV3Journal, AFailedBatchMovesNeitherTailNorDurableLsn) {
 
 // An upgrade cut after its first slot write (store-v3.md 3.7): the v3 copy
 // in slot 0 beside the v2 copy it started from in slot 1. FormatV3 takes the
-// v3 copy, and its first write completes the upgrade by rewriting the v2
-// slot; Core still refuses the pool (it does not serve format 3 yet).
+// v3 copy, and its first write (the open's checkpoint, before any batch)
+// completes the upgrade by rewriting the v2 slot; Core still refuses the
+// pool (it does not serve format 3 yet).
 TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   FaultInjectionEnv env;
   Superblock v2;
@@ -728,6 +750,11 @@ TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   LoadedMeta meta;
   ASSERT_TRUE(v3->LoadState(f->get(), &st, &meta).ok());
   EXPECT_EQ(meta.meta_units, (std::vector<uint64_t>{0, 1}));
+  const uint64_t v3_slot_seq = v3->superblock_seq();
+  const FrozenCheckpoint frozen = v3->Freeze(st);
+  ASSERT_EQ(frozen.meta_units, 0u);
+  ASSERT_TRUE(v3->WriteCheckpoint(f->get(), frozen, {}, meta.end.next_lsn).ok());
+  EXPECT_GT(v3->superblock_seq(), v3_slot_seq);
   JournalBatch b;
   Record seal;
   seal.type = RecType::kSeal;
