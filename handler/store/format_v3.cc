@@ -284,6 +284,8 @@ namespace {
 
 // What Freeze copies for WriteCheckpoint (meta_format.h's FrozenDetail).
 struct FrozenV3 final : FrozenDetail {
+  // The format that froze it, by address: a Freeze must never outlive its
+  // format (format_v3.h), or a later one at that address could take it.
   const FormatV3* format = nullptr;  // the format that froze it ...
   uint64_t checkpoint = 0;           // ... over its tree after this many checkpoints
   uint32_t next_lun_id = 0;
@@ -364,6 +366,10 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st) const {
 }
 
 FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty) const {
+  // Before LoadState there is no checkpoint to shadow (before
+  // ChooseSuperblock, not even an AU size to count pages by): a Freeze of
+  // no detail, which WriteCheckpoint refuses.
+  if (!ring_) return FrozenCheckpoint();
   auto f = std::make_shared<FrozenV3>();
   f->format = this;
   f->checkpoint = checkpoints_;

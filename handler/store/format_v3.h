@@ -154,7 +154,11 @@ class FormatV3 final : public MetaFormat {
   // not track dirty ranges yet: store-v3.md step 5d). `dirty` must cover
   // every map change since the last checkpoint (dirty_ranges.h) but those
   // the format adds itself: a failed attempt's set, and after an open that
-  // replayed records every LUN (until a checkpoint succeeds).
+  // replayed records every LUN (until a checkpoint succeeds). Before
+  // LoadState: no detail and no AU asked for, which WriteCheckpoint refuses.
+  // The result names this format by its address (WriteCheckpoint checks it
+  // is this format's): it must never outlive the format, or a format later
+  // built at the same address could take it for its own.
   FrozenCheckpoint Freeze(const MetaState& st) const override;
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const;
   // The checkpoint (header comment): `f` must be this format's latest

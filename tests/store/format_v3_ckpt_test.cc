@@ -987,6 +987,38 @@ TEST_F(FormatV3Ckpt, NoBatchBetweenLoadStateAndTheOpensCheckpoint) {
   EXPECT_EQ(back.meta.end.next_lsn, lsn + 1);
 }
 
+// A Freeze before LoadState (before ChooseSuperblock too: no AU size yet)
+// asks for nothing, without dividing by a zero page count, and
+// WriteCheckpoint refuses it, nothing written, also once the format loaded.
+TEST_F(FormatV3Ckpt, AFreezeBeforeLoadStateAsksForNothingAndIsRefused) {
+  auto file = env_.OpenLocked("p", Env::Mode::kReadWrite);
+  ASSERT_TRUE(file.ok());
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(file->get(), &slots, ServedFormats::kV1ToV3);
+  ASSERT_TRUE(chosen.ok());
+  MetaFormat& format = **chosen;
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 3000, 1));
+  st.next_lun_id = 2;
+  const FrozenCheckpoint before_choice = format.Freeze(st);
+  EXPECT_EQ(before_choice.meta_units, 0u);
+  PoolGeometry g;
+  ASSERT_TRUE(format.ChooseSuperblock(slots, &g).ok());
+  const FrozenCheckpoint before_load = format.Freeze(st);
+  EXPECT_EQ(before_load.meta_units, 0u);
+  MetaState loaded;
+  loaded.au = g.grain;
+  LoadedMeta meta;
+  ASSERT_TRUE(format.LoadState(file->get(), &loaded, &meta).ok());
+  const uint64_t calls = env_.mutating_calls();
+  for (const FrozenCheckpoint* f : {&before_choice, &before_load}) {
+    Status s = format.WriteCheckpoint(file->get(), *f, {}, meta.end.next_lsn + 1);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  }
+  EXPECT_EQ(env_.mutating_calls(), calls);
+}
+
 // A Freeze belongs to the format and tree it was taken from, and the AUs
 // handed over must be free: refused before anything is written.
 TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
