@@ -123,10 +123,11 @@ class MetaFormat {
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
 // but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d: it
-// replays no journal record, cannot grow, and Core neither passes it dirty
-// ranges nor keeps the metadata AUs it reports after a checkpoint), so the
-// engine serves 1 and 2 only (Core's space map does not count in v3's
-// grain either). kV1ToV3 is for FormatV3's own tests until Core serves
+// cannot grow, its checkpoints keep the journal's extents (no GrowJournal),
+// and Core neither passes it dirty ranges nor keeps the metadata AUs it
+// reports after a checkpoint: Core's InstallMeta frees the previous
+// checkpoint's AUs, which for v3 are live chunks), so the engine serves 1
+// and 2 only (Core's space map does not count in v3's grain either). kV1ToV3 is for FormatV3's own tests until Core serves
 // format 3 (step 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {
   kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written

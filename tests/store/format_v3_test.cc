@@ -400,7 +400,7 @@ TEST(FormatV3Create, RefusesArgumentsBeforeWritingAnything) {
 // An index root naming no index page is refused (kCorruption), the state
 // left as it was (never half loaded); LUN records and journal records load
 // (format_v3_ckpt_test.cc has the checkpoints that write them).
-class FormatV3NotYet : public ::testing::Test {
+class FormatV3LoadState : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(CreateOn(&env_).ok());
@@ -431,14 +431,14 @@ class FormatV3NotYet : public ::testing::Test {
   SuperblockV3 sb_;
 };
 
-TEST_F(FormatV3NotYet, AnIndexRootNamingNoIndexPageIsCorruption) {
+TEST_F(FormatV3LoadState, AnIndexRootNamingNoIndexPageIsCorruption) {
   SuperblockV3 sb = sb_;
   sb.index = {IndexEntry{{1, 0}, {1, 100}, sb.data_offset + 4096, 1}, 0};  // in the metadata AU, zeros
   ASSERT_NO_FATAL_FAILURE(WriteBothSlots(&env_, sb));
   ExpectRefused(Code::kCorruption, "not an index page) (at address " + std::to_string(sb.data_offset + 4096));
 }
 
-TEST_F(FormatV3NotYet, LunRecordsLoad) {
+TEST_F(FormatV3LoadState, LunRecordsLoad) {
   auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
   ASSERT_TRUE(f.ok());
   LunRecord lun;
@@ -466,7 +466,7 @@ TEST_F(FormatV3NotYet, LunRecordsLoad) {
   EXPECT_EQ(o.meta.meta_units, (std::vector<uint64_t>{0, 1, 2}));  // the LUN table's AU, the journal's two
 }
 
-TEST_F(FormatV3NotYet, AJournalHoldingRecordsIsReplayed) {
+TEST_F(FormatV3LoadState, AJournalHoldingRecordsIsReplayed) {
   std::string two = Seal(sb_.journal_start_lsn) + Seal(sb_.journal_start_lsn + 1);
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), two));
   Opened o;
@@ -481,7 +481,7 @@ TEST_F(FormatV3NotYet, AJournalHoldingRecordsIsReplayed) {
 // What replays nothing is loaded, with the scan's verdict for Core: a torn
 // first record is a clean tail; a record of a later LSN where the first
 // should be is a newer generation (Core refuses it unless told to accept).
-TEST_F(FormatV3NotYet, ATornRecordIsACleanEmptyJournal) {
+TEST_F(FormatV3LoadState, ATornRecordIsACleanEmptyJournal) {
   const std::string rec = Seal(sb_.journal_start_lsn);
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), rec.substr(0, rec.size() - 3)));
   Opened o;
@@ -490,7 +490,7 @@ TEST_F(FormatV3NotYet, ATornRecordIsACleanEmptyJournal) {
   ASSERT_NO_FATAL_FAILURE(ExpectNewPool(o, Params{}, sb_.journal_start_lsn));
 }
 
-TEST_F(FormatV3NotYet, ANewerGenerationIsReportedNotReplayed) {
+TEST_F(FormatV3LoadState, ANewerGenerationIsReportedNotReplayed) {
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), Seal(sb_.journal_start_lsn + 5)));
   Opened o;
   Status why;
