@@ -292,6 +292,7 @@ struct FrozenV3 final : FrozenDetail {
   std::vector<LunRecord> luns;         // id order
   std::map<uint32_t, ExtentMap> maps;  // the LUNs with runs
   DirtyRanges dirty;                   // relative to that tree
+  uint64_t pages = 0;                  // the bound on the pages its checkpoint writes
 };
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
@@ -389,12 +390,18 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   f->dirty.Merge(carried_dirty_);
 
   const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
+  f->pages = pages;
   const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
   const uint64_t free_pages = chunks_.size() * per_au - PagesOf(tree_, lun_pages_).size();
   FrozenCheckpoint out;
   out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
   out.detail = std::move(f);
   return out;
+}
+
+uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  return f ? f->pages : 0;
 }
 
 Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {

@@ -161,6 +161,11 @@ class FormatV3 final : public MetaFormat {
   // built at the same address could take it for its own.
   FrozenCheckpoint Freeze(const MetaState& st) const override;
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const;
+  // The pages a Freeze bounded its checkpoint's writes by (the LUN table's
+  // and the tree's; 0 for a Freeze of no detail or another format's): tests
+  // hold what a checkpoint wrote against it, which the free pages of the
+  // chunks would otherwise hide.
+  static uint64_t PagesBound(const FrozenCheckpoint& f);
   // The checkpoint (header comment): `f` must be this format's latest
   // Freeze (kInvalidArgument, nothing written, for a Freeze from before
   // another checkpoint) and `units` free AUs outside the chunks and the

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <random>
 #include <memory>
 #include <new>
@@ -421,6 +422,161 @@ TEST_F(FormatV3Ckpt, AMapOfALunTheTableDoesNotHoldIsCorruption) {
   EXPECT_NE(s.message().find("maps LUN 2, which the LUN table does not hold"), std::string::npos) << s.ToString();
   EXPECT_TRUE(o.st.luns.empty());
   EXPECT_EQ(o.st.next_lun_id, 99u);
+}
+
+// Hands out `pages` in order (the crafted trees below), then kNoSpace.
+class ListedPages final : public PageAllocator {
+ public:
+  explicit ListedPages(std::vector<uint64_t> pages) : pages_(std::move(pages)) {}
+  Result<uint64_t> Allocate() override {
+    if (next_ == pages_.size()) return Status(Code::kNoSpace, "no page listed");
+    return pages_[next_++];
+  }
+
+ private:
+  std::vector<uint64_t> pages_;
+  size_t next_ = 0;
+};
+
+// A tree of `st`'s maps written at `first` (its first leaf) and then at the
+// free pages of AU 0, under the sequence after `sb`'s; both slots then name
+// it beside `sb`'s LUN table, synced. The tree's root must not be `first`.
+void WriteTreeNamingPage(FaultInjectionEnv* env, const SuperblockV3& sb, const std::vector<uint64_t>& live,
+                         const MetaState& st, uint64_t first) {
+  auto f = env->OpenLocked("p", Env::Mode::kReadWrite);
+  ASSERT_TRUE(f.ok());
+  std::vector<uint64_t> pages{first};
+  for (uint64_t a = sb.data_offset; a < sb.data_offset + sb.au; a += 4096)
+    if (!std::binary_search(live.begin(), live.end(), a)) pages.push_back(a);
+  ListedPages alloc(std::move(pages));
+  std::map<uint32_t, const ExtentMap*> maps;
+  DirtyRanges dirty;
+  for (const auto& [id, l] : st.luns) {
+    maps.emplace(id, &l->map);
+    dirty.MarkLun(id);
+  }
+  SuperblockV3 nsb = sb;
+  nsb.seq = sb.seq + 1;
+  CkptWrite w;
+  ASSERT_TRUE(WriteCkptTree(CkptPool{IndexReadBound(nsb), nsb.grains()}, nsb.seq, maps, dirty, CkptTree(), alloc,
+                            **f, &w)
+                  .ok());
+  ASSERT_NE(w.tree.root.entry.addr, first);
+  ASSERT_TRUE(std::count(w.written.begin(), w.written.end(), first)) << "the crafted tree names the page";
+  nsb.index = w.tree.root;
+  std::string img;
+  ASSERT_TRUE(EncodeSuperblockV3(nsb, &img).ok());
+  for (uint64_t slot = 0; slot < 2; slot++) ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, img.size(), img.data()).ok());
+  ASSERT_TRUE((*f)->Sync().ok());
+}
+
+// LoadState of the pool `env` holds, reading through `device` (the file
+// itself when null), must refuse with kCorruption naming `what`, leaving the
+// state it was given and the format as they were.
+void ExpectLoadRefused(FaultInjectionEnv* env, const std::function<std::unique_ptr<File>(File*)>& device,
+                       const std::string& what) {
+  auto own = env->OpenLocked("p", Env::Mode::kReadOnly);
+  ASSERT_TRUE(own.ok());
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(own->get(), &slots, ServedFormats::kV1ToV3);
+  ASSERT_TRUE(chosen.ok());
+  auto* v3 = dynamic_cast<FormatV3*>(chosen->get());
+  ASSERT_NE(v3, nullptr);
+  PoolGeometry g;
+  Status s = v3->ChooseSuperblock(slots, &g);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::vector<uint64_t> units = v3->meta_units();
+  MetaState st;
+  st.au = g.grain;
+  st.next_lun_id = 99;
+  LoadedMeta meta;
+  std::unique_ptr<File> through = device ? device(own->get()) : nullptr;
+  s = v3->LoadState(through ? through.get() : own->get(), &st, &meta);
+  EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+  EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
+  EXPECT_TRUE(st.luns.empty());
+  EXPECT_EQ(st.next_lun_id, 99u);
+  EXPECT_TRUE(meta.meta_units.empty());
+  EXPECT_EQ(v3->meta_units(), units);
+  EXPECT_TRUE(v3->tree().leaves.empty());
+  EXPECT_FALSE(v3->Fits(1)) << "no ring engaged";
+}
+
+// A page of the tree (not its root, which the superblock codec checks)
+// inside the journal would be overwritten by the next records: refused.
+TEST_F(FormatV3Ckpt, ACheckpointPageInTheJournalIsCorruption) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 50, 1));
+  st.next_lun_id = 2;
+  SuperblockV3 sb;
+  std::vector<uint64_t> live;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    ASSERT_TRUE(Checkpoint(&o, st, o.meta.end.next_lsn + 1).ok());
+    sb = o.v3->choice().sb;
+    live = LivePages(*o.v3);
+  }
+  // The journal's last page: replay (from ring offset 0) never reads it.
+  const uint64_t in_journal = sb.data_offset + (sb.journal[0].first_au + sb.journal[0].aus) * sb.au - 4096;
+  ASSERT_NO_FATAL_FAILURE(WriteTreeNamingPage(&env_, sb, live, st, in_journal));
+  ExpectLoadRefused(&env_, nullptr, "checkpoint page at byte " + std::to_string(in_journal) + " lies in the journal");
+}
+
+// A device whose page at `addr` reads once as `first` (the first read that
+// touches it), then as what it holds: a page that changed between two reads.
+class TwoFacedFile final : public File {
+ public:
+  TwoFacedFile(File* f, uint64_t addr, std::string first) : f_(f), addr_(addr), first_(std::move(first)) {}
+  Status Read(uint64_t off, size_t n, void* buf) override {
+    Status s = f_->Read(off, n, buf);
+    if (!s.ok() || used_ || off >= addr_ + first_.size() || off + n <= addr_) return s;
+    used_ = true;
+    const uint64_t from = std::max(off, addr_), to = std::min(off + n, addr_ + first_.size());
+    std::copy(first_.begin() + (from - addr_), first_.begin() + (to - addr_), static_cast<char*>(buf) + (from - off));
+    return s;
+  }
+  Status Write(uint64_t off, size_t n, const void* buf) override { return f_->Write(off, n, buf); }
+  Status Sync() override { return f_->Sync(); }
+  Result<uint64_t> Size() override { return f_->Size(); }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+  bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+ private:
+  File* f_;
+  uint64_t addr_;
+  std::string first_;
+  bool used_ = false;
+};
+
+// The LUN table's page and a leaf at one address: the codecs read apart,
+// so each accepts its page, but one checkpoint would later free it as the
+// other's. No disk spells that with one content per address (the page
+// codecs' magics differ): a device changing the page between LoadState's
+// two reads does, and LoadState refuses it.
+TEST_F(FormatV3Ckpt, APageBothTheLunTablesAndTheTreesIsCorruption) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 50, 1));
+  st.next_lun_id = 2;
+  SuperblockV3 sb;
+  std::vector<uint64_t> live;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    ASSERT_TRUE(Checkpoint(&o, st, o.meta.end.next_lsn + 1).ok());
+    sb = o.v3->choice().sb;
+    live = LivePages(*o.v3);
+  }
+  const uint64_t table = sb.lun_table.addr;
+  const std::string table_page = Bytes({table})[0];
+  // The leaf goes over the table's page; the device shows the table first.
+  ASSERT_NO_FATAL_FAILURE(WriteTreeNamingPage(&env_, sb, live, st, table));
+  ExpectLoadRefused(
+      &env_, [&](File* f) { return std::make_unique<TwoFacedFile>(f, table, table_page); },
+      "a page is both the LUN table's and the checkpoint tree's");
 }
 
 // ---------------------------------------------------------------- replay
