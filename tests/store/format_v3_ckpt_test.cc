@@ -7,7 +7,13 @@
 // sequence. Power cut at each call of the first checkpoint after a damaged
 // slot, and of a retry after an attempt failed at its last sync: the pool
 // opens. An allocation failing anywhere in a checkpoint or LoadState
-// leaves the format (and LoadState's *st) whole.
+// leaves the format (and LoadState's *st) whole. LoadState's refusals (a
+// page in the journal or named by both codecs, a record ApplyRecord
+// refuses) leave *st whole; replayed deletes and rollbacks reach the next
+// checkpoint; a ring restarted inside itself wraps and never reads a stale
+// record, through power cuts at its open's checkpoint. No batch between
+// LoadState and the open's checkpoint; a Freeze before LoadState is
+// refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -629,6 +635,82 @@ TEST_F(FormatV3Ckpt, ReplayedRecordsLoadAndTheNextCheckpointHoldsThem) {
   ASSERT_NO_FATAL_FAILURE(ExpectLoads(want, next));
 }
 
+// `records` framed as one batch from `lsn` on, each vouching for `proven`.
+JournalBatch BatchOf(const std::vector<Record>& records, uint64_t lsn, uint64_t proven) {
+  JournalBatch b;
+  for (const Record& r : records) FrameRecord(r, lsn++, proven, &b.bytes);
+  b.last_lsn = lsn - 1;
+  return b;
+}
+
+// A kMap record of LUN 1: `n` single-grain runs at every other LBA from
+// `lba`, their grains from `phys` on in steps of 3 (no two join).
+Record MapOf(uint64_t lba, uint64_t phys, uint64_t n) {
+  Record r;
+  r.type = RecType::kMap;
+  r.lun = 1;
+  for (uint64_t i = 0; i < n; i++) r.runs.push_back(store::Run{lba + 2 * i, (phys + 3 * i) % kPhysGrains, 1});
+  return r;
+}
+
+// A LUN deleted and one rolled back by replayed records: the next
+// checkpoint, given no dirty range, still drops the deleted LUN's leaves and
+// rewrites the rolled-back one's, and the pool reopens as the replay left it.
+TEST_F(FormatV3Ckpt, AReplayedDeleteAndRollbackReachTheNextCheckpoint) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 300, 1));
+  st.AddLun(Lun(2, "b", 400, 2));
+  st.AddLun(Lun(3, "snap", 200, 3));
+  st.next_lun_id = 4;
+  std::vector<Record> records(2);
+  records[0].type = RecType::kDeleteLun;
+  records[0].lun = 2;
+  records[1].type = RecType::kRollbackLun;
+  records[1].lun = 1;
+  records[1].lun2 = 3;
+  uint64_t lsn;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    lsn = o.meta.end.next_lsn + 5;
+    ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+    ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, lsn, o.format->durable_lsn())).ok());
+  }
+  MetaState want = Copy(st);
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  ASSERT_EQ(want.Find(2), nullptr);
+  const uint64_t next = lsn + records.size();
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, o.st));
+  ASSERT_TRUE(Checkpoint(&o, o.st, next, &kNothingDirty).ok());
+  for (const IndexEntry& e : o.v3->tree().leaves) EXPECT_NE(e.first.lun, 2u) << "the deleted LUN's leaves went";
+  o = Opened();
+  ASSERT_NO_FATAL_FAILURE(ExpectLoads(want, next));
+}
+
+// A replayed record ApplyRecord refuses (a map of a LUN no one holds) fails
+// LoadState as ApplyRecord does, with the state it was given, the report
+// and the format untouched.
+TEST_F(FormatV3Ckpt, ARecordReplayRefusesLeavesTheStateAndTheFormatAsTheyWere) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 30, 1));
+  st.next_lun_id = 2;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    const uint64_t lsn = o.meta.end.next_lsn + 5;
+    ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
+    Record orphan = MapOf(0, 7, 2);
+    orphan.lun = 7;
+    ASSERT_TRUE(
+        o.format->CommitBatch(o.file.get(), BatchOf({MapOf(1, 900, 3), orphan}, lsn, o.format->durable_lsn())).ok());
+  }
+  ExpectLoadRefused(&env_, nullptr, "map on unknown LUN");
+}
+
 // ----------------------------------------------------- failures, power cuts
 
 // Each Env call of a checkpoint failing in turn, then each power-loss mode:
@@ -868,6 +950,113 @@ TEST_F(FormatV3Ckpt, APowerCutInARetryAfterAFailedLastSyncStillOpens) {
   auto [old_state, new_state] = CutEachCallOf(
       base, fail_last_sync, [&](Opened* o) { return Checkpoint(o, next, next_lsn); }, prev, lsn, next, next_lsn, 3);
   EXPECT_GT(old_state + new_state, 0);
+}
+
+// The ring restarted at a nonzero offset, then a batch that wraps past its
+// end over the first lap's records: reopened, the batch replays across the
+// wrap and stops at the stale record after it. The open's checkpoint then
+// restarts the ring where a stale, CRC-valid record of the first lap begins:
+// a power cut at any call of it, or right after it (its second slot synced,
+// no batch yet), opens with that record unread; a batch written there
+// replays alone.
+TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 50, 1));
+  st.next_lun_id = 2;
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  const uint64_t lsn0 = o.meta.end.next_lsn + 1;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn0).ok());
+  const SuperblockV3 sb = o.v3->choice().sb;
+  ASSERT_EQ(sb.journal_start, 0u);
+  const uint64_t capacity = sb.capacity();
+  ASSERT_EQ(capacity, 65536u);
+  // Lap 1, from offset 0: 4096 bytes exactly (a map of 12 runs, 321 bytes,
+  // and 151 seals of 25), then 20 maps of 10 runs (273 bytes each), the
+  // first of them at offset 4096.
+  std::vector<Record> a{MapOf(5000, 100, 12)};
+  Record seal;
+  seal.type = RecType::kSeal;
+  a.insert(a.end(), 151, seal);
+  for (uint64_t i = 0; i < 20; i++) a.push_back(MapOf(6000 + 20 * i, 300 + 30 * i, 10));
+  const JournalBatch lap1 = BatchOf(a, lsn0, o.format->durable_lsn());
+  ASSERT_EQ(lap1.bytes.size(), 4096u + 20 * 273);
+  ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap1).ok());
+  for (const Record& r : a) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  // The restart rounds the tail up: 12288.
+  const uint64_t lsn1 = lsn0 + a.size() + 10;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn1).ok());
+  ASSERT_EQ(o.v3->choice().sb.journal_start, 12288u);
+  // Lap 2: 200 maps of 10 runs (54,600 bytes) from 12288, past the ring's
+  // end to offset 1352; the first 20 remap lap 1's LBAs to other grains.
+  std::vector<Record> b;
+  for (uint64_t i = 0; i < 200; i++) b.push_back(MapOf(6000 + 20 * i, 1000 + 30 * i, 10));
+  const JournalBatch lap2 = BatchOf(b, lsn1, o.format->durable_lsn());
+  ASSERT_EQ(lap2.bytes.size(), capacity - 12288 + 1352);
+  ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap2).ok());
+  MetaState want = Copy(st);
+  for (const Record& r : b) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  o = Opened();
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  // Lap 1's record at ring offset 4096 is whole, CRC-valid and stale.
+  const uint64_t ring_at = sb.data_offset + sb.journal[0].first_au * sb.au;
+  Record stale;
+  RecordFrame frame;
+  ASSERT_GT(ParseRecord(base.data() + ring_at + 4096, 4096, kNone, &stale, &frame), 0u);
+  ASSERT_EQ(frame.lsn, lsn0 + 152);
+
+  const uint64_t lsn2 = lsn1 + b.size() + 10;
+  FaultInjectionEnv env;
+  {
+    env.Install("p", base.data(), base.size());
+    Opened r;
+    ASSERT_TRUE(Open(&env, &r).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, r.st));
+    EXPECT_EQ(r.meta.end.next_lsn, lsn1 + b.size());
+    EXPECT_EQ(r.meta.end.tail, lap2.bytes.size());
+    EXPECT_FALSE(r.meta.end.damaged);
+    EXPECT_FALSE(r.meta.end.newer_record_follows);
+  }
+  auto open_checkpoint = [&](Opened* r) { return Checkpoint(r, r->st, lsn2, &kNothingDirty); };
+  auto [old_state, new_state] = CutEachCallOf(
+      base, [](Opened*, FaultInjectionEnv*) {}, open_checkpoint, want, lsn1 + b.size(), want, lsn2, 2);
+  EXPECT_GT(old_state, 0);
+  EXPECT_GT(new_state, 0);
+  for (int loss = 0; loss < 4; loss++) {
+    SCOPED_TRACE("loss " + std::to_string(loss));
+    env.ClearFaults();
+    env.Install("p", base.data(), base.size());
+    {
+      Opened r;
+      ASSERT_TRUE(Open(&env, &r).ok());
+      ASSERT_TRUE(open_checkpoint(&r).ok());
+      ASSERT_EQ(r.v3->choice().sb.journal_start, 4096u) << "the new start is the stale record's";
+    }
+    env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), 1);
+    Opened back;
+    ASSERT_TRUE(Open(&env, &back).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, back.st));
+    EXPECT_EQ(back.meta.end.next_lsn, lsn2);
+    EXPECT_EQ(back.meta.end.tail, 0u);
+    EXPECT_FALSE(back.meta.end.damaged);
+    EXPECT_FALSE(back.meta.end.newer_record_follows);
+  }
+  // A batch written at that start replays, and nothing of lap 1 after it.
+  env.Install("p", base.data(), base.size());
+  {
+    Opened r;
+    ASSERT_TRUE(Open(&env, &r).ok());
+    ASSERT_TRUE(open_checkpoint(&r).ok());
+    const Record one = MapOf(6001, 1900, 1);
+    ASSERT_TRUE(r.format->CommitBatch(r.file.get(), BatchOf({one}, lsn2, r.format->durable_lsn())).ok());
+    ASSERT_TRUE(ApplyRecord(&want, one, nullptr).ok());
+  }
+  Opened back;
+  ASSERT_TRUE(Open(&env, &back).ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, back.st));
+  EXPECT_EQ(back.meta.end.next_lsn, lsn2 + 1);
+  EXPECT_FALSE(back.meta.end.damaged);
 }
 
 // The AUs the format's pages lie in and the journal's, from what the
