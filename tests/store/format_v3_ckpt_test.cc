@@ -279,10 +279,28 @@ TEST_F(FormatV3Ckpt, SeveralCheckpointsLoadAsTheStateTheyFroze) {
   EXPECT_EQ(o.v3->meta_units().size(), 2u) << "one chunk for the LUN table, the journal's AU";
 }
 
+// Checkpoint with `dirty`, and no more fresh pages (the new checkpoint's
+// pages the previous did not name: every page it wrote) than its Freeze
+// bounded it by. The AUs handed over are not enough to check the bound:
+// free pages of the chunks would hide a bound that falls short.
+void CheckpointWithinItsBound(Opened* o, const MetaState& st, uint64_t lsn, const DirtyRanges& dirty) {
+  const std::vector<uint64_t> prev = LivePages(*o->v3);
+  FrozenCheckpoint f = o->v3->Freeze(st, dirty);
+  Status s = o->format->WriteCheckpoint(o->file.get(), f, FreeAus(*o->v3, f.meta_units), lsn);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const std::vector<uint64_t> now = LivePages(*o->v3);
+  std::vector<uint64_t> fresh;
+  std::set_difference(now.begin(), now.end(), prev.begin(), prev.end(), std::back_inserter(fresh));
+  EXPECT_LE(fresh.size(), FormatV3::PagesBound(f));
+}
+
 // Scattered changes over many leaves, each marked dirty: every checkpoint
-// fits the AUs its Freeze asked for (Checkpoint hands over exactly those),
-// writes only the dirty leaves' pages and loads back as the state. Seeded:
-// the same rounds every run.
+// writes no more pages than its Freeze bounded (so fits the AUs it asked
+// for: Checkpoint hands over exactly those), writes only the dirty leaves'
+// pages and loads back as the state. Then the bound's hard cases: many
+// stretches of one or two leaves, each brought to about 240 runs a leaf
+// (some past the 252 a leaf holds: they split), so index pages gain entries
+// past their 100 and split too. Seeded: the same rounds every run.
 TEST_F(FormatV3Ckpt, ScatteredDirtyRangesFitTheAusFreezeAskedForAndLoadBack) {
   Opened o;
   ASSERT_TRUE(Open(&env_, &o).ok());
@@ -310,7 +328,7 @@ TEST_F(FormatV3Ckpt, ScatteredDirtyRangesFitTheAusFreezeAskedForAndLoadBack) {
       dirty.Mark(lun, lba, len);
     }
     const std::vector<uint64_t> prev = o.v3->tree().Pages();
-    ASSERT_TRUE(Checkpoint(&o, st, ++lsn, &dirty).ok());
+    ASSERT_NO_FATAL_FAILURE(CheckpointWithinItsBound(&o, st, ++lsn, dirty));
     std::vector<uint64_t> now = o.v3->tree().Pages(), fresh, old = prev;
     std::sort(now.begin(), now.end());
     std::sort(old.begin(), old.end());
@@ -318,6 +336,43 @@ TEST_F(FormatV3Ckpt, ScatteredDirtyRangesFitTheAusFreezeAskedForAndLoadBack) {
     EXPECT_LT(fresh.size(), now.size() / 2) << "only the dirty leaves and their index pages are written";
     ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
   }
+
+  bool leaves_split = false, index_split = false;
+  for (size_t round = 0; round < 4; round++) {
+    SCOPED_TRACE("stretch round " + std::to_string(round));
+    ExtentMap& m = st.Find(1)->map;
+    std::vector<IndexEntry> leaves;
+    for (const IndexEntry& e : o.v3->tree().leaves)
+      if (e.first.lun == 1) leaves.push_back(e);
+    DirtyRanges dirty;
+    int stretches = 0;
+    for (size_t k = round % 2; k + 1 < leaves.size(); k += 2) {
+      // A stretch of leaf k, and of leaf k + 1 too every third time.
+      const size_t last = k % 6 == round % 2 ? k + 1 : k;
+      stretches++;
+      for (size_t j = k; j <= last; j++) {
+        const IndexEntry& leaf = leaves[j];
+        std::vector<store::Run> held;
+        m.Lookup(leaf.first.lba, leaf.end.lba - leaf.first.lba, &held);
+        const size_t target = 236 + (j * 13) % 30;  // 236 .. 265 runs
+        for (uint64_t lba = leaf.first.lba | 1; held.size() < target && lba < leaf.end.lba; lba += 2) {
+          if (m.Find(lba) != ExtentMap::kUnmapped) continue;
+          ASSERT_TRUE(m.Insert(lba, (lba * 5 + 777) % kPhysGrains, 1).ok());
+          dirty.Mark(1, lba, 1);
+          held.emplace_back();
+        }
+      }
+    }
+    ASSERT_GT(stretches, 20);
+    const size_t leaves_before = o.v3->tree().leaves.size();
+    const size_t index_before = o.v3->tree().levels[0].size();
+    ASSERT_NO_FATAL_FAILURE(CheckpointWithinItsBound(&o, st, ++lsn, dirty));
+    leaves_split |= o.v3->tree().leaves.size() > leaves_before;
+    index_split |= o.v3->tree().levels[0].size() > index_before;
+    ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+  }
+  EXPECT_TRUE(leaves_split);
+  EXPECT_TRUE(index_split);
 }
 
 // What a reopen reports as metadata is what the writer keeps: every AU
