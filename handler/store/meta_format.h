@@ -81,6 +81,9 @@ class MetaFormat {
   // Open, step 2: reads the checkpoint the chosen superblock names into *st
   // (a fresh MetaState whose unit is the geometry's grain) and replays the
   // journal after it. The journal's tail is the format's from then on.
+  // Core's open writes a checkpoint before its first batch (recovery.cc);
+  // a format may refuse a batch before it (FormatV3 does: its replayed ring
+  // may hold stale records past the tail).
   virtual Status LoadState(File* file, MetaState* st, LoadedMeta* out) = 0;
 
   // False if a batch of `bytes` more record bytes does not fit the journal:
