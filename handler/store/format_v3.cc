@@ -284,8 +284,8 @@ namespace {
 
 // What Freeze copies for WriteCheckpoint (meta_format.h's FrozenDetail).
 struct FrozenV3 final : FrozenDetail {
-  // The format that froze it, by address: a Freeze must never outlive its
-  // format (format_v3.h), or a later one at that address could take it.
+  // By address: a Freeze must never outlive its format (format_v3.h), or a
+  // format later built at that address could take it for its own.
   const FormatV3* format = nullptr;  // the format that froze it ...
   uint64_t checkpoint = 0;           // ... over its tree after this many checkpoints
   uint32_t next_lun_id = 0;

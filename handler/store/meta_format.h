@@ -130,8 +130,9 @@ class MetaFormat {
 // and Core neither passes it dirty ranges nor keeps the metadata AUs it
 // reports after a checkpoint: Core's InstallMeta frees the previous
 // checkpoint's AUs, which for v3 are live chunks), so the engine serves 1
-// and 2 only (Core's space map does not count in v3's grain either). kV1ToV3 is for FormatV3's own tests until Core serves
-// format 3 (step 5d's wiring, then PoolOptions' format: store-v3.md).
+// and 2 only (Core's space map does not count in v3's grain either).
+// kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
+// 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {
   kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written
   kV1ToV3,  // FormatV3's tests: a format 3 pool gets a FormatV3
