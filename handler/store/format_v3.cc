@@ -34,10 +34,6 @@ constexpr uint64_t kCreateJournalAu = 1;
 std::string N(uint64_t v) { return std::to_string(v); }
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
-Status NotBuilt(const char* what) {
-  return Status(Code::kUnsupported,
-                std::string("format 3: ") + what + " is not built yet (store-v3.md plan step 5d)");
-}
 
 }  // namespace
 
@@ -407,13 +403,26 @@ uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {
 Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   std::string img;
   Status s = EncodeSuperblockV3(sb, &img);
-  const uint64_t first = sb.seq % 2;
+  const int first = static_cast<int>(sb.seq % 2);
   if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
-  if (s.ok()) s = file->Write(first * kSuperblockSlot, img.size(), img.data());
+  int in_doubt = -1;  // the slot a write went to last, until its sync returned
+  if (s.ok()) s = file->Write((in_doubt = first) * kSuperblockSlot, img.size(), img.data());
   if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Write((in_doubt = 1 - first) * kSuperblockSlot, img.size(), img.data());
   if (s.ok()) s = file->Sync();
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // That slot may hold a torn copy; the other holds the chosen copy or
+    // this one, whole. The next superblock write goes to slot seq % 2 of a
+    // later sequence, which may be the other: the open's half of the writer
+    // rule (RewriteOtherSlot) puts the chosen copy in this one first, so a
+    // cut in that next write leaves a valid slot.
+    if (in_doubt >= 0) {
+      choice_.redundant = false;
+      choice_.other = in_doubt;
+      choice_.other_state = "write failed";  // short: no allocation on this path
+    }
+    return s;
+  }
   choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
   choice_.slot = 0;
   choice_.redundant = true;
@@ -522,6 +531,35 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   return Status::Ok();
 }
 
-Status FormatV3::Grow(File*, uint64_t) { return NotBuilt("growing a pool"); }
+Status FormatV3::Grow(File* file, uint64_t new_size) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: Grow before LoadState");
+  // Every refusal before any write.
+  const SuperblockV3& cur = choice_.sb;
+  const uint64_t cur_size = cur.data_offset + cur.units * cur.au;
+  if (new_size <= cur_size || (new_size - cur.data_offset) / cur.au == cur.units)
+    return Status(Code::kInvalidArgument, "format 3: a pool grows by whole AUs: " + N(new_size) +
+                                              " bytes adds none to its " + N(cur_size));
+  SuperblockV3 nsb = cur;
+  nsb.units = (new_size - cur.data_offset) / cur.au;
+  if (std::string why = PoolUnitsRuleV3(nsb.units, cur.au, cur.grain); !why.empty())
+    return Status(Code::kInvalidArgument, "format 3: pool too large: " + why);
+  // A sequence above every one this format wrote (as a checkpoint's spend
+  // write: a failed attempt's superblock may be on disk under any of them).
+  nsb.seq = std::max(cur.seq, highest_seq_used_) + 1;
+  std::string img;
+  if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+
+  // The writer rule's open half first (WriteCheckpoint says why).
+  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
+  // Until the new superblock is durable in both slots, either slot may hold
+  // it (under a sequence no later write may reuse: WriteSuperblock raised
+  // highest_seq_used_), so the next checkpoint spends a sequence first.
+  seq_spent_ = true;
+  if (Status s = WriteSuperblock(file, std::move(nsb)); !s.ok()) return s;
+  // It names the current checkpoint under a sequence above every page an
+  // attempt wrote: a spend write, so the next checkpoint needs none.
+  seq_spent_ = false;
+  return Status::Ok();
+}
 
 }  // namespace cowstore::store

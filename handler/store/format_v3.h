@@ -67,8 +67,8 @@
 // CommitJournalBatch's order). (Core's open
 // also writes data, zeroing free AUs the older copy may still use, before
 // any batch: wiring FormatV3 into Core needs that rewrite as a step of its
-// own, called before the first write of any kind.) Grow is kUnsupported, and a checkpoint keeps
-// the journal's extents (GrowJournal: step 5d's work left).
+// own, called before the first write of any kind.) Grow writes a superblock
+// of the new size (Grow below).
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
 // names (ReadCkptTree), each LUN's map the tree's, then the journal's
@@ -180,7 +180,25 @@ class FormatV3 final : public MetaFormat {
   // succeeds: the disk may already name this attempt's journal start.
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
-  // Step 5d's work left, kUnsupported (Core never reaches it: ChooseMetaFormat, kV1V2).
+  // Declares the pool's data area (new_size - data_offset) / AU AUs: a
+  // superblock naming the current checkpoint and journal with the new
+  // size, by the writer rule (the other slot rewritten first if the chooser
+  // or a failed write left it in doubt; slot seq % 2, sync, the other,
+  // sync), under a sequence above every one this format wrote, so it is
+  // also the spend write a checkpoint would otherwise make first. The
+  // caller has made the device hold new_size (Core::Grow: truncate, sync).
+  // kInvalidArgument, nothing written: before LoadState, a size that adds
+  // no whole AU (or shrinks), more AUs than PoolUnitsRuleV3 allows, or what
+  // the codec refuses. The format changes only once both slots are synced.
+  // On failure the format holds the old size, and either slot may hold the
+  // new superblock, whole or torn: the disk opens at the old size or the
+  // new one (nothing lies in the new AUs: Core hands them out only after
+  // Grow succeeded). What follows a failed Grow stays safe: batches may
+  // commit (both copies name the same journal start and LSN); the next
+  // superblock write (a checkpoint or a Grow) first rewrites the slot in
+  // doubt with the chosen copy, then takes a sequence above the failed
+  // one's (a checkpoint spends one first), and a checkpoint declares the
+  // old size again (Core fails the pool on a failed Grow anyway).
   Status Grow(File* file, uint64_t new_size) override;
 
   // The AUs the current checkpoint occupies, sorted: the chunks holding its
@@ -209,7 +227,10 @@ class FormatV3 final : public MetaFormat {
   Status RewriteOtherSlot(File* file);
   // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
   // slot, sync. On success both slots hold `sb` and it is the choice (moved
-  // in: nothing allocates once the writes are durable).
+  // in: nothing allocates once the writes are durable). On a failed write
+  // or sync the slot last written is in doubt (torn, or `sb`): the choice
+  // names it as the slot RewriteOtherSlot rewrites before the next
+  // superblock write, which may go to the other slot first.
   Status WriteSuperblock(File* file, SuperblockV3 sb);
   // The pages a checkpoint names (its tree and LUN table chain), sorted.
   static std::vector<uint64_t> PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages);

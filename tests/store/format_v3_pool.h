@@ -1,0 +1,158 @@
+// SPDX-License-Identifier: Apache-2.0
+// A small format 3 pool for FormatV3's tests (format_v3_ckpt_test,
+// format_v3_grow_test): its geometry, LUNs of many runs, opening it the way
+// Core does, state copies and comparisons, checkpoints and journal batches.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "handler/store/dirty_ranges.h"
+#include "handler/store/fault_env.h"
+#include "handler/store/format_v3.h"
+#include "handler/store/journal.h"
+#include "handler/store/meta_format.h"
+
+namespace cowstore::store::v3pool {
+
+inline constexpr uint32_t kAu = 64 << 10;
+inline constexpr uint32_t kGrain = 4096;
+inline constexpr uint64_t kJournal = 64 << 10;
+inline constexpr uint64_t kSize = 8 << 20;  // 127 AUs of data area, 2032 grains
+inline constexpr uint64_t kPhysGrains = 2000;  // below the pool's grains: every run is one a leaf accepts
+
+inline Uuid Id(uint8_t b) {
+  Uuid u{};
+  u.fill(b);
+  return u;
+}
+
+// A LUN of `runs` single-grain runs that never join (every other LBA),
+// their physical grains spread by `salt` so two maps differ.
+inline std::shared_ptr<LunState> Lun(uint32_t id, const std::string& name, uint64_t runs, uint64_t salt) {
+  auto l = std::make_shared<LunState>();
+  l->id = id;
+  l->name = name;
+  l->uuid = Id(static_cast<uint8_t>(id));
+  l->size = uint64_t{1} << 30;
+  l->bs = 512;
+  l->attrs.created = 1700000000 + id;
+  l->attrs.read_only = id % 2 == 0;
+  for (uint64_t i = 0; i < runs; i++) EXPECT_TRUE(l->map.Insert(2 * i, (i * 7 + salt) % kPhysGrains, 1).ok());
+  return l;
+}
+
+using RunList = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>;
+inline RunList RunsOf(const ExtentMap& m) {
+  RunList out;
+  for (const auto& [lba, e] : m.runs()) out.emplace_back(lba, e.phys, e.len);
+  return out;
+}
+
+// The whole persistent state, compared field by field.
+inline void ExpectSameState(const MetaState& want, const MetaState& got) {
+  EXPECT_EQ(got.next_lun_id, want.next_lun_id);
+  ASSERT_EQ(got.luns.size(), want.luns.size());
+  for (const auto& [id, w] : want.luns) {
+    SCOPED_TRACE("LUN " + std::to_string(id));
+    const LunState* g = got.Find(id);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->name, w->name);
+    EXPECT_EQ(g->uuid, w->uuid);
+    EXPECT_EQ(g->size, w->size);
+    EXPECT_EQ(g->bs, w->bs);
+    EXPECT_EQ(g->attrs.read_only, w->attrs.read_only);
+    EXPECT_EQ(g->attrs.created, w->attrs.created);
+    EXPECT_EQ(g->attrs.origin, w->attrs.origin);
+    EXPECT_EQ(RunsOf(g->map), RunsOf(w->map));
+  }
+}
+
+// A state's copy (LunState holds a lock, so members one by one).
+inline MetaState Copy(const MetaState& st) {
+  MetaState c;
+  c.au = st.au;
+  c.next_lun_id = st.next_lun_id;
+  for (const auto& [id, l] : st.luns) {
+    auto n = std::make_shared<LunState>();
+    n->id = l->id;
+    n->name = l->name;
+    n->uuid = l->uuid;
+    n->size = l->size;
+    n->bs = l->bs;
+    n->attrs = l->attrs;
+    n->map = l->map;
+    c.AddLun(std::move(n));
+  }
+  return c;
+}
+
+// One open of the pool: the file, the format its chooser builds, what it loaded.
+struct Opened {
+  std::unique_ptr<File> file;
+  std::unique_ptr<MetaFormat> format;
+  FormatV3* v3 = nullptr;
+  MetaState st;
+  LoadedMeta meta;
+};
+
+inline Status Open(FaultInjectionEnv* env, Opened* o) {
+  auto f = env->OpenLocked("p", Env::Mode::kReadWrite);
+  if (!f.ok()) return f.status();
+  o->file = std::move(f).value();
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(o->file.get(), &slots, ServedFormats::kV1ToV3);
+  if (!chosen.ok()) return chosen.status();
+  o->format = std::move(chosen).value();
+  o->v3 = dynamic_cast<FormatV3*>(o->format.get());
+  if (o->v3 == nullptr) return Status(Code::kCorruption, "not a format 3 pool");
+  PoolGeometry g;
+  if (Status s = o->format->ChooseSuperblock(slots, &g); !s.ok()) return s;
+  o->st.au = g.grain;
+  return o->format->LoadState(o->file.get(), &o->st, &o->meta);
+}
+
+// The lowest `n` AUs outside the format's metadata (Core's space map would
+// hand out AUs free of data too; the format cares only that they are not
+// its own).
+inline std::vector<uint64_t> FreeAus(const FormatV3& v3, uint64_t n) {
+  const std::vector<uint64_t> meta = v3.meta_units();
+  std::vector<uint64_t> out;
+  for (uint64_t u = 0; out.size() < n; u++)
+    if (!std::binary_search(meta.begin(), meta.end(), u)) out.push_back(u);
+  return out;
+}
+
+// Freeze (all dirty, or `dirty`) and WriteCheckpoint as Core's checkpoint does.
+inline Status Checkpoint(Opened* o, const MetaState& st, uint64_t start_lsn, const DirtyRanges* dirty = nullptr) {
+  FrozenCheckpoint f = dirty ? o->v3->Freeze(st, *dirty) : o->format->Freeze(st);
+  return o->format->WriteCheckpoint(o->file.get(), f, FreeAus(*o->v3, f.meta_units), start_lsn);
+}
+
+inline const DirtyRanges kNothingDirty;
+
+inline JournalBatch BatchOf(const std::vector<Record>& records, uint64_t lsn, uint64_t proven) {
+  JournalBatch b;
+  for (const Record& r : records) FrameRecord(r, lsn++, proven, &b.bytes);
+  b.last_lsn = lsn - 1;
+  return b;
+}
+
+// A kMap record of LUN 1: `n` single-grain runs at every other LBA from
+// `lba`, their grains from `phys` on in steps of 3 (no two join).
+inline Record MapOf(uint64_t lba, uint64_t phys, uint64_t n) {
+  Record r;
+  r.type = RecType::kMap;
+  r.lun = 1;
+  for (uint64_t i = 0; i < n; i++) r.runs.push_back(store::Run{lba + 2 * i, (phys + 3 * i) % kPhysGrains, 1});
+  return r;
+}
+
+}  // namespace cowstore::store::v3pool
