@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -433,6 +434,29 @@ Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
 
 Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
                                  uint64_t start_lsn) {
+  return WriteCheckpoint(file, frozen, units, start_lsn, nullptr, nullptr);
+}
+
+Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                 uint64_t start_lsn, JournalSpace* space, JournalGrowth* growth) {
+  if (growth) *growth = JournalGrowth();
+  // The runs a growing journal took go back to `space` on any failure
+  // (header comment), an exception too.
+  JournalPlan plan;
+  Status s;
+  try {
+    s = CheckpointBody(file, frozen, units, start_lsn, space, &plan, growth);
+  } catch (...) {
+    for (const JournalExtent& r : plan.allocated) space->Give(r);
+    throw;
+  }
+  if (!s.ok())
+    for (const JournalExtent& r : plan.allocated) space->Give(r);
+  return s;
+}
+
+Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth) {
   if (!ring_) return Status(Code::kInvalidArgument, "format 3: WriteCheckpoint before LoadState");
   const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
   if (f == nullptr || f->format != this || f->checkpoint != checkpoints_)
@@ -445,13 +469,43 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
         !given.insert(u).second)
       return Status(Code::kInvalidArgument, "format 3: AU " + N(u) + " given for a checkpoint is not a free AU");
 
+  // The journal's list for the new superblock: the current one, or the one
+  // GrowJournal plans for the frozen maps (3.4: the journal sized with the
+  // map), whose runs new to it must be free AUs the pages do not use.
+  plan->extents = cur.journal;
+  if (space != nullptr) {
+    uint64_t extents = 0;
+    for (const auto& [id, m] : f->maps) extents += m.extents();
+    *plan = GrowJournal(cur.journal, JournalTargetAus(extents, cur.au), space);
+    for (const JournalExtent& r : plan->allocated)
+      for (uint64_t u = r.first_au; u - r.first_au < r.aus; u++)
+        if (u >= cur.units || std::binary_search(journal_and_chunks.begin(), journal_and_chunks.end(), u) ||
+            given.count(u))
+          return Status(Code::kInvalidArgument,
+                        "format 3: AU " + N(u) + " taken for the journal is not a free AU outside the checkpoint's");
+  }
+  // A changed list is a new ring: replay starts at its offset 0 (its new
+  // segments cleared below, its kept ones holding records of lower LSNs
+  // only), the ring built now, before the superblock, since it allocates.
+  std::optional<JournalRing> new_ring;
+  if (plan->changed()) {
+    auto layout = JournalLayout::Make(cur.au, cur.data_offset, cur.units, plan->extents);
+    if (!layout.ok()) return layout.status();
+    auto ring = JournalRing::Open(std::move(layout).value(), 0, 0);
+    if (!ring.ok()) return ring.status();
+    new_ring.emplace(std::move(ring).value());
+  }
+
   // The new superblock, checked by its codec before anything is written
   // (all but the roots, which the writers give).
   SuperblockV3 nsb = cur;
-  nsb.journal_start = ring_->RestartOffset(cur.write_unit);
+  nsb.journal = plan->extents;
+  nsb.journal_start = new_ring ? 0 : ring_->RestartOffset(cur.write_unit);
   nsb.journal_start_lsn = start_lsn;
   std::string img;
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+  // The report, made now: nothing allocates once the superblock is durable.
+  JournalGrowth report{plan->allocated, plan->freed};
   // The frozen dirty set is carried into the next Freeze from here on, so
   // that any failure (a status, or an exception: bad_alloc) keeps it; a
   // success clears it.
@@ -494,11 +548,14 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   for (uint64_t au : given) add_au(au);
   ChunkPages alloc(std::move(pages));
 
-  // The LUN table, then the tree, whose sync covers both (and the data
-  // written before: 3.6 item 1); then the superblock naming both.
+  // The journal's new segments zeroed (they held data, which may frame as
+  // records: journal_segments.h), then the LUN table, then the tree, whose
+  // sync covers all three (and the data written before: 3.6 item 1); then
+  // the superblock naming them.
+  Status s = ClearJournalRuns(file, cur.au, cur.data_offset, plan->allocated);
   uint64_t lun_root = 0;
   std::vector<uint64_t> lun_pages;
-  Status s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns,
+  if (s.ok()) s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns,
                            [&alloc] { return alloc.Allocate(); }, &lun_root, &lun_pages);
   std::map<uint32_t, const ExtentMap*> maps;
   for (const auto& [id, m] : f->maps) maps.emplace(id, &m);
@@ -526,8 +583,15 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   needs_open_ckpt_ = false;
   carried_dirty_ = DirtyRanges();
   checkpoints_++;
-  ring_->Restart(choice_.sb.write_unit);
-  ring_->RaiseDurableLsn(start_lsn - 1);  // the checkpoint holds every earlier record
+  // The checkpoint holds every record before start_lsn.
+  if (new_ring) {
+    new_ring->RaiseDurableLsn(std::max(ring_->durable_lsn(), start_lsn - 1));
+    *ring_ = std::move(*new_ring);  // a move: the durable LSN never reads lower
+  } else {
+    ring_->Restart(choice_.sb.write_unit);
+    ring_->RaiseDurableLsn(start_lsn - 1);
+  }
+  if (growth) std::swap(*growth, report);
   return Status::Ok();
 }
 

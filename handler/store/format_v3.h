@@ -92,6 +92,19 @@
 
 namespace cowstore::store {
 
+// What a checkpoint given a JournalSpace did to the journal's AUs
+// (FormatV3::WriteCheckpoint): empty unless it succeeded and changed the
+// journal's list.
+struct JournalGrowth {
+  // Runs taken from the space that the journal now holds: in meta_units(),
+  // never the caller's to free while this checkpoint is current.
+  std::vector<JournalExtent> allocated;
+  // The journal's extents it no longer lists: out of meta_units(), free
+  // space from the return on (the superblock that drops them is durable;
+  // they hold old records only, which an open punches as any free run).
+  std::vector<JournalExtent> freed;
+};
+
 class FormatV3 final : public MetaFormat {
  public:
   // `device_bytes`: the file's or device's size, the bound the superblock
@@ -180,6 +193,30 @@ class FormatV3 final : public MetaFormat {
   // succeeds: the disk may already name this attempt's journal start.
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
+  // The same checkpoint, growing the journal with the map (3.4): the list
+  // the new superblock names is GrowJournal(current extents,
+  // JournalTargetAus(the frozen maps' extents, AU), space). When the plan
+  // changes the list, its new runs are cleared (ClearJournalRuns: they held
+  // data, which may frame as records) and synced with the pages before the
+  // superblock that names them, and the ring restarts at offset 0 of the
+  // new list (its kept segments hold records of lower LSNs only); else the
+  // ring restarts in place as without `space`. Who frees what:
+  //  * runs GrowJournal takes and does not keep it gives back itself;
+  //  * on success *growth (if given) names the runs kept (now journal AUs,
+  //    in meta_units()) and the extents dropped (out of meta_units(): the
+  //    caller frees them on return, as the chunks no longer listed);
+  //  * on failure (a status, or an exception) every run the plan kept is
+  //    given back to `space` before the return, *growth is empty and the
+  //    format keeps the previous journal (list, ring, meta_units()). The
+  //    failed attempt's superblock may still be on disk naming those runs,
+  //    as it may name pages in `units`: like them they must hold no data
+  //    until a checkpoint succeeds or the pool is reopened (Core fails the
+  //    pool after a failed checkpoint).
+  // kInvalidArgument, nothing written and the runs given back, for a run
+  // taken that is not a free AU outside the checkpoint's (the chunks, the
+  // journal, `units`).
+  Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
+                         uint64_t start_lsn, JournalSpace* space, JournalGrowth* growth);
   // Declares the pool's data area (new_size - data_offset) / AU AUs: a
   // superblock naming the current checkpoint and journal with the new
   // size, by the writer rule (the other slot rewritten first if the chooser
@@ -225,6 +262,10 @@ class FormatV3 final : public MetaFormat {
   // damaged copy, or the v2 copy of an upgrade cut between its two slot
   // writes, which this completes: store-v3.md 3.7) once writes moved past it.
   Status RewriteOtherSlot(File* file);
+  // WriteCheckpoint's work; *plan holds the runs the journal's growth kept,
+  // which WriteCheckpoint gives back when this fails.
+  Status CheckpointBody(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
+                        uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth);
   // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
   // slot, sync. On success both slots hold `sb` and it is the choice (moved
   // in: nothing allocates once the writes are durable). On a failed write
