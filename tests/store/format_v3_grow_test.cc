@@ -10,12 +10,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iterator>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v3.h"
+#include "handler/store/journal_segments.h"
 #include "handler/store/meta_format.h"
 #include "tests/store/format_v3_pool.h"
 
@@ -404,6 +408,207 @@ TEST_F(FormatV3Grow, ACheckpointAfterAGrowUsesTheNewAusAndReopens) {
   ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
   EXPECT_EQ(back.meta.end.next_lsn, next_lsn);
   EXPECT_EQ(back.meta.meta_units, meta);
+}
+
+// ------------------------------------------------------ the journal grown
+
+// Free space as runs of AUs (the engine's FreeSpace stands behind
+// JournalSpace): Take hands out the front of the longest run, up to what
+// is asked, Give takes a run back.
+class RunSpace final : public JournalSpace {
+ public:
+  explicit RunSpace(std::map<uint64_t, uint64_t> runs) : runs_(std::move(runs)) {}
+  std::optional<JournalExtent> Take(uint64_t max_aus) override {
+    auto best = runs_.end();
+    for (auto it = runs_.begin(); it != runs_.end(); ++it)
+      if (best == runs_.end() || it->second > best->second) best = it;
+    if (best == runs_.end()) return std::nullopt;
+    JournalExtent run{best->first, std::min(best->second, max_aus)};
+    if (run.aus < best->second) runs_.emplace(run.first_au + run.aus, best->second - run.aus);
+    runs_.erase(best);
+    return run;
+  }
+  void Give(const JournalExtent& run) override {
+    EXPECT_TRUE(runs_.emplace(run.first_au, run.aus).second) << "a run given twice";
+    Join();
+  }
+  const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
+  bool Holds(uint64_t au) const {
+    auto it = runs_.upper_bound(au);
+    return it != runs_.begin() && au - std::prev(it)->first < std::prev(it)->second;
+  }
+
+ private:
+  void Join() {
+    for (auto it = runs_.begin(); it != runs_.end();) {
+      auto next = std::next(it);
+      if (next != runs_.end() && it->first + it->second == next->first) {
+        it->second += next->second;
+        runs_.erase(next);
+      } else {
+        it = next;
+      }
+    }
+  }
+  std::map<uint64_t, uint64_t> runs_;
+};
+
+// Freeze (every LUN dirty) and WriteCheckpoint with `space`, the pages in
+// the lowest AUs outside the format's metadata and the space.
+Status GrowingCheckpoint(Opened* o, const MetaState& st, uint64_t start_lsn, RunSpace* space,
+                         JournalGrowth* growth) {
+  FrozenCheckpoint f = o->format->Freeze(st);
+  const std::vector<uint64_t> meta = o->v3->meta_units();
+  std::vector<uint64_t> units;
+  for (uint64_t u = 0; units.size() < f.meta_units; u++)
+    if (!std::binary_search(meta.begin(), meta.end(), u) && !space->Holds(u)) units.push_back(u);
+  return o->v3->WriteCheckpoint(o->file.get(), f, units, start_lsn, space, growth);
+}
+
+std::vector<uint64_t> AusOf(const std::vector<JournalExtent>& list) {
+  std::vector<uint64_t> out;
+  for (const JournalExtent& x : list)
+    for (uint64_t i = 0; i < x.aus; i++) out.push_back(x.first_au + i);
+  return out;
+}
+
+// Records of LUN 1 that frame to exactly `bytes` (one kMap record of n
+// runs, 33 + 24 n bytes, then seals of 25), mapping from `lba` on.
+std::vector<Record> RecordsOfBytes(uint64_t bytes, uint64_t lba) {
+  for (uint64_t seals = 0; seals < 24; seals++) {
+    const uint64_t rest = bytes - kRecordHeader * seals;
+    if (rest < 33 + 24 || (rest - 33) % 24 != 0) continue;
+    std::vector<Record> out{MapOf(lba, 5, (rest - 33) / 24)};
+    Record seal;
+    seal.type = RecType::kSeal;
+    out.insert(out.end(), seals, seal);
+    return out;
+  }
+  ADD_FAILURE() << "no records of " << bytes << " bytes";
+  return {};
+}
+
+// The pool of the fixture: its journal one AU (AU 1), after it AUs free.
+// Grown by a checkpoint, in place (the space's run follows the journal:
+// JournalExtentsJoin lengthens its one extent) or by a new extent (a run
+// elsewhere): the superblock names the new list, meta_units() holds its
+// AUs, the runs taken are reported and the space no longer holds them; a
+// batch longer than the old journal crosses into the new AUs, and a reopen
+// replays it over the grown ring.
+TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
+  uint64_t lsn;
+  MetaState st0 = Populate(&env_, &lsn);
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  struct Case {
+    const char* name;
+    std::map<uint64_t, uint64_t> free;
+    std::vector<JournalExtent> journal;
+  };
+  const Case cases[] = {
+      {"in place", {{2, 20}}, {{1, 21}}},
+      {"a new extent", {{40, 10}}, {{1, 1}, {40, 10}}},
+      {"in place and a new extent", {{2, 20}, {60, 3}}, {{1, 21}, {60, 3}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FaultInjectionEnv env;
+    env.Install("p", base.data(), base.size());
+    MetaState st = Copy(st0);
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    ASSERT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}}));
+    RunSpace space(c.free);
+    JournalGrowth growth;
+    Status s = GrowingCheckpoint(&o, st, lsn, &space, &growth);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const SuperblockV3& sb = o.v3->choice().sb;
+    EXPECT_EQ(sb.journal, c.journal);
+    EXPECT_EQ(sb.journal_start, 0u);
+    EXPECT_TRUE(growth.freed.empty());
+    std::vector<uint64_t> grown = AusOf(c.journal);
+    std::vector<uint64_t> taken = AusOf(growth.allocated);
+    grown.erase(grown.begin());  // AU 1 was the journal's
+    EXPECT_EQ(taken, grown);
+    for (uint64_t au : taken) EXPECT_FALSE(space.Holds(au)) << au;
+    const std::vector<uint64_t> meta = o.v3->meta_units();
+    EXPECT_TRUE(std::includes(meta.begin(), meta.end(), taken.begin(), taken.end()));
+    EXPECT_TRUE(o.format->journal_empty());
+    // 100 KiB of records: past the old journal's 64 KiB.
+    const std::vector<Record> records = RecordsOfBytes(100 << 10, 3001);
+    const JournalBatch b = BatchOf(records, lsn, o.format->durable_lsn());
+    ASSERT_EQ(b.bytes.size(), 100u << 10);
+    ASSERT_TRUE(o.format->Fits(b.bytes.size()));
+    ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
+    for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    o = Opened();
+
+    Opened back;
+    ASSERT_TRUE(Open(&env, &back).ok());
+    EXPECT_EQ(back.v3->choice().sb.journal, c.journal);
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
+    EXPECT_EQ(back.meta.end.next_lsn, lsn + records.size());
+    EXPECT_EQ(back.meta.end.tail, 100u << 10);
+    EXPECT_FALSE(back.meta.end.damaged);
+    EXPECT_EQ(back.meta.meta_units, meta);
+  }
+}
+
+// Without a JournalSpace, or with one when the journal already holds the
+// target, the list stays, nothing is taken and the ring restarts in place.
+TEST_F(FormatV3Grow, ACheckpointWithoutRoomOrNeedKeepsTheJournal) {
+  uint64_t lsn;
+  MetaState st = Populate(&env_, &lsn);
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  RunSpace none({});
+  JournalGrowth growth;
+  ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn, &none, &growth).ok());
+  EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}}));
+  EXPECT_TRUE(growth.allocated.empty());
+  EXPECT_TRUE(growth.freed.empty());
+}
+
+// The target follows the map (3.4: 48 bytes an extent above 16 MiB): a
+// pool created with a 16 MiB journal keeps it for a small map, and a map
+// of 360,000 extents (16.5 MiB of journal) grows it to exactly
+// JournalTargetAus of them, in place.
+TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
+  constexpr uint64_t kJournal16 = 16 << 20;  // 256 AUs
+  constexpr uint64_t kBig = 48 << 20;
+  FaultInjectionEnv env;
+  {
+    auto f = env.OpenLocked("p", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(FormatV3::Create(f->get(), Id(9), kAu, kGrain, kBig, kJournal16, 80).ok());
+  }
+  Opened o;
+  ASSERT_TRUE(Open(&env, &o).ok());
+  const uint64_t after_journal = 1 + 256;
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "small", 100, 1));
+  st.next_lun_id = 5;
+  uint64_t lsn = o.meta.end.next_lsn + 1;
+  {
+    RunSpace space({{after_journal, 100}});
+    JournalGrowth growth;
+    ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn, &space, &growth).ok());
+    EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 256}})) << "16 MiB is the least";
+    EXPECT_TRUE(growth.allocated.empty());
+  }
+  for (uint32_t id = 2; id <= 4; id++) st.AddLun(Lun(id, "big" + std::to_string(id), 90000, id));
+  st.Find(1)->map.Remove(0, ExtentMap::kMaxLba, nullptr);
+  for (uint64_t i = 0; i < 90000; i++) ASSERT_TRUE(st.Find(1)->map.Insert(2 * i, (i * 5) % kPhysGrains, 1).ok());
+  const uint64_t target = JournalTargetAus(360000, kAu);
+  ASSERT_EQ(target, 264u);
+  RunSpace space({{after_journal, 100}});
+  JournalGrowth growth;
+  lsn += 5;
+  Status s = GrowingCheckpoint(&o, st, lsn, &space, &growth);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, target}}));
+  EXPECT_EQ(growth.allocated, (std::vector<JournalExtent>{{after_journal, target - 256}}));
+  EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{1 + target, 100 - (target - 256)}}));
 }
 
 }  // namespace
