@@ -553,8 +553,8 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
   }
 }
 
-// Without a JournalSpace, or with one when the journal already holds the
-// target, the list stays, nothing is taken and the ring restarts in place.
+// A JournalSpace with nothing free: the list stays, nothing is taken or
+// reported (a smaller journal means more checkpoints, never a failed one).
 TEST_F(FormatV3Grow, ACheckpointWithoutRoomOrNeedKeepsTheJournal) {
   uint64_t lsn;
   MetaState st = Populate(&env_, &lsn);
@@ -609,6 +609,189 @@ TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, target}}));
   EXPECT_EQ(growth.allocated, (std::vector<JournalExtent>{{after_journal, target - 256}}));
   EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{1 + target, 100 - (target - 256)}}));
+}
+
+// A pool checkpointed and holding a committed batch in its one-AU journal:
+// *prev the state with the batch, *lsn the LSN after it.
+std::vector<uint8_t> PoolWithABatch(FaultInjectionEnv* env, MetaState* prev, uint64_t* lsn) {
+  *prev = Populate(env, lsn);
+  Opened o;
+  EXPECT_TRUE(Open(env, &o).ok());
+  EXPECT_TRUE(Checkpoint(&o, *prev, *lsn).ok());
+  const std::vector<Record> records{MapOf(2001, 1500, 3), MapOf(3001, 1600, 40)};
+  EXPECT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, *lsn, o.format->durable_lsn())).ok());
+  for (const Record& r : records) EXPECT_TRUE(ApplyRecord(prev, r, nullptr).ok());
+  *lsn += records.size();
+  o = Opened();
+  return env->Snapshot("p");
+}
+
+// Each Env call of a growing checkpoint failing, without a power cut: the
+// runs it took are back in the space, the format keeps its journal (list,
+// meta_units(), a batch refused as after any failed checkpoint), and a
+// retry with the same space grows it and reopens with the new list.
+TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
+  MetaState prev;
+  uint64_t lsn;
+  const std::vector<uint8_t> base = PoolWithABatch(&env_, &prev, &lsn);
+  MetaState next = Copy(prev);
+  next.AddLun(Lun(3, "c", 80, 3));
+  next.next_lun_id = 4;
+  const uint64_t next_lsn = lsn + 40;
+  const std::map<uint64_t, uint64_t> free{{2, 5}, {40, 10}};
+  // The longest run first (RunSpace, as FreeSpace): AU 2's run then joins
+  // no extent, and the list goes on after AU 49.
+  const std::vector<JournalExtent> grown{{1, 1}, {40, 10}, {2, 5}};
+  for (const Op op : {Op::kWrite, Op::kSync, Op::kPunch}) {
+    uint64_t clean = 0;
+    {
+      FaultInjectionEnv env;
+      env.Install("p", base.data(), base.size());
+      Opened o;
+      ASSERT_TRUE(Open(&env, &o).ok());
+      RunSpace space(free);
+      const uint64_t at = env.calls(op);
+      ASSERT_TRUE(GrowingCheckpoint(&o, next, next_lsn, &space, nullptr).ok());
+      clean = env.calls(op) - at;
+      EXPECT_EQ(o.v3->choice().sb.journal, grown);
+    }
+    if (op == Op::kPunch) {
+      EXPECT_EQ(clean, 2u) << "one punch per new run";
+    }
+    for (uint64_t nth = 0; nth < clean; nth++) {
+      SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)) + " call " + std::to_string(nth));
+      FaultInjectionEnv env;
+      env.Install("p", base.data(), base.size());
+      Opened o;
+      ASSERT_TRUE(Open(&env, &o).ok());
+      const std::vector<uint64_t> meta = o.v3->meta_units();
+      RunSpace space(free);
+      JournalGrowth growth;
+      env.FailAt(op, nth, Code::kIOError);
+      ASSERT_EQ(GrowingCheckpoint(&o, next, next_lsn, &space, &growth).code(), Code::kIOError);
+      EXPECT_EQ(space.runs(), free);
+      EXPECT_TRUE(growth.allocated.empty() && growth.freed.empty());
+      EXPECT_EQ(o.v3->meta_units(), meta);
+      EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}}));
+      EXPECT_EQ(o.format->CommitBatch(o.file.get(), BatchOf({MapOf(5001, 9, 1)}, next_lsn, 0)).code(),
+                Code::kInvalidArgument);
+      Status s = GrowingCheckpoint(&o, next, next_lsn, &space, &growth);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      EXPECT_EQ(o.v3->choice().sb.journal, grown);
+      EXPECT_EQ(AusOf(growth.allocated), AusOf({{40, 10}, {2, 5}}));
+      EXPECT_TRUE(space.runs().empty());
+      o = Opened();
+      Opened back;
+      ASSERT_TRUE(Open(&env, &back).ok());
+      EXPECT_EQ(back.v3->choice().sb.journal, grown);
+      ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+    }
+  }
+}
+
+// A power cut at each call of a checkpoint that grows the journal (in
+// place; by a new extent), in every loss mode and with every slot written
+// since the last sync torn: the pool opens with the old journal, replaying
+// the batch committed in it, or with the new one and the new checkpoint.
+TEST_F(FormatV3Grow, APowerCutInAGrowingCheckpointOpensTheOldOrTheNewJournal) {
+  MetaState prev;
+  uint64_t lsn;
+  const std::vector<uint8_t> base = PoolWithABatch(&env_, &prev, &lsn);
+  MetaState next = Copy(prev);
+  next.AddLun(Lun(3, "c", 80, 3));
+  next.next_lun_id = 4;
+  const uint64_t next_lsn = lsn + 40;
+  const std::vector<JournalExtent> old_journal{{1, 1}};
+  struct Case {
+    std::map<uint64_t, uint64_t> free;
+    std::vector<JournalExtent> journal;
+  };
+  const Case cases[] = {{{{2, 20}}, {{1, 21}}}, {{{40, 10}}, {{1, 1}, {40, 10}}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("to " + std::to_string(c.journal.size()) + " extents");
+    auto attempt = [&](FaultInjectionEnv* env, int64_t crash_after) {
+      Opened o;
+      EXPECT_TRUE(Open(env, &o).ok());
+      RunSpace space(c.free);
+      const uint64_t at = env->mutating_calls();
+      env->CrashAfter(crash_after);
+      Status s = GrowingCheckpoint(&o, next, next_lsn, &space, nullptr);
+      EXPECT_EQ(s.ok(), crash_after < 0) << s.ToString();
+      if (s.ok()) {
+        EXPECT_EQ(o.v3->choice().sb.journal, c.journal);
+      }
+      return env->mutating_calls() - at;
+    };
+    int old_state = 0, new_state = 0;
+    CutEachCall(base, attempt, [&](const Opened& back) {
+      if (back.meta.end.next_lsn == next_lsn) {
+        new_state++;
+        EXPECT_EQ(back.v3->choice().sb.journal, c.journal);
+        EXPECT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+      } else {
+        old_state++;
+        EXPECT_EQ(back.meta.end.next_lsn, lsn) << "the committed batch replays";
+        EXPECT_EQ(back.v3->choice().sb.journal, old_journal);
+        EXPECT_NO_FATAL_FAILURE(ExpectSameState(prev, back.st));
+      }
+      EXPECT_FALSE(back.meta.end.damaged);
+    }, 4);
+    EXPECT_GT(old_state, 0);
+    EXPECT_GT(new_state, 0);
+  }
+}
+
+// A run new to the journal held data, and data can frame as a record (a
+// guest writes anything): here a CRC-valid record with the very LSN the
+// grown ring expects once its first 64 KiB (the old AU) are full, at the
+// start of the AU the journal takes. The checkpoint clears it: a reopen
+// with the ring empty finds no newer record ahead, and a batch filling the
+// old AU exactly replays alone, the planted record never applied.
+TEST_F(FormatV3Grow, AStaleRecordInANewSegmentIsNeverReplayed) {
+  uint64_t lsn;
+  MetaState st = Populate(&env_, &lsn);
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  const SuperblockV3 sb = o.v3->choice().sb;
+  const uint64_t new_au = 40;
+  const std::vector<Record> fill = RecordsOfBytes(sb.capacity(), 3001);  // the old AU, exactly
+  const uint64_t stale_lsn = lsn + fill.size();
+  const Record planted = MapOf(9001, 77, 5);
+  std::string img;
+  FrameRecord(planted, stale_lsn, stale_lsn - 1, &img);
+  const uint64_t at = sb.data_offset + new_au * sb.au;
+  ASSERT_TRUE(o.file->Write(at, img.size(), img.data()).ok());
+  ASSERT_TRUE(o.file->Sync().ok());
+
+  RunSpace space({{new_au, 4}});
+  JournalGrowth growth;
+  ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn, &space, &growth).ok());
+  ASSERT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}, {new_au, 4}}));
+  const std::vector<uint8_t> grown = env_.Snapshot("p");
+  EXPECT_TRUE(std::all_of(grown.begin() + at, grown.begin() + at + sb.au, [](uint8_t b) { return b == 0; }))
+      << "the new AU is cleared";
+  o = Opened();
+  {
+    Opened back;
+    ASSERT_TRUE(Open(&env_, &back).ok());
+    EXPECT_EQ(back.meta.end.next_lsn, lsn);
+    EXPECT_FALSE(back.meta.end.newer_record_follows);
+    EXPECT_FALSE(back.meta.end.damaged);
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
+    ASSERT_TRUE(Checkpoint(&back, st, lsn).ok());  // the open's, in place: the list is unchanged
+    ASSERT_EQ(back.v3->choice().sb.journal_start, 0u);
+    const JournalBatch b = BatchOf(fill, lsn, back.format->durable_lsn());
+    ASSERT_EQ(b.bytes.size(), sb.capacity());
+    ASSERT_TRUE(back.format->CommitBatch(back.file.get(), b).ok());
+    for (const Record& r : fill) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  }
+  Opened back;
+  ASSERT_TRUE(Open(&env_, &back).ok());
+  EXPECT_EQ(back.meta.end.next_lsn, stale_lsn) << "replay stops where the planted record was";
+  EXPECT_EQ(back.meta.end.tail, sb.capacity());
+  EXPECT_FALSE(back.meta.end.newer_record_follows);
+  EXPECT_FALSE(back.meta.end.damaged);
+  ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
 }
 
 }  // namespace
