@@ -568,6 +568,34 @@ TEST_F(FormatV3Grow, ACheckpointWithoutRoomOrNeedKeepsTheJournal) {
   EXPECT_TRUE(growth.freed.empty());
 }
 
+// A space handing out an AU of the checkpoint's own (the metadata chunk,
+// the journal, an AU given for pages) is refused before any write, the run
+// given back.
+TEST_F(FormatV3Grow, ARunTakenFromTheCheckpointsOwnAusIsRefused) {
+  uint64_t lsn;
+  MetaState st = Populate(&env_, &lsn);
+  st.AddLun(Lun(3, "c", 6000, 3));  // pages past the chunk: AUs given
+  st.next_lun_id = 4;
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  FrozenCheckpoint f = o.format->Freeze(st);
+  ASSERT_GT(f.meta_units, 0u);
+  const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
+  for (uint64_t au : {uint64_t{0}, uint64_t{1}, units.front()}) {
+    SCOPED_TRACE("AU " + std::to_string(au));
+    RunSpace space({{au, 1}});
+    JournalGrowth growth;
+    const uint64_t calls = env_.mutating_calls();
+    Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn, &space, &growth);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+    EXPECT_EQ(env_.mutating_calls(), calls);
+    EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{au, 1}}));
+  }
+  RunSpace space({{units.back() + 1, 4}});
+  Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn, &space, nullptr);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+}
+
 // The target follows the map (3.4: 48 bytes an extent above 16 MiB): a
 // pool created with a 16 MiB journal keeps it for a small map, and a map
 // of 360,000 extents (16.5 MiB of journal) grows it to exactly
@@ -680,11 +708,19 @@ TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
       EXPECT_EQ(o.v3->choice().sb.journal, grown);
       EXPECT_EQ(AusOf(growth.allocated), AusOf({{40, 10}, {2, 5}}));
       EXPECT_TRUE(space.runs().empty());
+      // The ring restarted at the new list's start: a batch longer than the
+      // old journal replays from there.
+      MetaState want = Copy(next);
+      const std::vector<Record> records = RecordsOfBytes(100 << 10, 7001);
+      ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, next_lsn, o.format->durable_lsn())).ok());
+      for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
       o = Opened();
       Opened back;
       ASSERT_TRUE(Open(&env, &back).ok());
       EXPECT_EQ(back.v3->choice().sb.journal, grown);
-      ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+      EXPECT_EQ(back.v3->choice().sb.journal_start, 0u);
+      EXPECT_EQ(back.meta.end.next_lsn, next_lsn + records.size());
+      ASSERT_NO_FATAL_FAILURE(ExpectSameState(want, back.st));
     }
   }
 }
