@@ -200,7 +200,10 @@ class JournalSpace {
   // (so a journal gets few long runs); nullopt when none is free. A longer
   // run is allowed: the planner keeps what it needs and gives the rest back.
   virtual std::optional<JournalExtent> Take(uint64_t max_aus) = 0;
-  // Returns a run Take handed out that the plan does not use.
+  // Returns a run Take handed out that the plan does not use. Must not
+  // throw: it runs on failure paths too (FormatV3's checkpoint gives back
+  // every run after a failure, a std::bad_alloc included), and a run it
+  // could not take back would be lost to the space.
   virtual void Give(const JournalExtent& run) = 0;
 };
 
@@ -223,7 +226,8 @@ struct JournalPlan {
 // far as it can. When free space is too fragmented to add anything the
 // current list stays: a smaller journal means more checkpoints, never a
 // failed one. Never shrinks. Every run taken and not in the plan is given
-// back. `current` must be a valid list (JournalLayout::Make).
+// back, an exception too (std::bad_alloc: every run taken is given back
+// before it leaves). `current` must be a valid list (JournalLayout::Make).
 JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t target_aus,
                         JournalSpace* space);
 

@@ -7,7 +7,8 @@
 // sequence. Power cut at each call of the first checkpoint after a damaged
 // slot, and of a retry after an attempt failed at its last sync: the pool
 // opens. An allocation failing anywhere in a checkpoint or LoadState
-// leaves the format (and LoadState's *st) whole. LoadState's refusals (a
+// leaves the format (and LoadState's *st) whole, and gives a growing
+// checkpoint's journal runs back. LoadState's refusals (a
 // page in the journal or named by both codecs, a record ApplyRecord
 // refuses) leave *st whole; replayed deletes and rollbacks reach the next
 // checkpoint; a ring restarted inside itself wraps and never reads a stale
@@ -1044,6 +1045,72 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInACheckpointLeavesTheFormatWhole) {
     o = Opened();
     Opened back;
     ASSERT_TRUE(Open(&env, &back).ok());
+    ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
+  }
+  EXPECT_GT(thrown, 0);
+}
+
+// The same for a checkpoint that grows the journal (GrowJournal from a
+// space of two runs, one after the journal): wherever an allocation fails,
+// every run taken is back in the space, the format keeps its journal, and
+// a retry grows it and opens.
+TEST_F(FormatV3Ckpt, ABadAllocAnywhereInAGrowingCheckpointGivesItsRunsBack) {
+  MetaState prev;
+  prev.au = kGrain;
+  prev.AddLun(Lun(1, "a", 30, 1));
+  prev.next_lun_id = 2;
+  uint64_t lsn;
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    lsn = o.meta.end.next_lsn + 10;
+    ASSERT_TRUE(Checkpoint(&o, prev, lsn).ok());
+  }
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  MetaState next = Copy(prev);
+  next.AddLun(Lun(2, "b", 20, 2));
+  next.next_lun_id = 3;
+  const uint64_t next_lsn = lsn + 50;
+  const std::map<uint64_t, uint64_t> free{{2, 6}, {40, 10}};
+  const std::vector<JournalExtent> old_journal{{1, 1}};
+  FaultInjectionEnv env;
+  int thrown = 0;
+  for (int64_t n = 0;; n++) {
+    SCOPED_TRACE("allocation " + std::to_string(n));
+    env.Install("p", base.data(), base.size());
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    const FrozenCheckpoint f = o.format->Freeze(next);
+    RunSpace space(free);
+    std::vector<uint64_t> units;  // above the space's runs
+    for (uint64_t u = 60; units.size() < f.meta_units; u++) units.push_back(u);
+    JournalGrowth growth;
+    Status s;
+    bool threw = false;
+    g_allocs_before_failure = n;
+    try {
+      s = o.v3->WriteCheckpoint(o.file.get(), f, units, next_lsn, &space, &growth);
+    } catch (const std::bad_alloc&) {
+      threw = true;
+    }
+    g_allocs_before_failure = -1;
+    if (s.ok() && !threw) {
+      EXPECT_NE(o.v3->choice().sb.journal, old_journal);
+      break;
+    }
+    thrown++;
+    ASSERT_EQ(space.runs(), free);
+    EXPECT_TRUE(growth.allocated.empty());
+    ASSERT_EQ(o.v3->choice().sb.journal, old_journal);
+    ASSERT_EQ(o.v3->meta_units(), UnitsOfPagesNamed(*o.v3));
+    s = GrowingCheckpoint(&o, next, next_lsn, &space, &growth);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    const std::vector<JournalExtent> grown = o.v3->choice().sb.journal;
+    EXPECT_NE(grown, old_journal);
+    o = Opened();
+    Opened back;
+    ASSERT_TRUE(Open(&env, &back).ok());
+    EXPECT_EQ(back.v3->choice().sb.journal, grown);
     ASSERT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
   }
   EXPECT_GT(thrown, 0);

@@ -412,66 +412,6 @@ TEST_F(FormatV3Grow, ACheckpointAfterAGrowUsesTheNewAusAndReopens) {
 
 // ------------------------------------------------------ the journal grown
 
-// Free space as runs of AUs (the engine's FreeSpace stands behind
-// JournalSpace): Take hands out the front of the longest run, up to what
-// is asked, Give takes a run back.
-class RunSpace final : public JournalSpace {
- public:
-  explicit RunSpace(std::map<uint64_t, uint64_t> runs) : runs_(std::move(runs)) {}
-  std::optional<JournalExtent> Take(uint64_t max_aus) override {
-    auto best = runs_.end();
-    for (auto it = runs_.begin(); it != runs_.end(); ++it)
-      if (best == runs_.end() || it->second > best->second) best = it;
-    if (best == runs_.end()) return std::nullopt;
-    JournalExtent run{best->first, std::min(best->second, max_aus)};
-    if (run.aus < best->second) runs_.emplace(run.first_au + run.aus, best->second - run.aus);
-    runs_.erase(best);
-    return run;
-  }
-  void Give(const JournalExtent& run) override {
-    EXPECT_TRUE(runs_.emplace(run.first_au, run.aus).second) << "a run given twice";
-    Join();
-  }
-  const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
-  bool Holds(uint64_t au) const {
-    auto it = runs_.upper_bound(au);
-    return it != runs_.begin() && au - std::prev(it)->first < std::prev(it)->second;
-  }
-
- private:
-  void Join() {
-    for (auto it = runs_.begin(); it != runs_.end();) {
-      auto next = std::next(it);
-      if (next != runs_.end() && it->first + it->second == next->first) {
-        it->second += next->second;
-        runs_.erase(next);
-      } else {
-        it = next;
-      }
-    }
-  }
-  std::map<uint64_t, uint64_t> runs_;
-};
-
-// Freeze (every LUN dirty) and WriteCheckpoint with `space`, the pages in
-// the lowest AUs outside the format's metadata and the space.
-Status GrowingCheckpoint(Opened* o, const MetaState& st, uint64_t start_lsn, RunSpace* space,
-                         JournalGrowth* growth) {
-  FrozenCheckpoint f = o->format->Freeze(st);
-  const std::vector<uint64_t> meta = o->v3->meta_units();
-  std::vector<uint64_t> units;
-  for (uint64_t u = 0; units.size() < f.meta_units; u++)
-    if (!std::binary_search(meta.begin(), meta.end(), u) && !space->Holds(u)) units.push_back(u);
-  return o->v3->WriteCheckpoint(o->file.get(), f, units, start_lsn, space, growth);
-}
-
-std::vector<uint64_t> AusOf(const std::vector<JournalExtent>& list) {
-  std::vector<uint64_t> out;
-  for (const JournalExtent& x : list)
-    for (uint64_t i = 0; i < x.aus; i++) out.push_back(x.first_au + i);
-  return out;
-}
-
 // Records of LUN 1 that frame to exactly `bytes` (one kMap record of n
 // runs, 33 + 24 n bytes, then seals of 25), mapping from `lba` on.
 std::vector<Record> RecordsOfBytes(uint64_t bytes, uint64_t lba) {

@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // A small format 3 pool for FormatV3's tests (format_v3_ckpt_test,
 // format_v3_grow_test): its geometry, LUNs of many runs, opening it the way
-// Core does, state copies and comparisons, checkpoints and journal batches.
+// Core does, state copies and comparisons, checkpoints (growing the journal
+// from a free space of runs too) and journal batches.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -18,6 +22,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v3.h"
 #include "handler/store/journal.h"
+#include "handler/store/journal_segments.h"
 #include "handler/store/meta_format.h"
 
 namespace cowstore::store::v3pool {
@@ -153,6 +158,77 @@ inline Record MapOf(uint64_t lba, uint64_t phys, uint64_t n) {
   r.lun = 1;
   for (uint64_t i = 0; i < n; i++) r.runs.push_back(store::Run{lba + 2 * i, (phys + 3 * i) % kPhysGrains, 1});
   return r;
+}
+
+// Free space as runs of AUs (the engine's FreeSpace stands behind
+// JournalSpace): Take hands out the front of the longest run, up to what
+// is asked, Give takes a run back without allocating (JournalSpace's
+// contract: room for kMaxRuns runs is made up front).
+class RunSpace final : public JournalSpace {
+ public:
+  static constexpr size_t kMaxRuns = 64;
+  explicit RunSpace(const std::map<uint64_t, uint64_t>& runs) {
+    runs_.reserve(kMaxRuns);
+    for (const auto& [first, aus] : runs) runs_.push_back({first, aus});
+  }
+  std::optional<JournalExtent> Take(uint64_t max_aus) override {
+    auto best = runs_.end();
+    for (auto it = runs_.begin(); it != runs_.end(); ++it)
+      if (best == runs_.end() || it->aus > best->aus) best = it;
+    if (best == runs_.end()) return std::nullopt;
+    JournalExtent run{best->first_au, std::min(best->aus, max_aus)};
+    best->first_au += run.aus;
+    best->aus -= run.aus;
+    if (best->aus == 0) runs_.erase(best);
+    return run;
+  }
+  void Give(const JournalExtent& run) override {
+    EXPECT_FALSE(Holds(run.first_au)) << "a run given twice";
+    EXPECT_LT(runs_.size(), kMaxRuns);
+    runs_.push_back(run);  // within the capacity reserved
+  }
+  // The free runs, those next to each other joined.
+  std::map<uint64_t, uint64_t> runs() const {
+    std::map<uint64_t, uint64_t> out;
+    for (const JournalExtent& r : runs_) out.emplace(r.first_au, r.aus);
+    for (auto it = out.begin(); it != out.end();) {
+      auto next = std::next(it);
+      if (next != out.end() && it->first + it->second == next->first) {
+        it->second += next->second;
+        out.erase(next);
+      } else {
+        it = next;
+      }
+    }
+    return out;
+  }
+  bool Holds(uint64_t au) const {
+    for (const JournalExtent& r : runs_)
+      if (au - r.first_au < r.aus) return true;
+    return false;
+  }
+
+ private:
+  std::vector<JournalExtent> runs_;  // unordered; capacity kMaxRuns
+};
+
+// Freeze (every LUN dirty) and WriteCheckpoint with `space`, the pages in
+// the lowest AUs outside the format's metadata and the space.
+inline Status GrowingCheckpoint(Opened* o, const MetaState& st, uint64_t start_lsn, RunSpace* space,
+                         JournalGrowth* growth) {
+  FrozenCheckpoint f = o->format->Freeze(st);
+  const std::vector<uint64_t> meta = o->v3->meta_units();
+  std::vector<uint64_t> units;
+  for (uint64_t u = 0; units.size() < f.meta_units; u++)
+    if (!std::binary_search(meta.begin(), meta.end(), u) && !space->Holds(u)) units.push_back(u);
+  return o->v3->WriteCheckpoint(o->file.get(), f, units, start_lsn, space, growth);
+}
+
+inline std::vector<uint64_t> AusOf(const std::vector<JournalExtent>& list) {
+  std::vector<uint64_t> out;
+  for (const JournalExtent& x : list)
+    for (uint64_t i = 0; i < x.aus; i++) out.push_back(x.first_au + i);
+  return out;
 }
 
 }  // namespace cowstore::store::v3pool
