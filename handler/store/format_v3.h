@@ -46,10 +46,15 @@
 // a handed-over AU not used) is Core's to free. Order: pages, sync,
 // superblock to slot seq % 2, sync, the other slot, sync, the journal
 // restarted at `start_lsn` from the tail rounded up to the write unit.
+// Given a JournalSpace (WriteCheckpoint's overload), a checkpoint also grows
+// the journal with the map (3.4, GrowJournal): its new runs cleared with the
+// pages, before the superblock naming the new list, the ring restarted at
+// that list's offset 0. Grow declares more AUs by a superblock naming the
+// current checkpoint (the spend write below, with a new size).
 // Sequences: every attempt takes a sequence above every earlier attempt's,
 // even across crashes: an attempt uses the durable superblock's sequence
 // + 1 only if no attempt may have used it yet; otherwise (the first
-// checkpoint after an open, or after a failed attempt) a superblock naming
+// checkpoint after an open, or after a failed attempt or Grow) a superblock naming
 // the current checkpoint is written first, both slots synced, under the
 // sequence after the highest this format wrote (a failed attempt's
 // superblock may be on disk, in both slots, under the one after the
@@ -67,8 +72,7 @@
 // CommitJournalBatch's order). (Core's open
 // also writes data, zeroing free AUs the older copy may still use, before
 // any batch: wiring FormatV3 into Core needs that rewrite as a step of its
-// own, called before the first write of any kind.) Grow writes a superblock
-// of the new size (Grow below).
+// own, called before the first write of any kind.)
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
 // names (ReadCkptTree), each LUN's map the tree's, then the journal's

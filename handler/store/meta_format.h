@@ -115,7 +115,11 @@ class MetaFormat {
   // record before start_lsn and the previous checkpoint's AUs may be
   // released. On failure the format keeps the previous checkpoint in memory;
   // on disk either may be current (a failure after the first slot's write),
-  // and the next open decides.
+  // and the next open decides. The journal keeps its extents here; a format
+  // that sizes its journal with the map takes the free space to grow it
+  // from through an overload of its own (FormatV3's, with a JournalSpace:
+  // journal_segments.h), which Core calls once it serves that format: the
+  // interface stays this one call.
   virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
 
@@ -125,12 +129,13 @@ class MetaFormat {
 };
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
-// but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d: it
-// cannot grow, its checkpoints keep the journal's extents (no GrowJournal),
-// and Core neither passes it dirty ranges nor keeps the metadata AUs it
-// reports after a checkpoint: Core's InstallMeta frees the previous
-// checkpoint's AUs, which for v3 are live chunks), so the engine serves 1
-// and 2 only (Core's space map does not count in v3's grain either).
+// but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
+// Core neither passes it dirty ranges nor a JournalSpace to grow its
+// journal from, nor keeps the metadata AUs it reports after a checkpoint:
+// Core's InstallMeta frees the previous checkpoint's AUs, which for v3 are
+// live chunks, and would not free the journal extents a growth drops), so
+// the engine serves 1 and 2 only (Core's space map does not count in v3's
+// grain either).
 // kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
 // 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {
