@@ -555,8 +555,9 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   Status s = ClearJournalRuns(file, cur.au, cur.data_offset, plan->allocated);
   uint64_t lun_root = 0;
   std::vector<uint64_t> lun_pages;
-  if (s.ok()) s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns,
-                           [&alloc] { return alloc.Allocate(); }, &lun_root, &lun_pages);
+  if (s.ok())
+    s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns, [&alloc] { return alloc.Allocate(); },
+                      &lun_root, &lun_pages);
   std::map<uint32_t, const ExtentMap*> maps;
   for (const auto& [id, m] : f->maps) maps.emplace(id, &m);
   CkptWrite w;

@@ -77,7 +77,7 @@ void TearUnsyncedSlots(FaultInjectionEnv* env) {
 // TearUnsyncedSlots; `check` judges each pool reopened, which must open.
 void CutEachCall(const std::vector<uint8_t>& base,
                  const std::function<uint64_t(FaultInjectionEnv*, int64_t)>& attempt,
-                 const std::function<void(const Opened&)>& check, uint64_t seeds = 6) {
+                 const std::function<void(const Opened&)>& check, uint64_t seeds = 3) {
   uint64_t calls;
   {
     FaultInjectionEnv env;
