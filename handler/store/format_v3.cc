@@ -221,6 +221,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   chunks_.swap(chunks);
   seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
   needs_open_ckpt_ = true;  // the ring may hold stale records past end.tail
+  replayed_next_lsn_ = end.next_lsn;
   carried_dirty_ = std::move(replayed);
   checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = std::move(units);
@@ -273,8 +274,8 @@ Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
                   "past its tail)");
   if (ckpt_failed_)
     return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
-  // The writer rule's open half needs no step here: the open's checkpoint,
-  // which every batch follows, rewrote the other slot first.
+  // The writer rule's open half needs no step here: after the open's
+  // checkpoint, which every batch follows, both slots hold one durable copy.
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
   return ring_->WriteBatch(file, b);
@@ -409,9 +410,23 @@ Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   Status s = EncodeSuperblockV3(sb, &img);
   const uint64_t first = sb.seq % 2;
   if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
-  if (s.ok()) s = file->Write(first * kSuperblockSlot, img.size(), img.data());
+  // Before each slot write, that slot is marked for the next superblock
+  // write (a retry's, Grow's) to rewrite with the chosen copy, synced,
+  // first (RewriteOtherSlot): a failure (a status, or an exception) may
+  // leave it holding a copy in the cache only, or a torn one, and writing
+  // the other slot then could leave both in flight. `slot` names the other
+  // one, which holds the chosen copy or, once the first slot was synced,
+  // this copy.
+  auto write_slot = [&](uint64_t slot) {
+    choice_.redundant = false;
+    choice_.other = static_cast<int>(slot);
+    choice_.slot = static_cast<int>(1 - slot);
+    choice_.other_state.clear();  // no chooser's verdict (and no allocation)
+    return file->Write(slot * kSuperblockSlot, img.size(), img.data());
+  };
+  if (s.ok()) s = write_slot(first);
   if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = write_slot(1 - first);
   if (s.ok()) s = file->Sync();
   if (!s.ok()) return s;
   choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
@@ -428,6 +443,10 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
   if (f == nullptr || f->format != this || f->checkpoint != checkpoints_)
     return Status(Code::kInvalidArgument, "format 3: the checkpoint was not frozen by this format over its tree");
+  if (needs_open_ckpt_ && (start_lsn < replayed_next_lsn_ || start_lsn - replayed_next_lsn_ < kLsnGapAfterOpen))
+    return Status(Code::kInvalidArgument, "format 3: the open's checkpoint must start the journal at least " +
+                                              N(kLsnGapAfterOpen) + " LSNs past the replayed ones (" +
+                                              N(replayed_next_lsn_) + "), not at " + N(start_lsn));
   const SuperblockV3 cur = choice_.sb;
   const std::vector<uint64_t> journal_and_chunks = meta_units();
   std::set<uint64_t> given;
@@ -453,6 +472,12 @@ Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, con
   // spend write below may go to its slot first; a cut tearing that write
   // would leave no slot to open. So the other slot gets the chosen copy,
   // synced, before any superblock of a new sequence is written.
+  // A superblock copy may be in the cache only (a previous process wrote
+  // it and died before its sync, or a sync of this format's failed), and
+  // the chooser may have chosen it: it is made durable before either slot
+  // is written, or a cut could tear it together with the other slot.
+  if (seq_spent_)
+    if (Status s = file->Sync(); !s.ok()) return s;
   if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
   // Spend a sequence an earlier attempt may have used (header comment),
   // under one above every sequence this format wrote: a failed attempt's
