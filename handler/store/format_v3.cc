@@ -218,6 +218,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   chunks_.swap(chunks);
   seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
   needs_open_ckpt_ = true;  // the ring may hold stale records past end.tail
+  replayed_next_lsn_ = end.next_lsn;
   carried_dirty_ = std::move(replayed);
   checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = std::move(units);
@@ -270,8 +271,8 @@ Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
                   "past its tail)");
   if (ckpt_failed_)
     return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
-  // The writer rule's open half needs no step here: the open's checkpoint,
-  // which every batch follows, rewrote the other slot first.
+  // The writer rule's open half needs no step here: after the open's
+  // checkpoint, which every batch follows, both slots hold one durable copy.
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
   return ring_->WriteBatch(file, b);
@@ -404,26 +405,27 @@ uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {
 Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   std::string img;
   Status s = EncodeSuperblockV3(sb, &img);
-  const int first = static_cast<int>(sb.seq % 2);
+  const uint64_t first = sb.seq % 2;
   if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
-  int in_doubt = -1;  // the slot a write went to last, until its sync returned
-  if (s.ok()) s = file->Write((in_doubt = first) * kSuperblockSlot, img.size(), img.data());
+  // Before each slot write, that slot is marked for the next superblock
+  // write (a retry's, Grow's) to rewrite with the chosen copy, synced,
+  // first (RewriteOtherSlot): a failure (a status, or an exception) may
+  // leave it holding a copy in the cache only, or a torn one, and writing
+  // the other slot then could leave both in flight. `slot` names the other
+  // one, which holds the chosen copy or, once the first slot was synced,
+  // this copy.
+  auto write_slot = [&](uint64_t slot) {
+    choice_.redundant = false;
+    choice_.other = static_cast<int>(slot);
+    choice_.slot = static_cast<int>(1 - slot);
+    choice_.other_state.clear();  // no chooser's verdict (and no allocation)
+    return file->Write(slot * kSuperblockSlot, img.size(), img.data());
+  };
+  if (s.ok()) s = write_slot(first);
   if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Write((in_doubt = 1 - first) * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = write_slot(1 - first);
   if (s.ok()) s = file->Sync();
-  if (!s.ok()) {
-    // That slot may hold a torn copy; the other holds the chosen copy or
-    // this one, whole. The next superblock write goes to slot seq % 2 of a
-    // later sequence, which may be the other: the open's half of the writer
-    // rule (RewriteOtherSlot) puts the chosen copy in this one first, so a
-    // cut in that next write leaves a valid slot.
-    if (in_doubt >= 0) {
-      choice_.redundant = false;
-      choice_.other = in_doubt;
-      choice_.other_state = "write failed";  // short: no allocation on this path
-    }
-    return s;
-  }
+  if (!s.ok()) return s;
   choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
   choice_.slot = 0;
   choice_.redundant = true;
@@ -461,6 +463,10 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
   if (f == nullptr || f->format != this || f->checkpoint != checkpoints_)
     return Status(Code::kInvalidArgument, "format 3: the checkpoint was not frozen by this format over its tree");
+  if (needs_open_ckpt_ && (start_lsn < replayed_next_lsn_ || start_lsn - replayed_next_lsn_ < kLsnGapAfterOpen))
+    return Status(Code::kInvalidArgument, "format 3: the open's checkpoint must start the journal at least " +
+                                              N(kLsnGapAfterOpen) + " LSNs past the replayed ones (" +
+                                              N(replayed_next_lsn_) + "), not at " + N(start_lsn));
   const SuperblockV3 cur = choice_.sb;
   const std::vector<uint64_t> journal_and_chunks = meta_units();
   std::set<uint64_t> given;
@@ -516,6 +522,12 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   // spend write below may go to its slot first; a cut tearing that write
   // would leave no slot to open. So the other slot gets the chosen copy,
   // synced, before any superblock of a new sequence is written.
+  // A superblock copy may be in the cache only (a previous process wrote
+  // it and died before its sync, or a sync of this format's failed), and
+  // the chooser may have chosen it: it is made durable before either slot
+  // is written, or a cut could tear it together with the other slot.
+  if (seq_spent_)
+    if (Status s = file->Sync(); !s.ok()) return s;
   if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
   // Spend a sequence an earlier attempt may have used (header comment),
   // under one above every sequence this format wrote: a failed attempt's
@@ -614,7 +626,11 @@ Status FormatV3::Grow(File* file, uint64_t new_size) {
   std::string img;
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
 
-  // The writer rule's open half first (WriteCheckpoint says why).
+  // The writer rule's open half first, as WriteCheckpoint's (which says
+  // why): the chosen copy made durable if it may be in the cache only,
+  // then the other slot rewritten with it.
+  if (seq_spent_)
+    if (Status s = file->Sync(); !s.ok()) return s;
   if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
   // Until the new superblock is durable in both slots, either slot may hold
   // it (under a sequence no later write may reuse: WriteSuperblock raised

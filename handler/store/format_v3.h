@@ -64,15 +64,20 @@
 //
 // Writes: the open's checkpoint comes first (CommitBatch refuses until one
 // succeeded: the replayed ring may hold stale records past its tail), and
-// it begins with the open's half of the writer rule: a slot not holding
+// it begins with the open's half of the writer rule: a sync, since the
+// chosen copy may be in the cache only (a process that died before its
+// sync wrote it, or a sync of this format failed), then a slot not holding
 // the chosen copy is rewritten with it, synced, before the format's first
 // write (its first superblock write, of a new sequence, goes to slot
 // seq % 2, which may hold the chosen copy, then the pool's only valid
-// one). CommitBatch then appends to the journal ring (JournalRing, in
-// CommitJournalBatch's order). (Core's open
-// also writes data, zeroing free AUs the older copy may still use, before
-// any batch: wiring FormatV3 into Core needs that rewrite as a step of its
-// own, called before the first write of any kind.)
+// one). A superblock write that fails leaves its slot to be rewritten so
+// before the next. CommitBatch then appends to the journal ring
+// (JournalRing, in CommitJournalBatch's order). (Core's open also writes
+// data before any batch, punching free AUs the older copy may still use
+// (recovery.cc): wiring FormatV3 into Core needs that sync and rewrite as
+// a step of their own, called before the first write of any kind, or a cut
+// that loses a chosen copy held in the cache only reopens the older copy,
+// whose freed chunks were just punched.)
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
 // names (ReadCkptTree), each LUN's map the tree's, then the journal's
@@ -149,7 +154,8 @@ class FormatV3 final : public MetaFormat {
   // checkpoint: a replay that ended at a torn tail may leave stale CRC-valid
   // records right after it, and records appended there could let a later
   // replay chain a stale record after a new one (the checkpoint restarts
-  // the ring past them, under a new start LSN). kInvalidArgument, nothing
+  // the ring at the write unit after the tail, maybe onto them, but under a
+  // start LSN above every LSN they may carry). kInvalidArgument, nothing
   // written, after a failed checkpoint too (WriteCheckpoint); kNoSpace,
   // nothing written, when the batch does not fit; on any failure the ring's
   // tail and durable LSN stay.
@@ -186,8 +192,10 @@ class FormatV3 final : public MetaFormat {
   // The checkpoint (header comment): `f` must be this format's latest
   // Freeze (kInvalidArgument, nothing written, for a Freeze from before
   // another checkpoint) and `units` free AUs outside the chunks and the
-  // journal (kInvalidArgument, nothing written). kNoSpace when the pages
-  // do not fit the chunks and `units`. On success meta_units() is the new
+  // journal (kInvalidArgument, nothing written); until a checkpoint after
+  // LoadState succeeded, `start_lsn` at least kLsnGapAfterOpen past the
+  // replayed records' (kInvalidArgument, nothing written: meta_format.h).
+  // kNoSpace when the pages do not fit the chunks and `units`. On success meta_units() is the new
   // checkpoint's; on failure (a status, or an exception such as bad_alloc:
   // whatever allocates runs before the superblock write, the commit after
   // it only moves) every in-memory state is the previous
@@ -272,10 +280,8 @@ class FormatV3 final : public MetaFormat {
                         uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth);
   // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
   // slot, sync. On success both slots hold `sb` and it is the choice (moved
-  // in: nothing allocates once the writes are durable). On a failed write
-  // or sync the slot last written is in doubt (torn, or `sb`): the choice
-  // names it as the slot RewriteOtherSlot rewrites before the next
-  // superblock write, which may go to the other slot first.
+  // in: nothing allocates once the writes are durable); on a failure once a
+  // slot was written, that slot is the choice's `other`, not redundant.
   Status WriteSuperblock(File* file, SuperblockV3 sb);
   // The pages a checkpoint names (its tree and LUN table chain), sorted.
   static std::vector<uint64_t> PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages);
@@ -314,6 +320,9 @@ class FormatV3 final : public MetaFormat {
   // Set by LoadState until a checkpoint succeeds: CommitBatch refuses
   // (CommitBatch's comment says why).
   bool needs_open_ckpt_ = false;
+  // The LSN after the replayed records (LoadState): while needs_open_ckpt_,
+  // a checkpoint's start LSN must be kLsnGapAfterOpen past it.
+  uint64_t replayed_next_lsn_ = 0;
 };
 
 }  // namespace cowstore::store

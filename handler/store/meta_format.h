@@ -111,8 +111,12 @@ class MetaFormat {
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core), syncs, writes a
   // superblock naming it into both slots, syncs, then empties the journal,
-  // which continues at `start_lsn`. On success the checkpoint holds every
-  // record before start_lsn and the previous checkpoint's AUs may be
+  // which continues at `start_lsn`. The first checkpoint after LoadState
+  // needs a `start_lsn` at least kLsnGapAfterOpen (meta.h) past the
+  // replayed records' next LSN: a torn tail may leave stale records of the
+  // LSNs after it in the journal, where new records may be written next to
+  // them (FormatV3 refuses a smaller one). On success the checkpoint holds
+  // every record before start_lsn and the previous checkpoint's AUs may be
   // released. On failure the format keeps the previous checkpoint in memory;
   // on disk either may be current (a failure after the first slot's write),
   // and the next open decides. The journal keeps its extents here; a format

@@ -52,59 +52,14 @@ MetaState Populate(FaultInjectionEnv* env, uint64_t* lsn) {
   st.next_lun_id = 3;
   Opened o;
   EXPECT_TRUE(Open(env, &o).ok());
-  *lsn = o.meta.end.next_lsn + 10;
+  *lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
   EXPECT_TRUE(Checkpoint(&o, st, *lsn).ok());
   return st;
 }
 
-// A cut that tears every superblock slot written since the last sync (each
-// kTear may tear, by chance): the durable image, those slots garbled.
-void TearUnsyncedSlots(FaultInjectionEnv* env) {
-  const std::vector<uint8_t> now = env->Snapshot("p");
-  env->PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);
-  std::vector<uint8_t> img = env->Snapshot("p");
-  for (uint64_t slot = 0; slot < 2; slot++) {
-    const auto at = static_cast<std::ptrdiff_t>(slot * kSuperblockSlot);
-    if (!std::equal(now.begin() + at, now.begin() + at + kSuperblockSlot, img.begin() + at))
-      for (uint64_t i = 0; i < 64; i++) img[at + 32 + i] ^= 0x5a;
-  }
-  env->Install("p", img.data(), img.size());
-}
-
-// Runs `attempt(env, -1)` on `base` once uncut, to count the mutating calls
-// it makes after its setup, then `attempt(env, n)` (a crash after n more)
-// for each of them, in every loss mode (`seeds` per random one) and with
-// TearUnsyncedSlots; `check` judges each pool reopened, which must open.
-void CutEachCall(const std::vector<uint8_t>& base,
-                 const std::function<uint64_t(FaultInjectionEnv*, int64_t)>& attempt,
-                 const std::function<void(const Opened&)>& check, uint64_t seeds = 3) {
-  uint64_t calls;
-  {
-    FaultInjectionEnv env;
-    env.Install("p", base.data(), base.size());
-    calls = attempt(&env, -1);
-  }
-  FaultInjectionEnv env;  // one for all: Install then reuses its buffers
-  for (uint64_t n = 0; n < calls; n++) {
-    for (int loss = 0; loss <= 4; loss++) {  // 4: TearUnsyncedSlots
-      for (uint64_t seed = 0; seed < (loss == 2 || loss == 3 ? seeds : 1u); seed++) {
-        SCOPED_TRACE("call " + std::to_string(n) + " of " + std::to_string(calls) + " loss " +
-                     std::to_string(loss) + " seed " + std::to_string(seed));
-        env.ClearFaults();
-        env.Install("p", base.data(), base.size());
-        attempt(&env, static_cast<int64_t>(n));
-        if (loss == 4) {
-          TearUnsyncedSlots(&env);
-        } else {
-          env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), seed);
-        }
-        Opened back;
-        Status why = Open(&env, &back);
-        EXPECT_TRUE(why.ok()) << why.ToString();
-        if (why.ok()) check(back);
-      }
-    }
-  }
+// CutEachCall's setup: the pool `base` installed.
+std::function<void(FaultInjectionEnv*)> InstallOf(const std::vector<uint8_t>& base) {
+  return [&base](FaultInjectionEnv* env) { env->Install("p", base.data(), base.size()); };
 }
 
 class FormatV3Grow : public ::testing::Test {
@@ -127,7 +82,8 @@ TEST_F(FormatV3Grow, AGrownPoolReopensAtItsNewSize) {
   MetaState st = Populate(&env_, &lsn);
   Opened o;
   ASSERT_TRUE(Open(&env_, &o).ok());
-  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());  // the open's, before any batch
+  lsn += kLsnGapAfterOpen;
+  ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());  // the open's, before any batch, jumping the LSNs
   const Record one = MapOf(2001, 1500, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, lsn, o.format->durable_lsn())).ok());
   ASSERT_TRUE(ApplyRecord(&st, one, nullptr).ok());
@@ -204,7 +160,7 @@ TEST_F(FormatV3Grow, EveryFailedCallOpensTheOldOrTheNewSize) {
     clean_calls[0] = env.calls(Op::kWrite) - w;
     clean_calls[1] = env.calls(Op::kSync) - s;
     ASSERT_EQ(clean_calls[0], 2u) << "one write per slot";
-    ASSERT_EQ(clean_calls[1], 2u) << "one sync per slot";
+    ASSERT_EQ(clean_calls[1], 3u) << "one first (the chosen copy may be in the cache only), one per slot";
   }
   int old_size = 0, new_size = 0;
   for (int k = 0; k < 2; k++) {
@@ -224,8 +180,11 @@ TEST_F(FormatV3Grow, EveryFailedCallOpensTheOldOrTheNewSize) {
           EXPECT_EQ(o.format->superblock_seq(), seq_before);
           if (loss < 0) {
             ASSERT_TRUE(o.format->Grow(o.file.get(), kGrownSize).ok());
-            EXPECT_GT(o.format->superblock_seq(), seq_before + 1) << "the retry's sequence is its own";
-            ASSERT_TRUE(Checkpoint(&o, st, lsn + 1).ok());
+            // A failure after a slot write took seq_before + 1 (the first
+            // sync, before any, spends nothing).
+            const bool wrote = !(kOps[k] == Op::kSync && nth == 0);
+            EXPECT_GT(o.format->superblock_seq(), seq_before + (wrote ? 1 : 0)) << "the retry's sequence is its own";
+            ASSERT_TRUE(Checkpoint(&o, st, lsn + kLsnGapAfterOpen).ok());
             o = Opened();
             Opened back;
             ASSERT_TRUE(Open(&env, &back).ok());
@@ -248,13 +207,13 @@ TEST_F(FormatV3Grow, EveryFailedCallOpensTheOldOrTheNewSize) {
           ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
           EXPECT_EQ(back.meta.end.next_lsn, lsn);
           // It checkpoints, and that checkpoint opens at the size it had.
-          ASSERT_TRUE(Checkpoint(&back, st, lsn + 1).ok());
+          ASSERT_TRUE(Checkpoint(&back, st, lsn + kLsnGapAfterOpen).ok());
           back = Opened();
           Opened again;
           ASSERT_TRUE(Open(&env, &again).ok());
           EXPECT_EQ(UnitsOf(again), units);
           ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, again.st));
-          EXPECT_EQ(again.meta.end.next_lsn, lsn + 1);
+          EXPECT_EQ(again.meta.end.next_lsn, lsn + kLsnGapAfterOpen);
         }
       }
     }
@@ -285,33 +244,36 @@ TEST_F(FormatV3Grow, ACheckpointAfterAFailedGrowCutAtEveryCallStillOpens) {
   MetaState next = Copy(prev);
   next.AddLun(Lun(3, "c", 80, 3));
   next.next_lun_id = 4;
-  const uint64_t next_lsn = lsn + 40;
+  const uint64_t next_lsn = lsn + 2 * kLsnGapAfterOpen;
   for (const bool checkpointed : {false, true}) {
-    for (const uint64_t failed_sync : {0u, 1u}) {
-      SCOPED_TRACE(std::string(checkpointed ? "after a checkpoint" : "after the open") + ", Grow's sync " +
-                   std::to_string(failed_sync) + " failed");
-      auto failed_grow_then_checkpoint = [&](FaultInjectionEnv* env, int64_t crash_after) {
-        Opened o;
-        EXPECT_TRUE(Open(env, &o).ok());
+    for (const uint64_t slot_sync : {0u, 1u}) {
+      SCOPED_TRACE(std::string(checkpointed ? "after a checkpoint" : "after the open") + ", Grow's slot sync " +
+                   std::to_string(slot_sync) + " failed");
+      // After the open, Grow syncs first (the chosen copy may be in the
+      // cache only); after a checkpoint both slots are durable.
+      const uint64_t failed_sync = slot_sync + (checkpointed ? 0 : 1);
+      auto failed_grow = [&](Opened* o, FaultInjectionEnv* env) {
         if (checkpointed) {
-          EXPECT_TRUE(Checkpoint(&o, prev, lsn).ok());
+          EXPECT_TRUE(Checkpoint(o, prev, lsn + kLsnGapAfterOpen).ok());
         }
         env->FailAt(Op::kSync, failed_sync, Code::kIOError);
-        EXPECT_EQ(o.format->Grow(o.file.get(), kGrownSize).code(), Code::kIOError);
-        const uint64_t at = env->mutating_calls();
-        env->CrashAfter(crash_after);
-        const uint64_t failed_seq = o.format->superblock_seq() + 1;
-        Status s = Checkpoint(&o, next, next_lsn);
-        EXPECT_EQ(s.ok(), crash_after < 0) << s.ToString();
-        // Uncut, its pages and superblock took a sequence of their own: it
-        // spent one above the failed Grow's first.
-        if (s.ok()) {
-          EXPECT_GT(o.format->superblock_seq(), failed_seq + 1);
-        }
-        return env->mutating_calls() - at;
+        EXPECT_EQ(o->format->Grow(o->file.get(), kGrownSize).code(), Code::kIOError);
       };
+      auto checkpoint = [&](Opened* o) { return Checkpoint(o, next, next_lsn); };
+      {
+        // Uncut, its pages and superblock take a sequence of their own: it
+        // spends one above the failed Grow's first.
+        FaultInjectionEnv env;
+        env.Install("p", base.data(), base.size());
+        Opened o;
+        ASSERT_TRUE(Open(&env, &o).ok());
+        failed_grow(&o, &env);
+        const uint64_t failed_seq = o.format->superblock_seq() + 1;
+        ASSERT_TRUE(checkpoint(&o).ok());
+        EXPECT_GT(o.format->superblock_seq(), failed_seq + 1);
+      }
       int old_state = 0, new_state = 0;
-      CutEachCall(base, failed_grow_then_checkpoint, [&](const Opened& back) {
+      CutEachCall(InstallOf(base), failed_grow, checkpoint, 3, [&](const Opened& back) {
         const uint64_t units = UnitsOf(back);
         EXPECT_TRUE(units == UnitsFor(kSize) || units == UnitsFor(kGrownSize)) << units;
         if (back.meta.end.next_lsn == next_lsn) {
@@ -319,7 +281,7 @@ TEST_F(FormatV3Grow, ACheckpointAfterAFailedGrowCutAtEveryCallStillOpens) {
           EXPECT_NO_FATAL_FAILURE(ExpectSameState(next, back.st));
         } else {
           old_state++;
-          EXPECT_EQ(back.meta.end.next_lsn, lsn);
+          EXPECT_EQ(back.meta.end.next_lsn, checkpointed ? lsn + kLsnGapAfterOpen : lsn);
           EXPECT_NO_FATAL_FAILURE(ExpectSameState(prev, back.st));
         }
       });
@@ -346,18 +308,10 @@ TEST_F(FormatV3Grow, AGrowAfterADamagedSlotCutAtEveryCallStillOpens) {
   }
   env_.Corrupt("p", (seq % 2) * kSuperblockSlot + 64, 16);
   const std::vector<uint8_t> base = env_.Snapshot("p");
-  auto grow = [&](FaultInjectionEnv* env, int64_t crash_after) {
-    Opened o;
-    EXPECT_TRUE(Open(env, &o).ok());
-    EXPECT_FALSE(o.v3->choice().redundant);
-    const uint64_t at = env->mutating_calls();
-    env->CrashAfter(crash_after);
-    Status s = o.format->Grow(o.file.get(), kGrownSize);
-    EXPECT_EQ(s.ok(), crash_after < 0) << s.ToString();
-    return env->mutating_calls() - at;
-  };
+  auto damaged = [](Opened* o, FaultInjectionEnv*) { EXPECT_FALSE(o->v3->choice().redundant); };
+  auto grow = [](Opened* o) { return o->format->Grow(o->file.get(), kGrownSize); };
   int old_size = 0, new_size = 0;
-  CutEachCall(base, grow, [&](const Opened& back) {
+  CutEachCall(InstallOf(base), damaged, grow, 3, [&](const Opened& back) {
     (UnitsOf(back) == UnitsFor(kGrownSize) ? new_size : old_size)++;
     EXPECT_TRUE(UnitsOf(back) == UnitsFor(kSize) || UnitsOf(back) == UnitsFor(kGrownSize));
     EXPECT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
@@ -365,6 +319,53 @@ TEST_F(FormatV3Grow, AGrowAfterADamagedSlotCutAtEveryCallStillOpens) {
   });
   EXPECT_GT(old_size, 0);
   EXPECT_GT(new_size, 0);
+}
+
+// A process that died right after a Grow's first slot write leaves that
+// copy in the cache only; the next open (same cache, no power cut) chooses
+// it, and its Grow must make it durable before writing the other slot, or
+// both slots are in flight at once. Cut at every call of that Grow, in
+// every loss mode and with every slot in flight torn: the pool opens, at
+// one of the three sizes.
+TEST_F(FormatV3Grow, AGrowAfterAProcessDiedInOneStillOpens) {
+  constexpr uint64_t kGrownTwice = kGrownSize + 8 * uint64_t{kAu};
+  uint64_t lsn;
+  const MetaState st = Populate(&env_, &lsn);
+  {
+    Opened o;
+    ASSERT_TRUE(Open(&env_, &o).ok());
+    ASSERT_TRUE(Extend(o.file.get(), kGrownTwice).ok());
+  }
+  const std::vector<uint8_t> base = env_.Snapshot("p");
+  auto crashed = [&](FaultInjectionEnv* env) {
+    env->Install("p", base.data(), base.size());
+    {
+      Opened o;
+      EXPECT_TRUE(Open(env, &o).ok());
+      env->CrashAfter(2);  // the sync before it and the first slot's write pass, its sync fails
+      EXPECT_FALSE(o.format->Grow(o.file.get(), kGrownSize).ok());
+    }
+    env->ClearFaults();  // the process is gone; the cache holds that write
+  };
+  {
+    FaultInjectionEnv env;
+    crashed(&env);
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    ASSERT_EQ(UnitsOf(o), UnitsFor(kGrownSize)) << "the reopen chose the copy in the cache";
+    ASSERT_GT(env.unsynced_sectors("p"), 0u);
+  }
+  auto grow = [](Opened* o) { return o->format->Grow(o->file.get(), kGrownTwice); };
+  int opened = 0;
+  CutEachCall(crashed, [](Opened*, FaultInjectionEnv*) {}, grow, 3, [&](const Opened& back) {
+    opened++;
+    const uint64_t units = UnitsOf(back);
+    EXPECT_TRUE(units == UnitsFor(kSize) || units == UnitsFor(kGrownSize) || units == UnitsFor(kGrownTwice))
+        << units;
+    EXPECT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
+    EXPECT_EQ(back.meta.end.next_lsn, lsn);
+  });
+  EXPECT_GT(opened, 0);
 }
 
 // A Grow between two checkpoints: the second may put its pages in the new
@@ -376,6 +377,7 @@ TEST_F(FormatV3Grow, ACheckpointAfterAGrowUsesTheNewAusAndReopens) {
   MetaState st = Populate(&env_, &lsn);
   Opened o;
   ASSERT_TRUE(Open(&env_, &o).ok());
+  lsn += kLsnGapAfterOpen;  // the open's checkpoint jumps
   ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
   const Record one = MapOf(2001, 1500, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, lsn, o.format->durable_lsn())).ok());
@@ -438,6 +440,7 @@ std::vector<Record> RecordsOfBytes(uint64_t bytes, uint64_t lba) {
 TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
   uint64_t lsn;
   MetaState st0 = Populate(&env_, &lsn);
+  const uint64_t start = lsn + kLsnGapAfterOpen;  // each open's checkpoint jumps
   const std::vector<uint8_t> base = env_.Snapshot("p");
   struct Case {
     const char* name;
@@ -459,7 +462,7 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
     ASSERT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}}));
     RunSpace space(c.free);
     JournalGrowth growth;
-    Status s = GrowingCheckpoint(&o, st, lsn, &space, &growth);
+    Status s = GrowingCheckpoint(&o, st, start, &space, &growth);
     ASSERT_TRUE(s.ok()) << s.ToString();
     const SuperblockV3& sb = o.v3->choice().sb;
     EXPECT_EQ(sb.journal, c.journal);
@@ -475,7 +478,7 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
     EXPECT_TRUE(o.format->journal_empty());
     // 100 KiB of records: past the old journal's 64 KiB.
     const std::vector<Record> records = RecordsOfBytes(100 << 10, 3001);
-    const JournalBatch b = BatchOf(records, lsn, o.format->durable_lsn());
+    const JournalBatch b = BatchOf(records, start, o.format->durable_lsn());
     ASSERT_EQ(b.bytes.size(), 100u << 10);
     ASSERT_TRUE(o.format->Fits(b.bytes.size()));
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
@@ -486,7 +489,7 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
     ASSERT_TRUE(Open(&env, &back).ok());
     EXPECT_EQ(back.v3->choice().sb.journal, c.journal);
     ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
-    EXPECT_EQ(back.meta.end.next_lsn, lsn + records.size());
+    EXPECT_EQ(back.meta.end.next_lsn, start + records.size());
     EXPECT_EQ(back.meta.end.tail, 100u << 10);
     EXPECT_FALSE(back.meta.end.damaged);
     EXPECT_EQ(back.meta.meta_units, meta);
@@ -502,7 +505,7 @@ TEST_F(FormatV3Grow, ACheckpointWithoutRoomOrNeedKeepsTheJournal) {
   ASSERT_TRUE(Open(&env_, &o).ok());
   RunSpace none({});
   JournalGrowth growth;
-  ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn, &none, &growth).ok());
+  ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn + kLsnGapAfterOpen, &none, &growth).ok());
   EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}}));
   EXPECT_TRUE(growth.allocated.empty());
   EXPECT_TRUE(growth.freed.empty());
@@ -526,13 +529,13 @@ TEST_F(FormatV3Grow, ARunTakenFromTheCheckpointsOwnAusIsRefused) {
     RunSpace space({{au, 1}});
     JournalGrowth growth;
     const uint64_t calls = env_.mutating_calls();
-    Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn, &space, &growth);
+    Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn + kLsnGapAfterOpen, &space, &growth);
     EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
     EXPECT_EQ(env_.mutating_calls(), calls);
     EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{au, 1}}));
   }
   RunSpace space({{units.back() + 1, 4}});
-  Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn, &space, nullptr);
+  Status s = o.v3->WriteCheckpoint(o.file.get(), f, units, lsn + kLsnGapAfterOpen, &space, nullptr);
   ASSERT_TRUE(s.ok()) << s.ToString();
 }
 
@@ -556,7 +559,7 @@ TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   st.au = kGrain;
   st.AddLun(Lun(1, "small", 100, 1));
   st.next_lun_id = 5;
-  uint64_t lsn = o.meta.end.next_lsn + 1;
+  uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
   {
     RunSpace space({{after_journal, 100}});
     JournalGrowth growth;
@@ -585,6 +588,7 @@ std::vector<uint8_t> PoolWithABatch(FaultInjectionEnv* env, MetaState* prev, uin
   *prev = Populate(env, lsn);
   Opened o;
   EXPECT_TRUE(Open(env, &o).ok());
+  *lsn += kLsnGapAfterOpen;  // the open's checkpoint jumps
   EXPECT_TRUE(Checkpoint(&o, *prev, *lsn).ok());
   const std::vector<Record> records{MapOf(2001, 1500, 3), MapOf(3001, 1600, 40)};
   EXPECT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, *lsn, o.format->durable_lsn())).ok());
@@ -605,7 +609,7 @@ TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
   MetaState next = Copy(prev);
   next.AddLun(Lun(3, "c", 80, 3));
   next.next_lun_id = 4;
-  const uint64_t next_lsn = lsn + 40;
+  const uint64_t next_lsn = lsn + kLsnGapAfterOpen;
   const std::map<uint64_t, uint64_t> free{{2, 5}, {40, 10}};
   // The longest run first (RunSpace, as FreeSpace): AU 2's run then joins
   // no extent, and the list goes on after AU 49.
@@ -676,7 +680,7 @@ TEST_F(FormatV3Grow, APowerCutInAGrowingCheckpointOpensTheOldOrTheNewJournal) {
   MetaState next = Copy(prev);
   next.AddLun(Lun(3, "c", 80, 3));
   next.next_lun_id = 4;
-  const uint64_t next_lsn = lsn + 40;
+  const uint64_t next_lsn = lsn + kLsnGapAfterOpen;
   const std::vector<JournalExtent> old_journal{{1, 1}};
   struct Case {
     std::map<uint64_t, uint64_t> free;
@@ -685,21 +689,16 @@ TEST_F(FormatV3Grow, APowerCutInAGrowingCheckpointOpensTheOldOrTheNewJournal) {
   const Case cases[] = {{{{2, 20}}, {{1, 21}}}, {{{40, 10}}, {{1, 1}, {40, 10}}}};
   for (const Case& c : cases) {
     SCOPED_TRACE("to " + std::to_string(c.journal.size()) + " extents");
-    auto attempt = [&](FaultInjectionEnv* env, int64_t crash_after) {
-      Opened o;
-      EXPECT_TRUE(Open(env, &o).ok());
+    auto attempt = [&](Opened* o) {
       RunSpace space(c.free);
-      const uint64_t at = env->mutating_calls();
-      env->CrashAfter(crash_after);
-      Status s = GrowingCheckpoint(&o, next, next_lsn, &space, nullptr);
-      EXPECT_EQ(s.ok(), crash_after < 0) << s.ToString();
+      Status s = GrowingCheckpoint(o, next, next_lsn, &space, nullptr);
       if (s.ok()) {
-        EXPECT_EQ(o.v3->choice().sb.journal, c.journal);
+        EXPECT_EQ(o->v3->choice().sb.journal, c.journal);
       }
-      return env->mutating_calls() - at;
+      return s;
     };
     int old_state = 0, new_state = 0;
-    CutEachCall(base, attempt, [&](const Opened& back) {
+    CutEachCall(InstallOf(base), [](Opened*, FaultInjectionEnv*) {}, attempt, 4, [&](const Opened& back) {
       if (back.meta.end.next_lsn == next_lsn) {
         new_state++;
         EXPECT_EQ(back.v3->choice().sb.journal, c.journal);
@@ -711,7 +710,7 @@ TEST_F(FormatV3Grow, APowerCutInAGrowingCheckpointOpensTheOldOrTheNewJournal) {
         EXPECT_NO_FATAL_FAILURE(ExpectSameState(prev, back.st));
       }
       EXPECT_FALSE(back.meta.end.damaged);
-    }, 4);
+    });
     EXPECT_GT(old_state, 0);
     EXPECT_GT(new_state, 0);
   }
@@ -731,7 +730,9 @@ TEST_F(FormatV3Grow, AStaleRecordInANewSegmentIsNeverReplayed) {
   const SuperblockV3 sb = o.v3->choice().sb;
   const uint64_t new_au = 40;
   const std::vector<Record> fill = RecordsOfBytes(sb.capacity(), 3001);  // the old AU, exactly
-  const uint64_t stale_lsn = lsn + fill.size();
+  const uint64_t start = lsn + kLsnGapAfterOpen;           // the first open's checkpoint
+  const uint64_t start2 = start + kLsnGapAfterOpen;        // the next open's
+  const uint64_t stale_lsn = start2 + fill.size();
   const Record planted = MapOf(9001, 77, 5);
   std::string img;
   FrameRecord(planted, stale_lsn, stale_lsn - 1, &img);
@@ -741,7 +742,7 @@ TEST_F(FormatV3Grow, AStaleRecordInANewSegmentIsNeverReplayed) {
 
   RunSpace space({{new_au, 4}});
   JournalGrowth growth;
-  ASSERT_TRUE(GrowingCheckpoint(&o, st, lsn, &space, &growth).ok());
+  ASSERT_TRUE(GrowingCheckpoint(&o, st, start, &space, &growth).ok());
   ASSERT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, 1}, {new_au, 4}}));
   const std::vector<uint8_t> grown = env_.Snapshot("p");
   EXPECT_TRUE(std::all_of(grown.begin() + at, grown.begin() + at + sb.au, [](uint8_t b) { return b == 0; }))
@@ -750,13 +751,13 @@ TEST_F(FormatV3Grow, AStaleRecordInANewSegmentIsNeverReplayed) {
   {
     Opened back;
     ASSERT_TRUE(Open(&env_, &back).ok());
-    EXPECT_EQ(back.meta.end.next_lsn, lsn);
+    EXPECT_EQ(back.meta.end.next_lsn, start);
     EXPECT_FALSE(back.meta.end.newer_record_follows);
     EXPECT_FALSE(back.meta.end.damaged);
     ASSERT_NO_FATAL_FAILURE(ExpectSameState(st, back.st));
-    ASSERT_TRUE(Checkpoint(&back, st, lsn).ok());  // the open's, in place: the list is unchanged
+    ASSERT_TRUE(Checkpoint(&back, st, start2).ok());  // the open's, in place: the list is unchanged
     ASSERT_EQ(back.v3->choice().sb.journal_start, 0u);
-    const JournalBatch b = BatchOf(fill, lsn, back.format->durable_lsn());
+    const JournalBatch b = BatchOf(fill, start2, back.format->durable_lsn());
     ASSERT_EQ(b.bytes.size(), sb.capacity());
     ASSERT_TRUE(back.format->CommitBatch(back.file.get(), b).ok());
     for (const Record& r : fill) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());

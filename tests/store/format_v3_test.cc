@@ -540,7 +540,7 @@ class FormatV3Journal : public ::testing::Test {
     Status s = format_->LoadState(file_.get(), &st, &meta);
     ASSERT_TRUE(s.ok()) << s.ToString();
     sb_ = v3_->choice().sb;
-    next_lsn_ = meta.end.next_lsn;
+    next_lsn_ = meta.end.next_lsn + kLsnGapAfterOpen;  // the open's jump (meta_format.h)
   }
   // A batch of `n` records with the LSNs after the last batch's.
   JournalBatch Batch(int n) {
@@ -654,8 +654,9 @@ TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheOpensCheckpointWritesAny
   EXPECT_EQ(env_.Snapshot("p"), image);
   EXPECT_FALSE(v3_->choice().redundant);
   EXPECT_EQ(v3_->superblock_seq(), seq);
-  // The rewrite's sync fails: only the slot was written, with the chosen copy.
-  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  // The rewrite's sync (after the one that makes the chosen copy durable)
+  // fails: only the slot was written, with the chosen copy.
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
   const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
   EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
   EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite) - writes, 1u);
@@ -694,7 +695,7 @@ TEST_F(FormatV3Journal, AFailedBatchMovesNeitherTailNorDurableLsn) {
 
 // An upgrade cut after its first slot write (store-v3.md 3.7): the v3 copy
 // in slot 0 beside the v2 copy it started from in slot 1. FormatV3 takes the
-// v3 copy, and its first write (the open's checkpoint, before any batch)
+// v3 copy, and its first write (the open's checkpoint's, before any batch)
 // completes the upgrade by rewriting the v2 slot; Core still refuses the
 // pool (it does not serve format 3 yet).
 TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
@@ -753,18 +754,28 @@ TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   const uint64_t v3_slot_seq = v3->superblock_seq();
   const FrozenCheckpoint frozen = v3->Freeze(st);
   ASSERT_EQ(frozen.meta_units, 0u);
-  ASSERT_TRUE(v3->WriteCheckpoint(f->get(), frozen, {}, meta.end.next_lsn).ok());
+  const uint64_t lsn = meta.end.next_lsn + kLsnGapAfterOpen;
+  // The checkpoint's first write is the rewrite: with the one after it
+  // failing (the superblock of the next sequence, 3, for slot 1 too), the
+  // v2 slot already holds the v3 copy (sequence 2), byte for byte.
+  env.FailAt(FaultInjectionEnv::Op::kWrite, 1, Code::kIOError);
+  ASSERT_EQ(v3->WriteCheckpoint(f->get(), frozen, {}, lsn).code(), Code::kIOError);
+  std::vector<uint8_t> img = env.Snapshot("p");
+  EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
+      << "the v2 slot holds the v3 copy before any other write";
+  EXPECT_EQ(v3->superblock_seq(), v3_slot_seq);
+  ASSERT_TRUE(v3->WriteCheckpoint(f->get(), v3->Freeze(st), {}, lsn).ok());
   EXPECT_GT(v3->superblock_seq(), v3_slot_seq);
   JournalBatch b;
   Record seal;
   seal.type = RecType::kSeal;
-  FrameRecord(seal, meta.end.next_lsn, &b.bytes);
-  b.last_lsn = meta.end.next_lsn;
+  FrameRecord(seal, lsn, &b.bytes);
+  b.last_lsn = lsn;
   ASSERT_TRUE(v3->CommitBatch(f->get(), b).ok());
   f->reset();
-  const std::vector<uint8_t> img = env.Snapshot("p");
+  img = env.Snapshot("p");
   EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
-      << "the v2 slot now holds the v3 copy";
+      << "both slots hold the checkpoint's copy";
   EXPECT_EQ(SuperblockEnvelopeVersion(img.data() + kSuperblockSlot, kSuperblockSlot), kFormatVersionV3);
   EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
 }
