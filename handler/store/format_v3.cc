@@ -291,41 +291,26 @@ struct FrozenV3 final : FrozenDetail {
   std::map<uint32_t, ExtentMap> maps;  // the LUNs with runs
   DirtyRanges dirty;                   // relative to that tree
   uint64_t pages = 0;                  // the bound on the pages its checkpoint writes
+  uint64_t leaves = 0;                 // ... of which fresh leaves (exact)
 };
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// A bound on the pages WriteCkptTree writes for `f` over `prev`, by its
-// packing rules (ckpt_tree.cc): a LUN's touched leaves form S stretches
-// (disjoint LBA ranges; a stretch that empties takes in a neighbour, which
-// never adds one), holding at most R + S run pieces for R runs, each
-// packed into ceil(n / kLeafFillRuns) leaves or one: at most
-// ceil((R + S) / kLeafFillRuns) + S leaves. A LUN new to the tree is one
-// stretch. At index level l, over n children, with P pages in the previous
-// level: new pages fill the stretches between the P pages named again, at
-// most P + 1 stretches, so at most ceil(n / kIndexFillEntries) + P + 1 of
-// them, and never more than n. The sum runs over every level the tree may
-// have; a bound that overshoots costs AUs Core gets back, one that falls
-// short a failed checkpoint (kNoSpace).
-uint64_t TreePagesBound(const FrozenV3& f, const CkptTree& prev) {
-  std::set<uint32_t> luns;
-  for (const auto& [lun, m] : f.maps) luns.insert(lun);
-  uint64_t leaves = 0;
-  size_t at = 0;
-  for (uint32_t lun : luns) {
-    while (at < prev.leaves.size() && prev.leaves[at].first.lun < lun) at++;
-    uint64_t stretches = 0;
-    bool in = false, any_prev = false;
-    for (; at < prev.leaves.size() && prev.leaves[at].first.lun == lun; at++) {
-      any_prev = true;
-      const bool t = f.dirty.Touches(lun, prev.leaves[at].first.lba, prev.leaves[at].end.lba);
-      if (t && !in) stretches++;
-      in = t;
-    }
-    if (!any_prev) stretches = 1;
-    if (stretches == 0) continue;
-    leaves += CeilDiv(f.maps.at(lun).extents() + stretches, kLeafFillRuns) + stretches;
-  }
+// A bound on the pages WriteCkptTree writes for `f` over `prev`: its fresh
+// leaves exactly (FreshLeafCount, by its own rule: only the stretches of
+// previous leaves it re-packs, so a change costs about its own leaves, not
+// the LUN's), stored in f.leaves, and at each index level, over n children,
+// with P pages in the previous level: new pages fill the stretches between
+// the P pages named again, at most P + 1 stretches, so at most
+// ceil(n / kIndexFillEntries) + P + 1 of them, and never more than n. The
+// sum runs over every level the tree may have; a bound that overshoots
+// costs AUs Core gets back, one that falls short a failed checkpoint
+// (kNoSpace).
+uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
+  std::map<uint32_t, const ExtentMap*> maps;
+  for (const auto& [id, m] : f.maps) maps.emplace(id, &m);
+  const uint64_t leaves = FreshLeafCount(maps, f.dirty, prev);
+  f.leaves = leaves;
   uint64_t pages = leaves;
   uint64_t n = prev.leaves.size() + leaves;  // the new tree's leaves at most
   for (uint32_t level = 0; n > 0 && level <= kIndexMaxLevel; level++) {
@@ -400,6 +385,11 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
 uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {
   const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
   return f ? f->pages : 0;
+}
+
+uint64_t FormatV3::FreshLeaves(const FrozenCheckpoint& frozen) {
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  return f ? f->leaves : 0;
 }
 
 Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {

@@ -189,6 +189,9 @@ class FormatV3 final : public MetaFormat {
   // hold what a checkpoint wrote against it, which the free pages of the
   // chunks would otherwise hide.
   static uint64_t PagesBound(const FrozenCheckpoint& f);
+  // Of those, the fresh leaves, exactly as many as its checkpoint writes
+  // (FreshLeafCount; 0 as above).
+  static uint64_t FreshLeaves(const FrozenCheckpoint& f);
   // The checkpoint (header comment): `f` must be this format's latest
   // Freeze (kInvalidArgument, nothing written, for a Freeze from before
   // another checkpoint) and `units` free AUs outside the chunks and the

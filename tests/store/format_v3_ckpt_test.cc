@@ -184,6 +184,34 @@ void CheckpointWithinItsBound(Opened* o, const MetaState& st, uint64_t lsn, cons
   std::vector<uint64_t> fresh;
   std::set_difference(now.begin(), now.end(), prev.begin(), prev.end(), std::back_inserter(fresh));
   EXPECT_LE(fresh.size(), FormatV3::PagesBound(f));
+  uint64_t fresh_leaves = 0;
+  for (const IndexEntry& e : o->v3->tree().leaves)
+    fresh_leaves += !std::binary_search(prev.begin(), prev.end(), e.addr);
+  EXPECT_EQ(fresh_leaves, FormatV3::FreshLeaves(f)) << "the bound counts the leaves as the writer packs them";
+}
+
+// Grows each of LUN 1's leaves `which` picks (by index) to `runs` runs, by
+// single-grain runs at its free odd LBAs, and marks them dirty.
+void GrowLeaves(MetaState* st, const FormatV3& v3, const std::function<bool(size_t)>& which, size_t runs,
+                DirtyRanges* dirty) {
+  ExtentMap& m = st->Find(1)->map;
+  std::vector<IndexEntry> leaves;
+  for (const IndexEntry& e : v3.tree().leaves)
+    if (e.first.lun == 1) leaves.push_back(e);
+  for (size_t k = 0; k < leaves.size(); k++) {
+    if (!which(k)) continue;
+    const IndexEntry& leaf = leaves[k];
+    std::vector<store::Run> held;
+    m.Lookup(leaf.first.lba, leaf.end.lba - leaf.first.lba, &held);
+    for (uint64_t lba = leaf.first.lba | 1; held.size() < runs && lba < leaf.end.lba; lba += 2) {
+      if (m.Find(lba) != ExtentMap::kUnmapped) continue;
+      ASSERT_TRUE(m.Insert(lba, (lba * 5 + 777) % kPhysGrains, 1).ok());
+      dirty->Mark(1, lba, 1);
+      held.clear();
+      m.Lookup(leaf.first.lba, leaf.end.lba - leaf.first.lba, &held);
+    }
+    ASSERT_EQ(held.size(), runs) << "leaf " << k;
+  }
 }
 
 // Scattered changes over many leaves, each marked dirty: every checkpoint
@@ -265,6 +293,34 @@ TEST_F(FormatV3Ckpt, ScatteredDirtyRangesFitTheAusFreezeAskedForAndLoadBack) {
   }
   EXPECT_TRUE(leaves_split);
   EXPECT_TRUE(index_split);
+}
+
+// The leaves' worst case: every other leaf a stretch of its own, each
+// grown to the 252 runs a leaf holds (rewritten as one leaf), then to 253
+// (split in two). Freeze counts exactly the leaves written, no more: a
+// bound counting each touched LUN's runs would reserve the whole LUN.
+TEST_F(FormatV3Ckpt, FreezeCountsTheLeavesOfOneLeafStretchesThatSplit) {
+  Opened o;
+  ASSERT_TRUE(Open(&env_, &o).ok());
+  MetaState st;
+  st.au = kGrain;
+  st.AddLun(Lun(1, "a", 224 * 20, 1));  // 20 leaves of 224 runs
+  st.next_lun_id = 2;
+  uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
+  ASSERT_TRUE(Checkpoint(&o, st, ++lsn).ok());
+  ASSERT_EQ(o.v3->tree().leaves.size(), 20u);
+  const auto even = [](size_t k) { return k % 2 == 0; };
+  for (size_t runs : {252u, 253u}) {
+    SCOPED_TRACE(std::to_string(runs) + " runs a stretch");
+    DirtyRanges dirty;
+    ASSERT_NO_FATAL_FAILURE(GrowLeaves(&st, *o.v3, even, runs, &dirty));
+    const FrozenCheckpoint f = o.v3->Freeze(st, dirty);
+    EXPECT_EQ(FormatV3::FreshLeaves(f), runs == 252 ? 10u : 20u);
+    const size_t leaves_before = o.v3->tree().leaves.size();
+    ASSERT_NO_FATAL_FAILURE(CheckpointWithinItsBound(&o, st, ++lsn, dirty));
+    EXPECT_EQ(o.v3->tree().leaves.size(), leaves_before + (runs == 252 ? 0 : 10));
+    ASSERT_NO_FATAL_FAILURE(ExpectLoads(st, lsn));
+  }
 }
 
 // What a reopen reports as metadata is what the writer keeps: every AU
