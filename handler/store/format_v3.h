@@ -234,9 +234,10 @@ class FormatV3 final : public MetaFormat {
                          uint64_t start_lsn, JournalSpace* space, JournalGrowth* growth);
   // Declares the pool's data area (new_size - data_offset) / AU AUs: a
   // superblock naming the current checkpoint and journal with the new
-  // size, by the writer rule (the other slot rewritten first if the chooser
-  // or a failed write left it in doubt; slot seq % 2, sync, the other,
-  // sync), under a sequence above every one this format wrote, so it is
+  // size, by the writer rule as a checkpoint's (a sync first when the
+  // chosen copy may be in the cache only, the other slot rewritten if the
+  // chooser or a failed write left it in doubt; slot seq % 2, sync, the
+  // other, sync), under a sequence above every one this format wrote, so it is
   // also the spend write a checkpoint would otherwise make first. The
   // caller has made the device hold new_size (Core::Grow: truncate, sync).
   // kInvalidArgument, nothing written: before LoadState, a size that adds
