@@ -48,6 +48,91 @@ std::vector<size_t> PageStarts(size_t n, size_t cap, size_t fill) {
   return starts;
 }
 
+// How many leaves `joined` runs (Joined) are packed into: Pack's rule.
+std::vector<size_t> LeafStarts(const std::vector<Run>& joined) {
+  return PageStarts(joined.size(), kLeafPageRuns, kLeafFillRuns);
+}
+
+// Calls fn(lun, map, begin, end) for each LUN with runs in `maps`, with its
+// previous leaves [begin, end) of prev.leaves (key order: a LUN's leaves
+// are one stretch of them); a LUN without runs gets no leaves (its previous
+// ones are freed). Stops at the first error.
+template <typename Fn>
+Status ForEachLunWithRuns(const std::map<uint32_t, const ExtentMap*>& maps, const CkptTree& prev, Fn fn) {
+  std::set<uint32_t> luns;
+  for (const auto& [lun, m] : maps) luns.insert(lun);
+  for (const IndexEntry& e : prev.leaves) luns.insert(e.first.lun);
+  size_t at = 0;
+  for (uint32_t lun : luns) {
+    const size_t begin = at;
+    while (at < prev.leaves.size() && prev.leaves[at].first.lun == lun) at++;
+    auto m = maps.find(lun);
+    const ExtentMap* map = m == maps.end() ? nullptr : m->second;
+    if (map == nullptr || map->extents() == 0) continue;
+    if (Status s = fn(lun, *map, begin, at); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+// A stretch of a LUN's previous leaves that is re-packed: leaves [i, j) of
+// the LUN's (relative to its first), the LBAs [first, end) they tile, and
+// the map's runs there (clipped to it).
+struct Stretch {
+  size_t i = 0, j = 0;
+  uint64_t first = 0, end = 0;
+  std::vector<Run> runs;
+};
+
+// The stretches of LUN `lun` (previous leaves [begin, end) of `prev`) that
+// are re-packed, in key order: every previous leaf is named again but
+// those in a stretch. A LUN new to the tree is one stretch, all its LBAs.
+// Otherwise the maximal runs of previous leaves a dirty range touches; one
+// whose LBAs hold no run takes a neighbour in (no leaf may be empty): the
+// next leaf, else the previous one. kInvalidArgument when the map has runs
+// outside the previous leaves.
+Status TouchedStretches(uint32_t lun, const ExtentMap& map, const std::vector<IndexEntry>& prev, size_t begin,
+                        size_t end, const DirtyRanges& dirty, std::vector<Stretch>* out) {
+  out->clear();
+  if (begin == end) {
+    Stretch st;
+    st.end = ExtentMap::kMaxLba;
+    map.Lookup(0, ExtentMap::kMaxLba, &st.runs);
+    out->push_back(std::move(st));
+    return Status::Ok();
+  }
+  std::vector<bool> touched(end - begin);
+  for (size_t i = begin; i < end; i++) touched[i - begin] = dirty.Touches(lun, prev[i].first.lba, prev[i].end.lba);
+  for (size_t i = 0; i < touched.size();) {
+    if (!touched[i]) {
+      i++;
+      continue;
+    }
+    size_t j = i;
+    while (j < touched.size() && touched[j]) j++;
+    Stretch st;
+    st.i = i;
+    st.j = j;
+    st.first = prev[begin + i].first.lba;
+    st.end = prev[begin + j - 1].end.lba;
+    map.Lookup(st.first, st.end - st.first, &st.runs);
+    if (st.runs.empty()) {
+      // The next leaf, else the previous one (named again by no stretch:
+      // the stretch is maximal). The map holds a run, so some leaf of the
+      // LUN has one.
+      if (j < touched.size()) {
+        touched[j] = true;
+      } else {
+        if (i == 0) return Invalid("LUN " + N(lun) + " has runs outside its previous leaves");
+        touched[--i] = true;
+      }
+      continue;
+    }
+    out->push_back(std::move(st));
+    i = j;
+  }
+  return Status::Ok();
+}
+
 // What WriteCkptTree assumes of the previous tree, so that a caller's bug
 // cannot make it drop a change or overwrite a page: one consistent tree, each
 // level's entries naming exactly the pages below it, every address once, the
@@ -89,19 +174,9 @@ class Writer {
   }
 
   Status WriteAll(const std::map<uint32_t, const ExtentMap*>& maps, const DirtyRanges& dirty) {
-    std::set<uint32_t> luns;
-    for (const auto& [lun, m] : maps) luns.insert(lun);
-    for (const IndexEntry& e : prev_.leaves) luns.insert(e.first.lun);
-    // The previous leaves of each LUN are one stretch of prev_.leaves (key order).
-    size_t at = 0;
-    for (uint32_t lun : luns) {
-      const size_t begin = at;
-      while (at < prev_.leaves.size() && prev_.leaves[at].first.lun == lun) at++;
-      auto m = maps.find(lun);
-      const ExtentMap* map = m == maps.end() ? nullptr : m->second;
-      if (map == nullptr || map->extents() == 0) continue;  // no leaves: the previous ones are freed
-      if (Status s = WriteLun(lun, *map, begin, at, dirty); !s.ok()) return s;
-    }
+    Status lun_status = ForEachLunWithRuns(maps, prev_, [&](uint32_t lun, const ExtentMap& map, size_t begin,
+                                                            size_t end) { return WriteLun(lun, map, begin, end, dirty); });
+    if (!lun_status.ok()) return lun_status;
     CkptTree& t = out_->tree;
     if (!t.leaves.empty()) {
       std::vector<IndexEntry> children = t.leaves;
@@ -154,54 +229,25 @@ class Writer {
   }
 
   // The LUN's new leaves: the previous ones [begin, end) of prev_.leaves
-  // that no dirty range touches are kept, each run of touched ones re-packed.
+  // outside its touched stretches are kept, each stretch re-packed.
   Status WriteLun(uint32_t lun, const ExtentMap& map, size_t begin, size_t end, const DirtyRanges& dirty) {
-    if (begin == end) return Repack(lun, map, 0, ExtentMap::kMaxLba);
-    const std::vector<IndexEntry>& prev = prev_.leaves;
-    std::vector<bool> touched(end - begin);
-    for (size_t i = begin; i < end; i++) touched[i - begin] = dirty.Touches(lun, prev[i].first.lba, prev[i].end.lba);
-    for (size_t i = 0; i < touched.size();) {
-      if (!touched[i]) {
-        out_->tree.leaves.push_back(prev[begin + i++]);
-        continue;
-      }
-      size_t j = i;
-      while (j < touched.size() && touched[j]) j++;
-      const uint64_t first = prev[begin + i].first.lba;
-      const uint64_t last = prev[begin + j - 1].end.lba;
-      std::vector<Run> runs;
-      map.Lookup(first, last - first, &runs);
-      if (runs.empty()) {
-        // No leaf may be empty (it would hold a key range and nothing),
-        // so the stretch takes a neighbour in: the next leaf, else the
-        // previous one (kept already: take it back). The map holds a run,
-        // so some leaf of the LUN has one.
-        if (j < touched.size()) {
-          touched[j] = true;
-        } else {
-          if (i == 0) return Invalid("LUN " + N(lun) + " has runs outside its previous leaves");
-          out_->tree.leaves.pop_back();
-          touched[--i] = true;
-        }
-        continue;
-      }
-      if (Status s = Pack(lun, first, last, runs); !s.ok()) return s;
-      i = j;
+    std::vector<Stretch> stretches;
+    if (Status s = TouchedStretches(lun, map, prev_.leaves, begin, end, dirty, &stretches); !s.ok()) return s;
+    size_t k = begin;
+    for (const Stretch& st : stretches) {
+      for (; k < begin + st.i; k++) out_->tree.leaves.push_back(prev_.leaves[k]);
+      if (Status s = Pack(lun, st.first, st.end, st.runs); !s.ok()) return s;
+      k = begin + st.j;
     }
+    for (; k < end; k++) out_->tree.leaves.push_back(prev_.leaves[k]);
     return Status::Ok();
-  }
-
-  Status Repack(uint32_t lun, const ExtentMap& map, uint64_t first, uint64_t end) {
-    std::vector<Run> runs;
-    map.Lookup(first, end - first, &runs);
-    return Pack(lun, first, end, runs);
   }
 
   // New leaves tiling [first, end) holding the map's `map_runs` (clipped to
   // it, sorted), joined as a leaf holds them.
   Status Pack(uint32_t lun, uint64_t first, uint64_t end, const std::vector<Run>& map_runs) {
     const std::vector<Run> runs = Joined(map_runs);
-    const std::vector<size_t> starts = PageStarts(runs.size(), kLeafPageRuns, kLeafFillRuns);
+    const std::vector<size_t> starts = LeafStarts(runs);
     for (size_t c = 0; c < starts.size(); c++) {
       const size_t stop = c + 1 < starts.size() ? starts[c + 1] : runs.size();
       LeafPage leaf;
@@ -309,6 +355,21 @@ std::string LeafTilingRule(const std::vector<IndexEntry>& leaves) {
     if (ends_lun && e.end.lba != ExtentMap::kMaxLba) return at + " is its last but does not end at 2^48";
   }
   return "";
+}
+
+uint64_t FreshLeafCount(const std::map<uint32_t, const ExtentMap*>& maps, const DirtyRanges& dirty,
+                        const CkptTree& prev) {
+  uint64_t leaves = 0;
+  std::vector<Stretch> stretches;
+  Status s = ForEachLunWithRuns(maps, prev, [&](uint32_t lun, const ExtentMap& map, size_t begin, size_t end) {
+    Status t = TouchedStretches(lun, map, prev.leaves, begin, end, dirty, &stretches);
+    for (const Stretch& st : stretches) leaves += LeafStarts(Joined(st.runs)).size();
+    return t;
+  });
+  // A refused LUN: WriteCkptTree refuses it before it packs any of its
+  // stretches, so it writes no more leaves than counted.
+  (void)s;
+  return leaves;
 }
 
 Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t, const ExtentMap*>& maps,

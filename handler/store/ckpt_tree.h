@@ -152,6 +152,13 @@ Status WriteCkptTree(const CkptPool& pool, uint64_t seq, const std::map<uint32_t
                      const DirtyRanges& dirty, const CkptTree& prev, PageAllocator& alloc, File& file,
                      CkptWrite* out);
 
+// The fresh leaves WriteCkptTree writes for `maps`, `dirty` over `prev`,
+// counted by its own rule (the stretches of previous leaves it re-packs,
+// each packed as it packs them): Freeze's page bound (format_v3.cc) takes
+// it as the leaves' share. O(the runs of the re-packed stretches).
+uint64_t FreshLeafCount(const std::map<uint32_t, const ExtentMap*>& maps, const DirtyRanges& dirty,
+                        const CkptTree& prev);
+
 // The shape rule above for a tree's level-0 entries (in key order): each
 // LUN's leaves start at LBA 0, each begins where the one before ends, and
 // the last ends at 2^48; a leaf stays in one LUN and the LUNs come in

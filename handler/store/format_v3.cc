@@ -2,13 +2,19 @@
 #include "handler/store/format_v3.h"
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "handler/store/journal_segments.h"  // JournalLayout, JournalRingSource, ClearJournalRuns
+#include "handler/store/ckpt_page.h"  // kLeafPageBytes
 #include "handler/store/lun_table_page.h"
 #include "handler/store/names.h"
+#include "handler/store/journal.h"  // ReplayJournal
 #include "handler/store/replay.h"
 
 namespace cowstore::store {
@@ -27,14 +33,8 @@ constexpr uint64_t kCreateMetaAu = 0;
 constexpr uint64_t kCreateJournalAu = 1;
 
 std::string N(uint64_t v) { return std::to_string(v); }
-Status NotYet(const std::string& what) {
-  return Status(Code::kUnsupported,
-                "format 3: " + what + ", which this build does not load yet (store-v3.md plan step 5d)");
-}
-Status NotBuilt(const char* what) {
-  return Status(Code::kUnsupported,
-                std::string("format 3: ") + what + " is not built yet (store-v3.md plan step 5d)");
-}
+// What the tree codec needs of the pool (ckpt_tree.h).
+CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
 
 }  // namespace
 
@@ -133,9 +133,6 @@ Status FormatV3::Fallback(const Status& s) const {
 Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   if (choice_.slot < 0) return Status(Code::kInvalidArgument, "format 3: LoadState before ChooseSuperblock");
   const SuperblockV3& sb = choice_.sb;
-  if (sb.index != kNoIndex)
-    return NotYet("the pool's checkpoint index (root page at byte " + N(sb.index.entry.addr) + ", sequence " +
-                  N(sb.index.entry.seq) + ") names the LUNs' maps");
 
   // The LUN table.
   LunTableExpect expect;
@@ -146,42 +143,109 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   LunTable table;
   Status s = ReadLunTable(file, sb.lun_table.addr, expect, &table);
   if (!s.ok()) return Fallback(s);
-  if (!table.luns.empty()) return NotYet("the LUN table holds " + N(table.luns.size()) + " LUN(s)");
 
-  // The journal ring from the replay start. Any record with the start LSN
-  // would have to be applied: refused at the first, so nothing is applied
-  // and the scan stops there. With none, the scan's verdict stands: a torn
-  // or cleared ring is clean; damage later records vouch for, or a newer
-  // generation, is reported for Core to refuse or accept, as v2's.
+  // The maps, from the tree the index root names (none for kNoIndex).
+  std::map<uint32_t, ExtentMap> maps;
+  CkptTree tree;
+  s = ReadCkptTree(PoolOf(sb), sb.index, *file, &maps, &tree);
+  if (!s.ok()) return Fallback(s);
+  // The chain and the tree are read apart, so neither codec sees the
+  // other's pages: a page named by both would be freed as one while the
+  // other still names it, then overwritten by a later checkpoint.
+  std::vector<uint64_t> pages = tree.Pages();
+  pages.insert(pages.end(), table.pages.begin(), table.pages.end());
+  std::sort(pages.begin(), pages.end());
+  if (std::adjacent_find(pages.begin(), pages.end()) != pages.end())
+    return Fallback(Status(Code::kCorruption, "format 3: a page is both the LUN table's and the checkpoint tree's"));
+  for (const JournalExtent& x : sb.journal)
+    for (uint64_t a : pages)
+      if ((a - sb.data_offset) / sb.au - x.first_au < x.aus)
+        return Fallback(Status(Code::kCorruption, "format 3: checkpoint page at byte " + N(a) + " lies in the journal"));
+
+  MetaState loaded;
+  loaded.au = st->au;
+  loaded.next_lun_id = table.next_lun_id;
+  for (LunRecord& r : table.luns) {
+    auto l = std::make_shared<LunState>();
+    l->id = r.id;
+    l->name = std::move(r.name);
+    l->uuid = r.uuid;
+    l->size = r.size;
+    l->bs = r.bs;
+    l->attrs = r.attrs;
+    if (auto m = maps.find(r.id); m != maps.end()) {
+      l->map = std::move(m->second);
+      maps.erase(m);
+    }
+    loaded.AddLun(std::move(l));  // ids and names unique: ReadLunTable's rule
+  }
+  if (!maps.empty())
+    return Fallback(Status(Code::kCorruption, "format 3: the checkpoint tree maps LUN " + N(maps.begin()->first) +
+                                                  ", which the LUN table does not hold"));
+
+  // The journal ring from the replay start: its records applied to the
+  // checkpoint's state (ApplyRecord, as v2's ReplayJournal), framed as
+  // format 2 frames them (with `proven`), so damage is judged by the same
+  // rule: a torn or cleared ring is clean; damage later records vouch for,
+  // or a newer generation, is reported for Core to refuse or accept.
   auto layout = JournalLayout::Of(sb);
   if (!layout.ok()) return Fallback(layout.status());  // a decoded superblock's list: not expected
   JournalRingSource source(file, *layout, sb.journal_start);
-  // Records are framed as format 2 frames them (with `proven`), so the
-  // scan judges damage by the same rule.
-  auto scan = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes, [&sb](Record&&) {
-    return NotYet("the journal holds records from LSN " + N(sb.journal_start_lsn) + " on");
-  });
-  if (!scan.ok()) return scan.status();
-
-  std::vector<uint64_t> units;
-  for (uint64_t addr : table.pages) units.push_back((addr - sb.data_offset) / sb.au);
-  for (const JournalExtent& x : sb.journal)
-    for (uint64_t i = 0; i < x.aus; i++) units.push_back(x.first_au + i);
-  std::sort(units.begin(), units.end());
-  units.erase(std::unique(units.begin(), units.end()), units.end());
-
-  ReplayEnd end = ReplayEndOf(std::move(scan).value());
+  ReplayEnd end;
+  s = ReplayJournal(&source, sb.journal_start_lsn, &loaded, &end, kFormatVersion);
+  if (!s.ok()) return s;
   // The ring's logical positions start at the replay start's ring offset
-  // (journal_segments.h); nothing was replayed, so the tail is there too.
+  // (journal_segments.h); the tail is past the records replayed.
   auto ring = JournalRing::Open(*layout, sb.journal_start, sb.journal_start + end.tail);
   if (!ring.ok()) return ring.status();
+  // Replayed records changed maps the tree does not hold, and no dirty
+  // range names them: the next checkpoint rewrites every LUN's leaves.
+  DirtyRanges replayed;
+  if (end.next_lsn != sb.journal_start_lsn) {
+    for (const auto& [id, l] : loaded.luns) replayed.MarkLun(id);
+    for (const IndexEntry& e : tree.leaves) replayed.MarkLun(e.first.lun);
+  }
 
-  // Nothing refused from here on: the state and the report change together.
-  st->next_lun_id = table.next_lun_id;
+  // What allocates (the chunks, the units reported) before anything
+  // changes: an exception (bad_alloc) leaves *st and the format as they
+  // were. Nothing refused or allocated from here on: the state and the
+  // report change together, by moves.
+  std::set<uint64_t> chunks = ChunksOf(tree, table.pages);
+  std::vector<uint64_t> units = UnitsOf(chunks);
+  *st = std::move(loaded);
+  tree_ = std::move(tree);
+  lun_pages_ = std::move(table.pages);
+  chunks_.swap(chunks);
+  seq_spent_ = true;  // an attempt of the last session may have used sb.seq + 1
+  needs_open_ckpt_ = true;  // the ring may hold stale records past end.tail
+  replayed_next_lsn_ = end.next_lsn;
+  carried_dirty_ = std::move(replayed);
+  checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = std::move(units);
   out->end = std::move(end);
   ring_.emplace(std::move(ring).value());
   return Status::Ok();
+}
+
+std::vector<uint64_t> FormatV3::PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages) {
+  std::vector<uint64_t> pages = tree.Pages();
+  pages.insert(pages.end(), lun_pages.begin(), lun_pages.end());
+  std::sort(pages.begin(), pages.end());
+  return pages;
+}
+
+std::set<uint64_t> FormatV3::ChunksOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages) const {
+  std::set<uint64_t> chunks;
+  for (uint64_t a : PagesOf(tree, lun_pages)) chunks.insert(AuOf(a));
+  return chunks;
+}
+
+std::vector<uint64_t> FormatV3::UnitsOf(const std::set<uint64_t>& chunks) const {
+  std::vector<uint64_t> units(chunks.begin(), chunks.end());
+  for (const JournalExtent& x : choice_.sb.journal)
+    for (uint64_t i = 0; i < x.aus; i++) units.push_back(x.first_au + i);
+  std::sort(units.begin(), units.end());
+  return units;
 }
 
 Status FormatV3::RewriteOtherSlot(File* file) {
@@ -201,23 +265,372 @@ Status FormatV3::RewriteOtherSlot(File* file) {
 
 Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
   if (!ring_) return Status(Code::kInvalidArgument, "format 3: CommitBatch before LoadState");
-  // Refused before the slot rewrite too: a batch that does not fit changes
-  // nothing on disk (the caller checkpoints instead).
+  if (needs_open_ckpt_)
+    return Status(Code::kInvalidArgument,
+                  "format 3: no batch before the open's checkpoint (the replayed ring may hold stale records "
+                  "past its tail)");
+  if (ckpt_failed_)
+    return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
+  // The writer rule's open half needs no step here: after the open's
+  // checkpoint, which every batch follows, both slots hold one durable copy.
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
-  Status s = RewriteOtherSlot(file);
-  if (!s.ok()) return s;
   return ring_->WriteBatch(file, b);
 }
 
-FrozenCheckpoint FormatV3::Freeze(const MetaState&) const {
-  return FrozenCheckpoint();  // WriteCheckpoint refuses it: step 5d's WriteCkptTree and LUN table
+namespace {
+
+// What Freeze copies for WriteCheckpoint (meta_format.h's FrozenDetail).
+struct FrozenV3 final : FrozenDetail {
+  // By address: a Freeze must never outlive its format (format_v3.h), or a
+  // format later built at that address could take it for its own.
+  const FormatV3* format = nullptr;  // the format that froze it ...
+  uint64_t checkpoint = 0;           // ... over its tree after this many checkpoints
+  uint32_t next_lun_id = 0;
+  std::vector<LunRecord> luns;         // id order
+  std::map<uint32_t, ExtentMap> maps;  // the LUNs with runs
+  DirtyRanges dirty;                   // relative to that tree
+  uint64_t pages = 0;                  // the bound on the pages its checkpoint writes
+  uint64_t leaves = 0;                 // ... of which fresh leaves (exact)
+};
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// A bound on the pages WriteCkptTree writes for `f` over `prev`: its fresh
+// leaves exactly (FreshLeafCount, by its own rule: only the stretches of
+// previous leaves it re-packs, so a change costs about its own leaves, not
+// the LUN's), stored in f.leaves, and at each index level, over n children,
+// with P pages in the previous level: new pages fill the stretches between
+// the P pages named again, at most P + 1 stretches, so at most
+// ceil(n / kIndexFillEntries) + P + 1 of them, and never more than n. The
+// sum runs over every level the tree may have; a bound that overshoots
+// costs AUs Core gets back, one that falls short a failed checkpoint
+// (kNoSpace).
+uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
+  std::map<uint32_t, const ExtentMap*> maps;
+  for (const auto& [id, m] : f.maps) maps.emplace(id, &m);
+  const uint64_t leaves = FreshLeafCount(maps, f.dirty, prev);
+  f.leaves = leaves;
+  uint64_t pages = leaves;
+  uint64_t n = prev.leaves.size() + leaves;  // the new tree's leaves at most
+  for (uint32_t level = 0; n > 0 && level <= kIndexMaxLevel; level++) {
+    const uint64_t p = level < prev.levels.size() ? prev.levels[level].size() : 0;
+    const uint64_t written = std::min(n, CeilDiv(n, kIndexFillEntries) + p + 1);
+    pages += written;
+    const uint64_t total = std::min(n, p + written);
+    if (total <= 1) break;  // the root
+    n = total;
+  }
+  return pages;
 }
 
-Status FormatV3::WriteCheckpoint(File*, const FrozenCheckpoint&, const std::vector<uint64_t>&, uint64_t) {
-  return NotBuilt("writing a checkpoint");
+// Gives the pages of the chunks the current checkpoint leaves free, then
+// those of the AUs Core handed over, in address order within each.
+class ChunkPages final : public PageAllocator {
+ public:
+  explicit ChunkPages(std::vector<uint64_t> pages) : pages_(std::move(pages)) {}
+  Result<uint64_t> Allocate() override {
+    if (next_ == pages_.size())
+      return Status(Code::kNoSpace, "format 3: the checkpoint's pages do not fit the metadata AUs given");
+    return pages_[next_++];
+  }
+
+ private:
+  std::vector<uint64_t> pages_;
+  size_t next_ = 0;
+};
+
+}  // namespace
+
+FrozenCheckpoint FormatV3::Freeze(const MetaState& st) const {
+  DirtyRanges all;
+  for (const auto& [id, l] : st.luns) all.MarkLun(id);
+  for (const IndexEntry& e : tree_.leaves) all.MarkLun(e.first.lun);  // deleted LUNs' leaves go
+  return Freeze(st, all);
 }
 
-Status FormatV3::Grow(File*, uint64_t) { return NotBuilt("growing a pool"); }
+FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty) const {
+  // Before LoadState there is no checkpoint to shadow (before
+  // ChooseSuperblock, not even an AU size to count pages by): a Freeze of
+  // no detail, which WriteCheckpoint refuses.
+  if (!ring_) return FrozenCheckpoint();
+  auto f = std::make_shared<FrozenV3>();
+  f->format = this;
+  f->checkpoint = checkpoints_;
+  f->next_lun_id = st.next_lun_id;
+  for (const auto& [id, l] : st.luns) {
+    LunRecord r;
+    r.id = id;
+    r.name = l->name;
+    r.uuid = l->uuid;
+    r.size = l->size;
+    r.bs = l->bs;
+    r.attrs = l->attrs;
+    f->luns.push_back(std::move(r));
+    if (l->map.extents() > 0) f->maps.emplace(id, l->map);
+  }
+  f->dirty.Merge(dirty);
+  f->dirty.Merge(carried_dirty_);
+
+  const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
+  f->pages = pages;
+  const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
+  const uint64_t free_pages = chunks_.size() * per_au - PagesOf(tree_, lun_pages_).size();
+  FrozenCheckpoint out;
+  out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
+  out.detail = std::move(f);
+  return out;
+}
+
+uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  return f ? f->pages : 0;
+}
+
+uint64_t FormatV3::FreshLeaves(const FrozenCheckpoint& frozen) {
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  return f ? f->leaves : 0;
+}
+
+Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
+  std::string img;
+  Status s = EncodeSuperblockV3(sb, &img);
+  const uint64_t first = sb.seq % 2;
+  if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
+  // Before each slot write, that slot is marked for the next superblock
+  // write (a retry's, Grow's) to rewrite with the chosen copy, synced,
+  // first (RewriteOtherSlot): a failure (a status, or an exception) may
+  // leave it holding a copy in the cache only, or a torn one, and writing
+  // the other slot then could leave both in flight. `slot` names the other
+  // one, which holds the chosen copy or, once the first slot was synced,
+  // this copy.
+  auto write_slot = [&](uint64_t slot) {
+    choice_.redundant = false;
+    choice_.other = static_cast<int>(slot);
+    choice_.slot = static_cast<int>(1 - slot);
+    choice_.other_state.clear();  // no chooser's verdict (and no allocation)
+    return file->Write(slot * kSuperblockSlot, img.size(), img.data());
+  };
+  if (s.ok()) s = write_slot(first);
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = write_slot(1 - first);
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
+  choice_.slot = 0;
+  choice_.redundant = true;
+  choice_.other = -1;
+  choice_.other_state.clear();
+  return Status::Ok();
+}
+
+Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                 uint64_t start_lsn) {
+  return WriteCheckpoint(file, frozen, units, start_lsn, nullptr, nullptr);
+}
+
+Status FormatV3::WriteCheckpoint(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                 uint64_t start_lsn, JournalSpace* space, JournalGrowth* growth) {
+  if (growth) *growth = JournalGrowth();
+  // The runs a growing journal took go back to `space` on any failure
+  // (header comment), an exception too.
+  JournalPlan plan;
+  Status s;
+  try {
+    s = CheckpointBody(file, frozen, units, start_lsn, space, &plan, growth);
+  } catch (...) {
+    for (const JournalExtent& r : plan.allocated) space->Give(r);
+    throw;
+  }
+  if (!s.ok())
+    for (const JournalExtent& r : plan.allocated) space->Give(r);
+  return s;
+}
+
+Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, const std::vector<uint64_t>& units,
+                                uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: WriteCheckpoint before LoadState");
+  const auto* f = dynamic_cast<const FrozenV3*>(frozen.detail.get());
+  if (f == nullptr || f->format != this || f->checkpoint != checkpoints_)
+    return Status(Code::kInvalidArgument, "format 3: the checkpoint was not frozen by this format over its tree");
+  if (needs_open_ckpt_ && (start_lsn < replayed_next_lsn_ || start_lsn - replayed_next_lsn_ < kLsnGapAfterOpen))
+    return Status(Code::kInvalidArgument, "format 3: the open's checkpoint must start the journal at least " +
+                                              N(kLsnGapAfterOpen) + " LSNs past the replayed ones (" +
+                                              N(replayed_next_lsn_) + "), not at " + N(start_lsn));
+  const SuperblockV3 cur = choice_.sb;
+  const std::vector<uint64_t> journal_and_chunks = meta_units();
+  std::set<uint64_t> given;
+  for (uint64_t u : units)
+    if (u >= cur.units || std::binary_search(journal_and_chunks.begin(), journal_and_chunks.end(), u) ||
+        !given.insert(u).second)
+      return Status(Code::kInvalidArgument, "format 3: AU " + N(u) + " given for a checkpoint is not a free AU");
+
+  // The journal's list for the new superblock: the current one, or the one
+  // GrowJournal plans for the frozen maps (3.4: the journal sized with the
+  // map), whose runs new to it must be free AUs the pages do not use.
+  plan->extents = cur.journal;
+  if (space != nullptr) {
+    uint64_t extents = 0;
+    for (const auto& [id, m] : f->maps) extents += m.extents();
+    *plan = GrowJournal(cur.journal, JournalTargetAus(extents, cur.au), space);
+    for (const JournalExtent& r : plan->allocated)
+      for (uint64_t u = r.first_au; u - r.first_au < r.aus; u++)
+        if (u >= cur.units || std::binary_search(journal_and_chunks.begin(), journal_and_chunks.end(), u) ||
+            given.count(u))
+          return Status(Code::kInvalidArgument,
+                        "format 3: AU " + N(u) + " taken for the journal is not a free AU outside the checkpoint's");
+  }
+  // A changed list is a new ring: replay starts at its offset 0 (its new
+  // segments cleared below, its kept ones holding records of lower LSNs
+  // only), the ring built now, before the superblock, since it allocates.
+  std::optional<JournalRing> new_ring;
+  if (plan->changed()) {
+    auto layout = JournalLayout::Make(cur.au, cur.data_offset, cur.units, plan->extents);
+    if (!layout.ok()) return layout.status();
+    auto ring = JournalRing::Open(std::move(layout).value(), 0, 0);
+    if (!ring.ok()) return ring.status();
+    new_ring.emplace(std::move(ring).value());
+  }
+
+  // The new superblock, checked by its codec before anything is written
+  // (all but the roots, which the writers give).
+  SuperblockV3 nsb = cur;
+  nsb.journal = plan->extents;
+  nsb.journal_start = new_ring ? 0 : ring_->RestartOffset(cur.write_unit);
+  nsb.journal_start_lsn = start_lsn;
+  std::string img;
+  if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+  // The report, made now: nothing allocates once the superblock is durable.
+  JournalGrowth report{plan->allocated, plan->freed};
+  // The frozen dirty set is carried into the next Freeze from here on, so
+  // that any failure (a status, or an exception: bad_alloc) keeps it; a
+  // success clears it.
+  carried_dirty_.Merge(f->dirty);
+
+  // The writer rule's open half first: when the chooser passed over a slot
+  // (damaged, stale), the chosen copy is the pool's only valid one, and the
+  // spend write below may go to its slot first; a cut tearing that write
+  // would leave no slot to open. So the other slot gets the chosen copy,
+  // synced, before any superblock of a new sequence is written.
+  // A superblock copy may be in the cache only (a previous process wrote
+  // it and died before its sync, or a sync of this format's failed), and
+  // the chooser may have chosen it: it is made durable before either slot
+  // is written, or a cut could tear it together with the other slot.
+  if (seq_spent_)
+    if (Status s = file->Sync(); !s.ok()) return s;
+  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
+  // Spend a sequence an earlier attempt may have used (header comment),
+  // under one above every sequence this format wrote: a failed attempt's
+  // superblock may sit in both slots under choice_.sb.seq + 1 (it failed
+  // at its last sync), and a different copy under that sequence in one
+  // slot would be "two writers" to the chooser.
+  if (seq_spent_) {
+    SuperblockV3 burn = cur;
+    burn.seq = std::max(cur.seq, highest_seq_used_) + 1;
+    if (Status s = WriteSuperblock(file, std::move(burn)); !s.ok()) return s;
+    seq_spent_ = false;
+  }
+  nsb.seq = choice_.sb.seq + 1;
+  highest_seq_used_ = std::max(highest_seq_used_, nsb.seq);
+  seq_spent_ = true;  // from here on pages may carry nsb.seq
+  ckpt_failed_ = true;  // until the attempt succeeds (CommitBatch)
+
+  // The pages: those of the chunks the current checkpoint leaves free,
+  // then the AUs given, each in address order.
+  std::vector<uint64_t> live = PagesOf(tree_, lun_pages_);
+  std::vector<uint64_t> pages;
+  const uint64_t per_au = cur.au / kLeafPageBytes;
+  auto add_au = [&](uint64_t au) {
+    for (uint64_t i = 0; i < per_au; i++) {
+      const uint64_t a = cur.data_offset + au * cur.au + i * kLeafPageBytes;
+      if (!std::binary_search(live.begin(), live.end(), a)) pages.push_back(a);
+    }
+  };
+  for (uint64_t au : chunks_) add_au(au);
+  for (uint64_t au : given) add_au(au);
+  ChunkPages alloc(std::move(pages));
+
+  // The journal's new segments zeroed (they held data, which may frame as
+  // records: journal_segments.h), then the LUN table, then the tree, whose
+  // sync covers all three (and the data written before: 3.6 item 1); then
+  // the superblock naming them.
+  Status s = ClearJournalRuns(file, cur.au, cur.data_offset, plan->allocated);
+  uint64_t lun_root = 0;
+  std::vector<uint64_t> lun_pages;
+  if (s.ok())
+    s = WriteLunTable(file, cur.uuid, nsb.seq, f->next_lun_id, f->luns, [&alloc] { return alloc.Allocate(); },
+                      &lun_root, &lun_pages);
+  std::map<uint32_t, const ExtentMap*> maps;
+  for (const auto& [id, m] : f->maps) maps.emplace(id, &m);
+  CkptWrite w;
+  if (s.ok()) s = WriteCkptTree(PoolOf(cur), nsb.seq, maps, f->dirty, tree_, alloc, *file, &w);
+  if (s.ok() && w.written.empty()) s = file->Sync();  // WriteCkptTree syncs only what it wrote
+  // The new chunks before the superblock: nothing that allocates (and may
+  // throw) runs once it is durable, so the format never holds half of it.
+  std::set<uint64_t> chunks;
+  if (s.ok()) chunks = ChunksOf(w.tree, lun_pages);
+  if (s.ok()) {
+    nsb.index = w.tree.root;
+    nsb.lun_table = {lun_root, nsb.seq};
+    s = WriteSuperblock(file, std::move(nsb));
+  }
+  if (!s.ok()) return s;
+  // The new checkpoint is durable: it is the format's (by moves and swaps
+  // only), and the pages of the previous one it no longer names are free
+  // (so are the chunks left without a live page: meta_units()).
+  tree_ = std::move(w.tree);
+  lun_pages_ = std::move(lun_pages);
+  chunks_.swap(chunks);
+  seq_spent_ = false;
+  ckpt_failed_ = false;
+  needs_open_ckpt_ = false;
+  carried_dirty_ = DirtyRanges();
+  checkpoints_++;
+  // The checkpoint holds every record before start_lsn.
+  if (new_ring) {
+    new_ring->RaiseDurableLsn(std::max(ring_->durable_lsn(), start_lsn - 1));
+    *ring_ = std::move(*new_ring);  // a move: the durable LSN never reads lower
+  } else {
+    ring_->Restart(choice_.sb.write_unit);
+    ring_->RaiseDurableLsn(start_lsn - 1);
+  }
+  if (growth) std::swap(*growth, report);
+  return Status::Ok();
+}
+
+Status FormatV3::Grow(File* file, uint64_t new_size) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: Grow before LoadState");
+  // Every refusal before any write.
+  const SuperblockV3& cur = choice_.sb;
+  const uint64_t cur_size = cur.data_offset + cur.units * cur.au;
+  if (new_size <= cur_size || (new_size - cur.data_offset) / cur.au == cur.units)
+    return Status(Code::kInvalidArgument, "format 3: a pool grows by whole AUs: " + N(new_size) +
+                                              " bytes adds none to its " + N(cur_size));
+  SuperblockV3 nsb = cur;
+  nsb.units = (new_size - cur.data_offset) / cur.au;
+  if (std::string why = PoolUnitsRuleV3(nsb.units, cur.au, cur.grain); !why.empty())
+    return Status(Code::kInvalidArgument, "format 3: pool too large: " + why);
+  // A sequence above every one this format wrote (as a checkpoint's spend
+  // write: a failed attempt's superblock may be on disk under any of them).
+  nsb.seq = std::max(cur.seq, highest_seq_used_) + 1;
+  std::string img;
+  if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
+
+  // The writer rule's open half first, as WriteCheckpoint's (which says
+  // why): the chosen copy made durable if it may be in the cache only,
+  // then the other slot rewritten with it.
+  if (seq_spent_)
+    if (Status s = file->Sync(); !s.ok()) return s;
+  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
+  // Until the new superblock is durable in both slots, either slot may hold
+  // it (under a sequence no later write may reuse: WriteSuperblock raised
+  // highest_seq_used_), so the next checkpoint spends a sequence first.
+  seq_spent_ = true;
+  if (Status s = WriteSuperblock(file, std::move(nsb)); !s.ok()) return s;
+  // It names the current checkpoint under a sequence above every page an
+  // attempt wrote: a spend write, so the next checkpoint needs none.
+  seq_spent_ = false;
+  return Status::Ok();
+}
 
 }  // namespace cowstore::store

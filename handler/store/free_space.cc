@@ -544,7 +544,11 @@ Status FreeSpace::Free(const GrainRun& r, uint64_t ticket) {
 std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
   // In grain order (the map's), merged where contiguous: one punch per
   // physical run, however the records that freed them were interleaved.
+  // Room for every run first, so nothing below allocates: a push_back
+  // throwing half way would lose the runs already erased from pending_
+  // (counted as releasing, never released).
   std::vector<PendingRun> ready;
+  ready.reserve(pending_.size());
   for (auto it = pending_.begin(); it != pending_.end();) {
     if (it->second.tag > durable_ticket) {
       ++it;

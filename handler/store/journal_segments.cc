@@ -104,7 +104,7 @@ Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
 uint64_t JournalRing::Restart(uint32_t write_unit) {
   // The capacity is a multiple of the AU, which the write unit (<= 4 KiB)
   // divides, so the ring offset of an aligned position is aligned too.
-  start_ = tail_ = (tail_ + write_unit - 1) / write_unit * write_unit;
+  start_ = tail_ = RoundUp(tail_, write_unit);
   return start_ % layout_.capacity();
 }
 
@@ -137,34 +137,45 @@ namespace {
 // the journal written.
 constexpr uint64_t kJournalBytesPerExtent = 48;
 
+void GiveBack(const std::vector<JournalExtent>& runs, JournalSpace* space) {
+  for (const JournalExtent& r : runs) space->Give(r);
+}
+
 // Takes runs from `space` onto the end of *list until it holds `target`
 // AUs, has kMaxJournalExtents extents, or nothing is free. A run longer than
 // asked is cut and the rest given back; a run right after the last extent
-// lengthens it. Returns the runs taken.
+// lengthens it. Returns the runs taken; if an allocation throws, every run
+// taken is given back first (a run in no list would be lost to the space).
 std::vector<JournalExtent> Fill(std::vector<JournalExtent>* list, uint64_t target, JournalSpace* space) {
   std::vector<JournalExtent> taken;
-  for (uint64_t have = Aus(*list); have < target && list->size() < kMaxJournalExtents;) {
-    const uint64_t want = std::min(target - have, kMaxJournalExtentAus);
-    std::optional<JournalExtent> got = space->Take(want);
-    if (!got || got->aus == 0) break;
-    JournalExtent run = *got;
-    if (run.aus > want) {
-      space->Give({run.first_au + want, run.aus - want});
-      run.aus = want;
+  try {
+    for (uint64_t have = Aus(*list); have < target && list->size() < kMaxJournalExtents;) {
+      const uint64_t want = std::min(target - have, kMaxJournalExtentAus);
+      std::optional<JournalExtent> got = space->Take(want);
+      if (!got || got->aus == 0) break;
+      JournalExtent run = *got;
+      if (run.aus > want) {
+        space->Give({run.first_au + want, run.aus - want});
+        run.aus = want;
+      }
+      try {
+        taken.push_back(run);
+      } catch (...) {
+        space->Give(run);
+        throw;
+      }
+      have += run.aus;
+      JournalExtent* last = list->empty() ? nullptr : &list->back();
+      if (last && JournalExtentsJoin(*last, run))  // the list's one spelling (superblock_v3.h)
+        last->aus += run.aus;
+      else
+        list->push_back(run);
     }
-    taken.push_back(run);
-    have += run.aus;
-    JournalExtent* last = list->empty() ? nullptr : &list->back();
-    if (last && JournalExtentsJoin(*last, run))  // the list's one spelling (superblock_v3.h)
-      last->aus += run.aus;
-    else
-      list->push_back(run);
+  } catch (...) {
+    GiveBack(taken, space);
+    throw;
   }
   return taken;
-}
-
-void GiveBack(const std::vector<JournalExtent>& runs, JournalSpace* space) {
-  for (const JournalExtent& r : runs) space->Give(r);
 }
 
 }  // namespace
@@ -185,7 +196,9 @@ JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t targ
   if (have >= target_aus) return plan;
 
   // Growing keeps the current segments and takes only the difference: the
-  // least free space, and no extra punching.
+  // least free space, and no extra punching. What allocates while runs are
+  // held is Fill's (which gives them back if it throws) or made first.
+  std::vector<JournalExtent> replaced = current;  // plan.freed if fresh runs replace the list
   std::vector<JournalExtent> grown = current;
   std::vector<JournalExtent> taken = Fill(&grown, target_aus, space);
   const uint64_t grown_aus = Aus(grown);
@@ -198,7 +211,7 @@ JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t targ
     if (Aus(fresh) > grown_aus) {
       plan.extents = std::move(fresh);
       plan.allocated = std::move(fresh_taken);
-      plan.freed = current;
+      plan.freed = std::move(replaced);
       return plan;
     }
     GiveBack(fresh_taken, space);

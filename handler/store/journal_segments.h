@@ -125,6 +125,16 @@ class JournalRing {
   // write unit with the start). Returns the new start's ring offset, for the
   // superblock's journal_start.
   uint64_t Restart(uint32_t write_unit);
+  // The ring offset Restart(write_unit) would return, without restarting:
+  // the superblock that names it is written before the ring restarts.
+  uint64_t RestartOffset(uint32_t write_unit) const {
+    return RoundUp(tail_, write_unit) % layout_.capacity();
+  }
+  // Raises durable_lsn() to `lsn` (never lowers it): a checkpoint made every
+  // record before its start LSN durable, journaled or not.
+  void RaiseDurableLsn(uint64_t lsn) {
+    if (lsn > durable_lsn()) durable_lsn_.store(lsn, std::memory_order_release);
+  }
 
   // The highest LSN known durable (set only after a batch's sync returned).
   // Atomic, as JournalWriter's: whoever frames records reads it
@@ -145,6 +155,7 @@ class JournalRing {
 
  private:
   explicit JournalRing(JournalLayout layout) : layout_(std::move(layout)) {}
+  static uint64_t RoundUp(uint64_t pos, uint32_t unit) { return (pos + unit - 1) / unit * unit; }
   JournalLayout layout_;
   uint64_t start_ = 0;
   uint64_t tail_ = 0;
@@ -189,7 +200,10 @@ class JournalSpace {
   // (so a journal gets few long runs); nullopt when none is free. A longer
   // run is allowed: the planner keeps what it needs and gives the rest back.
   virtual std::optional<JournalExtent> Take(uint64_t max_aus) = 0;
-  // Returns a run Take handed out that the plan does not use.
+  // Returns a run Take handed out that the plan does not use. Must not
+  // throw: it runs on failure paths too (FormatV3's checkpoint gives back
+  // every run after a failure, a std::bad_alloc included), and a run it
+  // could not take back would be lost to the space.
   virtual void Give(const JournalExtent& run) = 0;
 };
 
@@ -212,7 +226,8 @@ struct JournalPlan {
 // far as it can. When free space is too fragmented to add anything the
 // current list stays: a smaller journal means more checkpoints, never a
 // failed one. Never shrinks. Every run taken and not in the plan is given
-// back. `current` must be a valid list (JournalLayout::Make).
+// back, an exception too (std::bad_alloc: every run taken is given back
+// before it leaves). `current` must be a valid list (JournalLayout::Make).
 JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t target_aus,
                         JournalSpace* space);
 

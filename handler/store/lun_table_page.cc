@@ -153,6 +153,18 @@ Status DecodeLunTablePage(const void* p, size_t n, uint32_t page_no, const LunTa
   return Status::Ok();
 }
 
+size_t LunTablePageCount(const std::vector<LunRecord>& luns) {
+  size_t pages = 1, used = kLunPageHeader;
+  for (const LunRecord& r : luns) {
+    if (StartsNewPage(used, r)) {
+      pages++;
+      used = kLunPageHeader;
+    }
+    used += LunRecordBytes(r);
+  }
+  return pages;
+}
+
 Status WriteLunTable(File* file, const Uuid& pool, uint64_t seq, uint32_t next_lun_id,
                      const std::vector<LunRecord>& luns, const LunPageAllocator& alloc,
                      uint64_t* root, std::vector<uint64_t>* written) {

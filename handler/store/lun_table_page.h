@@ -90,6 +90,10 @@ struct LunTableExpect {
 Status DecodeLunTablePage(const void* p, size_t n, uint32_t page_no, const LunTableExpect& expect,
                           LunTablePage* out);
 
+// Pages WriteLunTable writes for `luns` (its greedy packing; at least 1):
+// what a checkpoint asks metadata space for before it writes.
+size_t LunTablePageCount(const std::vector<LunRecord>& luns);
+
 // Gives a fresh page address for each page, or fails (nothing then used).
 using LunPageAllocator = std::function<Result<uint64_t>()>;
 

@@ -87,6 +87,12 @@ std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uin
 // older pool left on the same file or device can pass for one of this
 // pool's (every format's Create).
 uint64_t NewPoolJournalStartLsn();
+// How far an open moves the journal's LSNs past the replayed ones before
+// its checkpoint (the one rule: Core jumps by it, FormatV3 refuses less):
+// a torn tail may leave stale, CRC-valid records of the LSNs after it in
+// the journal, and a record written under one of those LSNs could let a
+// later replay chain a stale record after it. No batch holds 2^32 records.
+constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;
 constexpr uint64_t kNone = ~uint64_t{0};
 
 // Little-endian encoder/decoder with bounds checks.

@@ -55,11 +55,19 @@ struct LoadedMeta {
   ReplayEnd end;
 };
 
+// What a format freezes beside (or instead of) an encoded payload: FormatV3
+// keeps the maps and LUN records its page writers take. Core only carries it
+// from Freeze to WriteCheckpoint.
+struct FrozenDetail {
+  virtual ~FrozenDetail() = default;
+};
+
 // The metadata state frozen for a checkpoint, taken under Core's metadata
 // lock (the state changes as soon as it is released).
 struct FrozenCheckpoint {
-  std::string payload;      // the state in the format's encoding
+  std::string payload;      // the state in the format's encoding (FormatV2)
   uint64_t meta_units = 0;  // AUs Core must take from the space map for it
+  std::shared_ptr<const FrozenDetail> detail;  // the format's own (FormatV3); FormatV2: none
 };
 
 class MetaFormat {
@@ -73,6 +81,9 @@ class MetaFormat {
   // Open, step 2: reads the checkpoint the chosen superblock names into *st
   // (a fresh MetaState whose unit is the geometry's grain) and replays the
   // journal after it. The journal's tail is the format's from then on.
+  // Core's open writes a checkpoint before its first batch (recovery.cc);
+  // a format may refuse a batch before it (FormatV3 does: its replayed ring
+  // may hold stale records past the tail).
   virtual Status LoadState(File* file, MetaState* st, LoadedMeta* out) = 0;
 
   // False if a batch of `bytes` more record bytes does not fit the journal:
@@ -100,11 +111,19 @@ class MetaFormat {
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core), syncs, writes a
   // superblock naming it into both slots, syncs, then empties the journal,
-  // which continues at `start_lsn`. On success the checkpoint holds every
-  // record before start_lsn and the previous checkpoint's AUs may be
+  // which continues at `start_lsn`. The first checkpoint after LoadState
+  // needs a `start_lsn` at least kLsnGapAfterOpen (meta.h) past the
+  // replayed records' next LSN: a torn tail may leave stale records of the
+  // LSNs after it in the journal, where new records may be written next to
+  // them (FormatV3 refuses a smaller one). On success the checkpoint holds
+  // every record before start_lsn and the previous checkpoint's AUs may be
   // released. On failure the format keeps the previous checkpoint in memory;
   // on disk either may be current (a failure after the first slot's write),
-  // and the next open decides.
+  // and the next open decides. The journal keeps its extents here; a format
+  // that sizes its journal with the map takes the free space to grow it
+  // from through an overload of its own (FormatV3's, with a JournalSpace:
+  // journal_segments.h), which Core calls once it serves that format: the
+  // interface stays this one call.
   virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
 
@@ -114,12 +133,15 @@ class MetaFormat {
 };
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
-// but FormatV3 (format_v3.h) loads only the simplest v3 pool and writes
-// nothing yet (plan step 5d), so the engine serves 1 and 2 only: were v3
-// built for Core, an empty v3 pool would load and Core would run a pool its
-// format cannot checkpoint or journal (and whose grain Core's space map
-// does not count in). kV1ToV3 is for FormatV3's own tests until Core serves
-// format 3 (step 5d's wiring, then PoolOptions' format: store-v3.md).
+// but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
+// Core neither passes it dirty ranges nor a JournalSpace to grow its
+// journal from, nor keeps the metadata AUs it reports after a checkpoint:
+// Core's InstallMeta frees the previous checkpoint's AUs, which for v3 are
+// live chunks, and would not free the journal extents a growth drops), so
+// the engine serves 1 and 2 only (Core's space map does not count in v3's
+// grain either).
+// kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
+// 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {
   kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written
   kV1ToV3,  // FormatV3's tests: a format 3 pool gets a FormatV3

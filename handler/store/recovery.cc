@@ -14,12 +14,6 @@
 #include "handler/store/names.h"
 
 namespace cowstore::store {
-namespace {
-
-constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;  // skips LSNs a torn tail may hold
-
-}  // namespace
-
 Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
                                            const PoolOptions& o) {
   uint32_t au = o.allocation_unit;

@@ -205,7 +205,11 @@ void SpaceMap::Unreserve(const std::vector<uint64_t>& aus, const std::vector<uin
 }
 
 std::vector<PendingRun> SpaceMap::TakeReleasable(uint64_t durable_ticket) {
+  // Room for every run first: the loop below moves runs out of pending_ as
+  // it goes, so a push_back throwing half way would leave runs in both (or
+  // in neither), and a run released twice is an AU handed out twice.
   std::vector<PendingRun> ready;
+  ready.reserve(pending_.size());
   auto keep = pending_.begin();
   for (auto it = pending_.begin(); it != pending_.end(); ++it) {
     if (it->tag <= durable_ticket)

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// FormatV3's first part (format_v3.h): Create's layout and its power-cut
-// safety, the superblock choice through ChooseMetaFormat, LoadState of the
-// pool Create lays out, and the refusals: arguments Create must not write,
-// v3 pools Core must not open yet, and what LoadState does not load.
+// FormatV3 (format_v3.h): Create's layout and its power-cut safety, the
+// superblock choice through ChooseMetaFormat, LoadState of the pool Create
+// lays out, journal commits over the ring, and the refusals: arguments
+// Create must not write, v3 pools Core must not open yet, what LoadState
+// refuses. Checkpoints: format_v3_ckpt_test.cc.
 #include "handler/store/format_v3.h"
 
 #include <gtest/gtest.h>
@@ -394,22 +395,23 @@ TEST(FormatV3Create, RefusesArgumentsBeforeWritingAnything) {
   EXPECT_NE(PoolUnitsRuleV3((uint64_t{1} << 42) + 1, 1 << 20, 1 << 20), "");
 }
 
-// ---------------------------------------- what LoadState does not load yet
+// ------------------------------------------- what LoadState loads or refuses
 
-// Each refused with kUnsupported, and the state left as it was (never half
-// loaded): an index root, LUN records, a journal holding records.
-class FormatV3NotYet : public ::testing::Test {
+// An index root naming no index page is refused (kCorruption), the state
+// left as it was (never half loaded); LUN records and journal records load
+// (format_v3_ckpt_test.cc has the checkpoints that write them).
+class FormatV3LoadState : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(CreateOn(&env_).ok());
     sb_ = SlotOf(&env_, 0);
   }
-  void ExpectUnsupported(const std::string& what) {
+  void ExpectRefused(Code code, const std::string& what) {
     Opened o;
     o.st.next_lun_id = 99;  // LoadState must not touch it when it refuses
     Status why;
     ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoad) << why.ToString();
-    EXPECT_EQ(why.code(), Code::kUnsupported) << why.ToString();
+    EXPECT_EQ(why.code(), code) << why.ToString();
     EXPECT_NE(why.message().find(what), std::string::npos) << why.ToString();
     EXPECT_TRUE(o.st.luns.empty());
     EXPECT_EQ(o.st.next_lun_id, 99u);
@@ -429,14 +431,14 @@ class FormatV3NotYet : public ::testing::Test {
   SuperblockV3 sb_;
 };
 
-TEST_F(FormatV3NotYet, AnIndexRoot) {
+TEST_F(FormatV3LoadState, AnIndexRootNamingNoIndexPageIsCorruption) {
   SuperblockV3 sb = sb_;
-  sb.index = {IndexEntry{{1, 0}, {1, 100}, sb.data_offset + 4096, 1}, 0};  // in the metadata AU
+  sb.index = {IndexEntry{{1, 0}, {1, 100}, sb.data_offset + 4096, 1}, 0};  // in the metadata AU, zeros
   ASSERT_NO_FATAL_FAILURE(WriteBothSlots(&env_, sb));
-  ExpectUnsupported("checkpoint index (root page at byte " + std::to_string(sb.data_offset + 4096));
+  ExpectRefused(Code::kCorruption, "not an index page) (at address " + std::to_string(sb.data_offset + 4096));
 }
 
-TEST_F(FormatV3NotYet, LunRecords) {
+TEST_F(FormatV3LoadState, LunRecordsLoad) {
   auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
   ASSERT_TRUE(f.ok());
   LunRecord lun;
@@ -451,19 +453,35 @@ TEST_F(FormatV3NotYet, LunRecords) {
                   .ok());
   ASSERT_TRUE((*f)->Sync().ok());
   f->reset();
-  ExpectUnsupported("the LUN table holds 1 LUN(s)");
+  Opened o;
+  Status why;
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
+  EXPECT_EQ(o.st.next_lun_id, 2u);
+  ASSERT_EQ(o.st.luns.size(), 1u);
+  const LunState* l = o.st.Find(1);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->name, "a");
+  EXPECT_EQ(l->size, uint64_t{1} << 20);
+  EXPECT_EQ(l->map.extents(), 0u) << "no index: no runs";
+  EXPECT_EQ(o.meta.meta_units, (std::vector<uint64_t>{0, 1, 2}));  // the LUN table's AU, the journal's two
 }
 
-TEST_F(FormatV3NotYet, AJournalHoldingRecords) {
+TEST_F(FormatV3LoadState, AJournalHoldingRecordsIsReplayed) {
   std::string two = Seal(sb_.journal_start_lsn) + Seal(sb_.journal_start_lsn + 1);
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), two));
-  ExpectUnsupported("the journal holds records from LSN " + std::to_string(sb_.journal_start_lsn));
+  Opened o;
+  Status why;
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
+  EXPECT_EQ(o.meta.end.next_lsn, sb_.journal_start_lsn + 2);
+  EXPECT_EQ(o.meta.end.tail, two.size());
+  EXPECT_FALSE(o.meta.end.damaged);
+  EXPECT_FALSE(o.format->journal_empty());
 }
 
 // What replays nothing is loaded, with the scan's verdict for Core: a torn
 // first record is a clean tail; a record of a later LSN where the first
 // should be is a newer generation (Core refuses it unless told to accept).
-TEST_F(FormatV3NotYet, ATornRecordIsACleanEmptyJournal) {
+TEST_F(FormatV3LoadState, ATornRecordIsACleanEmptyJournal) {
   const std::string rec = Seal(sb_.journal_start_lsn);
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), rec.substr(0, rec.size() - 3)));
   Opened o;
@@ -472,7 +490,7 @@ TEST_F(FormatV3NotYet, ATornRecordIsACleanEmptyJournal) {
   ASSERT_NO_FATAL_FAILURE(ExpectNewPool(o, Params{}, sb_.journal_start_lsn));
 }
 
-TEST_F(FormatV3NotYet, ANewerGenerationIsReportedNotReplayed) {
+TEST_F(FormatV3LoadState, ANewerGenerationIsReportedNotReplayed) {
   ASSERT_NO_FATAL_FAILURE(WriteAt(&env_, JournalStart(), Seal(sb_.journal_start_lsn + 5)));
   Opened o;
   Status why;
@@ -484,12 +502,27 @@ TEST_F(FormatV3NotYet, ANewerGenerationIsReportedNotReplayed) {
 
 // ----------------------------------------------------------- journal ring
 
-// CommitBatch over the ring Create laid out and LoadState opened.
+// CommitBatch over the ring Create laid out and LoadState opened, after
+// the open's checkpoint (no batch may come before it).
 class FormatV3Journal : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(CreateOn(&env_).ok()); }
-  // Chooses and loads the pool read-write, keeping the file for writes.
+  // Chooses and loads the pool read-write, keeping the file for writes,
+  // then writes the open's checkpoint, as Core's open does.
   void Load() {
+    ASSERT_NO_FATAL_FAILURE(LoadOnly());
+    ASSERT_NO_FATAL_FAILURE(OpenCheckpoint());
+  }
+  // The open's checkpoint of the empty pool (its LUN table page fits the
+  // metadata chunk: no AU to hand over), its journal starting at next_lsn_.
+  void OpenCheckpoint() {
+    const FrozenCheckpoint f = format_->Freeze(MetaState());
+    ASSERT_EQ(f.meta_units, 0u);
+    Status s = format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    sb_ = v3_->choice().sb;
+  }
+  void LoadOnly() {
     auto f = env_.OpenLocked("p", Env::Mode::kReadWrite);
     ASSERT_TRUE(f.ok());
     file_ = std::move(f).value();
@@ -507,7 +540,7 @@ class FormatV3Journal : public ::testing::Test {
     Status s = format_->LoadState(file_.get(), &st, &meta);
     ASSERT_TRUE(s.ok()) << s.ToString();
     sb_ = v3_->choice().sb;
-    next_lsn_ = meta.end.next_lsn;
+    next_lsn_ = meta.end.next_lsn + kLsnGapAfterOpen;  // the open's jump (meta_format.h)
   }
   // A batch of `n` records with the LSNs after the last batch's.
   JournalBatch Batch(int n) {
@@ -559,7 +592,7 @@ class FormatV3Journal : public ::testing::Test {
 TEST_F(FormatV3Journal, CommitBatchMakesItsRecordsDurableInTheRing) {
   ASSERT_NO_FATAL_FAILURE(Load());
   EXPECT_TRUE(format_->journal_empty());
-  EXPECT_EQ(format_->durable_lsn(), 0u);
+  EXPECT_EQ(format_->durable_lsn(), next_lsn_ - 1) << "the checkpoint holds every record before its start";
   const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
   JournalBatch b = Batch(3);
   ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
@@ -570,11 +603,12 @@ TEST_F(FormatV3Journal, CommitBatchMakesItsRecordsDurableInTheRing) {
   ASSERT_TRUE(format_->CommitBatch(file_.get(), b).ok());
   EXPECT_EQ(format_->durable_lsn(), b.last_lsn);
   EXPECT_EQ(DurableRecordsAfterPowerLoss(), 5u);
-  // And the next open finds a journal it does not replay yet.
+  // And the next open replays all five.
   Opened o;
   Status why;
-  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoad);
-  EXPECT_EQ(why.code(), Code::kUnsupported) << why.ToString();
+  ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
+  EXPECT_EQ(o.meta.end.next_lsn, b.last_lsn + 1);
+  EXPECT_FALSE(o.meta.end.damaged);
 }
 
 // Fits is the ring's room exactly; a batch that does not fit is kNoSpace
@@ -603,34 +637,41 @@ TEST_F(FormatV3Journal, FitsIsTheRingsRoomAndAFullBatchWritesNothing) {
 }
 
 // The writer rule's open half: a slot the chooser named is rewritten with
-// the chosen copy, synced, before the first record is written; if that
-// rewrite fails, nothing of the batch is written.
-TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheFirstRecord) {
+// the chosen copy, synced, before the open's checkpoint (the format's first
+// write: no batch comes before it) writes anything else; if that rewrite
+// fails, nothing else is written. Batches then need no rewrite.
+TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheOpensCheckpointWritesAnythingElse) {
   env_.Corrupt("p", kSuperblockSlot + 40, 1);
-  ASSERT_NO_FATAL_FAILURE(Load());
+  ASSERT_NO_FATAL_FAILURE(LoadOnly());
   ASSERT_FALSE(v3_->choice().redundant);
   ASSERT_EQ(v3_->choice().other, 1);
-  const std::string ring = Ring();
-  // The rewrite's write fails: no record written, the ring as it was.
+  const std::vector<uint8_t> image = env_.Snapshot("p");
+  const uint64_t seq = v3_->superblock_seq();
+  // The rewrite's write fails: nothing written.
   env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
-  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
-  EXPECT_EQ(Ring(), ring);
-  EXPECT_TRUE(format_->journal_empty());
-  EXPECT_EQ(format_->durable_lsn(), 0u);
+  const FrozenCheckpoint f = format_->Freeze(MetaState());
+  EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
+  EXPECT_EQ(env_.Snapshot("p"), image);
   EXPECT_FALSE(v3_->choice().redundant);
-  // The rewrite's sync fails: still no record written.
-  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
-  EXPECT_EQ(format_->CommitBatch(file_.get(), Batch(1)).code(), Code::kIOError);
-  EXPECT_EQ(Ring(), ring);
-  EXPECT_TRUE(format_->journal_empty());
-  // Then it goes through: the slot first (synced), then the batch.
+  EXPECT_EQ(v3_->superblock_seq(), seq);
+  // The rewrite's sync (after the one that makes the chosen copy durable)
+  // fails: only the slot was written, with the chosen copy.
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 1, Code::kIOError);
+  const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
+  EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kWrite) - writes, 1u);
+  std::vector<uint8_t> want = image;
+  std::copy(image.begin(), image.begin() + kSuperblockSlot, want.begin() + kSuperblockSlot);
+  EXPECT_EQ(env_.Snapshot("p"), want);
+  EXPECT_EQ(v3_->superblock_seq(), seq);
+  // Then it goes through, and a batch after it rewrites no slot.
   env_.ClearFaults();
-  next_lsn_ = sb_.journal_start_lsn;
-  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
-  ASSERT_TRUE(format_->CommitBatch(file_.get(), Batch(1)).ok());
-  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 2u);
+  ASSERT_NO_FATAL_FAILURE(OpenCheckpoint());
   EXPECT_EQ(Slot(1), Slot(0));
   EXPECT_TRUE(v3_->choice().redundant);
+  const uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
+  ASSERT_TRUE(format_->CommitBatch(file_.get(), Batch(1)).ok());
+  EXPECT_EQ(env_.calls(FaultInjectionEnv::Op::kSync) - syncs, 1u);
   EXPECT_EQ(DurableRecordsAfterPowerLoss(), 1u);
   SuperblockChoice c;
   const std::vector<uint8_t> img = env_.Snapshot("p");
@@ -654,8 +695,9 @@ TEST_F(FormatV3Journal, AFailedBatchMovesNeitherTailNorDurableLsn) {
 
 // An upgrade cut after its first slot write (store-v3.md 3.7): the v3 copy
 // in slot 0 beside the v2 copy it started from in slot 1. FormatV3 takes the
-// v3 copy, and its first write completes the upgrade by rewriting the v2
-// slot; Core still refuses the pool (it does not serve format 3 yet).
+// v3 copy, and its first write (the open's checkpoint's, before any batch)
+// completes the upgrade by rewriting the v2 slot; Core still refuses the
+// pool (it does not serve format 3 yet).
 TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   FaultInjectionEnv env;
   Superblock v2;
@@ -709,16 +751,31 @@ TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   LoadedMeta meta;
   ASSERT_TRUE(v3->LoadState(f->get(), &st, &meta).ok());
   EXPECT_EQ(meta.meta_units, (std::vector<uint64_t>{0, 1}));
+  const uint64_t v3_slot_seq = v3->superblock_seq();
+  const FrozenCheckpoint frozen = v3->Freeze(st);
+  ASSERT_EQ(frozen.meta_units, 0u);
+  const uint64_t lsn = meta.end.next_lsn + kLsnGapAfterOpen;
+  // The checkpoint's first write is the rewrite: with the one after it
+  // failing (the superblock of the next sequence, 3, for slot 1 too), the
+  // v2 slot already holds the v3 copy (sequence 2), byte for byte.
+  env.FailAt(FaultInjectionEnv::Op::kWrite, 1, Code::kIOError);
+  ASSERT_EQ(v3->WriteCheckpoint(f->get(), frozen, {}, lsn).code(), Code::kIOError);
+  std::vector<uint8_t> img = env.Snapshot("p");
+  EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
+      << "the v2 slot holds the v3 copy before any other write";
+  EXPECT_EQ(v3->superblock_seq(), v3_slot_seq);
+  ASSERT_TRUE(v3->WriteCheckpoint(f->get(), v3->Freeze(st), {}, lsn).ok());
+  EXPECT_GT(v3->superblock_seq(), v3_slot_seq);
   JournalBatch b;
   Record seal;
   seal.type = RecType::kSeal;
-  FrameRecord(seal, meta.end.next_lsn, &b.bytes);
-  b.last_lsn = meta.end.next_lsn;
+  FrameRecord(seal, lsn, &b.bytes);
+  b.last_lsn = lsn;
   ASSERT_TRUE(v3->CommitBatch(f->get(), b).ok());
   f->reset();
-  const std::vector<uint8_t> img = env.Snapshot("p");
+  img = env.Snapshot("p");
   EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
-      << "the v2 slot now holds the v3 copy";
+      << "both slots hold the checkpoint's copy";
   EXPECT_EQ(SuperblockEnvelopeVersion(img.data() + kSuperblockSlot, kSuperblockSlot), kFormatVersionV3);
   EXPECT_EQ(Pool::Open(&env, "p").status().code(), Code::kUnsupported);
 }

@@ -1238,6 +1238,53 @@ TEST(FreeRunsAllocationFailure, TakeIsAllOrNothing) {
   }
 }
 
+// TakeReleasable under std::bad_alloc, in both spaces: a throw hands out
+// nothing and leaves every pending run pending, so each run is released
+// exactly once. (SpaceMap moved runs out of its pending list while it
+// collected them: a throw half way left a run in the list twice, and its AUs
+// were later freed twice, i.e. handed out twice.)
+TEST(PoolSpaceAllocationFailure, TakeReleasableHandsEachRunOutOnce) {
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    SpaceMap flat;
+    GrainSpace grains(4 * KiB, 4 * KiB);
+    bool threw_in_any = false;
+    for (PoolSpace* s : {static_cast<PoolSpace*>(&flat), static_cast<PoolSpace*>(&grains)}) {
+      // 64 units, 0 the checkpoint's, 1..40 mapped; then 20 separate runs
+      // freed, under tickets 1 and 2 in turn, so the pending runs interleave.
+      ASSERT_TRUE(s->Rebuild(64, StateOf({{{0, 1, 40}}}), {0}).ok());
+      for (uint64_t i = 0; i < 20; i++) s->Dec(1 + 2 * i, 1, 1 + i % 2);
+      const uint64_t free_before = s->free_units();
+      ASSERT_EQ(s->pending_units(), 20u);
+      std::vector<PendingRun> ready;
+      const bool threw = ThrowsBadAlloc(k, [&] { ready = s->TakeReleasable(1); });
+      threw_in_any = threw_in_any || threw;
+      if (threw) {
+        EXPECT_TRUE(ready.empty());
+        EXPECT_EQ(s->pending_units(), 20u);
+        EXPECT_EQ(s->releasing_units(), 0u);
+        ready = s->TakeReleasable(1);
+      }
+      // The ten runs of ticket 1, once each; then released, they are free.
+      uint64_t taken = 0;
+      for (const PendingRun& r : ready) taken += r.n;
+      EXPECT_EQ(taken, 10u);
+      EXPECT_TRUE(s->TakeReleasable(1).empty());
+      for (const PendingRun& r : ready) s->Release(r, true);
+      EXPECT_EQ(s->releasing_units(), 0u);
+      EXPECT_EQ(s->free_units(), free_before + 10);
+      EXPECT_EQ(s->pending_units(), 10u);
+      uint64_t in_runs = 0;
+      for (const auto& [start, len] : s->free_runs()) in_runs += len;
+      EXPECT_EQ(in_runs, s->free_units()) << "a unit free twice";
+      std::vector<uint64_t> all;
+      ASSERT_TRUE(s->Reserve(s->free_units(), &all));
+      EXPECT_EQ(std::set<uint64_t>(all.begin(), all.end()).size(), all.size()) << "a unit handed out twice";
+    }
+    if (::testing::Test::HasFailure() || !threw_in_any) return;
+  }
+}
+
 // Core's Grow with each allocation failing in turn, on a full pool whose
 // last AU holds its checkpoint (so the space map's Grow needs a node): a
 // Grow that fails after the superblock names the new size (in the format's
