@@ -39,10 +39,13 @@
 #include "handler/store/journal.h"
 #include "handler/store/lun_table_page.h"
 #include "handler/store/meta_format.h"
+#include "tests/common/sanitizers.h"
 #include "tests/store/format_v3_pool.h"
 
+#if COWSTORE_CAN_REPLACE_NEW()
 // Allocation failure, for the bad_alloc tests: while armed (>= 0), the
 // allocation after that many more throws. Every other test runs unarmed.
+// (Not under TSan, whose runtime owns operator new: sanitizers.h.)
 namespace {
 int64_t g_allocs_before_failure = -1;
 }  // namespace
@@ -52,10 +55,8 @@ void* operator new(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
-// Not inlined: GCC would see free() of what operator new returned and warn
-// (-Wmismatched-new-delete), though both are these replacements.
-[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
-[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "tests/common/malloc_delete.h"
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 namespace cowstore::store {
 namespace {
@@ -1144,6 +1145,7 @@ std::vector<uint64_t> UnitsOfPagesNamed(const FormatV3& v3) {
   return {units.begin(), units.end()};
 }
 
+#if COWSTORE_CAN_REPLACE_NEW()
 // An allocation failing (bad_alloc) at any point of a checkpoint leaves the
 // format whole, as the previous checkpoint or the new one: its meta_units()
 // are the chunks of the pages it names, and a retry writes the new
@@ -1320,6 +1322,8 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInLoadStateLeavesTheStateAsItWas) {
   }
   EXPECT_GT(thrown, 0);
 }
+
+#endif  // COWSTORE_CAN_REPLACE_NEW()
 
 // store-v3.md step 5d's hazard: an attempt writes its pages and fails at
 // its superblock; the retry takes the same free pages, and the disk loses
