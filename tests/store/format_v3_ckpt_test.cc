@@ -1133,6 +1133,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
   EXPECT_FALSE(back.meta.end.damaged);
 }
 
+#if COWSTORE_CAN_REPLACE_NEW()
 // The AUs the format's pages lie in and the journal's, from what the
 // format names (its tree and LUN table chain), sorted: meta_units() must
 // agree with it whatever happened.
@@ -1145,7 +1146,6 @@ std::vector<uint64_t> UnitsOfPagesNamed(const FormatV3& v3) {
   return {units.begin(), units.end()};
 }
 
-#if COWSTORE_CAN_REPLACE_NEW()
 // An allocation failing (bad_alloc) at any point of a checkpoint leaves the
 // format whole, as the previous checkpoint or the new one: its meta_units()
 // are the chunks of the pages it names, and a retry writes the new
