@@ -105,6 +105,25 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   return Status::Ok();
 }
 
+// The chosen copy may be in the cache only: a process that died between
+// its checkpoint's first slot write and that write's sync leaves the next
+// open choosing it (the cache outlives the process) while the media hold
+// the older copy in both slots. That checkpoint freed the older one's
+// chain, and the open punches free AUs and writes its checkpoint's chain
+// into them before any sync: a cut then would reopen the older copy over
+// a punched chain (open_writes_test). So one sync, before the first write.
+// No slot needs rewriting, unlike FormatV3: this writer puts every copy in
+// slot seq % 2 first and syncs it, so the chosen copy sits in that slot
+// (the other holds an older copy or a torn write), and the next superblock,
+// of seq + 1, goes to the other slot first; only media damage to the
+// chosen slot breaks that, a double fault no rewrite here would undo.
+Status FormatV2::PrepareWrites(File* file) {
+  if (writes_prepared_) return Status::Ok();
+  if (Status s = file->Sync(); !s.ok()) return s;
+  writes_prepared_ = true;
+  return Status::Ok();
+}
+
 Status FormatV2::CommitBatch(File* file, const JournalBatch& b) {
   return journal_.WriteBatch(file, b);
 }
@@ -118,6 +137,7 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
 
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
+  if (Status s = PrepareWrites(file); !s.ok()) return s;  // if the open did not
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
   // The upgrade of a version-1 pool: this superblock names a checkpoint and
@@ -141,6 +161,7 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
 }
 
 Status FormatV2::Grow(File* file, uint64_t new_size) {
+  if (Status s = PrepareWrites(file); !s.ok()) return s;  // if the open did not
   Superblock nsb = sb_;
   nsb.seq++;
   nsb.size_bytes = new_size;

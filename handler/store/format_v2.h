@@ -25,6 +25,8 @@ class FormatV2 final : public MetaFormat {
 
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
+  // A sync, once (format_v2.cc says why no slot is rewritten).
+  Status PrepareWrites(File* file) override;
   bool Fits(size_t bytes) const override { return journal_.Fits(bytes); }
   Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return journal_.tail() == 0; }
@@ -45,6 +47,7 @@ class FormatV2 final : public MetaFormat {
   Superblock sb_;          // the newest durable superblock
   JournalWriter journal_;  // the journal on disk: its tail and durable LSN
   int damaged_slot_ = -1;  // a slot that did not decode at open, if any
+  bool writes_prepared_ = false;  // PrepareWrites succeeded
 };
 
 }  // namespace cowstore::store
