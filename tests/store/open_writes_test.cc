@@ -1,0 +1,418 @@
+// SPDX-License-Identifier: Apache-2.0
+// The open's writes (MetaFormat::PrepareWrites, meta_format.h): an open
+// writes data (Core punches every free AU) before its checkpoint, into AUs
+// an older superblock copy may still name, so the chosen copy must be
+// durable, and the only one, before the first write of any kind. A power
+// cut at every Env call of such an open, in every loss mode and with every
+// superblock slot in flight torn, after a process died between a
+// checkpoint's slot writes (the chosen copy in the cache only) and, at
+// format 3, beside a damaged slot: the pool reopens, with the state last
+// made durable. FormatV3 then writes no superblock twice for it; a failed
+// PrepareWrites leaves the next to do all of it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "handler/store/fault_env.h"
+#include "handler/store/format_v3.h"
+#include "handler/store/meta.h"
+#include "handler/store/meta_format.h"
+#include "handler/store/pool.h"
+#include "handler/store/superblock_v3.h"
+#include "tests/store/format_v3_pool.h"
+
+namespace cowstore::store {
+namespace {
+
+using namespace v3pool;  // NOLINT(build/namespaces): the pool helpers, test-only
+using v3pool::Lun;       // over store::Lun
+
+// Cuts power at each mutating Env call of `attempt` (an open, run on the
+// pool `setup` leaves in the env), in every loss mode, kRandom and kTear
+// with `seeds` seeds each, and with every slot in flight torn
+// (kTearSlotsInFlight): `reopen` then opens the pool and judges it, told
+// which call was cut. What the attempt leaves in *keep (a pool it opened,
+// which writes when it closes) goes once its calls are counted.
+using Attempt = std::function<Status(FaultInjectionEnv*, std::shared_ptr<void>* keep)>;
+void CutEachCallOfTheOpen(const std::function<void(FaultInjectionEnv*)>& setup, const Attempt& attempt,
+                          uint64_t seeds, const std::function<void(FaultInjectionEnv*, uint64_t cut)>& reopen) {
+  uint64_t calls = 0;
+  {
+    FaultInjectionEnv env;
+    setup(&env);
+    const uint64_t at = env.mutating_calls();
+    std::shared_ptr<void> keep;
+    Status s = attempt(&env, &keep);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    calls = env.mutating_calls() - at;
+  }
+  ASSERT_GT(calls, 0u);
+  FaultInjectionEnv env;  // one for all: Install then reuses its buffers
+  for (uint64_t n = 0; n < calls; n++) {
+    for (int loss = 0; loss <= kTearSlotsInFlight; loss++) {
+      for (uint64_t seed = 0; seed < (loss == 2 || loss == 3 ? seeds : 1u); seed++) {
+        SCOPED_TRACE("call " + std::to_string(n) + " of " + std::to_string(calls) + " loss " +
+                     std::to_string(loss) + " seed " + std::to_string(seed));
+        env.ClearFaults();
+        setup(&env);
+        env.CrashAfter(static_cast<int64_t>(n));
+        {
+          // It may succeed: Core's open does not wait for, nor fail by, the
+          // punch of what its checkpoint freed (thinner.h), its last call.
+          std::shared_ptr<void> keep;
+          (void)attempt(&env, &keep);
+        }
+        if (loss == kTearSlotsInFlight)
+          CutTearingSlotsInFlight(&env);
+        else
+          env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), seed);
+        env.ClearFaults();
+        reopen(&env, n);
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ format 3
+
+// A File that lets one superblock slot write through, of sequence `seq`,
+// and then the disk dies (every later call fails): the process died right
+// after it, and the cache holds that copy only.
+class DieAfterSlotWrite final : public File {
+ public:
+  DieAfterSlotWrite(File* f, FaultInjectionEnv* env, uint64_t seq) : f_(f), env_(env), seq_(seq) {}
+  Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+  Status Write(uint64_t off, size_t n, const void* buf) override {
+    Status s = f_->Write(off, n, buf);
+    uint64_t seq = 0;
+    if (off < 2 * kSuperblockSlot && n >= kSuperblockV3Seq + 8) {
+      std::memcpy(&seq, static_cast<const char*>(buf) + kSuperblockV3Seq, 8);  // little-endian hosts
+      if (s.ok() && seq == seq_) env_->CrashAfter(0);
+    }
+    return s;
+  }
+  Status Sync() override { return f_->Sync(); }
+  Result<uint64_t> Size() override { return f_->Size(); }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
+  bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+ private:
+  File* f_;
+  FaultInjectionEnv* env_;
+  uint64_t seq_;
+};
+
+// The AUs of the data area outside `meta`, as runs (first, count): what
+// Core's open punches (every AU no map and no metadata holds; these pools'
+// data is not the format's concern, so every AU outside its metadata).
+std::map<uint64_t, uint64_t> FreeRuns(const std::vector<uint64_t>& meta, uint64_t units) {
+  std::map<uint64_t, uint64_t> runs;
+  for (uint64_t u = 0; u < units; u++) {
+    if (std::binary_search(meta.begin(), meta.end(), u)) continue;
+    if (!runs.empty() && std::prev(runs.end())->first + std::prev(runs.end())->second == u)
+      std::prev(runs.end())->second++;
+    else
+      runs.emplace(u, 1);
+  }
+  return runs;
+}
+
+// The open as Core makes it (recovery.cc): choose and load, PrepareWrites,
+// a punch of every free run, then the open's checkpoint of what it loaded.
+Status OpenAsCore(FaultInjectionEnv* env, Opened* o) {
+  if (Status s = Open(env, o); !s.ok()) return s;
+  if (Status s = o->format->PrepareWrites(o->file.get()); !s.ok()) return s;
+  const SuperblockV3& sb = o->v3->choice().sb;
+  for (const auto& [first, n] : FreeRuns(o->meta.meta_units, sb.units))
+    if (Status s = o->file->PunchHole(sb.data_offset + first * sb.au, n * sb.au); !s.ok()) return s;
+  return Checkpoint(o, o->st, o->meta.end.next_lsn + kLsnGapAfterOpen);
+}
+
+class OpenWritesV3 : public ::testing::Test {
+ protected:
+  // A pool whose checkpoint holds `older_`, durable in both slots, its
+  // pages past the metadata AU the pool was made with (units_).
+  void SetUp() override {
+    FaultInjectionEnv env;
+    auto f = env.OpenLocked("p", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(FormatV3::Create(f->get(), Id(9), kAu, kGrain, kSize, kJournal, 80).ok());
+    f->reset();
+    older_.au = kGrain;
+    older_.AddLun(Lun(1, "a", 6000, 1));
+    older_.next_lun_id = 2;
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    lsn_ = o.meta.end.next_lsn + kLsnGapAfterOpen + 10;
+    ASSERT_TRUE(Checkpoint(&o, older_, lsn_).ok());
+    seq_ = o.format->superblock_seq();
+    units_ = o.v3->meta_units();
+    o = Opened();
+    base_ = env.Snapshot("p");
+  }
+
+  MetaState older_;
+  uint64_t lsn_ = 0, seq_ = 0;
+  std::vector<uint64_t> units_;
+  std::vector<uint8_t> base_;
+};
+
+// The chosen copy beside a damaged slot is the pool's only one, and the
+// open's first superblock write (the spent sequence's, to slot seq % 2)
+// goes to the slot holding it: PrepareWrites rewrites the damaged slot
+// first. Cut at every call of the open: the pool opens, with the state it
+// held.
+TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenBesideADamagedSlotStillOpens) {
+  auto damaged = [&](FaultInjectionEnv* env) {
+    env->Install("p", base_.data(), base_.size());
+    env->Corrupt("p", (seq_ % 2) * kSuperblockSlot + 64, 16);  // not the slot the open writes first
+  };
+  {
+    FaultInjectionEnv env;
+    damaged(&env);
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    ASSERT_FALSE(o.v3->choice().redundant);
+    ASSERT_EQ(o.v3->choice().slot, static_cast<int>((seq_ + 1) % 2)) << "the chosen copy's slot is written first";
+  }
+  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>*) {
+    Opened o;
+    return OpenAsCore(env, &o);
+  };
+  CutEachCallOfTheOpen(damaged, open, 8, [&](FaultInjectionEnv* env, uint64_t) {
+    Opened back;
+    Status why = Open(env, &back);
+    ASSERT_TRUE(why.ok()) << why.ToString();
+    EXPECT_NO_FATAL_FAILURE(ExpectSameState(older_, back.st));
+  });
+}
+
+// A process died right after its checkpoint's first slot write: the next
+// open (the cache outlives the process) chooses that copy, held in the
+// cache only, whose checkpoint frees the older one's pages. The open
+// punches them: unless PrepareWrites made the chosen copy durable first, a
+// cut after a punch reopens the older copy over punched pages. Cut at
+// every call of the open: the pool opens, with the newer state once
+// PrepareWrites' sync is past, else either.
+TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStillOpens) {
+  MetaState newer;  // no LUN: one LUN table page, in the chunk the pool was made with
+  newer.au = kGrain;
+  newer.next_lun_id = 2;
+  const uint64_t newer_lsn = lsn_ + kLsnGapAfterOpen + 50;
+  auto died = [&](FaultInjectionEnv* env) {
+    env->Install("p", base_.data(), base_.size());
+    Opened o;
+    EXPECT_TRUE(Open(env, &o).ok());
+    // The checkpoint's own superblock: after the spent sequence's.
+    DieAfterSlotWrite die(o.file.get(), env, seq_ + 2);
+    const FrozenCheckpoint f = o.format->Freeze(newer);
+    EXPECT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), newer_lsn).ok());
+    o = Opened();
+    env->ClearFaults();  // the process is gone; the cache holds its last write
+  };
+  {
+    FaultInjectionEnv env;
+    died(&env);
+    ASSERT_GT(env.unsynced_sectors("p"), 0u);
+    Opened o;
+    ASSERT_TRUE(Open(&env, &o).ok());
+    ASSERT_EQ(o.format->superblock_seq(), seq_ + 2) << "the open chose the copy in the cache";
+    ASSERT_EQ(o.meta.end.next_lsn, newer_lsn);
+    bool punched = false;  // the older copy names an AU the open punches
+    for (uint64_t u : units_) punched |= !std::binary_search(o.meta.meta_units.begin(), o.meta.meta_units.end(), u);
+    ASSERT_TRUE(punched);
+  }
+  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>*) {
+    Opened o;
+    return OpenAsCore(env, &o);
+  };
+  int older = 0, newest = 0;
+  CutEachCallOfTheOpen(died, open, 8, [&](FaultInjectionEnv* env, uint64_t cut) {
+    Opened back;
+    Status why = Open(env, &back);
+    ASSERT_TRUE(why.ok()) << why.ToString();
+    const uint64_t at = back.meta.end.next_lsn;
+    const bool is_newer = at == newer_lsn || at == newer_lsn + kLsnGapAfterOpen;
+    (is_newer ? newest : older)++;
+    // The first call is PrepareWrites' sync: cut there, the copy in the
+    // cache may be lost, and nothing else was written.
+    if (cut > 0) {
+      EXPECT_TRUE(is_newer) << at;
+    }
+    EXPECT_TRUE(is_newer || at == lsn_) << at;
+    EXPECT_NO_FATAL_FAILURE(ExpectSameState(is_newer ? newer : older_, back.st));
+  });
+  EXPECT_GT(older, 0);
+  EXPECT_GT(newest, 0);
+}
+
+// A File that records the kind and offset of every mutating call.
+class TraceFile final : public File {
+ public:
+  struct Call {
+    FaultInjectionEnv::Op op;
+    uint64_t off;
+  };
+  explicit TraceFile(File* f) : f_(f) {}
+  Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
+  Status Write(uint64_t off, size_t n, const void* buf) override {
+    calls.push_back({FaultInjectionEnv::Op::kWrite, off});
+    return f_->Write(off, n, buf);
+  }
+  Status Sync() override {
+    calls.push_back({FaultInjectionEnv::Op::kSync, 0});
+    return f_->Sync();
+  }
+  Result<uint64_t> Size() override { return f_->Size(); }
+  Status Truncate(uint64_t size) override { return f_->Truncate(size); }
+  Status PunchHole(uint64_t off, uint64_t n) override {
+    calls.push_back({FaultInjectionEnv::Op::kPunch, off});
+    return f_->PunchHole(off, n);
+  }
+  bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+
+  std::vector<Call> calls;
+
+ private:
+  File* f_;
+};
+
+// After PrepareWrites the writer rule's open half is done: the open's
+// checkpoint starts with its spent sequence's slot write, with no sync
+// and no rewrite of the chosen copy before it.
+TEST_F(OpenWritesV3, TheCheckpointAfterPrepareWritesDoesNotRedoIt) {
+  FaultInjectionEnv env;
+  env.Install("p", base_.data(), base_.size());
+  env.Corrupt("p", (seq_ % 2) * kSuperblockSlot + 64, 16);
+  Opened o;
+  ASSERT_TRUE(Open(&env, &o).ok());
+  TraceFile prepare(o.file.get());
+  ASSERT_TRUE(o.format->PrepareWrites(&prepare).ok());
+  ASSERT_EQ(prepare.calls.size(), 3u);  // sync, the damaged slot rewritten, sync
+  EXPECT_EQ(prepare.calls[0].op, FaultInjectionEnv::Op::kSync);
+  EXPECT_EQ(prepare.calls[1].op, FaultInjectionEnv::Op::kWrite);
+  EXPECT_EQ(prepare.calls[1].off, (seq_ % 2) * kSuperblockSlot);
+  EXPECT_TRUE(o.v3->choice().redundant);
+  TraceFile ckpt(o.file.get());
+  const FrozenCheckpoint f = o.format->Freeze(o.st);
+  ASSERT_TRUE(o.format->WriteCheckpoint(&ckpt, f, FreeAus(*o.v3, f.meta_units),
+                                        o.meta.end.next_lsn + kLsnGapAfterOpen)
+                  .ok());
+  ASSERT_FALSE(ckpt.calls.empty());
+  EXPECT_EQ(ckpt.calls[0].op, FaultInjectionEnv::Op::kWrite) << "no sync first";
+  EXPECT_EQ(ckpt.calls[0].off, ((seq_ + 1) % 2) * kSuperblockSlot) << "the spent sequence's first slot";
+  EXPECT_TRUE(o.v3->choice().redundant);
+}
+
+// A PrepareWrites that fails (the rewrite, or a sync) leaves the slot in
+// doubt: the next call does it all again.
+TEST_F(OpenWritesV3, AFailedPrepareWritesLeavesTheNextToDoItAll) {
+  for (FaultInjectionEnv::Op op : {FaultInjectionEnv::Op::kSync, FaultInjectionEnv::Op::kWrite}) {
+    for (uint64_t nth = 0; nth < (op == FaultInjectionEnv::Op::kSync ? 2u : 1u); nth++) {
+      SCOPED_TRACE("op " + std::to_string(static_cast<int>(op)) + " nth " + std::to_string(nth));
+      FaultInjectionEnv env;
+      env.Install("p", base_.data(), base_.size());
+      env.Corrupt("p", (seq_ % 2) * kSuperblockSlot + 64, 16);
+      Opened o;
+      ASSERT_TRUE(Open(&env, &o).ok());
+      env.FailAt(op, nth, Code::kIOError);
+      EXPECT_EQ(o.format->PrepareWrites(o.file.get()).code(), Code::kIOError);
+      EXPECT_FALSE(o.v3->choice().redundant);
+      TraceFile again(o.file.get());
+      ASSERT_TRUE(o.format->PrepareWrites(&again).ok());
+      EXPECT_EQ(again.calls.size(), 3u) << "sync, rewrite, sync";
+      EXPECT_TRUE(o.v3->choice().redundant);
+      Opened back;
+      const std::vector<uint8_t> img = env.Snapshot("p");
+      FaultInjectionEnv copy;
+      copy.Install("p", img.data(), img.size());
+      ASSERT_TRUE(Open(&copy, &back).ok());
+      EXPECT_TRUE(back.v3->choice().redundant) << "both slots hold the chosen copy, byte for byte";
+    }
+  }
+}
+
+// ------------------------------------------------------------ format 2
+
+// The same hole at format 2: a process died right after its open's
+// checkpoint's first slot write (its sync failed), so the next open
+// chooses that copy from the cache, whose checkpoint freed the older
+// copy's chain; the open punches it. PrepareWrites' sync first makes the
+// chosen copy durable. Cut at every call of Core's open: the pool opens,
+// with its LUN and data.
+TEST(OpenWritesV2, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStillOpens) {
+  constexpr uint32_t kAu2 = 64 * 1024;
+  std::vector<uint8_t> data(256 << 10);
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  std::vector<uint8_t> base;
+  {
+    FaultInjectionEnv env;
+    PoolOptions po;
+    po.allocation_unit = kAu2;
+    po.journal_bytes = 64 * 1024;
+    po.size_bytes = 64 * uint64_t{kAu2};
+    auto p = Pool::Create(&env, "p", po);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+    auto a = (*p)->OpenLun("a");
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE((*a)->Write(0, data.size() / 512, data.data(), Durability::kDurable).ok());
+    a->reset();
+    ASSERT_TRUE((*p)->Close().ok());
+    p->reset();
+    base = env.Snapshot("p");
+  }
+  auto seqs = [](const std::vector<uint8_t>& img) {
+    Superblock s[2];
+    for (int i = 0; i < 2; i++)
+      EXPECT_TRUE(Superblock::Decode(img.data() + i * kSuperblockSlot, kSuperblockSlot, &s[i]).ok());
+    return std::make_pair(s[0].seq, s[1].seq);
+  };
+  // The sync after the open's first slot write: the first whose failure
+  // leaves the slots different.
+  uint64_t failing = 0;
+  for (;; failing++) {
+    ASSERT_LT(failing, 64u);
+    FaultInjectionEnv env;
+    env.Install("p", base.data(), base.size());
+    env.FailAt(FaultInjectionEnv::Op::kSync, failing, Code::kIOError);
+    ASSERT_FALSE(Pool::Open(&env, "p").ok());
+    auto [s0, s1] = seqs(env.Snapshot("p"));
+    if (s0 != s1) break;
+  }
+  auto died = [&](FaultInjectionEnv* env) {
+    env->Install("p", base.data(), base.size());
+    env->FailAt(FaultInjectionEnv::Op::kSync, failing, Code::kIOError);
+    EXPECT_FALSE(Pool::Open(env, "p").ok());
+    env->ClearFaults();  // the process is gone; the cache holds its slot write
+  };
+  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>* keep) {
+    auto p = Pool::Open(env, "p");
+    if (!p.ok()) return p.status();
+    *keep = std::shared_ptr<Pool>(std::move(p).value());
+    return Status::Ok();
+  };
+  CutEachCallOfTheOpen(died, open, 8, [&](FaultInjectionEnv* env, uint64_t) {
+    auto p = Pool::Open(env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto a = (*p)->OpenLun("a");
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    std::vector<uint8_t> got(data.size());
+    ASSERT_TRUE((*a)->Read(0, got.size() / 512, got.data()).ok());
+    EXPECT_TRUE(got == data);
+    a->reset();
+    EXPECT_TRUE((*p)->Close().ok());
+  });
+}
+
+}  // namespace
+}  // namespace cowstore::store
