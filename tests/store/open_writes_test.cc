@@ -343,6 +343,81 @@ TEST_F(OpenWritesV3, AFailedPrepareWritesLeavesTheNextToDoItAll) {
 
 // ------------------------------------------------------------ format 2
 
+// A closed format 2 pool with LUN "a" holding `data` (V2Data).
+std::vector<uint8_t> V2Data() {
+  std::vector<uint8_t> data(256 << 10);
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  return data;
+}
+void MakeV2Pool(const std::vector<uint8_t>& data, std::vector<uint8_t>* base) {
+  constexpr uint32_t kAu2 = 64 * 1024;
+  FaultInjectionEnv env;
+  PoolOptions po;
+  po.allocation_unit = kAu2;
+  po.journal_bytes = 64 * 1024;
+  po.size_bytes = 64 * uint64_t{kAu2};
+  auto p = Pool::Create(&env, "p", po);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+  auto a = (*p)->OpenLun("a");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*a)->Write(0, data.size() / 512, data.data(), Durability::kDurable).ok());
+  a->reset();
+  ASSERT_TRUE((*p)->Close().ok());
+  p->reset();
+  *base = env.Snapshot("p");
+}
+
+Status OpenPool(FaultInjectionEnv* env, std::shared_ptr<void>* keep) {
+  auto p = Pool::Open(env, "p");
+  if (!p.ok()) return p.status();
+  *keep = std::shared_ptr<Pool>(std::move(p).value());
+  return Status::Ok();
+}
+
+// The pool opens with LUN "a" holding `data`.
+void ExpectV2PoolHolds(FaultInjectionEnv* env, const std::vector<uint8_t>& data) {
+  auto p = Pool::Open(env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto a = (*p)->OpenLun("a");
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<uint8_t> got(data.size());
+  ASSERT_TRUE((*a)->Read(0, got.size() / 512, got.data()).ok());
+  EXPECT_TRUE(got == data);
+  a->reset();
+  EXPECT_TRUE((*p)->Close().ok());
+}
+
+// Every copy of this writer sits in both slots: with slot seq % 2 damaged,
+// the chosen copy is the one in the other slot, which the open's
+// checkpoint (seq + 1) writes first. PrepareWrites rewrites the damaged
+// slot first. Cut at every call of Core's open: the pool opens, with its
+// LUN and data.
+TEST(OpenWritesV2, APowerCutAnywhereInAnOpenBesideADamagedSlotStillOpens) {
+  const std::vector<uint8_t> data = V2Data();
+  std::vector<uint8_t> base;
+  ASSERT_NO_FATAL_FAILURE(MakeV2Pool(data, &base));
+  Superblock sb;
+  ASSERT_TRUE(Superblock::Decode(base.data(), kSuperblockSlot, &sb).ok());
+  const uint64_t damaged_slot = sb.seq % 2;
+  auto damaged = [&](FaultInjectionEnv* env) {
+    env->Install("p", base.data(), base.size());
+    env->Corrupt("p", damaged_slot * kSuperblockSlot + 64, 16);
+  };
+  {
+    FaultInjectionEnv env;
+    damaged(&env);
+    const std::vector<uint8_t> img = env.Snapshot("p");
+    Superblock s;
+    ASSERT_FALSE(Superblock::Decode(img.data() + damaged_slot * kSuperblockSlot, kSuperblockSlot, &s).ok());
+    ASSERT_TRUE(Superblock::Decode(img.data() + (1 - damaged_slot) * kSuperblockSlot, kSuperblockSlot, &s).ok());
+    ASSERT_EQ(s.seq, sb.seq) << "the only valid copy is in the slot the open's checkpoint writes first";
+  }
+  CutEachCallOfTheOpen(damaged, OpenPool, 8, [&](FaultInjectionEnv* env, uint64_t) {
+    ExpectV2PoolHolds(env, data);
+  });
+}
+
 // The same hole at format 2: a process died right after its open's
 // checkpoint's first slot write (its sync failed), so the next open
 // chooses that copy from the cache, whose checkpoint freed the older
@@ -350,27 +425,9 @@ TEST_F(OpenWritesV3, AFailedPrepareWritesLeavesTheNextToDoItAll) {
 // chosen copy durable. Cut at every call of Core's open: the pool opens,
 // with its LUN and data.
 TEST(OpenWritesV2, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStillOpens) {
-  constexpr uint32_t kAu2 = 64 * 1024;
-  std::vector<uint8_t> data(256 << 10);
-  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(i * 7 + i / 4096);
+  const std::vector<uint8_t> data = V2Data();
   std::vector<uint8_t> base;
-  {
-    FaultInjectionEnv env;
-    PoolOptions po;
-    po.allocation_unit = kAu2;
-    po.journal_bytes = 64 * 1024;
-    po.size_bytes = 64 * uint64_t{kAu2};
-    auto p = Pool::Create(&env, "p", po);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
-    auto a = (*p)->OpenLun("a");
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE((*a)->Write(0, data.size() / 512, data.data(), Durability::kDurable).ok());
-    a->reset();
-    ASSERT_TRUE((*p)->Close().ok());
-    p->reset();
-    base = env.Snapshot("p");
-  }
+  ASSERT_NO_FATAL_FAILURE(MakeV2Pool(data, &base));
   auto seqs = [](const std::vector<uint8_t>& img) {
     Superblock s[2];
     for (int i = 0; i < 2; i++)
@@ -395,22 +452,8 @@ TEST(OpenWritesV2, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStil
     EXPECT_FALSE(Pool::Open(env, "p").ok());
     env->ClearFaults();  // the process is gone; the cache holds its slot write
   };
-  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>* keep) {
-    auto p = Pool::Open(env, "p");
-    if (!p.ok()) return p.status();
-    *keep = std::shared_ptr<Pool>(std::move(p).value());
-    return Status::Ok();
-  };
-  CutEachCallOfTheOpen(died, open, 8, [&](FaultInjectionEnv* env, uint64_t) {
-    auto p = Pool::Open(env, "p");
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    auto a = (*p)->OpenLun("a");
-    ASSERT_TRUE(a.ok()) << a.status().ToString();
-    std::vector<uint8_t> got(data.size());
-    ASSERT_TRUE((*a)->Read(0, got.size() / 512, got.data()).ok());
-    EXPECT_TRUE(got == data);
-    a->reset();
-    EXPECT_TRUE((*p)->Close().ok());
+  CutEachCallOfTheOpen(died, OpenPool, 8, [&](FaultInjectionEnv* env, uint64_t) {
+    ExpectV2PoolHolds(env, data);
   });
 }
 
