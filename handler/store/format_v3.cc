@@ -257,7 +257,13 @@ Status FormatV3::PrepareWrites(File* file) {
 Status FormatV3::SettleSlots(File* file) {
   if (slots_settled_) return Status::Ok();
   // The chosen copy durable before either slot is written, or a cut could
-  // tear the other slot while the chosen one is lost from the cache.
+  // tear the other slot while the chosen one is lost from the cache. This
+  // sync cures a process that died before its own sync, not a sync that
+  // failed: after an fsync error Linux marks the pages clean, and a later
+  // fsync may return 0 without writing them. A pool whose sync failed must
+  // not be reopened writable from the same page cache (without a reboot)
+  // on the strength of this sync; nor does a retry in this process make
+  // the failed attempt's pages durable.
   if (Status s = file->Sync(); !s.ok()) return s;
   if (!choice_.redundant) {
     std::string img;
@@ -525,9 +531,8 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   // stale), the chosen copy is the pool's only valid one, and the spend
   // write below may go to its slot first; a cut tearing that write would
   // leave no slot to open. So the chosen copy is made durable (a previous
-  // process may have died before its sync, or a sync of this format's
-  // failed) and the other slot gets it, synced, before any superblock of a
-  // new sequence is written.
+  // process may have died before its sync) and the other slot gets it,
+  // synced, before any superblock of a new sequence is written.
   if (Status s = SettleSlots(file); !s.ok()) return s;
   // Spend a sequence an earlier attempt may have used (header comment),
   // under one above every sequence this format wrote: a failed attempt's

@@ -71,7 +71,8 @@
 // seq % 2, which may hold the chosen copy, then the pool's only valid
 // one). A superblock write that fails (or a failed sync of this format's)
 // leaves its slot in doubt: the next superblock write does that half again
-// first; so does a WriteCheckpoint or Grow not preceded by PrepareWrites.
+// first (a sync cures a process that died, not a failed fsync:
+// SettleSlots in format_v3.cc); so does a WriteCheckpoint or Grow not preceded by PrepareWrites.
 // Then the open's checkpoint (CommitBatch refuses until one succeeded: the
 // replayed ring may hold stale records past its tail); CommitBatch then
 // appends to the journal ring (JournalRing, in CommitJournalBatch's order).
@@ -143,7 +144,8 @@ class FormatV3 final : public MetaFormat {
   // too: the commit only moves).
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
   // The writer rule's open half (SettleSlots; header comment, "Writes"):
-  // afterwards both slots hold the chosen copy, durably and byte for byte.
+  // at open, afterwards both slots hold the chosen copy, durably and byte
+  // for byte.
   // kInvalidArgument, nothing written, before LoadState. On failure it is
   // left whole for the next call (or superblock write) to do again.
   Status PrepareWrites(File* file) override;
@@ -303,10 +305,12 @@ class FormatV3 final : public MetaFormat {
 
   uint64_t device_bytes_;
   SuperblockChoice choice_;  // choice_.sb: the newest durable superblock
-  // Both slots hold choice_.sb, durably (SettleSlots, or a superblock write
-  // that succeeded): the next superblock write owes no sync or rewrite
-  // first. False from ChooseSuperblock, and from each slot write on until
-  // that write's superblock is durable in both slots.
+  // No slot is in doubt: each holds a durable, valid copy a fallback may
+  // open (choice_.sb, or a failed attempt's under a sequence no later write
+  // reuses), set by SettleSlots or a superblock write that succeeded: the
+  // next superblock write owes no sync or rewrite first. False from
+  // ChooseSuperblock, and from each slot write on until that write's
+  // superblock is durable in both slots.
   bool slots_settled_ = false;
   std::optional<JournalRing> ring_;  // engaged by LoadState
   // The current checkpoint, as the newest durable superblock names it.
