@@ -3,11 +3,12 @@
 // writes data (Core punches every free AU) before its checkpoint, into AUs
 // an older superblock copy may still name, so the chosen copy must be
 // durable, and the only one, before the first write of any kind. A power
-// cut at every Env call of such an open, in every loss mode and with every
-// superblock slot in flight torn, after a process died between a
-// checkpoint's slot writes (the chosen copy in the cache only) and, at
-// format 3, beside a damaged slot: the pool reopens, with the state last
-// made durable. FormatV3 then writes no superblock twice for it; a failed
+// cut at every Env call of such an open (at format 3, the calls
+// format_v3_ckpt_test's checkpoint sweeps do not cut), in every loss mode
+// and with every superblock slot in flight torn, after a process died
+// between a checkpoint's slot writes (the chosen copy in the cache only)
+// and beside a damaged slot: the pool reopens, with the state last made
+// durable. FormatV3 then writes no superblock twice for it; a failed
 // PrepareWrites leaves the next to do all of it.
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@
 #include "handler/store/meta_format.h"
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"
+#include "tests/common/sanitizers.h"
 #include "tests/store/format_v3_pool.h"
 
 namespace cowstore::store {
@@ -36,39 +38,35 @@ using namespace v3pool;  // NOLINT(build/namespaces): the pool helpers, test-onl
 using v3pool::Lun;       // over store::Lun
 
 // Cuts power at each mutating Env call of `attempt` (an open, run on the
-// pool `setup` leaves in the env), in every loss mode, kRandom and kTear
-// with `seeds` seeds each, and with every slot in flight torn
-// (kTearSlotsInFlight): `reopen` then opens the pool and judges it, told
-// which call was cut. What the attempt leaves in *keep (a pool it opened,
-// which writes when it closes) goes once its calls are counted.
-using Attempt = std::function<Status(FaultInjectionEnv*, std::shared_ptr<void>* keep)>;
-void CutEachCallOfTheOpen(const std::function<void(FaultInjectionEnv*)>& setup, const Attempt& attempt,
-                          uint64_t seeds, const std::function<void(FaultInjectionEnv*, uint64_t cut)>& reopen) {
-  uint64_t calls = 0;
-  {
-    FaultInjectionEnv env;
-    setup(&env);
-    const uint64_t at = env.mutating_calls();
-    std::shared_ptr<void> keep;
-    Status s = attempt(&env, &keep);
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    calls = env.mutating_calls() - at;
-  }
-  ASSERT_GT(calls, 0u);
+// pool `setup` leaves in the env), from the first, until the attempt
+// succeeds with the cut armed or `cuts` calls were cut. In every loss mode,
+// kRandom and kTear with a few seeds each, and with every slot in flight
+// torn (kTearSlotsInFlight); a cut that leaves nothing unsynced leaves the
+// same media in every mode, so it is judged once. `reopen` then opens the
+// pool and judges it, told which call was cut. Returns the first cut the
+// attempt survived (Core's open does not wait for, nor fail by, the punch
+// of what its checkpoint freed, thinner.h: whenever the thinner runs, the
+// sweep ends at the open's last call of its own), or `cuts`.
+using Attempt = std::function<Status(FaultInjectionEnv*)>;
+uint64_t CutEachCallOfTheOpen(const std::function<void(FaultInjectionEnv*)>& setup, const Attempt& attempt,
+                              uint64_t cuts, const std::function<void(FaultInjectionEnv*, uint64_t cut)>& reopen) {
+  // kTearSlotsInFlight covers the worst tear of a slot; the seeds add
+  // mixes of what else survives, which sanitizers make costly.
+  const uint64_t seeds = sanitizer::kSanitized ? 2 : 8;
   FaultInjectionEnv env;  // one for all: Install then reuses its buffers
-  for (uint64_t n = 0; n < calls; n++) {
-    for (int loss = 0; loss <= kTearSlotsInFlight; loss++) {
+  for (uint64_t n = 0; n < cuts; n++) {
+    bool survived = false, unsynced = true;
+    for (int loss = 0; loss <= kTearSlotsInFlight && unsynced; loss++) {
       for (uint64_t seed = 0; seed < (loss == 2 || loss == 3 ? seeds : 1u); seed++) {
-        SCOPED_TRACE("call " + std::to_string(n) + " of " + std::to_string(calls) + " loss " +
-                     std::to_string(loss) + " seed " + std::to_string(seed));
+        SCOPED_TRACE("call " + std::to_string(n) + " loss " + std::to_string(loss) + " seed " +
+                     std::to_string(seed));
         env.ClearFaults();
         setup(&env);
         env.CrashAfter(static_cast<int64_t>(n));
-        {
-          // It may succeed: Core's open does not wait for, nor fail by, the
-          // punch of what its checkpoint freed (thinner.h), its last call.
-          std::shared_ptr<void> keep;
-          (void)attempt(&env, &keep);
+        const bool ok = attempt(&env).ok();
+        if (loss == 0) {
+          survived = ok;
+          unsynced = env.unsynced_sectors("p") > 0;
         }
         if (loss == kTearSlotsInFlight)
           CutTearingSlotsInFlight(&env);
@@ -76,10 +74,44 @@ void CutEachCallOfTheOpen(const std::function<void(FaultInjectionEnv*)>& setup, 
           env.PowerLoss(static_cast<FaultInjectionEnv::Loss>(loss), seed);
         env.ClearFaults();
         reopen(&env, n);
+        if (::testing::Test::HasFatalFailure()) return n;
       }
     }
+    if (survived) return n;
   }
+  return cuts;
 }
+
+// A state a process left when it died: the durable image, and the one
+// superblock slot the cache held beside it. Install plus one slot write
+// makes it again, without the open and checkpoint that made it.
+struct DiedState {
+  std::vector<uint8_t> durable;
+  uint64_t slot = 0;
+  std::vector<uint8_t> cached;  // that slot's bytes in the cache
+
+  // Takes it from `env`, whose file is closed (and cut).
+  void Capture(FaultInjectionEnv* env) {
+    const std::vector<uint8_t> cache = env->Snapshot("p");
+    env->PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);
+    durable = env->Snapshot("p");
+    ASSERT_EQ(cache.size(), durable.size());
+    auto first = std::mismatch(cache.begin(), cache.end(), durable.begin()).first;
+    ASSERT_NE(first, cache.end()) << "the cache held nothing the media did not";
+    slot = static_cast<uint64_t>(first - cache.begin()) / kSuperblockSlot;
+    ASSERT_LT(slot, 2u);
+    const size_t at = slot * kSuperblockSlot;
+    ASSERT_TRUE(std::equal(cache.begin() + at + kSuperblockSlot, cache.end(), durable.begin() + at + kSuperblockSlot))
+        << "the cache held more than one slot";
+    cached.assign(cache.begin() + at, cache.begin() + at + kSuperblockSlot);
+  }
+  void Make(FaultInjectionEnv* env) const {
+    env->Install("p", durable.data(), durable.size());
+    auto f = env->OpenLocked("p", Env::Mode::kReadWrite);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE((*f)->Write(slot * kSuperblockSlot, cached.size(), cached.data()).ok());
+  }
+};
 
 // ------------------------------------------------------------ format 3
 
@@ -128,13 +160,33 @@ std::map<uint64_t, uint64_t> FreeRuns(const std::vector<uint64_t>& meta, uint64_
 
 // The open as Core makes it (recovery.cc): choose and load, PrepareWrites,
 // a punch of every free run, then the open's checkpoint of what it loaded.
-Status OpenAsCore(FaultInjectionEnv* env, Opened* o) {
-  if (Status s = Open(env, o); !s.ok()) return s;
-  if (Status s = o->format->PrepareWrites(o->file.get()); !s.ok()) return s;
-  const SuperblockV3& sb = o->v3->choice().sb;
-  for (const auto& [first, n] : FreeRuns(o->meta.meta_units, sb.units))
-    if (Status s = o->file->PunchHole(sb.data_offset + first * sb.au, n * sb.au); !s.ok()) return s;
-  return Checkpoint(o, o->st, o->meta.end.next_lsn + kLsnGapAfterOpen);
+Status OpenAsCore(FaultInjectionEnv* env) {
+  Opened o;
+  if (Status s = Open(env, &o); !s.ok()) return s;
+  if (Status s = o.format->PrepareWrites(o.file.get()); !s.ok()) return s;
+  const SuperblockV3& sb = o.v3->choice().sb;
+  for (const auto& [first, n] : FreeRuns(o.meta.meta_units, sb.units))
+    if (Status s = o.file->PunchHole(sb.data_offset + first * sb.au, n * sb.au); !s.ok()) return s;
+  return Checkpoint(&o, o.st, o.meta.end.next_lsn + kLsnGapAfterOpen);
+}
+
+// The cuts of OpenAsCore on the pool `setup` leaves that are this
+// binary's own: PrepareWrites' calls, the punches, and the checkpoint's
+// first call (cut after it: the spent sequence's slot write). The
+// checkpoint's later calls are format_v3_ckpt_test's sweeps, from these
+// same two states (APowerCutInTheFirstCheckpointAfterADamagedSlotStillOpens,
+// APowerCutInTheOpensCheckpointAfterACrashedOneStillOpens).
+uint64_t OpenAsCoreCuts(const std::function<void(FaultInjectionEnv*)>& setup) {
+  FaultInjectionEnv env;
+  setup(&env);
+  Opened o;
+  EXPECT_TRUE(Open(&env, &o).ok());
+  const uint64_t at = env.mutating_calls();
+  EXPECT_TRUE(o.format->PrepareWrites(o.file.get()).ok());
+  const SuperblockV3& sb = o.v3->choice().sb;
+  for (const auto& [first, n] : FreeRuns(o.meta.meta_units, sb.units))
+    EXPECT_TRUE(o.file->PunchHole(sb.data_offset + first * sb.au, n * sb.au).ok());
+  return env.mutating_calls() - at + 2;
 }
 
 class OpenWritesV3 : public ::testing::Test {
@@ -184,16 +236,15 @@ TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenBesideADamagedSlotStillOpens) {
     ASSERT_FALSE(o.v3->choice().redundant);
     ASSERT_EQ(o.v3->choice().slot, static_cast<int>((seq_ + 1) % 2)) << "the chosen copy's slot is written first";
   }
-  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>*) {
-    Opened o;
-    return OpenAsCore(env, &o);
-  };
-  CutEachCallOfTheOpen(damaged, open, 8, [&](FaultInjectionEnv* env, uint64_t) {
+  const uint64_t cuts = OpenAsCoreCuts(damaged);
+  ASSERT_GE(cuts, 5u) << "sync, rewrite, sync, a punch, the spend write";
+  const uint64_t survived = CutEachCallOfTheOpen(damaged, OpenAsCore, cuts, [&](FaultInjectionEnv* env, uint64_t) {
     Opened back;
     Status why = Open(env, &back);
     ASSERT_TRUE(why.ok()) << why.ToString();
     EXPECT_NO_FATAL_FAILURE(ExpectSameState(older_, back.st));
   });
+  EXPECT_EQ(survived, cuts) << "an open cut short failed";
 }
 
 // A process died right after its checkpoint's first slot write: the next
@@ -208,17 +259,21 @@ TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsSt
   newer.au = kGrain;
   newer.next_lun_id = 2;
   const uint64_t newer_lsn = lsn_ + kLsnGapAfterOpen + 50;
-  auto died = [&](FaultInjectionEnv* env) {
-    env->Install("p", base_.data(), base_.size());
+  DiedState state;
+  {
+    FaultInjectionEnv env;
+    env.Install("p", base_.data(), base_.size());
     Opened o;
-    EXPECT_TRUE(Open(env, &o).ok());
+    ASSERT_TRUE(Open(&env, &o).ok());
     // The checkpoint's own superblock: after the spent sequence's.
-    DieAfterSlotWrite die(o.file.get(), env, seq_ + 2);
+    DieAfterSlotWrite die(o.file.get(), &env, seq_ + 2);
     const FrozenCheckpoint f = o.format->Freeze(newer);
-    EXPECT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), newer_lsn).ok());
+    ASSERT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), newer_lsn).ok());
     o = Opened();
-    env->ClearFaults();  // the process is gone; the cache holds its last write
-  };
+    env.ClearFaults();  // the process is gone; the cache holds its last write
+    ASSERT_NO_FATAL_FAILURE(state.Capture(&env));
+  }
+  auto died = [&](FaultInjectionEnv* env) { ASSERT_NO_FATAL_FAILURE(state.Make(env)); };
   {
     FaultInjectionEnv env;
     died(&env);
@@ -231,12 +286,9 @@ TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsSt
     for (uint64_t u : units_) punched |= !std::binary_search(o.meta.meta_units.begin(), o.meta.meta_units.end(), u);
     ASSERT_TRUE(punched);
   }
-  auto open = [](FaultInjectionEnv* env, std::shared_ptr<void>*) {
-    Opened o;
-    return OpenAsCore(env, &o);
-  };
+  const uint64_t cuts = OpenAsCoreCuts(died);
   int older = 0, newest = 0;
-  CutEachCallOfTheOpen(died, open, 8, [&](FaultInjectionEnv* env, uint64_t cut) {
+  const uint64_t survived = CutEachCallOfTheOpen(died, OpenAsCore, cuts, [&](FaultInjectionEnv* env, uint64_t cut) {
     Opened back;
     Status why = Open(env, &back);
     ASSERT_TRUE(why.ok()) << why.ToString();
@@ -251,6 +303,7 @@ TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsSt
     EXPECT_TRUE(is_newer || at == lsn_) << at;
     EXPECT_NO_FATAL_FAILURE(ExpectSameState(is_newer ? newer : older_, back.st));
   });
+  EXPECT_EQ(survived, cuts) << "an open cut short failed";
   EXPECT_GT(older, 0);
   EXPECT_GT(newest, 0);
 }
@@ -331,6 +384,8 @@ TEST_F(OpenWritesV3, AFailedPrepareWritesLeavesTheNextToDoItAll) {
       ASSERT_TRUE(o.format->PrepareWrites(&again).ok());
       EXPECT_EQ(again.calls.size(), 3u) << "sync, rewrite, sync";
       EXPECT_TRUE(o.v3->choice().redundant);
+      o = Opened();
+      env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);  // what reached the media
       Opened back;
       const std::vector<uint8_t> img = env.Snapshot("p");
       FaultInjectionEnv copy;
@@ -368,11 +423,19 @@ void MakeV2Pool(const std::vector<uint8_t>& data, std::vector<uint8_t>* base) {
   *base = env.Snapshot("p");
 }
 
-Status OpenPool(FaultInjectionEnv* env, std::shared_ptr<void>* keep) {
-  auto p = Pool::Open(env, "p");
-  if (!p.ok()) return p.status();
-  *keep = std::shared_ptr<Pool>(std::move(p).value());
-  return Status::Ok();
+// Core's open, and the pool closed again (with the disk dead, by the cut,
+// its close writes nothing).
+Status OpenPool(FaultInjectionEnv* env) { return Pool::Open(env, "p").status(); }
+
+// An upper bound on the cuts of Core's open of the pool `setup` leaves:
+// its calls, and the thinner's if it ran before they were counted.
+uint64_t OpenPoolCuts(const std::function<void(FaultInjectionEnv*)>& setup) {
+  FaultInjectionEnv env;
+  setup(&env);
+  const uint64_t at = env.mutating_calls();
+  auto p = Pool::Open(&env, "p");
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return env.mutating_calls() - at + 1;
 }
 
 // The pool opens with LUN "a" holding `data`.
@@ -413,13 +476,16 @@ TEST(OpenWritesV2, APowerCutAnywhereInAnOpenBesideADamagedSlotStillOpens) {
     ASSERT_TRUE(Superblock::Decode(img.data() + (1 - damaged_slot) * kSuperblockSlot, kSuperblockSlot, &s).ok());
     ASSERT_EQ(s.seq, sb.seq) << "the only valid copy is in the slot the open's checkpoint writes first";
   }
-  CutEachCallOfTheOpen(damaged, OpenPool, 8, [&](FaultInjectionEnv* env, uint64_t) {
+  const uint64_t cuts = OpenPoolCuts(damaged);
+  const uint64_t survived = CutEachCallOfTheOpen(damaged, OpenPool, cuts, [&](FaultInjectionEnv* env, uint64_t) {
     ExpectV2PoolHolds(env, data);
   });
+  EXPECT_LT(survived, cuts) << "the sweep reached the open's end";
+  EXPECT_GE(survived, 5u) << "sync, rewrite, sync, punches, the checkpoint";
 }
 
 // The same hole at format 2: a process died right after its open's
-// checkpoint's first slot write (its sync failed), so the next open
+// checkpoint's first slot write, so the next open
 // chooses that copy from the cache, whose checkpoint freed the older
 // copy's chain; the open punches it. PrepareWrites' sync first makes the
 // chosen copy durable. Cut at every call of Core's open: the pool opens,
@@ -434,27 +500,44 @@ TEST(OpenWritesV2, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStil
       EXPECT_TRUE(Superblock::Decode(img.data() + i * kSuperblockSlot, kSuperblockSlot, &s[i]).ok());
     return std::make_pair(s[0].seq, s[1].seq);
   };
-  // The sync after the open's first slot write: the first whose failure
-  // leaves the slots different.
-  uint64_t failing = 0;
-  for (;; failing++) {
-    ASSERT_LT(failing, 64u);
+  // The process dies (the disk with it, for that process) right after the
+  // open checkpoint's first slot write: the first crash point that leaves
+  // the slots different in the cache.
+  DiedState state;
+  for (uint64_t n = 0;; n++) {
+    ASSERT_LT(n, 64u);
     FaultInjectionEnv env;
     env.Install("p", base.data(), base.size());
-    env.FailAt(FaultInjectionEnv::Op::kSync, failing, Code::kIOError);
+    env.CrashAfter(static_cast<int64_t>(n));
     ASSERT_FALSE(Pool::Open(&env, "p").ok());
     auto [s0, s1] = seqs(env.Snapshot("p"));
-    if (s0 != s1) break;
+    if (s0 == s1) continue;
+    env.ClearFaults();  // the process is gone; the cache holds its slot write
+    ASSERT_NO_FATAL_FAILURE(state.Capture(&env));
+    break;
   }
-  auto died = [&](FaultInjectionEnv* env) {
-    env->Install("p", base.data(), base.size());
-    env->FailAt(FaultInjectionEnv::Op::kSync, failing, Code::kIOError);
-    EXPECT_FALSE(Pool::Open(env, "p").ok());
-    env->ClearFaults();  // the process is gone; the cache holds its slot write
-  };
-  CutEachCallOfTheOpen(died, OpenPool, 8, [&](FaultInjectionEnv* env, uint64_t) {
+  auto died = [&](FaultInjectionEnv* env) { ASSERT_NO_FATAL_FAILURE(state.Make(env)); };
+  Superblock older;  // what the media hold in both slots
+  ASSERT_TRUE(Superblock::Decode(state.durable.data() + (1 - state.slot) * kSuperblockSlot, kSuperblockSlot, &older).ok());
+  ASSERT_NE(older.ckpt_first, kNone);
+  {
+    // The open chooses the cached copy, and the older copy's chain is
+    // gone from the cache after it (punched, or reused): a reopen of the
+    // older copy alone would fail.
+    FaultInjectionEnv env;
+    died(&env);
+    auto p = Pool::Open(&env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const std::vector<uint8_t> img = env.Snapshot("p");
+    const size_t at = older.data_offset + older.ckpt_first * older.au;
+    EXPECT_FALSE(std::equal(img.begin() + at, img.begin() + at + older.au, state.durable.begin() + at))
+        << "the open left the older copy's chain in place";
+  }
+  const uint64_t cuts = OpenPoolCuts(died);
+  const uint64_t survived = CutEachCallOfTheOpen(died, OpenPool, cuts, [&](FaultInjectionEnv* env, uint64_t) {
     ExpectV2PoolHolds(env, data);
   });
+  EXPECT_LT(survived, cuts) << "the sweep reached the open's end";
 }
 
 }  // namespace
