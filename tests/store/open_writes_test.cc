@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/format_v2.h"
 #include "handler/store/format_v3.h"
 #include "handler/store/meta.h"
 #include "handler/store/meta_format.h"
@@ -538,6 +539,66 @@ TEST(OpenWritesV2, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsStil
     ExpectV2PoolHolds(env, data);
   });
   EXPECT_LT(survived, cuts) << "the sweep reached the open's end";
+}
+
+// FormatV2's PrepareWrites beside a damaged slot, as LoadLocked calls it:
+// a sync, the damaged slot given the chosen copy's bytes, a sync; once
+// done, neither a second call nor the open's checkpoint redoes it; one that
+// failed leaves the next to do it all. Afterwards the media hold the
+// chosen copy in both slots, byte for byte.
+TEST(OpenWritesV2, PrepareWritesGivesTheDamagedSlotTheChosenCopyOnce) {
+  const std::vector<uint8_t> data = V2Data();
+  std::vector<uint8_t> base;
+  ASSERT_NO_FATAL_FAILURE(MakeV2Pool(data, &base));
+  Superblock sb;
+  ASSERT_TRUE(Superblock::Decode(base.data(), kSuperblockSlot, &sb).ok());
+  const uint64_t damaged_slot = sb.seq % 2;
+  for (bool fail_first : {false, true}) {
+    SCOPED_TRACE(fail_first ? "the rewrite fails first" : "no failure");
+    FaultInjectionEnv env;
+    env.Install("p", base.data(), base.size());
+    env.Corrupt("p", damaged_slot * kSuperblockSlot + 64, 16);
+    {
+      auto f = env.OpenLocked("p", Env::Mode::kReadWrite);
+      ASSERT_TRUE(f.ok());
+      SuperblockSlots slots;
+      auto chosen = ChooseMetaFormat(f->get(), &slots);
+      ASSERT_TRUE(chosen.ok()) << chosen.status().ToString();
+      std::unique_ptr<MetaFormat> format = std::move(chosen).value();
+      PoolGeometry geo;
+      ASSERT_TRUE(format->ChooseSuperblock(slots, &geo).ok());
+      MetaState st;
+      st.au = geo.grain;
+      LoadedMeta meta;
+      ASSERT_TRUE(format->LoadState(f->get(), &st, &meta).ok());
+      if (fail_first) {
+        env.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
+        EXPECT_EQ(format->PrepareWrites(f->get()).code(), Code::kIOError);
+      }
+      TraceFile prepare(f->get());
+      ASSERT_TRUE(format->PrepareWrites(&prepare).ok());
+      ASSERT_EQ(prepare.calls.size(), 3u) << "sync, rewrite, sync";
+      EXPECT_EQ(prepare.calls[0].op, FaultInjectionEnv::Op::kSync);
+      EXPECT_EQ(prepare.calls[1].op, FaultInjectionEnv::Op::kWrite);
+      EXPECT_EQ(prepare.calls[1].off, damaged_slot * kSuperblockSlot);
+      EXPECT_EQ(prepare.calls[2].op, FaultInjectionEnv::Op::kSync);
+      TraceFile again(f->get());
+      ASSERT_TRUE(format->PrepareWrites(&again).ok());
+      EXPECT_TRUE(again.calls.empty()) << "done once";
+      TraceFile ckpt(f->get());
+      const FrozenCheckpoint frozen = format->Freeze(st);
+      std::vector<uint64_t> units;
+      for (uint64_t u = geo.total_units() - frozen.meta_units; u < geo.total_units(); u++) units.push_back(u);
+      ASSERT_TRUE(format->WriteCheckpoint(&ckpt, frozen, units, meta.end.next_lsn + kLsnGapAfterOpen).ok());
+      ASSERT_FALSE(ckpt.calls.empty());
+      EXPECT_EQ(ckpt.calls[0].op, FaultInjectionEnv::Op::kWrite) << "no sync first";
+    }
+    env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);
+    const std::vector<uint8_t> img = env.Snapshot("p");
+    EXPECT_TRUE(std::equal(img.begin(), img.begin() + kSuperblockSlot, img.begin() + kSuperblockSlot))
+        << "the checkpoint's copy in both slots";
+    ASSERT_NO_FATAL_FAILURE(ExpectV2PoolHolds(&env, data));
+  }
 }
 
 }  // namespace
