@@ -193,8 +193,9 @@ uint64_t OpenAsCoreCuts(const std::function<void(FaultInjectionEnv*)>& setup) {
 class OpenWritesV3 : public ::testing::Test {
  protected:
   // A pool whose checkpoint holds `older_`, durable in both slots, its
-  // pages past the metadata AU the pool was made with (units_).
-  void SetUp() override {
+  // pages past the metadata AU the pool was made with (units_); made once,
+  // every test installs its image.
+  static void SetUpTestSuite() {
     FaultInjectionEnv env;
     auto f = env.OpenLocked("p", Env::Mode::kCreate);
     ASSERT_TRUE(f.ok());
@@ -212,11 +213,12 @@ class OpenWritesV3 : public ::testing::Test {
     o = Opened();
     base_ = env.Snapshot("p");
   }
+  void SetUp() override { ASSERT_FALSE(base_.empty()) << "the suite's pool was not made"; }
 
-  MetaState older_;
-  uint64_t lsn_ = 0, seq_ = 0;
-  std::vector<uint64_t> units_;
-  std::vector<uint8_t> base_;
+  static inline MetaState older_;
+  static inline uint64_t lsn_ = 0, seq_ = 0;
+  static inline std::vector<uint64_t> units_;
+  static inline std::vector<uint8_t> base_;
 };
 
 // The chosen copy beside a damaged slot is the pool's only one, and the
