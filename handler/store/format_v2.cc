@@ -44,6 +44,7 @@ Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g)
   // ChooseMetaFormat refuses it first.
   Superblock best;
   bool have = false;
+  int best_slot = -1;
   Status why;
   for (int slot = 0; slot < 2; slot++) {
     Superblock sb;
@@ -53,11 +54,22 @@ Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g)
       damaged_slot_ = slot;
       continue;
     }
-    if (!have || sb.seq > best.seq) best = sb;
+    if (!have || sb.seq > best.seq) {
+      best = sb;
+      best_slot = slot;
+    }
     have = true;
   }
   if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
   sb_ = best;
+  const std::vector<char>& chosen = slots.slot[best_slot];
+  if (slots.slot[1 - best_slot] != chosen) {
+    stale_slot_ = 1 - best_slot;
+    chosen_copy_ = chosen;
+  } else {
+    stale_slot_ = -1;
+    chosen_copy_.clear();
+  }
   journal_.set_capacity(best.journal_bytes);
   g->uuid = best.uuid;
   g->au = best.au;
@@ -105,6 +117,42 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   return Status::Ok();
 }
 
+// The writer rule's open half, before the open's first write of any kind.
+//
+// First a sync: the chosen copy may be in the cache only. A process that
+// died between its checkpoint's first slot write and that write's sync
+// leaves the next open choosing it (the cache outlives the process) while
+// the media hold the older copy in both slots. That checkpoint freed the
+// older one's chain, and the open punches free AUs and writes its
+// checkpoint's chain into them before any sync: a cut then would reopen
+// the older copy over a punched chain (open_writes_test). The sync cures a
+// process that died, not a sync that failed: after an fsync error Linux
+// marks the pages clean, and a later fsync may return 0 without writing
+// them, so a pool whose sync failed must not be reopened writable from the
+// same page cache (without a reboot) trusting this sync.
+//
+// Then the slot not holding the chosen copy (damaged, older, or a torn
+// write), if any, gets that copy, synced: WriteSuperblock puts each copy
+// in both slots, so with slot seq % 2 damaged the chosen copy sits only in
+// the other slot, and the next superblock (seq + 1) goes to that slot
+// first; a torn write there would leave no valid copy. The chosen slot's
+// bytes are written as they were read, so the two slots are equal (a
+// version 1 copy stays version 1) and the next write, to either slot,
+// leaves a valid chosen copy in the other.
+Status FormatV2::PrepareWrites(File* file) {
+  if (writes_prepared_) return Status::Ok();
+  if (Status s = file->Sync(); !s.ok()) return s;
+  if (stale_slot_ >= 0) {
+    Status s = file->Write(stale_slot_ * kSuperblockSlot, chosen_copy_.size(), chosen_copy_.data());
+    if (s.ok()) s = file->Sync();
+    if (!s.ok()) return s;
+    stale_slot_ = -1;
+    chosen_copy_.clear();
+  }
+  writes_prepared_ = true;
+  return Status::Ok();
+}
+
 Status FormatV2::CommitBatch(File* file, const JournalBatch& b) {
   return journal_.WriteBatch(file, b);
 }
@@ -118,6 +166,7 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
 
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
+  if (Status s = PrepareWrites(file); !s.ok()) return s;  // if the open did not
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
   // The upgrade of a version-1 pool: this superblock names a checkpoint and
@@ -141,6 +190,7 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
 }
 
 Status FormatV2::Grow(File* file, uint64_t new_size) {
+  if (Status s = PrepareWrites(file); !s.ok()) return s;  // if the open did not
   Superblock nsb = sb_;
   nsb.seq++;
   nsb.size_bytes = new_size;

@@ -6,6 +6,8 @@
 // version 2 at its first checkpoint (meta.h, kFormatVersion).
 #pragma once
 
+#include <vector>
+
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
 #include "handler/store/meta_format.h"
@@ -25,6 +27,9 @@ class FormatV2 final : public MetaFormat {
 
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
+  // Once: a sync, then the slot not holding the chosen copy gets it,
+  // synced (format_v2.cc says why).
+  Status PrepareWrites(File* file) override;
   bool Fits(size_t bytes) const override { return journal_.Fits(bytes); }
   Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return journal_.tail() == 0; }
@@ -45,6 +50,12 @@ class FormatV2 final : public MetaFormat {
   Superblock sb_;          // the newest durable superblock
   JournalWriter journal_;  // the journal on disk: its tail and durable LSN
   int damaged_slot_ = -1;  // a slot that did not decode at open, if any
+  // The slot that did not hold the chosen copy at open (damaged, older or
+  // torn), if any, until PrepareWrites gives it chosen_copy_: the chosen
+  // slot's bytes as read.
+  int stale_slot_ = -1;
+  std::vector<char> chosen_copy_;
+  bool writes_prepared_ = false;  // PrepareWrites succeeded
 };
 
 }  // namespace cowstore::store

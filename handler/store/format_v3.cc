@@ -111,6 +111,7 @@ Status FormatV3::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g)
   Status s = ChooseSuperblockV3(slots.slot[0].data(), slots.slot[1].data(), device_bytes_, &c);
   if (!s.ok()) return s;
   choice_ = std::move(c);
+  slots_settled_ = false;  // the chosen copy may be in the cache only
   const SuperblockV3& sb = choice_.sb;
   g->uuid = sb.uuid;
   g->au = sb.au;
@@ -248,18 +249,33 @@ std::vector<uint64_t> FormatV3::UnitsOf(const std::set<uint64_t>& chunks) const 
   return units;
 }
 
-Status FormatV3::RewriteOtherSlot(File* file) {
-  if (choice_.redundant) return Status::Ok();
-  // The chosen copy re-encodes to its own bytes (the codec has one
-  // spelling), so both slots then hold it byte for byte.
-  std::string img;
-  Status s = EncodeSuperblockV3(choice_.sb, &img);
-  if (s.ok()) s = file->Write(choice_.other * kSuperblockSlot, img.size(), img.data());
-  if (s.ok()) s = file->Sync();
-  if (!s.ok()) return s;
-  choice_.redundant = true;
-  choice_.other = -1;
-  choice_.other_state.clear();
+Status FormatV3::PrepareWrites(File* file) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: PrepareWrites before LoadState");
+  return SettleSlots(file);
+}
+
+Status FormatV3::SettleSlots(File* file) {
+  if (slots_settled_) return Status::Ok();
+  // The chosen copy durable before either slot is written, or a cut could
+  // tear the other slot while the chosen one is lost from the cache. This
+  // sync cures a process that died before its own sync, not a sync that
+  // failed: after an fsync error Linux marks the pages clean, and a later
+  // fsync may return 0 without writing them. A pool whose sync failed must
+  // not be reopened writable from the same page cache (without a reboot)
+  // on the strength of this sync; nor does a retry in this process make
+  // the failed attempt's pages durable.
+  if (Status s = file->Sync(); !s.ok()) return s;
+  if (!choice_.redundant) {
+    std::string img;
+    Status s = EncodeSuperblockV3(choice_.sb, &img);
+    if (s.ok()) s = file->Write(choice_.other * kSuperblockSlot, img.size(), img.data());
+    if (s.ok()) s = file->Sync();
+    if (!s.ok()) return s;
+    choice_.redundant = true;
+    choice_.other = -1;
+    choice_.other_state.clear();
+  }
+  slots_settled_ = true;
   return Status::Ok();
 }
 
@@ -272,7 +288,8 @@ Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
   if (ckpt_failed_)
     return Status(Code::kInvalidArgument, "format 3: a checkpoint failed; only a checkpoint or a reopen may follow");
   // The writer rule's open half needs no step here: after the open's
-  // checkpoint, which every batch follows, both slots hold one durable copy.
+  // checkpoint, which every batch follows, both slots hold one durable copy
+  // (slots_settled_).
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
   return ring_->WriteBatch(file, b);
@@ -399,12 +416,13 @@ Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
   // Before each slot write, that slot is marked for the next superblock
   // write (a retry's, Grow's) to rewrite with the chosen copy, synced,
-  // first (RewriteOtherSlot): a failure (a status, or an exception) may
+  // first (SettleSlots): a failure (a status, or an exception) may
   // leave it holding a copy in the cache only, or a torn one, and writing
   // the other slot then could leave both in flight. `slot` names the other
   // one, which holds the chosen copy or, once the first slot was synced,
   // this copy.
   auto write_slot = [&](uint64_t slot) {
+    slots_settled_ = false;
     choice_.redundant = false;
     choice_.other = static_cast<int>(slot);
     choice_.slot = static_cast<int>(1 - slot);
@@ -421,6 +439,7 @@ Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   choice_.redundant = true;
   choice_.other = -1;
   choice_.other_state.clear();
+  slots_settled_ = true;
   return Status::Ok();
 }
 
@@ -507,18 +526,14 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   // success clears it.
   carried_dirty_.Merge(f->dirty);
 
-  // The writer rule's open half first: when the chooser passed over a slot
-  // (damaged, stale), the chosen copy is the pool's only valid one, and the
-  // spend write below may go to its slot first; a cut tearing that write
-  // would leave no slot to open. So the other slot gets the chosen copy,
+  // The writer rule's open half first, unless PrepareWrites or a durable
+  // superblock write did it: when the chooser passed over a slot (damaged,
+  // stale), the chosen copy is the pool's only valid one, and the spend
+  // write below may go to its slot first; a cut tearing that write would
+  // leave no slot to open. So the chosen copy is made durable (a previous
+  // process may have died before its sync) and the other slot gets it,
   // synced, before any superblock of a new sequence is written.
-  // A superblock copy may be in the cache only (a previous process wrote
-  // it and died before its sync, or a sync of this format's failed), and
-  // the chooser may have chosen it: it is made durable before either slot
-  // is written, or a cut could tear it together with the other slot.
-  if (seq_spent_)
-    if (Status s = file->Sync(); !s.ok()) return s;
-  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
+  if (Status s = SettleSlots(file); !s.ok()) return s;
   // Spend a sequence an earlier attempt may have used (header comment),
   // under one above every sequence this format wrote: a failed attempt's
   // superblock may sit in both slots under choice_.sb.seq + 1 (it failed
@@ -617,11 +632,9 @@ Status FormatV3::Grow(File* file, uint64_t new_size) {
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;
 
   // The writer rule's open half first, as WriteCheckpoint's (which says
-  // why): the chosen copy made durable if it may be in the cache only,
-  // then the other slot rewritten with it.
-  if (seq_spent_)
-    if (Status s = file->Sync(); !s.ok()) return s;
-  if (Status s = RewriteOtherSlot(file); !s.ok()) return s;
+  // why), unless done: the chosen copy made durable, then the other slot
+  // rewritten with it.
+  if (Status s = SettleSlots(file); !s.ok()) return s;
   // Until the new superblock is durable in both slots, either slot may hold
   // it (under a sequence no later write may reuse: WriteSuperblock raised
   // highest_seq_used_), so the next checkpoint spends a sequence first.

@@ -62,22 +62,20 @@
 // attempt never carries the sequence a later index names (ckpt_tree.h says
 // why).
 //
-// Writes: the open's checkpoint comes first (CommitBatch refuses until one
-// succeeded: the replayed ring may hold stale records past its tail), and
-// it begins with the open's half of the writer rule: a sync, since the
-// chosen copy may be in the cache only (a process that died before its
-// sync wrote it, or a sync of this format failed), then a slot not holding
-// the chosen copy is rewritten with it, synced, before the format's first
-// write (its first superblock write, of a new sequence, goes to slot
+// Writes: first the open's half of the writer rule (PrepareWrites, before
+// the first write of any kind: Core's open punches free AUs the older copy
+// may still use, then checkpoints): a sync, since the chosen copy may be
+// in the cache only (a process that died before its sync wrote it), then a
+// slot not holding the chosen copy is rewritten with it, synced (the
+// format's first superblock write, of a new sequence, goes to slot
 // seq % 2, which may hold the chosen copy, then the pool's only valid
-// one). A superblock write that fails leaves its slot to be rewritten so
-// before the next. CommitBatch then appends to the journal ring
-// (JournalRing, in CommitJournalBatch's order). (Core's open also writes
-// data before any batch, punching free AUs the older copy may still use
-// (recovery.cc): wiring FormatV3 into Core needs that sync and rewrite as
-// a step of their own, called before the first write of any kind, or a cut
-// that loses a chosen copy held in the cache only reopens the older copy,
-// whose freed chunks were just punched.)
+// one). A superblock write that fails (or a failed sync of this format's)
+// leaves its slot in doubt: the next superblock write does that half again
+// first (a sync cures a process that died, not a failed fsync:
+// SettleSlots in format_v3.cc); so does a WriteCheckpoint or Grow not preceded by PrepareWrites.
+// Then the open's checkpoint (CommitBatch refuses until one succeeded: the
+// replayed ring may hold stale records past its tail); CommitBatch then
+// appends to the journal ring (JournalRing, in CommitJournalBatch's order).
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
 // names (ReadCkptTree), each LUN's map the tree's, then the journal's
@@ -145,6 +143,12 @@ class FormatV3 final : public MetaFormat {
   // *st and the format are unchanged unless it succeeds (an exception
   // too: the commit only moves).
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;
+  // The writer rule's open half (SettleSlots; header comment, "Writes"):
+  // at open, afterwards both slots hold the chosen copy, durably and byte
+  // for byte.
+  // kInvalidArgument, nothing written, before LoadState. On failure it is
+  // left whole for the next call (or superblock write) to do again.
+  Status PrepareWrites(File* file) override;
 
   // The journal ring from LoadState on (before it: nothing fits, nothing
   // was committed).
@@ -264,20 +268,22 @@ class FormatV3 final : public MetaFormat {
   const CkptTree& tree() const { return tree_; }
   const std::vector<uint64_t>& lun_table_pages() const { return lun_pages_; }
 
-  // The chosen copy and what the other slot holds (tests; the open's slot
-  // rewrite later).
+  // The chosen copy and what the other slot holds (tests; SettleSlots).
   const SuperblockChoice& choice() const { return choice_; }
 
  private:
   // Names a slot that is not redundant beside an error from what the chosen
   // copy names (ok passes through), as FormatV2::Fallback.
   Status Fallback(const Status& s) const;
-  // The writer rule's open half (superblock_v3.h): unless both slots hold
-  // the chosen copy, writes it into the other slot and syncs, so that no
-  // later fault can fall back to that slot's older state (a stale or
-  // damaged copy, or the v2 copy of an upgrade cut between its two slot
-  // writes, which this completes: store-v3.md 3.7) once writes moved past it.
-  Status RewriteOtherSlot(File* file);
+  // The writer rule's open half (superblock_v3.h), unless slots_settled_:
+  // a sync (the chosen copy may be in the cache only), then, unless both
+  // slots hold the chosen copy, it is written into the other slot, synced,
+  // so that no later fault can fall back to that slot's older state (a
+  // stale or damaged copy, or the v2 copy of an upgrade cut between its two
+  // slot writes, which this completes: store-v3.md 3.7) once writes moved
+  // past it. The chosen copy is re-encoded: the codec has one spelling and
+  // a valid slot's tail is zeros, so both slots then match byte for byte.
+  Status SettleSlots(File* file);
   // WriteCheckpoint's work; *plan holds the runs the journal's growth kept,
   // which WriteCheckpoint gives back when this fails.
   Status CheckpointBody(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
@@ -299,6 +305,13 @@ class FormatV3 final : public MetaFormat {
 
   uint64_t device_bytes_;
   SuperblockChoice choice_;  // choice_.sb: the newest durable superblock
+  // No slot is in doubt: each holds a durable, valid copy a fallback may
+  // open (choice_.sb, or a failed attempt's under a sequence no later write
+  // reuses), set by SettleSlots or a superblock write that succeeded: the
+  // next superblock write owes no sync or rewrite first. False from
+  // ChooseSuperblock, and from each slot write on until that write's
+  // superblock is durable in both slots.
+  bool slots_settled_ = false;
   std::optional<JournalRing> ring_;  // engaged by LoadState
   // The current checkpoint, as the newest durable superblock names it.
   CkptTree tree_;

@@ -85,6 +85,18 @@ class MetaFormat {
   // a format may refuse a batch before it (FormatV3 does: its replayed ring
   // may hold stale records past the tail).
   virtual Status LoadState(File* file, MetaState* st, LoadedMeta* out) = 0;
+  // Open, step 3, writable opens only: called once, after LoadState and
+  // before Core's first write of any kind (LoadLocked's step 4, recovery.cc,
+  // punches free AUs before its checkpoint). Those writes may hit what an older
+  // superblock copy names (its checkpoint's AUs are free under the chosen
+  // copy), so the chosen copy must first be durable (it may sit in the
+  // cache only: a process died before its sync) and, by the format's
+  // writer rule, the copy a later cut falls back to (both formats rewrite
+  // a slot not holding it). On error the open fails: nothing of Core's was
+  // written. WriteCheckpoint and Grow called without it stay safe (the
+  // format does this step itself first, as it was done before this
+  // member existed); once it succeeded, they do not redo it.
+  virtual Status PrepareWrites(File* file) = 0;
 
   // False if a batch of `bytes` more record bytes does not fit the journal:
   // Core checkpoints instead.

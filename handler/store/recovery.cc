@@ -161,6 +161,10 @@ Status Core::LoadLocked() {
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
   const std::map<uint64_t, uint64_t> free_runs = space_->free_runs();
   g.Unlock();  // no data I/O under the metadata lock
+  // Before the first write: the punches may hit AUs an older superblock
+  // copy still names, which a cut must never fall back to (meta_format.h).
+  s = format_->PrepareWrites(file_.get());
+  if (!s.ok()) return s;
   for (const auto& [p, n] : free_runs) {
     s = file_->PunchHole(GrainOffset(p), n * grain_);
     if (!s.ok()) return s;
