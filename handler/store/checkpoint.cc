@@ -77,8 +77,11 @@ Status CheckpointFailed(Status s, bool threw) {
 
 // Freezes the state under the metadata lock and takes the AUs the format
 // needs for it, then has the format write it outside the lock (checkpoint,
-// superblock, journal restart: MetaFormat::WriteCheckpoint); the previous
-// checkpoint's AUs are freed once nothing can read them.
+// superblock, journal restart: MetaFormat::WriteCheckpoint); then installs
+// the AUs the format says the new checkpoint occupies (its meta_units(),
+// not the AUs taken: a format may keep some of the previous checkpoint's
+// and leave some taken unused): the previous checkpoint's others are freed
+// once nothing can read them, the unused ones at once (PoolSpace::InstallMeta).
 //
 // A checkpoint that fails, at any step, whether it threw or returned an
 // error, fails the pool (meta_failed_, set under meta_mu_ as AppendLocked
@@ -90,7 +93,8 @@ Status CheckpointFailed(Status s, bool threw) {
 // - a failure may come after the superblock that names the new checkpoint is
 //   durable (the second slot, its sync, the journal restart: Core cannot
 //   tell before from after), and the space map taking the new checkpoint and
-//   freeing the old one (InstallMeta) may stop half done;
+//   freeing the old one (InstallMeta) may stop half done, or refuse a set
+//   that disagrees with the AUs it handed over (an engine bug);
 // - a failure before anything changed (no room for the checkpoint, no memory
 //   to encode it) fails the commit, and the commit queue's failure is sticky:
 //   the pool can make nothing durable any more either way, and one rule is
@@ -135,8 +139,8 @@ Status Core::CheckpointLocked(uint64_t* target) {
   MutexLock g(&meta_mu_);
   if (s.ok()) {
     try {
-      space_->InstallMeta(std::move(aus), *target);
-      return Status::Ok();
+      s = space_->InstallMeta(format_->meta_units(), *target);
+      if (s.ok()) return Status::Ok();
     } catch (...) {
       s = StatusFromCurrentException(kWhere);
       threw = true;

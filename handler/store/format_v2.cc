@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/format_v2.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 
@@ -92,6 +96,7 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     if (!s.ok()) return Fallback(s);
     st->au = unit;
   }
+  chain_ = out->meta_units;
   // Journal replay: records with consecutive LSNs from journal_start_lsn;
   // the first bad or stale record ends it. A torn tail ends it quietly;
   // damage to records later ones vouch for, or a journal of a newer
@@ -118,6 +123,12 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
 
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
+  // The chain is exactly the units Freeze asked for: a shorter one would cut
+  // the payload, a longer one would leave AUs in meta_units() holding nothing.
+  if (units.size() != f.meta_units)
+    return Status(Code::kInvalidArgument, "checkpoint of " + std::to_string(f.meta_units) +
+                                              " AUs given " + std::to_string(units.size()));
+  std::vector<uint64_t> chain = units;  // copied first: once written, only moves
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
   // The upgrade of a version-1 pool: this superblock names a checkpoint and
@@ -135,6 +146,7 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
   if (s.ok()) s = file->Sync();
   if (!s.ok()) return s;  // Core fails the pool (CheckpointLocked); reopening recovers
   sb_ = nsb;
+  chain_ = std::move(chain);
   journal_.Restart(file);
   journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record
   return Status::Ok();

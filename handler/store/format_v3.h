@@ -259,7 +259,7 @@ class FormatV3 final : public MetaFormat {
   // a checkpoint, what Core keeps as metadata (every other AU it handed
   // over, and every chunk no longer listed, it may free: the superblock
   // naming the new pages is durable).
-  std::vector<uint64_t> meta_units() const { return UnitsOf(chunks_); }
+  std::vector<uint64_t> meta_units() const override { return UnitsOf(chunks_); }
   // The current checkpoint's tree (tests: which pages it names).
   const CkptTree& tree() const { return tree_; }
   const std::vector<uint64_t>& lun_table_pages() const { return lun_pages_; }

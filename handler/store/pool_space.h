@@ -91,11 +91,18 @@ class PoolSpace {
   virtual uint64_t releasing_units() const = 0;
 
   // Checkpoint chunks, in AUs. TakeMeta takes n whole free AUs for a new
-  // checkpoint (false, taking nothing, if fewer are); InstallMeta makes
-  // `aus` the current checkpoint and retires the previous one through the
-  // pending path, reusable once ticket `tag` is durable.
+  // checkpoint (false, taking nothing, if fewer are) and hands them over:
+  // the space remembers them until the next InstallMeta. InstallMeta makes
+  // `new_set` (the format's meta_units() after a successful checkpoint, in
+  // its order) the current checkpoint, by one rule (meta_turnover.h): AUs
+  // of the previous set it keeps stay metadata, the others retire through
+  // the pending path, reusable once ticket `tag` is durable, and AUs handed
+  // over that it does not name are free at once. kIOError ("...; the pool
+  // must be reopened"), changing nothing, for a new set naming an AU twice
+  // or one neither current nor handed over (an engine bug: Core fails the
+  // pool, as after any failed checkpoint). meta_aus: the current set.
   virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
-  virtual void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) = 0;
+  virtual Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) = 0;
   virtual const std::vector<uint64_t>& meta_aus() const = 0;
   // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
   // exactly when free_whole_aus(n) == n. Free units can outnumber them many
@@ -125,7 +132,7 @@ class PoolSpace {
   virtual uint64_t free_units() const = 0;
   virtual uint64_t mapped_units() const = 0;   // one reference or more
   virtual uint64_t shared_units() const = 0;   // two references or more
-  virtual uint64_t meta_units() const = 0;     // the checkpoint's AUs and those taken for the next
+  virtual uint64_t meta_units() const = 0;     // the checkpoint's AUs and those handed over since
   virtual uint64_t reserved_units() const = 0;
   virtual uint64_t pending_units() const = 0;  // freed by records not yet durable
   virtual uint64_t quarantined_units() const = 0;

@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "handler/store/meta_turnover.h"
 #include "handler/store/soft_threshold.h"
 
 namespace cowstore::store {
@@ -84,8 +85,8 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   unshared_.clear();
   reserved_ = quarantined_ = mapped_units_ = 0;
   meta_aus_ = std::move(ckpt_aus);
+  handed_over_.clear();
   for (uint64_t p : meta_aus_) state_[p] = AuState::kMeta;
-  meta_units_ = meta_aus_.size();
   for (const auto& [id, l] : st.luns) {
     for (const auto& [lba, e] : l->map.runs()) {
       for (uint64_t q = e.phys; q < e.phys + e.len; q++) {
@@ -250,18 +251,30 @@ void SpaceMap::Release(const PendingRun& r, bool zeroed) {
 }
 
 bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
+  handed_over_.reserve(handed_over_.size() + n);  // so nothing below throws
+  const size_t before = out->size();
   if (!TakeFree(n, AuState::kMeta, out)) return false;
-  meta_units_ += n;
+  handed_over_.insert(handed_over_.end(), out->begin() + static_cast<long>(before), out->end());
   return true;
 }
 
-void SpaceMap::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
-  std::vector<uint64_t> old = std::move(meta_aus_);
-  meta_aus_ = std::move(aus);
-  meta_units_ -= old.size();
-  for (uint64_t p : old) state_[p] = AuState::kPending;
-  // The old checkpoint is unreachable now: free it through the pending path.
-  for (uint64_t p : old) pending_.push_back({p, 1, tag});
+Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
+  MetaTurnover t;
+  if (Status s = SplitMetaTurnover(meta_aus_, handed_over_, new_set, &t); !s.ok()) return s;
+  // The previous checkpoint is unreachable once the new superblock is
+  // durable: its AUs the new set does not keep free through the pending path.
+  pending_.reserve(pending_.size() + t.retired.size());
+  for (uint64_t p : t.retired) {
+    state_[p] = AuState::kPending;
+    pending_.push_back({p, 1, tag});
+  }
+  for (uint64_t p : t.unused) {
+    state_[p] = AuState::kFree;
+    free_.Add(p, 1);
+  }
+  meta_aus_ = std::move(new_set);
+  handed_over_.clear();
+  return Status::Ok();
 }
 
 bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {

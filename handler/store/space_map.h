@@ -5,8 +5,8 @@
 // An AU moves kFree -> kReserved (an operation writes its data) -> mapped
 // (refs > 0, state kNone) -> kPending (its last reference went in a record
 // that is not durable yet) -> kFree again once that record is durable. A
-// checkpoint's AUs are kMeta until the next checkpoint retires them through
-// kPending. An AU that could not be zeroed is kQuarantine until the next open.
+// checkpoint's AUs are kMeta from TakeMeta until a checkpoint whose set does
+// not keep them retires them through kPending (InstallMeta: meta_turnover.h). An AU that could not be zeroed is kQuarantine until the next open.
 //
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.
@@ -94,7 +94,7 @@ class SpaceMap final : public PoolSpace {
   uint64_t releasing_units() const override { return releasing_; }
 
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
-  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
+  Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
   // A free unit is a whole free AU here.
   uint64_t free_whole_aus(uint64_t limit) const override { return std::min(free_units(), limit); }
@@ -112,7 +112,7 @@ class SpaceMap final : public PoolSpace {
   uint64_t free_units() const override { return free_.count(); }
   uint64_t mapped_units() const override { return mapped_units_; }
   uint64_t shared_units() const override;
-  uint64_t meta_units() const override { return meta_units_; }
+  uint64_t meta_units() const override { return meta_aus_.size() + handed_over_.size(); }
   uint64_t reserved_units() const override { return reserved_; }
   uint64_t pending_units() const override;
   uint64_t quarantined_units() const override { return quarantined_; }
@@ -133,13 +133,14 @@ class SpaceMap final : public PoolSpace {
   std::vector<uint32_t> refs_;
   std::vector<AuState> state_;
   FreeRuns free_;
-  std::vector<uint64_t> meta_aus_;  // the current checkpoint chain, in order
+  std::vector<uint64_t> meta_aus_;     // the current checkpoint's AUs, in the format's order
+  std::vector<uint64_t> handed_over_;  // kMeta AUs taken since the last InstallMeta
   std::vector<PendingRun> pending_;
   // AUs whose reference count fell to 1 in a record not yet durable, with
   // that record's ticket: they must not be overwritten in place before it.
   std::unordered_map<uint64_t, uint64_t> unshared_;
   uint64_t releasing_ = 0;  // taken by TakeReleasable, not yet Released
-  uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
+  uint64_t reserved_ = 0, quarantined_ = 0, mapped_units_ = 0;
   uint32_t soft_percent_ = 0;
   uint32_t max_refs_ = kMaxRefs;
 };

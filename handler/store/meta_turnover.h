@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: Apache-2.0
+// MetaTurnover: what a checkpoint does to the metadata AUs, as one rule for
+// every PoolSpace (pool_space.h, InstallMeta). The format says which AUs
+// its new checkpoint occupies (MetaFormat::meta_units()); the space knows
+// the AUs the previous checkpoint occupied (current) and those it handed
+// over since (TakeMeta, and the journal's runs). The new set may keep AUs
+// of the current one (format 3's chunks and journal survive a checkpoint
+// that reuses them) and need not use every AU handed over; format 2's is
+// exactly the AUs handed over, so all of the current set retires.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "handler/store/status.h"
+
+namespace cowstore::store {
+
+struct MetaTurnover {
+  // In the current set and the new one: metadata before and after.
+  std::vector<uint64_t> kept;
+  // In the current set, not in the new one: they held the previous
+  // checkpoint, which an open may still read until the superblock naming
+  // the new one is durable, so they free through the pending path under
+  // the checkpoint's ticket.
+  std::vector<uint64_t> retired;
+  // Handed over, not in the new one: nothing durable names them (the only
+  // superblock that could is the new checkpoint's, which does not), so they
+  // are free at once.
+  std::vector<uint64_t> unused;
+};
+
+// Splits the AUs (each list sorted here, so any order in) into *out, sorted.
+// Refuses with kIOError ("...; the pool must be reopened": it is an engine
+// bug at a checkpoint, and a failed checkpoint fails the pool), leaving *out
+// untouched, a new set naming an AU twice or one neither current nor
+// handed over, and current and handed-over sets that overlap (TakeMeta
+// hands over free AUs only, so that would be a space map bug).
+Status SplitMetaTurnover(const std::vector<uint64_t>& current, const std::vector<uint64_t>& handed_over,
+                         const std::vector<uint64_t>& next, MetaTurnover* out);
+
+}  // namespace cowstore::store
