@@ -1071,7 +1071,9 @@ struct PendingCheckpoint {
   std::shared_ptr<Lun> a;
   const std::vector<char> au = std::vector<char>(kAu, 'x');
 
-  void Make() {
+  // `many_luns`: enough LUNs with long names that a checkpoint is a chain of
+  // several AUs (FormatV2's order then matters to the check).
+  void Make(uint32_t many_luns = 0) {
     o.allocation_unit = kAu;
     o.journal_bytes = 64 * 1024;
     o.size_bytes = 128 * 1024 + 32 * kAu;
@@ -1080,6 +1082,11 @@ struct PendingCheckpoint {
     pool = std::move(*p);
     ASSERT_TRUE(pool->CreateLun("a", 16 * kAu, 512).ok());
     ASSERT_TRUE(pool->CreateLun("b", kAu, 512).ok());
+    for (uint32_t i = 0; i < many_luns; i++) {
+      std::string name = "lun-" + std::to_string(i) + "-";
+      name.resize(kMaxNameLength, 'n');
+      ASSERT_TRUE(pool->CreateLun(name, kAu, 512).ok());
+    }
     auto l = pool->OpenLun("a");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     a = *l;
@@ -1165,6 +1172,50 @@ TEST(PoolCheckpointIOError, EveryFailedCheckpointFailsThePool) {
       if (::testing::Test::HasFailure()) return;
     }
     EXPECT_TRUE(failed_after_superblock) << "no failure after the first superblock slot";
+  }
+}
+
+// The same with a checkpoint of several AUs: the chain the format names
+// and the space map installs agree, in order (the check compares them)
+// after checkpoints that succeed, and after a reopen once one failed.
+TEST(PoolCheckpointIOError, AChainOfSeveralAusIsCheckCleanAfterCheckpointsAndAfterAFailedOneReopened) {
+  {
+    PendingCheckpoint t;
+    t.Make(1500);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_TRUE(t.pool->Flush().ok());  // a checkpoint of several AUs
+    EXPECT_GE(t.pool->Space().metadata_units, 3u) << "the chain is not several AUs";
+    const CheckReport check = t.pool->Check();
+    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+    t.a.reset();
+    ASSERT_TRUE(t.pool->Close().ok());
+    t.pool.reset();
+    // Read-only: no checkpoint at the open, so the format's chain is the
+    // one LoadState read and the space map's the one Rebuild got.
+    OpenOptions ro;
+    ro.read_only = true;
+    auto p = Pool::Open(&t.env, "p", ro);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const CheckReport ro_check = (*p)->Check();
+    EXPECT_TRUE(ro_check.clean) << (ro_check.problems.empty() ? "" : ro_check.problems[0]);
+  }
+  for (uint64_t n = 0;; n++) {
+    SCOPED_TRACE("write " + std::to_string(n) + " fails");
+    PendingCheckpoint t;
+    t.Make(1500);
+    if (::testing::Test::HasFatalFailure()) return;
+    t.env.FailAt(FaultInjectionEnv::Op::kWrite, n, Code::kIOError);
+    const Status s = t.pool->Flush();
+    t.env.ClearFaults();
+    if (s.ok()) {
+      EXPECT_GE(n, 3u) << "the checkpoint made fewer writes than its chain has AUs";
+      break;
+    }
+    t.a.reset();
+    (void)t.pool->Close();
+    t.pool.reset();
+    t.ExpectReopensClean();
+    if (::testing::Test::HasFailure()) return;
   }
 }
 
