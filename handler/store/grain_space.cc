@@ -373,6 +373,42 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   return true;
 }
 
+uint64_t GrainSpace::TakeMetaRun(uint64_t max_aus, uint64_t* first_au) {
+  const uint64_t g = grains_per_au_;
+  uint64_t best = 0, best_first = 0;
+  if (max_aus == 0) return 0;
+  // Longest classes first: once a class's longest run holds no more whole
+  // AUs than the best found, no later (shorter) class can beat it.
+  free_.index().VisitLongestFirst(0, [&](const GrainRun& r) {
+    const uint64_t class_max = (uint64_t{2} << (std::bit_width(r.len) - 1)) - 1;
+    if (best >= max_aus || class_max / g <= best) return false;
+    const uint64_t first = (r.start + g - 1) / g, last = r.end() / g;  // AUs [first, last)
+    if (last > first && last - first > best) {
+      best = last - first;
+      best_first = first;
+    }
+    return true;
+  });
+  const uint64_t n = std::min(best, max_aus);
+  if (n == 0) return 0;
+  handed_over_.reserve(handed_over_.size() + n);
+  if (!free_.TakeRun({best_first * g, n * g}).ok()) return 0;  // all or nothing; found in the index
+  free_.Mapped(n * g);  // allocated for good, like TakeMeta's
+  for (uint64_t au = best_first; au < best_first + n; au++) handed_over_.push_back(au);
+  *first_au = best_first;
+  return n;
+}
+
+void GrainSpace::GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept {
+  if (!RunHandedOver(handed_over_, first_au, aus)) return;
+  try {
+    if (!free_.Unallocate({first_au * grains_per_au_, aus * grains_per_au_}).ok()) return;
+  } catch (...) {
+    return;  // still handed over: the next InstallMeta frees it
+  }
+  ForgetHandedOver(&handed_over_, first_au, aus);
+}
+
 Status GrainSpace::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
   MetaTurnover t;
   if (Status s = SplitMetaTurnover(meta_aus_, handed_over_, new_set, &t); !s.ok()) return s;

@@ -156,6 +156,9 @@ class GrainSpace final : public PoolSpace {
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
   Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  // The longest whole free AUs of one free run (rule 3: AU-aligned).
+  uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) override;
+  void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept override;
   // PoolSpace::free_whole_aus (rule 9). O(free runs visited):
   // longest first, so usually a few.
   uint64_t free_whole_aus(uint64_t limit) const override { return PlanMeta(limit, nullptr); }

@@ -40,4 +40,15 @@ Status SplitMetaTurnover(const std::vector<uint64_t>& current, const std::vector
   return Status::Ok();
 }
 
+bool RunHandedOver(const std::vector<uint64_t>& handed_over, uint64_t first, uint64_t n) {
+  // The AUs are distinct (TakeMeta and TakeMetaRun hand out free AUs), so
+  // n of them in the run is the whole run.
+  const auto in_run = [&](uint64_t a) { return a >= first && a - first < n; };
+  return n != 0 && static_cast<uint64_t>(std::count_if(handed_over.begin(), handed_over.end(), in_run)) == n;
+}
+
+void ForgetHandedOver(std::vector<uint64_t>* handed_over, uint64_t first, uint64_t n) {
+  std::erase_if(*handed_over, [&](uint64_t a) { return a >= first && a - first < n; });
+}
+
 }  // namespace cowstore::store

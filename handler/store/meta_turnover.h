@@ -39,4 +39,10 @@ struct MetaTurnover {
 Status SplitMetaTurnover(const std::vector<uint64_t>& current, const std::vector<uint64_t>& handed_over,
                          const std::vector<uint64_t>& next, MetaTurnover* out);
 
+// A run given back before any install (PoolSpace::GiveMetaRun): true if
+// every AU of [first, first + n) is handed over; ForgetHandedOver drops
+// them. Neither allocates.
+bool RunHandedOver(const std::vector<uint64_t>& handed_over, uint64_t first, uint64_t n);
+void ForgetHandedOver(std::vector<uint64_t>* handed_over, uint64_t first, uint64_t n);
+
 }  // namespace cowstore::store

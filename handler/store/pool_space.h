@@ -104,6 +104,17 @@ class PoolSpace {
   virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
   virtual Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) = 0;
   virtual const std::vector<uint64_t>& meta_aus() const = 0;
+  // The journal's runs (PoolJournalSpace, pool_journal_space.h), handed over
+  // as TakeMeta's AUs are, so InstallMeta keeps or frees them by the same
+  // rule. TakeMetaRun takes the longest run of whole free AUs, cut to
+  // max_aus from its start: returns its length (0, taking nothing, if no
+  // whole AU is free or max_aus is 0) and its first AU in *first_au.
+  // GiveMetaRun gives back a run TakeMetaRun handed over and no InstallMeta
+  // has seen since: free at once; if memory for that fails, it stays handed
+  // over, for the next InstallMeta to free (a run not wholly handed over is
+  // ignored). Never throws.
+  virtual uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) = 0;
+  virtual void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept = 0;
   // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
   // exactly when free_whole_aus(n) == n. Free units can outnumber them many
   // times over when units are smaller than an AU (free grains scattered), so

@@ -41,6 +41,31 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
   count_ += n;
 }
 
+uint64_t FreeRuns::Longest(uint64_t max, uint64_t* first) const {
+  uint64_t best = 0;
+  for (const auto& [p, n] : runs_)
+    if (n > best) {
+      best = n;
+      *first = p;
+    }
+  return std::min(best, max);
+}
+
+void FreeRuns::TakeFront(uint64_t p, uint64_t n) {
+  auto it = runs_.find(p);
+  const uint64_t len = it->second;
+  if (n < len) {
+    auto next = std::next(it);
+    auto node = runs_.extract(it);
+    node.key() = p + n;
+    node.mapped() = len - n;
+    runs_.insert(next, std::move(node));
+  } else {
+    runs_.erase(it);
+  }
+  count_ -= n;
+}
+
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
   if (n > count_) return false;
   if (n == 0) return true;
@@ -256,6 +281,31 @@ bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   if (!TakeFree(n, AuState::kMeta, out)) return false;
   handed_over_.insert(handed_over_.end(), out->begin() + static_cast<long>(before), out->end());
   return true;
+}
+
+uint64_t SpaceMap::TakeMetaRun(uint64_t max_aus, uint64_t* first_au) {
+  uint64_t first = 0;
+  const uint64_t n = free_.Longest(max_aus, &first);
+  if (n == 0) return 0;
+  handed_over_.reserve(handed_over_.size() + n);  // so nothing below throws
+  free_.TakeFront(first, n);
+  for (uint64_t p = first; p < first + n; p++) {
+    state_[p] = AuState::kMeta;
+    handed_over_.push_back(p);
+  }
+  *first_au = first;
+  return n;
+}
+
+void SpaceMap::GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept {
+  if (!RunHandedOver(handed_over_, first_au, aus)) return;
+  try {
+    free_.Add(first_au, aus);  // all or nothing
+  } catch (...) {
+    return;  // still handed over: the next InstallMeta frees it
+  }
+  for (uint64_t p = first_au; p < first_au + aus; p++) state_[p] = AuState::kFree;
+  ForgetHandedOver(&handed_over_, first_au, aus);
 }
 
 Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {

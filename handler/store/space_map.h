@@ -50,6 +50,12 @@ class FreeRuns {
   uint64_t count() const { return count_; }
   const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
   void Clear() { runs_.clear(); count_ = 0; cursor_ = 0; }
+  // The longest run (the lowest of equals): its first AU in *first and its
+  // length cut to `max` (0 if nothing is free).
+  uint64_t Longest(uint64_t max, uint64_t* first) const;
+  // Takes the first n AUs of the run starting at p. REQUIRES: that run
+  // holds n. Never allocates.
+  void TakeFront(uint64_t p, uint64_t n);
 
  private:
   std::map<uint64_t, uint64_t> runs_;
@@ -96,6 +102,8 @@ class SpaceMap final : public PoolSpace {
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
   Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) override;
+  void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept override;
   // A free unit is a whole free AU here.
   uint64_t free_whole_aus(uint64_t limit) const override { return std::min(free_units(), limit); }
 
