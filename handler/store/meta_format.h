@@ -118,7 +118,8 @@ class MetaFormat {
   // LSNs after it in the journal, where new records may be written next to
   // them (FormatV3 refuses a smaller one). On success the checkpoint holds
   // every record before start_lsn and meta_units() names its AUs: the
-  // previous checkpoint's AUs not among them may be released. On failure the format keeps the previous checkpoint in memory;
+  // previous checkpoint's AUs not among them may be released. On failure
+  // the format keeps the previous checkpoint in memory (meta_units() too);
   // on disk either may be current (a failure after the first slot's write),
   // and the next open decides. The journal keeps its extents here; a format
   // that sizes its journal with the map takes the free space to grow it

@@ -10,9 +10,10 @@
 //
 // Units. Every count, unit number and run is in the space's unit (the pool's
 // grain), except the checkpoint's chunks: TakeMeta, InstallMeta, meta_aus,
-// free_whole_aus and Rebuild's `ckpt_aus` name whole AUs, because that is
-// what the checkpoint chain writes and the superblock names. units_per_au()
-// converts (1 for SpaceMap). meta_units() counts units.
+// TakeMetaRun, GiveMetaRun, free_whole_aus and Rebuild's `ckpt_aus` name
+// whole AUs, because that is what the checkpoint chain writes and the
+// superblock names. units_per_au() converts (1 for SpaceMap). meta_units()
+// counts units.
 //
 // What only one implementation has (the flat map's per-unit states for the
 // check, GrainSpace's Usage(runs)) is not here: a caller that needs it holds
