@@ -100,8 +100,13 @@ class PoolSpace {
   // the pending path, reusable once ticket `tag` is durable, and AUs handed
   // over that it does not name are free at once. kIOError ("...; the pool
   // must be reopened"), changing nothing, for a new set naming an AU twice
-  // or one neither current nor handed over (an engine bug: Core fails the
-  // pool, as after any failed checkpoint). meta_aus: the current set.
+  // or one neither current nor handed over, or current and handed-over
+  // sets that overlap or repeat an AU (an engine bug: Core fails the pool,
+  // as after any failed checkpoint). Past those checks it may still throw
+  // std::bad_alloc (a free run's new node) part way: some AUs retired or
+  // freed, the rest and the sets as they were. Harmless only because Core
+  // fails the pool on any throw and the reopen rebuilds the space; nothing
+  // may retry an install after a throw. meta_aus: the current set.
   virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
   virtual Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) = 0;
   virtual const std::vector<uint64_t>& meta_aus() const = 0;
@@ -113,7 +118,9 @@ class PoolSpace {
   // GiveMetaRun gives back a run TakeMetaRun handed over and no InstallMeta
   // has seen since: free at once; if memory for that fails, it stays handed
   // over, for the next InstallMeta to free (a run not wholly handed over is
-  // ignored). Never throws.
+  // ignored, changing nothing). Never throws. Only for a run nothing wrote
+  // and no superblock names: PoolJournalSpace does not call it, since
+  // FormatV3 gives runs back after a failed checkpoint too.
   virtual uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) = 0;
   virtual void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept = 0;
   // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
