@@ -2,6 +2,7 @@
 #include "handler/store/checkpoint.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string_view>
 #include <utility>
 
@@ -115,6 +116,9 @@ Status Core::CheckpointLocked(uint64_t* target) {
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     try {
       frozen = format_->Freeze(st_);
+      // Nothing handed over outlives a checkpoint (meta_turnover.h: the
+      // unused AUs' free without a punch rests on it).
+      assert(space_->meta_units() == space_->meta_aus().size() * space_->units_per_au());
       if (space_->TakeMeta(frozen.meta_units, &aus)) {
         *target = jbuf_.last_ticket();
         start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot

@@ -22,6 +22,11 @@ Status Refuse(const std::string& why) {
 Status SplitMetaTurnover(const std::vector<uint64_t>& current, const std::vector<uint64_t>& handed_over,
                          const std::vector<uint64_t>& next, MetaTurnover* out) {
   const std::vector<uint64_t> cur = Sorted(current), handed = Sorted(handed_over), nxt = Sorted(next);
+  // Each list names an AU once, or it would retire (pend) or free twice.
+  if (auto d = std::adjacent_find(cur.begin(), cur.end()); d != cur.end())
+    return Refuse("the current set names AU " + std::to_string(*d) + " twice");
+  if (auto d = std::adjacent_find(handed.begin(), handed.end()); d != handed.end())
+    return Refuse("AU " + std::to_string(*d) + " is handed over twice");
   std::vector<uint64_t> both;
   std::set_intersection(cur.begin(), cur.end(), handed.begin(), handed.end(), std::back_inserter(both));
   if (!both.empty())

@@ -54,6 +54,9 @@ TEST(MetaTurnover, RefusesAnAuNeitherCurrentNorHandedOverDuplicatesAndOverlap) {
       {"duplicate", {1, 2}, {5, 6}, {5, 6, 5}, "AU 5 twice"},
       {"duplicate of a kept AU", {1, 2}, {5}, {2, 5, 2}, "AU 2 twice"},
       {"current and handed over overlap", {1, 2, 3}, {3, 4}, {3, 4}, "AU 3 is both current and handed over"},
+      // Would retire AU 2 twice (pending twice), or free AU 5 twice.
+      {"duplicate in the current set", {2, 1, 2}, {5}, {5}, "current set names AU 2 twice"},
+      {"duplicate handed over", {1}, {5, 6, 5}, {6}, "AU 5 is handed over twice"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
