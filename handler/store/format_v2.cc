@@ -96,7 +96,9 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     if (!s.ok()) return Fallback(s);
     st->au = unit;
   }
-  chain_ = out->meta_units;
+  // meta_units() changes only when every step passed (copied now: nothing
+  // allocates after the replay).
+  std::vector<uint64_t> chain = out->meta_units;
   // Journal replay: records with consecutive LSNs from journal_start_lsn;
   // the first bad or stale record ends it. A torn tail ends it quietly;
   // damage to records later ones vouch for, or a journal of a newer
@@ -107,6 +109,7 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   s = ReplayJournal(j.data(), j.size(), sb_.journal_start_lsn, st, &out->end, sb_.version);
   if (!s.ok()) return s;
   journal_.set_tail(out->end.tail);
+  chain_ = std::move(chain);
   return Status::Ok();
 }
 
@@ -125,7 +128,9 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
   // The chain is exactly the units Freeze asked for: a shorter one would cut
   // the payload, a longer one would leave AUs in meta_units() holding nothing.
-  if (units.size() != f.meta_units)
+  // A chain has a first AU: a checkpoint of none (a FrozenCheckpoint Freeze
+  // did not make) is refused too.
+  if (units.size() != f.meta_units || units.empty())
     return Status(Code::kInvalidArgument, "checkpoint of " + std::to_string(f.meta_units) +
                                               " AUs given " + std::to_string(units.size()));
   std::vector<uint64_t> chain = units;  // copied first: once written, only moves

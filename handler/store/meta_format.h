@@ -146,10 +146,8 @@ class MetaFormat {
 // Which formats an open may be served with. This build knows formats 1 to 3,
 // but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
 // Core keeps the metadata AUs the format reports after a checkpoint, but
-// neither passes it dirty ranges nor a JournalSpace to grow its journal
-// from, so would not free the journal extents a growth drops), so the
-// engine serves 1 and 2 only (Core's space map does not count in v3's
-// grain either).
+// neither serves format 3's grain nor passes it a JournalSpace yet), so
+// the engine serves 1 and 2 only.
 // kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
 // 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {

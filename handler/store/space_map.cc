@@ -318,9 +318,12 @@ Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
     state_[p] = AuState::kPending;
     pending_.push_back({p, 1, tag});
   }
+  // Add may throw (a new run's node): each AU's state follows its Add, so a
+  // throw leaves no AU kFree off the free runs (PoolSpace::InstallMeta says
+  // what else it leaves; Core fails the pool).
   for (uint64_t p : t.unused) {
-    state_[p] = AuState::kFree;
     free_.Add(p, 1);
+    state_[p] = AuState::kFree;
   }
   meta_aus_ = std::move(new_set);
   handed_over_.clear();

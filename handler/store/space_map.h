@@ -5,8 +5,12 @@
 // An AU moves kFree -> kReserved (an operation writes its data) -> mapped
 // (refs > 0, state kNone) -> kPending (its last reference went in a record
 // that is not durable yet) -> kFree again once that record is durable. A
-// checkpoint's AUs are kMeta from TakeMeta until a checkpoint whose set does
-// not keep them retires them through kPending (InstallMeta: meta_turnover.h). An AU that could not be zeroed is kQuarantine until the next open.
+// checkpoint's AUs are kMeta from TakeMeta or TakeMetaRun (handed over)
+// until an InstallMeta: one whose set keeps them leaves them kMeta, a later
+// one whose set drops them retires them through kPending, and one that
+// does not use a handed-over AU makes it kFree at once (meta_turnover.h);
+// GiveMetaRun also makes a handed-over run kFree at once. An AU that could
+// not be zeroed is kQuarantine until the next open.
 //
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.

@@ -234,6 +234,9 @@ TEST(FormatV2Chain, MetaUnitsKeepTheChainOrderAndAWrongCountIsRefused) {
     EXPECT_TRUE(env.Snapshot("p") == before) << "a refused checkpoint wrote";
     EXPECT_TRUE(f->meta_units().empty());
   }
+  // A checkpoint of no AUs (not one Freeze makes) has no chain to start.
+  EXPECT_EQ(f->WriteCheckpoint(file.get(), FrozenCheckpoint(), {}, start_lsn).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(env.Snapshot("p") == before) << "a refused checkpoint wrote";
 
   ASSERT_TRUE(f->WriteCheckpoint(file.get(), frozen, units, start_lsn).ok());
   EXPECT_EQ(f->meta_units(), units);
