@@ -102,11 +102,12 @@ class PoolSpace {
   // must be reopened"), changing nothing, for a new set naming an AU twice
   // or one neither current nor handed over, or current and handed-over
   // sets that overlap or repeat an AU (an engine bug: Core fails the pool,
-  // as after any failed checkpoint). Past those checks it may still throw
-  // std::bad_alloc (a free run's new node) part way: some AUs retired or
-  // freed, the rest and the sets as they were. Harmless only because Core
-  // fails the pool on any throw and the reopen rebuilds the space; nothing
-  // may retry an install after a throw. meta_aus: the current set.
+  // as after any failed checkpoint). A std::bad_alloc changes nothing in
+  // SpaceMap (it allocates first); GrainSpace's may leave it part way (some
+  // AUs retired or freed, the rest and the sets as they were), harmless
+  // only because Core fails the pool on any throw and the reopen rebuilds
+  // the space: nothing may retry an install after a throw. meta_aus: the
+  // current set.
   virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
   virtual Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) = 0;
   virtual const std::vector<uint64_t>& meta_aus() const = 0;

@@ -13,7 +13,7 @@ namespace cowstore::store {
 
 // All or nothing under std::bad_alloc: the one allocation (a new run's node)
 // comes before any change, and a run that grows downwards keeps its node.
-void FreeRuns::Add(uint64_t p, uint64_t n) {
+void FreeRuns::Add(uint64_t p, uint64_t n, Spare* spare) {
   if (n == 0) return;
   auto next = runs_.lower_bound(p);
   if (next != runs_.begin()) {
@@ -37,7 +37,14 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
     count_ += n;
     return;
   }
-  runs_.emplace_hint(next, p, n);
+  if (spare != nullptr && !spare->empty()) {
+    auto node = spare->extract(spare->begin());
+    node.key() = p;
+    node.mapped() = n;
+    runs_.insert(next, std::move(node));
+  } else {
+    runs_.emplace_hint(next, p, n);
+  }
   count_ += n;
 }
 
@@ -311,18 +318,20 @@ void SpaceMap::GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept {
 Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
   MetaTurnover t;
   if (Status s = SplitMetaTurnover(meta_aus_, handed_over_, new_set, &t); !s.ok()) return s;
+  // All or nothing: what allocates comes first (pending's room, a free-run
+  // node for each unused AU, which its Add uses if it starts a run), so a
+  // std::bad_alloc changes nothing; nothing below allocates.
+  pending_.reserve(pending_.size() + t.retired.size());
+  FreeRuns::Spare spare;
+  for (uint64_t p : t.unused) spare.emplace_hint(spare.end(), p, 1);
   // The previous checkpoint is unreachable once the new superblock is
   // durable: its AUs the new set does not keep free through the pending path.
-  pending_.reserve(pending_.size() + t.retired.size());
   for (uint64_t p : t.retired) {
     state_[p] = AuState::kPending;
     pending_.push_back({p, 1, tag});
   }
-  // Add may throw (a new run's node): each AU's state follows its Add, so a
-  // throw leaves no AU kFree off the free runs (PoolSpace::InstallMeta says
-  // what else it leaves; Core fails the pool).
   for (uint64_t p : t.unused) {
-    free_.Add(p, 1);
+    free_.Add(p, 1, &spare);
     state_[p] = AuState::kFree;
   }
   meta_aus_ = std::move(new_set);

@@ -46,8 +46,11 @@ namespace cowstore::store {
 // Free AUs as runs {first AU -> length}; every free AU reads as zeros.
 class FreeRuns {
  public:
-  // Adds [p, p+n), merging with the runs on either side.
-  void Add(uint64_t p, uint64_t n);
+  // Adds [p, p+n), merging with the runs on either side. A new run's node
+  // comes from `spare` if it holds one (then Add does not allocate), else
+  // is allocated (which may throw, changing nothing).
+  using Spare = std::map<uint64_t, uint64_t>;
+  void Add(uint64_t p, uint64_t n, Spare* spare = nullptr);
   // Takes n AUs (next-fit from a cursor, preferring one run that holds all
   // of them); false if fewer than n are free (then nothing is taken).
   bool Take(uint64_t n, std::vector<uint64_t>* out);

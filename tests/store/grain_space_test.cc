@@ -1304,6 +1304,44 @@ TEST(PoolSpaceAllocationFailure, ReserveIndexIsNoSpaceAndChangesNothing) {
   }
 }
 
+// SpaceMap::InstallMeta allocates before it changes anything (pending's
+// room, a node for each unused AU that starts a free run), so a
+// std::bad_alloc at any of its allocations changes nothing (review M3).
+TEST(PoolSpaceAllocationFailure, SpaceMapInstallMetaChangesNothingOnBadAlloc) {
+  SpaceMap s;
+  ASSERT_TRUE(s.Rebuild(12, StateOf({}), {0, 1}).ok());
+  std::vector<uint64_t> aus;
+  ASSERT_TRUE(s.TakeMeta(10, &aus));  // every free AU: 2..11
+  std::sort(aus.begin(), aus.end());
+  ASSERT_EQ(aus.size(), 10u);
+  // Kept AUs 3, 5, 7, 9: the unused 2, 4, 6, 8, 10, 11 each start a free run
+  // of their own (2..11 share none), and 0 and 1 retire.
+  const std::vector<uint64_t> next{3, 5, 7, 9};
+  struct View {
+    std::map<uint64_t, uint64_t> free_runs;
+    uint64_t free, meta, pending;
+    std::vector<uint64_t> meta_aus;
+    std::vector<AuState> states;
+    bool operator==(const View&) const = default;
+  };
+  auto see = [&] {
+    return View{s.free_runs(), s.free_units(), s.meta_units(), s.pending_units(), s.meta_aus(), s.all_states()};
+  };
+  const View before = see();
+  uint64_t failures = 0;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    Status r;
+    if (!ThrowsBadAlloc(k, [&] { r = s.InstallMeta(next, 7); })) break;
+    failures++;
+    ASSERT_TRUE(see() == before);
+  }
+  EXPECT_GT(failures, 3u);
+  EXPECT_EQ(s.meta_aus(), next);
+  EXPECT_EQ(s.free_units(), 6u);
+  EXPECT_EQ(s.pending_units(), 2u);
+}
+
 TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) {
   GrainSpace s(4 * KiB, 64 * KiB);  // 16 grains an AU
   // 8 AUs; AU 0 the checkpoint; grains 3, 21, 39, ... mapped, so free runs
