@@ -616,12 +616,12 @@ const SpaceKind kSpaceKinds[] = {
 // What a refused InstallMeta must leave as it was.
 struct MetaView {
   std::vector<uint64_t> meta_aus;
-  uint64_t meta, free, pending;
+  uint64_t meta, free, pending, reserved;
   std::map<uint64_t, uint64_t> free_runs;
   bool operator==(const MetaView&) const = default;
 };
 MetaView ViewOf(const PoolSpace& s) {
-  return {s.meta_aus(), s.meta_units(), s.free_units(), s.pending_units(), s.free_runs()};
+  return {s.meta_aus(), s.meta_units(), s.free_units(), s.pending_units(), s.reserved_units(), s.free_runs()};
 }
 
 // True if AU `au` lies whole in one free run.
