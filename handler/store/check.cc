@@ -75,7 +75,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   std::vector<uint32_t> refs_now;
   std::vector<AuState> state_now;
   std::vector<std::pair<uint64_t, uint64_t>> free_runs;
-  std::vector<uint64_t> ckpt_now;
+  std::vector<uint64_t> ckpt_now, format_meta;
   uint64_t units, free_count, meta_units, reserved, pending, table_lsn, sb_seq;
   {
     CommitQueue::ExclusiveGuard leader(&queue_);
@@ -91,6 +91,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     } timer{t0, &rep.longest_lock_hold_us};
     if (Status f = queue_.failed(); !f.ok()) problem("pool is in the failed state: " + f.ToString());
     sb_seq = format_->superblock_seq();
+    format_meta = format_->meta_units();
     units = space_->total_units();
     luns.reserve(st_.luns.size());
     for (const auto& [id, l] : st_.luns) {
@@ -170,6 +171,11 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   if (nmeta != ckpt_now.size() || nmeta != meta_units) problem("checkpoint AU count mismatch");
   for (uint64_t p : ckpt_now)
     if (p >= units || state_now[p] != AuState::kMeta) problem("checkpoint AU " + std::to_string(p) + " not marked as metadata");
+  // In order: the space holds exactly what the open and each checkpoint
+  // installed from the format (FormatV2's chain order included).
+  if (format_meta != ckpt_now)
+    problem("the space map's checkpoint AUs differ from the format's (" + std::to_string(ckpt_now.size()) +
+            " AUs, the format names " + std::to_string(format_meta.size()) + ")");
   if (nres != reserved) problem("reserved AU count mismatch");
   if (pending != npend) problem("pending-free AU count mismatch");
 

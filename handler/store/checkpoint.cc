@@ -2,6 +2,7 @@
 #include "handler/store/checkpoint.h"
 
 #include <algorithm>
+#include <cassert>
 #include <string_view>
 #include <utility>
 
@@ -77,8 +78,11 @@ Status CheckpointFailed(Status s, bool threw) {
 
 // Freezes the state under the metadata lock and takes the AUs the format
 // needs for it, then has the format write it outside the lock (checkpoint,
-// superblock, journal restart: MetaFormat::WriteCheckpoint); the previous
-// checkpoint's AUs are freed once nothing can read them.
+// superblock, journal restart: MetaFormat::WriteCheckpoint); then installs
+// the AUs the format says the new checkpoint occupies (its meta_units(),
+// not the AUs taken: a format may keep some of the previous checkpoint's
+// and leave some taken unused): the previous checkpoint's others are freed
+// once nothing can read them, the unused ones at once (PoolSpace::InstallMeta).
 //
 // A checkpoint that fails, at any step, whether it threw or returned an
 // error, fails the pool (meta_failed_, set under meta_mu_ as AppendLocked
@@ -90,7 +94,8 @@ Status CheckpointFailed(Status s, bool threw) {
 // - a failure may come after the superblock that names the new checkpoint is
 //   durable (the second slot, its sync, the journal restart: Core cannot
 //   tell before from after), and the space map taking the new checkpoint and
-//   freeing the old one (InstallMeta) may stop half done;
+//   freeing the old one (InstallMeta) may stop half done, or refuse a set
+//   that disagrees with the AUs it handed over (an engine bug);
 // - a failure before anything changed (no room for the checkpoint, no memory
 //   to encode it) fails the commit, and the commit queue's failure is sticky:
 //   the pool can make nothing durable any more either way, and one rule is
@@ -111,6 +116,9 @@ Status Core::CheckpointLocked(uint64_t* target) {
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     try {
       frozen = format_->Freeze(st_);
+      // Nothing handed over outlives a checkpoint (meta_turnover.h: the
+      // unused AUs' free without a punch rests on it).
+      assert(space_->meta_units() == space_->meta_aus().size() * space_->units_per_au());
       if (space_->TakeMeta(frozen.meta_units, &aus)) {
         *target = jbuf_.last_ticket();
         start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
@@ -135,8 +143,8 @@ Status Core::CheckpointLocked(uint64_t* target) {
   MutexLock g(&meta_mu_);
   if (s.ok()) {
     try {
-      space_->InstallMeta(std::move(aus), *target);
-      return Status::Ok();
+      s = space_->InstallMeta(format_->meta_units(), *target);
+      if (s.ok()) return Status::Ok();
     } catch (...) {
       s = StatusFromCurrentException(kWhere);
       threw = true;

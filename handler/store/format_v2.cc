@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/format_v2.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 
@@ -104,6 +108,9 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     if (!s.ok()) return Fallback(s);
     st->au = unit;
   }
+  // meta_units() changes only when every step passed (copied now: nothing
+  // allocates after the replay).
+  std::vector<uint64_t> chain = out->meta_units;
   // Journal replay: records with consecutive LSNs from journal_start_lsn;
   // the first bad or stale record ends it. A torn tail ends it quietly;
   // damage to records later ones vouch for, or a journal of a newer
@@ -114,6 +121,7 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   s = ReplayJournal(j.data(), j.size(), sb_.journal_start_lsn, st, &out->end, sb_.version);
   if (!s.ok()) return s;
   journal_.set_tail(out->end.tail);
+  chain_ = std::move(chain);
   return Status::Ok();
 }
 
@@ -166,7 +174,15 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
 
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
+  // The chain is exactly the units Freeze asked for: a shorter one would cut
+  // the payload, a longer one would leave AUs in meta_units() holding nothing.
+  // A chain has a first AU: a checkpoint of none (a FrozenCheckpoint Freeze
+  // did not make) is refused too.
+  if (units.size() != f.meta_units || units.empty())
+    return Status(Code::kInvalidArgument, "checkpoint of " + std::to_string(f.meta_units) +
+                                              " AUs given " + std::to_string(units.size()));
   if (Status s = PrepareWrites(file); !s.ok()) return s;  // if the open did not
+  std::vector<uint64_t> chain = units;  // copied first: once written, only moves
   Superblock nsb = sb_;
   nsb.seq = sb_.seq + 1;
   // The upgrade of a version-1 pool: this superblock names a checkpoint and
@@ -184,6 +200,7 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
   if (s.ok()) s = file->Sync();
   if (!s.ok()) return s;  // Core fails the pool (CheckpointLocked); reopening recovers
   sb_ = nsb;
+  chain_ = std::move(chain);
   journal_.Restart(file);
   journal_.set_durable_lsn(start_lsn - 1);  // the checkpoint holds every earlier record
   return Status::Ok();

@@ -39,6 +39,9 @@ class FormatV2 final : public MetaFormat {
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
   Status Grow(File* file, uint64_t new_size) override;
+  // The current chain, in chain order (LoadState's, then each successful
+  // checkpoint's `units`).
+  std::vector<uint64_t> meta_units() const override { return chain_; }
 
  private:
   // The writer rule for both slots (WriteSuperblock in format_v2.cc).
@@ -48,6 +51,7 @@ class FormatV2 final : public MetaFormat {
   Status Fallback(const Status& s) const;
 
   Superblock sb_;          // the newest durable superblock
+  std::vector<uint64_t> chain_;  // the AUs of the checkpoint sb_ names, in chain order
   JournalWriter journal_;  // the journal on disk: its tail and durable LSN
   int damaged_slot_ = -1;  // a slot that did not decode at open, if any
   // The slot that did not hold the chosen copy at open (damaged, older or

@@ -43,7 +43,8 @@
 // no page of the previous checkpoint is written before the superblock that
 // replaces it is durable; the chunks are then re-derived from the pages the
 // new checkpoint names (meta_units()), and every other AU (a chunk emptied,
-// a handed-over AU not used) is Core's to free. Order: pages, sync,
+// a handed-over AU not used) leaves it, for Core's InstallMeta to retire or
+// free by meta_turnover.h's one rule. Order: pages, sync,
 // superblock to slot seq % 2, sync, the other slot, sync, the journal
 // restarted at `start_lsn` from the tail rounded up to the write unit.
 // Given a JournalSpace (WriteCheckpoint's overload), a checkpoint also grows
@@ -106,9 +107,12 @@ struct JournalGrowth {
   // Runs taken from the space that the journal now holds: in meta_units(),
   // never the caller's to free while this checkpoint is current.
   std::vector<JournalExtent> allocated;
-  // The journal's extents it no longer lists: out of meta_units(), free
-  // space from the return on (the superblock that drops them is durable;
-  // they hold old records only, which an open punches as any free run).
+  // The journal's extents it no longer lists: out of meta_units() from the
+  // return on (the superblock that drops them is durable; they hold old
+  // records only, which an open punches as any free run). A report only:
+  // the caller does not free them, InstallMeta retires them as every AU
+  // the previous meta_units() named and the new one does not
+  // (meta_turnover.h).
   std::vector<JournalExtent> freed;
 };
 
@@ -223,14 +227,16 @@ class FormatV3 final : public MetaFormat {
   //  * runs GrowJournal takes and does not keep it gives back itself;
   //  * on success *growth (if given) names the runs kept (now journal AUs,
   //    in meta_units()) and the extents dropped (out of meta_units(): the
-  //    caller frees them on return, as the chunks no longer listed);
+  //    caller's InstallMeta of meta_units() retires them, as the chunks no
+  //    longer listed; growth is a report, nothing to free by it);
   //  * on failure (a status, or an exception) every run the plan kept is
   //    given back to `space` before the return, *growth is empty and the
   //    format keeps the previous journal (list, ring, meta_units()). The
   //    failed attempt's superblock may still be on disk naming those runs,
   //    as it may name pages in `units`: like them they must hold no data
   //    until a checkpoint succeeds or the pool is reopened (Core fails the
-  //    pool after a failed checkpoint).
+  //    pool after a failed checkpoint), so `space` must not hand them out
+  //    again before then (PoolJournalSpace keeps every run given back).
   // kInvalidArgument, nothing written and the runs given back, for a run
   // taken that is not a free AU outside the checkpoint's (the chunks, the
   // journal, `units`).
@@ -263,7 +269,7 @@ class FormatV3 final : public MetaFormat {
   // a checkpoint, what Core keeps as metadata (every other AU it handed
   // over, and every chunk no longer listed, it may free: the superblock
   // naming the new pages is durable).
-  std::vector<uint64_t> meta_units() const { return UnitsOf(chunks_); }
+  std::vector<uint64_t> meta_units() const override { return UnitsOf(chunks_); }
   // The current checkpoint's tree (tests: which pages it names).
   const CkptTree& tree() const { return tree_; }
   const std::vector<uint64_t>& lun_table_pages() const { return lun_pages_; }

@@ -527,6 +527,13 @@ Status FreeSpace::Unreserve(const GrainRun& r, bool zeroed) {
   return Status::Ok();
 }
 
+Status FreeSpace::Unallocate(const GrainRun& r) {
+  if (r.len == 0) return Status::Ok();
+  if (Status s = CheckNotFree(r, "unallocate"); !s.ok()) return s;
+  (void)index_.Insert(r.start, r.len);  // checked above: none of it is free
+  return Status::Ok();
+}
+
 Status FreeSpace::Free(const GrainRun& r, uint64_t ticket) {
   if (r.len == 0) return Status::Ok();
   if (Status s = CheckNotFree(r, "free"); !s.ok()) return s;

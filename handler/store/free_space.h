@@ -167,6 +167,13 @@ class FreeSpace {
   // they could not be zeroed (quarantine). kInvalidArgument if any is free
   // or pending.
   Status Unreserve(const GrainRun& r, bool zeroed);
+  // Gives back mapped grains that nothing durable names and that read as
+  // zeros (metadata AUs handed over and not used by the checkpoint:
+  // GrainSpace::InstallMeta): free at once, without the pending path.
+  // kInvalidArgument, changing nothing, if r is out of the pool or any of it
+  // is free, pending or in a LUN's open chunk. All-or-nothing under
+  // std::bad_alloc.
+  Status Unallocate(const GrainRun& r);
   // Returns a LUN's unused chunk grains to the index (LUN deleted or closed).
   void CloseChunk(uint32_t lun);
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "handler/store/meta_turnover.h"
 #include "handler/store/names.h"
 
 namespace cowstore::store {
@@ -77,7 +78,7 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
   reserved_.Clear();
   unshared_.Clear();
   meta_aus_ = std::move(ckpt_aus);
-  meta_taken_ = meta_aus_.size();
+  handed_over_.clear();
   mapped_ = mapped_grains;
   return Status::Ok();
 }
@@ -346,6 +347,7 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   // throws (a split run's new node) changes nothing itself, and the pieces
   // before it go back.
   out->reserve(out->size() + n);
+  handed_over_.reserve(handed_over_.size() + n);
   std::vector<GrainRun> taken;  // in grains
   taken.reserve(plan.size());
   try {
@@ -364,21 +366,70 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   // Nothing below allocates.
   free_.Mapped(n * g);  // allocated for good, like mapped grains
   for (const GrainRun& a : plan)
-    for (uint64_t au = a.start; au < a.end(); au++) out->push_back(au);
-  meta_taken_ += n;
+    for (uint64_t au = a.start; au < a.end(); au++) {
+      out->push_back(au);
+      handed_over_.push_back(au);
+    }
   return true;
 }
 
-void GrainSpace::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
-  std::vector<uint64_t> old = std::move(meta_aus_);
-  meta_aus_ = std::move(aus);
-  meta_taken_ -= old.size();
-  // The old checkpoint is unreachable now: free it through the pending path.
-  for (const GrainRun& a : ToRuns(std::move(old))) {
-    Status s = free_.Free({a.start * grains_per_au_, a.len * grains_per_au_}, tag);
+uint64_t GrainSpace::TakeMetaRun(uint64_t max_aus, uint64_t* first_au) {
+  const uint64_t g = grains_per_au_;
+  uint64_t best = 0, best_first = 0;
+  if (max_aus == 0) return 0;
+  // Longest classes first: once a class's longest run holds no more whole
+  // AUs than the best found, no later (shorter) class can beat it.
+  free_.index().VisitLongestFirst(0, [&](const GrainRun& r) {
+    const uint64_t class_max = (uint64_t{2} << (std::bit_width(r.len) - 1)) - 1;
+    if (best >= max_aus || class_max / g <= best) return false;
+    const uint64_t first = (r.start + g - 1) / g, last = r.end() / g;  // AUs [first, last)
+    if (last > first && last - first > best) {
+      best = last - first;
+      best_first = first;
+    }
+    return true;
+  });
+  const uint64_t n = std::min(best, max_aus);
+  if (n == 0) return 0;
+  handed_over_.reserve(handed_over_.size() + n);
+  if (!free_.TakeRun({best_first * g, n * g}).ok()) return 0;  // all or nothing; found in the index
+  free_.Mapped(n * g);  // allocated for good, like TakeMeta's
+  for (uint64_t au = best_first; au < best_first + n; au++) handed_over_.push_back(au);
+  *first_au = best_first;
+  return n;
+}
+
+void GrainSpace::GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept {
+  if (!RunHandedOver(handed_over_, first_au, aus)) return;
+  try {
+    if (!free_.Unallocate({first_au * grains_per_au_, aus * grains_per_au_}).ok()) return;
+  } catch (...) {
+    return;  // still handed over: the next InstallMeta frees it
+  }
+  ForgetHandedOver(&handed_over_, first_au, aus);
+}
+
+Status GrainSpace::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
+  MetaTurnover t;
+  if (Status s = SplitMetaTurnover(meta_aus_, handed_over_, new_set, &t); !s.ok()) return s;
+  const uint64_t g = grains_per_au_;
+  const std::vector<GrainRun> retired = ToRuns(std::move(t.retired)), unused = ToRuns(std::move(t.unused));
+  // Not all-or-nothing past here (rule 8): Core fails the pool on a throw.
+  // The previous checkpoint is unreachable once the new superblock is
+  // durable: its AUs the new set does not keep free through the pending path.
+  for (const GrainRun& a : retired) {
+    Status s = free_.Free({a.start * g, a.len * g}, tag);
+    assert(s.ok());  // metadata grains are neither free nor pending
+    (void)s;
+  }
+  for (const GrainRun& a : unused) {
+    Status s = free_.Unallocate({a.start * g, a.len * g});
     assert(s.ok());
     (void)s;
   }
+  meta_aus_ = std::move(new_set);
+  handed_over_.clear();
+  return Status::Ok();
 }
 
 uint32_t GrainSpace::refs(uint64_t p) const {

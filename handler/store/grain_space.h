@@ -149,13 +149,16 @@ class GrainSpace final : public PoolSpace {
   void Release(const PendingRun& r, bool zeroed) override;
   uint64_t releasing_units() const override { return free_.releasing_grains(); }
 
-  // Checkpoint chunks, in AUs (rule 3 above). TakeMeta takes n whole free
-  // AUs (false, taking nothing, if fewer are); InstallMeta makes `aus` the
-  // current checkpoint and retires the previous one through the pending
-  // path, reusable once ticket `tag` is durable.
+  // Checkpoint chunks, in AUs (rule 3 above), as PoolSpace's: TakeMeta
+  // takes n whole free AUs (false, taking nothing, if fewer are) and hands
+  // them over; InstallMeta keeps, retires (pending under `tag`) and frees
+  // at once by meta_turnover.h's rule.
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
-  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
+  Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  // The longest whole free AUs of one free run (rule 3: AU-aligned).
+  uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) override;
+  void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept override;
   // PoolSpace::free_whole_aus (rule 9). O(free runs visited):
   // longest first, so usually a few.
   uint64_t free_whole_aus(uint64_t limit) const override { return PlanMeta(limit, nullptr); }
@@ -181,11 +184,11 @@ class GrainSpace final : public PoolSpace {
   LunShare Usage(const std::vector<Run>& runs) const { return shared_.Usage(runs); }
 
   // Counts, all in grains. meta_units: the current checkpoint's AUs and
-  // those taken for the next, times grains_per_au().
+  // those handed over since, times grains_per_au().
   uint64_t free_units() const override { return free_.free_grains(); }
   uint64_t mapped_units() const override { return mapped_; }
   uint64_t shared_units() const override { return shared_.shared_grains(); }
-  uint64_t meta_units() const override { return meta_taken_ * grains_per_au_; }
+  uint64_t meta_units() const override { return (meta_aus_.size() + handed_over_.size()) * grains_per_au_; }
   uint64_t reserved_units() const override { return free_.reserved_grains(); }
   uint64_t pending_units() const override { return free_.pending_grains(); }
   uint64_t quarantined_units() const override { return free_.quarantined_grains(); }
@@ -224,8 +227,8 @@ class GrainSpace final : public PoolSpace {
   // Grains whose count fell to 1 in a record not yet durable -> its ticket:
   // they must not be overwritten in place before it is (v1's rule, by range).
   RangeValues unshared_;
-  std::vector<uint64_t> meta_aus_;  // the current checkpoint's AUs, in order
-  uint64_t meta_taken_ = 0;         // AUs: meta_aus_ and those taken for the next
+  std::vector<uint64_t> meta_aus_;     // the current checkpoint's AUs, in the format's order
+  std::vector<uint64_t> handed_over_;  // AUs TakeMeta took since the last InstallMeta
   uint64_t mapped_ = 0;             // grains with one owner or more
   uint32_t soft_percent_ = 0;
   uint32_t max_refs_ = kMaxRefs;

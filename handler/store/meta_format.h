@@ -121,15 +121,17 @@ class MetaFormat {
   // Checkpoint, step 1, under Core's metadata lock: encodes `st`.
   virtual FrozenCheckpoint Freeze(const MetaState& st) const = 0;
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
-  // (the FrozenCheckpoint's meta_units AUs, taken by Core), syncs, writes a
+  // (the FrozenCheckpoint's meta_units AUs, taken by Core; FormatV2 uses
+  // them all, FormatV3 those it needs), syncs, writes a
   // superblock naming it into both slots, syncs, then empties the journal,
   // which continues at `start_lsn`. The first checkpoint after LoadState
   // needs a `start_lsn` at least kLsnGapAfterOpen (meta.h) past the
   // replayed records' next LSN: a torn tail may leave stale records of the
   // LSNs after it in the journal, where new records may be written next to
   // them (FormatV3 refuses a smaller one). On success the checkpoint holds
-  // every record before start_lsn and the previous checkpoint's AUs may be
-  // released. On failure the format keeps the previous checkpoint in memory;
+  // every record before start_lsn and meta_units() names its AUs: the
+  // previous checkpoint's AUs not among them may be released. On failure
+  // the format keeps the previous checkpoint in memory (meta_units() too);
   // on disk either may be current (a failure after the first slot's write),
   // and the next open decides. The journal keeps its extents here; a format
   // that sizes its journal with the map takes the free space to grow it
@@ -139,6 +141,15 @@ class MetaFormat {
   virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
 
+  // The AUs the current checkpoint occupies (after LoadState, what
+  // LoadedMeta::meta_units named; after a successful WriteCheckpoint, the
+  // new checkpoint's; a failed one leaves them). Core installs them in the
+  // space map after each checkpoint (PoolSpace::InstallMeta): every AU it
+  // handed over that is not here, and every AU of the previous set that is
+  // not, it frees. FormatV2: its chain, in chain order; FormatV3: its
+  // chunks and journal, sorted.
+  virtual std::vector<uint64_t> meta_units() const = 0;
+
   // Declares the pool `new_size` bytes, durably (superblock in both slots,
   // synced). The caller has checked the size and made the device hold it.
   virtual Status Grow(File* file, uint64_t new_size) = 0;
@@ -146,12 +157,9 @@ class MetaFormat {
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
 // but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
-// Core neither passes it dirty ranges nor a JournalSpace to grow its
-// journal from, nor keeps the metadata AUs it reports after a checkpoint:
-// Core's InstallMeta frees the previous checkpoint's AUs, which for v3 are
-// live chunks, and would not free the journal extents a growth drops), so
-// the engine serves 1 and 2 only (Core's space map does not count in v3's
-// grain either).
+// Core keeps the metadata AUs the format reports after a checkpoint, but
+// neither serves format 3's grain nor passes it a JournalSpace yet), so
+// the engine serves 1 and 2 only.
 // kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
 // 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {

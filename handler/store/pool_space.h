@@ -10,9 +10,10 @@
 //
 // Units. Every count, unit number and run is in the space's unit (the pool's
 // grain), except the checkpoint's chunks: TakeMeta, InstallMeta, meta_aus,
-// free_whole_aus and Rebuild's `ckpt_aus` name whole AUs, because that is
-// what the checkpoint chain writes and the superblock names. units_per_au()
-// converts (1 for SpaceMap). meta_units() counts units.
+// TakeMetaRun, GiveMetaRun, free_whole_aus and Rebuild's `ckpt_aus` name
+// whole AUs, because that is what the checkpoint chain writes and the
+// superblock names. units_per_au() converts (1 for SpaceMap). meta_units()
+// counts units.
 //
 // What only one implementation has (the flat map's per-unit states for the
 // check, GrainSpace's Usage(runs)) is not here: a caller that needs it holds
@@ -91,12 +92,38 @@ class PoolSpace {
   virtual uint64_t releasing_units() const = 0;
 
   // Checkpoint chunks, in AUs. TakeMeta takes n whole free AUs for a new
-  // checkpoint (false, taking nothing, if fewer are); InstallMeta makes
-  // `aus` the current checkpoint and retires the previous one through the
-  // pending path, reusable once ticket `tag` is durable.
+  // checkpoint (false, taking nothing, if fewer are) and hands them over:
+  // the space remembers them until the next InstallMeta. InstallMeta makes
+  // `new_set` (the format's meta_units() after a successful checkpoint, in
+  // its order) the current checkpoint, by one rule (meta_turnover.h): AUs
+  // of the previous set it keeps stay metadata, the others retire through
+  // the pending path, reusable once ticket `tag` is durable, and AUs handed
+  // over that it does not name are free at once. kIOError ("...; the pool
+  // must be reopened"), changing nothing, for a new set naming an AU twice
+  // or one neither current nor handed over, or current and handed-over
+  // sets that overlap or repeat an AU (an engine bug: Core fails the pool,
+  // as after any failed checkpoint). A std::bad_alloc changes nothing in
+  // SpaceMap (it allocates first); GrainSpace's may leave it part way (some
+  // AUs retired or freed, the rest and the sets as they were), harmless
+  // only because Core fails the pool on any throw and the reopen rebuilds
+  // the space: nothing may retry an install after a throw. meta_aus: the
+  // current set.
   virtual bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) = 0;
-  virtual void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) = 0;
+  virtual Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) = 0;
   virtual const std::vector<uint64_t>& meta_aus() const = 0;
+  // The journal's runs (PoolJournalSpace, pool_journal_space.h), handed over
+  // as TakeMeta's AUs are, so InstallMeta keeps or frees them by the same
+  // rule. TakeMetaRun takes the longest run of whole free AUs, cut to
+  // max_aus from its start: returns its length (0, taking nothing, if no
+  // whole AU is free or max_aus is 0) and its first AU in *first_au.
+  // GiveMetaRun gives back a run TakeMetaRun handed over and no InstallMeta
+  // has seen since: free at once; if memory for that fails, it stays handed
+  // over, for the next InstallMeta to free (a run not wholly handed over is
+  // ignored, changing nothing). Never throws. Only for a run nothing wrote
+  // and no superblock names: PoolJournalSpace does not call it, since
+  // FormatV3 gives runs back after a failed checkpoint too.
+  virtual uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) = 0;
+  virtual void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept = 0;
   // Whole free AUs, counting no further than `limit`: TakeMeta(n) succeeds
   // exactly when free_whole_aus(n) == n. Free units can outnumber them many
   // times over when units are smaller than an AU (free grains scattered), so
@@ -125,7 +152,7 @@ class PoolSpace {
   virtual uint64_t free_units() const = 0;
   virtual uint64_t mapped_units() const = 0;   // one reference or more
   virtual uint64_t shared_units() const = 0;   // two references or more
-  virtual uint64_t meta_units() const = 0;     // the checkpoint's AUs and those taken for the next
+  virtual uint64_t meta_units() const = 0;     // the checkpoint's AUs and those handed over since
   virtual uint64_t reserved_units() const = 0;
   virtual uint64_t pending_units() const = 0;  // freed by records not yet durable
   virtual uint64_t quarantined_units() const = 0;

@@ -6,13 +6,14 @@
 #include <new>
 #include <string>
 
+#include "handler/store/meta_turnover.h"
 #include "handler/store/soft_threshold.h"
 
 namespace cowstore::store {
 
 // All or nothing under std::bad_alloc: the one allocation (a new run's node)
 // comes before any change, and a run that grows downwards keeps its node.
-void FreeRuns::Add(uint64_t p, uint64_t n) {
+void FreeRuns::Add(uint64_t p, uint64_t n, Spare* spare) {
   if (n == 0) return;
   auto next = runs_.lower_bound(p);
   if (next != runs_.begin()) {
@@ -36,8 +37,40 @@ void FreeRuns::Add(uint64_t p, uint64_t n) {
     count_ += n;
     return;
   }
-  runs_.emplace_hint(next, p, n);
+  if (spare != nullptr && !spare->empty()) {
+    auto node = spare->extract(spare->begin());
+    node.key() = p;
+    node.mapped() = n;
+    runs_.insert(next, std::move(node));
+  } else {
+    runs_.emplace_hint(next, p, n);
+  }
   count_ += n;
+}
+
+uint64_t FreeRuns::Longest(uint64_t max, uint64_t* first) const {
+  uint64_t best = 0;
+  for (const auto& [p, n] : runs_)
+    if (n > best) {
+      best = n;
+      *first = p;
+    }
+  return std::min(best, max);
+}
+
+void FreeRuns::TakeFront(uint64_t p, uint64_t n) {
+  auto it = runs_.find(p);
+  const uint64_t len = it->second;
+  if (n < len) {
+    auto next = std::next(it);
+    auto node = runs_.extract(it);
+    node.key() = p + n;
+    node.mapped() = len - n;
+    runs_.insert(next, std::move(node));
+  } else {
+    runs_.erase(it);
+  }
+  count_ -= n;
 }
 
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
@@ -84,8 +117,8 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   unshared_.clear();
   reserved_ = quarantined_ = mapped_units_ = 0;
   meta_aus_ = std::move(ckpt_aus);
+  handed_over_.clear();
   for (uint64_t p : meta_aus_) state_[p] = AuState::kMeta;
-  meta_units_ = meta_aus_.size();
   for (const auto& [id, l] : st.luns) {
     for (const auto& [lba, e] : l->map.runs()) {
       for (uint64_t q = e.phys; q < e.phys + e.len; q++) {
@@ -250,18 +283,60 @@ void SpaceMap::Release(const PendingRun& r, bool zeroed) {
 }
 
 bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
+  handed_over_.reserve(handed_over_.size() + n);  // so nothing below throws
+  const size_t before = out->size();
   if (!TakeFree(n, AuState::kMeta, out)) return false;
-  meta_units_ += n;
+  handed_over_.insert(handed_over_.end(), out->begin() + static_cast<long>(before), out->end());
   return true;
 }
 
-void SpaceMap::InstallMeta(std::vector<uint64_t> aus, uint64_t tag) {
-  std::vector<uint64_t> old = std::move(meta_aus_);
-  meta_aus_ = std::move(aus);
-  meta_units_ -= old.size();
-  for (uint64_t p : old) state_[p] = AuState::kPending;
-  // The old checkpoint is unreachable now: free it through the pending path.
-  for (uint64_t p : old) pending_.push_back({p, 1, tag});
+uint64_t SpaceMap::TakeMetaRun(uint64_t max_aus, uint64_t* first_au) {
+  uint64_t first = 0;
+  const uint64_t n = free_.Longest(max_aus, &first);
+  if (n == 0) return 0;
+  handed_over_.reserve(handed_over_.size() + n);  // so nothing below throws
+  free_.TakeFront(first, n);
+  for (uint64_t p = first; p < first + n; p++) {
+    state_[p] = AuState::kMeta;
+    handed_over_.push_back(p);
+  }
+  *first_au = first;
+  return n;
+}
+
+void SpaceMap::GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept {
+  if (!RunHandedOver(handed_over_, first_au, aus)) return;
+  try {
+    free_.Add(first_au, aus);  // all or nothing
+  } catch (...) {
+    return;  // still handed over: the next InstallMeta frees it
+  }
+  for (uint64_t p = first_au; p < first_au + aus; p++) state_[p] = AuState::kFree;
+  ForgetHandedOver(&handed_over_, first_au, aus);
+}
+
+Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
+  MetaTurnover t;
+  if (Status s = SplitMetaTurnover(meta_aus_, handed_over_, new_set, &t); !s.ok()) return s;
+  // All or nothing: what allocates comes first (pending's room, a free-run
+  // node for each unused AU, which its Add uses if it starts a run), so a
+  // std::bad_alloc changes nothing; nothing below allocates.
+  pending_.reserve(pending_.size() + t.retired.size());
+  FreeRuns::Spare spare;
+  for (uint64_t p : t.unused) spare.emplace_hint(spare.end(), p, 1);
+  // The previous checkpoint is unreachable once the new superblock is
+  // durable: its AUs the new set does not keep free through the pending path.
+  for (uint64_t p : t.retired) {
+    state_[p] = AuState::kPending;
+    pending_.push_back({p, 1, tag});
+  }
+  for (uint64_t p : t.unused) {
+    free_.Add(p, 1, &spare);
+    state_[p] = AuState::kFree;
+  }
+  meta_aus_ = std::move(new_set);
+  handed_over_.clear();
+  return Status::Ok();
 }
 
 bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {

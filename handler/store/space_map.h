@@ -5,8 +5,12 @@
 // An AU moves kFree -> kReserved (an operation writes its data) -> mapped
 // (refs > 0, state kNone) -> kPending (its last reference went in a record
 // that is not durable yet) -> kFree again once that record is durable. A
-// checkpoint's AUs are kMeta until the next checkpoint retires them through
-// kPending. An AU that could not be zeroed is kQuarantine until the next open.
+// checkpoint's AUs are kMeta from TakeMeta or TakeMetaRun (handed over)
+// until an InstallMeta: one whose set keeps them leaves them kMeta, a later
+// one whose set drops them retires them through kPending, and one that
+// does not use a handed-over AU makes it kFree at once (meta_turnover.h);
+// GiveMetaRun also makes a handed-over run kFree at once. An AU that could
+// not be zeroed is kQuarantine until the next open.
 //
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.
@@ -42,14 +46,23 @@ namespace cowstore::store {
 // Free AUs as runs {first AU -> length}; every free AU reads as zeros.
 class FreeRuns {
  public:
-  // Adds [p, p+n), merging with the runs on either side.
-  void Add(uint64_t p, uint64_t n);
+  // Adds [p, p+n), merging with the runs on either side. A new run's node
+  // comes from `spare` if it holds one (then Add does not allocate), else
+  // is allocated (which may throw, changing nothing).
+  using Spare = std::map<uint64_t, uint64_t>;
+  void Add(uint64_t p, uint64_t n, Spare* spare = nullptr);
   // Takes n AUs (next-fit from a cursor, preferring one run that holds all
   // of them); false if fewer than n are free (then nothing is taken).
   bool Take(uint64_t n, std::vector<uint64_t>* out);
   uint64_t count() const { return count_; }
   const std::map<uint64_t, uint64_t>& runs() const { return runs_; }
   void Clear() { runs_.clear(); count_ = 0; cursor_ = 0; }
+  // The longest run (the lowest of equals): its first AU in *first and its
+  // length cut to `max` (0 if nothing is free).
+  uint64_t Longest(uint64_t max, uint64_t* first) const;
+  // Takes the first n AUs of the run starting at p. REQUIRES: that run
+  // holds n. Never allocates.
+  void TakeFront(uint64_t p, uint64_t n);
 
  private:
   std::map<uint64_t, uint64_t> runs_;
@@ -94,8 +107,10 @@ class SpaceMap final : public PoolSpace {
   uint64_t releasing_units() const override { return releasing_; }
 
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;
-  void InstallMeta(std::vector<uint64_t> aus, uint64_t tag) override;
+  Status InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) override;
   const std::vector<uint64_t>& meta_aus() const override { return meta_aus_; }
+  uint64_t TakeMetaRun(uint64_t max_aus, uint64_t* first_au) override;
+  void GiveMetaRun(uint64_t first_au, uint64_t aus) noexcept override;
   // A free unit is a whole free AU here.
   uint64_t free_whole_aus(uint64_t limit) const override { return std::min(free_units(), limit); }
 
@@ -112,7 +127,7 @@ class SpaceMap final : public PoolSpace {
   uint64_t free_units() const override { return free_.count(); }
   uint64_t mapped_units() const override { return mapped_units_; }
   uint64_t shared_units() const override;
-  uint64_t meta_units() const override { return meta_units_; }
+  uint64_t meta_units() const override { return meta_aus_.size() + handed_over_.size(); }
   uint64_t reserved_units() const override { return reserved_; }
   uint64_t pending_units() const override;
   uint64_t quarantined_units() const override { return quarantined_; }
@@ -133,13 +148,14 @@ class SpaceMap final : public PoolSpace {
   std::vector<uint32_t> refs_;
   std::vector<AuState> state_;
   FreeRuns free_;
-  std::vector<uint64_t> meta_aus_;  // the current checkpoint chain, in order
+  std::vector<uint64_t> meta_aus_;     // the current checkpoint's AUs, in the format's order
+  std::vector<uint64_t> handed_over_;  // kMeta AUs taken since the last InstallMeta
   std::vector<PendingRun> pending_;
   // AUs whose reference count fell to 1 in a record not yet durable, with
   // that record's ticket: they must not be overwritten in place before it.
   std::unordered_map<uint64_t, uint64_t> unshared_;
   uint64_t releasing_ = 0;  // taken by TakeReleasable, not yet Released
-  uint64_t reserved_ = 0, quarantined_ = 0, meta_units_ = 0, mapped_units_ = 0;
+  uint64_t reserved_ = 0, quarantined_ = 0, mapped_units_ = 0;
   uint32_t soft_percent_ = 0;
   uint32_t max_refs_ = kMaxRefs;
 };

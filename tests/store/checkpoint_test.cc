@@ -1,16 +1,22 @@
 // SPDX-License-Identifier: Apache-2.0
 // Unit tests of the checkpoint chain (checkpoint.h) and its chunk format
 // (meta.h): round trips of every size class, and each way a chain can be
-// damaged or stale, which must be refused, never half-read.
+// damaged or stale, which must be refused, never half-read; and FormatV2's
+// chain as MetaFormat::meta_units() reports it.
 #include "handler/store/checkpoint.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/crc32c.h"
 #include "handler/store/fault_env.h"
+#include "handler/store/format_v2.h"
 
 namespace cowstore::store {
 namespace {
@@ -159,6 +165,101 @@ TEST_F(CheckpointChainTest, PayloadThatDisagreesWithTheSuperblockIsRefused) {
   sb_.ckpt_crc ^= 1;
   sb_.ckpt_bytes = 999;  // shorter than the chunk holds
   EXPECT_EQ(Read(&got, &aus).code(), Code::kCorruption);
+}
+
+// ------------------------------------------------ FormatV2's chain
+
+// A FormatV2 pool on `file`, chosen and loaded as an open does.
+std::unique_ptr<MetaFormat> LoadV2(File* file, MetaState* st, LoadedMeta* loaded) {
+  SuperblockSlots slots;
+  auto chosen = ChooseMetaFormat(file, &slots);
+  EXPECT_TRUE(chosen.ok()) << chosen.status().ToString();
+  if (!chosen.ok()) return nullptr;
+  std::unique_ptr<MetaFormat> f = std::move(chosen).value();
+  PoolGeometry g;
+  EXPECT_TRUE(f->ChooseSuperblock(slots, &g).ok());
+  st->au = g.grain;
+  Status s = f->LoadState(file, st, loaded);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  return f;
+}
+
+// A state whose encoding takes several AUs: one LUN of many one-AU runs,
+// none contiguous with the next.
+MetaState BigState(uint32_t au, uint64_t runs) {
+  MetaState st;
+  st.au = au;
+  auto l = std::make_shared<LunState>();
+  l->id = 1;
+  l->name = "big";
+  for (uint64_t i = 0; i < runs; i++)
+    if (!l->map.Insert(i, 2 * i, 1).ok()) std::abort();
+  l->size = runs * au;
+  st.AddLun(l);
+  st.next_lun_id = 2;
+  return st;
+}
+
+// meta_units() is the chain in chain order (what an open's Rebuild and the
+// check compare): after a checkpoint, after a reopen, and after a failed
+// checkpoint (the previous chain). A units count other than Freeze asked
+// for is refused with nothing written.
+TEST(FormatV2Chain, MetaUnitsKeepTheChainOrderAndAWrongCountIsRefused) {
+  FaultInjectionEnv env;
+  auto opened = env.OpenLocked("p", Env::Mode::kCreate);
+  ASSERT_TRUE(opened.ok());
+  std::unique_ptr<File> file = std::move(opened.value());
+  const Uuid uuid{7};
+  ASSERT_TRUE(FormatV2::Create(file.get(), uuid, kAu, DataOffsetV2(kAu, kAu) + 64 * uint64_t{kAu}, kAu, 0).ok());
+  MetaState st;
+  LoadedMeta loaded;
+  std::unique_ptr<MetaFormat> f = LoadV2(file.get(), &st, &loaded);
+  ASSERT_TRUE(f);
+  EXPECT_TRUE(f->meta_units().empty());  // a new pool has no checkpoint yet
+
+  const FrozenCheckpoint frozen = f->Freeze(BigState(kAu, 10000));
+  ASSERT_GE(frozen.meta_units, 3u);
+  ASSERT_LE(frozen.meta_units, 13u);  // the AUs below stay in the pool
+  // Not sorted: the chain's order is the order given.
+  std::vector<uint64_t> units;
+  for (uint64_t i = 0; i < frozen.meta_units; i++) units.push_back(40 - 3 * i);
+  std::swap(units[0], units[1]);
+  const uint64_t start_lsn = loaded.end.next_lsn + kLsnGapAfterOpen;
+
+  const std::vector<uint8_t> before = env.Snapshot("p");
+  for (uint64_t n : {frozen.meta_units - 1, frozen.meta_units + 1}) {
+    std::vector<uint64_t> wrong(units.begin(), units.begin() + static_cast<long>(std::min(n, frozen.meta_units)));
+    if (n > frozen.meta_units) wrong.push_back(50);
+    EXPECT_EQ(f->WriteCheckpoint(file.get(), frozen, wrong, start_lsn).code(), Code::kInvalidArgument) << n;
+    EXPECT_TRUE(env.Snapshot("p") == before) << "a refused checkpoint wrote";
+    EXPECT_TRUE(f->meta_units().empty());
+  }
+  // A checkpoint of no AUs (not one Freeze makes) has no chain to start.
+  EXPECT_EQ(f->WriteCheckpoint(file.get(), FrozenCheckpoint(), {}, start_lsn).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(env.Snapshot("p") == before) << "a refused checkpoint wrote";
+
+  ASSERT_TRUE(f->WriteCheckpoint(file.get(), frozen, units, start_lsn).ok());
+  EXPECT_EQ(f->meta_units(), units);
+
+  // A failed checkpoint leaves the chain it had.
+  const FrozenCheckpoint again = f->Freeze(BigState(kAu, 10000));
+  std::vector<uint64_t> other;
+  for (uint64_t i = 0; i < again.meta_units; i++) other.push_back(2 + i);
+  env.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  EXPECT_FALSE(f->WriteCheckpoint(file.get(), again, other, start_lsn + 10).ok());
+  env.ClearFaults();
+  EXPECT_EQ(f->meta_units(), units);
+
+  // Reopened: the chain as written (the failed attempt never reached a
+  // superblock: its sync before the superblock failed).
+  MetaState st2;
+  LoadedMeta loaded2;
+  std::unique_ptr<MetaFormat> f2 = LoadV2(file.get(), &st2, &loaded2);
+  ASSERT_TRUE(f2);
+  EXPECT_EQ(loaded2.meta_units, units);
+  EXPECT_EQ(f2->meta_units(), units);
+  ASSERT_NE(st2.Find(1), nullptr);
+  EXPECT_EQ(st2.Find(1)->map.extents(), 10000u);
 }
 
 }  // namespace

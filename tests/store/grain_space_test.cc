@@ -486,8 +486,8 @@ class Differential {
     seen_.meta_refused += !sm_ok;
     if (!sm_ok) return;
     Pair(a, b);
-    sm_.InstallMeta(a, ticket_);
-    gs_.InstallMeta(b, ticket_);
+    ASSERT_TRUE(sm_.InstallMeta(a, ticket_).ok());
+    ASSERT_TRUE(gs_.InstallMeta(b, ticket_).ok());
   }
 
   void UnreserveSome() {
@@ -599,6 +599,119 @@ TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
     EXPECT_GT(seen.*f, 0u);
 }
 
+// ------------------------------------------- the checkpoint's turnover
+
+// Every space class, through the interface Core holds: the flat map, and
+// GrainSpace at grain == AU and at 16 grains an AU.
+struct SpaceKind {
+  const char* name;
+  std::unique_ptr<PoolSpace> (*make)();
+};
+const SpaceKind kSpaceKinds[] = {
+    {"SpaceMap", [] { return std::unique_ptr<PoolSpace>(new SpaceMap); }},
+    {"GrainSpace, grain == AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(64 * KiB, 64 * KiB)); }},
+    {"GrainSpace, 16 grains an AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(4 * KiB, 64 * KiB)); }},
+};
+
+// What a refused InstallMeta must leave as it was.
+struct MetaView {
+  std::vector<uint64_t> meta_aus;
+  uint64_t meta, free, pending, reserved;
+  std::map<uint64_t, uint64_t> free_runs;
+  bool operator==(const MetaView&) const = default;
+};
+MetaView ViewOf(const PoolSpace& s) {
+  return {s.meta_aus(), s.meta_units(), s.free_units(), s.pending_units(), s.reserved_units(), s.free_runs()};
+}
+
+// True if AU `au` lies whole in one free run.
+bool AuIsFree(const PoolSpace& s, uint64_t au) {
+  const uint64_t g = s.units_per_au();
+  for (const auto& [p, n] : s.free_runs())
+    if (p <= au * g && au * g + g <= p + n) return true;
+  return false;
+}
+
+// Format 3's turnover: the new set keeps some AUs of the current one (chunks
+// that survive), retires another (an emptied chunk: pending under the
+// checkpoint's ticket, it held the previous checkpoint), uses one AU handed
+// over and leaves two handed over unused (free at once).
+TEST(PoolSpaceMetaTurnover, OverlappingSetsKeepRetireUnderTheTagAndFreeUnusedAtOnce) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    std::unique_ptr<PoolSpace> owned = kind.make();
+    PoolSpace& s = *owned;
+    const uint64_t g = s.units_per_au();
+    ASSERT_TRUE(s.Rebuild(10 * g, StateOf({}), {2, 0, 1}).ok());
+    ASSERT_EQ(s.free_units(), 7 * g);
+    std::vector<uint64_t> handed;
+    ASSERT_TRUE(s.TakeMeta(3, &handed));
+    ASSERT_EQ(handed.size(), 3u);
+    EXPECT_EQ(s.meta_units(), 6 * g);  // current and handed over
+    EXPECT_EQ(s.free_units(), 4 * g);
+    const std::vector<uint64_t> next = {2, handed[1], 0};
+    ASSERT_TRUE(s.InstallMeta(next, /*tag=*/5).ok());
+    EXPECT_EQ(s.meta_aus(), next);  // in the format's order
+    EXPECT_EQ(s.meta_units(), 3 * g);
+    EXPECT_EQ(s.pending_units(), g);      // AU 1 only
+    EXPECT_EQ(s.free_units(), 6 * g);     // the two unused, at once
+    EXPECT_TRUE(AuIsFree(s, handed[0]));
+    EXPECT_TRUE(AuIsFree(s, handed[2]));
+    for (uint64_t au : {uint64_t{0}, uint64_t{1}, uint64_t{2}, handed[1]}) EXPECT_FALSE(AuIsFree(s, au)) << au;
+    // AU 1 held the previous checkpoint: reusable only once the tag is durable.
+    EXPECT_TRUE(s.TakeReleasable(4).empty());
+    const std::vector<PendingRun> ready = s.TakeReleasable(5);
+    ASSERT_EQ(ready.size(), 1u);
+    EXPECT_EQ(ready[0].phys, 1 * g);
+    EXPECT_EQ(ready[0].n, g);
+    s.Release(ready[0], /*zeroed=*/true);
+    EXPECT_EQ(s.free_units(), 7 * g);
+    EXPECT_TRUE(AuIsFree(s, 1));
+    EXPECT_FALSE(s.has_pending());
+    // The kept AUs stay metadata through the next turnover too: format 2's
+    // fresh chain retires every one of them.
+    std::vector<uint64_t> chain;
+    ASSERT_TRUE(s.TakeMeta(2, &chain));
+    ASSERT_TRUE(s.InstallMeta(chain, /*tag=*/6).ok());
+    EXPECT_EQ(s.meta_aus(), chain);
+    EXPECT_EQ(s.pending_units(), 3 * g);
+    EXPECT_EQ(s.meta_units(), 2 * g);
+    EXPECT_EQ(s.free_units(), 5 * g);
+  }
+}
+
+// A new set naming an AU that is neither current nor handed over, or one
+// twice: kIOError, the pool must be reopened, and nothing changed (a
+// handed-over AU stays handed over: the next install may still use it).
+// (Current and handed over cannot overlap through this interface: TakeMeta
+// hands over free AUs only; meta_turnover_test refuses that split.)
+TEST(PoolSpaceMetaTurnover, ARefusedInstallChangesNothing) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    std::unique_ptr<PoolSpace> owned = kind.make();
+    PoolSpace& s = *owned;
+    const uint64_t g = s.units_per_au();
+    ASSERT_TRUE(s.Rebuild(10 * g, StateOf({}), {0, 1}).ok());
+    std::vector<uint64_t> handed;
+    ASSERT_TRUE(s.TakeMeta(2, &handed));
+    uint64_t foreign = 0;
+    while (foreign == 0 || foreign == 1 || foreign == handed[0] || foreign == handed[1]) foreign++;
+    const MetaView before = ViewOf(s);
+    for (const std::vector<uint64_t>& bad : {std::vector<uint64_t>{handed[0], foreign},
+                                             std::vector<uint64_t>{handed[0], handed[1], handed[0]},
+                                             std::vector<uint64_t>{1, 0, 1}}) {
+      const Status st = s.InstallMeta(bad, /*tag=*/3);
+      EXPECT_EQ(st.code(), Code::kIOError);
+      EXPECT_NE(st.message().find("; the pool must be reopened"), std::string::npos) << st.message();
+      EXPECT_TRUE(ViewOf(s) == before);
+    }
+    ASSERT_TRUE(s.InstallMeta({handed[1], 1}, /*tag=*/3).ok());
+    EXPECT_EQ(s.meta_units(), 2 * g);
+    EXPECT_EQ(s.pending_units(), g);
+    EXPECT_TRUE(AuIsFree(s, handed[0]));
+  }
+}
+
 // --------------------------------------------------- 2. grain < AU
 
 // Units of 4 KiB grains in 64 KiB AUs: 16 grains an AU.
@@ -651,7 +764,7 @@ TEST(GrainSpace, MetadataChunksAreWholeAlignedFreeAus) {
   // Nothing whole is left (the 5 tail grains never make an AU).
   EXPECT_FALSE(s.TakeMeta(1, &aus));
   // Installing them retires AU 0 through the pending path, in grains.
-  s.InstallMeta(aus, 7);
+  ASSERT_TRUE(s.InstallMeta(aus, 7).ok());
   EXPECT_EQ(s.pending_units(), kG16);
   const std::vector<PendingRun> ready = s.TakeReleasable(7);
   ASSERT_EQ(ready.size(), 1u);
@@ -903,7 +1016,9 @@ TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
         for (uint64_t q = p; q < p + n; q++) owners[q]--;
       } else if (op < 9) {  // a checkpoint
         std::vector<uint64_t> aus;
-        if (s.TakeMeta(1 + rng() % 2, &aus)) s.InstallMeta(aus, ticket);
+        if (s.TakeMeta(1 + rng() % 2, &aus)) {
+          ASSERT_TRUE(s.InstallMeta(aus, ticket).ok());
+        }
       } else {  // everything durable and punched: nothing in flight, compare
         // Before: a grain whose count fell to one in a record not yet
         // durable waits for it; one that shares nothing does not.
@@ -956,7 +1071,9 @@ struct PendingCheckpoint {
   std::shared_ptr<Lun> a;
   const std::vector<char> au = std::vector<char>(kAu, 'x');
 
-  void Make() {
+  // `many_luns`: enough LUNs with long names that a checkpoint is a chain of
+  // several AUs (FormatV2's order then matters to the check).
+  void Make(uint32_t many_luns = 0) {
     o.allocation_unit = kAu;
     o.journal_bytes = 64 * 1024;
     o.size_bytes = 128 * 1024 + 32 * kAu;
@@ -965,6 +1082,11 @@ struct PendingCheckpoint {
     pool = std::move(*p);
     ASSERT_TRUE(pool->CreateLun("a", 16 * kAu, 512).ok());
     ASSERT_TRUE(pool->CreateLun("b", kAu, 512).ok());
+    for (uint32_t i = 0; i < many_luns; i++) {
+      std::string name = "lun-" + std::to_string(i) + "-";
+      name.resize(kMaxNameLength, 'n');
+      ASSERT_TRUE(pool->CreateLun(name, kAu, 512).ok());
+    }
     auto l = pool->OpenLun("a");
     ASSERT_TRUE(l.ok()) << l.status().ToString();
     a = *l;
@@ -1053,6 +1175,50 @@ TEST(PoolCheckpointIOError, EveryFailedCheckpointFailsThePool) {
   }
 }
 
+// The same with a checkpoint of several AUs: the chain the format names
+// and the space map installs agree, in order (the check compares them)
+// after checkpoints that succeed, and after a reopen once one failed.
+TEST(PoolCheckpointIOError, AChainOfSeveralAusIsCheckCleanAfterCheckpointsAndAfterAFailedOneReopened) {
+  {
+    PendingCheckpoint t;
+    t.Make(1500);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_TRUE(t.pool->Flush().ok());  // a checkpoint of several AUs
+    EXPECT_GE(t.pool->Space().metadata_units, 3u) << "the chain is not several AUs";
+    const CheckReport check = t.pool->Check();
+    EXPECT_TRUE(check.clean) << (check.problems.empty() ? "" : check.problems[0]);
+    t.a.reset();
+    ASSERT_TRUE(t.pool->Close().ok());
+    t.pool.reset();
+    // Read-only: no checkpoint at the open, so the format's chain is the
+    // one LoadState read and the space map's the one Rebuild got.
+    OpenOptions ro;
+    ro.read_only = true;
+    auto p = Pool::Open(&t.env, "p", ro);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const CheckReport ro_check = (*p)->Check();
+    EXPECT_TRUE(ro_check.clean) << (ro_check.problems.empty() ? "" : ro_check.problems[0]);
+  }
+  for (uint64_t n = 0;; n++) {
+    SCOPED_TRACE("write " + std::to_string(n) + " fails");
+    PendingCheckpoint t;
+    t.Make(1500);
+    if (::testing::Test::HasFatalFailure()) return;
+    t.env.FailAt(FaultInjectionEnv::Op::kWrite, n, Code::kIOError);
+    const Status s = t.pool->Flush();
+    t.env.ClearFaults();
+    if (s.ok()) {
+      EXPECT_GE(n, 3u) << "the checkpoint made fewer writes than its chain has AUs";
+      break;
+    }
+    t.a.reset();
+    (void)t.pool->Close();
+    t.pool.reset();
+    t.ExpectReopensClean();
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // ------------------------------------------------------------ 3. RAM
 
 // 16 TiB of 4 KiB grains (2^32: SpaceMap would hold 5 bytes each, 20 GiB)
@@ -1136,6 +1302,44 @@ TEST(PoolSpaceAllocationFailure, ReserveIndexIsNoSpaceAndChangesNothing) {
     EXPECT_EQ(s->total_units(), kGrown);
     EXPECT_EQ(s->free_units(), kGrown - 1);
   }
+}
+
+// SpaceMap::InstallMeta allocates before it changes anything (pending's
+// room, a node for each unused AU that starts a free run), so a
+// std::bad_alloc at any of its allocations changes nothing (review M3).
+TEST(PoolSpaceAllocationFailure, SpaceMapInstallMetaChangesNothingOnBadAlloc) {
+  SpaceMap s;
+  ASSERT_TRUE(s.Rebuild(12, StateOf({}), {0, 1}).ok());
+  std::vector<uint64_t> aus;
+  ASSERT_TRUE(s.TakeMeta(10, &aus));  // every free AU: 2..11
+  std::sort(aus.begin(), aus.end());
+  ASSERT_EQ(aus.size(), 10u);
+  // Kept AUs 3, 5, 7, 9: the unused 2, 4, 6, 8, 10, 11 each start a free run
+  // of their own (2..11 share none), and 0 and 1 retire.
+  const std::vector<uint64_t> next{3, 5, 7, 9};
+  struct View {
+    std::map<uint64_t, uint64_t> free_runs;
+    uint64_t free, meta, pending;
+    std::vector<uint64_t> meta_aus;
+    std::vector<AuState> states;
+    bool operator==(const View&) const = default;
+  };
+  auto see = [&] {
+    return View{s.free_runs(), s.free_units(), s.meta_units(), s.pending_units(), s.meta_aus(), s.all_states()};
+  };
+  const View before = see();
+  uint64_t failures = 0;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    Status r;
+    if (!ThrowsBadAlloc(k, [&] { r = s.InstallMeta(next, 7); })) break;
+    failures++;
+    ASSERT_TRUE(see() == before);
+  }
+  EXPECT_GT(failures, 3u);
+  EXPECT_EQ(s.meta_aus(), next);
+  EXPECT_EQ(s.free_units(), 6u);
+  EXPECT_EQ(s.pending_units(), 2u);
 }
 
 TEST(GrainSpaceAllocationFailure, ReserveMappedUnreserveAndTakeMetaLoseNoGrain) {

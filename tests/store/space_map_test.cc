@@ -378,7 +378,7 @@ TEST_F(SpaceMapTest, NewCheckpointRetiresTheOldOneThroughPending) {
   EXPECT_EQ(aus, (V{5, 6}));
   EXPECT_EQ(m_.state(5), AuState::kMeta);
   EXPECT_EQ(m_.meta_units(), 4u);  // both chains, until the new one is installed
-  m_.InstallMeta(aus, /*tag=*/3);
+  ASSERT_TRUE(m_.InstallMeta(aus, /*tag=*/3).ok());
   EXPECT_EQ(m_.meta_aus(), (V{5, 6}));
   EXPECT_EQ(m_.meta_units(), 2u);
   EXPECT_EQ(m_.state(0), AuState::kPending);
