@@ -104,16 +104,18 @@ Status Core::CheckpointLocked(uint64_t* target) {
   Status s;
   bool threw = false;
   FrozenCheckpoint frozen;
+  DirtyRanges taken;  // what `frozen` changed (dirty_ranges.h's hand-over)
   std::vector<uint64_t> aus;
   uint64_t start_lsn = 0;
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     try {
-      frozen = format_->Freeze(st_);
+      frozen = format_->Freeze(st_, dirty_);
       if (space_->TakeMeta(frozen.meta_units, &aus)) {
         *target = jbuf_.last_ticket();
         start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+        taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's
       } else {
         s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
       }
@@ -141,6 +143,12 @@ Status Core::CheckpointLocked(uint64_t* target) {
       s = StatusFromCurrentException(kWhere);
       threw = true;
     }
+  }
+  try {
+    dirty_.Merge(taken);  // the hand-over's contract, though the pool fails
+  } catch (...) {
+    // No memory: marks lost only matter to a checkpoint, and a failed pool
+    // writes none.
   }
   meta_failed_.store(true);
   return CheckpointFailed(std::move(s), threw);

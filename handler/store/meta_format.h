@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/dirty_ranges.h"
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
@@ -106,8 +107,16 @@ class MetaFormat {
   // metadata it read from disk is still the current checkpoint.
   virtual uint64_t superblock_seq() const = 0;
 
-  // Checkpoint, step 1, under Core's metadata lock: encodes `st`.
-  virtual FrozenCheckpoint Freeze(const MetaState& st) const = 0;
+  // Whether Freeze needs `dirty` (FormatV3's incremental checkpoint): Core
+  // marks what each record changes (ApplyRecord's `dirty`) only then, so a
+  // format that rewrites every map (FormatV2) costs nothing. Fixed for the
+  // format's life.
+  virtual bool tracks_dirty() const = 0;
+  // Checkpoint, step 1, under Core's metadata lock: encodes `st`. `dirty`:
+  // every range whose map changed since the last successful checkpoint
+  // (dirty_ranges.h: Core takes it in the same critical section, merges it
+  // back if the checkpoint fails); ignored unless tracks_dirty().
+  virtual FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const = 0;
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core), syncs, writes a
   // superblock naming it into both slots, syncs, then empties the journal,

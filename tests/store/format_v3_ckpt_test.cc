@@ -912,7 +912,7 @@ std::vector<SlotWrite> SlotWritesOf(const std::vector<uint8_t>& base, const Meta
       out.push_back({static_cast<int>(off / kSuperblockSlot), env.calls(FaultInjectionEnv::Op::kSync) - syncs});
     return HookedFile::Fate::kPass;
   });
-  const FrozenCheckpoint f = o.format->Freeze(next);
+  const FrozenCheckpoint f = o.v3->Freeze(next);
   EXPECT_TRUE(o.format->WriteCheckpoint(&trace, f, FreeAus(*o.v3, f.meta_units), next_lsn).ok());
   EXPECT_EQ(out.size(), 4u);
   return out;
@@ -1002,7 +1002,7 @@ TEST_F(FormatV3Ckpt, APowerCutInTheOpensCheckpointAfterACrashedOneStillOpens) {
           env->CrashAfter(1);
         return HookedFile::Fate::kPass;
       });
-      const FrozenCheckpoint f = o.format->Freeze(next);
+      const FrozenCheckpoint f = o.v3->Freeze(next);
       EXPECT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), next_lsn).ok());
       o = Opened();
       env->ClearFaults();
@@ -1174,7 +1174,7 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInACheckpointLeavesTheFormatWhole) {
     env.Install("p", base.data(), base.size());
     Opened o;
     ASSERT_TRUE(Open(&env, &o).ok());
-    const FrozenCheckpoint f = o.format->Freeze(next);
+    const FrozenCheckpoint f = o.v3->Freeze(next);
     const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
     Status s;
     bool threw = false;
@@ -1227,7 +1227,7 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInAGrowingCheckpointGivesItsRunsBack) {
     env.Install("p", base.data(), base.size());
     Opened o;
     ASSERT_TRUE(Open(&env, &o).ok());
-    const FrozenCheckpoint f = o.format->Freeze(next);
+    const FrozenCheckpoint f = o.v3->Freeze(next);
     RunSpace space(free);
     std::vector<uint64_t> units;  // above the space's runs
     for (uint64_t u = 60; units.size() < f.meta_units; u++) units.push_back(u);
@@ -1354,7 +1354,7 @@ TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
     }
     return a_pages.empty() ? HookedFile::Fate::kPass : HookedFile::Fate::kFail;
   });
-  FrozenCheckpoint fa = o.format->Freeze(a);
+  FrozenCheckpoint fa = o.v3->Freeze(a);
   ASSERT_EQ(o.format->WriteCheckpoint(&fail_sb, fa, FreeAus(*o.v3, fa.meta_units), lsn + 1).code(),
             Code::kIOError);
   ASSERT_FALSE(a_pages.empty());
@@ -1369,7 +1369,7 @@ TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
     lost.insert(off);
     return HookedFile::Fate::kLose;
   });
-  FrozenCheckpoint fb = o.format->Freeze(b);
+  FrozenCheckpoint fb = o.v3->Freeze(b);
   ASSERT_TRUE(o.format->WriteCheckpoint(&lose, fb, FreeAus(*o.v3, fb.meta_units), lsn + 1).ok());
   ASSERT_FALSE(lost.empty()) << "the retry took pages the failed attempt wrote";
   o = Opened();
@@ -1518,11 +1518,11 @@ TEST_F(FormatV3Ckpt, AFreezeBeforeLoadStateAsksForNothingAndIsRefused) {
   st.au = kGrain;
   st.AddLun(Lun(1, "a", 3000, 1));
   st.next_lun_id = 2;
-  const FrozenCheckpoint before_choice = format.Freeze(st);
+  const FrozenCheckpoint before_choice = format.Freeze(st, DirtyRanges());
   EXPECT_EQ(before_choice.meta_units, 0u);
   PoolGeometry g;
   ASSERT_TRUE(format.ChooseSuperblock(slots, &g).ok());
-  const FrozenCheckpoint before_load = format.Freeze(st);
+  const FrozenCheckpoint before_load = format.Freeze(st, DirtyRanges());
   EXPECT_EQ(before_load.meta_units, 0u);
   MetaState loaded;
   loaded.au = g.grain;
@@ -1546,7 +1546,7 @@ TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
   st.AddLun(Lun(1, "a", 3000, 1));
   st.next_lun_id = 2;
   const uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen + 1;
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
   std::vector<uint64_t> journal_au = FreeAus(*o.v3, f.meta_units);
@@ -1564,7 +1564,7 @@ TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
   // Too few AUs: kNoSpace, and the pool still opens as it was.
   st.AddLun(Lun(2, "b", 3000, 2));
   st.next_lun_id = 3;
-  FrozenCheckpoint g = o.format->Freeze(st);
+  FrozenCheckpoint g = o.v3->Freeze(st);
   ASSERT_GT(g.meta_units, 0u);
   EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), g, {}, lsn + 1).code(), Code::kNoSpace);
   st.EraseLun(2);

@@ -391,7 +391,7 @@ TEST_F(FormatV3Grow, ACheckpointAfterAGrowUsesTheNewAusAndReopens) {
   st.AddLun(Lun(3, "c", 6000, 3));  // more pages than the chunk's free ones
   st.next_lun_id = 4;
   const uint64_t next_lsn = lsn + 20;
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   std::vector<uint64_t> units;  // the last AUs of the grown pool
   for (uint64_t i = 0; i < f.meta_units; i++) units.push_back(UnitsFor(kGrownSize) - 1 - i);
@@ -521,7 +521,7 @@ TEST_F(FormatV3Grow, ARunTakenFromTheCheckpointsOwnAusIsRefused) {
   st.next_lun_id = 4;
   Opened o;
   ASSERT_TRUE(Open(&env_, &o).ok());
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
   for (uint64_t au : {uint64_t{0}, uint64_t{1}, units.front()}) {
