@@ -179,8 +179,8 @@ class FormatV3 final : public MetaFormat {
   // LUN (until a checkpoint succeeds). The one-argument form marks every
   // LUN dirty, so every leaf is rewritten (tests: the full checkpoint an
   // incremental one must equal); not MetaFormat's, so Core cannot call it
-  // by mistake. Before
-  // LoadState: no detail and no AU asked for, which WriteCheckpoint refuses.
+  // by mistake. Before LoadState: no detail and no AU asked for, which
+  // WriteCheckpoint refuses.
   // The result names this format by its address (WriteCheckpoint checks it
   // is this format's): it must never outlive the format, or a format later
   // built at the same address could take it for its own.

@@ -347,7 +347,7 @@ class RefSink {
 // have changed are marked there, in the map's key unit (the records' unit:
 // the grain, AUs at formats 1 and 2), which is what the checkpoint tree's
 // leaves tile [0, 2^48) of a LUN by (ckpt_tree.h), not the LUN's blocks.
-// Per record kind (RemappedRanges in meta.cc): kMap each run's range;
+// Per record kind (MarkRemapped in meta.cc): kMap each run's range;
 // kUnmap [a, +n) of lun; kClone [b, +n) of lun2 (the destination; the
 // source is only read); kResizeLun its map from the new end on (what a
 // shrink removes; the size is in the LUN table, which every checkpoint
