@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -205,8 +206,8 @@ TEST(DirtyMarks, ARefusedRecordMarksNothing) {
 
 using v3pool::kPhysGrains;
 
-// ApplyRecord's reference changes, counted per physical grain: a map takes
-// only grains no map names, so the counts stay those of the maps.
+// ApplyRecord's reference changes, counted per physical grain (maps share
+// grains freely: the counts must stay those of the maps).
 class GrainCounts final : public RefSink {
  public:
   GrainCounts() : refs_(kPhysGrains, 0) {}
@@ -220,11 +221,6 @@ class GrainCounts final : public RefSink {
       EXPECT_GT(refs_.at(phys + i), 0u) << "grain " << phys + i;
       refs_.at(phys + i)--;
     }
-  }
-  bool Free(uint64_t p, uint64_t n) const {
-    for (uint64_t i = 0; i < n; i++)
-      if (refs_[p + i] != 0) return false;
-    return true;
   }
   // The counts the maps of `st` imply (the model's own check).
   void ExpectCountsOf(const MetaState& st) const {
@@ -240,12 +236,15 @@ class GrainCounts final : public RefSink {
 };
 
 // Random records of every kind over the LUNs of `st`, each valid for it
-// (ApplyRecord's refusals are the test above's).
+// (ApplyRecord's refusals are the test above's). Dense writes (a run per
+// grain, none joining the next) give LUNs several leaves, so a mark in the
+// wrong place or unit leaves a changed leaf reused, which the load sees;
+// with one leaf a LUN any mark in it rewrites it whole.
 class RecordSource {
  public:
   explicit RecordSource(uint64_t seed) : rng_(seed) {}
 
-  Record Next(const MetaState& st, const GrainCounts& counts) {
+  Record Next(const MetaState& st) {
     for (;;) {
       const uint64_t pick = Below(100);
       const bool have = !st.luns.empty();
@@ -266,23 +265,19 @@ class RecordSource {
         continue;
       }
       if (pick < 17) return Of(RecType::kSeal, 0);
-      if (pick < 60) {  // writes: runs of free grains, scattered over the LUN
+      if (pick < 25) {  // a dense write: one grain per run, scattered grains
+        const uint64_t n = std::min<uint64_t>(units, 150 + Below(250));
+        const uint64_t lba = Below(units - n + 1);
         std::vector<Run> runs;
-        std::set<uint64_t> taken;
+        for (uint64_t i = 0; i < n; i++) runs.push_back({lba + i, Below(kPhysGrains), 1});
+        return Map(a, std::move(runs));
+      }
+      if (pick < 60) {  // writes: a few short runs scattered over the LUN
+        std::vector<Run> runs;
         for (uint64_t k = 1 + Below(4); k > 0; k--) {
           const uint64_t len = 1 + Below(4);
-          const uint64_t lba = Below(units - len + 1);
-          for (int tries = 0; tries < 20; tries++) {
-            const uint64_t p = Below(kPhysGrains - len);
-            bool clash = !counts.Free(p, len);
-            for (uint64_t i = 0; i < len && !clash; i++) clash = taken.count(p + i) > 0;
-            if (clash) continue;
-            for (uint64_t i = 0; i < len; i++) taken.insert(p + i);
-            runs.push_back({lba, p, len});
-            break;
-          }
+          runs.push_back({Below(units - len + 1), Below(kPhysGrains - len), len});
         }
-        if (runs.empty()) continue;
         return Map(a, std::move(runs));
       }
       if (pick < 80) {
@@ -314,7 +309,28 @@ struct ModelRun {
   MetaState loaded;       // a fresh load of the last checkpoint
   uint64_t fresh_leaves = 0;  // leaves the checkpoints wrote, over the run
   int checkpoints = 0;
+  size_t most_leaves = 0;  // the most leaves one LUN had, at any checkpoint
+  // Checkpoints that rewrote some leaves of a LUN and reused others of it:
+  // only those can tell a mark in the right place from one in the wrong one.
+  int partly_rewritten = 0;
 };
+
+// Leaves per LUN of `after`, and whether some LUN has both leaves `before`
+// had (reused) and leaves it did not (rewritten).
+void CountLeaves(const std::vector<IndexEntry>& before, const std::vector<IndexEntry>& after,
+                 ModelRun* out) {
+  std::map<uint32_t, size_t> count, reused;
+  for (const IndexEntry& e : after) {
+    count[e.first.lun]++;
+    if (std::find(before.begin(), before.end(), e) != before.end()) reused[e.first.lun]++;
+  }
+  bool partly = false;
+  for (const auto& [lun, n] : count) {
+    out->most_leaves = std::max(out->most_leaves, n);
+    partly |= reused[lun] > 0 && reused[lun] < n;
+  }
+  out->partly_rewritten += partly;
+}
 
 // One seed's run on a new pool: `every_lun_dirty` checkpoints with the
 // one-argument Freeze (every leaf rewritten) instead of the marks. After
@@ -346,7 +362,7 @@ void RunModel(uint64_t seed, bool every_lun_dirty, ModelRun* out) {
 
   auto apply = [&](int n) {
     for (int i = 0; i < n; i++) {
-      const Record r = src.Next(st, counts);
+      const Record r = src.Next(st);
       Status s = ApplyRecord(&st, r, &counts, &dirty);
       ASSERT_TRUE(s.ok()) << DescribeRecord(r) << ": " << s.ToString();
     }
@@ -359,8 +375,10 @@ void RunModel(uint64_t seed, bool every_lun_dirty, ModelRun* out) {
     if (interleave) {
       ASSERT_NO_FATAL_FAILURE(apply(1 + static_cast<int>(src.Below(4))));
     }
+    const std::vector<IndexEntry> before = o.v3->tree().leaves;
     Status s = o.format->WriteCheckpoint(o.file.get(), f, v3pool::FreeAus(*o.v3, f.meta_units), lsn);
     ASSERT_TRUE(s.ok()) << s.ToString();
+    CountLeaves(before, o.v3->tree().leaves, out);
     lsn += 100;
     out->checkpoints++;
     // Loading a copy of the image is most of the run's time: the full run
@@ -398,6 +416,10 @@ TEST(DirtyMarksModel, IncrementalCheckpointsLoadAsMemoryAndAsFullOnes) {
     // And the marks did spare leaves: the run tested incremental checkpoints.
     EXPECT_LT(marked.fresh_leaves, full.fresh_leaves);
     EXPECT_EQ(marked.checkpoints, full.checkpoints);
+    // LUNs of several leaves, partly rewritten: the marks were checked per
+    // range, not just per LUN.
+    EXPECT_GE(marked.most_leaves, 3u);
+    EXPECT_GT(marked.partly_rewritten, 0);
   }
 }
 
