@@ -244,6 +244,11 @@ class RecordSource {
  public:
   explicit RecordSource(uint64_t seed) : rng_(seed) {}
 
+  // Where the leaves of the tree split LUNs: the first key of every leaf but
+  // a LUN's first. Records across an edge change both leaves, so a mark one
+  // grain short at either end leaves one of them reused but changed.
+  void SetEdges(std::vector<IndexKey> edges) { edges_ = std::move(edges); }
+
   Record Next(const MetaState& st) {
     for (;;) {
       const uint64_t pick = Below(100);
@@ -271,6 +276,19 @@ class RecordSource {
         std::vector<Run> runs;
         for (uint64_t i = 0; i < n; i++) runs.push_back({lba + i, Below(kPhysGrains), 1});
         return Map(a, std::move(runs));
+      }
+      if (pick < 32 && !edges_.empty()) {
+        const IndexKey e = edges_[Below(edges_.size())];
+        const LunState* el = st.Find(e.lun);
+        if (!el || e.lba < 2 || e.lba + 1 >= (el->size + kUnit - 1) / kUnit || units < 2) continue;
+        const uint64_t x = e.lba - 1;  // the last key of the leaf before the edge
+        switch (Below(4)) {
+          case 0: return Map(e.lun, {{x, Below(kPhysGrains - 2), 2}});
+          case 1: return Of(RecType::kUnmap, e.lun, 0, x, 0, 2);
+          case 2: return Of(RecType::kClone, a, e.lun, Below(units - 1), x, 2);
+          default:  // ends the LUN in the last grain before the edge, partly
+            return Of(RecType::kResizeLun, e.lun, 0, x * kUnit - 512 * (1 + Below(7)));
+        }
       }
       if (pick < 60) {  // writes: a few short runs scattered over the LUN
         std::vector<Run> runs;
@@ -302,6 +320,7 @@ class RecordSource {
   static std::string Name(const MetaState& st) { return "lun" + std::to_string(st.next_lun_id); }
 
   std::mt19937_64 rng_;
+  std::vector<IndexKey> edges_;
 };
 
 struct ModelRun {
@@ -313,7 +332,18 @@ struct ModelRun {
   // Checkpoints that rewrote some leaves of a LUN and reused others of it:
   // only those can tell a mark in the right place from one in the wrong one.
   int partly_rewritten = 0;
+  // The leaf edges after each checkpoint, in order, which the source aims
+  // records at: the run with every LUN dirty takes the marked run's, so both
+  // apply the same records.
+  std::vector<std::vector<IndexKey>> edges;
 };
+
+std::vector<IndexKey> EdgesOf(const std::vector<IndexEntry>& leaves) {
+  std::vector<IndexKey> edges;
+  for (const IndexEntry& e : leaves)
+    if (e.first.lba > 0) edges.push_back(e.first);
+  return edges;
+}
 
 // Leaves per LUN of `after`, and whether some LUN has both leaves `before`
 // had (reused) and leaves it did not (rewritten).
@@ -332,17 +362,21 @@ void CountLeaves(const std::vector<IndexEntry>& before, const std::vector<IndexE
   out->partly_rewritten += partly;
 }
 
-// One seed's run on a new pool: `every_lun_dirty` checkpoints with the
-// one-argument Freeze (every leaf rewritten) instead of the marks. After
+// One seed's run on a new pool: given the `marked` run of the seed, it
+// checkpoints with the one-argument Freeze (every leaf rewritten) instead of
+// the marks, aiming at that run's leaf edges. After
 // each checkpoint, a copy of the disk loads as the state it froze; between
 // a Freeze and its WriteCheckpoint more records may be applied, as on a
 // running pool (their marks go to the next checkpoint: the hand-over).
 // What it catches: a dropped mark of a map, unmap, range clone, resize or
-// rollback (each verified by removing it). Not the marks of a LUN made or
-// deleted: the tree writer packs a LUN new to the tree whole and drops the
-// leaves of one the maps no longer hold (ckpt_tree.cc), so those marks only
-// keep the rule simple; the per-kind test above pins them.
-void RunModel(uint64_t seed, bool every_lun_dirty, ModelRun* out) {
+// rollback, and a mark in the wrong place (a clone's source range) or one
+// grain short at either end (each verified by breaking it, STATUS_wire2.md).
+// Not the marks of a LUN made or deleted: the tree writer packs a LUN new to
+// the tree whole and drops the leaves of one the maps no longer hold
+// (ckpt_tree.cc), which holds only because LUN ids are never reused; the
+// per-kind test above pins those marks.
+void RunModel(uint64_t seed, const ModelRun* marked, ModelRun* out) {
+  const bool every_lun_dirty = marked != nullptr;
   FaultInjectionEnv env;
   {
     auto f = env.OpenLocked("p", Env::Mode::kCreate);
@@ -379,6 +413,8 @@ void RunModel(uint64_t seed, bool every_lun_dirty, ModelRun* out) {
     Status s = o.format->WriteCheckpoint(o.file.get(), f, v3pool::FreeAus(*o.v3, f.meta_units), lsn);
     ASSERT_TRUE(s.ok()) << s.ToString();
     CountLeaves(before, o.v3->tree().leaves, out);
+    out->edges.push_back(every_lun_dirty ? marked->edges.at(out->edges.size()) : EdgesOf(o.v3->tree().leaves));
+    src.SetEdges(out->edges.back());
     lsn += 100;
     out->checkpoints++;
     // Loading a copy of the image is most of the run's time: the full run
@@ -408,8 +444,8 @@ TEST(DirtyMarksModel, IncrementalCheckpointsLoadAsMemoryAndAsFullOnes) {
   for (uint64_t seed = 1; seed <= 5; seed++) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     ModelRun marked, full;
-    ASSERT_NO_FATAL_FAILURE(RunModel(seed, false, &marked));
-    ASSERT_NO_FATAL_FAILURE(RunModel(seed, true, &full));
+    ASSERT_NO_FATAL_FAILURE(RunModel(seed, nullptr, &marked));
+    ASSERT_NO_FATAL_FAILURE(RunModel(seed, &marked, &full));
     // The same records (the source depends on the seed and the state only).
     ASSERT_NO_FATAL_FAILURE(v3pool::ExpectSameState(full.final_state, marked.final_state));
     ASSERT_NO_FATAL_FAILURE(v3pool::ExpectSameState(full.loaded, marked.loaded));
