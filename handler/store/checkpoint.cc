@@ -111,13 +111,23 @@ Status Core::CheckpointLocked(uint64_t* target) {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     try {
-      frozen = format_->Freeze(st_, dirty_);
-      if (space_->TakeMeta(frozen.meta_units, &aus)) {
-        *target = jbuf_.last_ticket();
-        start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
-        taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's
+      // track_dirty_ is a copy (AppendLocked may not read format_). Were it
+      // ever false for a format that tracks, every Freeze would get an empty
+      // set and reuse every leaf: each change since the open silently lost.
+      // Refusing costs one virtual call a checkpoint.
+      if (track_dirty_ != format_->tracks_dirty()) {
+        s = Status(Code::kIOError,
+                   "checkpoint refused: the engine's dirty tracking disagrees with the metadata "
+                   "format's (a bug); the pool must be reopened");
       } else {
-        s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+        frozen = format_->Freeze(st_, dirty_);
+        if (space_->TakeMeta(frozen.meta_units, &aus)) {
+          *target = jbuf_.last_ticket();
+          start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+          taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's
+        } else {
+          s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+        }
       }
     } catch (...) {
       s = StatusFromCurrentException(kWhere);  // never throws

@@ -471,8 +471,8 @@ std::vector<Run> Increments(const MetaState& st, const Record& r) {
 }
 
 // Marks in `dirty` what ApplyRecord's comment (meta.h) lists for r's kind,
-// in the map's unit (`unit`: bytes per map key, for a resize's new end).
-// Applied records only: what each kind may change, read off the record.
+// in the map's unit (`unit`: bytes per map key, for a resize's new end):
+// what each kind may change, read off the record, applied or not.
 void MarkRemapped(const Record& r, uint32_t unit, DirtyRanges* dirty) {
   switch (r.type) {
     case RecType::kMap:
@@ -652,7 +652,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
 
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty) {
   Status s = ApplyUnmarked(st, r, sink);
-  if (s.ok() && dirty) MarkRemapped(r, st->au, dirty);  // only what was applied
+  if (dirty) MarkRemapped(r, st->au, dirty);  // whatever s: see meta.h
   return s;
 }
 

@@ -128,6 +128,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     MutexLock g(&meta_mu_);
     return dirty_.ranges();
   }
+  // Tests: breaks what CheckpointLocked checks (track_dirty_ below).
+  void SetTrackDirtyForTest(bool on) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    track_dirty_ = on;
+  }
 
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
   Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
@@ -294,7 +299,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   DirtyRanges dirty_ GUARDED_BY(meta_mu_);
   // format_->tracks_dirty(), copied by LoadLocked (under meta_mu_, before
   // the Core is shared) when it chooses the format: AppendLocked holds
-  // meta_mu_, not the queue's leadership format_ is guarded by.
+  // meta_mu_, not the queue's leadership format_ is guarded by. A copy can
+  // go stale where format_ is set anew: CheckpointLocked refuses (fails the
+  // pool) if they differ, rather than checkpoint a tracking format with no
+  // marks.
   bool track_dirty_ GUARDED_BY(meta_mu_) = false;
   // A metadata update failed part way (AppendLocked): st_ and space_ may be
   // half-changed, so every operation fails, and no batch or checkpoint

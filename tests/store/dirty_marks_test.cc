@@ -4,7 +4,7 @@
 // (meta.h), FormatV3 rewrites only the leaves the marks touch, and Core
 // keeps the set only for a format that asks (FormatV2 does not).
 //  * Per record kind: applying it marks exactly its ranges; a refused
-//    record marks nothing.
+//    record marks them too (it may have changed the map part way).
 //  * A model at format 3 without Core (Core does not serve it yet): random
 //    records of every kind, checkpoints of the marks at random points, and
 //    a fresh load must equal memory; the same run with every LUN dirty
@@ -100,7 +100,7 @@ MetaState Base() {
   st.au = kUnit;
   for (const Record& r : {Create(1, "a", 256), Create(2, "b", 256),
                           Map(1, {{0, 100, 8}, {20, 200, 4}}), Map(2, {{0, 300, 4}})})
-    EXPECT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    EXPECT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
   return st;
 }
 
@@ -166,7 +166,9 @@ class RefuseIncrements final : public RefSink {
   void Dec(uint64_t, uint64_t) override {}
 };
 
-TEST(DirtyMarks, ARefusedRecordMarksNothing) {
+// ApplyRecord marks whatever its status (meta.h): a record refused part way
+// may have changed the map, and marking a refused one costs pages only.
+TEST(DirtyMarks, ARefusedRecordKeepsEarlierMarksAndLeavesTheStateAsItWas) {
   const std::vector<std::pair<const char*, Record>> refused = {
       {"create twice", Create(1, "again", 16)},
       {"create off the LUN rule", Create(3, "", 16)},
@@ -186,20 +188,58 @@ TEST(DirtyMarks, ARefusedRecordMarksNothing) {
     SCOPED_TRACE(what);
     MetaState st = Base();
     DirtyRanges d;
-    d.Mark(5, 10, 2);  // what the set held before stays, and nothing more
+    d.Mark(5, 10, 2);  // what the set held before stays
     EXPECT_FALSE(ApplyRecord(&st, r, nullptr, &d).ok());
-    ExpectMarks(d, {{5, 10, 12}});
+    EXPECT_TRUE(d.Touches(5, 10, 11) && d.Touches(5, 11, 12));
+    ASSERT_NO_FATAL_FAILURE(v3pool::ExpectSameState(Base(), st));
   }
-  // A reference count the sink refuses: the record is refused whole.
+}
+
+// A reference count the sink refuses up front: nothing changes, but the
+// record's ranges are marked as if it had applied.
+TEST(DirtyMarks, ARecordTheSinkRefusesMarksItsRanges) {
   RefuseIncrements sink;
-  for (const Record& r : {Map(1, {{0, 9, 1}}), Of(RecType::kClone, 1, 2, 0, 0, 8),
-                          CopyOf(RecType::kCloneLun, 1, 3, "c"), Of(RecType::kRollbackLun, 1, 2)}) {
+  const std::vector<std::pair<Record, std::vector<Marked>>> cases = {
+      {Map(1, {{0, 9, 1}}), {{1, 0, 1}}},
+      {Of(RecType::kClone, 1, 2, 0, 0, 8), {{2, 0, 8}}},
+      {CopyOf(RecType::kCloneLun, 1, 3, "c"), {{3, 0, kKeyEnd}}},
+      {Of(RecType::kRollbackLun, 1, 2), {{1, 0, kKeyEnd}}},
+  };
+  for (const auto& [r, marks] : cases) {
     SCOPED_TRACE(DescribeRecord(r));
     MetaState st = Base();
     DirtyRanges d;
     EXPECT_EQ(ApplyRecord(&st, r, &sink, &d).code(), Code::kNoSpace);
-    EXPECT_TRUE(d.empty());
+    ExpectMarks(d, marks);
+    ASSERT_NO_FATAL_FAILURE(v3pool::ExpectSameState(Base(), st));
   }
+}
+
+// A sink whose second Inc fails, after CanInc said yes: a map record's
+// first run is applied before the error (no sink does this today; the
+// marks must not depend on it).
+class FailSecondInc final : public RefSink {
+ public:
+  Status CanInc(const std::vector<Run>&) const override { return Status::Ok(); }
+  Status Inc(uint64_t, uint64_t) override {
+    return ++incs_ == 2 ? Status(Code::kNoSpace, "second increment") : Status::Ok();
+  }
+  void Dec(uint64_t, uint64_t) override {}
+
+ private:
+  int incs_ = 0;
+};
+
+TEST(DirtyMarks, ARecordRefusedPartWayMarksWhatItChanged) {
+  MetaState st = Base();
+  FailSecondInc sink;
+  DirtyRanges d;
+  EXPECT_EQ(ApplyRecord(&st, Map(1, {{40, 500, 1}, {60, 600, 1}}), &sink, &d).code(), Code::kNoSpace);
+  std::vector<store::Run> at40;
+  st.Find(1)->map.Lookup(40, 1, &at40);
+  ASSERT_EQ(at40.size(), 1u);  // the first run did change the map
+  EXPECT_EQ(at40[0].phys, 500u);
+  ExpectMarks(d, {{1, 40, 41}, {1, 60, 61}});
 }
 
 // ------------------------------------------------------------ the model at format 3
@@ -459,6 +499,51 @@ TEST(DirtyMarksModel, IncrementalCheckpointsLoadAsMemoryAndAsFullOnes) {
   }
 }
 
+// A LUN deleted and made again under the same id between two checkpoints:
+// only the delete's and the create's whole-LUN marks stop the old LUN's
+// leaves (reused by address) from bringing its runs back. The engine never
+// reuses an id (lun_table.cc counts next_lun_id up), but ApplyRecord does
+// not depend on that, and neither may the marks.
+TEST(DirtyMarksModel, ALunDeletedAndMadeAgainUnderItsIdLoadsAsMemory) {
+  FaultInjectionEnv env;
+  {
+    auto f = env.OpenLocked("p", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(FormatV3::Create(f->get(), v3pool::Id(9), v3pool::kAu, v3pool::kGrain, v3pool::kSize,
+                                 v3pool::kJournal, 80).ok());
+  }
+  v3pool::Opened o;
+  ASSERT_TRUE(v3pool::Open(&env, &o).ok());
+  MetaState st;
+  st.au = kUnit;
+  DirtyRanges dirty;
+  uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
+  auto checkpoint = [&]() {
+    const FrozenCheckpoint f = o.v3->Freeze(st, dirty.Take());
+    Status s = o.format->WriteCheckpoint(o.file.get(), f, v3pool::FreeAus(*o.v3, f.meta_units), lsn);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    lsn += 100;
+    const std::vector<uint8_t> img = env.Snapshot("p");
+    FaultInjectionEnv copy;
+    copy.Install("p", img.data(), img.size());
+    v3pool::Opened fresh;
+    s = v3pool::Open(&copy, &fresh);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    ASSERT_NO_FATAL_FAILURE(v3pool::ExpectSameState(st, fresh.st));
+  };
+  auto apply = [&](const Record& r) { ASSERT_TRUE(ApplyRecord(&st, r, nullptr, &dirty).ok()) << DescribeRecord(r); };
+  ASSERT_NO_FATAL_FAILURE(apply(Create(1, "a", 2000)));
+  ASSERT_NO_FATAL_FAILURE(apply(v3pool::MapOf(0, 0, 900)));  // 900 runs: several leaves
+  ASSERT_NO_FATAL_FAILURE(checkpoint());
+  size_t leaves = 0;
+  for (const IndexEntry& e : o.v3->tree().leaves) leaves += e.first.lun == 1;
+  ASSERT_GE(leaves, 3u);
+  ASSERT_NO_FATAL_FAILURE(apply(Of(RecType::kDeleteLun, 1)));
+  ASSERT_NO_FATAL_FAILURE(apply(Create(1, "a", 2000)));
+  ASSERT_NO_FATAL_FAILURE(apply(Map(1, {{5, 7, 1}})));  // in the old first leaf only
+  ASSERT_NO_FATAL_FAILURE(checkpoint());
+}
+
 // ------------------------------------------------------------ Core at format 2
 
 // FormatV2 rewrites every map at each checkpoint: Core marks nothing for it
@@ -491,6 +576,30 @@ TEST(DirtyMarksCore, AFormat2PoolKeepsNoMarks) {
   ASSERT_TRUE(core->DeleteLun("b").ok());
   EXPECT_EQ(core->DirtyRangesForTest(), 0u);
   ASSERT_TRUE(core->Close().ok());
+}
+
+// Core's cached track_dirty_ disagreeing with the format (here: tracking
+// at v2) makes the next checkpoint fail the pool instead of writing one.
+TEST(DirtyMarksCore, ACheckpointRefusesWhenTheTrackingFlagDisagreesWithTheFormat) {
+  constexpr uint32_t kAu = 64 * 1024;
+  FaultInjectionEnv env;
+  PoolOptions po;
+  po.allocation_unit = kAu;
+  po.journal_bytes = 64 * 1024;
+  po.size_bytes = 128 * 1024 + 64 * uint64_t{kAu};
+  auto c = Core::Create(&env, "pool", po);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  std::shared_ptr<Core> core = c.value();
+  ASSERT_TRUE(core->CreateLun("a", 8 * kAu, 4096).ok());
+  core->SetTrackDirtyForTest(true);
+  Status s;
+  // LUNs made and deleted fill the 64 KiB journal: a checkpoint.
+  for (int i = 0; i < 4000 && s.ok(); i++) {
+    s = core->CreateLun("x", kAu, 4096).status();
+    if (s.ok()) s = core->DeleteLun("x");
+  }
+  EXPECT_EQ(s.code(), Code::kIOError);
+  EXPECT_NE(s.message().find("dirty tracking disagrees"), std::string::npos) << s.ToString();
 }
 
 }  // namespace

@@ -626,7 +626,7 @@ TEST_F(FormatV3Ckpt, ReplayedRecordsLoadAndTheNextCheckpointHoldsThem) {
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
   }
   MetaState want = Copy(st);
-  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   const uint64_t next = lsn + records.size();
 
   Opened o;
@@ -668,7 +668,7 @@ TEST_F(FormatV3Ckpt, AReplayedDeleteAndRollbackReachTheNextCheckpoint) {
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, lsn, o.format->durable_lsn())).ok());
   }
   MetaState want = Copy(st);
-  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   ASSERT_EQ(want.Find(2), nullptr);
   const uint64_t next = lsn + records.size();
   Opened o;
@@ -1056,7 +1056,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
   const JournalBatch lap1 = BatchOf(a, lsn0, o.format->durable_lsn());
   ASSERT_EQ(lap1.bytes.size(), 4096u + 20 * 273);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap1).ok());
-  for (const Record& r : a) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  for (const Record& r : a) ASSERT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
   // The restart rounds the tail up: 12288.
   const uint64_t lsn1 = lsn0 + a.size() + 10;
   ASSERT_TRUE(Checkpoint(&o, st, lsn1).ok());
@@ -1069,7 +1069,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
   ASSERT_EQ(lap2.bytes.size(), capacity - 12288 + 1352);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap2).ok());
   MetaState want = Copy(st);
-  for (const Record& r : b) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : b) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   o = Opened();
   const std::vector<uint8_t> base = env_.Snapshot("p");
   // Lap 1's record at ring offset 4096 is whole, CRC-valid and stale.
@@ -1124,7 +1124,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
     ASSERT_TRUE(open_checkpoint(&r).ok());
     const Record one = MapOf(6001, 1900, 1);
     ASSERT_TRUE(r.format->CommitBatch(r.file.get(), BatchOf({one}, lsn2, r.format->durable_lsn())).ok());
-    ASSERT_TRUE(ApplyRecord(&want, one, nullptr).ok());
+    ASSERT_TRUE(ApplyRecord(&want, one, nullptr, nullptr).ok());
   }
   Opened back;
   ASSERT_TRUE(Open(&env, &back).ok());
@@ -1495,7 +1495,7 @@ TEST_F(FormatV3Ckpt, TheOpensCheckpointMustJumpPastTheLsnsATornTailMayHold) {
   const Record one = MapOf(1, 1200, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, jumped, o.format->durable_lsn())).ok());
   MetaState want = Copy(st);
-  ASSERT_TRUE(ApplyRecord(&want, one, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&want, one, nullptr, nullptr).ok());
   o = Opened();
   Opened back;
   ASSERT_TRUE(Open(&env_, &back).ok());
