@@ -143,7 +143,7 @@ class MetaFormat {
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
 // but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
-// Core neither passes it dirty ranges nor a JournalSpace to grow its
+// Core passes it dirty ranges, but neither a JournalSpace to grow its
 // journal from, nor keeps the metadata AUs it reports after a checkpoint:
 // Core's InstallMeta frees the previous checkpoint's AUs, which for v3 are
 // live chunks, and would not free the journal extents a growth drops), so
