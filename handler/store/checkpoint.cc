@@ -109,21 +109,33 @@ Status Core::CheckpointLocked(uint64_t* target) {
   Status s;
   bool threw = false;
   FrozenCheckpoint frozen;
+  DirtyRanges taken;  // what `frozen` changed (dirty_ranges.h's hand-over)
   std::vector<uint64_t> aus;
   uint64_t start_lsn = 0;
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // st_ may be half-changed
     try {
-      frozen = format_->Freeze(st_);
-      // Nothing handed over outlives a checkpoint (meta_turnover.h: the
-      // unused AUs' free without a punch rests on it).
-      assert(space_->meta_units() == space_->meta_aus().size() * space_->units_per_au());
-      if (space_->TakeMeta(frozen.meta_units, &aus)) {
-        *target = jbuf_.last_ticket();
-        start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+      // track_dirty_ is a copy (AppendLocked may not read format_). Were it
+      // ever false for a format that tracks, every Freeze would get an empty
+      // set and reuse every leaf: each change since the open silently lost.
+      // Refusing costs one virtual call a checkpoint.
+      if (track_dirty_ != format_->tracks_dirty()) {
+        s = Status(Code::kIOError,
+                   "checkpoint refused: the engine's dirty tracking disagrees with the metadata "
+                   "format's (a bug); the pool must be reopened");
       } else {
-        s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+        frozen = format_->Freeze(st_, dirty_);
+        // Nothing handed over outlives a checkpoint (meta_turnover.h: the
+        // unused AUs' free without a punch rests on it).
+        assert(space_->meta_units() == space_->meta_aus().size() * space_->units_per_au());
+        if (space_->TakeMeta(frozen.meta_units, &aus)) {
+          *target = jbuf_.last_ticket();
+          start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
+          taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's
+        } else {
+          s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+        }
       }
     } catch (...) {
       s = StatusFromCurrentException(kWhere);  // never throws
@@ -149,6 +161,12 @@ Status Core::CheckpointLocked(uint64_t* target) {
       s = StatusFromCurrentException(kWhere);
       threw = true;
     }
+  }
+  try {
+    dirty_.Merge(taken);  // the hand-over's contract, though the pool fails
+  } catch (...) {
+    // No memory: marks lost only matter to a checkpoint, and a failed pool
+    // writes none.
   }
   meta_failed_.store(true);
   return CheckpointFailed(std::move(s), threw);

@@ -165,7 +165,7 @@ Status FormatV2::CommitBatch(File* file, const JournalBatch& b) {
   return journal_.WriteBatch(file, b);
 }
 
-FrozenCheckpoint FormatV2::Freeze(const MetaState& st) const {
+FrozenCheckpoint FormatV2::Freeze(const MetaState& st, const DirtyRanges&) const {
   FrozenCheckpoint f;
   EncodeState(st, &f.payload);
   f.meta_units = CheckpointUnits(f.payload.size(), sb_.au);

@@ -35,7 +35,8 @@ class FormatV2 final : public MetaFormat {
   bool journal_empty() const override { return journal_.tail() == 0; }
   uint64_t durable_lsn() const override { return journal_.durable_lsn(); }
   uint64_t superblock_seq() const override { return sb_.seq; }
-  FrozenCheckpoint Freeze(const MetaState& st) const override;
+  bool tracks_dirty() const override { return false; }  // every checkpoint encodes every map
+  FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
   Status Grow(File* file, uint64_t new_size) override;

@@ -180,18 +180,21 @@ class FormatV3 final : public MetaFormat {
   // writer reads only the dirty LUNs' maps, but needs every LUN with leaves
   // present) and asks for meta_units AUs: the pages it may write (its LUN
   // table pages, and a bound on the leaves and index pages WriteCkptTree
-  // writes for `dirty`) less the pages free in the current chunks. Without
-  // `dirty`, every LUN is dirty: every leaf is rewritten (the engine does
-  // not track dirty ranges yet: store-v3.md step 5d). `dirty` must cover
-  // every map change since the last checkpoint (dirty_ranges.h) but those
-  // the format adds itself: a failed attempt's set, and after an open that
-  // replayed records every LUN (until a checkpoint succeeds). Before
-  // LoadState: no detail and no AU asked for, which WriteCheckpoint refuses.
+  // writes for `dirty`) less the pages free in the current chunks. `dirty`
+  // must cover every map change since the last checkpoint (dirty_ranges.h;
+  // Core's, marked by ApplyRecord) but those the format adds itself: a
+  // failed attempt's set, and after an open that replayed records every
+  // LUN (until a checkpoint succeeds). The one-argument form marks every
+  // LUN dirty, so every leaf is rewritten (tests: the full checkpoint an
+  // incremental one must equal); not MetaFormat's, so Core cannot call it
+  // by mistake. Before LoadState: no detail and no AU asked for, which
+  // WriteCheckpoint refuses.
   // The result names this format by its address (WriteCheckpoint checks it
   // is this format's): it must never outlive the format, or a format later
   // built at the same address could take it for its own.
-  FrozenCheckpoint Freeze(const MetaState& st) const override;
-  FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const;
+  bool tracks_dirty() const override { return true; }
+  FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
+  FrozenCheckpoint Freeze(const MetaState& st) const;
   // The pages a Freeze bounded its checkpoint's writes by (the LUN table's
   // and the tree's; 0 for a Freeze of no detail or another format's): tests
   // hold what a checkpoint wrote against it, which the free pages of the

@@ -87,7 +87,10 @@ Status ReplayJournal(JournalSource* j, uint64_t start_lsn, MetaState* st, Replay
   // Applied as they are read, so memory does not grow with the journal.
   Result<JournalReplay> scanned =
       ScanJournal(j, start_lsn, version, kJournalWindowBytes,
-                  [st](Record&& r) { return ApplyRecord(st, r, nullptr); });
+                  [st](Record&& r) {
+                    // No marks: FormatV3 marks every LUN after a replay that applied records.
+                    return ApplyRecord(st, r, nullptr, nullptr);
+                  });
   if (!scanned.ok()) return scanned.status();
   *end = ReplayEndOf(std::move(scanned).value());
   return Status::Ok();

@@ -470,9 +470,30 @@ std::vector<Run> Increments(const MetaState& st, const Record& r) {
   return incs;
 }
 
-}  // namespace
+// Marks in `dirty` what ApplyRecord's comment (meta.h) lists for r's kind,
+// in the map's unit (`unit`: bytes per map key, for a resize's new end):
+// what each kind may change, read off the record, applied or not.
+void MarkRemapped(const Record& r, uint32_t unit, DirtyRanges* dirty) {
+  switch (r.type) {
+    case RecType::kMap:
+      for (const Run& x : r.runs) dirty->Mark(r.lun, x.lba, x.len);
+      return;
+    case RecType::kUnmap: dirty->Mark(r.lun, r.a, r.n); return;
+    case RecType::kClone: dirty->Mark(r.lun2, r.b, r.n); return;
+    case RecType::kResizeLun:
+      dirty->Mark(r.lun, Units(r.a, unit), kNone);  // to the end: Mark clips at the key bound
+      return;
+    case RecType::kCreateLun:
+    case RecType::kDeleteLun:
+    case RecType::kRollbackLun: dirty->MarkLun(r.lun); return;
+    case RecType::kCloneLun:
+    case RecType::kSnapshotLun: dirty->MarkLun(r.lun2); return;
+    case RecType::kSeal: return;
+  }
+}
 
-Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
+// ApplyRecord without the marks.
+Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
   // Ranges are in AUs; anything near 2^64 can only come from damage. Every
   // check comes before the first change.
   constexpr uint64_t kMaxUnits = ExtentMap::kMaxLba;
@@ -625,6 +646,14 @@ Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink) {
       return Status::Ok();
   }
   return Bad("unknown record type");
+}
+
+}  // namespace
+
+Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty) {
+  Status s = ApplyUnmarked(st, r, sink);
+  if (dirty) MarkRemapped(r, st->au, dirty);  // whatever s: see meta.h
+  return s;
 }
 
 void EncodeState(const MetaState& st, std::string* out) {

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "handler/store/dirty_ranges.h"
 #include "handler/store/extent_map.h"
 #include "handler/store/names.h"  // kMaxNameLength, ValidStoredName
 #include "handler/store/pool.h"
@@ -338,9 +339,31 @@ class RefSink {
 // Applies a record; kCorruption if it does not fit the state (replay of
 // inconsistent metadata: an unknown LUN, an extent ExtentMap's rule refuses),
 // or the sink's error if a reference count would overflow. Either way it
-// checks before it changes anything, so a refused record leaves `st` and the
-// sink as they were. At run time records are built to fit.
-Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink);
+// checks before it changes anything, so a refused record leaves `st` and
+// the sink as they were. At run time records are built to fit.
+//
+// `dirty` (null: not tracked; format 3's incremental checkpoint,
+// dirty_ranges.h; no default, so no caller leaves the marks out unseen):
+// the ranges whose map the record may change are marked there WHATEVER the
+// status, since a status after a change (a sink's Inc or a MapInto failing
+// after earlier runs applied: neither happens with records built to fit)
+// would leave a changed map unmarked; marking a refused record only costs
+// pages. The marks are in the map's key unit (the records' unit:
+// the grain, AUs at formats 1 and 2), which is what the checkpoint tree's
+// leaves tile [0, 2^48) of a LUN by (ckpt_tree.h), not the LUN's blocks.
+// Per record kind (MarkRemapped in meta.cc): kMap each run's range;
+// kUnmap [a, +n) of lun; kClone [b, +n) of lun2 (the destination; the
+// source is only read); kResizeLun its map from the new end on (what a
+// shrink removes; the size is in the LUN table, which every checkpoint
+// rewrites); kCreateLun, kDeleteLun and kRollbackLun the whole of lun,
+// kCloneLun and kSnapshotLun the whole of lun2 (the new LUN); kSeal
+// nothing (it changes no map). A parameter, not a RefSink member: replay
+// applies records without a sink (counts are rebuilt afterwards) but may
+// want the marks, and marking is not a reference change. An exception
+// (bad_alloc) may leave the marks short of what was changed, as it may
+// leave the state half-changed: the caller treats both alike (Core fails
+// the pool, a load fails).
+Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty);
 
 // Checkpoint payload: the LUN table and every extent map, written in the
 // current format. Per LUN (version 2): id(4) | uuid(16) | size(8) | bs(4) |

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/dirty_ranges.h"
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
@@ -118,8 +119,16 @@ class MetaFormat {
   // metadata it read from disk is still the current checkpoint.
   virtual uint64_t superblock_seq() const = 0;
 
-  // Checkpoint, step 1, under Core's metadata lock: encodes `st`.
-  virtual FrozenCheckpoint Freeze(const MetaState& st) const = 0;
+  // Whether Freeze needs `dirty` (FormatV3's incremental checkpoint): Core
+  // marks what each record changes (ApplyRecord's `dirty`) only then, so a
+  // format that rewrites every map (FormatV2) costs nothing. Fixed for the
+  // format's life.
+  virtual bool tracks_dirty() const = 0;
+  // Checkpoint, step 1, under Core's metadata lock: encodes `st`. `dirty`:
+  // every range whose map changed since the last successful checkpoint
+  // (dirty_ranges.h: Core takes it in the same critical section, merges it
+  // back if the checkpoint fails); ignored unless tracks_dirty().
+  virtual FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const = 0;
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core; FormatV2 uses
   // them all, FormatV3 those it needs), syncs, writes a
@@ -157,9 +166,9 @@ class MetaFormat {
 
 // Which formats an open may be served with. This build knows formats 1 to 3,
 // but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
-// Core keeps the metadata AUs the format reports after a checkpoint, but
-// neither serves format 3's grain nor passes it a JournalSpace yet), so
-// the engine serves 1 and 2 only.
+// Core keeps the metadata AUs the format reports after a checkpoint and
+// passes it dirty ranges, but neither serves format 3's grain nor passes it
+// a JournalSpace yet), so the engine serves 1 and 2 only.
 // kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
 // 5d's wiring, then PoolOptions' format: store-v3.md).
 enum class ServedFormats : uint8_t {

@@ -43,7 +43,7 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
     // happen here. What ApplyRecord can still refuse is an increment past a
     // reference count's bound. Either way it refuses before changing
     // anything.
-    Status s = ApplyRecord(&st_, r, this);
+    Status s = ApplyRecord(&st_, r, this, track_dirty_ ? &dirty_ : nullptr);
     if (!s.ok()) return s;
     if (fail_after_apply_for_test > 0 && --fail_after_apply_for_test == 0) throw std::bad_alloc();
     // Which LSN changed what, so an online check can tell which LUNs the

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "handler/store/commit_queue.h"
+#include "handler/store/dirty_ranges.h"
 #include "handler/store/env.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
@@ -120,6 +121,18 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Uuid uuid() const { return sb_uuid_; }
 
   Pool* owner = nullptr;
+
+  // Tests: the separate ranges marked dirty since the last checkpoint
+  // (always 0 for a format that does not track them).
+  size_t DirtyRangesForTest() EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    return dirty_.ranges();
+  }
+  // Tests: breaks what CheckpointLocked checks (track_dirty_ below).
+  void SetTrackDirtyForTest(bool on) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    track_dirty_ = on;
+  }
 
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
   Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
@@ -277,6 +290,20 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   std::unique_ptr<PoolSpace> space_ PT_GUARDED_BY(meta_mu_);
   SpaceMap* flat_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
+  // What the records applied since the last checkpoint changed
+  // (dirty_ranges.h), marked by AppendLocked's ApplyRecord when
+  // track_dirty_; CheckpointLocked hands it to Freeze and takes it in the
+  // same critical section, and merges it back if the checkpoint fails. A
+  // replay's changes are the format's to mark (FormatV3 carries every LUN
+  // after an open that replayed records).
+  DirtyRanges dirty_ GUARDED_BY(meta_mu_);
+  // format_->tracks_dirty(), copied by LoadLocked (under meta_mu_, before
+  // the Core is shared) when it chooses the format: AppendLocked holds
+  // meta_mu_, not the queue's leadership format_ is guarded by. A copy can
+  // go stale where format_ is set anew: CheckpointLocked refuses (fails the
+  // pool) if they differ, rather than checkpoint a tracking format with no
+  // marks.
+  bool track_dirty_ GUARDED_BY(meta_mu_) = false;
   // A metadata update failed part way (AppendLocked): st_ and space_ may be
   // half-changed, so every operation fails, and no batch or checkpoint
   // writes anything from now on (both look under meta_mu_, where it is set).

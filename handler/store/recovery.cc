@@ -83,6 +83,7 @@ Status Core::LoadLocked() {
   auto chosen = ChooseMetaFormat(file_.get(), &slots);
   if (!chosen.ok()) return chosen.status();
   format_ = std::move(chosen).value();
+  track_dirty_ = format_->tracks_dirty();
   PoolGeometry geo;
   Status s = format_->ChooseSuperblock(slots, &geo);
   if (!s.ok()) return s;

@@ -217,7 +217,7 @@ TEST(FormatV2Chain, MetaUnitsKeepTheChainOrderAndAWrongCountIsRefused) {
   ASSERT_TRUE(f);
   EXPECT_TRUE(f->meta_units().empty());  // a new pool has no checkpoint yet
 
-  const FrozenCheckpoint frozen = f->Freeze(BigState(kAu, 10000));
+  const FrozenCheckpoint frozen = f->Freeze(BigState(kAu, 10000), DirtyRanges());
   ASSERT_GE(frozen.meta_units, 3u);
   ASSERT_LE(frozen.meta_units, 13u);  // the AUs below stay in the pool
   // Not sorted: the chain's order is the order given.
@@ -242,7 +242,7 @@ TEST(FormatV2Chain, MetaUnitsKeepTheChainOrderAndAWrongCountIsRefused) {
   EXPECT_EQ(f->meta_units(), units);
 
   // A failed checkpoint leaves the chain it had.
-  const FrozenCheckpoint again = f->Freeze(BigState(kAu, 10000));
+  const FrozenCheckpoint again = f->Freeze(BigState(kAu, 10000), DirtyRanges());
   std::vector<uint64_t> other;
   for (uint64_t i = 0; i < again.meta_units; i++) other.push_back(2 + i);
   env.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);

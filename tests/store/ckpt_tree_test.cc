@@ -1104,5 +1104,34 @@ TEST(DirtyRanges, TakeLeavesLaterMarksAndMergeGivesBackAFailedCheckpointsSet) {
   EXPECT_EQ(d.ranges(), 3u);  // [10, 25) coalesced, LUN 2's, LUN 3's
 }
 
+// The memory bound (dirty_ranges.h): past kMaxRangesPerLun separate ranges a
+// LUN's marks widen, so the set stays bounded, and still covers every mark;
+// other LUNs keep theirs exact.
+TEST(DirtyRanges, ManySeparateMarksWidenToABoundThatStillCoversThem) {
+  constexpr uint64_t kMarks = 3 * DirtyRanges::kMaxRangesPerLun;
+  DirtyRanges d;
+  d.Mark(2, 10, 1);
+  d.Mark(2, 30, 1);
+  for (uint64_t i = 0; i < kMarks; i++) d.Mark(1, 4 * i, 1);  // every 4th key
+  EXPECT_LE(d.ranges(1), DirtyRanges::kMaxRangesPerLun);
+  for (uint64_t i = 0; i < kMarks; i++) ASSERT_TRUE(d.Touches(1, 4 * i, 4 * i + 1)) << "key " << 4 * i;
+  EXPECT_EQ(d.ranges(2), 2u);
+  EXPECT_FALSE(d.Touches(2, 11, 30));
+  // Widened marks stay widened until the set is taken.
+  d.Mark(1, kMarks * 4 + 1000, 1);
+  EXPECT_LE(d.ranges(1), DirtyRanges::kMaxRangesPerLun);
+  EXPECT_GT(d.Take().ranges(1), 0u);
+  d.Mark(1, 4, 1);
+  d.Mark(1, 8, 1);
+  EXPECT_EQ(d.ranges(1), 2u);  // a fresh set is exact again
+  EXPECT_FALSE(d.Touches(1, 5, 8));
+  // Marks 2^34 keys apart: the widening goes on until they merge.
+  DirtyRanges far;
+  for (uint64_t i = 0; i <= DirtyRanges::kMaxRangesPerLun; i++) far.Mark(7, i << 34, 1);
+  EXPECT_LE(far.ranges(7), DirtyRanges::kMaxRangesPerLun);
+  for (uint64_t i = 0; i <= DirtyRanges::kMaxRangesPerLun; i += 97)
+    ASSERT_TRUE(far.Touches(7, i << 34, (i << 34) + 1)) << i;
+}
+
 }  // namespace
 }  // namespace cowstore::store

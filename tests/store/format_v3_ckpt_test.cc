@@ -626,7 +626,7 @@ TEST_F(FormatV3Ckpt, ReplayedRecordsLoadAndTheNextCheckpointHoldsThem) {
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
   }
   MetaState want = Copy(st);
-  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   const uint64_t next = lsn + records.size();
 
   Opened o;
@@ -668,7 +668,7 @@ TEST_F(FormatV3Ckpt, AReplayedDeleteAndRollbackReachTheNextCheckpoint) {
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, lsn, o.format->durable_lsn())).ok());
   }
   MetaState want = Copy(st);
-  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   ASSERT_EQ(want.Find(2), nullptr);
   const uint64_t next = lsn + records.size();
   Opened o;
@@ -912,7 +912,7 @@ std::vector<SlotWrite> SlotWritesOf(const std::vector<uint8_t>& base, const Meta
       out.push_back({static_cast<int>(off / kSuperblockSlot), env.calls(FaultInjectionEnv::Op::kSync) - syncs});
     return HookedFile::Fate::kPass;
   });
-  const FrozenCheckpoint f = o.format->Freeze(next);
+  const FrozenCheckpoint f = o.v3->Freeze(next);
   EXPECT_TRUE(o.format->WriteCheckpoint(&trace, f, FreeAus(*o.v3, f.meta_units), next_lsn).ok());
   EXPECT_EQ(out.size(), 4u);
   return out;
@@ -1002,7 +1002,7 @@ TEST_F(FormatV3Ckpt, APowerCutInTheOpensCheckpointAfterACrashedOneStillOpens) {
           env->CrashAfter(1);
         return HookedFile::Fate::kPass;
       });
-      const FrozenCheckpoint f = o.format->Freeze(next);
+      const FrozenCheckpoint f = o.v3->Freeze(next);
       EXPECT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), next_lsn).ok());
       o = Opened();
       env->ClearFaults();
@@ -1056,7 +1056,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
   const JournalBatch lap1 = BatchOf(a, lsn0, o.format->durable_lsn());
   ASSERT_EQ(lap1.bytes.size(), 4096u + 20 * 273);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap1).ok());
-  for (const Record& r : a) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  for (const Record& r : a) ASSERT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
   // The restart rounds the tail up: 12288.
   const uint64_t lsn1 = lsn0 + a.size() + 10;
   ASSERT_TRUE(Checkpoint(&o, st, lsn1).ok());
@@ -1069,7 +1069,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
   ASSERT_EQ(lap2.bytes.size(), capacity - 12288 + 1352);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), lap2).ok());
   MetaState want = Copy(st);
-  for (const Record& r : b) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+  for (const Record& r : b) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
   o = Opened();
   const std::vector<uint8_t> base = env_.Snapshot("p");
   // Lap 1's record at ring offset 4096 is whole, CRC-valid and stale.
@@ -1124,7 +1124,7 @@ TEST_F(FormatV3Ckpt, ARingRestartedInsideItWrapsAndNeverReadsStaleRecords) {
     ASSERT_TRUE(open_checkpoint(&r).ok());
     const Record one = MapOf(6001, 1900, 1);
     ASSERT_TRUE(r.format->CommitBatch(r.file.get(), BatchOf({one}, lsn2, r.format->durable_lsn())).ok());
-    ASSERT_TRUE(ApplyRecord(&want, one, nullptr).ok());
+    ASSERT_TRUE(ApplyRecord(&want, one, nullptr, nullptr).ok());
   }
   Opened back;
   ASSERT_TRUE(Open(&env, &back).ok());
@@ -1174,7 +1174,7 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInACheckpointLeavesTheFormatWhole) {
     env.Install("p", base.data(), base.size());
     Opened o;
     ASSERT_TRUE(Open(&env, &o).ok());
-    const FrozenCheckpoint f = o.format->Freeze(next);
+    const FrozenCheckpoint f = o.v3->Freeze(next);
     const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
     Status s;
     bool threw = false;
@@ -1227,7 +1227,7 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInAGrowingCheckpointGivesItsRunsBack) {
     env.Install("p", base.data(), base.size());
     Opened o;
     ASSERT_TRUE(Open(&env, &o).ok());
-    const FrozenCheckpoint f = o.format->Freeze(next);
+    const FrozenCheckpoint f = o.v3->Freeze(next);
     RunSpace space(free);
     std::vector<uint64_t> units;  // above the space's runs
     for (uint64_t u = 60; units.size() < f.meta_units; u++) units.push_back(u);
@@ -1354,7 +1354,7 @@ TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
     }
     return a_pages.empty() ? HookedFile::Fate::kPass : HookedFile::Fate::kFail;
   });
-  FrozenCheckpoint fa = o.format->Freeze(a);
+  FrozenCheckpoint fa = o.v3->Freeze(a);
   ASSERT_EQ(o.format->WriteCheckpoint(&fail_sb, fa, FreeAus(*o.v3, fa.meta_units), lsn + 1).code(),
             Code::kIOError);
   ASSERT_FALSE(a_pages.empty());
@@ -1369,7 +1369,7 @@ TEST_F(FormatV3Ckpt, ARetrysLostPageIsRefusedNeverReadAsTheFailedAttempts) {
     lost.insert(off);
     return HookedFile::Fate::kLose;
   });
-  FrozenCheckpoint fb = o.format->Freeze(b);
+  FrozenCheckpoint fb = o.v3->Freeze(b);
   ASSERT_TRUE(o.format->WriteCheckpoint(&lose, fb, FreeAus(*o.v3, fb.meta_units), lsn + 1).ok());
   ASSERT_FALSE(lost.empty()) << "the retry took pages the failed attempt wrote";
   o = Opened();
@@ -1495,7 +1495,7 @@ TEST_F(FormatV3Ckpt, TheOpensCheckpointMustJumpPastTheLsnsATornTailMayHold) {
   const Record one = MapOf(1, 1200, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, jumped, o.format->durable_lsn())).ok());
   MetaState want = Copy(st);
-  ASSERT_TRUE(ApplyRecord(&want, one, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&want, one, nullptr, nullptr).ok());
   o = Opened();
   Opened back;
   ASSERT_TRUE(Open(&env_, &back).ok());
@@ -1518,11 +1518,11 @@ TEST_F(FormatV3Ckpt, AFreezeBeforeLoadStateAsksForNothingAndIsRefused) {
   st.au = kGrain;
   st.AddLun(Lun(1, "a", 3000, 1));
   st.next_lun_id = 2;
-  const FrozenCheckpoint before_choice = format.Freeze(st);
+  const FrozenCheckpoint before_choice = format.Freeze(st, DirtyRanges());
   EXPECT_EQ(before_choice.meta_units, 0u);
   PoolGeometry g;
   ASSERT_TRUE(format.ChooseSuperblock(slots, &g).ok());
-  const FrozenCheckpoint before_load = format.Freeze(st);
+  const FrozenCheckpoint before_load = format.Freeze(st, DirtyRanges());
   EXPECT_EQ(before_load.meta_units, 0u);
   MetaState loaded;
   loaded.au = g.grain;
@@ -1546,7 +1546,7 @@ TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
   st.AddLun(Lun(1, "a", 3000, 1));
   st.next_lun_id = 2;
   const uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen + 1;
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   const uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
   std::vector<uint64_t> journal_au = FreeAus(*o.v3, f.meta_units);
@@ -1564,7 +1564,7 @@ TEST_F(FormatV3Ckpt, RefusesAStaleFreezeAndAusThatAreNotFree) {
   // Too few AUs: kNoSpace, and the pool still opens as it was.
   st.AddLun(Lun(2, "b", 3000, 2));
   st.next_lun_id = 3;
-  FrozenCheckpoint g = o.format->Freeze(st);
+  FrozenCheckpoint g = o.v3->Freeze(st);
   ASSERT_GT(g.meta_units, 0u);
   EXPECT_EQ(o.format->WriteCheckpoint(o.file.get(), g, {}, lsn + 1).code(), Code::kNoSpace);
   st.EraseLun(2);

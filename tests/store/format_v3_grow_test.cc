@@ -86,7 +86,7 @@ TEST_F(FormatV3Grow, AGrownPoolReopensAtItsNewSize) {
   ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());  // the open's, before any batch, jumping the LSNs
   const Record one = MapOf(2001, 1500, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, lsn, o.format->durable_lsn())).ok());
-  ASSERT_TRUE(ApplyRecord(&st, one, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&st, one, nullptr, nullptr).ok());
   const uint64_t seq = o.format->superblock_seq();
   ASSERT_TRUE(Extend(o.file.get(), kGrownSize).ok());
   Status s = o.format->Grow(o.file.get(), kGrownSize);
@@ -96,7 +96,7 @@ TEST_F(FormatV3Grow, AGrownPoolReopensAtItsNewSize) {
   EXPECT_TRUE(o.v3->choice().redundant);
   const Record two = MapOf(3001, 1700, 2);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({two}, lsn + 1, o.format->durable_lsn())).ok());
-  ASSERT_TRUE(ApplyRecord(&st, two, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&st, two, nullptr, nullptr).ok());
   const uint64_t grown_seq = o.format->superblock_seq();
   o = Opened();
 
@@ -381,17 +381,17 @@ TEST_F(FormatV3Grow, ACheckpointAfterAGrowUsesTheNewAusAndReopens) {
   ASSERT_TRUE(Checkpoint(&o, st, lsn).ok());
   const Record one = MapOf(2001, 1500, 3);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({one}, lsn, o.format->durable_lsn())).ok());
-  ASSERT_TRUE(ApplyRecord(&st, one, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&st, one, nullptr, nullptr).ok());
   ASSERT_TRUE(Extend(o.file.get(), kGrownSize).ok());
   ASSERT_TRUE(o.format->Grow(o.file.get(), kGrownSize).ok());
   const Record two = MapOf(3001, 1700, 2);
   ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf({two}, lsn + 1, o.format->durable_lsn())).ok());
-  ASSERT_TRUE(ApplyRecord(&st, two, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&st, two, nullptr, nullptr).ok());
 
   st.AddLun(Lun(3, "c", 6000, 3));  // more pages than the chunk's free ones
   st.next_lun_id = 4;
   const uint64_t next_lsn = lsn + 20;
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   std::vector<uint64_t> units;  // the last AUs of the grown pool
   for (uint64_t i = 0; i < f.meta_units; i++) units.push_back(UnitsFor(kGrownSize) - 1 - i);
@@ -482,7 +482,7 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
     ASSERT_EQ(b.bytes.size(), 100u << 10);
     ASSERT_TRUE(o.format->Fits(b.bytes.size()));
     ASSERT_TRUE(o.format->CommitBatch(o.file.get(), b).ok());
-    for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
     o = Opened();
 
     Opened back;
@@ -521,7 +521,7 @@ TEST_F(FormatV3Grow, ARunTakenFromTheCheckpointsOwnAusIsRefused) {
   st.next_lun_id = 4;
   Opened o;
   ASSERT_TRUE(Open(&env_, &o).ok());
-  FrozenCheckpoint f = o.format->Freeze(st);
+  FrozenCheckpoint f = o.v3->Freeze(st);
   ASSERT_GT(f.meta_units, 0u);
   const std::vector<uint64_t> units = FreeAus(*o.v3, f.meta_units);
   for (uint64_t au : {uint64_t{0}, uint64_t{1}, units.front()}) {
@@ -592,7 +592,7 @@ std::vector<uint8_t> PoolWithABatch(FaultInjectionEnv* env, MetaState* prev, uin
   EXPECT_TRUE(Checkpoint(&o, *prev, *lsn).ok());
   const std::vector<Record> records{MapOf(2001, 1500, 3), MapOf(3001, 1600, 40)};
   EXPECT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, *lsn, o.format->durable_lsn())).ok());
-  for (const Record& r : records) EXPECT_TRUE(ApplyRecord(prev, r, nullptr).ok());
+  for (const Record& r : records) EXPECT_TRUE(ApplyRecord(prev, r, nullptr, nullptr).ok());
   *lsn += records.size();
   o = Opened();
   return env->Snapshot("p");
@@ -657,7 +657,7 @@ TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
       MetaState want = Copy(next);
       const std::vector<Record> records = RecordsOfBytes(100 << 10, 7001);
       ASSERT_TRUE(o.format->CommitBatch(o.file.get(), BatchOf(records, next_lsn, o.format->durable_lsn())).ok());
-      for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr).ok());
+      for (const Record& r : records) ASSERT_TRUE(ApplyRecord(&want, r, nullptr, nullptr).ok());
       o = Opened();
       Opened back;
       ASSERT_TRUE(Open(&env, &back).ok());
@@ -760,7 +760,7 @@ TEST_F(FormatV3Grow, AStaleRecordInANewSegmentIsNeverReplayed) {
     const JournalBatch b = BatchOf(fill, start2, back.format->durable_lsn());
     ASSERT_EQ(b.bytes.size(), sb.capacity());
     ASSERT_TRUE(back.format->CommitBatch(back.file.get(), b).ok());
-    for (const Record& r : fill) ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    for (const Record& r : fill) ASSERT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
   }
   Opened back;
   ASSERT_TRUE(Open(&env_, &back).ok());

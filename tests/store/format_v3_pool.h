@@ -139,7 +139,7 @@ inline std::vector<uint64_t> FreeAus(const FormatV3& v3, uint64_t n) {
 
 // Freeze (all dirty, or `dirty`) and WriteCheckpoint as Core's checkpoint does.
 inline Status Checkpoint(Opened* o, const MetaState& st, uint64_t start_lsn, const DirtyRanges* dirty = nullptr) {
-  FrozenCheckpoint f = dirty ? o->v3->Freeze(st, *dirty) : o->format->Freeze(st);
+  FrozenCheckpoint f = dirty ? o->v3->Freeze(st, *dirty) : o->v3->Freeze(st);
   return o->format->WriteCheckpoint(o->file.get(), f, FreeAus(*o->v3, f.meta_units), start_lsn);
 }
 
@@ -218,7 +218,7 @@ class RunSpace final : public JournalSpace {
 // the lowest AUs outside the format's metadata and the space.
 inline Status GrowingCheckpoint(Opened* o, const MetaState& st, uint64_t start_lsn, RunSpace* space,
                          JournalGrowth* growth) {
-  FrozenCheckpoint f = o->format->Freeze(st);
+  FrozenCheckpoint f = o->v3->Freeze(st);
   const std::vector<uint64_t> meta = o->v3->meta_units();
   std::vector<uint64_t> units;
   for (uint64_t u = 0; units.size() < f.meta_units; u++)

@@ -516,7 +516,7 @@ class FormatV3Journal : public ::testing::Test {
   // The open's checkpoint of the empty pool (its LUN table page fits the
   // metadata chunk: no AU to hand over), its journal starting at next_lsn_.
   void OpenCheckpoint() {
-    const FrozenCheckpoint f = format_->Freeze(MetaState());
+    const FrozenCheckpoint f = v3_->Freeze(MetaState());
     ASSERT_EQ(f.meta_units, 0u);
     Status s = format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_);
     ASSERT_TRUE(s.ok()) << s.ToString();
@@ -649,7 +649,7 @@ TEST_F(FormatV3Journal, ADamagedSlotIsRewrittenBeforeTheOpensCheckpointWritesAny
   const uint64_t seq = v3_->superblock_seq();
   // The rewrite's write fails: nothing written.
   env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
-  const FrozenCheckpoint f = format_->Freeze(MetaState());
+  const FrozenCheckpoint f = v3_->Freeze(MetaState());
   EXPECT_EQ(format_->WriteCheckpoint(file_.get(), f, {}, next_lsn_).code(), Code::kIOError);
   EXPECT_EQ(env_.Snapshot("p"), image);
   EXPECT_FALSE(v3_->choice().redundant);

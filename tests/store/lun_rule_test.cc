@@ -113,12 +113,12 @@ MetaState OneLun() {
   c.name = "a";
   c.a = 1 << 20;
   c.bs = 512;
-  EXPECT_TRUE(ApplyRecord(&st, c, nullptr).ok());
+  EXPECT_TRUE(ApplyRecord(&st, c, nullptr, nullptr).ok());
   Record m;
   m.type = RecType::kMap;
   m.lun = 1;
   m.runs = {{0, 3, 1}};
-  EXPECT_TRUE(ApplyRecord(&st, m, nullptr).ok());
+  EXPECT_TRUE(ApplyRecord(&st, m, nullptr, nullptr).ok());
   return st;
 }
 
@@ -150,7 +150,7 @@ void ExpectRefusedUnchanged(const Record& r, const char* why) {
   MetaState st = OneLun();
   const std::string before = Encoded(st);
   RecordingSink sink;
-  Status s = ApplyRecord(&st, r, &sink);
+  Status s = ApplyRecord(&st, r, &sink, nullptr);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find(why), std::string::npos) << s.ToString();
   EXPECT_EQ(Encoded(st), before);
@@ -190,12 +190,12 @@ TEST(LunRule, ApplyRecordRefusesACloneOrSnapshotOffTheRuleChangingNothing) {
     r.name = "b";  // the record is otherwise right: the copy adds a reference
     MetaState st = OneLun();
     RecordingSink sink;
-    EXPECT_TRUE(ApplyRecord(&st, r, &sink).ok());
+    EXPECT_TRUE(ApplyRecord(&st, r, &sink, nullptr).ok());
     EXPECT_EQ(sink.calls, std::vector<std::string>{"Inc 3 +1"});
     // The highest id a LUN may have moves next_lun_id to UINT32_MAX, no wrap.
     r.lun2 = UINT32_MAX - 1;
     r.name = "c";
-    EXPECT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+    EXPECT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
     EXPECT_EQ(st.next_lun_id, UINT32_MAX);
   }
 }
@@ -210,7 +210,7 @@ TEST(LunRule, ApplyRecordRefusesAResizeOffTheRuleChangingNothing) {
   ExpectRefusedUnchanged(r, "size 1000 not a positive multiple");
   r.a = 1024;
   MetaState st = OneLun();
-  EXPECT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  EXPECT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
 }
 
 // A v2 checkpoint's payload holding one LUN with geometry `g`.

@@ -270,7 +270,7 @@ TEST_F(OpenWritesV3, APowerCutAnywhereInAnOpenAfterAProcessDiedBetweenTheSlotsSt
     ASSERT_TRUE(Open(&env, &o).ok());
     // The checkpoint's own superblock: after the spent sequence's.
     DieAfterSlotWrite die(o.file.get(), &env, seq_ + 2);
-    const FrozenCheckpoint f = o.format->Freeze(newer);
+    const FrozenCheckpoint f = o.v3->Freeze(newer);
     ASSERT_FALSE(o.format->WriteCheckpoint(&die, f, FreeAus(*o.v3, f.meta_units), newer_lsn).ok());
     o = Opened();
     env.ClearFaults();  // the process is gone; the cache holds its last write
@@ -359,7 +359,7 @@ TEST_F(OpenWritesV3, TheCheckpointAfterPrepareWritesDoesNotRedoIt) {
   EXPECT_EQ(prepare.calls[1].off, (seq_ % 2) * kSuperblockSlot);
   EXPECT_TRUE(o.v3->choice().redundant);
   TraceFile ckpt(o.file.get());
-  const FrozenCheckpoint f = o.format->Freeze(o.st);
+  const FrozenCheckpoint f = o.v3->Freeze(o.st);
   ASSERT_TRUE(o.format->WriteCheckpoint(&ckpt, f, FreeAus(*o.v3, f.meta_units),
                                         o.meta.end.next_lsn + kLsnGapAfterOpen)
                   .ok());
@@ -588,7 +588,7 @@ TEST(OpenWritesV2, PrepareWritesGivesTheDamagedSlotTheChosenCopyOnce) {
       ASSERT_TRUE(format->PrepareWrites(&again).ok());
       EXPECT_TRUE(again.calls.empty()) << "done once";
       TraceFile ckpt(f->get());
-      const FrozenCheckpoint frozen = format->Freeze(st);
+      const FrozenCheckpoint frozen = format->Freeze(st, DirtyRanges());
       std::vector<uint64_t> units;
       for (uint64_t u = geo.total_units() - frozen.meta_units; u < geo.total_units(); u++) units.push_back(u);
       ASSERT_TRUE(format->WriteCheckpoint(&ckpt, frozen, units, meta.end.next_lsn + kLsnGapAfterOpen).ok());

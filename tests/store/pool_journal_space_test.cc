@@ -222,7 +222,7 @@ TEST(PoolJournalSpace, AFailedFormatV3CheckpointLeavesItsRunsOutOfFreeSpace) {
       EXPECT_TRUE(s.Rebuild(o.v3->choice().sb.units * g, empty, o.v3->meta_units()).ok());
       *meta0 = s.meta_units();
       *free0 = s.free_units();
-      FrozenCheckpoint f = o.format->Freeze(st);
+      FrozenCheckpoint f = o.v3->Freeze(st);
       std::vector<uint64_t> units;
       EXPECT_TRUE(s.TakeMeta(f.meta_units, &units));
       PoolJournalSpace js(&s);

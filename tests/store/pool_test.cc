@@ -801,8 +801,8 @@ TEST(LunAttrsEncoding, TaggedInTheAttributeListAndStrict) {
   c.name = "a";
   c.a = 1 << 20;
   c.bs = 512;
-  ASSERT_TRUE(ApplyRecord(&st2, c, nullptr).ok());
-  EXPECT_EQ(ApplyRecord(&st2, back, nullptr).code(), Code::kUnsupported);
+  ASSERT_TRUE(ApplyRecord(&st2, c, nullptr, nullptr).ok());
+  EXPECT_EQ(ApplyRecord(&st2, back, nullptr, nullptr).code(), Code::kUnsupported);
   EXPECT_EQ(st2.Find(2), nullptr);
 }
 

@@ -222,31 +222,31 @@ TEST_F(SpaceMapTest, ARecordThatWouldOverflowACountChangesNothing) {
   clone.a = 0;
   clone.b = 0;
   clone.n = 3;
-  EXPECT_EQ(ApplyRecord(&st, clone, &sink).code(), Code::kInvalidArgument);
+  EXPECT_EQ(ApplyRecord(&st, clone, &sink, nullptr).code(), Code::kInvalidArgument);
   unchanged();
   Record copy;  // CloneLun
   copy.type = RecType::kCloneLun;
   copy.lun = 1;
   copy.lun2 = 3;
   copy.name = "c";
-  EXPECT_EQ(ApplyRecord(&st, copy, &sink).code(), Code::kInvalidArgument);
+  EXPECT_EQ(ApplyRecord(&st, copy, &sink, nullptr).code(), Code::kInvalidArgument);
   unchanged();
   EXPECT_EQ(st.Find(3), nullptr);
   Record map;  // a first run that fits, a second one naming AU 4
   map.type = RecType::kMap;
   map.lun = 2;
   map.runs = {{0, 2, 1}, {1, 4, 1}};
-  EXPECT_EQ(ApplyRecord(&st, map, &sink).code(), Code::kInvalidArgument);
+  EXPECT_EQ(ApplyRecord(&st, map, &sink, nullptr).code(), Code::kInvalidArgument);
   unchanged();
   Record rollback;  // LUN b becomes LUN a: AU 4 again
   rollback.type = RecType::kRollbackLun;
   rollback.lun = 2;
   rollback.lun2 = 1;
-  EXPECT_EQ(ApplyRecord(&st, rollback, &sink).code(), Code::kInvalidArgument);
+  EXPECT_EQ(ApplyRecord(&st, rollback, &sink, nullptr).code(), Code::kInvalidArgument);
   unchanged();
   // Below the bound the same clone applies.
   clone.n = 2;
-  ASSERT_TRUE(ApplyRecord(&st, clone, &sink).ok());
+  ASSERT_TRUE(ApplyRecord(&st, clone, &sink, nullptr).ok());
   EXPECT_EQ(m_.refs(2), 2u);
   EXPECT_EQ(m_.refs(3), 2u);
   EXPECT_EQ(st.Find(2)->map.mapped_units(), 2u);

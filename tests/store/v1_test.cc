@@ -207,7 +207,7 @@ TEST(FormatV2, AnUnknownLunAttributeIsRefusedNotIgnored) {
   r.name = "attrtest";
   r.a = kMiB;
   r.bs = 512;
-  ASSERT_TRUE(ApplyRecord(&st, r, nullptr).ok());
+  ASSERT_TRUE(ApplyRecord(&st, r, nullptr, nullptr).ok());
   EncodeState(st, &enc);
   MetaState back;
   ASSERT_TRUE(DecodeState(enc, &back).ok());
