@@ -2,7 +2,6 @@
 #include "handler/store/checkpoint.h"
 
 #include <algorithm>
-#include <cassert>
 #include <string_view>
 #include <utility>
 
@@ -124,11 +123,17 @@ Status Core::CheckpointLocked(uint64_t* target) {
         s = Status(Code::kIOError,
                    "checkpoint refused: the engine's dirty tracking disagrees with the metadata "
                    "format's (a bug); the pool must be reopened");
+      } else if (space_->meta_units() != space_->meta_aus().size() * space_->units_per_au()) {
+        // Nothing handed over may outlive a checkpoint: InstallMeta frees the
+        // AUs handed over but not named at once, without a punch (meta_turnover.h),
+        // which is sound only for AUs this checkpoint was handed. An AU left
+        // from elsewhere could hold bytes a LUN would then read. A refusal,
+        // not an assert, since release builds drop those.
+        s = Status(Code::kIOError,
+                   "checkpoint refused: metadata AUs were handed over outside a checkpoint (a "
+                   "bug); the pool must be reopened");
       } else {
         frozen = format_->Freeze(st_, dirty_);
-        // Nothing handed over outlives a checkpoint (meta_turnover.h: the
-        // unused AUs' free without a punch rests on it).
-        assert(space_->meta_units() == space_->meta_aus().size() * space_->units_per_au());
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
           *target = jbuf_.last_ticket();
           start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot

@@ -12,8 +12,10 @@
 // Errors are the store's: kCorruption for damage the format refuses,
 // kUnsupported for what a newer build wrote, an Env's error as it came.
 // A failed CommitBatch, WriteCheckpoint or Grow leaves the format's
-// in-memory state as it was before the call; Core then fails the pool (the
-// disk may hold a torn write that only a reopen can judge).
+// in-memory state as it was before the call (but for PrepareWrites' step,
+// which they may do first and which stays done once it succeeded); Core
+// then fails the pool (the disk may hold a torn write that only a reopen
+// can judge).
 #pragma once
 
 #include <cstddef>
@@ -95,8 +97,9 @@ class MetaFormat {
   // writer rule, the copy a later cut falls back to (both formats rewrite
   // a slot not holding it). On error the open fails: nothing of Core's was
   // written. WriteCheckpoint and Grow called without it stay safe (the
-  // format does this step itself first, as it was done before this
-  // member existed); once it succeeded, they do not redo it.
+  // format does this step itself first); once it succeeded they do not redo
+  // it, but a slot a failed superblock write left in doubt is rewritten
+  // with the chosen copy before the next superblock write (FormatV3).
   virtual Status PrepareWrites(File* file) = 0;
 
   // False if a batch of `bytes` more record bytes does not fit the journal:

@@ -134,6 +134,14 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     track_dirty_ = on;
   }
 
+  // Tests: hands `n` AUs over as TakeMeta does for a checkpoint, outside
+  // one (breaks what CheckpointLocked checks before it takes its own).
+  bool TakeMetaForTest(uint64_t n) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    std::vector<uint64_t> aus;
+    return space_->TakeMeta(n, &aus);
+  }
+
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
   Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
   Status Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
@@ -304,9 +312,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // pool) if they differ, rather than checkpoint a tracking format with no
   // marks.
   bool track_dirty_ GUARDED_BY(meta_mu_) = false;
-  // A metadata update failed part way (AppendLocked): st_ and space_ may be
-  // half-changed, so every operation fails, and no batch or checkpoint
-  // writes anything from now on (both look under meta_mu_, where it is set).
+  // A metadata update failed part way (AppendLocked), a checkpoint failed
+  // (checkpoint.cc says why each one counts), or the space map could not
+  // take a size Grow had made durable: st_ and space_ may be half-changed
+  // or disagree with the disk, so every operation fails, and no batch or
+  // checkpoint writes anything from now on (both look under meta_mu_, where
+  // it is set).
   std::atomic<bool> meta_failed_{false};
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
   std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)
