@@ -28,6 +28,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/pool_impl.h"
 #include "tests/store/format_v3_pool.h"
+#include "tests/store/small_core.h"
 
 namespace cowstore::store {
 namespace {
@@ -549,16 +550,10 @@ TEST(DirtyMarksModel, ALunDeletedAndMadeAgainUnderItsIdLoadsAsMemory) {
 // FormatV2 rewrites every map at each checkpoint: Core marks nothing for it
 // (MetaFormat::tracks_dirty), whatever the records.
 TEST(DirtyMarksCore, AFormat2PoolKeepsNoMarks) {
-  constexpr uint32_t kAu = 64 * 1024;
+  constexpr uint32_t kAu = testing::kSmallCoreAu;
   FaultInjectionEnv env;
-  PoolOptions po;
-  po.allocation_unit = kAu;
-  po.journal_bytes = 64 * 1024;
-  po.size_bytes = 128 * 1024 + 64 * uint64_t{kAu};
-  auto c = Core::Create(&env, "pool", po);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  std::shared_ptr<Core> core = c.value();
-  ASSERT_TRUE(core->CreateLun("a", 8 * kAu, 4096).ok());
+  std::shared_ptr<Core> core = testing::MakeSmallCore(&env);
+  ASSERT_TRUE(core);
   {
     auto a = core->Acquire("a");
     ASSERT_TRUE(a.ok());
@@ -581,23 +576,11 @@ TEST(DirtyMarksCore, AFormat2PoolKeepsNoMarks) {
 // Core's cached track_dirty_ disagreeing with the format (here: tracking
 // at v2) makes the next checkpoint fail the pool instead of writing one.
 TEST(DirtyMarksCore, ACheckpointRefusesWhenTheTrackingFlagDisagreesWithTheFormat) {
-  constexpr uint32_t kAu = 64 * 1024;
   FaultInjectionEnv env;
-  PoolOptions po;
-  po.allocation_unit = kAu;
-  po.journal_bytes = 64 * 1024;
-  po.size_bytes = 128 * 1024 + 64 * uint64_t{kAu};
-  auto c = Core::Create(&env, "pool", po);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  std::shared_ptr<Core> core = c.value();
-  ASSERT_TRUE(core->CreateLun("a", 8 * kAu, 4096).ok());
+  std::shared_ptr<Core> core = testing::MakeSmallCore(&env);
+  ASSERT_TRUE(core);
   core->SetTrackDirtyForTest(true);
-  Status s;
-  // LUNs made and deleted fill the 64 KiB journal: a checkpoint.
-  for (int i = 0; i < 4000 && s.ok(); i++) {
-    s = core->CreateLun("x", kAu, 4096).status();
-    if (s.ok()) s = core->DeleteLun("x");
-  }
+  const Status s = testing::ChurnUntilCheckpoint(core.get());
   EXPECT_EQ(s.code(), Code::kIOError);
   EXPECT_NE(s.message().find("dirty tracking disagrees"), std::string::npos) << s.ToString();
 }

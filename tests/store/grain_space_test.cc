@@ -28,6 +28,7 @@
 #include "handler/store/pool.h"
 #include "handler/store/pool_space.h"
 #include "handler/store/space_map.h"
+#include "tests/store/space_kinds.h"
 #include "tests/common/sanitizers.h"
 
 #if COWSTORE_CAN_REPLACE_NEW()
@@ -601,17 +602,8 @@ TEST(GrainSpaceDifferential, AgreesWithSpaceMapAtGrainEqualAu) {
 
 // ------------------------------------------- the checkpoint's turnover
 
-// Every space class, through the interface Core holds: the flat map, and
-// GrainSpace at grain == AU and at 16 grains an AU.
-struct SpaceKind {
-  const char* name;
-  std::unique_ptr<PoolSpace> (*make)();
-};
-const SpaceKind kSpaceKinds[] = {
-    {"SpaceMap", [] { return std::unique_ptr<PoolSpace>(new SpaceMap); }},
-    {"GrainSpace, grain == AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(64 * KiB, 64 * KiB)); }},
-    {"GrainSpace, 16 grains an AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(4 * KiB, 64 * KiB)); }},
-};
+using testing::kSpaceKinds;  // every space class (space_kinds.h)
+using testing::SpaceKind;
 
 // What a refused InstallMeta must leave as it was.
 struct MetaView {

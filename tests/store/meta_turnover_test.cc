@@ -12,6 +12,7 @@
 
 #include "handler/store/fault_env.h"
 #include "handler/store/pool_impl.h"
+#include "tests/store/small_core.h"
 
 namespace cowstore::store {
 namespace {
@@ -84,23 +85,12 @@ TEST(MetaTurnover, RefusesAnAuNeitherCurrentNorHandedOverDuplicatesAndOverlap) {
 // (an engine bug, made here by a test hook) make the next checkpoint fail
 // the pool instead of freeing them at once, unpunched, with the unused ones.
 TEST(MetaTurnoverCore, AUsHandedOverOutsideACheckpointFailTheNextOne) {
-  constexpr uint32_t kAu = 64 * 1024;
+  constexpr uint32_t kAu = testing::kSmallCoreAu;
   FaultInjectionEnv env;
-  PoolOptions po;
-  po.allocation_unit = kAu;
-  po.journal_bytes = 64 * 1024;
-  po.size_bytes = 128 * 1024 + 64 * uint64_t{kAu};
-  auto c = Core::Create(&env, "pool", po);
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
-  std::shared_ptr<Core> core = c.value();
-  ASSERT_TRUE(core->CreateLun("a", 8 * kAu, 4096).ok());
+  std::shared_ptr<Core> core = testing::MakeSmallCore(&env);
+  ASSERT_TRUE(core);
   ASSERT_TRUE(core->TakeMetaForTest(1));
-  Status s;
-  // LUNs made and deleted fill the 64 KiB journal: a checkpoint.
-  for (int i = 0; i < 4000 && s.ok(); i++) {
-    s = core->CreateLun("x", kAu, 4096).status();
-    if (s.ok()) s = core->DeleteLun("x");
-  }
+  const Status s = testing::ChurnUntilCheckpoint(core.get());
   EXPECT_EQ(s.code(), Code::kIOError);
   EXPECT_NE(s.message().find("handed over outside a checkpoint"), std::string::npos) << s.ToString();
   EXPECT_FALSE(core->CreateLun("y", kAu, 4096).ok()) << "the pool serves after a refused checkpoint";

@@ -21,21 +21,15 @@
 #include "handler/store/meta.h"
 #include "handler/store/space_map.h"
 #include "tests/store/format_v3_pool.h"
+#include "tests/store/space_kinds.h"
 
 namespace cowstore::store {
 namespace {
 
 constexpr uint64_t KiB = 1024;
 
-struct SpaceKind {
-  const char* name;
-  std::unique_ptr<PoolSpace> (*make)();
-};
-const SpaceKind kSpaceKinds[] = {
-    {"SpaceMap", [] { return std::unique_ptr<PoolSpace>(new SpaceMap); }},
-    {"GrainSpace, grain == AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(64 * KiB, 64 * KiB)); }},
-    {"GrainSpace, 16 grains an AU", [] { return std::unique_ptr<PoolSpace>(new GrainSpace(4 * KiB, 64 * KiB)); }},
-};
+using testing::kSpaceKinds;  // every space class (space_kinds.h)
+using testing::SpaceKind;
 
 // 20 AUs: `ckpt` the checkpoint (AU 0 unless said), one unit of AU 5
 // mapped, so the whole free AUs are 1..4 and 6..19 less the checkpoint's.
