@@ -218,9 +218,9 @@ struct Model {
   }
 };
 
-class Run {
+class Workload {
  public:
-  explicit Run(FaultInjectionEnv* env) : env_(env) {}
+  explicit Workload(FaultInjectionEnv* env) : env_(env) {}
 
   ::testing::AssertionResult Create() {
     auto p = Pool::Create(env_, "pool", Opts());
@@ -328,7 +328,7 @@ constexpr int kRounds = 5;
 // The number of syncs the workload makes after Create (no fault).
 uint64_t WorkloadSyncs() {
   FaultInjectionEnv env;
-  Run run(&env);
+  Workload run(&env);
   EXPECT_TRUE(run.Create());
   uint64_t before = env.calls(Op::kSync);
   EXPECT_FALSE(run.Work(kSeed, kRounds));
@@ -344,7 +344,7 @@ uint64_t WorkloadSyncs() {
 ::testing::AssertionResult FailSyncThenReopen(uint64_t nth, uint64_t* forgotten, bool* failed) {
   FaultInjectionEnv env;
   env.SetFailedSync(FailedSync::kForget);
-  Run run(&env);
+  Workload run(&env);
   if (auto r = run.Create(); !r) return r;
   uint64_t before = env.calls(Op::kSync);
   env.FailAt(Op::kSync, nth, Code::kIOError);
@@ -386,6 +386,34 @@ TEST(FailedSyncStore, APoolWhoseSyncFailedReopensFromTheDiskNotTheCache) {
   EXPECT_GT(forgotten, 0u) << "no failed sync left anything to forget";
   std::printf("failed-sync sweep: %llu syncs, %llu sectors forgotten in all\n",
               static_cast<unsigned long long>(syncs), static_cast<unsigned long long>(forgotten));
+}
+
+// Grow syncs the file's new size before a superblock names it. That sync
+// failing (and forgetting the data of a buffered write made just before)
+// must fail the pool: serving on, the next commit's sync would succeed
+// without writing that data and acknowledge a write a power cut then loses.
+TEST(FailedSyncStore, AFailedSyncInGrowFailsThePool) {
+  FaultInjectionEnv env;
+  env.SetFailedSync(FailedSync::kForget);
+  Workload run(&env);
+  ASSERT_TRUE(run.Create());
+  auto a = run.pool()->OpenLun("a").value();
+  ASSERT_TRUE(a->Write(5, 1, Block(7).data(), D::kBuffered).ok());
+  env.FailAt(Op::kSync, 0, Code::kIOError);
+  EXPECT_EQ(run.pool()->Grow(Opts().size_bytes + 4 * kAu).code(), Code::kIOError);
+  ASSERT_GT(env.forgotten_sectors("pool"), 0u) << "the failed sync forgot the write";
+  Status flushed = run.pool()->Flush();
+  EXPECT_FALSE(flushed.ok()) << "the pool serves on after a failed sync";
+  a.reset();
+  (void)run.Close();
+  env.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
+  ASSERT_TRUE(run.Open());
+  auto got = std::vector<uint8_t>(kBs);
+  auto l = run.pool()->OpenLun("a").value();
+  ASSERT_TRUE(l->Read(5, 1, got.data()).ok());
+  if (flushed.ok()) {
+    EXPECT_EQ(got, Block(7)) << "a write acknowledged by a successful flush is lost";
+  }
 }
 
 }  // namespace
