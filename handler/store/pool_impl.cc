@@ -242,8 +242,16 @@ Status Core::Grow(uint64_t new_size) {
     // between the two would leave a pool that declares more than its file
     // holds, which open refuses (a short file is data loss).
     s = file_->Truncate(new_size);
-    if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
+    // A failed sync fails the pool, as a commit's does: the kernel may have
+    // dropped the dirty pages it could not write (data of operations not yet
+    // committed among them), and the next sync would report success without
+    // them (docs/design/store.md, "Commit protocol").
+    s = file_->Sync();
+    if (!s.ok()) {
+      queue_.Fail(s);
+      return s;
+    }
   }
   try {
     s = format_->Grow(file_.get(), new_size);

@@ -117,6 +117,28 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
+  // fdatasync, then POSIX_FADV_DONTNEED over the whole file: the kernel
+  // drops every clean cached page, so the next read of any of them comes
+  // from the device. That includes pages a failed fdatasync (of any process
+  // since boot) marked clean without writing. The sync first because dirty
+  // pages are not dropped: they are written (or fail, and so does this).
+  // A block device needs no BLKFLSBUF: fadvise works on the device's own
+  // page cache (the bdev inode's mapping) just as on a file's, and
+  // BLKFLSBUF would drop the same pages (invalidate_bdev) but needs
+  // CAP_SYS_ADMIN. Neither drops a page someone has mapped or locked at
+  // that instant; nothing but the store maps a pool.
+  Status DropCache() override {
+    if (::fdatasync(fd_) != 0) {
+      int err = errno;
+      // EINVAL/EROFS: a file that cannot be synced (nothing of ours is dirty
+      // there: it is opened read-only on a read-only mount).
+      if (err != EINVAL && err != EROFS) return Errno("fdatasync", path_, err);
+    }
+    int rc = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+    if (rc != 0) return Errno("posix_fadvise(DONTNEED)", path_, rc);
+    return Status::Ok();
+  }
+
   Result<uint64_t> Size() override {
     if (blockdev_) {
       uint64_t sz = 0;

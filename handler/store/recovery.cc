@@ -59,6 +59,11 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
                                          bool accept_journal_loss) {
   auto f = env->OpenLocked(path, read_only ? Env::Mode::kReadOnly : Env::Mode::kReadWrite);
   if (!f.ok()) return f.status();
+  // Before the first read: after a failed sync (this process's or one that
+  // ran earlier since boot) the OS cache may hold metadata that never
+  // reached the disk; the open must read, and build on, the disk's bytes
+  // (env.h, File::DropCache; docs/design/store.md, "Commit protocol").
+  if (Status s = f.value()->DropCache(); !s.ok()) return s;
   auto core = std::make_shared<Core>(env, std::move(f.value()), read_only);
   core->accept_journal_loss_ = accept_journal_loss;
   Status s = core->Load();
