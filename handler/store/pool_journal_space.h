@@ -21,9 +21,9 @@
 // Hence one adapter per checkpoint attempt: after the install its kept
 // runs may be free, or someone else's.
 //
-// Core does not use it yet: it serves format 3 from a later wiring step
-// (store-v3.md, step 5d), which must also decide who guards the space while
-// the format plans (the checkpoint writes without Core's metadata lock).
+// Core uses it behind its metadata lock (Core::CheckpointJournalSpace,
+// checkpoint.cc: each Take and Give takes meta_mu_, since the format plans
+// while the checkpoint writes without it), and decides how much to offer.
 #pragma once
 
 #include <algorithm>
