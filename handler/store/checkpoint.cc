@@ -115,24 +115,18 @@ class Core::CheckpointJournalSpace final : public JournalSpace {
 
   std::optional<JournalExtent> Take(uint64_t max_aus) override {
     MutexLock g(&core_->meta_mu_);
-    if (given_aus_ > 0) {
-      // PoolJournalSpace hands a run given back out first.
-      std::optional<JournalExtent> run = inner_.Take(max_aus);
-      if (run) given_aus_ -= std::min(given_aus_, run->aus);
-      return run;
-    }
+    // A run given back is handed over already: no new space, no offer.
+    if (inner_.holds_given()) return inner_.Take(max_aus);
     return inner_.Take(std::min(max_aus, core_->JournalOfferLocked()));
   }
   void Give(const JournalExtent& run) noexcept override {
     MutexLock g(&core_->meta_mu_);
     inner_.Give(run);  // noexcept; a run it cannot keep stays handed over
-    given_aus_ += run.aus;
   }
 
  private:
   Core* const core_;
   PoolJournalSpace inner_ GUARDED_BY(core_->meta_mu_);
-  uint64_t given_aus_ GUARDED_BY(core_->meta_mu_) = 0;  // given back, not taken again
 };
 
 uint64_t Core::JournalOfferLocked() const {

@@ -57,6 +57,8 @@ class PoolJournalSpace final : public JournalSpace {
     if (n == 0) return std::nullopt;
     return JournalExtent{first, n};
   }
+  // Whether Take would hand out a run given back (not one of the space's).
+  bool holds_given() const { return !given_.empty(); }
   // Keeps the run for Take, handed over (header comment). Never throws: a
   // run it has no memory to keep is only not taken again.
   void Give(const JournalExtent& run) noexcept override {
