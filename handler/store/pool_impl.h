@@ -172,6 +172,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // full). Called by queue_ only, as its leader.
   Result<uint64_t> CommitBatch() EXCLUDES(meta_mu_);
   Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
+  // Format 3's journal growth: the JournalSpace a checkpoint attempt hands
+  // FormatV3 (checkpoint.cc: what guards the space, how much it offers),
+  // and that offer, in whole AUs.
+  class CheckpointJournalSpace;
+  uint64_t JournalOfferLocked() const REQUIRES(meta_mu_);
   // queue_'s after-hook: hands the runs whose freeing record is now durable
   // to thinner_, which punches them and then ReleaseRuns them (thinner.h).
   void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);

@@ -2,7 +2,7 @@
 // FormatV3 (format_v3.h): Create's layout and its power-cut safety, the
 // superblock choice through ChooseMetaFormat, LoadState of the pool Create
 // lays out, journal commits over the ring, and the refusals: arguments
-// Create must not write, v3 pools Core must not open yet, what LoadState
+// Create must not write, v3 pools Core must not open yet (below the AU), what LoadState
 // refuses. Checkpoints: format_v3_ckpt_test.cc.
 #include "handler/store/format_v3.h"
 
@@ -171,13 +171,14 @@ TEST(FormatV3Create, EachPoolStartsItsJournalAtAFreshLsn) {
   EXPECT_NE(SlotOf(&a, 0).journal_start_lsn, SlotOf(&b, 0).journal_start_lsn);
 }
 
-// ------------------------------------------------- Core still refuses v3
+// ------------------------------------------------- Core refuses v3 below the AU
 
-// Until FormatV3 loads and writes every v3 pool, the engine's chooser
-// refuses format 3 (meta_format.h, ServedFormats), read-write and read-only,
-// and writes nothing: else an empty v3 pool would load and Core would run a
-// pool its format cannot journal or checkpoint.
-TEST(FormatV3Served, CoreRefusesAFormat3PoolAndWritesNothing) {
+// The chooser refuses format 3 when asked for formats 1 and 2 only
+// (meta_format.h, ServedFormats). Core asks for 1 to 3 (plan step 5d,
+// sub-step 6) but serves format 3 at grain = AU only until its space map
+// counts grains (sub-step 4): a pool of a 4 KiB grain (this file's) is
+// refused, read-write and read-only, and nothing is written.
+TEST(FormatV3Served, CoreRefusesAFormat3PoolBelowTheAuAndWritesNothing) {
   FaultInjectionEnv env;
   ASSERT_TRUE(CreateOn(&env).ok());
   const std::vector<uint8_t> before = env.Snapshot("p");
@@ -189,7 +190,7 @@ TEST(FormatV3Served, CoreRefusesAFormat3PoolAndWritesNothing) {
     auto p = Pool::Open(&env, "p", {.read_only = read_only});
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
-    EXPECT_NE(p.status().message().find("holds pool format version 3, which this build does not serve yet"),
+    EXPECT_NE(p.status().message().find("below the allocation unit (65536 bytes) is not served yet"),
               std::string::npos)
         << p.status().ToString();
   }
@@ -697,7 +698,7 @@ TEST_F(FormatV3Journal, AFailedBatchMovesNeitherTailNorDurableLsn) {
 // in slot 0 beside the v2 copy it started from in slot 1. FormatV3 takes the
 // v3 copy, and its first write (the open's checkpoint's, before any batch)
 // completes the upgrade by rewriting the v2 slot; Core still refuses the
-// pool (it does not serve format 3 yet).
+// pool (it does not serve format 3 below the AU yet).
 TEST(FormatV3Upgrade, TheFirstWriteCompletesAnUpgradeCutAfterOneSlot) {
   FaultInjectionEnv env;
   Superblock v2;
