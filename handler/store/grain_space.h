@@ -181,7 +181,7 @@ class GrainSpace final : public PoolSpace {
   void set_max_refs(uint32_t m) override;
   // Grains of the mapped runs with other owners, and the rest (v3's answer
   // to the per-unit `refs(p) > 1` loops in Core: O(runs x log records)).
-  LunShare Usage(const std::vector<Run>& runs) const { return shared_.Usage(runs); }
+  LunShare Usage(const std::vector<Run>& runs) const override { return shared_.Usage(runs); }
 
   // Counts, all in grains. meta_units: the current checkpoint's AUs and
   // those handed over since, times grains_per_au().

@@ -92,6 +92,8 @@ class SpaceMap final : public PoolSpace {
 
   // Per AU: Inc and CanInc index the vectors (REQUIRES: runs within the pool).
   Status CanInc(const std::vector<Run>& runs) const override;
+  // Per AU (REQUIRES: runs within the pool).
+  LunShare Usage(const std::vector<Run>& runs) const override;
   Status Inc(uint64_t phys, uint64_t n) override;
   void Dec(uint64_t phys, uint64_t n, uint64_t tag) override;
   // Any AU may be asked: false for one that is not mapped.

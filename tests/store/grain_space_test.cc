@@ -677,6 +677,58 @@ TEST(PoolSpaceMetaTurnover, OverlappingSetsKeepRetireUnderTheTagAndFreeUnusedAtO
 // handed-over AU stays handed over: the next install may still use it).
 // (Current and handed over cannot overlap through this interface: TakeMeta
 // hands over free AUs only; meta_turnover_test refuses that split.)
+// Usage(runs): a LUN's mapped units split into those with other owners
+// (refs > 1, a unit the runs name twice included) and the rest, for every
+// space kind, against a model counting owners per unit: random maps whose
+// runs overlap across LUNs, within one LUN and across AU edges; then one
+// LUN's run gains an owner (Inc) and loses it again (Dec).
+TEST(PoolSpaceUsage, EveryKindSplitsARunsUnitsByOtherOwners) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+      SCOPED_TRACE("seed " + std::to_string(seed));
+      std::unique_ptr<PoolSpace> owned = kind.make();
+      PoolSpace& s = *owned;
+      const uint64_t g = s.units_per_au(), units = 8 * g;
+      std::mt19937_64 rng(seed);
+      std::vector<std::vector<MapRun>> luns(3);
+      std::vector<uint32_t> owners(units, 0);
+      for (auto& runs : luns) {
+        uint64_t lba = 0;
+        for (int k = 0; k < 5; k++) {
+          const uint64_t len = 1 + rng() % (2 * g), phys = rng() % (units - len);
+          runs.push_back({lba, phys, len});
+          for (uint64_t p = phys; p < phys + len; p++) owners[p]++;
+          lba += len + rng() % 3;
+        }
+      }
+      ASSERT_TRUE(s.Rebuild(units, StateOf(luns), {}).ok());
+      auto model = [&](const std::vector<MapRun>& runs) {
+        LunShare u;
+        for (const MapRun& r : runs)
+          for (uint64_t p = r.phys; p < r.phys + r.len; p++) (owners[p] > 1 ? u.shared : u.exclusive)++;
+        return u;
+      };
+      for (const auto& runs : luns) {
+        EXPECT_EQ(s.Usage(runs), model(runs));
+        for (const MapRun& r : runs)
+          for (uint64_t p = r.phys; p < r.phys + r.len; p++) ASSERT_EQ(s.refs(p), owners[p]) << p;
+      }
+      EXPECT_EQ(s.Usage({}), LunShare{});
+      // One more owner of LUN 1's first run (an XCOPY), then one fewer.
+      const MapRun r = luns[0][0];
+      ASSERT_TRUE(s.Inc(r.phys, r.len).ok());
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) owners[p]++;
+      for (const auto& runs : luns) EXPECT_EQ(s.Usage(runs), model(runs));
+      EXPECT_EQ(s.Usage({r}), (LunShare{.exclusive = 0, .shared = r.len}));
+      s.Dec(r.phys, r.len, 1);
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) owners[p]--;
+      for (const auto& runs : luns) EXPECT_EQ(s.Usage(runs), model(runs));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
 TEST(PoolSpaceMetaTurnover, ARefusedInstallChangesNothing) {
   for (const SpaceKind& kind : kSpaceKinds) {
     SCOPED_TRACE(kind.name);
