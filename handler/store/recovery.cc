@@ -67,10 +67,17 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
 }
 
 void Core::NewSpaceLocked() {
-  // Every format this build opens (1 and 2) counts its maps in AUs
-  // (grain == AU, FormatV2): the flat, per-AU SpaceMap, which the check
-  // also reads per AU. Format v3 will count grains in a GrainSpace (plan
-  // step 5d), chosen here by the format.
+  // Formats 1 and 2 (and format 3 at grain == AU) count their maps per AU:
+  // the flat SpaceMap, which the check reads per AU. Below the AU, grains
+  // in a GrainSpace, which hands out the checkpoint's chunks as whole AUs.
+  flat_space_ = nullptr;
+  grain_space_ = nullptr;
+  if (grain_ < au_) {
+    auto grains = std::make_unique<GrainSpace>(grain_, au_);
+    grain_space_ = grains.get();
+    space_ = std::move(grains);
+    return;
+  }
   auto flat = std::make_unique<SpaceMap>();
   flat_space_ = flat.get();
   space_ = std::move(flat);
@@ -80,7 +87,7 @@ Status Core::LoadLocked() {
   MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
   // 1. The format that reads the superblocks, and the copy it opens from.
   SuperblockSlots slots;
-  auto chosen = ChooseMetaFormat(file_.get(), &slots);
+  auto chosen = ChooseMetaFormat(file_.get(), &slots, ServedFormats::kV1ToV3);
   if (!chosen.ok()) return chosen.status();
   format_ = std::move(chosen).value();
   track_dirty_ = format_->tracks_dirty();
@@ -95,10 +102,11 @@ Status Core::LoadLocked() {
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
   data_offset_ = geo.data_offset;
-  const uint64_t total_units = geo.total_units();
+  // The geometry counts AUs; the space map, the maps and the thinner grains.
+  const uint64_t total_units = UnitsOfAus(geo.total_units());
   // Punch slices, and at most 1/16 of the pool waiting for its punch (thinner.h).
   thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
-                     std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
+                     std::max<uint64_t>(1, total_units / 16));
   size_bytes_ = geo.size_bytes;
   NewSpaceLocked();
   space_->set_soft_percent(geo.soft_threshold_percent);
@@ -132,9 +140,8 @@ Status Core::LoadLocked() {
     loss_ = {true, end.tail, end.next_lsn, end.lost, end.lost_operations};
   }
 
-  // 3. Rebuild reference counts, unit states and free space from the maps.
-  // (Space-map units are grains, and total_units counts AUs: the same while
-  // grain_ == au_, as set above for every pool for now.)
+  // 3. Rebuild reference counts, unit states and free space from the maps
+  // (grains, as total_units; the checkpoint's AUs stay AUs).
   for (const auto& [id, l] : st_.luns) {
     // Every loader has applied the one LUN rule (meta.h) already: this is a
     // second line of defence, should a loader ever miss it. A block must
