@@ -139,6 +139,10 @@ class GrainSpace final : public PoolSpace {
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  // Sets the keep_aus AUs TakeMeta would take aside (taken from the free
+  // index for the call, then given back), reserves from the rest. All or
+  // nothing under std::bad_alloc, but for rule 8's give-back window.
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override;
   void Mapped(const std::vector<uint64_t>& grains) override;
   void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
 

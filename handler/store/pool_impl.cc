@@ -99,7 +99,10 @@ Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<ui
   if (!AffordableLocked(need, extra_extents))
     return PoolFullLocked(need);
   uint64_t free_before = space_->free_units();
-  space_->Reserve(need, out);
+  // Not from the whole AUs AffordableLocked counted for the checkpoint.
+  if (need > 0 &&
+      !space_->ReserveKeepingAus(need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents), out))
+    return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
   if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
   return Status::Ok();
 }

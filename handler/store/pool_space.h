@@ -79,6 +79,14 @@ class PoolSpace {
   // Unreserve gives back those the operation did not use, `unzeroed` being
   // the ones that could not be zeroed (they go to quarantine).
   virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out) = 0;
+  // Reserve, taking no unit of the `keep_aus` whole free AUs a checkpoint
+  // would take next (TakeMeta's choice): false, taking nothing, if fewer
+  // than keep_aus whole AUs and n units beside them are free (HasRoomFor's
+  // answer). Core reserves data this way, so the room HasRoomFor counted for
+  // the checkpoint is still there when it runs (at grain < AU a plain
+  // Reserve may split a whole AU). SpaceMap: every free AU is whole, so it
+  // is Reserve once HasRoomFor holds.
+  virtual bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) = 0;
   virtual void Mapped(const std::vector<uint64_t>& units) = 0;
   virtual void Unreserve(const std::vector<uint64_t>& units, const std::vector<uint64_t>& unzeroed) = 0;
 

@@ -100,6 +100,9 @@ class SpaceMap final : public PoolSpace {
   bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override {
+    return HasRoomFor(*this, n, keep_aus) && Reserve(n, out);
+  }
   void Mapped(const std::vector<uint64_t>& aus) override;
   void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed) override;
 

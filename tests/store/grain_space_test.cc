@@ -729,6 +729,73 @@ TEST(PoolSpaceUsage, EveryKindSplitsARunsUnitsByOtherOwners) {
   }
 }
 
+// Data reserved with ReserveKeepingAus leaves the whole free AUs a
+// checkpoint would take (store-v3 5d.4's first full-pool case): with AU 0
+// whole and 10 grains free scattered over AUs 2 and 3, 10 grains come from
+// the scattered ones and the AU stays whole for TakeMeta; an 11th would
+// need the AU and is refused, taking nothing. (A plain Reserve of 10 takes
+// them from AU 0's run, the one run that holds all of them.)
+TEST(GrainSpace, ReserveKeepingAusLeavesTheCheckpointsWholeAus) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  const uint64_t g = s.grains_per_au();
+  ASSERT_EQ(g, 16u);
+  std::vector<MapRun> runs = {{0, g, g}};  // AU 1 mapped whole
+  uint64_t lba = g;
+  for (uint64_t p = 2 * g; p < 4 * g; p++) {
+    if (p >= 2 * g + 1 && p < 2 * g + 21 && p % 2 == 1) continue;  // 10 grains left free, one apart
+    runs.push_back({lba++, p, 1});
+  }
+  ASSERT_TRUE(s.Rebuild(4 * g, StateOf({runs}), {}).ok());
+  ASSERT_EQ(s.free_units(), g + 10);
+  ASSERT_EQ(s.free_whole_aus(2), 1u);
+  std::vector<uint64_t> out;
+  EXPECT_FALSE(s.ReserveKeepingAus(11, 1, &out));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(s.free_units(), g + 10);
+  EXPECT_EQ(s.reserved_units(), 0u);
+  ASSERT_TRUE(s.ReserveKeepingAus(10, 1, &out));
+  ASSERT_EQ(out.size(), 10u);
+  for (uint64_t p : out) EXPECT_GE(p, 2 * g) << "grain " << p << " of the AU kept for the checkpoint";
+  EXPECT_EQ(s.free_whole_aus(1), 1u);
+  EXPECT_EQ(s.free_units(), g);
+  EXPECT_EQ(s.reserved_units(), 10u);
+  std::vector<uint64_t> meta;
+  EXPECT_TRUE(s.TakeMeta(1, &meta));
+  EXPECT_EQ(meta, (std::vector<uint64_t>{0}));
+  // The plain Reserve this replaces, on the same layout, splits AU 0.
+  GrainSpace plain(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(plain.Rebuild(4 * g, StateOf({runs}), {}).ok());
+  std::vector<uint64_t> any;
+  ASSERT_TRUE(plain.Reserve(10, &any));
+  EXPECT_EQ(plain.free_whole_aus(1), 0u);
+}
+
+// Every kind: ReserveKeepingAus refuses exactly when HasRoomFor does,
+// taking nothing, and takes n units when it holds.
+TEST(PoolSpaceReserveKeepingAus, RefusesExactlyWhenHasRoomForDoes) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    std::unique_ptr<PoolSpace> owned = kind.make();
+    PoolSpace& s = *owned;
+    const uint64_t g = s.units_per_au();
+    ASSERT_TRUE(s.Rebuild(6 * g, StateOf({{{0, 0, g}}}), {5}).ok());  // AU 0 mapped, AU 5 metadata
+    ASSERT_EQ(s.free_units(), 4 * g);
+    for (uint64_t keep = 0; keep <= 5; keep++) {
+      for (uint64_t n : {uint64_t{1}, g, 4 * g - keep * g, 4 * g - keep * g + 1}) {
+        if (n == 0 || n > 4 * g + 1) continue;
+        SCOPED_TRACE("keep " + std::to_string(keep) + ", n " + std::to_string(n));
+        const bool room = HasRoomFor(s, n, keep);
+        std::vector<uint64_t> out;
+        ASSERT_EQ(s.ReserveKeepingAus(n, keep, &out), room);
+        EXPECT_EQ(out.size(), room ? n : 0);
+        EXPECT_GE(s.free_whole_aus(keep), room ? keep : 0);
+        s.Unreserve(out, {});
+        ASSERT_EQ(s.free_units(), 4 * g);
+      }
+    }
+  }
+}
+
 TEST(PoolSpaceMetaTurnover, ARefusedInstallChangesNothing) {
   for (const SpaceKind& kind : kSpaceKinds) {
     SCOPED_TRACE(kind.name);
