@@ -76,8 +76,9 @@
 //    AffordableToFreeLocked) therefore asks HasRoomFor (pool_space.h): the
 //    checkpoint's share in whole free AUs (free_whole_aus(k) >= k for
 //    k = CkptUnits(...)) and only the data's in free_units() less those
-//    AUs' grains. (Reserve may still pick grains of those AUs: keeping
-//    data out of the last whole AUs is the allocation policy's, step d.)
+//    AUs' grains; and Core reserves data with ReserveKeepingAus(n, k), which
+//    sets the k AUs TakeMeta would take aside, so no data grain splits them
+//    (a plain Reserve may: FreeSpace prefers one run that holds all n).
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
