@@ -15,17 +15,6 @@
 #include "handler/store/names.h"
 
 namespace cowstore::store {
-namespace {
-
-// Why a grain below the AU is refused, at create and at open, until the
-// space map counts grains (store-v3.md, plan step 5d, sub-step 4).
-std::string GrainNotServed(uint32_t grain, uint32_t au) {
-  return "a grain of " + std::to_string(grain) + " bytes below the allocation unit (" + std::to_string(au) +
-         " bytes) is not served yet: this build serves format 3 at grain = allocation unit only";
-}
-
-}  // namespace
-
 Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
                                            const PoolOptions& o) {
   uint32_t au = o.allocation_unit;
@@ -44,8 +33,6 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   if (o.format == kFormatVersion && grain != au)
     return Status(Code::kInvalidArgument, "pool format 2 has no grain but the allocation unit");
   if (std::string why = GrainRule(grain, au); !why.empty()) return Status(Code::kInvalidArgument, why);
-  if (grain != au)
-    return Status(Code::kInvalidArgument, GrainNotServed(grain, au));
   uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
   if (std::string why = JournalBytesRule(jbytes); !why.empty()) return Status(Code::kInvalidArgument, why);
   bool existed = env->Exists(path);
@@ -97,10 +84,17 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
 }
 
 void Core::NewSpaceLocked() {
-  // Every format this build opens (1 and 2) counts its maps in AUs
-  // (grain == AU, FormatV2): the flat, per-AU SpaceMap, which the check
-  // also reads per AU. Format v3 will count grains in a GrainSpace (plan
-  // step 5d), chosen here by the format.
+  // Formats 1 and 2 (and format 3 at grain == AU) count their maps per AU:
+  // the flat SpaceMap, which the check reads per AU. Below the AU, grains
+  // in a GrainSpace, which hands out the checkpoint's chunks as whole AUs.
+  flat_space_ = nullptr;
+  grain_space_ = nullptr;
+  if (grain_ < au_) {
+    auto grains = std::make_unique<GrainSpace>(grain_, au_);
+    grain_space_ = grains.get();
+    space_ = std::move(grains);
+    return;
+  }
   auto flat = std::make_unique<SpaceMap>();
   flat_space_ = flat.get();
   space_ = std::move(flat);
@@ -124,15 +118,12 @@ Status Core::LoadLocked() {
     std::string bad = GrainRule(grain_, au_);
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
-  // A format 3 pool whose grain is below its AU needs a space map in grains
-  // (plan step 5d, sub-step 4): refused before anything is read past the
-  // superblocks or written, read-only too.
-  if (grain_ != au_) return Status(Code::kUnsupported, GrainNotServed(grain_, au_));
   data_offset_ = geo.data_offset;
-  const uint64_t total_units = geo.total_units();
+  // The geometry counts AUs; the space map, the maps and the thinner grains.
+  const uint64_t total_units = UnitsOfAus(geo.total_units());
   // Punch slices, and at most 1/16 of the pool waiting for its punch (thinner.h).
   thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
-                     std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
+                     std::max<uint64_t>(1, total_units / 16));
   size_bytes_ = geo.size_bytes;
   NewSpaceLocked();
   space_->set_soft_percent(geo.soft_threshold_percent);
@@ -166,9 +157,8 @@ Status Core::LoadLocked() {
     loss_ = {true, end.tail, end.next_lsn, end.lost, end.lost_operations};
   }
 
-  // 3. Rebuild reference counts, unit states and free space from the maps.
-  // (Space-map units are grains, and total_units counts AUs: the same while
-  // grain_ == au_, as set above for every pool for now.)
+  // 3. Rebuild reference counts, unit states and free space from the maps
+  // (grains, as total_units; the checkpoint's AUs stay AUs).
   for (const auto& [id, l] : st_.luns) {
     // Every loader has applied the one LUN rule (meta.h) already: this is a
     // second line of defence, should a loader ever miss it. A block must

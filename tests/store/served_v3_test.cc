@@ -69,7 +69,7 @@ TEST(ServedV3Options, FormatAndGrainAreCheckedBeforeAnythingIsWritten) {
     const char* why;
   };
   for (const Case& c : {Case{1, 0, "pool format must be 2 or 3"}, Case{4, 0, "pool format must be 2 or 3"},
-                        Case{2, 4096, "format 2 has no grain"}, Case{3, 4096, "not served yet"},
+                        Case{2, 4096, "format 2 has no grain"},
                         Case{3, 3000, "grain"}}) {
     FaultInjectionEnv env;
     PoolOptions o = V3(8 << 20, 80);
@@ -102,24 +102,40 @@ TEST(ServedV3Options, FormatAndGrainAreCheckedBeforeAnythingIsWritten) {
   EXPECT_EQ(SuperblockEnvelopeVersion(img.data(), kSuperblockSlot), kFormatVersion);
 }
 
-// A format 3 pool whose grain is below the AU (FormatV3::Create makes one)
-// is refused by the open, read-write and read-only, nothing written, until
-// the space map counts grains.
-TEST(ServedV3Options, APoolOfASmallerGrainIsRefusedUntilServed) {
+// A format 3 pool whose grain is below the AU is made by Pool::Create and
+// served (sub-step 4's GrainSpace), read-write and read-only, check-clean,
+// its grain as asked (store_grain_core_test covers what it counts).
+TEST(ServedV3Options, APoolOfASmallerGrainIsMadeAndServed) {
   FaultInjectionEnv env;
+  PoolOptions o = V3(8 << 20, 80);
+  o.grain = 4096;
   {
-    auto f = env.OpenLocked("p", Env::Mode::kCreate);
-    ASSERT_TRUE(f.ok());
-    ASSERT_TRUE(FormatV3::Create(f->get(), v3pool::Id(3), kAu, 4096, 8 << 20, 64 << 10, 80).ok());
+    auto p = Pool::Create(&env, "p", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+    std::vector<uint8_t> buf(4096, 0x5a);
+    auto l = (*p)->OpenLun("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_TRUE((*l)->Write(8, 8, buf.data(), Durability::kDurable).ok());  // 8 x 512 = one grain
+    l->reset();
+    ASSERT_TRUE((*p)->Close().ok());
   }
-  const std::vector<uint8_t> before = env.Snapshot("p");
+  EXPECT_EQ(Superblock(env).grain, 4096u);
   for (bool read_only : {false, true}) {
     auto p = Pool::Open(&env, "p", {.read_only = read_only});
-    ASSERT_FALSE(p.ok());
-    EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
-    EXPECT_NE(p.status().message().find("not served yet"), std::string::npos) << p.status().ToString();
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    SpaceInfo si = (*p)->Space();
+    EXPECT_EQ(si.unit_bytes, 4096u);
+    EXPECT_EQ(si.luns.at(0).mapped_bytes, 4096u);
+    std::vector<uint8_t> got(4096);
+    auto l = (*p)->OpenLun("a");
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    ASSERT_TRUE((*l)->Read(8, 8, got.data()).ok());
+    EXPECT_EQ(got, std::vector<uint8_t>(4096, 0x5a));
+    l->reset();
+    ASSERT_TRUE((*p)->Close().ok());
   }
-  EXPECT_EQ(env.Snapshot("p"), before);
+  ExpectCheckClean(&env);
 }
 
 // ------------------------------------------------------------ the model
