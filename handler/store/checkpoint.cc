@@ -81,9 +81,9 @@ Status CheckpointFailed(const Status& s) {
   return Status(Code::kIOError, std::move(m));
 }
 
-// When the pool's soft threshold is off (0 %), the journal still stops
-// growing where the default threshold (PoolOptions) lies.
-constexpr uint32_t kJournalLinePercentWithoutThreshold = 80;
+// The journal never grows past this share of the pool used, whatever the
+// soft threshold (off, or above it): data keeps the last fifth.
+constexpr uint32_t kJournalLineMaxPercent = 80;
 
 }  // namespace
 
@@ -102,10 +102,12 @@ constexpr uint32_t kJournalLinePercentWithoutThreshold = 80;
 // meta_mu_ (the lock is not reentrant), and nothing else sees the adapter.
 //
 // How much it offers (JournalOfferLocked): runs given back (already handed
-// over) whenever asked; new runs only above the soft threshold, i.e. no
-// more than the free units beyond what the threshold leaves free (and
-// beyond the frees' checkpoint room, for a threshold of 100 %), counted
-// again at each Take as writers move it; nothing at or below it. The
+// over) whenever asked; new runs only while the pool's used units stay
+// below the line (the soft threshold, or 80 % if that is off or higher),
+// one unit under it, so that the next data allocation is the one that
+// crosses the threshold and raises the signal (SoftThresholdCrossed counts
+// crossings from below only), and never into the frees' checkpoint room;
+// counted again at each Take as writers move it; nothing at or past it. The
 // format asks for JournalTargetAus (at least 16 MiB), so a pool made with
 // a small journal gives its first growing checkpoint up to that.
 class Core::CheckpointJournalSpace final : public JournalSpace {
@@ -131,11 +133,13 @@ class Core::CheckpointJournalSpace final : public JournalSpace {
 
 uint64_t Core::JournalOfferLocked() const {
   const uint64_t total = space_->total_units();
-  uint64_t used_line = space_->soft_threshold_units();
-  if (used_line == 0) used_line = SoftThresholdUnits(total, kJournalLinePercentWithoutThreshold);
+  // "Off" is the percentage, not a line that rounds to no unit (a small
+  // pool at 1 %: the journal gets nothing, as the threshold asks).
+  const uint32_t percent = soft_percent_ == 0 ? kJournalLineMaxPercent : std::min(soft_percent_, kJournalLineMaxPercent);
+  const uint64_t line = SoftThresholdUnits(total, percent);
+  const uint64_t most_used = line == 0 ? 0 : line - 1;  // strictly below the line
   const uint64_t keep_free =
-      std::max(total - std::min(total, used_line),
-               CkptUnits(st_.extents() + kFreeingReserveExtents) * space_->units_per_au());
+      std::max(total - most_used, CkptUnits(st_.extents() + kFreeingReserveExtents) * space_->units_per_au());
   const uint64_t free = space_->free_units();
   return free > keep_free ? (free - keep_free) / space_->units_per_au() : 0;
 }

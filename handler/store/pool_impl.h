@@ -296,6 +296,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint32_t grain_ = 0;
   uint64_t data_offset_ = 0;
   uint64_t size_bytes_ GUARDED_BY(meta_mu_) = 0;  // declared size
+  // The superblock's soft threshold percentage (0: off), set by Load: the
+  // journal's offer (JournalOfferLocked) reads it.
+  uint32_t soft_percent_ GUARDED_BY(meta_mu_) = 0;
   Uuid sb_uuid_{};
 
   // Group commit: the durable ticket, the sticky failure (a failed commit:

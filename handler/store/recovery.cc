@@ -127,6 +127,7 @@ Status Core::LoadLocked() {
   size_bytes_ = geo.size_bytes;
   NewSpaceLocked();
   space_->set_soft_percent(geo.soft_threshold_percent);
+  soft_percent_ = geo.soft_threshold_percent;
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
   if (file_->IsBlockDevice() && *fsize < geo.size_bytes)

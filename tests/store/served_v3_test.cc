@@ -314,9 +314,10 @@ TEST(ServedV3, ModelOverReopensCheckpointsAndGrow) {
 
 // Core offers the journal the free AUs above the soft threshold's line and
 // nothing below it: a 64 KiB journal grows at the pool's first checkpoint
-// (the create's) by exactly what lies above the line, in place; a Grow
-// raises the line's room, and the next checkpoint (the reopen's) takes it,
-// up to JournalTargetAus. Free space never falls below the line for it.
+// (the create's) by exactly what lies above the line less one AU, in place,
+// so the next data allocation crosses the threshold and raises the signal;
+// a Grow raises the line's room, and the next checkpoint (the reopen's)
+// takes it, up to JournalTargetAus. Free space never falls to the line.
 TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
   FaultInjectionEnv env;
   const uint64_t size = 64ull << 20;  // 1023 AUs
@@ -325,7 +326,7 @@ TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     const SpaceInfo si = (*p)->Space();
     const uint64_t line_free = si.total_units - si.soft_threshold_units;
-    EXPECT_EQ(si.free_units, line_free) << "the journal took exactly the room above the line";
+    EXPECT_EQ(si.free_units, line_free + 1) << "the journal took the room above the line but one AU";
     const SuperblockV3 sb = Superblock(env);
     ASSERT_EQ(sb.journal.size(), 1u) << "grown in place";
     EXPECT_GT(JournalAus(sb), 1u);
@@ -333,6 +334,16 @@ TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
     // meta AUs: the chunk and the journal.
     EXPECT_EQ(si.metadata_units, 1 + JournalAus(sb));
     ASSERT_TRUE((*p)->CreateLun("a", 4 * kAu, kBs).ok());
+    // The first data AU is the crossing: the signal is not lost to the
+    // journal's growth.
+    const uint64_t gen = (*p)->soft_threshold_generation();
+    {
+      auto l = (*p)->OpenLun("a");
+      ASSERT_TRUE(l.ok());
+      std::vector<uint8_t> data(kAu, 7);
+      ASSERT_TRUE((*l)->Write(0, kBlocksPerAu, data.data(), Durability::kDurable).ok());
+    }
+    EXPECT_EQ((*p)->soft_threshold_generation(), gen + 1) << "the write crossed the soft threshold";
     ASSERT_TRUE((*p)->Grow(2 * size).ok());
     ASSERT_TRUE((*p)->Close().ok());
   }
