@@ -60,8 +60,8 @@ class File {
   // without writing them. Core::Open calls this before it reads anything, so
   // a pool whose sync failed is never reopened from such a cache
   // (docs/design/store.md, "Commit protocol"). An error: the open fails.
-  // The default only syncs; a File that wraps another must forward the call.
-  virtual Status DropCache() { return Sync(); }
+  // Pure, so that a File wrapping another cannot forget to forward it.
+  virtual Status DropCache() = 0;
   virtual Result<uint64_t> Size() = 0;
   // Sets the size of a regular file (grow sparse or shrink). kUnsupported on
   // block devices.

@@ -68,7 +68,8 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
 
 Status Core::MetaFailed() {
   return Status(Code::kIOError,
-                "a metadata update failed part way (out of memory?): the pool must be reopened");
+                "the pool failed (a metadata update that stopped part way, a failed checkpoint, "
+                "or a failed write or sync of its own): it must be reopened");
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
@@ -137,8 +138,22 @@ Result<uint64_t> Core::CommitBatch() {
   }
   uint64_t target = batch.last_ticket;
   Status s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
-  if (!s.ok()) return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+  if (!s.ok()) {
+    // Reads stop too (CheckUsable), not only commits: a failed write or sync
+    // may have left the batch's data (and the copies of older, acknowledged
+    // blocks its copy-on-write made) only in cache pages the OS marked clean
+    // (env.h, File::DropCache) and may evict at any time, while the maps in
+    // memory point at them: a read could then return zeros for acknowledged
+    // data. (A failed checkpoint has failed the pool already.)
+    FailPool();
+    return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+  }
   return target;  // queue_ publishes it, wakes its waiters, then ReleasePending
+}
+
+void Core::FailPool() {
+  MutexLock g(&meta_mu_);  // as every setter: nothing passes CheckUsable or AppendLocked in between
+  meta_failed_.store(true);
 }
 
 void Core::ReleasePending(uint64_t target) {
@@ -254,6 +269,7 @@ Status Core::Grow(uint64_t new_size) {
     // them (docs/design/store.md, "Commit protocol").
     s = file_->Sync();
     if (!s.ok()) {
+      FailPool();  // reads too: see CommitBatch
       queue_.Fail(s);
       return s;
     }
@@ -264,6 +280,7 @@ Status Core::Grow(uint64_t new_size) {
     s = StatusFromCurrentException();
   }
   if (!s.ok()) {
+    FailPool();  // its syncs may have failed: see CommitBatch
     queue_.Fail(s);
     return s;
   }

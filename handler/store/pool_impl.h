@@ -9,10 +9,10 @@
 //   recovery.cc    Create, Open, Load (format choice, geometry checks, rebuild)
 //   check.cc       Check
 // with the state of three mechanisms in classes of their own: the space map,
-// a PoolSpace (pool_space.h; SpaceMap for pool formats 1 and 2), the
+// a PoolSpace (pool_space.h; SpaceMap per AU, GrainSpace below the AU), the
 // JournalBuffer of records not yet committed (journal.h),
 // and the on-disk format, MetaFormat (meta_format.h: superblock, checkpoint,
-// journal on disk; FormatV2 for pool formats 1 and 2).
+// journal on disk; FormatV2 for pool formats 1 and 2, FormatV3 for 3).
 //
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
@@ -180,6 +180,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // queue_'s commit function: one batch (or a checkpoint when the journal is
   // full). Called by queue_ only, as its leader.
   Result<uint64_t> CommitBatch() EXCLUDES(meta_mu_);
+  // Fails the pool (meta_failed_, under meta_mu_): reads, writes and LUN
+  // changes answer MetaFailed() until it is reopened.
+  void FailPool() EXCLUDES(meta_mu_);
   Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
   // Format 3's journal growth: the JournalSpace a checkpoint attempt hands
   // FormatV3 (checkpoint.cc: what guards the space, how much it offers),
@@ -202,7 +205,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // nothing. If ApplyRecord throws, the state may be half-changed: the pool
   // fails (MetaFailed, sticky: see meta_failed_).
   Result<uint64_t> AppendLocked(const Record& r) REQUIRES(meta_mu_);
-  // The error of a pool whose metadata update failed part way.
+  // The error of a failed pool (meta_failed_).
   static Status MetaFailed();
   // The highest durable LSN, which every record framed now carries as its
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
@@ -320,7 +323,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // replaced. flat_space_ / grain_space_ are the same object typed, for the
   // check, which compares what only that class has (the flat map's per-AU
   // states, GrainSpace's shared records); the other is null. Everything
-  // else goes through space_, in its units (grains: SpaceUnits below).
+  // else goes through space_, in its units (grains: UnitsOfAus and UnitBytes convert).
   std::unique_ptr<PoolSpace> space_ PT_GUARDED_BY(meta_mu_);
   SpaceMap* flat_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
   GrainSpace* grain_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
@@ -341,8 +344,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   bool track_dirty_ GUARDED_BY(meta_mu_) = false;
   // A metadata update failed part way (AppendLocked), a checkpoint failed
   // (checkpoint.cc says why each one counts), or the space map could not
-  // take a size Grow had made durable: st_ and space_ may be half-changed
-  // or disagree with the disk, so every operation fails, and no batch or
+  // take a size Grow had made durable, or a journal batch or Grow failed
+  // (FailPool: the OS may have forgotten data the maps point at): st_ and
+  // space_ may be half-changed or disagree with the disk, so every
+  // operation fails, reads too, and no batch or
   // checkpoint writes anything from now on (both look under meta_mu_, where
   // it is set).
   std::atomic<bool> meta_failed_{false};

@@ -130,9 +130,11 @@ class PosixFile final : public File {
   Status DropCache() override {
     if (::fdatasync(fd_) != 0) {
       int err = errno;
-      // EINVAL/EROFS: a file that cannot be synced (nothing of ours is dirty
-      // there: it is opened read-only on a read-only mount).
-      if (err != EINVAL && err != EROFS) return Errno("fdatasync", path_, err);
+      // EINVAL: a file that does not support syncing (nothing of ours can
+      // be dirty there). Not EROFS: a plain read-only mount syncs fine (0),
+      // and EROFS is what ext4 and btrfs answer once they have aborted,
+      // having lost writes, whose bytes may still be in the cache.
+      if (err != EINVAL) return Errno("fdatasync", path_, err);
     }
     int rc = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
     if (rc != 0) return Errno("posix_fadvise(DONTNEED)", path_, rc);

@@ -416,5 +416,31 @@ TEST(FailedSyncStore, AFailedSyncInGrowFailsThePool) {
   }
 }
 
+// After a commit's failed sync the pool refuses reads, not only writes: the
+// OS may evict the forgotten cache pages the maps in memory point at (the
+// new copy of a copy-on-write, holding older acknowledged blocks too), and a
+// read would then return what the disk holds there. FaultInjectionEnv never
+// evicts, so the test asserts the refusal itself.
+TEST(FailedSyncStore, AFailedCommitSyncStopsReadsToo) {
+  FaultInjectionEnv env;
+  env.SetFailedSync(FailedSync::kForget);
+  Workload run(&env);
+  ASSERT_TRUE(run.Create());
+  auto a = run.pool()->OpenLun("a").value();
+  ASSERT_TRUE(a->Write(5, 1, Block(7).data(), D::kDurable).ok());
+  env.FailAt(Op::kSync, 0, Code::kIOError);
+  EXPECT_FALSE(a->Write(6, 1, Block(8).data(), D::kDurable).ok());
+  ASSERT_GT(env.forgotten_sectors("pool"), 0u) << "the failed sync forgot the write";
+  std::vector<uint8_t> got(kBs);
+  Status r = a->Read(5, 1, got.data());
+  EXPECT_EQ(r.code(), Code::kIOError) << r.ToString();
+  a.reset();
+  (void)run.Close();
+  ASSERT_TRUE(run.Open());
+  auto l = run.pool()->OpenLun("a").value();
+  ASSERT_TRUE(l->Read(5, 1, got.data()).ok());
+  EXPECT_EQ(got, Block(7));
+}
+
 }  // namespace
 }  // namespace cowstore::store
