@@ -168,9 +168,9 @@ class MetaFormat {
 };
 
 // Which formats an open may be served with. This build knows formats 1 to
-// 3, and Core asks for kV1ToV3 (plan step 5d, sub-step 6; it refuses a
-// format 3 pool whose grain is below the AU itself, until sub-step 4).
-// kV1V2 answers what a build serving formats 1 and 2 only would.
+// 3, and Core asks for kV1ToV3 (plan step 5d, sub-steps 4 and 6), at any
+// grain. kV1V2 answers what a build serving formats 1 and 2 only would
+// (tests of that answer).
 enum class ServedFormats : uint8_t {
   kV1V2,    // formats 1 and 2 only: a format 3 pool is kUnsupported, nothing written
   kV1ToV3,  // Core, FormatV3's tests: a format 3 pool gets a FormatV3

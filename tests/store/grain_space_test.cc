@@ -672,11 +672,6 @@ TEST(PoolSpaceMetaTurnover, OverlappingSetsKeepRetireUnderTheTagAndFreeUnusedAtO
   }
 }
 
-// A new set naming an AU that is neither current nor handed over, or one
-// twice: kIOError, the pool must be reopened, and nothing changed (a
-// handed-over AU stays handed over: the next install may still use it).
-// (Current and handed over cannot overlap through this interface: TakeMeta
-// hands over free AUs only; meta_turnover_test refuses that split.)
 // Usage(runs): a LUN's mapped units split into those with other owners
 // (refs > 1, a unit the runs name twice included) and the rest, for every
 // space kind, against a model counting owners per unit: random maps whose
@@ -796,6 +791,11 @@ TEST(PoolSpaceReserveKeepingAus, RefusesExactlyWhenHasRoomForDoes) {
   }
 }
 
+// A new set naming an AU that is neither current nor handed over, or one
+// twice: kIOError, the pool must be reopened, and nothing changed (a
+// handed-over AU stays handed over: the next install may still use it).
+// (Current and handed over cannot overlap through this interface: TakeMeta
+// hands over free AUs only; meta_turnover_test refuses that split.)
 TEST(PoolSpaceMetaTurnover, ARefusedInstallChangesNothing) {
   for (const SpaceKind& kind : kSpaceKinds) {
     SCOPED_TRACE(kind.name);
