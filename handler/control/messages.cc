@@ -67,6 +67,9 @@ std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo&
   // Freed units still being punched (counted in free_units too); an older
   // cowctl skips the field, an older handler sends none (read as 0).
   p.Set("thinning_units", s.thinning_units);
+  // What the *_units count (the grain); an older handler sends none, and
+  // SpaceInfo::Bytes then counts AUs, as that handler did.
+  p.Set("unit_bytes", s.unit_bytes);
   p.Set("soft_threshold_units", s.soft_threshold_units).Set("provisioned_bytes", s.provisioned_bytes);
   // Thin on thin; absent when the handler's Env cannot tell.
   if (s.backing_known) {
@@ -84,6 +87,7 @@ store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
     if (r.type == "pool") {
       s.pool_size_bytes = U64(r, "size");
       s.allocation_unit = static_cast<uint32_t>(U64(r, "allocation_unit"));
+      s.unit_bytes = static_cast<uint32_t>(U64(r, "unit_bytes"));
       s.total_units = U64(r, "total_units");
       s.allocated_units = U64(r, "allocated_units");
       s.metadata_units = U64(r, "metadata_units");

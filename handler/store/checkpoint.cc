@@ -6,7 +6,10 @@
 #include <utility>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/format_v3.h"
 #include "handler/store/pool_impl.h"
+#include "handler/store/pool_journal_space.h"
+#include "handler/store/soft_threshold.h"
 
 namespace cowstore::store {
 
@@ -63,17 +66,83 @@ Status ReadCheckpointChain(File* file, const Superblock& sb, uint64_t units, std
 
 namespace {
 
-Status CheckpointFailed(Status s, bool threw) {
-  if (!threw) return s;
-  // An exception's status says what it was ("out of memory", also for
-  // Open's checkpoint, whose caller discards the Core), with the code of a
-  // failed pool: kIOError, as MetaFailed(); kNoSpace would promise that
-  // nothing changed. (This may throw, outside any catch: the commit queue
-  // and the API edge catch it.)
-  return Status(Code::kIOError, s.message() + "; the pool must be reopened");
+// Whatever failed, the pool has failed (meta_failed_): kIOError, as
+// MetaFailed(), whatever code the cause had. kNoSpace or kInvalidArgument
+// (no room for the checkpoint, a format's refusal) would promise that
+// nothing changed, and kNoSpace would even invite a retry, while every
+// later call fails. The message says what it was ("out of memory" for an
+// exception, also for Open's checkpoint, whose caller discards the Core).
+// (This may throw, outside any catch: the commit queue and the API edge
+// catch it.)
+Status CheckpointFailed(const Status& s) {
+  constexpr std::string_view kReopen = "the pool must be reopened";
+  std::string m = s.message();
+  if (m.find(kReopen) == std::string::npos) m += "; " + std::string(kReopen);
+  return Status(Code::kIOError, std::move(m));
 }
 
+// The journal never grows past this share of the pool used, whatever the
+// soft threshold (off, or above it): data keeps the last fifth.
+constexpr uint32_t kJournalLineMaxPercent = 80;
+
 }  // namespace
+
+// The JournalSpace a growing format 3 checkpoint takes its journal's runs
+// from (FormatV3::WriteCheckpoint's overload, journal_segments.h), one per
+// attempt: a PoolJournalSpace (pool_journal_space.h: runs taken are handed
+// over, a run given back stays handed over) behind Core's metadata lock.
+//
+// What guards the space: meta_mu_, taken by each Take and Give. The format
+// plans its journal inside WriteCheckpoint, outside meta_mu_ (data I/O and
+// syncs happen there), while writers reserve and free units concurrently;
+// the adapter's PoolSpace* is the pointer Core's space_ holds (made by Load,
+// never replaced), and the adapter itself is GUARDED_BY meta_mu_, so every
+// path to the space map holds the lock the map's other users hold. The
+// leader calls Take and Give only from inside WriteCheckpoint, never under
+// meta_mu_ (the lock is not reentrant), and nothing else sees the adapter.
+//
+// How much it offers (JournalOfferLocked): runs given back (already handed
+// over) whenever asked; new runs only while the pool's used units stay
+// below the line (the soft threshold, or 80 % if that is off or higher),
+// one unit under it, so that the next data allocation is the one that
+// crosses the threshold and raises the signal (SoftThresholdCrossed counts
+// crossings from below only), and never into the frees' checkpoint room;
+// counted again at each Take as writers move it; nothing at or past it. The
+// format asks for JournalTargetAus (at least 16 MiB), so a pool made with
+// a small journal gives its first growing checkpoint up to that.
+class Core::CheckpointJournalSpace final : public JournalSpace {
+ public:
+  // Reads the space_ pointer only (never replaced), not the space.
+  explicit CheckpointJournalSpace(Core* core) : core_(core), inner_(core->space_.get()) {}
+
+  std::optional<JournalExtent> Take(uint64_t max_aus) override {
+    MutexLock g(&core_->meta_mu_);
+    // A run given back is handed over already: no new space, no offer.
+    if (inner_.holds_given()) return inner_.Take(max_aus);
+    return inner_.Take(std::min(max_aus, core_->JournalOfferLocked()));
+  }
+  void Give(const JournalExtent& run) noexcept override {
+    MutexLock g(&core_->meta_mu_);
+    inner_.Give(run);  // noexcept; a run it cannot keep stays handed over
+  }
+
+ private:
+  Core* const core_;
+  PoolJournalSpace inner_ GUARDED_BY(core_->meta_mu_);
+};
+
+uint64_t Core::JournalOfferLocked() const {
+  const uint64_t total = space_->total_units();
+  // "Off" is the percentage, not a line that rounds to no unit (a small
+  // pool at 1 %: the journal gets nothing, as the threshold asks).
+  const uint32_t percent = soft_percent_ == 0 ? kJournalLineMaxPercent : std::min(soft_percent_, kJournalLineMaxPercent);
+  const uint64_t line = SoftThresholdUnits(total, percent);
+  const uint64_t most_used = line == 0 ? 0 : line - 1;  // strictly below the line
+  const uint64_t keep_free =
+      std::max(total - most_used, CkptUnits(st_.extents() + kFreeingReserveExtents) * space_->units_per_au());
+  const uint64_t free = space_->free_units();
+  return free > keep_free ? (free - keep_free) / space_->units_per_au() : 0;
+}
 
 // Freezes the state under the metadata lock and takes the AUs the format
 // needs for it, then has the format write it outside the lock (checkpoint,
@@ -102,11 +171,11 @@ Status CheckpointFailed(Status s, bool threw) {
 // The commit queue fails too (the error is the commit's), but that alone
 // would let reads and LUN changes in memory go on from metadata that
 // disagrees with the disk. Reopening rebuilds everything from the durable
-// state.
+// state. The error is always kIOError (CheckpointFailed), the failed pool's
+// code, with the cause's message.
 Status Core::CheckpointLocked(uint64_t* target) {
   constexpr std::string_view kWhere = "checkpoint failed";
   Status s;
-  bool threw = false;
   FrozenCheckpoint frozen;
   DirtyRanges taken;  // what `frozen` changed (dirty_ranges.h's hand-over)
   std::vector<uint64_t> aus;
@@ -144,18 +213,26 @@ Status Core::CheckpointLocked(uint64_t* target) {
       }
     } catch (...) {
       s = StatusFromCurrentException(kWhere);  // never throws
-      threw = true;
     }
     if (!s.ok()) {
       meta_failed_.store(true);
-      return CheckpointFailed(std::move(s), threw);
+      return CheckpointFailed(s);
     }
   }
   try {
-    s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
+    if (auto* v3 = dynamic_cast<FormatV3*>(format_.get())) {
+      // Format 3 sizes its journal with the map (format_v3.h): a fresh
+      // adapter per attempt (pool_journal_space.h says why), guarded as
+      // CheckpointJournalSpace says. JournalGrowth is a report only: the
+      // install below keeps or retires every AU by meta_units().
+      CheckpointJournalSpace space(this);
+      JournalGrowth growth;
+      s = v3->WriteCheckpoint(file_.get(), frozen, aus, start_lsn, &space, &growth);
+    } else {
+      s = format_->WriteCheckpoint(file_.get(), frozen, aus, start_lsn);
+    }
   } catch (...) {
     s = StatusFromCurrentException(kWhere);
-    threw = true;
   }
   MutexLock g(&meta_mu_);
   if (s.ok()) {
@@ -164,7 +241,6 @@ Status Core::CheckpointLocked(uint64_t* target) {
       if (s.ok()) return Status::Ok();
     } catch (...) {
       s = StatusFromCurrentException(kWhere);
-      threw = true;
     }
   }
   try {
@@ -174,7 +250,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
     // writes none.
   }
   meta_failed_.store(true);
-  return CheckpointFailed(std::move(s), threw);
+  return CheckpointFailed(s);
 }
 
 }  // namespace cowstore::store

@@ -62,9 +62,7 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
     for (const Run& r : pieces)
       for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= space_->refs(p) == 1;
     if (!AffordableLocked(need, need) && !space_->has_pending())
-      return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
-                                        " allocation units needed, " +
-                                        std::to_string(space_->free_units()) + " free");
+      return PoolFullLocked(need);
   }
   while (len > 0) {
     uint64_t n = std::min(len, chunk - off % grain_);

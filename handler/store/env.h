@@ -52,6 +52,16 @@ class File {
   virtual Status Write(uint64_t off, size_t n, const void* buf) = 0;
   // fdatasync: every completed Write is on stable storage when it returns.
   virtual Status Sync() = 0;
+  // Makes later reads come from the device rather than from the OS's cache:
+  // flushes what is dirty (as Sync), then drops the file's cached pages.
+  // Why: when fdatasync fails (EIO), Linux marks the pages it could not
+  // write clean yet keeps their new bytes cached ("fsyncgate"): reads return
+  // bytes that never reached the disk, and a later fdatasync reports success
+  // without writing them. Core::Open calls this before it reads anything, so
+  // a pool whose sync failed is never reopened from such a cache
+  // (docs/design/store.md, "Commit protocol"). An error: the open fails.
+  // Pure, so that a File wrapping another cannot forget to forward it.
+  virtual Status DropCache() = 0;
   virtual Result<uint64_t> Size() = 0;
   // Sets the size of a regular file (grow sparse or shrink). kUnsupported on
   // block devices.

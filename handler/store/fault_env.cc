@@ -41,15 +41,34 @@ class FaultFile final : public File {
     env_->CountSync();
     std::lock_guard<std::mutex> g(env_->mu_);
     Status s = env_->Gate(FaultInjectionEnv::Op::kSync);
+    if (!s.ok()) {
+      // Linux after a failed fdatasync: the pages it could not write are
+      // marked clean, their new bytes stay in the cache and never reach the
+      // disk unless written again.
+      if (env_->failed_sync_ == FaultInjectionEnv::FailedSync::kForget) {
+        im_->forgotten.insert(im_->dirty.begin(), im_->dirty.end());
+        im_->dirty.clear();
+      }
+      return s;
+    }
+    SyncLocked();
+    return Status::Ok();
+  }
+
+  Status DropCache() override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    Status s = env_->Gate(FaultInjectionEnv::Op::kDropCache);
     if (!s.ok()) return s;
+    SyncLocked();
+    // What the cache held of forgotten sectors is gone: reads now return
+    // what the disk holds.
     constexpr uint64_t S = FaultInjectionEnv::kSector;
-    for (uint64_t sec : im_->dirty) {
+    for (uint64_t sec : im_->forgotten) {
       uint64_t off = sec * S;
       uint64_t n = std::min<uint64_t>(S, im_->current.size() - off);
-      std::memcpy(im_->durable.data() + off, im_->current.data() + off, n);
+      std::memcpy(im_->current.data() + off, im_->durable.data() + off, n);
     }
-    im_->dirty.clear();
-    im_->durable_size = im_->current.size();
+    im_->forgotten.clear();
     return Status::Ok();
   }
 
@@ -93,6 +112,20 @@ class FaultFile final : public File {
   Result<BackingSpace> Backing() override { return env_->backing(); }
 
  private:
+  // A successful fdatasync (env_->mu_ held): every unsynced sector, and the
+  // file's size, become durable. A forgotten sector is not written (it is
+  // clean) unless it was written again since.
+  void SyncLocked() {
+    constexpr uint64_t S = FaultInjectionEnv::kSector;
+    for (uint64_t sec : im_->dirty) {
+      uint64_t off = sec * S;
+      uint64_t n = std::min<uint64_t>(S, im_->current.size() - off);
+      std::memcpy(im_->durable.data() + off, im_->current.data() + off, n);
+      im_->forgotten.erase(sec);
+    }
+    im_->dirty.clear();
+    im_->durable_size = im_->current.size();
+  }
   void Dirty(uint64_t off, uint64_t n) {
     constexpr uint64_t S = FaultInjectionEnv::kSector;
     if (n == 0) return;
@@ -109,6 +142,7 @@ void FaultInjectionEnv::Resize(Image& im, uint64_t size) {
   im.durable_size = std::min(im.durable_size, size);  // an extension waits for Sync()
   // Sectors past the end are gone; a partly cut sector keeps its dirty mark.
   im.dirty.erase(im.dirty.lower_bound((size + kSector - 1) / kSector), im.dirty.end());
+  im.forgotten.erase(im.forgotten.lower_bound((size + kSector - 1) / kSector), im.forgotten.end());
 }
 
 Status FaultInjectionEnv::Gate(Op op) {
@@ -192,6 +226,11 @@ void FaultInjectionEnv::FailAt(Op op, uint64_t nth, Code code) {
   faults_.push_back({op, op_counts_[static_cast<int>(op)] + nth, code});
 }
 
+void FaultInjectionEnv::SetFailedSync(FailedSync mode) {
+  std::lock_guard<std::mutex> g(mu_);
+  failed_sync_ = mode;
+}
+
 void FaultInjectionEnv::ClearFaults() {
   std::lock_guard<std::mutex> g(mu_);
   faults_.clear();
@@ -221,6 +260,13 @@ void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
       std::memcpy(im.current.data() + off, im.durable.data() + off, n);
     }
     im.dirty.clear();
+    // A forgotten sector was only ever in the cache.
+    for (uint64_t sec : im.forgotten) {
+      uint64_t off = sec * kSector;
+      uint64_t n = std::min<uint64_t>(kSector, im.current.size() - off);
+      std::memcpy(im.current.data() + off, im.durable.data() + off, n);
+    }
+    im.forgotten.clear();
     // An extension not yet synced survives as a whole or not at all.
     if (survives()) {
       im.durable_size = im.current.size();
@@ -263,6 +309,19 @@ void FaultInjectionEnv::Install(const std::string& path, const uint8_t* data, si
   im->durable.assign(data, data + n);
   im->durable_size = n;
   im->dirty.clear();
+  im->forgotten.clear();
+}
+
+uint64_t FaultInjectionEnv::forgotten_sectors(const std::string& path) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? 0 : it->second->forgotten.size();
+}
+
+std::vector<uint8_t> FaultInjectionEnv::DurableSnapshot(const std::string& path) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = files_.find(path);
+  return it == files_.end() ? std::vector<uint8_t>() : it->second->durable;
 }
 
 uint64_t FaultInjectionEnv::unsynced_sectors(const std::string& path) const {

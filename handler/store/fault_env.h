@@ -15,6 +15,15 @@
 // fail with kIOError and change nothing, as if the machine had died there;
 // FailAt injects one error (EIO or ENOSPC) at a chosen call.
 //
+// A failed Sync (injected, or on a dead disk) changes nothing by default: the
+// unsynced sectors stay unsynced and a later Sync writes them. With
+// SetFailedSync(kForget) it behaves as Linux does ("fsyncgate"): every sector
+// unsynced at that moment becomes clean without reaching `durable` (it is
+// "forgotten"): reads keep returning its new bytes, a later Sync does not
+// write it, and a power cut takes it back to its durable bytes. Only
+// File::DropCache (or PowerLoss) makes `current` equal `durable` again for
+// forgotten sectors; a new write to one makes it unsynced as any other.
+//
 // Thread safety: all methods may be called concurrently.
 #pragma once
 
@@ -40,7 +49,9 @@ class FaultInjectionEnv final : public Env {
     kRandom,    // each unsynced sector independently survives or not
     kTear,      // kRandom, and some sectors survive only in part
   };
-  enum class Op : uint8_t { kWrite, kSync, kPunch, kTruncate, kRead };
+  enum class Op : uint8_t { kWrite, kSync, kPunch, kTruncate, kRead, kDropCache };
+  // What a failed Sync does to the unsynced sectors (see above).
+  enum class FailedSync : uint8_t { kRetain, kForget };
 
   Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override;
   bool Exists(const std::string& path) override;
@@ -61,6 +72,8 @@ class FaultInjectionEnv final : public Env {
   // kNoSpace) without effect.
   void FailAt(Op op, uint64_t nth, Code code);
   void ClearFaults();
+  // kRetain (the default) or kForget: from now on, for every file.
+  void SetFailedSync(FailedSync mode);
 
   // Cuts power: unsynced sectors are dropped, kept or torn per `loss`, using
   // `seed`. Also clears the crashed state. Files must not be open.
@@ -74,6 +87,10 @@ class FaultInjectionEnv final : public Env {
   // Flips bytes in the current and durable images (simulated media rot).
   void Corrupt(const std::string& path, uint64_t off, size_t n);
   uint64_t unsynced_sectors(const std::string& path) const;
+  // Sectors a failed Sync forgot (clean, but `current` differs from `durable`).
+  uint64_t forgotten_sectors(const std::string& path) const;
+  // The durable image (what a power cut would leave of synced sectors).
+  std::vector<uint8_t> DurableSnapshot(const std::string& path) const;
   // The current image (what a read returns now), bypassing locks.
   std::vector<uint8_t> Snapshot(const std::string& path) const;
   // Creates or replaces `path` with the n bytes at `data`, every one of them
@@ -88,6 +105,7 @@ class FaultInjectionEnv final : public Env {
   struct Image {
     std::vector<uint8_t> current, durable;
     std::set<uint64_t> dirty;  // sector indexes written since the last sync
+    std::set<uint64_t> forgotten;  // clean in the "cache", not durable (kForget)
     uint64_t durable_size = 0;  // the size a power cut leaves (<= current.size())
     int shared_locks = 0;
     bool exclusive = false;
@@ -103,7 +121,8 @@ class FaultInjectionEnv final : public Env {
   uint64_t mutating_ = 0;
   struct Fault { Op op; uint64_t nth; Code code; };
   std::vector<Fault> faults_;
-  uint64_t op_counts_[5] = {};
+  uint64_t op_counts_[6] = {};
+  FailedSync failed_sync_ = FailedSync::kRetain;
   BackingSpace backing_{true, 1ull << 50, 1ull << 50};
 };
 

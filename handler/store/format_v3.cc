@@ -192,9 +192,18 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   auto layout = JournalLayout::Of(sb);
   if (!layout.ok()) return Fallback(layout.status());  // a decoded superblock's list: not expected
   JournalRingSource source(file, *layout, sb.journal_start);
-  ReplayEnd end;
-  s = ReplayJournal(&source, sb.journal_start_lsn, &loaded, &end, kFormatVersion);
-  if (!s.ok()) return s;
+  // Each record first meets format 3's bound on a LUN's blocks
+  // (RecordLunBlocksRule: the maps' keys are 48 bits), which ApplyRecord,
+  // shared with formats 1 and 2, does not apply; then ApplyRecord, without
+  // marks (every LUN is marked below after a replay that applied records).
+  auto scanned = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes,
+                             [&loaded](Record&& r) -> Status {
+                               if (std::string why = RecordLunBlocksRule(loaded, r); !why.empty())
+                                 return Status(Code::kCorruption, "journal replay: " + why);
+                               return ApplyRecord(&loaded, r, nullptr, nullptr);
+                             });
+  if (!scanned.ok()) return scanned.status();
+  ReplayEnd end = ReplayEndOf(std::move(scanned).value());
   // The ring's logical positions start at the replay start's ring offset
   // (journal_segments.h); the tail is past the records replayed.
   auto ring = JournalRing::Open(*layout, sb.journal_start, sb.journal_start + end.tail);

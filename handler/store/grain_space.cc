@@ -266,6 +266,32 @@ bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out) {
   return true;
 }
 
+bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) {
+  if (!HasRoomFor(*this, n, keep_aus)) return false;
+  if (keep_aus == 0) return Reserve(n, out);
+  const uint64_t g = grains_per_au_;
+  std::vector<GrainRun> plan;  // in AUs
+  if (PlanMeta(keep_aus, &plan) < keep_aus) return false;
+  std::vector<GrainRun> kept;  // in grains, out of the index for the call
+  kept.reserve(plan.size());
+  bool ok = false;
+  try {
+    for (const GrainRun& a : plan) {
+      const GrainRun r{a.start * g, a.len * g};
+      if (!free_.TakeRun(r).ok()) break;  // cannot happen: the plan's AUs are free
+      kept.push_back(r);
+    }
+    // FreeSpace counts the set-aside grains reserved meanwhile: Reserve's
+    // own count check sees only the rest.
+    ok = kept.size() == plan.size() && Reserve(n, out);
+  } catch (...) {
+    GiveBack(kept);
+    throw;
+  }
+  GiveBack(kept);
+  return ok;
+}
+
 void GrainSpace::Mapped(const std::vector<uint64_t>& grains) {
   const std::vector<GrainRun> runs = ToRuns(grains);
   RangeValues::Spare spare(RangeValues::kEraseNodes * runs.size());

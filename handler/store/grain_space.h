@@ -76,8 +76,9 @@
 //    AffordableToFreeLocked) therefore asks HasRoomFor (pool_space.h): the
 //    checkpoint's share in whole free AUs (free_whole_aus(k) >= k for
 //    k = CkptUnits(...)) and only the data's in free_units() less those
-//    AUs' grains. (Reserve may still pick grains of those AUs: keeping
-//    data out of the last whole AUs is the allocation policy's, step d.)
+//    AUs' grains; and Core reserves data with ReserveKeepingAus(n, k), which
+//    sets the k AUs TakeMeta would take aside, so no data grain splits them
+//    (a plain Reserve may: FreeSpace prefers one run that holds all n).
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
@@ -139,6 +140,10 @@ class GrainSpace final : public PoolSpace {
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  // Sets the keep_aus AUs TakeMeta would take aside (taken from the free
+  // index for the call, then given back), reserves from the rest. All or
+  // nothing under std::bad_alloc, but for rule 8's give-back window.
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override;
   void Mapped(const std::vector<uint64_t>& grains) override;
   void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
 
@@ -181,7 +186,7 @@ class GrainSpace final : public PoolSpace {
   void set_max_refs(uint32_t m) override;
   // Grains of the mapped runs with other owners, and the rest (v3's answer
   // to the per-unit `refs(p) > 1` loops in Core: O(runs x log records)).
-  LunShare Usage(const std::vector<Run>& runs) const { return shared_.Usage(runs); }
+  LunShare Usage(const std::vector<Run>& runs) const override { return shared_.Usage(runs); }
 
   // Counts, all in grains. meta_units: the current checkpoint's AUs and
   // those handed over since, times grains_per_au().

@@ -43,12 +43,13 @@ LunInfo Core::InfoLocked(const LunState& l) const {
   i.read_only = l.attrs.read_only;
   i.origin = l.attrs.origin;
   i.created_unix = l.attrs.created;
-  uint64_t excl = 0, shared = 0;
-  for (const auto& [lba, e] : l.map.runs())
-    for (uint64_t p = e.phys; p < e.phys + e.len; p++) (space_->refs(p) > 1 ? shared : excl)++;
-  i.mapped_bytes = (excl + shared) * grain_;
-  i.exclusive_bytes = excl * grain_;
-  i.shared_bytes = shared * grain_;
+  std::vector<Run> runs;
+  runs.reserve(l.map.extents());
+  for (const auto& [lba, e] : l.map.runs()) runs.push_back({lba, e.phys, e.len});
+  const LunShare u = space_->Usage(runs);
+  i.mapped_bytes = UnitBytes(u.exclusive + u.shared);
+  i.exclusive_bytes = UnitBytes(u.exclusive);
+  i.shared_bytes = UnitBytes(u.shared);
   return i;
 }
 
@@ -70,9 +71,10 @@ Result<LunInfo> Core::CreateLun(const std::string& name, uint64_t size, uint32_t
   LunInfo info;
   for (int attempt = 0;; attempt++) {
     MutexLock g(&meta_mu_);
-    // A geometry bound in AUs (LUN AUs <= 1024 x pool AUs <= 2^42, inside
-    // ExtentMap::kMaxLba); a grain below the AU will need it in grains.
-    if (size / au_ > space_->total_units() * 1024)
+    // A geometry bound in the maps' unit (LUN grains <= 1024 x pool grains;
+    // at grain == AU <= 2^42, inside ExtentMap::kMaxLba; below it
+    // BlocksRule above bounds the LUN first).
+    if (size / grain_ > space_->total_units() * 1024)
       return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
     if (st_.FindName(name)) return Status(Code::kAlreadyExists, "LUN " + name + " exists");
     if (Status ids = LunIdsLeft(st_); !ids.ok()) return ids;
@@ -138,7 +140,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
     uint64_t old;
     {
       MutexLock g(&meta_mu_);
-      if (size / au_ > space_->total_units() * 1024)
+      if (size / grain_ > space_->total_units() * 1024)  // as CreateLun's
         return Status(Code::kInvalidArgument, "LUN size is absurdly larger than the pool");
       if (l->deleted) return Status(Code::kNotFound, "no LUN " + name);
       old = l->size;

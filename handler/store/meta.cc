@@ -152,6 +152,21 @@ std::string LunBlocksRule(uint64_t size, uint32_t bs) {
          std::to_string(bs) + "-byte blocks)";
 }
 
+std::string RecordLunBlocksRule(const MetaState& st, const Record& r) {
+  uint32_t bs = 0;
+  if (r.type == RecType::kCreateLun) {
+    bs = r.bs;
+  } else if (r.type == RecType::kResizeLun) {
+    if (const LunState* l = st.Find(r.lun)) bs = l->bs;
+  }
+  // ApplyRecord refuses a block size off the rule (and a LUN it cannot find).
+  if (!ValidBlockSize(bs)) return "";
+  if (std::string why = LunBlocksRule(r.a, bs); !why.empty())
+    return "LUN " + std::to_string(r.lun) + (r.type == RecType::kCreateLun ? " created" : " resized") +
+           " above the rule: " + why;
+  return "";
+}
+
 uint64_t NewPoolJournalStartLsn() {
   std::mt19937_64 rng(std::random_device{}());
   return (rng() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)

@@ -288,6 +288,13 @@ constexpr size_t kMaxRecordBytes = [] {
   for (uint8_t t = 1; t <= kLastRecType; t++) m = std::max(m, MaxPayloadBytes(static_cast<RecType>(t)));
   return kRecordHeader + m;
 }();
+// Why applying `r` to `st` would make a LUN break LunBlocksRule ("" if it
+// would not, or if ApplyRecord refuses the record anyway): a LUN created
+// or resized above 2^48 blocks (a copy or rollback takes a size the rule
+// already held for). Format 3's replay applies it before ApplyRecord, which
+// does not know the format (formats 1 and 2 may hold such LUNs).
+std::string RecordLunBlocksRule(const MetaState& st, const Record& r);
+
 void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* out);
 // ParseRecord's refusals from the header's fields alone, before it reads the
 // payload or its CRC: a record vouches only for earlier LSNs, its type is

@@ -37,8 +37,8 @@ Result<std::unique_ptr<MetaFormat>> ChooseMetaFormat(File* file, SuperblockSlots
   // Format 3 in either slot: a v3 pool, or an upgrade cut between its two
   // slot writes (a v2 copy beside the v3 one), which only the v3 chooser may
   // judge: the v2 open must never take the older copy (the same roll-back
-  // as above). Until Core serves format 3 it is refused here, before any
-  // geometry check or write, exactly as when this build did not know it.
+  // as above). Asked for kV1V2, it is refused here, before any geometry
+  // check or write, as a build serving formats 1 and 2 only refuses it.
   for (int slot = 0; slot < 2; slot++) {
     if (version[slot] != kFormatVersionV3) continue;
     if (served == ServedFormats::kV1V2)

@@ -148,7 +148,7 @@ class MetaFormat {
   // and the next open decides. The journal keeps its extents here; a format
   // that sizes its journal with the map takes the free space to grow it
   // from through an overload of its own (FormatV3's, with a JournalSpace:
-  // journal_segments.h), which Core calls once it serves that format: the
+  // journal_segments.h), which Core calls for that format (checkpoint.cc): the
   // interface stays this one call.
   virtual Status WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) = 0;
@@ -167,16 +167,13 @@ class MetaFormat {
   virtual Status Grow(File* file, uint64_t new_size) = 0;
 };
 
-// Which formats an open may be served with. This build knows formats 1 to 3,
-// but FormatV3 (format_v3.h) is not wired into Core yet (plan step 5d:
-// Core keeps the metadata AUs the format reports after a checkpoint and
-// passes it dirty ranges, but neither serves format 3's grain nor passes it
-// a JournalSpace yet), so the engine serves 1 and 2 only.
-// kV1ToV3 is for FormatV3's own tests until Core serves format 3 (step
-// 5d's wiring, then PoolOptions' format: store-v3.md).
+// Which formats an open may be served with. This build knows formats 1 to
+// 3, and Core asks for kV1ToV3 (plan step 5d, sub-steps 4 and 6), at any
+// grain. kV1V2 answers what a build serving formats 1 and 2 only would
+// (tests of that answer).
 enum class ServedFormats : uint8_t {
-  kV1V2,    // Core today: a format 3 pool is kUnsupported, nothing written
-  kV1ToV3,  // FormatV3's tests: a format 3 pool gets a FormatV3
+  kV1V2,    // formats 1 and 2 only: a format 3 pool is kUnsupported, nothing written
+  kV1ToV3,  // Core, FormatV3's tests: a format 3 pool gets a FormatV3
 };
 
 // Reads both superblock slots and picks the format that reads them, by the

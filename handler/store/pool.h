@@ -87,6 +87,17 @@ struct PoolOptions {
   // Not stored: as OpenOptions::backing_check_interval_ms, for the pool
   // Create returns open.
   uint32_t backing_check_interval_ms = kDefaultBackingCheckIntervalMs;
+  // The pool format: 2 (the default, what this build serves), or 3, for
+  // the store's own tests only until format 3 is served in full
+  // (docs/design/store-v3.md, plan step 7: open/recovery for v3 and its
+  // scale figures): cowctl does not expose it. kInvalidArgument otherwise.
+  uint32_t format = 2;
+  // The unit of sharing (store-v3.md 3.1), in bytes: 0 = the allocation
+  // unit. Format 2 has no other (kInvalidArgument); format 3 takes any
+  // grain GrainRule allows. Below the AU a full pool still fails where it
+  // should only refuse writes (store-v3.md, plan step 5d, sub-step 4's open
+  // cases): one more reason format 3 is for tests only.
+  uint32_t grain = 0;
 };
 
 struct OpenOptions {
@@ -123,26 +134,32 @@ struct LunInfo {
   Uuid id{};                     // unique 128-bit identity (clones get a fresh one)
   uint64_t size_bytes = 0;
   uint32_t block_size = 512;     // 512 or 4096
-  uint64_t mapped_bytes = 0;     // bytes backed by an AU (whole AUs)
-  uint64_t exclusive_bytes = 0;  // mapped AUs referenced by this LUN only
-  uint64_t shared_bytes = 0;     // mapped AUs also referenced elsewhere
+  uint64_t mapped_bytes = 0;     // bytes backed by a grain (whole grains: AUs at formats 1, 2)
+  uint64_t exclusive_bytes = 0;  // mapped grains referenced by this LUN only
+  uint64_t shared_bytes = 0;     // mapped grains also referenced elsewhere (or twice by it)
   // Snapshot attributes (format v2; a LUN of a v1 pool has the defaults).
   bool read_only = false;        // every write-class call gets kReadOnly
   Uuid origin{};                 // the LUN it was snapshotted from (all zero: none)
   uint64_t created_unix = 0;     // creation time, seconds since the epoch (0: unknown)
 };
 
+// Every *_units figure counts units of `unit_bytes`: the pool's grain, the
+// unit space is counted in, which is the AU for formats 1 and 2 (and a
+// format 3 pool at grain == AU); below the AU the counts are grains, so that
+// they are exact (scattered free grains make no whole AU). Bytes() converts;
+// consumers must not multiply by allocation_unit.
 struct SpaceInfo {
   uint64_t pool_size_bytes = 0;    // declared size
-  uint32_t allocation_unit = 0;
-  uint64_t total_units = 0;        // data AUs the pool can ever hold
-  uint64_t allocated_units = 0;    // AUs with refcount > 0 (data + metadata)
-  uint64_t metadata_units = 0;     // AUs holding metadata (checkpoints)
-  uint64_t shared_units = 0;       // AUs with refcount > 1
+  uint32_t allocation_unit = 0;    // the AU (data alignment, checkpoint chunks)
+  uint32_t unit_bytes = 0;         // what the *_units below count (the grain)
+  uint64_t total_units = 0;        // data units the pool can ever hold
+  uint64_t allocated_units = 0;    // units with refcount > 0 (data + metadata)
+  uint64_t metadata_units = 0;     // units holding metadata (checkpoints: whole AUs)
+  uint64_t shared_units = 0;       // units with refcount > 1
   uint64_t free_units = 0;         // allocatable (including thinning_units)
   uint64_t thinning_units = 0;     // freed durably, still being punched: allocatable soon
   uint64_t mapped_bytes = 0;       // sum of every LUN's mapped_bytes
-  uint64_t saved_bytes = 0;        // mapped_bytes - bytes of distinct data AUs
+  uint64_t saved_bytes = 0;        // mapped_bytes - bytes of distinct data units
   uint64_t soft_threshold_units = 0;
   uint64_t provisioned_bytes = 0;  // sum of every LUN's size
   // Thin on thin: what holds the pool (env.h BackingSpace), as the Env
@@ -156,6 +173,9 @@ struct SpaceInfo {
   // before it is full. OutgrowsBacking() is the rule.
   bool backing_short = false;
   std::vector<LunInfo> luns;
+  // A SpaceInfo that names no unit (from a handler older than unit_bytes)
+  // counts AUs.
+  uint64_t Bytes(uint64_t units) const { return units * (unit_bytes ? unit_bytes : allocation_unit); }
 };
 
 // Thin on thin, the one rule: a pool that grows into its backing store

@@ -68,7 +68,8 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
 
 Status Core::MetaFailed() {
   return Status(Code::kIOError,
-                "a metadata update failed part way (out of memory?): the pool must be reopened");
+                "the pool failed (a metadata update that stopped part way, a failed checkpoint, "
+                "or a failed write or sync of its own): it must be reopened");
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
@@ -90,13 +91,19 @@ bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
   return HasRoomFor(*space_, 0, CkptUnits(st_.extents() + extra_extents));
 }
 
+Status Core::PoolFullLocked(uint64_t need) const {
+  return Status(Code::kNoSpace, "pool is full: " + std::to_string(UnitBytes(need)) + " bytes needed, " +
+                                    std::to_string(UnitBytes(space_->free_units())) + " free");
+}
+
 Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {
   if (!AffordableLocked(need, extra_extents))
-    return Status(Code::kNoSpace, "pool is full: " + std::to_string(need) +
-                                      " allocation units needed, " +
-                                      std::to_string(space_->free_units()) + " free");
+    return PoolFullLocked(need);
   uint64_t free_before = space_->free_units();
-  space_->Reserve(need, out);
+  // Not from the whole AUs AffordableLocked counted for the checkpoint.
+  if (need > 0 &&
+      !space_->ReserveKeepingAus(need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents), out))
+    return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
   if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
   return Status::Ok();
 }
@@ -131,8 +138,22 @@ Result<uint64_t> Core::CommitBatch() {
   }
   uint64_t target = batch.last_ticket;
   Status s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
-  if (!s.ok()) return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+  if (!s.ok()) {
+    // Reads stop too (CheckUsable), not only commits: a failed write or sync
+    // may have left the batch's data (and the copies of older, acknowledged
+    // blocks its copy-on-write made) only in cache pages the OS marked clean
+    // (env.h, File::DropCache) and may evict at any time, while the maps in
+    // memory point at them: a read could then return zeros for acknowledged
+    // data. (A failed checkpoint has failed the pool already.)
+    FailPool();
+    return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+  }
   return target;  // queue_ publishes it, wakes its waiters, then ReleasePending
+}
+
+void Core::FailPool() {
+  MutexLock g(&meta_mu_);  // as every setter: nothing passes CheckUsable or AppendLocked in between
+  meta_failed_.store(true);
 }
 
 void Core::ReleasePending(uint64_t target) {
@@ -226,11 +247,10 @@ Status Core::Grow(uint64_t new_size) {
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.
-  // The space map counts its own units (grains at grain < AU).
-  uint64_t space_units;
+  // The space map counts grains.
+  const uint64_t space_units = UnitsOfAus(units);
   {
     MutexLock g(&meta_mu_);
-    space_units = units * space_->units_per_au();
     s = space_->ReserveIndex(space_units);
   }
   if (s.code() == Code::kNoSpace)
@@ -242,8 +262,17 @@ Status Core::Grow(uint64_t new_size) {
     // between the two would leave a pool that declares more than its file
     // holds, which open refuses (a short file is data loss).
     s = file_->Truncate(new_size);
-    if (s.ok()) s = file_->Sync();
     if (!s.ok()) return s;
+    // A failed sync fails the pool, as a commit's does: the kernel may have
+    // dropped the dirty pages it could not write (data of operations not yet
+    // committed among them), and the next sync would report success without
+    // them (docs/design/store.md, "Commit protocol").
+    s = file_->Sync();
+    if (!s.ok()) {
+      FailPool();  // reads too: see CommitBatch
+      queue_.Fail(s);
+      return s;
+    }
   }
   try {
     s = format_->Grow(file_.get(), new_size);
@@ -251,6 +280,7 @@ Status Core::Grow(uint64_t new_size) {
     s = StatusFromCurrentException();
   }
   if (!s.ok()) {
+    FailPool();  // its syncs may have failed: see CommitBatch
     queue_.Fail(s);
     return s;
   }
@@ -283,7 +313,7 @@ void Core::PollBacking() {
   uint64_t growth;
   {
     MutexLock g(&meta_mu_);
-    growth = space_->free_units() * au_;
+    growth = UnitBytes(space_->free_units());
   }
   const bool outgrows = OutgrowsBacking(b->grows, b->free_bytes, growth);
   if (!outgrows) backing_short_.store(false);
@@ -303,9 +333,10 @@ SpaceInfo Core::Space() {
   }
   MutexLock g(&meta_mu_);
   si.pool_size_bytes = size_bytes_;
-  // SpaceInfo counts AUs, which the space map's units are while grain_ ==
-  // au_ (pool_impl.h); a space map in grains will convert here.
+  // The *_units figures count the space map's units, grains (the AU at
+  // grain == AU), of unit_bytes each (pool.h).
   si.allocation_unit = au_;
+  si.unit_bytes = static_cast<uint32_t>(UnitBytes(1));
   si.total_units = space_->total_units();
   si.allocated_units = space_->mapped_units() + space_->meta_units();
   si.metadata_units = space_->meta_units();
@@ -319,10 +350,10 @@ SpaceInfo Core::Space() {
     si.mapped_bytes += si.luns.back().mapped_bytes;
     si.provisioned_bytes += si.luns.back().size_bytes;
   }
-  si.saved_bytes = si.mapped_bytes - space_->mapped_units() * au_;
+  si.saved_bytes = si.mapped_bytes - UnitBytes(space_->mapped_units());
   si.soft_threshold_units = space_->soft_threshold_units();
   si.backing_short = si.backing_known &&
-                     OutgrowsBacking(si.backing_grows, si.backing_free_bytes, si.free_units * au_);
+                     OutgrowsBacking(si.backing_grows, si.backing_free_bytes, UnitBytes(si.free_units));
   return si;
 }
 

@@ -9,10 +9,10 @@
 //   recovery.cc    Create, Open, Load (format choice, geometry checks, rebuild)
 //   check.cc       Check
 // with the state of three mechanisms in classes of their own: the space map,
-// a PoolSpace (pool_space.h; SpaceMap for pool formats 1 and 2), the
+// a PoolSpace (pool_space.h; SpaceMap per AU, GrainSpace below the AU), the
 // JournalBuffer of records not yet committed (journal.h),
 // and the on-disk format, MetaFormat (meta_format.h: superblock, checkpoint,
-// journal on disk; FormatV2 for pool formats 1 and 2).
+// journal on disk; FormatV2 for pool formats 1 and 2, FormatV3 for 3).
 //
 // Locking, outermost first:
 //   LunState::lock (range locks, in (LUN id, lba) order)
@@ -37,6 +37,7 @@
 #include "handler/store/commit_queue.h"
 #include "handler/store/dirty_ranges.h"
 #include "handler/store/env.h"
+#include "handler/store/grain_space.h"
 #include "handler/store/journal.h"
 #include "handler/store/meta.h"
 #include "handler/store/meta_format.h"
@@ -142,6 +143,14 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     return space_->TakeMeta(n, &aus);
   }
 
+  // Tests: runs `f` on the space map under meta_mu_ (to damage a count the
+  // check must find).
+  template <class F>
+  void WithSpaceForTest(F f) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    f(*space_);
+  }
+
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
   Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
   Status Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
@@ -171,7 +180,15 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // queue_'s commit function: one batch (or a checkpoint when the journal is
   // full). Called by queue_ only, as its leader.
   Result<uint64_t> CommitBatch() EXCLUDES(meta_mu_);
+  // Fails the pool (meta_failed_, under meta_mu_): reads, writes and LUN
+  // changes answer MetaFailed() until it is reopened.
+  void FailPool() EXCLUDES(meta_mu_);
   Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
+  // Format 3's journal growth: the JournalSpace a checkpoint attempt hands
+  // FormatV3 (checkpoint.cc: what guards the space, how much it offers),
+  // and that offer, in whole AUs.
+  class CheckpointJournalSpace;
+  uint64_t JournalOfferLocked() const REQUIRES(meta_mu_);
   // queue_'s after-hook: hands the runs whose freeing record is now durable
   // to thinner_, which punches them and then ReleaseRuns them (thinner.h).
   void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);
@@ -188,7 +205,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // nothing. If ApplyRecord throws, the state may be half-changed: the pool
   // fails (MetaFailed, sticky: see meta_failed_).
   Result<uint64_t> AppendLocked(const Record& r) REQUIRES(meta_mu_);
-  // The error of a pool whose metadata update failed part way.
+  // The error of a failed pool (meta_failed_).
   static Status MetaFailed();
   // The highest durable LSN, which every record framed now carries as its
   // `proven`. Safe without leading queue_ (the analysis cannot see it):
@@ -217,12 +234,21 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Room for a free that adds up to `extra_extents` extents; may use the reserve.
   bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
+  // The kNoSpace of an operation that needs `need` more grains than fit.
+  Status PoolFullLocked(uint64_t need) const REQUIRES(meta_mu_);
   // Takes `need` grains for an operation. kNoSpace if the pool cannot give
   // them while keeping room for a checkpoint.
   Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out)
       REQUIRES(meta_mu_);
   // Returns reserved grains that may hold data: zero them, then free them.
   void Unreserve(const std::vector<uint64_t>& grains, bool dirty) EXCLUDES(meta_mu_);
+  // The one conversion between the space map's unit and AUs and bytes.
+  // space_ counts grains (SpaceMap at grain == AU, where a grain is the AU;
+  // GrainSpace below), the format's geometry and checkpoint chunks count
+  // AUs, and what Space() and LunInfo report is bytes or grains: every
+  // count crosses here, never through au_ directly.
+  uint64_t UnitsOfAus(uint64_t aus) const { return aus * (au_ / grain_); }
+  uint64_t UnitBytes(uint64_t units) const { return units * grain_; }
   // Where physical AU p (a checkpoint chunk) and physical grain p begin.
   uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
   uint64_t GrainOffset(uint64_t p) const { return data_offset_ + p * grain_; }
@@ -265,16 +291,17 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // unshared marks, reference counts, reservations, pending frees and the
   // punches that zero them are all in grains (GrainRule holds).
   //
-  // v1/v2 pools run at grain_ == au_, and so must every pool until the
-  // space map counts grains apart from the AU-sized checkpoint chunks it
-  // also hands out (SpaceMap's units are both today) and the format records
-  // the grain (v3 superblock, plan step 5): a map in grains written into a
-  // v2 checkpoint or journal would be read back in AUs. Load sets grain_
-  // from the format's geometry (FormatV2: grain_ = au_); nothing else sets it.
+  // v1/v2 pools run at grain_ == au_ (FormatV2 sets grain_ = au_), with the
+  // flat SpaceMap, whose unit is then both; format 3 may have grain_ < au_,
+  // counted by a GrainSpace in grains (NewSpaceLocked). Load sets grain_
+  // from the format's geometry; nothing else sets it.
   uint32_t au_ = 0;
   uint32_t grain_ = 0;
   uint64_t data_offset_ = 0;
   uint64_t size_bytes_ GUARDED_BY(meta_mu_) = 0;  // declared size
+  // The superblock's soft threshold percentage (0: off), set by Load: the
+  // journal's offer (JournalOfferLocked) reads it.
+  uint32_t soft_percent_ GUARDED_BY(meta_mu_) = 0;
   Uuid sb_uuid_{};
 
   // Group commit: the durable ticket, the sticky failure (a failed commit:
@@ -291,12 +318,15 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The LUN table and maps. LunState's fields other than its range lock are
   // guarded by meta_mu_ too (the analysis cannot name it from meta.h).
   MetaState st_ GUARDED_BY(meta_mu_);
-  // The space map, made by Load for the pool's format (NewSpaceLocked), and
-  // never replaced. flat_space_ is the same object as the flat SpaceMap, for
-  // the check, which compares its per-AU states (null for a space that is
-  // not flat); everything else goes through space_.
+  // The space map, made by Load for the pool's geometry (NewSpaceLocked:
+  // the flat SpaceMap at grain == AU, a GrainSpace below), and never
+  // replaced. flat_space_ / grain_space_ are the same object typed, for the
+  // check, which compares what only that class has (the flat map's per-AU
+  // states, GrainSpace's shared records); the other is null. Everything
+  // else goes through space_, in its units (grains: UnitsOfAus and UnitBytes convert).
   std::unique_ptr<PoolSpace> space_ PT_GUARDED_BY(meta_mu_);
   SpaceMap* flat_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
+  GrainSpace* grain_space_ PT_GUARDED_BY(meta_mu_) = nullptr;
   JournalBuffer jbuf_ GUARDED_BY(meta_mu_);  // records not yet committed; hands out tickets
   // What the records applied since the last checkpoint changed
   // (dirty_ranges.h), marked by AppendLocked's ApplyRecord when
@@ -314,8 +344,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   bool track_dirty_ GUARDED_BY(meta_mu_) = false;
   // A metadata update failed part way (AppendLocked), a checkpoint failed
   // (checkpoint.cc says why each one counts), or the space map could not
-  // take a size Grow had made durable: st_ and space_ may be half-changed
-  // or disagree with the disk, so every operation fails, and no batch or
+  // take a size Grow had made durable, or a journal batch or Grow failed
+  // (FailPool: the OS may have forgotten data the maps point at): st_ and
+  // space_ may be half-changed or disagree with the disk, so every
+  // operation fails, reads too, and no batch or
   // checkpoint writes anything from now on (both look under meta_mu_, where
   // it is set).
   std::atomic<bool> meta_failed_{false};

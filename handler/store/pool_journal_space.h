@@ -21,9 +21,9 @@
 // Hence one adapter per checkpoint attempt: after the install its kept
 // runs may be free, or someone else's.
 //
-// Core does not use it yet: it serves format 3 from a later wiring step
-// (store-v3.md, step 5d), which must also decide who guards the space while
-// the format plans (the checkpoint writes without Core's metadata lock).
+// Core uses it behind its metadata lock (Core::CheckpointJournalSpace,
+// checkpoint.cc: each Take and Give takes meta_mu_, since the format plans
+// while the checkpoint writes without it), and decides how much to offer.
 #pragma once
 
 #include <algorithm>
@@ -57,6 +57,8 @@ class PoolJournalSpace final : public JournalSpace {
     if (n == 0) return std::nullopt;
     return JournalExtent{first, n};
   }
+  // Whether Take would hand out a run given back (not one of the space's).
+  bool holds_given() const { return !given_.empty(); }
   // Keeps the run for Take, handed over (header comment). Never throws: a
   // run it has no memory to keep is only not taken again.
   void Give(const JournalExtent& run) noexcept override {

@@ -15,9 +15,10 @@
 // superblock names. units_per_au() converts (1 for SpaceMap). meta_units()
 // counts units.
 //
-// What only one implementation has (the flat map's per-unit states for the
-// check, GrainSpace's Usage(runs)) is not here: a caller that needs it holds
-// the concrete class (Core keeps a typed pointer beside this one).
+// What only one implementation has (the flat map's per-unit states, and
+// GrainSpace's shared records, for the check) is not here: a caller that
+// needs it holds the concrete class (Core keeps typed pointers beside this
+// one).
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
@@ -29,6 +30,7 @@
 
 #include "handler/store/meta.h"
 #include "handler/store/pending_run.h"
+#include "handler/store/shared_refs.h"
 #include "handler/store/status.h"
 
 namespace cowstore::store {
@@ -77,6 +79,14 @@ class PoolSpace {
   // Unreserve gives back those the operation did not use, `unzeroed` being
   // the ones that could not be zeroed (they go to quarantine).
   virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out) = 0;
+  // Reserve, taking no unit of the `keep_aus` whole free AUs a checkpoint
+  // would take next (TakeMeta's choice): false, taking nothing, if fewer
+  // than keep_aus whole AUs and n units beside them are free (HasRoomFor's
+  // answer). Core reserves data this way, so the room HasRoomFor counted for
+  // the checkpoint is still there when it runs (at grain < AU a plain
+  // Reserve may split a whole AU). SpaceMap: every free AU is whole, so it
+  // is Reserve once HasRoomFor holds.
+  virtual bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) = 0;
   virtual void Mapped(const std::vector<uint64_t>& units) = 0;
   virtual void Unreserve(const std::vector<uint64_t>& units, const std::vector<uint64_t>& unzeroed) = 0;
 
@@ -145,6 +155,12 @@ class PoolSpace {
   // References to unit p (0 for a reserved unit no record maps yet). Asked
   // only for units a LUN maps, and reserved ones.
   virtual uint32_t refs(uint64_t p) const = 0;
+  // A LUN's mapped runs (lba, phys, len in units) split into units with
+  // other owners (refs > 1; a unit the runs name twice counts as shared) and
+  // the rest: LunInfo's exclusive/shared figures. SpaceMap asks refs per
+  // unit; GrainSpace intersects the runs with its shared records
+  // (O(runs x log records)). REQUIRES: the runs are mapped, inside the pool.
+  virtual LunShare Usage(const std::vector<Run>& runs) const = 0;
   virtual uint32_t max_refs() const = 0;
   // Tests lower the bound to reach it (default kMaxRefs; GrainSpace
   // REQUIRES m >= 2).

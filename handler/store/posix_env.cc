@@ -117,6 +117,30 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
+  // fdatasync, then POSIX_FADV_DONTNEED over the whole file: the kernel
+  // drops every clean cached page, so the next read of any of them comes
+  // from the device. That includes pages a failed fdatasync (of any process
+  // since boot) marked clean without writing. The sync first because dirty
+  // pages are not dropped: they are written (or fail, and so does this).
+  // A block device needs no BLKFLSBUF: fadvise works on the device's own
+  // page cache (the bdev inode's mapping) just as on a file's, and
+  // BLKFLSBUF would drop the same pages (invalidate_bdev) but needs
+  // CAP_SYS_ADMIN. Neither drops a page someone has mapped or locked at
+  // that instant; nothing but the store maps a pool.
+  Status DropCache() override {
+    if (::fdatasync(fd_) != 0) {
+      int err = errno;
+      // EINVAL: a file that does not support syncing (nothing of ours can
+      // be dirty there). Not EROFS: a plain read-only mount syncs fine (0),
+      // and EROFS is what ext4 and btrfs answer once they have aborted,
+      // having lost writes, whose bytes may still be in the cache.
+      if (err != EINVAL) return Errno("fdatasync", path_, err);
+    }
+    int rc = ::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
+    if (rc != 0) return Errno("posix_fadvise(DONTNEED)", path_, rc);
+    return Status::Ok();
+  }
+
   Result<uint64_t> Size() override {
     if (blockdev_) {
       uint64_t sz = 0;

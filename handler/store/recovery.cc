@@ -11,6 +11,7 @@
 #include <random>
 
 #include "handler/store/format_v2.h"
+#include "handler/store/format_v3.h"
 #include "handler/store/names.h"
 
 namespace cowstore::store {
@@ -22,6 +23,16 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
                   "allocation unit must be " + std::string(kAllocationUnitRule));
   if (o.soft_threshold_percent > 100)
     return Status(Code::kInvalidArgument, "soft threshold is a percentage");
+  // The format (pool.h: 3 for the store's tests until plan step 7) and the
+  // grain, checked before anything is opened or written.
+  if (o.format != kFormatVersion && o.format != kFormatVersionV3)
+    return Status(Code::kInvalidArgument, "pool format must be " + std::to_string(kFormatVersion) + " or " +
+                                              std::to_string(kFormatVersionV3) + ", not " +
+                                              std::to_string(o.format));
+  const uint32_t grain = o.grain ? o.grain : au;
+  if (o.format == kFormatVersion && grain != au)
+    return Status(Code::kInvalidArgument, "pool format 2 has no grain but the allocation unit");
+  if (std::string why = GrainRule(grain, au); !why.empty()) return Status(Code::kInvalidArgument, why);
   uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
   if (std::string why = JournalBytesRule(jbytes); !why.empty()) return Status(Code::kInvalidArgument, why);
   bool existed = env->Exists(path);
@@ -46,8 +57,9 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
     if (size == 0) size = *fsize;
     if (size > *fsize) return Status(Code::kInvalidArgument, "size exceeds the device");
   }
-  // Formats 1 and 2 only until PoolOptions names a format (plan step 5d).
-  Status s = FormatV2::Create(file.get(), NewUuid(), au, size, jbytes, o.soft_threshold_percent);
+  Status s = o.format == kFormatVersionV3
+                 ? FormatV3::Create(file.get(), NewUuid(), au, grain, size, jbytes, o.soft_threshold_percent)
+                 : FormatV2::Create(file.get(), NewUuid(), au, size, jbytes, o.soft_threshold_percent);
   if (!s.ok()) return s;
   auto core = std::make_shared<Core>(env, std::move(file), false);
   s = core->Load();
@@ -59,6 +71,11 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
                                          bool accept_journal_loss) {
   auto f = env->OpenLocked(path, read_only ? Env::Mode::kReadOnly : Env::Mode::kReadWrite);
   if (!f.ok()) return f.status();
+  // Before the first read: after a failed sync (this process's or one that
+  // ran earlier since boot) the OS cache may hold metadata that never
+  // reached the disk; the open must read, and build on, the disk's bytes
+  // (env.h, File::DropCache; docs/design/store.md, "Commit protocol").
+  if (Status s = f.value()->DropCache(); !s.ok()) return s;
   auto core = std::make_shared<Core>(env, std::move(f.value()), read_only);
   core->accept_journal_loss_ = accept_journal_loss;
   Status s = core->Load();
@@ -67,10 +84,17 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
 }
 
 void Core::NewSpaceLocked() {
-  // Every format this build opens (1 and 2) counts its maps in AUs
-  // (grain == AU, FormatV2): the flat, per-AU SpaceMap, which the check
-  // also reads per AU. Format v3 will count grains in a GrainSpace (plan
-  // step 5d), chosen here by the format.
+  // Formats 1 and 2 (and format 3 at grain == AU) count their maps per AU:
+  // the flat SpaceMap, which the check reads per AU. Below the AU, grains
+  // in a GrainSpace, which hands out the checkpoint's chunks as whole AUs.
+  flat_space_ = nullptr;
+  grain_space_ = nullptr;
+  if (grain_ < au_) {
+    auto grains = std::make_unique<GrainSpace>(grain_, au_);
+    grain_space_ = grains.get();
+    space_ = std::move(grains);
+    return;
+  }
   auto flat = std::make_unique<SpaceMap>();
   flat_space_ = flat.get();
   space_ = std::move(flat);
@@ -80,7 +104,7 @@ Status Core::LoadLocked() {
   MutexLock g(&meta_mu_);  // uncontended (nothing else knows this Core yet)
   // 1. The format that reads the superblocks, and the copy it opens from.
   SuperblockSlots slots;
-  auto chosen = ChooseMetaFormat(file_.get(), &slots);
+  auto chosen = ChooseMetaFormat(file_.get(), &slots, ServedFormats::kV1ToV3);
   if (!chosen.ok()) return chosen.status();
   format_ = std::move(chosen).value();
   track_dirty_ = format_->tracks_dirty();
@@ -95,13 +119,15 @@ Status Core::LoadLocked() {
     if (!bad.empty()) return Status(Code::kCorruption, "superblock: " + bad);
   }
   data_offset_ = geo.data_offset;
-  const uint64_t total_units = geo.total_units();
+  // The geometry counts AUs; the space map, the maps and the thinner grains.
+  const uint64_t total_units = UnitsOfAus(geo.total_units());
   // Punch slices, and at most 1/16 of the pool waiting for its punch (thinner.h).
   thinner_.set_units(std::max<uint64_t>(1, kPunchSliceBytes / grain_),
-                     std::max<uint64_t>(1, total_units * (au_ / grain_) / 16));
+                     std::max<uint64_t>(1, total_units / 16));
   size_bytes_ = geo.size_bytes;
   NewSpaceLocked();
   space_->set_soft_percent(geo.soft_threshold_percent);
+  soft_percent_ = geo.soft_threshold_percent;
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
   if (file_->IsBlockDevice() && *fsize < geo.size_bytes)
@@ -132,9 +158,8 @@ Status Core::LoadLocked() {
     loss_ = {true, end.tail, end.next_lsn, end.lost, end.lost_operations};
   }
 
-  // 3. Rebuild reference counts, unit states and free space from the maps.
-  // (Space-map units are grains, and total_units counts AUs: the same while
-  // grain_ == au_, as set above for every pool for now.)
+  // 3. Rebuild reference counts, unit states and free space from the maps
+  // (grains, as total_units; the checkpoint's AUs stay AUs).
   for (const auto& [id, l] : st_.luns) {
     // Every loader has applied the one LUN rule (meta.h) already: this is a
     // second line of defence, should a loader ever miss it. A block must

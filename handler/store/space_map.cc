@@ -178,6 +178,13 @@ Status SpaceMap::CanInc(const std::vector<Run>& runs) const {
   return Status::Ok();
 }
 
+LunShare SpaceMap::Usage(const std::vector<Run>& runs) const {
+  LunShare u;
+  for (const Run& r : runs)
+    for (uint64_t p = r.phys; p < r.phys + r.len; p++) (refs_[p] > 1 ? u.shared : u.exclusive)++;
+  return u;
+}
+
 Status SpaceMap::Inc(uint64_t phys, uint64_t n) {
   for (uint64_t p = phys; p < phys + n; p++)
     if (refs_[p] >= max_refs_) return Overflow(p, refs_[p]);

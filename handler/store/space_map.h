@@ -92,12 +92,17 @@ class SpaceMap final : public PoolSpace {
 
   // Per AU: Inc and CanInc index the vectors (REQUIRES: runs within the pool).
   Status CanInc(const std::vector<Run>& runs) const override;
+  // Per AU (REQUIRES: runs within the pool).
+  LunShare Usage(const std::vector<Run>& runs) const override;
   Status Inc(uint64_t phys, uint64_t n) override;
   void Dec(uint64_t phys, uint64_t n, uint64_t tag) override;
   // Any AU may be asked: false for one that is not mapped.
   bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override {
+    return HasRoomFor(*this, n, keep_aus) && Reserve(n, out);
+  }
   void Mapped(const std::vector<uint64_t>& aus) override;
   void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed) override;
 

@@ -60,6 +60,7 @@ TEST(Messages, LunAndSpaceRoundTrip) {
   store::SpaceInfo s;
   s.pool_size_bytes = 1ull << 30;
   s.allocation_unit = 65536;
+  s.unit_bytes = 4096;  // counts in grains (format 3, grain < AU)
   s.total_units = 16000;
   s.allocated_units = 12;
   s.metadata_units = 2;
@@ -94,6 +95,12 @@ TEST(Messages, LunAndSpaceRoundTrip) {
   EXPECT_EQ(u.provisioned_bytes, s.luns[0].size_bytes + s.luns[1].size_bytes);
   EXPECT_EQ(d.pool_size_bytes, s.pool_size_bytes);
   EXPECT_EQ(d.allocation_unit, s.allocation_unit);
+  EXPECT_EQ(d.unit_bytes, s.unit_bytes);
+  EXPECT_EQ(d.Bytes(d.free_units), s.free_units * 4096);
+  // An older handler names no unit: its figures count AUs.
+  store::SpaceInfo older = d;
+  older.unit_bytes = 0;
+  EXPECT_EQ(older.Bytes(older.free_units), s.free_units * 65536);
   EXPECT_EQ(d.total_units, s.total_units);
   EXPECT_EQ(d.allocated_units, s.allocated_units);
   EXPECT_EQ(d.metadata_units, s.metadata_units);

@@ -57,6 +57,7 @@ class PunchGateEnv final : public store::Env {
     store::Status Read(uint64_t o, size_t n, void* b) override { return f_->Read(o, n, b); }
     store::Status ReadV(uint64_t o, const iovec* iov, size_t n) override { return f_->ReadV(o, iov, n); }
     store::Status Write(uint64_t o, size_t n, const void* b) override { return f_->Write(o, n, b); }
+    store::Status DropCache() override { return f_->DropCache(); }
     store::Status Sync() override {
       env_->CountSync();
       return f_->Sync();

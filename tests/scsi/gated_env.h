@@ -52,6 +52,7 @@ class GatedEnv final : public store::Env {
       return f_->Write(off, n, buf);
     }
     store::Status Sync() override { return f_->Sync(); }
+    store::Status DropCache() override { return f_->DropCache(); }
     store::Result<uint64_t> Size() override { return f_->Size(); }
     store::Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     store::Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }

@@ -369,6 +369,7 @@ class GateLargeWrites final : public Env {
       return f_->Write(off, n, buf);
     }
     Status Sync() override { return f_->Sync(); }
+    Status DropCache() override { return f_->DropCache(); }
     Result<uint64_t> Size() override { return f_->Size(); }
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }

@@ -33,6 +33,7 @@ class CountingFile final : public File {
     syncs_++;
     return inner_->Sync();
   }
+  Status DropCache() override { return inner_->DropCache(); }
   Result<uint64_t> Size() override { return inner_->Size(); }
   Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return inner_->PunchHole(off, n); }

@@ -22,6 +22,8 @@ struct DriverOptions {
   uint64_t journal = 64 * 1024;
   uint64_t max_lun_bytes = 1 << 20;
   int max_luns = 4;
+  uint32_t format = 2;          // PoolOptions::format (3: the store's tests only)
+  uint32_t soft_threshold = 80;  // PoolOptions::soft_threshold_percent
 };
 
 // A LUN-table operation interrupted by a crash: after recovery it either
@@ -44,6 +46,8 @@ class Driver {
     PoolOptions po;
     po.allocation_unit = o_.au;
     po.journal_bytes = o_.journal;
+    po.format = o_.format;
+    po.soft_threshold_percent = o_.soft_threshold;
     uint64_t data_off = ((64 * 1024 + o_.journal + o_.au - 1) / o_.au) * o_.au;
     po.size_bytes = data_off + o_.pool_units * o_.au;
     auto p = Pool::Create(env_, "pool", po);

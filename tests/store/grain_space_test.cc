@@ -672,6 +672,125 @@ TEST(PoolSpaceMetaTurnover, OverlappingSetsKeepRetireUnderTheTagAndFreeUnusedAtO
   }
 }
 
+// Usage(runs): a LUN's mapped units split into those with other owners
+// (refs > 1, a unit the runs name twice included) and the rest, for every
+// space kind, against a model counting owners per unit: random maps whose
+// runs overlap across LUNs, within one LUN and across AU edges; then one
+// LUN's run gains an owner (Inc) and loses it again (Dec).
+TEST(PoolSpaceUsage, EveryKindSplitsARunsUnitsByOtherOwners) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    for (uint64_t seed = 1; seed <= 20; seed++) {
+      SCOPED_TRACE("seed " + std::to_string(seed));
+      std::unique_ptr<PoolSpace> owned = kind.make();
+      PoolSpace& s = *owned;
+      const uint64_t g = s.units_per_au(), units = 8 * g;
+      std::mt19937_64 rng(seed);
+      std::vector<std::vector<MapRun>> luns(3);
+      std::vector<uint32_t> owners(units, 0);
+      for (auto& runs : luns) {
+        uint64_t lba = 0;
+        for (int k = 0; k < 5; k++) {
+          const uint64_t len = 1 + rng() % (2 * g), phys = rng() % (units - len);
+          runs.push_back({lba, phys, len});
+          for (uint64_t p = phys; p < phys + len; p++) owners[p]++;
+          lba += len + rng() % 3;
+        }
+      }
+      ASSERT_TRUE(s.Rebuild(units, StateOf(luns), {}).ok());
+      auto model = [&](const std::vector<MapRun>& runs) {
+        LunShare u;
+        for (const MapRun& r : runs)
+          for (uint64_t p = r.phys; p < r.phys + r.len; p++) (owners[p] > 1 ? u.shared : u.exclusive)++;
+        return u;
+      };
+      for (const auto& runs : luns) {
+        EXPECT_EQ(s.Usage(runs), model(runs));
+        for (const MapRun& r : runs)
+          for (uint64_t p = r.phys; p < r.phys + r.len; p++) ASSERT_EQ(s.refs(p), owners[p]) << p;
+      }
+      EXPECT_EQ(s.Usage({}), LunShare{});
+      // One more owner of LUN 1's first run (an XCOPY), then one fewer.
+      const MapRun r = luns[0][0];
+      ASSERT_TRUE(s.Inc(r.phys, r.len).ok());
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) owners[p]++;
+      for (const auto& runs : luns) EXPECT_EQ(s.Usage(runs), model(runs));
+      EXPECT_EQ(s.Usage({r}), (LunShare{.exclusive = 0, .shared = r.len}));
+      s.Dec(r.phys, r.len, 1);
+      for (uint64_t p = r.phys; p < r.phys + r.len; p++) owners[p]--;
+      for (const auto& runs : luns) EXPECT_EQ(s.Usage(runs), model(runs));
+      if (::testing::Test::HasFailure()) return;
+    }
+  }
+}
+
+// Data reserved with ReserveKeepingAus leaves the whole free AUs a
+// checkpoint would take (store-v3 5d.4's first full-pool case): with AU 0
+// whole and 10 grains free scattered over AUs 2 and 3, 10 grains come from
+// the scattered ones and the AU stays whole for TakeMeta; an 11th would
+// need the AU and is refused, taking nothing. (A plain Reserve of 10 takes
+// them from AU 0's run, the one run that holds all of them.)
+TEST(GrainSpace, ReserveKeepingAusLeavesTheCheckpointsWholeAus) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  const uint64_t g = s.grains_per_au();
+  ASSERT_EQ(g, 16u);
+  std::vector<MapRun> runs = {{0, g, g}};  // AU 1 mapped whole
+  uint64_t lba = g;
+  for (uint64_t p = 2 * g; p < 4 * g; p++) {
+    if (p >= 2 * g + 1 && p < 2 * g + 21 && p % 2 == 1) continue;  // 10 grains left free, one apart
+    runs.push_back({lba++, p, 1});
+  }
+  ASSERT_TRUE(s.Rebuild(4 * g, StateOf({runs}), {}).ok());
+  ASSERT_EQ(s.free_units(), g + 10);
+  ASSERT_EQ(s.free_whole_aus(2), 1u);
+  std::vector<uint64_t> out;
+  EXPECT_FALSE(s.ReserveKeepingAus(11, 1, &out));
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(s.free_units(), g + 10);
+  EXPECT_EQ(s.reserved_units(), 0u);
+  ASSERT_TRUE(s.ReserveKeepingAus(10, 1, &out));
+  ASSERT_EQ(out.size(), 10u);
+  for (uint64_t p : out) EXPECT_GE(p, 2 * g) << "grain " << p << " of the AU kept for the checkpoint";
+  EXPECT_EQ(s.free_whole_aus(1), 1u);
+  EXPECT_EQ(s.free_units(), g);
+  EXPECT_EQ(s.reserved_units(), 10u);
+  std::vector<uint64_t> meta;
+  EXPECT_TRUE(s.TakeMeta(1, &meta));
+  EXPECT_EQ(meta, (std::vector<uint64_t>{0}));
+  // The plain Reserve this replaces, on the same layout, splits AU 0.
+  GrainSpace plain(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(plain.Rebuild(4 * g, StateOf({runs}), {}).ok());
+  std::vector<uint64_t> any;
+  ASSERT_TRUE(plain.Reserve(10, &any));
+  EXPECT_EQ(plain.free_whole_aus(1), 0u);
+}
+
+// Every kind: ReserveKeepingAus refuses exactly when HasRoomFor does,
+// taking nothing, and takes n units when it holds.
+TEST(PoolSpaceReserveKeepingAus, RefusesExactlyWhenHasRoomForDoes) {
+  for (const SpaceKind& kind : kSpaceKinds) {
+    SCOPED_TRACE(kind.name);
+    std::unique_ptr<PoolSpace> owned = kind.make();
+    PoolSpace& s = *owned;
+    const uint64_t g = s.units_per_au();
+    ASSERT_TRUE(s.Rebuild(6 * g, StateOf({{{0, 0, g}}}), {5}).ok());  // AU 0 mapped, AU 5 metadata
+    ASSERT_EQ(s.free_units(), 4 * g);
+    for (uint64_t keep = 0; keep <= 5; keep++) {
+      for (uint64_t n : {uint64_t{1}, g, 4 * g - keep * g, 4 * g - keep * g + 1}) {
+        if (n == 0 || n > 4 * g + 1) continue;
+        SCOPED_TRACE("keep " + std::to_string(keep) + ", n " + std::to_string(n));
+        const bool room = HasRoomFor(s, n, keep);
+        std::vector<uint64_t> out;
+        ASSERT_EQ(s.ReserveKeepingAus(n, keep, &out), room);
+        EXPECT_EQ(out.size(), room ? n : 0);
+        EXPECT_GE(s.free_whole_aus(keep), room ? keep : 0);
+        s.Unreserve(out, {});
+        ASSERT_EQ(s.free_units(), 4 * g);
+      }
+    }
+  }
+}
+
 // A new set naming an AU that is neither current nor handed over, or one
 // twice: kIOError, the pool must be reopened, and nothing changed (a
 // handed-over AU stays handed over: the next install may still use it).

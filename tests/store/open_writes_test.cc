@@ -133,6 +133,7 @@ class DieAfterSlotWrite final : public File {
     return s;
   }
   Status Sync() override { return f_->Sync(); }
+  Status DropCache() override { return f_->DropCache(); }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
@@ -327,6 +328,10 @@ class TraceFile final : public File {
   Status Sync() override {
     calls.push_back({FaultInjectionEnv::Op::kSync, 0});
     return f_->Sync();
+  }
+  Status DropCache() override {
+    calls.push_back({FaultInjectionEnv::Op::kDropCache, 0});
+    return f_->DropCache();
   }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }

@@ -9,7 +9,7 @@
 namespace cowstore::cowctl {
 namespace {
 
-uint64_t RemainingGrowth(const store::SpaceInfo& s) { return s.free_units * s.allocation_unit; }
+uint64_t RemainingGrowth(const store::SpaceInfo& s) { return s.Bytes(s.free_units); }
 
 std::string BackingName(const store::SpaceInfo& s) { return s.backing_grows ? "its filesystem" : "its device"; }
 

@@ -55,7 +55,7 @@ Node Tree(const Context& ctx) {
     try {
       auto h = OpenPool(ctx, name, true);
       auto s = h->Space();
-      p.info = FormatSize(s.pool_size_bytes) + ", " + FormatSize(s.free_units * s.allocation_unit) + " free, " +
+      p.info = FormatSize(s.pool_size_bytes) + ", " + FormatSize(s.Bytes(s.free_units)) + " free, " +
                Count(s.luns.size(), "LUN", "LUNs") + (h->remote() ? ", open by tcmu-runner" : "");
       for (const auto& l : s.luns) {
         std::string bs;

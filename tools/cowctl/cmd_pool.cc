@@ -96,19 +96,18 @@ namespace {
 
 Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) {
   Json j = Json::object();
-  uint64_t au = s.allocation_unit;
   j["pool"] = name;
   j["served_by_handler"] = remote;
   j["size"] = s.pool_size_bytes;
   j["allocation_unit"] = s.allocation_unit;
-  j["allocated"] = s.allocated_units * au;
-  j["metadata"] = s.metadata_units * au;
-  j["shared"] = s.shared_units * au;
-  j["free"] = s.free_units * au;
-  j["thinning"] = s.thinning_units * au;  // of "free": freed, not yet punched
+  j["allocated"] = s.Bytes(s.allocated_units);
+  j["metadata"] = s.Bytes(s.metadata_units);
+  j["shared"] = s.Bytes(s.shared_units);
+  j["free"] = s.Bytes(s.free_units);
+  j["thinning"] = s.Bytes(s.thinning_units);  // of "free": freed, not yet punched
   j["mapped"] = s.mapped_bytes;
   j["saved_by_clones"] = s.saved_bytes;
-  j["soft_threshold"] = s.soft_threshold_units * au;
+  j["soft_threshold"] = s.Bytes(s.soft_threshold_units);
   AddCapacityJson(s, j);  // provisioned, overcommit ratio, backing store, warnings
   Json luns = Json::array();
   for (const auto& l : s.luns) luns.push_back(LunJson(name, l, std::nullopt));
@@ -119,7 +118,7 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
 // Freed space whose punch is still under way: part of "free" (an allocation
 // waits for it), not yet given back to what holds the pool.
 std::string ThinningText(const store::SpaceInfo& s) {
-  const uint64_t bytes = s.thinning_units * s.allocation_unit;
+  const uint64_t bytes = s.Bytes(s.thinning_units);
   if (bytes == 0) return FormatSize(0);
   const bool device = s.backing_known && !s.backing_grows;
   return FormatSize(bytes) + " (in free; still being returned to the " + (device ? "device" : "filesystem") + ")";
@@ -134,12 +133,11 @@ void PoolList(const Context& ctx) {
     try {
       auto h = OpenPool(ctx, name, true);
       auto s = h->Space();
-      uint64_t au = s.allocation_unit;
       arr.push_back(SpaceJson(name, s, h->remote()));
       std::string backing = !s.backing_known ? "?" : s.backing_grows ? FormatSize(s.backing_free_bytes) : "device";
       if (OutgrowWarning(s)) backing += " (!)";
-      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.allocated_units * au), FormatSize(s.free_units * au),
-             FormatSize(s.shared_units * au), FormatSize(s.saved_bytes),
+      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.Bytes(s.allocated_units)), FormatSize(s.Bytes(s.free_units)),
+             FormatSize(s.Bytes(s.shared_units)), FormatSize(s.saved_bytes),
              FormatSize(s.provisioned_bytes) + " (" + FormatRatio(OvercommitRatio(s)) + ")", backing,
              std::to_string(s.luns.size()), h->remote() ? "tcmu-runner" : "-"});
       if (auto w = OutgrowWarning(s)) warnings += "warning: pool " + name + ": " + *w + "\n";
@@ -158,7 +156,6 @@ void PoolShow(const Context& ctx, const std::string& name) {
   auto h = OpenPool(ctx, name, true);
   auto s = h->Space();
   Json j = SpaceJson(name, s, h->remote());
-  uint64_t au = s.allocation_unit;
   auto pct = [&](uint64_t units) {
     return s.total_units ? " (" + std::to_string(units * 100 / s.total_units) + "%)" : std::string();
   };
@@ -167,14 +164,14 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"path", PoolPath(ctx, name)},
       {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
       {"size", FormatSize(s.pool_size_bytes)},
-      {"allocation unit", FormatSize(au)},
-      {"allocated", FormatSize(s.allocated_units * au) + pct(s.allocated_units)},
-      {"metadata", FormatSize(s.metadata_units * au)},
-      {"shared", FormatSize(s.shared_units * au)},
+      {"allocation unit", FormatSize(s.allocation_unit)},
+      {"allocated", FormatSize(s.Bytes(s.allocated_units)) + pct(s.allocated_units)},
+      {"metadata", FormatSize(s.Bytes(s.metadata_units))},
+      {"shared", FormatSize(s.Bytes(s.shared_units))},
       {"saved by clones", FormatSize(s.saved_bytes)},
-      {"free", FormatSize(s.free_units * au) + pct(s.free_units)},
+      {"free", FormatSize(s.Bytes(s.free_units)) + pct(s.free_units)},
       {"thinning", ThinningText(s)},
-      {"soft threshold", FormatSize(s.soft_threshold_units * au) + pct(s.soft_threshold_units)},
+      {"soft threshold", FormatSize(s.Bytes(s.soft_threshold_units)) + pct(s.soft_threshold_units)},
   };
   for (auto& e : CapacityKeyValues(s)) kv.push_back(std::move(e));  // provisioned, backing store, warning
   std::string human = KeyValues(kv);

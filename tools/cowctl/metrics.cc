@@ -110,15 +110,14 @@ void AddPool(Exposition& e, const PoolSample& p) {
   e.Gauge("cowstore_pool_served", "1 if a running handler (tcmu-runner) serves the pool.", pl, p.served ? 1 : 0);
   if (!p.space) return;
   const store::SpaceInfo& s = *p.space;
-  const uint64_t au = s.allocation_unit;
   e.Gauge("cowstore_pool_size_bytes", "Declared size of the pool.", pl, s.pool_size_bytes);
-  e.Gauge("cowstore_pool_used_bytes", "Allocated bytes of the pool (data and metadata).", pl, s.allocated_units * au);
-  e.Gauge("cowstore_pool_free_bytes", "Bytes the pool can still allocate.", pl, s.free_units * au);
+  e.Gauge("cowstore_pool_used_bytes", "Allocated bytes of the pool (data and metadata).", pl, s.Bytes(s.allocated_units));
+  e.Gauge("cowstore_pool_free_bytes", "Bytes the pool can still allocate.", pl, s.Bytes(s.free_units));
   e.Gauge("cowstore_pool_thinning_bytes",
           "Freed bytes still being returned to the backing filesystem or device (counted in "
           "cowstore_pool_free_bytes).",
-          pl, s.thinning_units * au);
-  e.Gauge("cowstore_pool_metadata_bytes", "Bytes of the pool holding metadata.", pl, s.metadata_units * au);
+          pl, s.Bytes(s.thinning_units));
+  e.Gauge("cowstore_pool_metadata_bytes", "Bytes of the pool holding metadata.", pl, s.Bytes(s.metadata_units));
   e.Gauge("cowstore_pool_saved_bytes", "Bytes the LUNs map beyond the distinct data (shared by clones).", pl,
           s.saved_bytes);
   e.Gauge("cowstore_pool_provisioned_bytes", "Sum of the sizes of the pool's LUNs.", pl, s.provisioned_bytes);
@@ -127,7 +126,7 @@ void AddPool(Exposition& e, const PoolSample& p) {
   e.Add("cowstore_pool_overcommit_ratio", "gauge", "Provisioned bytes over the pool's size.", pl, ratio);
   e.Gauge("cowstore_pool_soft_threshold_bytes",
           "Allocated bytes at which initiators get THIN PROVISIONING SOFT THRESHOLD REACHED (0: off).", pl,
-          s.soft_threshold_units * au);
+          s.Bytes(s.soft_threshold_units));
   if (s.backing_known) {
     e.Gauge("cowstore_pool_backing_size_bytes", "Size of the filesystem or device holding the pool.", pl,
             s.backing_size_bytes);
