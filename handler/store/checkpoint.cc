@@ -139,9 +139,9 @@ uint64_t Core::JournalOfferLocked() const {
   const uint64_t line = SoftThresholdUnits(total, percent);
   const uint64_t most_used = line == 0 ? 0 : line - 1;  // strictly below the line
   const uint64_t keep_free =
-      std::max(total - most_used, CkptUnits(st_.extents() + kFreeingReserveExtents) * space_->units_per_au());
+      std::max(total - most_used, UnitsOfAus(CkptReserveLocked(0)));
   const uint64_t free = space_->free_units();
-  return free > keep_free ? (free - keep_free) / space_->units_per_au() : 0;
+  return free > keep_free ? (free - keep_free) / UnitsOfAus(1) : 0;
 }
 
 // Freezes the state under the metadata lock and takes the AUs the format

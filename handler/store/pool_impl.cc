@@ -84,7 +84,11 @@ bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
   // not grow the pool: it needs no reserve, or a pool inside the reserve
   // would refuse writes to data it already holds.
   if (need == 0 && extra_extents == 0) return AffordableToFreeLocked(0);
-  return HasRoomFor(*space_, need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents));
+  return HasRoomFor(*space_, need, CkptReserveLocked(extra_extents));
+}
+
+uint64_t Core::CkptReserveLocked(uint64_t extra_extents) const {
+  return CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
 }
 
 bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
@@ -102,7 +106,7 @@ Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<ui
   uint64_t free_before = space_->free_units();
   // Not from the whole AUs AffordableLocked counted for the checkpoint.
   if (need > 0 &&
-      !space_->ReserveKeepingAus(need, CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents), out))
+      !space_->ReserveKeepingAus(need, CkptReserveLocked(extra_extents), out))
     return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
   if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
   return Status::Ok();

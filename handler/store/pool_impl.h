@@ -232,6 +232,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // frees' reserve (none is needed by what allocates nothing and adds no
   // extent: an overwrite in place).
   bool AffordableLocked(uint64_t need, uint64_t extra_extents) const REQUIRES(meta_mu_);
+  // The checkpoint AUs that room keeps for `extra_extents` more extents and
+  // the frees' reserve: what AffordableLocked counts, what a data
+  // reservation keeps whole (ReserveLocked) and the journal's offer leaves.
+  uint64_t CkptReserveLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Room for a free that adds up to `extra_extents` extents; may use the reserve.
   bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
   // The kNoSpace of an operation that needs `need` more grains than fit.
