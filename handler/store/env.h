@@ -98,13 +98,13 @@ class Env {
   // Tests may override it to get deterministic times.
   virtual uint64_t NowUnixSeconds() { return static_cast<uint64_t>(std::time(nullptr)); }
 
-  // File::Sync calls made so far by the files this Env opened (every call,
-  // failed ones too). Benchmarks and tests read the difference over a run to
+  // File::Sync and File::DropCache calls (each an fdatasync) made so far by
+  // the files this Env opened (every call, failed ones too). Benchmarks and tests read the difference over a run to
   // see how many operations shared one fdatasync.
   uint64_t sync_calls() const { return sync_calls_.load(std::memory_order_relaxed); }
 
  protected:
-  // Each implementation's File::Sync calls this once per call.
+  // Each implementation's File::Sync and DropCache call this once per call.
   void CountSync() { sync_calls_.fetch_add(1, std::memory_order_relaxed); }
 
  private:

@@ -56,6 +56,7 @@ class FaultFile final : public File {
   }
 
   Status DropCache() override {
+    env_->CountSync();  // it syncs first, as PosixEnv's does
     std::lock_guard<std::mutex> g(env_->mu_);
     Status s = env_->Gate(FaultInjectionEnv::Op::kDropCache);
     if (!s.ok()) return s;

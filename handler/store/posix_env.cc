@@ -128,6 +128,7 @@ class PosixFile final : public File {
   // CAP_SYS_ADMIN. Neither drops a page someone has mapped or locked at
   // that instant; nothing but the store maps a pool.
   Status DropCache() override {
+    CountSyncOf(env_);  // an fdatasync like Sync's: benchmarks count what an open costs
     if (::fdatasync(fd_) != 0) {
       int err = errno;
       // EINVAL: a file that does not support syncing (nothing of ours can

@@ -106,7 +106,9 @@ TEST(FailedSyncEnv, DropCacheRereadsTheDiskAndSyncsWhatIsDirty) {
   env.FailAt(Op::kSync, 0, Code::kIOError);
   EXPECT_FALSE(f->Sync().ok());
   ASSERT_TRUE(f->Write(0, 512, Bytes(512, 'c').data()).ok());  // dirty, not forgotten
+  uint64_t syncs = env.sync_calls();
   ASSERT_TRUE(f->DropCache().ok());
+  EXPECT_EQ(env.sync_calls(), syncs + 1) << "DropCache's sync is counted as Sync's is";
   auto want = Bytes(1024, 'a');
   std::memset(want.data(), 'c', 512);
   EXPECT_EQ(ReadAll(f.get(), 1024), want) << "forgotten: the disk's bytes; dirty: synced";
@@ -162,7 +164,9 @@ TEST(FailedSyncPosix, DropCacheLeavesNoPageOfTheFileCached) {
   struct statfs sfs;
   ASSERT_EQ(::fstatfs(fd, &sfs), 0);
   ASSERT_GT(Resident(fd, kN), 0u);
+  uint64_t syncs = DefaultEnv()->sync_calls();
   ASSERT_TRUE((*f)->DropCache().ok());
+  EXPECT_EQ(DefaultEnv()->sync_calls(), syncs + 1) << "DropCache's fdatasync is counted";
   // tmpfs has no disk to reread from: its pages are the file.
   if (sfs.f_type != TMPFS_MAGIC) {
     EXPECT_EQ(Resident(fd, kN), 0u) << "every page was written and dropped";
