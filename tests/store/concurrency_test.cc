@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Concurrency tests (ctest label `concurrency`, run under TSan): parallel
 // I/O to disjoint ranges, compare-and-write racing plain writes, clones racing
-// writes, LUN-table changes racing I/O.
+// writes, LUN-table changes racing I/O, checkpoints handing dirty state over
+// while many threads write and clone. Over the suite's formats
+// (suite_formats.h: /F2, /F3AU, /F3G4K).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,24 +12,33 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/meta.h"
 #include "handler/store/pool.h"
+#include "handler/store/superblock_v3.h"
 #include "tests/common/gate.h"
+#include "tests/store/suite_formats.h"
 
 namespace cowstore::store {
 namespace {
 
 constexpr uint32_t kAu = 64 * 1024;
 using D = Durability;
+using testing::SuiteFormat;
 
-std::unique_ptr<Pool> MakePool(FaultInjectionEnv* env, uint64_t units = 256) {
+std::unique_ptr<Pool> MakePool(FaultInjectionEnv* env, const SuiteFormat& f, uint64_t units = 256) {
   PoolOptions o;
   o.allocation_unit = kAu;
   o.journal_bytes = 128 * 1024;
   o.size_bytes = 192 * 1024 + units * kAu;
+  // Format 3's journal is offered nothing (no unit below a 1 % line): the
+  // data has format 2's room, and the 128 KiB journal checkpoints often.
+  o.soft_threshold_percent = 1;
+  f.Apply(&o);
   auto p = Pool::Create(env, "pool", o);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::move(p.value());
@@ -37,35 +48,48 @@ bool Uniform(const std::vector<uint8_t>& v) {
   return std::all_of(v.begin(), v.end(), [&](uint8_t x) { return x == v[0]; });
 }
 
-TEST(Concurrency, DisjointWritersAndReaders) {
+class Concurrency : public ::testing::TestWithParam<SuiteFormat> {};
+INSTANTIATE_TEST_SUITE_P(Formats, Concurrency, testing::AllFormats(), testing::FormatName());
+
+TEST_P(Concurrency, DisjointWritersAndReaders) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  auto pool = MakePool(&env, GetParam());
   ASSERT_TRUE(pool->CreateLun("a", 4 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   std::vector<std::thread> th;
   std::atomic<int> bad{0};
+  std::mutex first_mu;
+  std::string first;  // the first failure, for the report
+  auto fail = [&](const std::string& what) {
+    bad++;
+    std::lock_guard<std::mutex> g(first_mu);
+    if (first.empty()) first = what;
+  };
   for (int t = 0; t < 4; t++) {
     th.emplace_back([&, t] {
       std::vector<uint8_t> buf(8192), out(8192);
       for (int i = 0; i < 200; i++) {
         uint64_t lba = t * 2048 + (i * 16) % 2048;
         std::memset(buf.data(), t * 50 + i % 50, buf.size());
-        if (!a->Write(lba, 16, buf.data(), i % 3 ? D::kBuffered : D::kDurable).ok()) bad++;
-        if (!a->Read(lba, 16, out.data()).ok() || out != buf) bad++;
+        Status st = a->Write(lba, 16, buf.data(), i % 3 ? D::kBuffered : D::kDurable);
+        if (!st.ok()) fail("write " + std::to_string(lba) + ": " + st.ToString());
+        st = a->Read(lba, 16, out.data());
+        if (!st.ok()) fail("read " + std::to_string(lba) + ": " + st.ToString());
+        else if (out != buf) fail("read " + std::to_string(lba) + ": other data");
       }
     });
   }
   for (auto& t : th) t.join();
-  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(bad.load(), 0) << first;
   EXPECT_TRUE(pool->Check().clean);
 }
 
 // Each CAW increments a counter block; lost updates would mean CAW was not
 // atomic against the other CAWs. Plain writers hammer the neighbouring blocks
 // of the same AU with uniform blocks; a reader must never see a torn block.
-TEST(Concurrency, CompareAndWriteRacingWrites) {
+TEST_P(Concurrency, CompareAndWriteRacingWrites) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  auto pool = MakePool(&env, GetParam());
   ASSERT_TRUE(pool->CreateLun("a", 1 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   std::vector<uint8_t> zero(512, 0);
@@ -128,9 +152,9 @@ TEST(Concurrency, CompareAndWriteRacingWrites) {
 
 // A clone of a range that is being rewritten must capture one write or the
 // other, whole: the source range lock makes each clone atomic.
-TEST(Concurrency, ClonesRacingWrites) {
+TEST_P(Concurrency, ClonesRacingWrites) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  auto pool = MakePool(&env, GetParam());
   ASSERT_TRUE(pool->CreateLun("src", 1 << 20, 512).ok());
   ASSERT_TRUE(pool->CreateLun("dst", 1 << 20, 512).ok());
   auto src = pool->OpenLun("src").value();
@@ -170,13 +194,13 @@ TEST(Concurrency, ClonesRacingWrites) {
   EXPECT_TRUE(pool->Check().clean);
 }
 
-TEST(Concurrency, LunTableChangesRacingIo) {
+TEST_P(Concurrency, LunTableChangesRacingIo) {
   FaultInjectionEnv env;
   // Room for the worst case, so that any failure is a bug: each of the 30
   // clones kept may pin its own copy of all 16 AUs of "a" (the writer
   // copies-on-write whatever a clone shares), plus "a" itself. With 256
   // AUs a slow clone loop (ASan on a loaded machine) ran out of space.
-  auto pool = MakePool(&env, 30 * 16 + 16 + 64);
+  auto pool = MakePool(&env, GetParam(), 30 * 16 + 16 + 64);
   ASSERT_TRUE(pool->CreateLun("a", 1 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   std::atomic<bool> stop{false};
@@ -212,9 +236,9 @@ TEST(Concurrency, LunTableChangesRacingIo) {
 }
 
 // Durable writers share commits (group commit) and all survive a reopen.
-TEST(Concurrency, DurableWritersShareCommits) {
+TEST_P(Concurrency, DurableWritersShareCommits) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  auto pool = MakePool(&env, GetParam());
   ASSERT_TRUE(pool->CreateLun("a", 4 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   std::vector<std::thread> th;
@@ -245,9 +269,9 @@ TEST(Concurrency, DurableWritersShareCommits) {
 // batches): each one that returned is on stable storage. The disk then dies
 // and loses everything unsynced; the reopened pool must hold exactly what
 // the threads' own models say.
-TEST(Concurrency, EveryKindOfDurableOperationIsDurableWhenItReturns) {
+TEST_P(Concurrency, EveryKindOfDurableOperationIsDurableWhenItReturns) {
   FaultInjectionEnv env;
-  auto pool = MakePool(&env);
+  auto pool = MakePool(&env, GetParam());
   for (const char* n : {"a", "b", "c"}) ASSERT_TRUE(pool->CreateLun(n, 1 << 20, 512).ok());
   auto a = pool->OpenLun("a").value();
   auto b = pool->OpenLun("b").value();
@@ -387,13 +411,15 @@ class GateLargeWrites final : public Env {
 // while a 2 MiB durable write is stuck writing its data, a CAW, a 4 KiB
 // durable write, a clone and a LUN creation on other LUNs all complete (their
 // batches do not wait for it).
-TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
+TEST_P(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
   FaultInjectionEnv base;
   GateLargeWrites env(&base, 1 << 20);
   PoolOptions o;
   o.allocation_unit = kAu;
   o.journal_bytes = 128 * 1024;
   o.size_bytes = 192 * 1024 + 256 * kAu;
+  o.soft_threshold_percent = 1;  // as MakePool
+  GetParam().Apply(&o);
   auto p = Pool::Create(&env, "pool", o);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   auto pool = std::move(p.value());
@@ -424,6 +450,145 @@ TEST(Concurrency, SmallDurableOpsDoNotWaitForALargeWritesData) {
   std::vector<uint8_t> v(512);
   ASSERT_TRUE(small->Read(kAu / 512 * 4, 1, v.data()).ok());
   EXPECT_EQ(v, one);
+}
+
+
+// The superblock's seq (both formats' copies alternate slots): how many
+// superblocks, one per checkpoint, the pool has written.
+uint64_t SuperblockSeq(FaultInjectionEnv* env) {
+  const std::vector<uint8_t> img = env->Snapshot("pool");
+  if (SuperblockEnvelopeVersion(img.data(), kSuperblockSlot) == kFormatVersionV3) {
+    SuperblockChoice c;
+    EXPECT_TRUE(ChooseSuperblockV3(img.data(), img.data() + kSuperblockSlot, img.size(), &c).ok());
+    return c.sb.seq;
+  }
+  uint64_t seq = 0;
+  for (int slot = 0; slot < 2; slot++) {
+    Superblock sb;
+    if (Superblock::Decode(reinterpret_cast<const char*>(img.data()) + slot * kSuperblockSlot, kSuperblockSlot, &sb).ok())
+      seq = std::max(seq, sb.seq);
+  }
+  return seq;
+}
+
+// Core's dirty hand-over under load (dirty_ranges.h): checkpoints are
+// taken while many threads write, unmap and clone, and at format 3 each
+// writes only the leaves marked dirty since the one before. A change made
+// while a checkpoint is being written is not in it: its mark must carry
+// over to the next one, or that checkpoint keeps the stale leaf and the
+// journal before it is gone. So that a lost mark shows, the threads' LUNs
+// are many (one leaf or so each) and each is changed now and then, not all
+// the time: the workers are paced by a thread that fills the 64 KiB
+// journal with LUN creations and deletions (a checkpoint every ~1,000 of
+// them). After a flush the disk dies (nothing unsynced survives), and the
+// reopened pool (the last checkpoint plus the journal's replay) must equal
+// every thread's model, block by block, and be check-clean. The 1 % soft
+// threshold keeps format 3's journal from growing (nothing offered).
+TEST_P(Concurrency, CheckpointsWhileManyThreadsWriteAndCloneLoseNothing) {
+  FaultInjectionEnv env;
+  PoolOptions o;
+  o.allocation_unit = kAu;
+  o.journal_bytes = 64 * 1024;
+  o.soft_threshold_percent = 1;
+  o.size_bytes = 128 * 1024 + 320 * kAu;
+  o.backing_check_interval_ms = kBackingSignalOff;
+  GetParam().Apply(&o);
+  std::unique_ptr<Pool> pool;
+  {
+    auto p = Pool::Create(&env, "pool", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool = std::move(p).value();
+  }
+  constexpr int kThreads = 6, kLunsPerThread = 8, kIters = 150, kChurn = 4000;
+  constexpr uint64_t kLunAus = 2, kBpa = kAu / 512, kBlocks = kLunAus * kBpa;
+  const uint64_t bpg = GetParam().Unit(kAu) / 512;  // blocks per grain
+  // Thread t owns LUNs t, t + kThreads, ...; per LUN each block's fill byte.
+  std::vector<std::shared_ptr<Lun>> luns;
+  std::vector<std::vector<uint8_t>> want(kThreads * kLunsPerThread, std::vector<uint8_t>(kBlocks));
+  for (int i = 0; i < kThreads * kLunsPerThread; i++) {
+    const std::string n = "l" + std::to_string(i);
+    ASSERT_TRUE(pool->CreateLun(n, kBlocks * 512, 512).ok());
+    luns.push_back(pool->OpenLun(n).value());
+  }
+  const uint64_t seq0 = SuperblockSeq(&env);
+  std::atomic<int> bad{0};
+  std::mutex first_mu;
+  std::string first;
+  auto fail = [&](const Status& st, const std::string& what) {
+    if (st.ok()) return;
+    bad++;
+    std::lock_guard<std::mutex> g(first_mu);
+    if (first.empty()) first = what + ": " + st.ToString();
+  };
+  std::atomic<int> churned{0};
+  std::thread churn([&] {
+    for (int i = 0; i < kChurn; i++) {
+      fail(pool->CreateLun("churn", kAu, 512).status(), "create");
+      fail(pool->DeleteLun("churn"), "delete");
+      churned.store(i + 1);
+    }
+  });
+  std::vector<std::thread> th;
+  for (int t = 0; t < kThreads; t++)
+    th.emplace_back([&, t] {
+      std::mt19937_64 rng(1000 + t);
+      std::vector<uint8_t> buf;
+      for (int i = 0; i < kIters; i++) {
+        while (churned.load() < static_cast<int>(int64_t{i} * kChurn / kIters)) std::this_thread::yield();
+        const int li = t + kThreads * static_cast<int>(rng() % kLunsPerThread);
+        const int lj = t + kThreads * static_cast<int>(rng() % kLunsPerThread);
+        const uint64_t n = 1 + rng() % (kBpa + kBpa / 2);
+        const uint64_t off = rng() % (kBlocks - n + 1);
+        const D d = rng() % 4 ? D::kBuffered : D::kDurable;
+        const uint8_t v = static_cast<uint8_t>(1 + (t * 31 + i) % 251);
+        std::vector<uint8_t>& w = want[li];
+        switch (rng() % 3) {
+          case 0:  // a write (a record unless in place)
+            buf.assign(n * 512, v);
+            fail(luns[li]->Write(off, n, buf.data(), d), "write");
+            std::fill(w.begin() + off, w.begin() + off + n, v);
+            break;
+          case 1: {  // an unmap: the whole grains in the range read as zeros
+            fail(luns[li]->Unmap(off, n, d), "unmap");
+            for (uint64_t k = (off + bpg - 1) / bpg * bpg; k < (off + n) / bpg * bpg; k++) w[k] = 0;
+            break;
+          }
+          case 2: {  // a clone into another of its LUNs, same phase (shares) or not (copies)
+            const uint64_t doff = rng() % 2 ? off : rng() % (kBlocks - n + 1);
+            fail(pool->CloneRange(*luns[li], off, *luns[lj], doff, n, d), "clone");
+            std::vector<uint8_t> src(w.begin() + off, w.begin() + off + n);  // li may be lj
+            std::copy(src.begin(), src.end(), want[lj].begin() + doff);
+            break;
+          }
+        }
+      }
+    });
+  churn.join();
+  for (auto& x : th) x.join();
+  ASSERT_EQ(bad.load(), 0) << first;
+  ASSERT_TRUE(pool->Flush().ok());
+  // Checkpoints were taken while the threads ran (each writes a superblock).
+  EXPECT_GE(SuperblockSeq(&env), seq0 + 3) << "seq " << seq0 << " -> " << SuperblockSeq(&env);
+  // The disk dies: nothing more is written, nothing unsynced survives.
+  env.CrashAfter(0);
+  luns.clear();
+  pool.reset();
+  env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 5);
+  env.ClearFaults();
+  auto p = Pool::Open(&env, "pool");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  CheckReport r = (*p)->Check();
+  EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+  std::vector<uint8_t> got(kBlocks * 512);
+  for (int i = 0; i < kThreads * kLunsPerThread; i++) {
+    auto l = (*p)->OpenLun("l" + std::to_string(i)).value();
+    ASSERT_TRUE(l->Read(0, kBlocks, got.data()).ok());
+    for (uint64_t k = 0; k < kBlocks; k++) {
+      const uint8_t* blk = got.data() + k * 512;
+      ASSERT_TRUE(std::all_of(blk, blk + 512, [&](uint8_t x) { return x == want[i][k]; }))
+          << "LUN l" << i << " block " << k << ": " << int(blk[0]) << ", want " << int(want[i][k]);
+    }
+  }
 }
 
 }  // namespace

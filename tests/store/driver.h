@@ -23,6 +23,7 @@ struct DriverOptions {
   uint64_t max_lun_bytes = 1 << 20;
   int max_luns = 4;
   uint32_t format = 2;          // PoolOptions::format (3: the store's tests only)
+  uint32_t grain = 0;           // PoolOptions::grain (0 = the AU)
   uint32_t soft_threshold = 80;  // PoolOptions::soft_threshold_percent
 };
 
@@ -40,6 +41,7 @@ class Driver {
   Driver(FaultInjectionEnv* env, uint64_t seed, DriverOptions o = {})
       : env_(env), rng_(seed), o_(o) {
     model_.au = o.au;
+    model_.grain = o.grain ? o.grain : o.au;
   }
 
   ::testing::AssertionResult Create() {
@@ -47,6 +49,7 @@ class Driver {
     po.allocation_unit = o_.au;
     po.journal_bytes = o_.journal;
     po.format = o_.format;
+    po.grain = o_.grain;
     po.soft_threshold_percent = o_.soft_threshold;
     uint64_t data_off = ((64 * 1024 + o_.journal + o_.au - 1) / o_.au) * o_.au;
     po.size_bytes = data_off + o_.pool_units * o_.au;
@@ -304,11 +307,12 @@ class Driver {
     ModelLun& ml = model_.luns[name];
     uint64_t lba, n;
     PickRange(ml, &lba, &n);
-    uint64_t spb = ml.bs / kSec, spa = model_.au / kSec;
+    // Unmap deallocates the whole grains in the range, nothing else.
+    uint64_t spb = ml.bs / kSec, spg = model_.grain / kSec;
     uint64_t s0 = lba * spb, s1 = (lba + n) * spb;
     std::vector<uint64_t> tags(s1 - s0);
     for (uint64_t s = s0; s < s1; s++) {
-      bool whole = (s / spa) * spa >= s0 && (s / spa + 1) * spa <= s1;
+      bool whole = (s / spg) * spg >= s0 && (s / spg + 1) * spg <= s1;
       tags[s - s0] = (!unmap || whole) ? 0 : ml.cur[s];
     }
     Durability d = PickDurability();
@@ -480,9 +484,9 @@ class Driver {
       model_.MakeDurable();
     } else if (Crashed()) {
       unc_ = {Uncertain::kResize, name, "", bytes, ml.bs};
-      // A shrink zeroes the cut-off part of the last AU first.
-      uint64_t spa = model_.au / kSec, ns = bytes / kSec;
-      for (uint64_t s = ns; s < std::min(old_sectors, (ns + spa - 1) / spa * spa); s++)
+      // A shrink zeroes the cut-off part of the last grain first.
+      uint64_t spg = model_.grain / kSec, ns = bytes / kSec;
+      for (uint64_t s = ns; s < std::min(old_sectors, (ns + spg - 1) / spg * spg); s++)
         Model::Maybe(ml, s, 0);
     } else if (st.code() != Code::kNoSpace) {  // a shrink may need to copy a shared AU
       return ::testing::AssertionFailure() << "resize: " << st.ToString();

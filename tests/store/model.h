@@ -60,6 +60,7 @@ class Model {
   std::map<std::string, ModelLun> luns;
   uint64_t next_tag = 1;
   uint32_t au = 0;
+  uint32_t grain = 0;  // the unit of sharing: unmaps deallocate whole grains
 
   // Every sector's possible-after-crash set becomes just its current value.
   void MakeDurable() {
