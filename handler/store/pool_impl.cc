@@ -143,7 +143,10 @@ Result<uint64_t> Core::CommitBatch() {
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // nothing buffered may be written
-    ckpt = !format_->Fits(jbuf_.bytes());
+    // A checkpoint refused for room is retried before anything else is
+    // written: the journal was full, or the open could not checkpoint
+    // (recovery.cc) and no record may follow the journal as replayed.
+    ckpt = ckpt_refused_aus_ != 0 || !format_->Fits(jbuf_.bytes());
     if (!ckpt) jbuf_.TakeBatch(&batch);
   }
   uint64_t target = batch.last_ticket;
@@ -221,6 +224,10 @@ Status Core::Close() {
     CommitQueue::ExclusiveGuard leader(&queue_);  // no batch in flight: durable_lsn is final
     MutexLock g(&meta_mu_);
     if (format_->journal_empty() && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
+    // An open that could not checkpoint, with nothing appended since: the
+    // journal is as the last session left it, and a seal could not be
+    // written without the checkpoint there is no room for.
+    if (ckpt_refused_aus_ != 0 && jbuf_.empty()) return Status::Ok();
     Record seal;
     seal.type = RecType::kSeal;
     Result<uint64_t> t = AppendLocked(seal);

@@ -365,7 +365,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // buffered cannot be written until a checkpoint succeeds, so AppendLocked
   // refuses every record (kNoSpace, nothing changed) while fewer whole AUs
   // than this are free; reads and overwrites in place (no record) go on.
-  // Cleared when a checkpoint takes its AUs.
+  // While it is set, every commit is that checkpoint again (CommitBatch),
+  // whatever the journal holds: it is also set by an open that could not
+  // checkpoint (recovery.cc), after which nothing may be appended to the
+  // journal as replayed. Cleared when a checkpoint takes its AUs.
   uint64_t ckpt_refused_aus_ GUARDED_BY(meta_mu_) = 0;
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
   std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)

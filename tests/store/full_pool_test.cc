@@ -97,14 +97,15 @@ struct FullPool {
       filled_grains++;
     }
     ASSERT_GT(filled_grains, 0u);
-    // Unmap a grain of each small LUN (buffered: the frees stay pending),
-    // then flush: the journal cannot hold them all, so a checkpoint runs.
+    // Unmap a grain of each small LUN, durably: the journal holds records
+    // of every LUN (the frees give no whole AU back: their neighbours stay).
     for (int i = 0; i < kLuns && refused.ok(); i++) {
-      Status s = luns[i]->Unmap(0, kGrainBlocks, D::kBuffered);
+      Status s = luns[i]->Unmap(0, kGrainBlocks, D::kDurable);
       if (!s.ok()) refused = s;
     }
-    // And more frees, every other grain of the filled LUN, until the
-    // buffer is more than the journal holds.
+    // Then more frees, buffered, every other grain of the filled LUN, until
+    // the buffer is more than the journal holds: the flush must checkpoint,
+    // and every LUN's leaf is dirty.
     for (uint64_t g = 0; g < filled_grains && refused.ok(); g += 2) {
       Status s = fill->Unmap(g * kGrainBlocks, kGrainBlocks, D::kBuffered);
       if (!s.ok()) refused = s;
@@ -248,6 +249,83 @@ TEST(FullPool, CloseWhileRefusedKeepsTheDurableState) {
   auto f = (*p)->OpenLun("fill").value();
   Status s;
   EXPECT_EQ(ReadBytes(*f, 0, kGrainBlocks, &s), Pattern(kGrain, 200));  // the unmap was never durable
+}
+
+// An open that cannot checkpoint (the pool closed while refused, so the
+// replay dirties every LUN): it serves reads and refuses records with
+// kNoSpace; after a Grow a LUN can be deleted and data written, and after a
+// power cut the pool opens with them, check-clean.
+TEST(FullPool, OpenWithoutRoomForItsCheckpointServesAndGrows) {
+  FullPool fp;
+  ASSERT_NO_FATAL_FAILURE(fp.Make());
+  ASSERT_EQ(fp.refused.code(), Code::kNoSpace) << fp.refused.ToString();
+  const uint64_t filled = fp.filled_grains;
+  fp.luns.clear();
+  fp.fill.reset();
+  EXPECT_EQ(fp.pool->Close().code(), Code::kNoSpace);
+  fp.pool.reset();
+  fp.env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 3);
+
+  const std::vector<uint8_t> zeros(kGrain, 0);
+  const auto fill_data = Pattern(kGrain, 200);
+  const auto fresh = Pattern(kGrain, 55);
+  Status s;
+  {
+    auto p = Pool::Open(&fp.env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    Pool& pool = **p;
+    auto fill = pool.OpenLun("fill").value();
+    EXPECT_EQ(ReadBytes(*fill, (filled - 1) * kGrainBlocks, kGrainBlocks, &s), fill_data);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    Status d = pool.DeleteLun(Name(3));
+    EXPECT_EQ(d.code(), Code::kNoSpace) << d.ToString();
+    EXPECT_NE(d.message().find("checkpoint"), std::string::npos) << d.ToString();
+    EXPECT_TRUE(pool.Flush().ok()) << "nothing to make durable";
+    EXPECT_TRUE(pool.GetLun(Name(3)).ok());
+    // A close with nothing appended is clean: the journal as replayed.
+    fill.reset();
+    EXPECT_TRUE(pool.Close().ok());
+  }
+  {
+    auto p = Pool::Open(&fp.env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    Pool& pool = **p;
+    auto fill = pool.OpenLun("fill").value();
+    // An overwrite in place goes on (buffered: a flush of it would need the
+    // checkpoint), and reads back.
+    const auto over = Pattern(kGrain, 66);
+    EXPECT_TRUE(fill->Write(kGrainBlocks, kGrainBlocks, over.data(), D::kBuffered).ok());
+    EXPECT_EQ(ReadBytes(*fill, kGrainBlocks, kGrainBlocks, &s), over);
+    EXPECT_EQ(fill->Flush().code(), Code::kNoSpace);
+    // The close says the overwrite may not be durable.
+    fill.reset();
+    EXPECT_EQ(pool.Close().code(), Code::kNoSpace);
+  }
+  {
+    auto p = Pool::Open(&fp.env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    Pool& pool = **p;
+    ASSERT_TRUE(pool.Grow(2 * kSize).ok());
+    Status d = pool.DeleteLun(Name(3));
+    ASSERT_TRUE(d.ok()) << d.ToString();
+    auto l = pool.OpenLun(Name(4)).value();
+    ASSERT_TRUE(l->Write(6 * kGrainBlocks, kGrainBlocks, fresh.data(), D::kDurable).ok());
+  }
+  fp.env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 4);
+  auto r = Pool::CheckOffline(&fp.env, "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->clean) << (r->problems.empty() ? "" : r->problems.front());
+  auto p = Pool::Open(&fp.env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_FALSE((*p)->GetLun(Name(3)).ok());
+  auto l = (*p)->OpenLun(Name(4)).value();
+  EXPECT_EQ(ReadBytes(*l, 6 * kGrainBlocks, kGrainBlocks, &s), fresh);
+  EXPECT_EQ(ReadBytes(*l, 0, kGrainBlocks, &s), zeros);  // its durable unmap
+  const auto d4 = Pattern(2 * kGrain, 4);
+  EXPECT_TRUE(std::equal(d4.begin() + kGrain, d4.end(), ReadBytes(*l, 2 * kGrainBlocks, kGrainBlocks, &s).begin()));
+  auto fill = (*p)->OpenLun("fill").value();
+  EXPECT_EQ(ReadBytes(*fill, (filled - 1) * kGrainBlocks, kGrainBlocks, &s), fill_data);
+  EXPECT_TRUE((*p)->Check().clean);
 }
 
 }  // namespace
