@@ -157,7 +157,9 @@ Result<uint64_t> Core::CommitBatch() {
     // kNoSpace; their records stay buffered, applied in memory, for the
     // checkpoint that succeeds once there is room.
     queue_.RefuseBatch();
-    return s;
+    return Status(Code::kNoSpace, s.message() +
+                                      "; what was buffered before stays applied and becomes "
+                                      "durable with the first checkpoint that finds room");
   }
   if (!s.ok()) {
     // Reads stop too (CheckUsable), not only commits: a failed write or sync
