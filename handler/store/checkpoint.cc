@@ -146,7 +146,8 @@ uint64_t Core::JournalOfferLocked() const {
 
 Status Core::NoCheckpointRoomLocked() const {
   return Status(Code::kNoSpace,
-                "the pool is full: its journal is full and a metadata checkpoint needs " +
+                "the pool is full: the metadata checkpoint it must write before any more "
+                "records (its journal is full, or it was just opened) needs " +
                     std::to_string(ckpt_refused_aus_) + " free allocation units (" +
                     std::to_string(space_->free_whole_aus(ckpt_refused_aus_)) +
                     " now); grow the pool or free space, then retry (reads and overwrites in "
@@ -191,7 +192,8 @@ Status Core::NoCheckpointRoomLocked() const {
 // would let reads and LUN changes in memory go on from metadata that
 // disagrees with the disk. Reopening rebuilds everything from the durable
 // state. The error is always kIOError (CheckpointFailed), the failed pool's
-// code, with the cause's message.
+// code, with the cause's message: never kNoSpace, which callers take for the
+// refusal for room.
 Status Core::CheckpointLocked(uint64_t* target) {
   constexpr std::string_view kWhere = "checkpoint failed";
   Status s;
@@ -232,8 +234,8 @@ Status Core::CheckpointLocked(uint64_t* target) {
           // is const (a copy; the format's carried marks untouched), no
           // record was dropped, nothing written. The pool serves on
           // (reads, overwrites in place; AppendLocked refuses records until
-          // this many AUs are free), and the next commit that finds the
-          // journal full tries again. The only kNoSpace this returns.
+          // this many AUs are free), and every commit tries again
+          // (CommitBatch) until one succeeds. The only kNoSpace this returns.
           ckpt_refused_aus_ = std::max<uint64_t>(frozen.meta_units, 1);
           return NoCheckpointRoomLocked();
         }
