@@ -168,6 +168,17 @@ TEST(FullPool, CheckpointRefusedForRoomKeepsThePoolServing) {
   EXPECT_TRUE(s.ok()) << "the pool failed: " << s.ToString();
   EXPECT_TRUE(std::equal(kept.begin(), kept.end(), d1.begin() + kGrain)) << "a refused unmap changed the map";
 
+  // The online check flushes first (check.cc): it reports that refusal,
+  // and the pool serves on after it.
+  {
+    CheckReport r = pool.Check();
+    ASSERT_FALSE(r.problems.empty());
+    EXPECT_NE(r.problems[0].find("flush before check failed"), std::string::npos) << r.problems[0];
+    EXPECT_NE(r.problems[0].find("NoSpace"), std::string::npos) << r.problems[0];
+    EXPECT_EQ(ReadBytes(fill, 1 * kGrainBlocks, kGrainBlocks, &s), over);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+  }
+
   // Room appears: the next checkpoint succeeds and writes are taken again.
   ASSERT_TRUE(pool.Grow(2 * kSize).ok());
   Status f = pool.Flush();
@@ -206,6 +217,7 @@ TEST(FullPool, RefusedBatchDoesNotFailTheQueue) {
   CommitQueue* qp = nullptr;
   CommitQueue q([&]() -> Result<uint64_t> {
     if (refuse.load()) {
+      qp->AssertLeader();  // the queue calls this only from its leader
       qp->RefuseBatch();
       return Status(Code::kNoSpace, "test: no room");
     }
