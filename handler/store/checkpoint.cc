@@ -144,6 +144,16 @@ uint64_t Core::JournalOfferLocked() const {
   return free > keep_free ? (free - keep_free) / UnitsOfAus(1) : 0;
 }
 
+Status Core::NoCheckpointRoomLocked() const {
+  return Status(Code::kNoSpace,
+                "the pool is full: the metadata checkpoint it must write before any more "
+                "records (its journal is full, or it was just opened) needs " +
+                    std::to_string(ckpt_refused_aus_) + " free allocation units (" +
+                    std::to_string(space_->free_whole_aus(ckpt_refused_aus_)) +
+                    " now); grow the pool or free space, then retry (reads and overwrites in "
+                    "place go on)");
+}
+
 // Freezes the state under the metadata lock and takes the AUs the format
 // needs for it, then has the format write it outside the lock (checkpoint,
 // superblock, journal restart: MetaFormat::WriteCheckpoint); then installs
@@ -164,15 +174,26 @@ uint64_t Core::JournalOfferLocked() const {
 //   tell before from after), and the space map taking the new checkpoint and
 //   freeing the old one (InstallMeta) may stop half done, or refuse a set
 //   that disagrees with the AUs it handed over (an engine bug);
-// - a failure before anything changed (no room for the checkpoint, no memory
-//   to encode it) fails the commit, and the commit queue's failure is sticky:
-//   the pool can make nothing durable any more either way, and one rule is
-//   simpler to trust than two.
+// - a failure before anything changed that is not for room (no memory to
+//   encode it, a refusal for a bug) fails the pool too: one rule is simpler
+//   to trust than two where nothing says the next attempt fares better.
+// The one exception is a refusal for room (TakeMeta cannot give the AUs
+// Freeze asked for), which changed nothing, wrote nothing and dropped no
+// record: it returns kNoSpace (NoCheckpointRoomLocked), the pool does not
+// fail, and the commit that asked is refused without failing the queue
+// (CommitBatch, CommitQueue::RefuseBatch). Until the AUs it asked for are
+// free, AppendLocked refuses every record with kNoSpace (nothing changes
+// that the full journal would have to carry); once they are, the next
+// record is taken and its commit tries again. The records still buffered
+// stay applied in memory and are written by the checkpoint that succeeds
+// (or lost with the cache if the pool is closed or cut first, as unflushed
+// buffered writes are).
 // The commit queue fails too (the error is the commit's), but that alone
 // would let reads and LUN changes in memory go on from metadata that
 // disagrees with the disk. Reopening rebuilds everything from the durable
 // state. The error is always kIOError (CheckpointFailed), the failed pool's
-// code, with the cause's message.
+// code, with the cause's message: never kNoSpace, which callers take for the
+// refusal for room.
 Status Core::CheckpointLocked(uint64_t* target) {
   constexpr std::string_view kWhere = "checkpoint failed";
   Status s;
@@ -204,11 +225,19 @@ Status Core::CheckpointLocked(uint64_t* target) {
       } else {
         frozen = format_->Freeze(st_, dirty_);
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
+          ckpt_refused_aus_ = 0;  // the pool takes records again
           *target = jbuf_.last_ticket();
           start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
           taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's
         } else {
-          s = Status(Code::kNoSpace, "no room for a metadata checkpoint");
+          // Refused before anything changed: TakeMeta took nothing, Freeze
+          // is const (a copy; the format's carried marks untouched), no
+          // record was dropped, nothing written. The pool serves on
+          // (reads, overwrites in place; AppendLocked refuses records until
+          // this many AUs are free), and every commit tries again
+          // (CommitBatch) until one succeeds. The only kNoSpace this returns.
+          ckpt_refused_aus_ = std::max<uint64_t>(frozen.meta_units, 1);
+          return NoCheckpointRoomLocked();
         }
       }
     } catch (...) {

@@ -66,9 +66,9 @@ void CommitQueue::EnqueueLocked(Waiter* w) {
   (after ? after->next : head_) = w;
 }
 
-void CommitQueue::CollectSatisfiedLocked(Wakeups* w) {
+void CommitQueue::CollectSatisfiedLocked(Wakeups* w, bool all) {
   const uint64_t d = durable_.load(std::memory_order_relaxed);
-  const bool failed = !failed_.ok();
+  const bool failed = all || !failed_.ok();
   // Waiters are ordered by ticket: the satisfied ones are a prefix of the
   // list, detached whole as a chain.
   Waiter* last = nullptr;
@@ -169,7 +169,9 @@ Status CommitQueue::Wait(uint64_t ticket) {
       // Signalled after durable_ was raised (or the queue failed), under mu_.
       if (durable_.load(std::memory_order_acquire) >= ticket) return Status::Ok();
       lk.lock();
-      return CopyStatus(failed_);
+      // A later batch may have made it durable since (after a refusal).
+      if (durable_.load(std::memory_order_relaxed) >= ticket) return Status::Ok();
+      return NotDurableLocked();
     }
     lk.lock();
     // kLead: the previous leader handed us the queue (leading_ stays true).
@@ -198,6 +200,20 @@ Status CommitQueue::Wait(uint64_t ticket) {
     lk.unlock();
     Result<uint64_t> r = RunCommit();
     lk.lock();
+    if (!r.ok() && std::exchange(refused_, false) && failed_.ok()) {
+      // Refused: nothing written, nothing changed. Every waiter is told (the
+      // batch took everything appended, so none of them is durable), the
+      // queue stays usable, and the next Wait() leads a new batch. Moved,
+      // never copied, as a failure is (nothing on this path allocates).
+      refusal_ = std::move(r).TakeStatus();
+      CollectSatisfiedLocked(&wk, /*all=*/true);
+      PassLeadershipLocked(&wk);
+      lk.unlock();
+      Deliver(&wk);
+      lk.lock();
+      return NotDurableLocked();
+    }
+    refused_ = false;  // set by a function that then succeeded: not a refusal
     if (!r.ok()) {
       if (failed_.ok()) failed_ = std::move(r).TakeStatus();
       CollectSatisfiedLocked(&wk);
@@ -259,6 +275,12 @@ void CommitQueue::UnlinkHookLocked(RunningHook* h) {
 Status CommitQueue::FailedCopy() const noexcept {
   // failed_ never changes once set, and this caller saw it set under mu_.
   return CopyStatus(failed_);
+}
+
+Status CommitQueue::NotDurableLocked() const noexcept {
+  if (!failed_.ok()) return CopyStatus(failed_);
+  if (!refusal_.ok()) return CopyStatus(refusal_);
+  return StatusNoThrow(Code::kIOError, "commit refused");  // not reached: woken for a reason
 }
 
 void CommitQueue::DrainHooks() {

@@ -53,7 +53,10 @@
 //     its own against itself.
 //
 // A failed commit is sticky: every waiter, and every later Wait() for a ticket
-// that is not durable, gets the error (the pool must be reopened).
+// that is not durable, gets the error (the pool must be reopened). A commit
+// the commit function *refuses* (RefuseBatch: it wrote nothing and changed
+// nothing, e.g. a checkpoint with no room) is not: every waiter of that batch
+// gets its error, and the next Wait() leads a new batch (a retry).
 //
 // The after-durable hook (freeing AUs whose freeing record is now durable:
 // hole punches, which on a file system mounted with `discard` cost
@@ -137,6 +140,14 @@ class CAPABILITY("commit leadership") CommitQueue {
   // batch's tickets are durable, and it is never skipped.
   void DrainHooks();
 
+  // For the commit function, from the leader, just before it returns an
+  // error: the batch is refused, not failed. It wrote nothing and changed
+  // nothing the next batch depends on, so the queue does not fail: every
+  // waiter (none of their tickets is durable) gets the batch's error, no
+  // hook runs, and a later Wait() leads a new batch, which may succeed. A
+  // leader that returns Ok after calling it is not refused.
+  void RefuseBatch() REQUIRES(this) { refused_ = true; }
+
   // For an Exclusive() fn that made tickets durable by itself (a checkpoint
   // written outside a batch): raises the durable ticket to `durable`.
   void Publish(uint64_t durable);
@@ -194,8 +205,8 @@ class CAPABILITY("commit leadership") CommitQueue {
   // the Exclusive() requests' own FIFO.
   void EnqueueLocked(Waiter* w);
   // REQUIRES mu_. Takes every waiter the durable ticket (or the failure)
-  // satisfies.
-  void CollectSatisfiedLocked(Wakeups* w);
+  // satisfies; every waiter if `all` (a refused batch).
+  void CollectSatisfiedLocked(Wakeups* w, bool all = false);
   // REQUIRES mu_, called by the leader. Hands leadership to the oldest
   // Exclusive() request, else the waiter with the oldest ticket, else ends it.
   void PassLeadershipLocked(Wakeups* w);
@@ -207,6 +218,9 @@ class CAPABILITY("commit leadership") CommitQueue {
   // For a leader that saw failed_ set under mu_ and has handed on: the
   // failure for its caller (failed_ never changes once set), without throwing.
   Status FailedCopy() const noexcept;
+  // REQUIRES mu_. For a waiter woken with its ticket not durable: the
+  // failure if the queue failed, else the refusal that woke it.
+  Status NotDurableLocked() const noexcept;
   static void Signal(Waiter* w, Waiter::State st);
   // Sleeps until signalled; returns the state it was signalled with.
   static Waiter::State Sleep(Waiter* w);
@@ -223,6 +237,12 @@ class CAPABILITY("commit leadership") CommitQueue {
   mutable std::mutex mu_;
   bool leading_ = false;                     // a leader exists (batch or exclusive)
   Status failed_;                            // sticky
+  // The last refused batch's error (RefuseBatch), for its waiters: replaced
+  // by each refusal, read under mu_ by the waiters it woke.
+  Status refusal_;
+  // Set by the commit function (RefuseBatch) on the leader's thread, read
+  // and cleared by the same leader once the function returns.
+  bool refused_ = false;
   Waiter* head_ = nullptr;                   // sleeping Wait() callers, oldest ticket first
   Waiter* tail_ = nullptr;
   Waiter* ex_head_ = nullptr;                // Exclusive() requests, oldest first

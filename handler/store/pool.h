@@ -212,7 +212,10 @@ class Pool {
                                               const PoolOptions& options);
   // Opens an existing pool, replaying its journal (automatic recovery).
   // kBusy if another process holds it; kCorruption / kUnsupported on bad or
-  // unknown metadata, without modifying anything.
+  // unknown metadata, without modifying anything. A writable open of a pool
+  // too full for its checkpoint succeeds and serves reads and overwrites in
+  // place; what needs a record (writes that allocate, unmaps, LUN changes,
+  // flushes) gets kNoSpace saying so, until Grow (or frees) make room.
   static Result<std::unique_ptr<Pool>> Open(Env* env, const std::string& path,
                                             const OpenOptions& options = {});
   // Full offline invariant check of a pool that is not open anywhere.

@@ -32,6 +32,12 @@ void Core::Dec(uint64_t phys, uint64_t n) {
 
 Result<uint64_t> Core::AppendLocked(const Record& r) {
   if (meta_failed_.load()) return MetaFailed();  // the state may be half-changed
+  // A checkpoint was refused for room: the journal is full, so this record
+  // could not be made durable either. Refused, nothing changed, until the
+  // AUs that checkpoint asked for are free (a Grow, frees thinned); then
+  // taken, and its commit tries the checkpoint again.
+  if (ckpt_refused_aus_ != 0 && space_->free_whole_aus(ckpt_refused_aus_) < ckpt_refused_aus_)
+    return NoCheckpointRoomLocked();
   // First what may fail while nothing has changed: the frame, and room for
   // it in the buffer (an exception here is kNoSpace, truthfully).
   JournalBuffer::Framed f = jbuf_.Frame(r, DurableLsn());
@@ -137,11 +143,24 @@ Result<uint64_t> Core::CommitBatch() {
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // nothing buffered may be written
-    ckpt = !format_->Fits(jbuf_.bytes());
+    // A checkpoint refused for room is retried before anything else is
+    // written: the journal was full, or the open could not checkpoint
+    // (recovery.cc) and no record may follow the journal as replayed.
+    ckpt = ckpt_refused_aus_ != 0 || !format_->Fits(jbuf_.bytes());
     if (!ckpt) jbuf_.TakeBatch(&batch);
   }
   uint64_t target = batch.last_ticket;
   Status s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
+  if (ckpt && s.code() == Code::kNoSpace) {
+    // Refused for room before anything changed (CheckpointLocked's only
+    // kNoSpace): the pool serves on, and so does the queue. Its waiters get
+    // kNoSpace; their records stay buffered, applied in memory, for the
+    // checkpoint that succeeds once there is room.
+    queue_.RefuseBatch();
+    return Status(Code::kNoSpace, s.message() +
+                                      "; what was buffered before stays applied and becomes "
+                                      "durable with the first checkpoint that finds room");
+  }
   if (!s.ok()) {
     // Reads stop too (CheckUsable), not only commits: a failed write or sync
     // may have left the batch's data (and the copies of older, acknowledged
@@ -207,6 +226,10 @@ Status Core::Close() {
     CommitQueue::ExclusiveGuard leader(&queue_);  // no batch in flight: durable_lsn is final
     MutexLock g(&meta_mu_);
     if (format_->journal_empty() && jbuf_.empty()) return Status::Ok();  // nothing to vouch for
+    // An open that could not checkpoint, with nothing appended since: the
+    // journal is as the last session left it, and a seal could not be
+    // written without the checkpoint there is no room for.
+    if (ckpt_refused_aus_ != 0 && jbuf_.empty()) return Status::Ok();
     Record seal;
     seal.type = RecType::kSeal;
     Result<uint64_t> t = AppendLocked(seal);

@@ -183,7 +183,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // Fails the pool (meta_failed_, under meta_mu_): reads, writes and LUN
   // changes answer MetaFailed() until it is reopened.
   void FailPool() EXCLUDES(meta_mu_);
+  // kNoSpace only for a refusal for room that changed nothing (the pool
+  // serves on: checkpoint.cc); every other failure fails the pool (kIOError).
   Status CheckpointLocked(uint64_t* target) REQUIRES(queue_) EXCLUDES(meta_mu_);
+  // The kNoSpace of a checkpoint refused for room, and of every record
+  // refused until that room is free (ckpt_refused_aus_).
+  Status NoCheckpointRoomLocked() const REQUIRES(meta_mu_);
   // Format 3's journal growth: the JournalSpace a checkpoint attempt hands
   // FormatV3 (checkpoint.cc: what guards the space, how much it offers),
   // and that offer, in whole AUs.
@@ -355,6 +360,16 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // checkpoint writes anything from now on (both look under meta_mu_, where
   // it is set).
   std::atomic<bool> meta_failed_{false};
+  // Not 0 while the last checkpoint was refused for room (checkpoint.cc):
+  // the whole AUs it asked for. The journal is full and the records
+  // buffered cannot be written until a checkpoint succeeds, so AppendLocked
+  // refuses every record (kNoSpace, nothing changed) while fewer whole AUs
+  // than this are free; reads and overwrites in place (no record) go on.
+  // While it is set, every commit is that checkpoint again (CommitBatch),
+  // whatever the journal holds: it is also set by an open that could not
+  // checkpoint (recovery.cc), after which nothing may be appended to the
+  // journal as replayed. Cleared when a checkpoint takes its AUs.
+  uint64_t ckpt_refused_aus_ GUARDED_BY(meta_mu_) = 0;
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
   std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)
   // PollBacking's state: when it may ask next (steady clock, ns), and what

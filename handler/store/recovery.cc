@@ -197,6 +197,18 @@ Status Core::LoadLocked() {
   }
   uint64_t target;
   s = CheckpointLocked(&target);
+  if (s.code() == Code::kNoSpace) {
+    // A full pool: no room for the open's checkpoint, refused before
+    // anything changed (CheckpointLocked's only kNoSpace). Rather than
+    // refuse the open, which would leave no way to read the data or grow
+    // the pool, serve it as a checkpoint refused for room leaves a running
+    // pool (checkpoint.cc): reads and overwrites in place, every record
+    // refused with that kNoSpace until the AUs are free (a Grow), and the
+    // first commit after is this checkpoint (CommitBatch checkpoints while
+    // ckpt_refused_aus_ is set), so no record is ever written into the
+    // journal as replayed, and the LSN gap above holds for it.
+    return Status::Ok();
+  }
   if (!s.ok()) return s;
   ReleasePending(target);
   return Status::Ok();
