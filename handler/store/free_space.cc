@@ -54,6 +54,13 @@ std::map<uint64_t, uint64_t> FreeRunIndex::by_offset() const {
   return m;
 }
 
+std::vector<GrainRun> FreeRunIndex::runs() const {
+  std::vector<GrainRun> v;
+  v.reserve(by_offset_.size());
+  for (const Run& r : by_offset_) v.push_back(Grain(r));
+  return v;
+}
+
 size_t FreeRunIndex::MemoryBytes() const {
   size_t b = by_offset_.MemoryBytes();
   for (const RunTree& t : by_class_) b += t.MemoryBytes();
@@ -350,6 +357,21 @@ std::optional<GrainRun> FreeSpace::open_chunk(uint32_t lun) const {
   auto it = chunks_.find(lun);
   if (it == chunks_.end() || it->second.cursor == it->second.end) return std::nullopt;
   return GrainRun{it->second.cursor, it->second.end - it->second.cursor};
+}
+
+std::vector<GrainRun> FreeSpace::chunk_runs() const {
+  std::vector<GrainRun> v;
+  for (const auto& [lun, c] : chunks_)
+    if (c.cursor < c.end) v.push_back({c.cursor, c.end - c.cursor});
+  std::sort(v.begin(), v.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  return v;
+}
+
+std::vector<PendingRun> FreeSpace::pending_runs() const {
+  std::vector<PendingRun> v;
+  v.reserve(pending_.size());
+  for (const auto& [start, r] : pending_) v.push_back(r);
+  return v;
 }
 
 std::optional<GrainRun> FreeSpace::FindRun(uint64_t n, uint64_t goal) const {

@@ -69,6 +69,8 @@ class FreeRunIndex {
   uint64_t run_count() const { return by_offset_.size(); }
   // Every free run, start -> length (tests, checks: a copy).
   std::map<uint64_t, uint64_t> by_offset() const;
+  // The same in start order as a vector (the check's copy under the lock).
+  std::vector<GrainRun> runs() const;
   // Bytes both indexes hold (tree nodes, without malloc headers).
   size_t MemoryBytes() const;
   // Empty if the two indexes hold the same runs (each in its class, the
@@ -202,6 +204,13 @@ class FreeSpace {
   const FreeRunIndex& index() const { return index_; }
   // A LUN's open chunk: its unused grains [cursor, end) (nullopt: none open).
   std::optional<GrainRun> open_chunk(uint32_t lun) const;
+  // Every open chunk's unused grains, in start order: free grains that are
+  // not in the index (free_grains() counts them; the check places them).
+  std::vector<GrainRun> chunk_runs() const;
+  // Pending grains whose ticket is not durable yet (pending_grains() less
+  // the releasing ones), by first grain: the check places them.
+  uint64_t waiting_grains() const { return pending_count_; }
+  std::vector<PendingRun> pending_runs() const;
 
  private:
   struct Chunk {

@@ -470,6 +470,31 @@ void GrainSpace::set_max_refs(uint32_t m) {
   max_refs_ = std::max<uint32_t>(m, 2);
 }
 
+GrainCensus GrainSpace::Census() const {
+  GrainCensus c;
+  c.total = total_;
+  c.grains_per_au = grains_per_au_;
+  c.shared = shared_.All();
+  c.shared_grains = shared_.shared_grains();
+  c.region_shared = shared_.region_counters();
+  c.mapped = mapped_;
+  c.free_runs = free_.index().runs();
+  c.chunk_runs = free_.chunk_runs();
+  c.free = free_.free_grains();
+  c.meta_aus = meta_aus_;
+  c.handed_over = handed_over_;
+  c.meta = meta_units();
+  reserved_.Visit(0, total_, [&](uint64_t s, uint64_t n, uint64_t owners) {
+    c.reserved_runs.push_back({{s, n}, owners});
+  });
+  c.reserved = free_.reserved_grains();
+  c.pending_runs = free_.pending_runs();
+  c.pending = free_.waiting_grains();
+  c.releasing = free_.releasing_grains();
+  c.quarantined = free_.quarantined_grains();
+  return c;
+}
+
 size_t GrainSpace::MemoryBytes() const {
   return free_.index().MemoryBytes() + shared_.MemoryBytes() + shared_.regions() * sizeof(uint32_t);
 }

@@ -98,6 +98,36 @@
 
 namespace cowstore::store {
 
+// Where a GrainSpace says each grain is, copied for the check (check.cc,
+// grain_check.h) under the pool's locks: every located state as runs, and
+// every count. Releasing and quarantined grains are counts only (FreeSpace
+// keeps no runs of them). All in grains, but the checkpoint's AUs.
+struct GrainCensus {
+  uint64_t total = 0, grains_per_au = 1;
+  std::vector<SharedRecord> shared;     // SharedRefs' records, in order
+  uint64_t shared_grains = 0;           // SharedRefs::shared_grains()
+  std::vector<uint32_t> region_shared;  // SharedRefs' region counters
+  uint64_t mapped = 0;                  // mapped_units()
+  std::vector<GrainRun> free_runs;      // the free index, in order
+  std::vector<GrainRun> chunk_runs;     // free grains held in LUN chunks, in order
+  uint64_t free = 0;                    // free_units(): both of the above
+  std::vector<uint64_t> meta_aus;       // the current checkpoint's AUs
+  std::vector<uint64_t> handed_over;    // AUs TakeMeta handed over since
+  uint64_t meta = 0;                    // meta_units()
+  // Reserved grains with their owners so far (0; 1 once a record mapped
+  // them, before Mapped), in order.
+  struct Reserved {
+    GrainRun run;
+    uint64_t owners = 0;
+    bool operator==(const Reserved&) const = default;
+  };
+  std::vector<Reserved> reserved_runs;
+  uint64_t reserved = 0;                // reserved_units()
+  std::vector<PendingRun> pending_runs; // waiting for their ticket, in order
+  uint64_t pending = 0;                 // of those (pending_units() less releasing)
+  uint64_t releasing = 0, quarantined = 0;
+};
+
 class GrainSpace final : public PoolSpace {
  public:
   // REQUIRES: GrainRule(grain_bytes, au_bytes) holds (names.h).
@@ -206,6 +236,8 @@ class GrainSpace final : public PoolSpace {
   uint64_t grains_per_au() const { return grains_per_au_; }
   const SharedRefs& shared() const { return shared_; }
   const FreeSpace& free_space() const { return free_; }
+  // Everything the check places grains by (a copy: O(runs + regions)).
+  GrainCensus Census() const;
   // Heap bytes the structures hold that stay with the pool (the free
   // indexes, the shared records, the region counters); the in-flight sets
   // (reservations, marks, pending frees) are counted by a heap measure only.
