@@ -503,6 +503,21 @@ Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainR
   return Status::Ok();
 }
 
+std::vector<GrainRun> FreeSpace::PlanAllocation(uint64_t n) const {
+  std::vector<GrainRun> take;
+  if (n == 0 || index_.grains() < n) return take;
+  PlanFromIndex(n, AllocHint::kNoGoal, /*chunk=*/false, &take);
+  return take;
+}
+
+void FreeSpace::TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out) {
+  out->reserve(out->size() + take.size());
+  RemovePlanned(take);  // all-or-nothing: the one piece that may split goes first
+  // Nothing below allocates.
+  for (const GrainRun& r : take) Append(out, r.start, r.len);
+  reserved_ += n;
+}
+
 Status FreeSpace::TakeRun(const GrainRun& r) {
   if (r.len == 0) return Status::Ok();
   std::optional<GrainRun> holder = index_.RunHolding(r.start);

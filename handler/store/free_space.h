@@ -157,6 +157,16 @@ class FreeSpace {
   // LUNs' chunks may stay given back: that moves free grains from a chunk
   // to the index and changes no count.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
+  // The pieces Allocate(n, AllocHint{}) would take from the index (metadata:
+  // no LUN, no goal), changing nothing; empty if the index holds fewer than
+  // n grains (Allocate would reclaim chunks first). TakePlanned then takes
+  // exactly them (they become reserved, appended to *out as Allocate
+  // appends), all-or-nothing under std::bad_alloc like Allocate.
+  // REQUIRES (TakePlanned): `take` came from PlanAllocation(n) with nothing
+  // changed since. For a caller that must vet the plan before anything
+  // changes (GrainSpace::ReserveKeepingAus).
+  std::vector<GrainRun> PlanAllocation(uint64_t n) const;
+  void TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out);
   // Takes exactly the grains of r (they become reserved, as Allocate's):
   // for a caller that chose them itself (GrainSpace's AU-aligned metadata).
   // kInvalidArgument, changing nothing, unless r lies wholly inside one free

@@ -272,6 +272,30 @@ bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<ui
   const uint64_t g = grains_per_au_;
   std::vector<GrainRun> plan;  // in AUs
   if (PlanMeta(keep_aus, &plan) < keep_aus) return false;
+  // Usually the grains Reserve would take lie outside the AUs set aside
+  // (best fit takes the shortest run that holds them; PlanMeta the longest
+  // runs): then take exactly those, with the reservation's nodes and the
+  // output's room allocated first, so nothing is ever given back.
+  if (std::vector<GrainRun> take = free_.PlanAllocation(n); !take.empty()) {
+    bool touches = false;
+    for (const GrainRun& t : take)
+      for (const GrainRun& a : plan)
+        touches = touches || (t.start < a.end() * g && a.start * g < t.end());
+    if (!touches) {
+      out->reserve(out->size() + n);
+      RangeValues::Spare spare(RangeValues::kAssignNodes * take.size());
+      std::vector<GrainRun> runs;
+      runs.reserve(take.size());
+      free_.TakePlanned(take, n, &runs);  // all-or-nothing; nothing below allocates
+      for (const GrainRun& r : runs) {
+        reserved_.Assign(r.start, r.len, 0, &spare);  // were free: in no reservation
+        for (uint64_t p = r.start; p < r.end(); p++) out->push_back(p);
+      }
+      return true;
+    }
+  }
+  // Else the AUs go out of the index for the call, and back after: rule 8's
+  // give-back window (a give-back that throws leaves grains reserved).
   std::vector<GrainRun> kept;  // in grains, out of the index for the call
   kept.reserve(plan.size());
   bool ok = false;

@@ -59,7 +59,10 @@
 //    - that give-back re-inserts runs into the free index, which may itself
 //      need a node; if it throws too, those grains stay counted reserved and
 //      in no reservation: lost to allocation until the next open's Rebuild,
-//      never handed out twice.
+//      never handed out twice. ReserveKeepingAus gives nothing back when
+//      Reserve's own plan avoids the AUs it keeps (the usual case); only a
+//      plan that would split them takes them out of the index for the call
+//      and keeps this window.
 //    - Unreserve gives back run by run (each whole): a throw leaves the
 //      runs before it free and the rest reserved, every grain in exactly one
 //      place; the rest stay reserved (counted) until the next open.
@@ -170,9 +173,12 @@ class GrainSpace final : public PoolSpace {
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
-  // Sets the keep_aus AUs TakeMeta would take aside (taken from the free
-  // index for the call, then given back), reserves from the rest. All or
-  // nothing under std::bad_alloc, but for rule 8's give-back window.
+  // Sets the keep_aus AUs TakeMeta would take aside, reserves from the
+  // rest. When the grains Reserve would pick lie outside those AUs (the
+  // usual case: best fit against PlanMeta's longest runs) it takes exactly
+  // them, all or nothing under std::bad_alloc with nothing to give back;
+  // else the AUs leave the free index for the call and are given back
+  // after, which keeps rule 8's give-back window.
   bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override;
   void Mapped(const std::vector<uint64_t>& grains) override;
   void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
