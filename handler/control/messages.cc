@@ -116,6 +116,8 @@ store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
 void EncodeCheck(const store::CheckReport& c, Record* head, std::vector<Record>* records) {
   head->Set("clean", c.clean ? 1 : 0).Set("luns", c.luns).Set("extents", c.extents);
   head->Set("allocated_units", c.allocated_units).Set("leaked_units", c.leaked_units);
+  // What the units count; an older handler sends none (0: AUs).
+  head->Set("unit_bytes", c.unit_bytes);
   for (const auto& p : c.problems) records->push_back(Record("problem").Set("text", p));
 }
 
@@ -126,6 +128,7 @@ store::CheckReport DecodeCheck(const Record& head, const std::vector<Record>& re
   c.extents = U64(head, "extents");
   c.allocated_units = U64(head, "allocated_units");
   c.leaked_units = U64(head, "leaked_units");
+  c.unit_bytes = static_cast<uint32_t>(U64(head, "unit_bytes"));
   for (const auto& r : records) {
     if (r.type == "problem") c.problems.push_back(r.Get("text"));
   }

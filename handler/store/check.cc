@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "handler/store/grain_check.h"
 #include "handler/store/names.h"
 
 namespace cowstore::store {
@@ -41,42 +42,55 @@ struct LunCopy {
 };
 
 
-// A GrainSpace's figures, copied under the locks for the recount by runs.
-struct GrainCounts {
-  bool by_runs = false;               // the space is a GrainSpace
-  std::vector<SharedRecord> shared;   // its shared records, in order
-  uint64_t mapped = 0, quarantined = 0;
-};
-
 // "grains [p, p+n)"
 std::string Grains(uint64_t p, uint64_t n) {
   return "grains [" + std::to_string(p) + ", " + std::to_string(p + n) + ")";
 }
 
+// The places a grain can be, in the order overlaps name them.
+enum class Place : uint8_t { kMapped, kFree, kChunk, kMeta, kHandedOver, kReserved, kReservedMapped, kPending, kCount };
+
+const char* PlaceName(Place p) {
+  switch (p) {
+    case Place::kMapped: return "mapped";
+    case Place::kFree: return "free";
+    case Place::kChunk: return "free in a LUN's chunk";
+    case Place::kMeta: return "checkpoint metadata";
+    case Place::kHandedOver: return "metadata handed over";
+    case Place::kReserved: return "reserved";
+    case Place::kReservedMapped: return "reserved and mapped by a record";
+    case Place::kPending: return "pending free";
+    case Place::kCount: break;
+  }
+  return "?";
+}
+
+struct Placed {
+  uint64_t start, end;
+  Place place;
+};
+
+}  // namespace
+
 // Recounts a GrainSpace from the maps' runs (every one inside the pool), by
-// one sweep (O(E log E) for E runs, nothing per grain): the grains with two
-// owners or more must be exactly its shared records, those with one or more
-// its mapped count; no free run, mapped grain or checkpoint AU may overlap
-// another; and what is free, mapped, metadata, reserved, pending (releasing
-// included) or quarantined must add up to the pool (a shortfall is leaked).
-template <class Problem>
-void CheckGrains(std::vector<Run> runs, const GrainCounts& g, uint64_t units, uint64_t grains_per_au,
-                 const std::vector<std::pair<uint64_t, uint64_t>>& free_runs, uint64_t free_count,
-                 const std::vector<uint64_t>& ckpt_now, const std::vector<uint64_t>& format_meta,
-                 uint64_t meta_units, uint64_t reserved, uint64_t pending, CheckReport* rep, Problem&& problem) {
+// sweeps (O(E log E) for E runs, nothing per grain); grain_check.h.
+void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::vector<uint64_t>& format_meta,
+                      CheckReport* rep, const std::function<void(std::string)>& problem) {
+  const uint64_t units = c.total, grains_per_au = c.grains_per_au;
   // Owners by range: +1 at each run's start, -1 at its end.
   std::vector<std::pair<uint64_t, int>> ev;
   ev.reserve(2 * runs.size());
   for (const Run& r : runs) {
+    if (r.len == 0 || r.phys > units || r.len > units - r.phys) continue;  // reported by the caller
     ev.push_back({r.phys, 1});
     ev.push_back({r.phys + r.len, -1});
   }
   runs.clear();
   runs.shrink_to_fit();
   std::sort(ev.begin(), ev.end());
-  std::vector<SharedRecord> shared;            // maximal runs of equal count >= 2
+  std::vector<SharedRecord> shared;                   // maximal runs of equal count >= 2
   std::vector<std::pair<uint64_t, uint64_t>> mapped;  // merged runs of count >= 1
-  uint64_t owners = 0, nmapped = 0;
+  uint64_t owners = 0, nmapped = 0, nshared = 0;
   for (size_t i = 0; i < ev.size();) {
     const uint64_t at = ev[i].first;
     for (; i < ev.size() && ev[i].first == at; i++) owners += static_cast<uint64_t>(static_cast<int64_t>(ev[i].second));
@@ -87,16 +101,19 @@ void CheckGrains(std::vector<Run> runs, const GrainCounts& g, uint64_t units, ui
     if (!mapped.empty() && mapped.back().first + mapped.back().second == at) mapped.back().second += len;
     else mapped.push_back({at, len});
     if (owners < 2) continue;
+    nshared += len;
     if (!shared.empty() && shared.back().phys + shared.back().len == at && shared.back().refs == owners)
       shared.back().len += len;
     else
       shared.push_back({at, len, owners});
   }
-  if (shared != g.shared) {
+  ev.clear();
+  ev.shrink_to_fit();
+  if (shared != c.shared) {
     size_t k = 0;
-    while (k < shared.size() && k < g.shared.size() && shared[k] == g.shared[k]) k++;
-    if (k < g.shared.size())
-      problem(Grains(g.shared[k].phys, g.shared[k].len) + ": reference count " + std::to_string(g.shared[k].refs) +
+    while (k < shared.size() && k < c.shared.size() && shared[k] == c.shared[k]) k++;
+    if (k < c.shared.size())
+      problem(Grains(c.shared[k].phys, c.shared[k].len) + ": reference count " + std::to_string(c.shared[k].refs) +
               (k < shared.size() ? ", maps say " + Grains(shared[k].phys, shared[k].len) + " have " +
                                        std::to_string(shared[k].refs)
                                  : ", maps share no more grains"));
@@ -104,60 +121,159 @@ void CheckGrains(std::vector<Run> runs, const GrainCounts& g, uint64_t units, ui
       problem(Grains(shared[k].phys, shared[k].len) + ": maps say " + std::to_string(shared[k].refs) +
               " references, the space map counts fewer than 2");
   }
-  if (nmapped != g.mapped)
-    problem("the space map counts " + std::to_string(g.mapped) + " mapped grains, maps say " + std::to_string(nmapped));
+  // SharedRefs' totals: the one over the pool and one per region (what
+  // AnyShared trusts to skip the records).
+  if (c.shared_grains != nshared)
+    problem("the space map counts " + std::to_string(c.shared_grains) + " shared grains, maps say " +
+            std::to_string(nshared));
+  {
+    constexpr uint64_t kRegion = SharedRefs::kRegionGrains;
+    std::vector<uint64_t> regions((units + kRegion - 1) / kRegion, 0);
+    for (const SharedRecord& r : shared)
+      for (uint64_t p = r.phys; p < r.phys + r.len;) {
+        const uint64_t e = std::min(r.phys + r.len, (p / kRegion + 1) * kRegion);
+        regions[p / kRegion] += e - p;
+        p = e;
+      }
+    if (c.region_shared.size() != regions.size()) {
+      problem("the space map keeps " + std::to_string(c.region_shared.size()) + " shared-grain region counters, a pool of " +
+              std::to_string(units) + " grains has " + std::to_string(regions.size()));
+    } else {
+      for (size_t r = 0; r < regions.size(); r++)
+        if (c.region_shared[r] != regions[r]) {
+          problem("the shared-grain counter of region " + std::to_string(r) + " (" +
+                  Grains(r * kRegion, std::min(kRegion, units - r * kRegion)) + ") says " +
+                  std::to_string(c.region_shared[r]) + ", maps say " + std::to_string(regions[r]));
+          break;
+        }
+    }
+  }
+  if (nmapped != c.mapped)
+    problem("the space map counts " + std::to_string(c.mapped) + " mapped grains, maps say " + std::to_string(nmapped));
   rep->allocated_units += nmapped;
 
-  // Overlaps: mapped grains, free runs and checkpoint AUs, each sorted.
-  std::vector<std::pair<uint64_t, uint64_t>> meta;
-  for (uint64_t au : ckpt_now) {
-    if (au >= units / grains_per_au) problem("checkpoint AU " + std::to_string(au) + " is outside the pool");
-    else meta.push_back({au * grains_per_au, grains_per_au});
-  }
-  std::sort(meta.begin(), meta.end());
-  auto overlap = [&](const std::vector<std::pair<uint64_t, uint64_t>>& a,
-                     const std::vector<std::pair<uint64_t, uint64_t>>& b, const std::string& what) {
-    for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-      const uint64_t s = std::max(a[i].first, b[j].first);
-      const uint64_t e = std::min(a[i].first + a[i].second, b[j].first + b[j].second);
-      if (s < e) {
-        problem(Grains(s, e - s) + " " + what);
-        return;
-      }
-      (a[i].first + a[i].second <= b[j].first + b[j].second) ? i++ : j++;
+  // Every place's runs, each inside the pool (clipped for the sweep).
+  std::vector<Placed> placed;
+  placed.reserve(mapped.size() + c.free_runs.size() + c.chunk_runs.size() + c.meta_aus.size() +
+                 c.handed_over.size() + c.reserved_runs.size() + c.pending_runs.size());
+  auto add = [&](uint64_t p, uint64_t n, Place where, uint64_t* total) {
+    *total += n;
+    if (n == 0) return;
+    if (p >= units || n > units - p) {
+      problem(Grains(p, n) + (where == Place::kFree ? " on the free list" : std::string(" ") + PlaceName(where)) +
+              " are outside the pool");
+      if (p >= units) return;
+      n = units - p;
+    }
+    placed.push_back({p, p + n, where});
+  };
+  uint64_t sink = 0, nfree = 0, nchunk = 0, nres = 0, nres_mapped = 0, npend = 0;
+  for (const auto& [p, n] : mapped) add(p, n, Place::kMapped, &sink);
+  for (const GrainRun& r : c.free_runs) add(r.start, r.len, Place::kFree, &nfree);
+  for (const GrainRun& r : c.chunk_runs) add(r.start, r.len, Place::kChunk, &nchunk);
+  auto add_aus = [&](const std::vector<uint64_t>& aus, Place where) {
+    for (uint64_t au : aus) {
+      if (au >= units / grains_per_au)
+        problem((where == Place::kMeta ? "checkpoint AU " : "handed-over metadata AU ") + std::to_string(au) +
+                " is outside the pool");
+      else
+        placed.push_back({au * grains_per_au, (au + 1) * grains_per_au, where});
     }
   };
-  overlap(mapped, free_runs, "are mapped and also free");
-  overlap(mapped, meta, "are mapped and also checkpoint metadata");
-  overlap(free_runs, meta, "are free and also checkpoint metadata");
-  for (size_t i = 1; i < meta.size(); i++)
-    if (meta[i].first == meta[i - 1].first) problem("checkpoint AU " + std::to_string(meta[i].first / grains_per_au) + " is named twice");
-
-  uint64_t runs_total = 0;
-  for (const auto& [p, n] : free_runs) {
-    runs_total += n;
-    if (p + n > units) problem(Grains(p, n) + " on the free list are outside the pool");
+  add_aus(c.meta_aus, Place::kMeta);
+  add_aus(c.handed_over, Place::kHandedOver);
+  for (const GrainCensus::Reserved& r : c.reserved_runs) {
+    add(r.run.start, r.run.len, r.owners == 0 ? Place::kReserved : Place::kReservedMapped, &nres);
+    if (r.owners != 0) nres_mapped += r.run.len;
   }
-  if (runs_total != free_count) problem("free-space runs do not add up");
-  if (meta_units != ckpt_now.size() * grains_per_au) problem("checkpoint AU count mismatch");
-  if (format_meta != ckpt_now)
-    problem("the space map's checkpoint AUs differ from the format's (" + std::to_string(ckpt_now.size()) +
+  for (const PendingRun& r : c.pending_runs) add(r.phys, r.n, Place::kPending, &npend);
+  std::vector<uint64_t> sorted_meta = c.meta_aus;
+  sorted_meta.insert(sorted_meta.end(), c.handed_over.begin(), c.handed_over.end());
+  std::sort(sorted_meta.begin(), sorted_meta.end());
+  for (size_t i = 1; i < sorted_meta.size(); i++)
+    if (sorted_meta[i] == sorted_meta[i - 1]) problem("checkpoint AU " + std::to_string(sorted_meta[i]) + " is named twice");
+
+  // One sweep in start order: a run starting before the farthest end so far
+  // overlaps the run that reached there. The first overlap of each pair of
+  // places is reported; a reserved grain a record mapped must be mapped (and
+  // nothing else). What no run covers is counted, and its first runs kept.
+  std::sort(placed.begin(), placed.end(), [](const Placed& a, const Placed& b) {
+    return a.start != b.start ? a.start < b.start : a.place < b.place;
+  });
+  constexpr size_t kPlaces = static_cast<size_t>(Place::kCount);
+  bool seen[kPlaces][kPlaces] = {};
+  uint64_t covered = 0, reach = 0;
+  Place reach_place = Place::kMapped;
+  std::vector<std::pair<uint64_t, uint64_t>> gaps;  // the first few unplaced runs
+  auto gap = [&](uint64_t s, uint64_t e) {
+    if (s < e && gaps.size() < 4) gaps.push_back({s, e - s});
+  };
+  size_t mi = 0;  // the first merged mapped run that may hold a reserved-and-mapped run
+  for (const Placed& r : placed) {
+    if (r.place == Place::kReservedMapped) {
+      while (mi < mapped.size() && mapped[mi].first + mapped[mi].second <= r.start) mi++;
+      if (mi == mapped.size() || mapped[mi].first > r.start || mapped[mi].first + mapped[mi].second < r.end)
+        problem(Grains(r.start, r.end - r.start) + " are reserved and mapped by a record, but no map names them all");
+    }
+    if (r.start < reach && r.place != reach_place) {
+      const bool allowed = (reach_place == Place::kMapped && r.place == Place::kReservedMapped) ||
+                           (reach_place == Place::kReservedMapped && r.place == Place::kMapped);
+      const Place a = std::min(reach_place, r.place), b = std::max(reach_place, r.place);
+      if (!allowed && !seen[static_cast<size_t>(a)][static_cast<size_t>(b)]) {
+        seen[static_cast<size_t>(a)][static_cast<size_t>(b)] = true;
+        problem(Grains(r.start, std::min(reach, r.end) - r.start) + " are " + PlaceName(a) + " and also " + PlaceName(b));
+      }
+    }
+    gap(reach, r.start);
+    if (r.end > reach) {
+      covered += r.end - std::max(reach, r.start);
+      reach = r.end;
+      reach_place = r.place;
+    }
+  }
+  gap(reach, units);
+
+  // Each place's runs against its count.
+  if (nfree + nchunk != c.free)
+    problem("free-space runs do not add up: " + std::to_string(nfree) + " grains in the index and " +
+            std::to_string(nchunk) + " in LUN chunks, the count says " + std::to_string(c.free));
+  if (nres != c.reserved)
+    problem("reserved grain count mismatch: " + std::to_string(nres) + " grains in reservations, the count says " +
+            std::to_string(c.reserved));
+  if (npend != c.pending)
+    problem("pending-free grain count mismatch: " + std::to_string(npend) + " grains in pending runs, the count says " +
+            std::to_string(c.pending));
+  if (c.meta != (c.meta_aus.size() + c.handed_over.size()) * grains_per_au) problem("checkpoint AU count mismatch");
+  if (format_meta != c.meta_aus)
+    problem("the space map's checkpoint AUs differ from the format's (" + std::to_string(c.meta_aus.size()) +
             " AUs, the format names " + std::to_string(format_meta.size()) + ")");
-  rep->allocated_units += meta_units;
-  // Every grain is in exactly one place.
-  const uint64_t placed = free_count + g.mapped + meta_units + reserved + pending + g.quarantined;
-  if (placed > units) {
-    problem("the space map places " + std::to_string(placed) + " grains in a pool of " + std::to_string(units));
-  } else if (placed < units) {
-    rep->leaked_units += units - placed;
-    problem(std::to_string(units - placed) + " grains are leaked (neither mapped, free, metadata nor in flight)");
+  rep->allocated_units += c.meta;
+
+  // Every grain in exactly one place: the counts add up to the pool, and the
+  // grains no run places are the releasing and quarantined ones.
+  const uint64_t counted =
+      c.free + c.mapped + c.meta + (c.reserved - std::min(c.reserved, nres_mapped)) + c.pending + c.releasing + c.quarantined;
+  if (counted > units)
+    problem("the space map places " + std::to_string(counted) + " grains in a pool of " + std::to_string(units));
+  const uint64_t unplaced = units - std::min(units, covered), unlocated = c.releasing + c.quarantined;
+  std::string where;
+  for (const auto& [p, n] : gaps) where += (where.empty() ? "" : ", ") + Grains(p, n);
+  if (unplaced > unlocated) {
+    rep->leaked_units += unplaced - unlocated;
+    problem(std::to_string(unplaced - unlocated) + " grains are leaked (neither mapped, free, metadata nor in flight): " +
+            (unlocated == 0 ? "leaked: " : "among the " + std::to_string(unplaced) + " in no place (" +
+                                               std::to_string(unlocated) + " releasing or quarantined): ") +
+            where + (gaps.size() == 4 ? ", ..." : ""));
+  } else if (unplaced < unlocated) {
+    problem("the space map counts " + std::to_string(c.releasing) + " releasing and " + std::to_string(c.quarantined) +
+            " quarantined grains, but only " + std::to_string(unplaced) + " grains are in no other place");
   }
 }
 
-}  // namespace
 
 CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   CheckReport rep;
+  rep.unit_bytes = grain_;
   auto problem = [&](std::string p) {
     rep.clean = false;
     if (rep.problems.size() < 100) rep.problems.push_back(std::move(p));
@@ -192,7 +308,8 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   std::vector<AuState> state_now;
   std::vector<std::pair<uint64_t, uint64_t>> free_runs;
   std::vector<uint64_t> ckpt_now, format_meta;
-  GrainCounts grains;
+  GrainCensus census;
+  bool by_runs = false;  // the space is a GrainSpace: recounted from `census`
   uint64_t units, free_count, meta_units, reserved, pending, table_lsn, sb_seq;
   {
     CommitQueue::ExclusiveGuard leader(&queue_);
@@ -224,12 +341,8 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       state_now.assign(flat_space_->all_states().begin(), flat_space_->all_states().begin() + static_cast<long>(units));
       free_runs.assign(flat_space_->free().runs().begin(), flat_space_->free().runs().end());
     } else if (grain_space_) {
-      grains.by_runs = true;
-      grains.shared = grain_space_->shared().All();
-      grains.mapped = space_->mapped_units();
-      grains.quarantined = space_->quarantined_units();
-      const std::map<uint64_t, uint64_t> fr = space_->free_runs();
-      free_runs.assign(fr.begin(), fr.end());
+      by_runs = true;
+      census = grain_space_->Census();
     } else {
       problem("the check cannot read this pool's space map");
       return rep;
@@ -244,7 +357,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
 
   // 3. Verify the copy: the maps' own rules, then the recount (per AU for
   // the flat map, by runs for a GrainSpace).
-  const bool flat = !grains.by_runs;
+  const bool flat = !by_runs;
   std::vector<uint32_t> refs(flat ? units : 0, 0);
   std::vector<Run> in_pool;  // GrainSpace: every run inside the pool
   rep.luns = luns.size();
@@ -274,8 +387,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     if (progress) progress(ctx, ++done, luns.size());
   }
   if (!flat) {
-    CheckGrains(in_pool, grains, units, au_ / grain_, free_runs, free_count, ckpt_now, format_meta, meta_units,
-                reserved, pending, &rep, problem);
+    CheckGrainCensus(std::move(in_pool), census, format_meta, &rep, problem);
   } else {
     uint64_t nfree = 0, nmeta = 0, nres = 0, npend = 0;
     for (uint64_t p = 0; p < units; p++) {

@@ -54,6 +54,13 @@ std::map<uint64_t, uint64_t> FreeRunIndex::by_offset() const {
   return m;
 }
 
+std::vector<GrainRun> FreeRunIndex::runs() const {
+  std::vector<GrainRun> v;
+  v.reserve(by_offset_.size());
+  for (const Run& r : by_offset_) v.push_back(Grain(r));
+  return v;
+}
+
 size_t FreeRunIndex::MemoryBytes() const {
   size_t b = by_offset_.MemoryBytes();
   for (const RunTree& t : by_class_) b += t.MemoryBytes();
@@ -352,6 +359,21 @@ std::optional<GrainRun> FreeSpace::open_chunk(uint32_t lun) const {
   return GrainRun{it->second.cursor, it->second.end - it->second.cursor};
 }
 
+std::vector<GrainRun> FreeSpace::chunk_runs() const {
+  std::vector<GrainRun> v;
+  for (const auto& [lun, c] : chunks_)
+    if (c.cursor < c.end) v.push_back({c.cursor, c.end - c.cursor});
+  std::sort(v.begin(), v.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  return v;
+}
+
+std::vector<PendingRun> FreeSpace::pending_runs() const {
+  std::vector<PendingRun> v;
+  v.reserve(pending_.size());
+  for (const auto& [start, r] : pending_) v.push_back(r);
+  return v;
+}
+
 std::optional<GrainRun> FreeSpace::FindRun(uint64_t n, uint64_t goal) const {
   if (goal != AllocHint::kNoGoal)
     if (auto r = index_.NextFit(goal, n, kNextFitSteps)) return r;
@@ -479,6 +501,21 @@ Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainR
     n -= k;
   }
   return Status::Ok();
+}
+
+std::vector<GrainRun> FreeSpace::PlanAllocation(uint64_t n) const {
+  std::vector<GrainRun> take;
+  if (n == 0 || index_.grains() < n) return take;
+  PlanFromIndex(n, AllocHint::kNoGoal, /*chunk=*/false, &take);
+  return take;
+}
+
+void FreeSpace::TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out) {
+  out->reserve(out->size() + take.size());
+  RemovePlanned(take);  // all-or-nothing: the one piece that may split goes first
+  // Nothing below allocates.
+  for (const GrainRun& r : take) Append(out, r.start, r.len);
+  reserved_ += n;
 }
 
 Status FreeSpace::TakeRun(const GrainRun& r) {

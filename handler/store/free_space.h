@@ -69,6 +69,8 @@ class FreeRunIndex {
   uint64_t run_count() const { return by_offset_.size(); }
   // Every free run, start -> length (tests, checks: a copy).
   std::map<uint64_t, uint64_t> by_offset() const;
+  // The same in start order as a vector (the check's copy under the lock).
+  std::vector<GrainRun> runs() const;
   // Bytes both indexes hold (tree nodes, without malloc headers).
   size_t MemoryBytes() const;
   // Empty if the two indexes hold the same runs (each in its class, the
@@ -155,6 +157,16 @@ class FreeSpace {
   // LUNs' chunks may stay given back: that moves free grains from a chunk
   // to the index and changes no count.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
+  // The pieces Allocate(n, AllocHint{}) would take from the index (metadata:
+  // no LUN, no goal), changing nothing; empty if the index holds fewer than
+  // n grains (Allocate would reclaim chunks first). TakePlanned then takes
+  // exactly them (they become reserved, appended to *out as Allocate
+  // appends), all-or-nothing under std::bad_alloc like Allocate.
+  // REQUIRES (TakePlanned): `take` came from PlanAllocation(n) with nothing
+  // changed since. For a caller that must vet the plan before anything
+  // changes (GrainSpace::ReserveKeepingAus).
+  std::vector<GrainRun> PlanAllocation(uint64_t n) const;
+  void TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out);
   // Takes exactly the grains of r (they become reserved, as Allocate's):
   // for a caller that chose them itself (GrainSpace's AU-aligned metadata).
   // kInvalidArgument, changing nothing, unless r lies wholly inside one free
@@ -202,6 +214,13 @@ class FreeSpace {
   const FreeRunIndex& index() const { return index_; }
   // A LUN's open chunk: its unused grains [cursor, end) (nullopt: none open).
   std::optional<GrainRun> open_chunk(uint32_t lun) const;
+  // Every open chunk's unused grains, in start order: free grains that are
+  // not in the index (free_grains() counts them; the check places them).
+  std::vector<GrainRun> chunk_runs() const;
+  // Pending grains whose ticket is not durable yet (pending_grains() less
+  // the releasing ones), by first grain: the check places them.
+  uint64_t waiting_grains() const { return pending_count_; }
+  std::vector<PendingRun> pending_runs() const;
 
  private:
   struct Chunk {

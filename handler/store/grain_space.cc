@@ -272,6 +272,30 @@ bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<ui
   const uint64_t g = grains_per_au_;
   std::vector<GrainRun> plan;  // in AUs
   if (PlanMeta(keep_aus, &plan) < keep_aus) return false;
+  // Usually the grains Reserve would take lie outside the AUs set aside
+  // (best fit takes the shortest run that holds them; PlanMeta the longest
+  // runs): then take exactly those, with the reservation's nodes and the
+  // output's room allocated first, so nothing is ever given back.
+  if (std::vector<GrainRun> take = free_.PlanAllocation(n); !take.empty()) {
+    bool touches = false;
+    for (const GrainRun& t : take)
+      for (const GrainRun& a : plan)
+        touches = touches || (t.start < a.end() * g && a.start * g < t.end());
+    if (!touches) {
+      out->reserve(out->size() + n);
+      RangeValues::Spare spare(RangeValues::kAssignNodes * take.size());
+      std::vector<GrainRun> runs;
+      runs.reserve(take.size());
+      free_.TakePlanned(take, n, &runs);  // all-or-nothing; nothing below allocates
+      for (const GrainRun& r : runs) {
+        reserved_.Assign(r.start, r.len, 0, &spare);  // were free: in no reservation
+        for (uint64_t p = r.start; p < r.end(); p++) out->push_back(p);
+      }
+      return true;
+    }
+  }
+  // Else the AUs go out of the index for the call, and back after: rule 8's
+  // give-back window (a give-back that throws leaves grains reserved).
   std::vector<GrainRun> kept;  // in grains, out of the index for the call
   kept.reserve(plan.size());
   bool ok = false;
@@ -468,6 +492,31 @@ uint32_t GrainSpace::refs(uint64_t p) const {
 void GrainSpace::set_max_refs(uint32_t m) {
   assert(m >= 2);
   max_refs_ = std::max<uint32_t>(m, 2);
+}
+
+GrainCensus GrainSpace::Census() const {
+  GrainCensus c;
+  c.total = total_;
+  c.grains_per_au = grains_per_au_;
+  c.shared = shared_.All();
+  c.shared_grains = shared_.shared_grains();
+  c.region_shared = shared_.region_counters();
+  c.mapped = mapped_;
+  c.free_runs = free_.index().runs();
+  c.chunk_runs = free_.chunk_runs();
+  c.free = free_.free_grains();
+  c.meta_aus = meta_aus_;
+  c.handed_over = handed_over_;
+  c.meta = meta_units();
+  reserved_.Visit(0, total_, [&](uint64_t s, uint64_t n, uint64_t owners) {
+    c.reserved_runs.push_back({{s, n}, owners});
+  });
+  c.reserved = free_.reserved_grains();
+  c.pending_runs = free_.pending_runs();
+  c.pending = free_.waiting_grains();
+  c.releasing = free_.releasing_grains();
+  c.quarantined = free_.quarantined_grains();
+  return c;
 }
 
 size_t GrainSpace::MemoryBytes() const {

@@ -59,7 +59,10 @@
 //    - that give-back re-inserts runs into the free index, which may itself
 //      need a node; if it throws too, those grains stay counted reserved and
 //      in no reservation: lost to allocation until the next open's Rebuild,
-//      never handed out twice.
+//      never handed out twice. ReserveKeepingAus gives nothing back when
+//      Reserve's own plan avoids the AUs it keeps (the usual case); only a
+//      plan that would split them takes them out of the index for the call
+//      and keeps this window.
 //    - Unreserve gives back run by run (each whole): a throw leaves the
 //      runs before it free and the rest reserved, every grain in exactly one
 //      place; the rest stay reserved (counted) until the next open.
@@ -97,6 +100,36 @@
 #include "handler/store/status.h"
 
 namespace cowstore::store {
+
+// Where a GrainSpace says each grain is, copied for the check (check.cc,
+// grain_check.h) under the pool's locks: every located state as runs, and
+// every count. Releasing and quarantined grains are counts only (FreeSpace
+// keeps no runs of them). All in grains, but the checkpoint's AUs.
+struct GrainCensus {
+  uint64_t total = 0, grains_per_au = 1;
+  std::vector<SharedRecord> shared;     // SharedRefs' records, in order
+  uint64_t shared_grains = 0;           // SharedRefs::shared_grains()
+  std::vector<uint32_t> region_shared;  // SharedRefs' region counters
+  uint64_t mapped = 0;                  // mapped_units()
+  std::vector<GrainRun> free_runs;      // the free index, in order
+  std::vector<GrainRun> chunk_runs;     // free grains held in LUN chunks, in order
+  uint64_t free = 0;                    // free_units(): both of the above
+  std::vector<uint64_t> meta_aus;       // the current checkpoint's AUs
+  std::vector<uint64_t> handed_over;    // AUs TakeMeta handed over since
+  uint64_t meta = 0;                    // meta_units()
+  // Reserved grains with their owners so far (0; 1 once a record mapped
+  // them, before Mapped), in order.
+  struct Reserved {
+    GrainRun run;
+    uint64_t owners = 0;
+    bool operator==(const Reserved&) const = default;
+  };
+  std::vector<Reserved> reserved_runs;
+  uint64_t reserved = 0;                // reserved_units()
+  std::vector<PendingRun> pending_runs; // waiting for their ticket, in order
+  uint64_t pending = 0;                 // of those (pending_units() less releasing)
+  uint64_t releasing = 0, quarantined = 0;
+};
 
 class GrainSpace final : public PoolSpace {
  public:
@@ -140,9 +173,12 @@ class GrainSpace final : public PoolSpace {
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
   bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
-  // Sets the keep_aus AUs TakeMeta would take aside (taken from the free
-  // index for the call, then given back), reserves from the rest. All or
-  // nothing under std::bad_alloc, but for rule 8's give-back window.
+  // Sets the keep_aus AUs TakeMeta would take aside, reserves from the
+  // rest. When the grains Reserve would pick lie outside those AUs (the
+  // usual case: best fit against PlanMeta's longest runs) it takes exactly
+  // them, all or nothing under std::bad_alloc with nothing to give back;
+  // else the AUs leave the free index for the call and are given back
+  // after, which keeps rule 8's give-back window.
   bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override;
   void Mapped(const std::vector<uint64_t>& grains) override;
   void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
@@ -206,6 +242,8 @@ class GrainSpace final : public PoolSpace {
   uint64_t grains_per_au() const { return grains_per_au_; }
   const SharedRefs& shared() const { return shared_; }
   const FreeSpace& free_space() const { return free_; }
+  // Everything the check places grains by (a copy: O(runs + regions)).
+  GrainCensus Census() const;
   // Heap bytes the structures hold that stay with the pool (the free
   // indexes, the shared records, the region counters); the in-flight sets
   // (reservations, marks, pending frees) are counted by a heap measure only.

@@ -196,6 +196,9 @@ struct CheckReport {
   bool clean = true;
   std::vector<std::string> problems;  // one human-readable line each
   uint64_t luns = 0, extents = 0, allocated_units = 0, leaked_units = 0;
+  // What allocated_units and leaked_units count (the grain; the AU at
+  // formats 1 and 2); 0 from a handler older than this field: AUs.
+  uint32_t unit_bytes = 0;
   // The longest the check held the store's locks at once: the most any I/O
   // waited for it (online check only).
   uint64_t longest_lock_hold_us = 0;

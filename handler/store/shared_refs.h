@@ -109,6 +109,8 @@ class SharedRefs {
 
   // Shared grains in region r (0 beyond the pool).
   uint32_t RegionShared(uint64_t r) const { return r < regions_.size() ? regions_[r] : 0; }
+  // Every region's counter, in region order (the check recounts them).
+  const std::vector<uint32_t>& region_counters() const { return regions_; }
   uint64_t regions() const { return regions_.size(); }
   uint64_t pool_grains() const { return pool_grains_; }
   uint64_t max_refs() const { return max_refs_; }

@@ -137,6 +137,7 @@ TEST(Messages, ReportsAndCountersRoundTrip) {
   c.extents = 9;
   c.allocated_units = 11;
   c.leaked_units = 1;
+  c.unit_bytes = 4096;
   Record head("ok");
   std::vector<Record> recs;
   control::EncodeCheck(c, &head, &recs);
@@ -147,6 +148,11 @@ TEST(Messages, ReportsAndCountersRoundTrip) {
   EXPECT_EQ(dc.extents, 9u);
   EXPECT_EQ(dc.allocated_units, 11u);
   EXPECT_EQ(dc.leaked_units, 1u);
+  EXPECT_EQ(dc.unit_bytes, 4096u);
+  // From a handler older than unit_bytes: none sent, 0 (units unknown).
+  Record old_head("ok");
+  old_head.Set("clean", 1).Set("allocated_units", 11);
+  EXPECT_EQ(control::DecodeCheck(Wire(old_head), {}).unit_bytes, 0u);
 
   control::ScrubReport s;
   s.luns = 3;

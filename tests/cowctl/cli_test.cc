@@ -731,6 +731,12 @@ TEST_F(Cli, CheckSaysItReadsMetadataOnlyAndScrubReadsTheData) {
   Ok("lun import tank/x --from " + img);
   std::string out = Ok("pool check tank");
   EXPECT_EQ(out.rfind("pool tank: metadata clean (", 0), 0u) << out;
+  // The units counted are named: the pool's 64 KiB AU (format 2), and the
+  // bytes they make.
+  EXPECT_NE(out.find(" allocated units of 64.0 KiB ("), std::string::npos) << out;
+  const std::string js = Ok("--json pool check tank");
+  EXPECT_NE(js.find("\"unit_bytes\": 65536"), std::string::npos) << js;
+  EXPECT_NE(js.find("\"allocated_bytes\": "), std::string::npos) << js;
   EXPECT_NE(out.find("\n  data not read: 'cowctl pool scrub tank' reads every mapped block\n"), std::string::npos) << out;
   EXPECT_NE(Ok("--json pool check tank").find("\"checked\": \"metadata\""), std::string::npos);
   EXPECT_EQ(Ok("pool scrub tank"), "pool tank: data readable (1 LUNs, 2.00 MiB of 2.00 MiB mapped read)\n");

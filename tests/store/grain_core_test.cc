@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -227,6 +229,43 @@ TEST(GrainCore, TheCheckFindsADamagedSharedCountAndALeakedGrain) {
   EXPECT_EQ(r.leaked_units, 2u);
   ASSERT_FALSE(r.problems.empty());
   EXPECT_NE(r.problems.front().find("2 grains are leaked"), std::string::npos) << r.problems.front();
+}
+
+// Core's check places every grain of its GrainSpace (grain_check.h): a
+// grain a LUN maps that the space also holds pending (its last owner
+// dropped by a record the maps never saw) is named with both places.
+TEST(GrainCore, TheCheckFindsAGrainMappedAndPending) {
+  FaultInjectionEnv env;
+  ASSERT_NO_FATAL_FAILURE(CreateV3(&env));
+  std::shared_ptr<Core> core = Open(&env);
+  ASSERT_TRUE(core);
+  ASSERT_TRUE(core->CreateLun("a", kLunGrains * kGrain, 4096).ok());
+  ASSERT_TRUE(WriteBlocks(core.get(), "a", 0, 8, 1).ok());
+  ExpectClean(core.get(), "before the damage");
+  uint64_t victim = 0;
+  core->WithSpaceForTest([&](PoolSpace& s) {
+    auto* g = dynamic_cast<GrainSpace*>(&s);
+    ASSERT_NE(g, nullptr);
+    // The first mapped grain: the first one neither free nor metadata.
+    const std::map<uint64_t, uint64_t> free = g->free_runs();
+    std::set<uint64_t> meta;
+    for (uint64_t au : g->meta_aus())
+      for (uint64_t q = au * kGrainsPerAu; q < (au + 1) * kGrainsPerAu; q++) meta.insert(q);
+    for (victim = 0;; victim++) {
+      auto it = free.upper_bound(victim);
+      const bool is_free = it != free.begin() && std::prev(it)->first + std::prev(it)->second > victim;
+      if (!is_free && !meta.contains(victim)) break;
+    }
+    s.Dec(victim, 1, UINT64_MAX);  // pending under a ticket never durable
+  });
+  const CheckReport r = core->Check(nullptr, nullptr, false);
+  EXPECT_FALSE(r.clean);
+  bool found = false;
+  for (const std::string& p : r.problems)
+    found = found || p.find("grains [" + std::to_string(victim) + ", " + std::to_string(victim + 1) +
+                            ") are mapped and also pending free") != std::string::npos;
+  EXPECT_TRUE(found) << (r.problems.empty() ? "no problem" : r.problems.front());
+  EXPECT_EQ(r.unit_bytes, kGrain);
 }
 
 // Grow at grain < AU: the new AUs arrive as grains, free; the check and a

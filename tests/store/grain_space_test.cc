@@ -1691,6 +1691,50 @@ TEST(PoolCheckpointAllocationFailure, ASpaceMapThatCannotTakeTheCheckpointFailsT
   EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
   EXPECT_TRUE(failed_after_both_slots) << "no allocation failed after both superblock slots";
 }
+// ReserveKeepingAus is all or nothing under std::bad_alloc at every
+// allocation, the give-back included (store-v3 5d.4's review): AU 1 lies
+// whole inside a free run of 20 grains (2 free on either side), the only
+// whole free AU, so it is kept; the 3 grains come from a run of 4 far
+// away. Putting AU 1 back (the former way: out of the index for the call)
+// re-merges the run of 20, a new entry in its size class: an allocation
+// that can fail after the data grains were taken. Also as its own check
+// of the census: the space checks clean after every attempt.
+TEST(GrainSpaceAllocationFailure, ReserveKeepingAusIsAllOrNothingGiveBackIncluded) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  const uint64_t g = s.grains_per_au();
+  ASSERT_EQ(g, 16u);
+  std::vector<MapRun> map;
+  uint64_t lba = 0;
+  for (uint64_t p = 0; p < 8 * g; p++) {
+    const bool free = (p >= g - 2 && p < 2 * g + 2) || (p >= 5 * g && p < 5 * g + 4);
+    if (!free) map.push_back({lba++, p, 1});
+  }
+  ASSERT_TRUE(s.Rebuild(8 * g, StateOf({map}), {}).ok());
+  ASSERT_EQ(s.free_units(), 24u);
+  ASSERT_EQ(s.free_whole_aus(2), 1u);
+  std::vector<uint64_t> out{12345};  // a caller's earlier grains stay
+  const std::vector<uint64_t> before_out = out;
+  EXPECT_GT(FailEachAllocationInTurn(s, true,
+                                     [&] {
+                                       bool ok = false;
+                                       try {
+                                         ok = s.ReserveKeepingAus(3, 1, &out);
+                                       } catch (...) {
+                                         EXPECT_EQ(out, before_out);
+                                         throw;
+                                       }
+                                       ASSERT_TRUE(ok);
+                                     },
+                                     [] {}),
+            0u);
+  ASSERT_EQ(out.size(), 4u);
+  for (size_t i = 1; i < out.size(); i++) EXPECT_GE(out[i], 5 * g) << "grain " << out[i] << " of the kept AU's run";
+  EXPECT_EQ(s.free_whole_aus(1), 1u);
+  EXPECT_EQ(s.reserved_units(), 3u);
+  EXPECT_EQ(s.free_units(), 21u);
+  EXPECT_EQ(s.free_space().index().Check(), "");
+}
+
 #endif  // COWSTORE_CAN_REPLACE_NEW()
 
 TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {

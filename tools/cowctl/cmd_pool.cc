@@ -263,11 +263,20 @@ int PoolCheck(const Context& ctx, const std::string& name) {
   j["extents"] = rep.extents;
   j["allocated_units"] = rep.allocated_units;
   j["leaked_units"] = rep.leaked_units;
+  // The units are the pool's grain (the AU at formats 1 and 2); a handler
+  // older than unit_bytes does not say, and then neither do we.
+  std::string units = " units";
+  if (rep.unit_bytes != 0) {
+    j["unit_bytes"] = rep.unit_bytes;
+    j["allocated_bytes"] = rep.allocated_units * rep.unit_bytes;
+    j["leaked_bytes"] = rep.leaked_units * rep.unit_bytes;
+    units = " units of " + FormatSize(rep.unit_bytes) + " (" + FormatSize(rep.allocated_units * rep.unit_bytes) + ")";
+  }
   j["checked"] = "metadata";
   Json probs = Json::array();
   std::string human = std::string("pool ") + name + ": metadata " + (rep.clean ? "clean" : "PROBLEMS FOUND") +
                       " (" + std::to_string(rep.luns) + " LUNs, " + std::to_string(rep.extents) + " extents, " +
-                      std::to_string(rep.allocated_units) + " allocated units, " +
+                      std::to_string(rep.allocated_units) + " allocated" + units + ", " +
                       std::to_string(rep.leaked_units) + " leaked)\n" +
                       "  data not read: 'cowctl pool scrub " + name + "' reads every mapped block\n";
   for (const auto& p : rep.problems) {
