@@ -48,7 +48,8 @@ std::string Grains(uint64_t p, uint64_t n) {
 }
 
 // The places a grain can be, in the order overlaps name them.
-enum class Place : uint8_t { kMapped, kFree, kChunk, kMeta, kHandedOver, kReserved, kReservedMapped, kPending, kCount };
+enum class Place : uint8_t { kMapped, kFree, kChunk, kMeta, kHandedOver, kReserved, kReservedMapped, kPending, kReleasing,
+                         kQuarantined, kCount };
 
 const char* PlaceName(Place p) {
   switch (p) {
@@ -60,6 +61,8 @@ const char* PlaceName(Place p) {
     case Place::kReserved: return "reserved";
     case Place::kReservedMapped: return "reserved and mapped by a record";
     case Place::kPending: return "pending free";
+    case Place::kReleasing: return "releasing (being punched)";
+    case Place::kQuarantined: return "quarantined";
     case Place::kCount: break;
   }
   return "?";
@@ -155,7 +158,8 @@ void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::ve
   // Every place's runs, each inside the pool (clipped for the sweep).
   std::vector<Placed> placed;
   placed.reserve(mapped.size() + c.free_runs.size() + c.chunk_runs.size() + c.meta_aus.size() +
-                 c.handed_over.size() + c.reserved_runs.size() + c.pending_runs.size());
+                 c.handed_over.size() + c.reserved_runs.size() + c.pending_runs.size() +
+                 c.releasing_runs.size() + c.quarantined_runs.size());
   auto add = [&](uint64_t p, uint64_t n, Place where, uint64_t* total) {
     *total += n;
     if (n == 0) return;
@@ -167,7 +171,7 @@ void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::ve
     }
     placed.push_back({p, p + n, where});
   };
-  uint64_t sink = 0, nfree = 0, nchunk = 0, nres = 0, nres_mapped = 0, npend = 0;
+  uint64_t sink = 0, nfree = 0, nchunk = 0, nres = 0, nres_mapped = 0, npend = 0, nrel = 0, nquar = 0;
   for (const auto& [p, n] : mapped) add(p, n, Place::kMapped, &sink);
   for (const GrainRun& r : c.free_runs) add(r.start, r.len, Place::kFree, &nfree);
   for (const GrainRun& r : c.chunk_runs) add(r.start, r.len, Place::kChunk, &nchunk);
@@ -187,6 +191,8 @@ void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::ve
     if (r.owners != 0) nres_mapped += r.run.len;
   }
   for (const PendingRun& r : c.pending_runs) add(r.phys, r.n, Place::kPending, &npend);
+  for (const PendingRun& r : c.releasing_runs) add(r.phys, r.n, Place::kReleasing, &nrel);
+  for (const PendingRun& r : c.quarantined_runs) add(r.phys, r.n, Place::kQuarantined, &nquar);
   std::vector<uint64_t> sorted_meta = c.meta_aus;
   sorted_meta.insert(sorted_meta.end(), c.handed_over.begin(), c.handed_over.end());
   std::sort(sorted_meta.begin(), sorted_meta.end());
@@ -243,33 +249,43 @@ void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::ve
   if (npend != c.pending)
     problem("pending-free grain count mismatch: " + std::to_string(npend) + " grains in pending runs, the count says " +
             std::to_string(c.pending));
+  if (nrel != c.releasing)
+    problem("releasing grain count mismatch: " + std::to_string(nrel) + " grains in releasing runs, the count says " +
+            std::to_string(c.releasing));
+  if (nquar != c.quarantined)
+    problem("quarantined grain count mismatch: " + std::to_string(nquar) +
+            " grains in quarantined runs, the count says " + std::to_string(c.quarantined));
   if (c.meta != (c.meta_aus.size() + c.handed_over.size()) * grains_per_au) problem("checkpoint AU count mismatch");
+  // Only a checkpoint takes AUs (TakeMeta) and installs them, as queue
+  // leader, and the check leads the queue: AUs still handed over now were
+  // taken by a checkpoint that never finished.
+  if (!c.handed_over.empty())
+    problem(std::to_string(c.handed_over.size()) +
+            " metadata AUs are handed over to a checkpoint that never installed them (first: AU " +
+            std::to_string(c.handed_over.front()) + ")");
+  if (!c.index_problem.empty())
+    problem("the free index's size classes disagree with its runs by offset: " + c.index_problem);
   if (format_meta != c.meta_aus)
     problem("the space map's checkpoint AUs differ from the format's (" + std::to_string(c.meta_aus.size()) +
             " AUs, the format names " + std::to_string(format_meta.size()) + ")");
   rep->allocated_units += c.meta;
 
-  // Every grain in exactly one place: the counts add up to the pool, and the
-  // grains no run places are the releasing and quarantined ones.
+  // Every grain in exactly one place: the counts add up to the pool, and
+  // every grain is in some place (releasing and quarantined ones have runs
+  // too, so a grain in none is leaked, named by its grains).
   const uint64_t counted =
       c.free + c.mapped + c.meta + (c.reserved - std::min(c.reserved, nres_mapped)) + c.pending + c.releasing + c.quarantined;
   if (counted > units)
     problem("the space map places " + std::to_string(counted) + " grains in a pool of " + std::to_string(units));
-  const uint64_t unplaced = units - std::min(units, covered), unlocated = c.releasing + c.quarantined;
-  std::string where;
-  for (const auto& [p, n] : gaps) where += (where.empty() ? "" : ", ") + Grains(p, n);
-  if (unplaced > unlocated) {
-    rep->leaked_units += unplaced - unlocated;
-    problem(std::to_string(unplaced - unlocated) + " grains are leaked (neither mapped, free, metadata nor in flight): " +
-            (unlocated == 0 ? "leaked: " : "among the " + std::to_string(unplaced) + " in no place (" +
-                                               std::to_string(unlocated) + " releasing or quarantined): ") +
+  const uint64_t unplaced = units - std::min(units, covered);
+  if (unplaced != 0) {
+    std::string where;
+    for (const auto& [p, n] : gaps) where += (where.empty() ? "" : ", ") + Grains(p, n);
+    rep->leaked_units += unplaced;
+    problem(std::to_string(unplaced) + " grains are leaked (neither mapped, free, metadata nor in flight): leaked: " +
             where + (gaps.size() == 4 ? ", ..." : ""));
-  } else if (unplaced < unlocated) {
-    problem("the space map counts " + std::to_string(c.releasing) + " releasing and " + std::to_string(c.quarantined) +
-            " quarantined grains, but only " + std::to_string(unplaced) + " grains are in no other place");
   }
 }
-
 
 CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
   CheckReport rep;

@@ -318,6 +318,8 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   total_ = total;
   chunks_.clear();
   pending_.clear();
+  releasing_runs_.clear();
+  quarantine_runs_.clear();
   chunk_held_ = reserved_ = releasing_ = quarantined_ = pending_count_ = 0;
   return Status::Ok();
 }
@@ -371,6 +373,20 @@ std::vector<PendingRun> FreeSpace::pending_runs() const {
   std::vector<PendingRun> v;
   v.reserve(pending_.size());
   for (const auto& [start, r] : pending_) v.push_back(r);
+  return v;
+}
+
+std::vector<PendingRun> FreeSpace::releasing_runs() const {
+  std::vector<PendingRun> v;
+  v.reserve(releasing_runs_.size());
+  for (const auto& [start, r] : releasing_runs_) v.push_back(r);
+  return v;
+}
+
+std::vector<PendingRun> FreeSpace::quarantined_runs() const {
+  std::vector<PendingRun> v;
+  v.reserve(quarantine_runs_.size());
+  for (const auto& [start, r] : quarantine_runs_) v.push_back(r);
   return v;
 }
 
@@ -556,10 +572,13 @@ Status FreeSpace::Unreserve(const GrainRun& r, bool zeroed) {
   if (r.len > reserved_)
     return Status(Code::kInvalidArgument, "unreserve of grains never reserved");
   // The index first: if it throws (std::bad_alloc), nothing changed.
-  if (zeroed)
+  if (zeroed) {
     (void)index_.Insert(r.start, r.len);  // checked above: none of it is free
-  else
+  } else {
+    auto [it, added] = quarantine_runs_.try_emplace(r.start, PendingRun{r.start, r.len, 0});
+    if (!added) return Status(Code::kInvalidArgument, "unreserve of grains quarantined already");
     quarantined_ += r.len;
+  }
   reserved_ -= r.len;
   return Status::Ok();
 }
@@ -607,19 +626,60 @@ std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
     }
     releasing_ += p.n;
     pending_count_ -= p.n;
-    it = pending_.erase(it);
+    releasing_runs_.insert(pending_.extract(it++));  // a node move: allocates nothing
   }
   return ready;
 }
 
 Status FreeSpace::Release(const PendingRun& r, bool zeroed) {
+  if (r.n == 0) return Status::Ok();
   if (Status s = CheckNotFree({r.phys, r.n}, "release"); !s.ok()) return s;
-  if (r.n > releasing_) return Status(Code::kInvalidArgument, "release of grains never taken");
-  // The index first: if it throws (std::bad_alloc), nothing changed.
-  if (zeroed)
-    (void)index_.Insert(r.phys, r.n);  // checked above: none of it is free
-  else
+  // r is (a slice of) what TakeReleasable returned: releasing runs laid end
+  // to end over it, the first and last perhaps reaching beyond.
+  auto first = releasing_runs_.upper_bound(r.phys);
+  if (first == releasing_runs_.begin()) return Status(Code::kInvalidArgument, "release of grains never taken");
+  --first;
+  auto last = first;  // one past the last run covering r
+  uint64_t at = r.phys;
+  if (first->second.phys + first->second.n <= r.phys) return Status(Code::kInvalidArgument, "release of grains never taken");
+  while (at < r.phys + r.n) {
+    if (last == releasing_runs_.end() || (last != first && last->first != at))
+      return Status(Code::kInvalidArgument, "release of grains never taken");
+    at = last->second.phys + last->second.n;
+    ++last;
+  }
+  const auto final_run = std::prev(last);
+  const uint64_t head = r.phys - first->second.phys, tail_end = at, tail = tail_end - (r.phys + r.n);
+  // Everything that allocates first (nothing changed if it throws): a node
+  // for a tail cut from the run that keeps its head, the quarantine's node,
+  // the index's insert.
+  std::map<uint64_t, PendingRun> spare;
+  if (head != 0 && tail != 0 && final_run == first)
+    spare.emplace(r.phys + r.n, PendingRun{r.phys + r.n, tail, first->second.tag});
+  std::map<uint64_t, PendingRun> quarantine;
+  if (!zeroed) quarantine.emplace(r.phys, PendingRun{r.phys, r.n, final_run->second.tag});
+  if (zeroed) (void)index_.Insert(r.phys, r.n);  // checked above: none of it is free
+  // Then node moves only.
+  const uint64_t final_tag = final_run->second.tag;
+  if (head != 0) first->second.n = head;
+  // The runs wholly inside r but the last go; the last keeps its tail (cut
+  // from the first run, a spare node holds it).
+  const auto erase_from = head != 0 ? std::next(first) : first;
+  if (erase_from != last && erase_from != final_run) releasing_runs_.erase(erase_from, final_run);
+  if (final_run == first && head != 0) {
+    if (!spare.empty()) releasing_runs_.insert(spare.extract(spare.begin()));
+  } else if (tail != 0) {
+    auto node = releasing_runs_.extract(final_run);
+    node.key() = r.phys + r.n;
+    node.mapped() = PendingRun{r.phys + r.n, tail, final_tag};
+    releasing_runs_.insert(std::move(node));
+  } else {
+    releasing_runs_.erase(final_run);
+  }
+  if (!zeroed) {
+    quarantine_runs_.insert(quarantine.extract(quarantine.begin()));
     quarantined_ += r.n;
+  }
   releasing_ -= r.n;
   return Status::Ok();
 }

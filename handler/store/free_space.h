@@ -221,6 +221,12 @@ class FreeSpace {
   // the releasing ones), by first grain: the check places them.
   uint64_t waiting_grains() const { return pending_count_; }
   std::vector<PendingRun> pending_runs() const;
+  // Releasing runs (taken by TakeReleasable, not yet Released: as each
+  // record freed them, not merged) and quarantined runs (tag 0 when they
+  // came from Unreserve), by first grain: the check places them too, so a
+  // releasing or quarantined grain that is also free or mapped is seen.
+  std::vector<PendingRun> releasing_runs() const;
+  std::vector<PendingRun> quarantined_runs() const;
 
  private:
   struct Chunk {
@@ -257,6 +263,12 @@ class FreeSpace {
   // ticket): a double free is one lookup, and release comes out in order.
   std::map<uint64_t, PendingRun> pending_;
   uint64_t pending_count_ = 0;  // grains in pending_
+  // The runs behind releasing_ and quarantined_. TakeReleasable moves
+  // pending_'s nodes here and Release moves them on (to quarantine) or
+  // erases them: node moves, nothing allocated. Only Unreserve's quarantine
+  // allocates a node, before anything changes. Quarantine is bounded by the
+  // grains that failed to zero since the open (Rebuild clears it).
+  std::map<uint64_t, PendingRun> releasing_runs_, quarantine_runs_;
   uint64_t reserved_ = 0, releasing_ = 0, quarantined_ = 0;
 };
 

@@ -26,9 +26,12 @@ namespace cowstore::store {
 //   chunk), checkpoint metadata (current or handed over), reserved or
 //   pending (a reserved grain a record mapped already must be mapped);
 //   an overlap is reported as the grains and the two places;
-// - each place's runs add up to its count, and the grains in no place are
-//   exactly the releasing and quarantined ones (more: leaked, reported by
-//   grain; fewer, or counts above the pool: the counts are wrong).
+// - each place's runs add up to its count (pending, releasing and
+//   quarantined grains are places with runs too), so any
+//   grain in no place is leaked, reported by grain; counts above the pool:
+//   the counts are wrong;
+// - no AU is left handed over (a checkpoint that never installed them), and
+//   the free index's size classes agree with its runs (c.index_problem).
 // Adds the mapped and metadata grains to rep->allocated_units and the
 // leaked ones to rep->leaked_units.
 void CheckGrainCensus(std::vector<Run> runs, const GrainCensus& c, const std::vector<uint64_t>& format_meta,

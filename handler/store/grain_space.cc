@@ -516,6 +516,11 @@ GrainCensus GrainSpace::Census() const {
   c.pending = free_.waiting_grains();
   c.releasing = free_.releasing_grains();
   c.quarantined = free_.quarantined_grains();
+  c.releasing_runs = free_.releasing_runs();
+  c.quarantined_runs = free_.quarantined_runs();
+  // O(free runs) more under the lock: allocation reads the size classes,
+  // which the copy above (by offset) does not show.
+  c.index_problem = free_.index().Check();
   return c;
 }
 

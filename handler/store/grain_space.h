@@ -128,7 +128,12 @@ struct GrainCensus {
   uint64_t reserved = 0;                // reserved_units()
   std::vector<PendingRun> pending_runs; // waiting for their ticket, in order
   uint64_t pending = 0;                 // of those (pending_units() less releasing)
+  std::vector<PendingRun> releasing_runs;    // being punched, in order
+  std::vector<PendingRun> quarantined_runs;  // failed to zero, in order
   uint64_t releasing = 0, quarantined = 0;
+  // FreeRunIndex::Check() of the free index (its size classes, which
+  // allocation reads, against by offset): empty when they agree.
+  std::string index_problem;
 };
 
 class GrainSpace final : public PoolSpace {

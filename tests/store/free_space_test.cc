@@ -324,6 +324,52 @@ TEST(FreeSpace, PendingFreesAreReleasedOnlyByTheirTicketAndAfterThePunch) {
   EXPECT_EQ(fs.index().by_offset(), (Runs{{16, 16}, {48, 4}}));
 }
 
+// The runs behind the releasing and quarantined counts (the check places
+// them): as each record freed them, cut by sliced releases (the thinner
+// punches a run in slices), moved to quarantine when a slice is not zeroed.
+Runs RunsOf(const std::vector<PendingRun>& v) {
+  Runs m;
+  for (const PendingRun& r : v) m[r.phys] = r.n;
+  return m;
+}
+
+TEST(FreeSpace, ReleasingAndQuarantinedRunsFollowSlicedReleases) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(64, {}).ok());
+  GV out;
+  ASSERT_TRUE(fs.Allocate(64, Meta(), &out).ok());
+  fs.Mapped(64);
+  ASSERT_TRUE(fs.Free({10, 10}, 1).ok());
+  ASSERT_TRUE(fs.Free({20, 4}, 2).ok());
+  ASSERT_EQ(fs.TakeReleasable(2).size(), 1u);  // [10, 24) in one punch
+  auto runs = [](const std::vector<PendingRun>& v) { return RunsOf(v); };
+  EXPECT_EQ(runs(fs.releasing_runs()), (Runs{{10, 10}, {20, 4}}));
+  EXPECT_TRUE(fs.pending_runs().empty());
+  ASSERT_TRUE(fs.Release({13, 2, 1}, true).ok());  // a slice inside one run
+  EXPECT_EQ(runs(fs.releasing_runs()), (Runs{{10, 3}, {15, 5}, {20, 4}}));
+  ASSERT_TRUE(fs.Release({17, 5, 2}, false).ok());  // across two runs, not zeroed
+  EXPECT_EQ(runs(fs.releasing_runs()), (Runs{{10, 3}, {15, 2}, {22, 2}}));
+  EXPECT_EQ(runs(fs.quarantined_runs()), (Runs{{17, 5}}));
+  EXPECT_EQ(fs.releasing_grains(), 7u);
+  EXPECT_EQ(fs.quarantined_grains(), 5u);
+  // Grains not releasing (free, quarantined, or a gap) are refused.
+  EXPECT_EQ(fs.Release({12, 2, 1}, true).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fs.Release({16, 2, 1}, true).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fs.Release({22, 3, 2}, true).code(), Code::kInvalidArgument);
+  EXPECT_EQ(fs.releasing_grains(), 7u);
+  for (const PendingRun& r : std::vector<PendingRun>{{10, 3, 1}, {15, 2, 1}, {22, 2, 2}})
+    ASSERT_TRUE(fs.Release(r, true).ok());
+  EXPECT_TRUE(fs.releasing_runs().empty());
+  // An unreserved grain that could not be zeroed is quarantined too.
+  ASSERT_TRUE(fs.Allocate(1, Meta(), &out).ok());
+  const GrainRun got = out.back();
+  ASSERT_TRUE(fs.Unreserve(got, false).ok());
+  EXPECT_EQ(runs(fs.quarantined_runs()), (Runs{{got.start, 1}, {17, 5}}));
+  EXPECT_EQ(fs.quarantined_grains(), 6u);
+  ASSERT_TRUE(fs.Rebuild(64, {}).ok());  // an open forgets the quarantine
+  EXPECT_TRUE(fs.quarantined_runs().empty());
+}
+
 // ------------------------------------------------------------- refusals
 
 TEST(FreeSpace, BadFreesAndReleasesAreRefusedAndChangeNothing) {
@@ -822,6 +868,47 @@ TEST(FreeSpaceAllocationFailure, UnreserveReleaseAndRebuildAreAllOrNothing) {
   EXPECT_EQ(fs.free_grains(), 4000u - 1000u);
   EXPECT_EQ(fs.reserved_grains(), 0u);
   EXPECT_GE(failures, 3u);
+}
+
+// A sliced release (one run cut in three: a node allocated ahead) and a
+// quarantined one are all-or-nothing, the releasing and quarantined runs
+// included. The failures are injected into the index's (RunTree's) node
+// allocations, which come after the map nodes Release allocates ahead: a
+// throw there must leave the releasing and quarantined runs as they were.
+TEST(FreeSpaceAllocationFailure, SlicedAndQuarantinedReleasesAreAllOrNothing) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(4000, {}).ok());
+  GV out;
+  ASSERT_TRUE(fs.Allocate(4000, AllocHint{}, &out).ok());
+  fs.Mapped(4000);
+  uint64_t failures = 0;
+  for (uint64_t round = 0; round < 50; round++) {
+    const uint64_t at = round * 40;
+    ASSERT_TRUE(fs.Free({at, 30}, round).ok());
+    ASSERT_EQ(fs.TakeReleasable(round).size(), 1u);
+    for (const PendingRun& r : std::vector<PendingRun>{{at + 10, 5, round}, {at + 20, 5, round}}) {
+      const bool zeroed = r.phys == at + 10 ? round % 2 == 0 : round % 2 != 0;
+      const auto before = fs.index().by_offset();
+      const Runs rel = RunsOf(fs.releasing_runs()), quar = RunsOf(fs.quarantined_runs());
+      const uint64_t releasing = fs.releasing_grains(), quarantined = fs.quarantined_grains();
+      ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+          [&] { ASSERT_TRUE(fs.Release(r, zeroed).ok()); },
+          [&](bool threw) {
+            ASSERT_EQ(fs.index().Check(), "");
+            if (!threw) return;
+            ASSERT_EQ(fs.index().by_offset(), before);
+            ASSERT_EQ(RunsOf(fs.releasing_runs()), rel);
+            ASSERT_EQ(RunsOf(fs.quarantined_runs()), quar);
+            ASSERT_EQ(fs.releasing_grains(), releasing);
+            ASSERT_EQ(fs.quarantined_grains(), quarantined);
+          },
+          &failures));
+    }
+  }
+  EXPECT_EQ(fs.releasing_grains(), 50u * 20u);
+  EXPECT_EQ(fs.releasing_runs().size(), 150u);
+  EXPECT_EQ(fs.quarantined_grains(), 50u * 5u);
+  EXPECT_GE(failures, 10u);
 }
 
 // Empty if FreeSpace holds free exactly the grains the reference does, else

@@ -9,6 +9,7 @@
 // - Core with an allocation or an I/O failing in a checkpoint or a Grow:
 //   the pool fails, refuses everything, writes nothing, reopens clean.
 #include "handler/store/grain_space.h"
+#include "handler/store/grain_check.h"
 
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -1691,15 +1692,16 @@ TEST(PoolCheckpointAllocationFailure, ASpaceMapThatCannotTakeTheCheckpointFailsT
   EXPECT_TRUE(failed_after_superblock) << "no allocation failed after the superblock";
   EXPECT_TRUE(failed_after_both_slots) << "no allocation failed after both superblock slots";
 }
-// ReserveKeepingAus is all or nothing under std::bad_alloc at every
-// allocation, the give-back included (store-v3 5d.4's review): AU 1 lies
-// whole inside a free run of 20 grains (2 free on either side), the only
-// whole free AU, so it is kept; the 3 grains come from a run of 4 far
-// away. Putting AU 1 back (the former way: out of the index for the call)
-// re-merges the run of 20, a new entry in its size class: an allocation
-// that can fail after the data grains were taken. Also as its own check
-// of the census: the space checks clean after every attempt.
-TEST(GrainSpaceAllocationFailure, ReserveKeepingAusIsAllOrNothingGiveBackIncluded) {
+// ReserveKeepingAus's fast path (Reserve's own plan, vetted against the
+// kept AUs: nothing taken out of the index for the call, nothing given
+// back) is all or nothing under std::bad_alloc at every allocation: AU 1
+// lies whole inside a free run of 20 grains (2 free on either side), the
+// only whole free AU, so it is kept; the 3 grains come from a run of 4 far
+// away, so the plan avoids AU 1. The fallback (a plan that would split a
+// kept AU: AUs out of the index, Reserve, give back) is not reached here
+// and keeps rule 8's give-back window (grain_space.h). The census checks
+// clean after every attempt.
+TEST(GrainSpaceAllocationFailure, ReserveKeepingAusFastPathIsAllOrNothing) {
   GrainSpace s(4 * KiB, 64 * KiB);
   const uint64_t g = s.grains_per_au();
   ASSERT_EQ(g, 16u);
@@ -1725,7 +1727,12 @@ TEST(GrainSpaceAllocationFailure, ReserveKeepingAusIsAllOrNothingGiveBackInclude
                                        }
                                        ASSERT_TRUE(ok);
                                      },
-                                     [] {}),
+                                     [&] {
+                                       CheckReport rep;
+                                       CheckGrainCensus(map, s.Census(), {}, &rep, [&](std::string p) {
+                                         ADD_FAILURE() << p;
+                                       });
+                                     }),
             0u);
   ASSERT_EQ(out.size(), 4u);
   for (size_t i = 1; i < out.size(); i++) EXPECT_GE(out[i], 5 * g) << "grain " << out[i] << " of the kept AU's run";
