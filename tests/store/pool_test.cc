@@ -21,6 +21,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"  // kFormatVersionV3: the newest format this build knows
+#include "tests/store/format_v3_pool.h"  // v3pool::Open: where a format 3 checkpoint's leaves lie
 #include "tests/store/suite_formats.h"
 
 namespace cowstore::store {
@@ -900,6 +901,16 @@ TEST_P(PoolSpace, NoSpaceChangesNothingAndSoftThresholdSignals) {
   // it was offered below the soft line: fewer AUs are written there.)
   EXPECT_GT(written, 0u);
   EXPECT_LT(pool.Space().free_units, 3 * Upa());
+  // Where the space went: every unit not metadata holds the data written
+  // (nothing leaked), and the metadata (format 3: its journal too) is no
+  // more than what the soft line offers the journal plus the checkpoint room.
+  {
+    const SpaceInfo full = pool.Space();
+    EXPECT_EQ(full.allocated_units - full.metadata_units, written * Upa())
+        << "allocated " << full.allocated_units << ", metadata " << full.metadata_units;
+    EXPECT_LE(full.metadata_units, full.total_units * 50 / 100 + 2 * Upa())
+        << "metadata " << full.metadata_units << " of " << full.total_units;
+  }
   EXPECT_EQ(pool.soft_threshold_generation(), gen + 1);
   // The failed write left its blocks untouched.
   std::vector<uint8_t> v(kAu);
@@ -1185,6 +1196,34 @@ TEST_P(PoolTestV2, CheckFindsOnDiskDamage) {
     }
   }
   ASSERT_GT(hits, 0);
+  CheckReport r = pool_->Check();
+  EXPECT_FALSE(r.clean);
+  ASSERT_FALSE(r.problems.empty());
+  EXPECT_NE(r.problems[0].find("on-disk"), std::string::npos) << r.problems[0];
+}
+
+// Format 3's case of the above: a leaf of the live checkpoint (found by
+// loading a copy of the image as the format does) is damaged on disk, and
+// Check's disk-against-memory step must say so.
+class PoolTestV3 : public PoolTest {};
+INSTANTIATE_TEST_SUITE_P(Formats, PoolTestV3, ::testing::Values(testing::kF3Au, testing::kF3G4k), FormatName());
+
+TEST_P(PoolTestV3, CheckFindsOnDiskDamage) {
+  auto data = Pattern(kAu, 1);
+  ASSERT_TRUE(a_->Write(0, 128, data.data(), D::kDurable).ok());
+  Reopen();  // the map goes into a checkpoint's leaf (the open checkpoints the replay)
+  ExpectClean();
+  const std::vector<uint8_t> img = env_.Snapshot("pool");
+  FaultInjectionEnv copy;
+  copy.Install("p", img.data(), img.size());
+  v3pool::Opened o;
+  Status s = v3pool::Open(&copy, &o);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  ASSERT_FALSE(o.v3->tree().leaves.empty()) << "LUN a's map has no leaf on disk";
+  const uint64_t leaf = o.v3->tree().leaves[0].addr;
+  ASSERT_GT(leaf, 0u);
+  ASSERT_LT(leaf + 4096, img.size());
+  env_.Corrupt("pool", leaf + 100, 1);  // past the page's header: its payload
   CheckReport r = pool_->Check();
   EXPECT_FALSE(r.clean);
   ASSERT_FALSE(r.problems.empty());
