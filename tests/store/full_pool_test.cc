@@ -418,6 +418,17 @@ TEST(FullPool, ReserveKeepsWhatTheLastCheckpointAsked) {
       break;
     }
   }
+  // At the line, the whole AUs free are at least what the last checkpoint
+  // asked (the refusal said how many), not v2's estimate.
+  const std::string& m = fp.refused.message();
+  const size_t at = m.find("needs ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const uint64_t asked = std::stoull(m.substr(at + 6));
+  ASSERT_GT(asked, 2u);
+  Core* core = CoreOfForTest(fp.pool.get());
+  uint64_t whole = 0;
+  core->WithSpaceForTest([&](PoolSpace& sp) { whole = sp.free_whole_aus(asked); });
+  EXPECT_GE(whole, asked);
   // Frees in every LUN, buffered until the journal is full: the flush
   // checkpoints, and must find its room.
   Status s;
@@ -426,7 +437,6 @@ TEST(FullPool, ReserveKeepsWhatTheLastCheckpointAsked) {
     s = fp.fill->Unmap(g * kGrainBlocks, kGrainBlocks, D::kBuffered);
   for (uint64_t g = 0; g < n && s.ok(); g += 2) s = fill2->Unmap(g * kGrainBlocks, kGrainBlocks, D::kBuffered);
   ASSERT_TRUE(s.ok()) << s.ToString();
-  Core* core = CoreOfForTest(fp.pool.get());
   const uint64_t before = core->FreezesForTest();
   s = fp.pool->Flush();
   EXPECT_TRUE(s.ok()) << s.ToString();
