@@ -224,8 +224,13 @@ Status Core::CheckpointLocked(uint64_t* target) {
                    "bug); the pool must be reopened");
       } else {
         frozen = format_->Freeze(st_, dirty_);
+        freezes_.fetch_add(1, std::memory_order_relaxed);
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
           ckpt_refused_aus_ = 0;  // the pool takes records again
+          // The reserve's floor from now on (CkptBoundLocked). Not from a
+          // refused Freeze: then ckpt_refused_aus_ gates records, and a
+          // floor above the free AUs would refuse overwrites in place too.
+          last_ckpt_aus_ = frozen.meta_units;
           *target = jbuf_.last_ticket();
           start_lsn = jbuf_.DropForCheckpoint();  // every buffered record is in the snapshot
           taken = dirty_.Take();  // with the copy: later marks are the next checkpoint's

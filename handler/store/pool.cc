@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Pool and Lun: thin handles over Core; every entry point turns exceptions
 // (std::bad_alloc and friends) into a Status so none escapes the API.
+#include <cstdio>
 #include <new>
 
 #include "handler/store/pool_impl.h"
@@ -72,7 +73,16 @@ class LunImpl final : public Lun {
 class PoolImpl final : public Pool {
  public:
   explicit PoolImpl(std::shared_ptr<Core> core) : core_(std::move(core)) { core_->owner = this; }
-  ~PoolImpl() override { (void)Close(); }
+  ~PoolImpl() override {
+    // A Close refused for room (Core::Close) leaves buffered writes in
+    // memory only, and a destructor has no caller to tell: say so, rather
+    // than drop them in silence. The caller should Close (and Grow) first.
+    Status s = Close();
+    if (!s.ok())
+      std::fprintf(stderr, "cowstore: pool destroyed without a clean close: %s\n",
+                   s.ToString().c_str());
+  }
+  Core* core() const { return core_.get(); }
 
   Status Close() override { return Guard([&] { return core_->Close(); }); }
   Uuid uuid() const override { return core_->uuid(); }
@@ -197,5 +207,7 @@ Result<JournalLoss> Pool::RepairJournal(Env* env, const std::string& path, bool 
     return loss;
   });
 }
+
+Core* CoreOfForTest(Pool* p) { return static_cast<PoolImpl*>(p)->core(); }
 
 }  // namespace cowstore::store

@@ -36,7 +36,7 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
   // could not be made durable either. Refused, nothing changed, until the
   // AUs that checkpoint asked for are free (a Grow, frees thinned); then
   // taken, and its commit tries the checkpoint again.
-  if (ckpt_refused_aus_ != 0 && space_->free_whole_aus(ckpt_refused_aus_) < ckpt_refused_aus_)
+  if (ckpt_refused_aus_ != 0 && !HasRoomFor(*space_, 0, ckpt_refused_aus_))
     return NoCheckpointRoomLocked();
   // First what may fail while nothing has changed: the frame, and room for
   // it in the buffer (an exception here is kNoSpace, truthfully).
@@ -85,6 +85,15 @@ uint64_t Core::CkptUnits(uint64_t extents) const {
   return DivUp(bytes, au_ - kChunkHeader) + 1;
 }
 
+uint64_t Core::CkptBoundLocked(uint64_t extents) const {
+  // The estimate, but never less than the last checkpoint asked (its Freeze's
+  // meta_units, taken or refused): a format whose checkpoint outgrows the
+  // estimate (format 3's pages at a small grain) would otherwise be let
+  // down to the estimate again right after its checkpoint succeeded, and
+  // refused at the next one.
+  return std::max(CkptUnits(extents), last_ckpt_aus_);
+}
+
 bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
   // What neither allocates nor adds an extent (an overwrite in place) does
   // not grow the pool: it needs no reserve, or a pool inside the reserve
@@ -94,11 +103,11 @@ bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
 }
 
 uint64_t Core::CkptReserveLocked(uint64_t extra_extents) const {
-  return CkptUnits(st_.extents() + extra_extents + kFreeingReserveExtents);
+  return CkptBoundLocked(st_.extents() + extra_extents + kFreeingReserveExtents);
 }
 
 bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
-  return HasRoomFor(*space_, 0, CkptUnits(st_.extents() + extra_extents));
+  return HasRoomFor(*space_, 0, CkptBoundLocked(st_.extents() + extra_extents));
 }
 
 Status Core::PoolFullLocked(uint64_t need) const {
@@ -140,18 +149,44 @@ Result<uint64_t> Core::CommitBatch() {
   } activity(&batches_);
   JournalBatch batch;
   bool ckpt = false;
+  Status s;
   {
     MutexLock g(&meta_mu_);
     if (meta_failed_.load()) return MetaFailed();  // nothing buffered may be written
-    // A checkpoint refused for room is retried before anything else is
-    // written: the journal was full, or the open could not checkpoint
-    // (recovery.cc) and no record may follow the journal as replayed.
-    ckpt = ckpt_refused_aus_ != 0 || !format_->Fits(jbuf_.bytes());
-    if (!ckpt) jbuf_.TakeBatch(&batch);
+    if (ckpt_refused_aus_ != 0 && jbuf_.empty()) {
+      // Refused, with no record buffered (an open that could not
+      // checkpoint, nothing appended since): nothing needs the checkpoint.
+      // What a Flush, a durable overwrite in place or a Close must make
+      // durable is data in grains durable metadata already maps: a data
+      // sync is the whole commit, as for an in-place write on any pool.
+      const uint64_t last = jbuf_.last_ticket();
+      g.Unlock();
+      s = file_->Sync();
+      if (!s.ok()) {
+        FailPool();  // see below
+        return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
+      }
+      return last;
+    }
+    if (ckpt_refused_aus_ != 0 && !HasRoomFor(*space_, 0, ckpt_refused_aus_)) {
+      // Still fewer whole AUs free than the refused checkpoint asked, and
+      // no record was taken since (AppendLocked's gate): it would be refused
+      // again. Refused at once, without a Freeze (a copy of the state under
+      // meta_mu_, which reads take: every flush would stall them).
+      s = NoCheckpointRoomLocked();
+    } else {
+      // A checkpoint refused for room is retried before anything else is
+      // written: the journal was full, or the open could not checkpoint
+      // (recovery.cc) and no record may follow the journal as replayed.
+      ckpt = ckpt_refused_aus_ != 0 || !format_->Fits(jbuf_.bytes());
+      if (!ckpt) jbuf_.TakeBatch(&batch);
+    }
   }
   uint64_t target = batch.last_ticket;
-  Status s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
-  if (ckpt && s.code() == Code::kNoSpace) {
+  const bool refused_early = !s.ok();
+  if (!refused_early)
+    s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
+  if (refused_early || (ckpt && s.code() == Code::kNoSpace)) {
     // Refused for room before anything changed (CheckpointLocked's only
     // kNoSpace): the pool serves on, and so does the queue. Its waiters get
     // kNoSpace; their records stay buffered, applied in memory, for the
@@ -218,6 +253,15 @@ Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
   Status s = Commit(CurrentSeq());  // everything buffered so far
+  if (s.code() == Code::kNoSpace && !meta_failed_.load()) {
+    // The checkpoint was refused for room (the only kNoSpace a commit
+    // gives; the pool did not fail): what is buffered, acknowledged
+    // buffered writes among it, is still in memory only. The pool stays
+    // open so that room can be made (Grow) and Close tried again; a
+    // second Close, or the destructor's, retries rather than report Ok.
+    closed_.store(false);
+    return s;
+  }
   if (!s.ok()) return s;
   // Seal: a last record whose `proven` vouches for every record before it, so
   // damage to the final commit of a cleanly closed pool is refused rather

@@ -129,6 +129,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     MutexLock g(&meta_mu_);
     return dirty_.ranges();
   }
+  // Tests: how many checkpoints have frozen the state (freezes_).
+  uint64_t FreezesForTest() const { return freezes_.load(); }
   // Tests: breaks what CheckpointLocked checks (track_dirty_ below).
   void SetTrackDirtyForTest(bool on) EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
@@ -221,6 +223,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // under which AppendLocked calls this.
   uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return format_->durable_lsn(); }
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
+  // The checkpoint AUs room must keep for `extents` extents: CkptUnits, but
+  // at least the AUs the last checkpoint asked (last_ckpt_aus_). The one
+  // rule CkptReserveLocked and AffordableToFreeLocked both use.
+  uint64_t CkptBoundLocked(uint64_t extents) const REQUIRES(meta_mu_);
   uint64_t CurrentSeq() EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
     return jbuf_.last_ticket();
@@ -370,6 +376,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // checkpoint (recovery.cc), after which nothing may be appended to the
   // journal as replayed. Cleared when a checkpoint takes its AUs.
   uint64_t ckpt_refused_aus_ GUARDED_BY(meta_mu_) = 0;
+  // The AUs the last checkpoint that took its AUs asked (its Freeze's
+  // meta_units): a floor under the checkpoint reserve (CkptBoundLocked).
+  uint64_t last_ckpt_aus_ GUARDED_BY(meta_mu_) = 0;
+  // Freezes run (each copies the state under meta_mu_): tests count them.
+  std::atomic<uint64_t> freezes_{0};
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings
   std::atomic<uint64_t> backing_gen_{0};  // backing store crossings (thin on thin)
   // PollBacking's state: when it may ask next (steady clock, ns), and what
@@ -384,5 +395,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // Last: destroyed first, so its worker stops before what it touches goes.
   Thinner thinner_;
 };
+
+// Tests: the Core behind a Pool that Pool::Create or Pool::Open returned.
+Core* CoreOfForTest(Pool* p);
 
 }  // namespace cowstore::store

@@ -18,6 +18,7 @@
 #include "handler/store/commit_queue.h"
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
+#include "handler/store/pool_impl.h"
 
 namespace cowstore::store {
 namespace {
@@ -251,6 +252,8 @@ TEST(FullPool, CloseWhileRefusedKeepsTheDurableState) {
   fp.luns.clear();
   fp.fill.reset();
   EXPECT_EQ(fp.pool->Close().code(), Code::kNoSpace);
+  // Refused, the pool stays open: a second Close says so again.
+  EXPECT_EQ(fp.pool->Close().code(), Code::kNoSpace);
   fp.pool.reset();
   fp.env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 2);
   auto r = Pool::CheckOffline(&fp.env, "p");
@@ -308,10 +311,23 @@ TEST(FullPool, OpenWithoutRoomForItsCheckpointServesAndGrows) {
     const auto over = Pattern(kGrain, 66);
     EXPECT_TRUE(fill->Write(kGrainBlocks, kGrainBlocks, over.data(), D::kBuffered).ok());
     EXPECT_EQ(ReadBytes(*fill, kGrainBlocks, kGrainBlocks, &s), over);
-    EXPECT_EQ(fill->Flush().code(), Code::kNoSpace);
-    // The close says the overwrite may not be durable.
+    // No record is buffered: its flush is a data sync, no checkpoint.
+    Status fl = fill->Flush();
+    EXPECT_TRUE(fl.ok()) << fl.ToString();
+    const auto over2 = Pattern(kGrain, 67);
+    fl = fill->Write(3 * kGrainBlocks, kGrainBlocks, over2.data(), D::kDurable);
+    EXPECT_TRUE(fl.ok()) << fl.ToString();
     fill.reset();
-    EXPECT_EQ(pool.Close().code(), Code::kNoSpace);
+    fl = pool.Close();
+    EXPECT_TRUE(fl.ok()) << fl.ToString();
+  }
+  fp.env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 6);
+  {
+    auto p = Pool::Open(&fp.env, "p", ReadOnlyOpen());
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto fill = (*p)->OpenLun("fill").value();
+    EXPECT_EQ(ReadBytes(*fill, kGrainBlocks, kGrainBlocks, &s), Pattern(kGrain, 66));
+    EXPECT_EQ(ReadBytes(*fill, 3 * kGrainBlocks, kGrainBlocks, &s), Pattern(kGrain, 67));
   }
   {
     auto p = Pool::Open(&fp.env, "p");
@@ -338,6 +354,94 @@ TEST(FullPool, OpenWithoutRoomForItsCheckpointServesAndGrows) {
   auto fill = (*p)->OpenLun("fill").value();
   EXPECT_EQ(ReadBytes(*fill, (filled - 1) * kGrainBlocks, kGrainBlocks, &s), fill_data);
   EXPECT_TRUE((*p)->Check().clean);
+}
+
+// A Close refused for room leaves the pool open: Grow, then Close again
+// makes the buffered (acknowledged) unmaps durable.
+TEST(FullPool, RefusedCloseCanBeRetriedAfterGrow) {
+  FullPool fp;
+  ASSERT_NO_FATAL_FAILURE(fp.Make());
+  ASSERT_EQ(fp.refused.code(), Code::kNoSpace) << fp.refused.ToString();
+  fp.luns.clear();
+  fp.fill.reset();
+  Status c = fp.pool->Close();
+  ASSERT_EQ(c.code(), Code::kNoSpace) << c.ToString();
+  Status g = fp.pool->Grow(2 * kSize);
+  ASSERT_TRUE(g.ok()) << g.ToString();
+  c = fp.pool->Close();
+  ASSERT_TRUE(c.ok()) << c.ToString();
+  fp.pool.reset();
+  fp.env.PowerLoss(FaultInjectionEnv::Loss::kDropAll, 5);
+  auto p = Pool::Open(&fp.env, "p", ReadOnlyOpen());
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto f = (*p)->OpenLun("fill").value();
+  Status s;
+  const std::vector<uint8_t> zeros(kGrain, 0);
+  EXPECT_EQ(ReadBytes(*f, 0, kGrainBlocks, &s), zeros);  // the buffered unmap is durable
+  EXPECT_EQ(ReadBytes(*f, kGrainBlocks, kGrainBlocks, &s), Pattern(kGrain, 200));
+}
+
+// While refused and no room has appeared, a commit is refused at once: no
+// Freeze (a copy of the state under the lock reads take).
+TEST(FullPool, RefusedCommitDoesNotFreezeAgainWithoutRoom) {
+  FullPool fp;
+  ASSERT_NO_FATAL_FAILURE(fp.Make());
+  ASSERT_EQ(fp.refused.code(), Code::kNoSpace) << fp.refused.ToString();
+  Core* core = CoreOfForTest(fp.pool.get());
+  const uint64_t before = core->FreezesForTest();
+  for (int i = 0; i < 5; i++) EXPECT_EQ(fp.pool->Flush().code(), Code::kNoSpace);
+  EXPECT_EQ(core->FreezesForTest(), before);
+  ASSERT_TRUE(fp.pool->Grow(2 * kSize).ok());
+  EXPECT_TRUE(fp.pool->Flush().ok());
+  EXPECT_EQ(core->FreezesForTest(), before + 1);  // the retry, once room appeared
+}
+
+// After a checkpoint that needed more than the estimate, the reserve keeps
+// what it asked: a pool driven to its reserve line again (allocating until
+// kNoSpace) can still checkpoint its frees.
+TEST(FullPool, ReserveKeepsWhatTheLastCheckpointAsked) {
+  FullPool fp;
+  ASSERT_NO_FATAL_FAILURE(fp.Make());
+  ASSERT_EQ(fp.refused.code(), Code::kNoSpace) << fp.refused.ToString();
+  ASSERT_TRUE(fp.pool->Grow(kSize + (1 << 20)).ok());
+  Status f = fp.pool->Flush();
+  ASSERT_TRUE(f.ok()) << f.ToString();
+  // Fill again up to the reserve line.
+  ASSERT_TRUE(fp.pool->CreateLun("fill2", kSize, kBs).ok());
+  auto fill2 = fp.pool->OpenLun("fill2").value();
+  const auto d = Pattern(kGrain, 201);
+  uint64_t n = 0;
+  for (;; n++) {
+    Status s = fill2->Write(n * kGrainBlocks, kGrainBlocks, d.data(), D::kDurable);
+    if (!s.ok()) {
+      ASSERT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+      break;
+    }
+  }
+  // At the line, the whole AUs free are at least what the last checkpoint
+  // asked (the refusal said how many), not v2's estimate.
+  const std::string& m = fp.refused.message();
+  const size_t at = m.find("needs ");
+  ASSERT_NE(at, std::string::npos) << m;
+  const uint64_t asked = std::stoull(m.substr(at + 6));
+  ASSERT_GT(asked, 2u);
+  Core* core = CoreOfForTest(fp.pool.get());
+  uint64_t whole = 0;
+  core->WithSpaceForTest([&](PoolSpace& sp) { whole = sp.free_whole_aus(asked); });
+  EXPECT_GE(whole, asked);
+  // Frees in every LUN, buffered until the journal is full: the flush
+  // checkpoints, and must find its room.
+  Status s;
+  for (int i = 0; i < kLuns && s.ok(); i++) s = fp.luns[i]->Unmap(2 * kGrainBlocks, kGrainBlocks, D::kBuffered);
+  for (uint64_t g = 1; g < fp.filled_grains && s.ok(); g += 2)
+    s = fp.fill->Unmap(g * kGrainBlocks, kGrainBlocks, D::kBuffered);
+  for (uint64_t g = 0; g < n && s.ok(); g += 2) s = fill2->Unmap(g * kGrainBlocks, kGrainBlocks, D::kBuffered);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  const uint64_t before = core->FreezesForTest();
+  s = fp.pool->Flush();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_GT(core->FreezesForTest(), before) << "the frees did not fill the journal";
+  EXPECT_TRUE(fp.pool->Check().clean);
 }
 
 }  // namespace
