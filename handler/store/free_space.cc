@@ -369,26 +369,21 @@ std::vector<GrainRun> FreeSpace::chunk_runs() const {
   return v;
 }
 
-std::vector<PendingRun> FreeSpace::pending_runs() const {
+namespace {
+
+// A copy of a by-first-grain map of runs, in that order (the check's copy).
+std::vector<PendingRun> RunsOf(const std::map<uint64_t, PendingRun>& m) {
   std::vector<PendingRun> v;
-  v.reserve(pending_.size());
-  for (const auto& [start, r] : pending_) v.push_back(r);
+  v.reserve(m.size());
+  for (const auto& [start, r] : m) v.push_back(r);
   return v;
 }
 
-std::vector<PendingRun> FreeSpace::releasing_runs() const {
-  std::vector<PendingRun> v;
-  v.reserve(releasing_runs_.size());
-  for (const auto& [start, r] : releasing_runs_) v.push_back(r);
-  return v;
-}
+}  // namespace
 
-std::vector<PendingRun> FreeSpace::quarantined_runs() const {
-  std::vector<PendingRun> v;
-  v.reserve(quarantine_runs_.size());
-  for (const auto& [start, r] : quarantine_runs_) v.push_back(r);
-  return v;
-}
+std::vector<PendingRun> FreeSpace::pending_runs() const { return RunsOf(pending_); }
+std::vector<PendingRun> FreeSpace::releasing_runs() const { return RunsOf(releasing_runs_); }
+std::vector<PendingRun> FreeSpace::quarantined_runs() const { return RunsOf(quarantine_runs_); }
 
 std::optional<GrainRun> FreeSpace::FindRun(uint64_t n, uint64_t goal) const {
   if (goal != AllocHint::kNoGoal)
@@ -469,11 +464,7 @@ Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainR
   if (hint.lun == AllocHint::kNoLun || n >= chunk_grains_) {
     if (index_.grains() < n) ReclaimChunks();  // free_grains() >= n, checked above
     PlanFromIndex(n, goal, /*chunk=*/false, &take);
-    out->reserve(out->size() + take.size());
-    RemovePlanned(take);
-    // Nothing below allocates.
-    for (const GrainRun& r : take) Append(out, r.start, r.len);
-    reserved_ += n;
+    TakePlanned(take, n, out);
     return Status::Ok();
   }
   Chunk& c = chunks_[hint.lun];

@@ -36,8 +36,7 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
   // could not be made durable either. Refused, nothing changed, until the
   // AUs that checkpoint asked for are free (a Grow, frees thinned); then
   // taken, and its commit tries the checkpoint again.
-  if (ckpt_refused_aus_ != 0 && !HasRoomFor(*space_, 0, ckpt_refused_aus_))
-    return NoCheckpointRoomLocked();
+  if (ShortOfRefusedCheckpointLocked()) return NoCheckpointRoomLocked();
   // First what may fail while nothing has changed: the frame, and room for
   // it in the buffer (an exception here is kNoSpace, truthfully).
   JournalBuffer::Framed f = jbuf_.Frame(r, DurableLsn());
@@ -83,6 +82,10 @@ uint64_t Core::CkptUnits(uint64_t extents) const {
   // snapshot attribute (EncodeState).
   uint64_t bytes = 64 + st_.luns.size() * 160 + extents * 24;
   return DivUp(bytes, au_ - kChunkHeader) + 1;
+}
+
+bool Core::ShortOfRefusedCheckpointLocked() const {
+  return ckpt_refused_aus_ != 0 && !HasRoomFor(*space_, 0, ckpt_refused_aus_);
 }
 
 uint64_t Core::CkptBoundLocked(uint64_t extents) const {
@@ -168,7 +171,7 @@ Result<uint64_t> Core::CommitBatch() {
       }
       return last;
     }
-    if (ckpt_refused_aus_ != 0 && !HasRoomFor(*space_, 0, ckpt_refused_aus_)) {
+    if (ShortOfRefusedCheckpointLocked()) {
       // Still fewer whole AUs free than the refused checkpoint asked, and
       // no record was taken since (AppendLocked's gate): it would be refused
       // again. Refused at once, without a Freeze (a copy of the state under

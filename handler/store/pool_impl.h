@@ -191,6 +191,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The kNoSpace of a checkpoint refused for room, and of every record
   // refused until that room is free (ckpt_refused_aus_).
   Status NoCheckpointRoomLocked() const REQUIRES(meta_mu_);
+  // A checkpoint was refused for room and fewer whole AUs than it asked are
+  // free still: records are refused (AppendLocked) and so is a commit,
+  // without a Freeze (CommitBatch).
+  bool ShortOfRefusedCheckpointLocked() const REQUIRES(meta_mu_);
   // Format 3's journal growth: the JournalSpace a checkpoint attempt hands
   // FormatV3 (checkpoint.cc: what guards the space, how much it offers),
   // and that offer, in whole AUs.
