@@ -586,18 +586,22 @@ TEST_F(JournalRingTest, ClearJournalRunsZerosNewSegments) {
 
 // ------------------------------------------------------------------ growth
 
+// The map's part: a pool so large that its share never binds.
+uint64_t MapTarget(uint64_t map_extents, uint32_t au) {
+  return JournalTargetAus(map_extents, au, kMaxPoolUnits, 0);
+}
+
 TEST(JournalGrowth, TargetIsSizedWithTheMapInWholeAus) {
   constexpr uint32_t kMiB = 1 << 20;
-  EXPECT_EQ(JournalTargetAus(0, kAu), kDefaultJournalBytes / kAu);
-  EXPECT_EQ(JournalTargetAus(kDefaultJournalBytes / 48, kAu), kDefaultJournalBytes / kAu);
-  EXPECT_EQ(JournalTargetAus(1'000'000, kAu), (48'000'000 + kAu - 1) / kAu);  // rounded up
-  EXPECT_EQ(JournalTargetAus(kDefaultJournalBytes / 48 + 1, kMiB), kDefaultJournalBytes / kMiB + 1);
-  EXPECT_EQ(JournalTargetAus(100'000'000, kAu), kMaxJournalBytes / kAu);  // the 1 GiB cap
-  EXPECT_EQ(JournalTargetAus(~uint64_t{0}, kMiB), kMaxJournalBytes / kMiB);
+  EXPECT_EQ(MapTarget(0, kAu), kDefaultJournalBytes / kAu);
+  EXPECT_EQ(MapTarget(kDefaultJournalBytes / 48, kAu), kDefaultJournalBytes / kAu);
+  EXPECT_EQ(MapTarget(1'000'000, kAu), (48'000'000 + kAu - 1) / kAu);  // rounded up
+  EXPECT_EQ(MapTarget(kDefaultJournalBytes / 48 + 1, kMiB), kDefaultJournalBytes / kMiB + 1);
+  EXPECT_EQ(MapTarget(100'000'000, kAu), kMaxJournalBytes / kAu);  // the 1 GiB cap
+  EXPECT_EQ(MapTarget(~uint64_t{0}, kMiB), kMaxJournalBytes / kMiB);
   // Every target is a list the superblock accepts.
   for (uint64_t e : {uint64_t{0}, uint64_t{1'000'000}, ~uint64_t{0}})
-    EXPECT_TRUE(JournalLayout::Make(kAu, kDataOffset, uint64_t{1} << 30,
-                                    {{0, JournalTargetAus(e, kAu)}}).ok());
+    EXPECT_TRUE(JournalLayout::Make(kAu, kDataOffset, uint64_t{1} << 30, {{0, MapTarget(e, kAu)}}).ok());
 }
 
 // Free space as a set of runs: Take hands out the longest (a prefix of it,
@@ -717,7 +721,7 @@ TEST(JournalGrowth, AFullListIsReplacedByFewerLongerRuns) {
 
 TEST(JournalGrowth, ReachesTheCapWithARunLongerThanAsked) {
   const std::vector<JournalExtent> cur = {{0, 256}};
-  const uint64_t cap = JournalTargetAus(~uint64_t{0}, kAu);
+  const uint64_t cap = MapTarget(~uint64_t{0}, kAu);
   FakeSpace s({{100'000, 300'000}}, /*whole=*/true);  // hands out the whole run
   JournalPlan p = GrowJournal(cur, cap, &s);
   EXPECT_EQ(SumAus(p.extents) * kAu, kMaxJournalBytes);
