@@ -587,6 +587,41 @@ TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{1 + target, 100 - (target - 256)}}));
 }
 
+// The pool's share caps the map's target: with the same 360,000 extents
+// (264 AUs of journal), a 48 MiB pool's one-AU journal stops at 1/16 of
+// its 767 AUs and stays there at the next checkpoint, while a 272 MiB
+// pool's grows on to the map's target.
+TEST(FormatV3GrowTarget, ASmallPoolsJournalStopsAtItsShare) {
+  auto grown = [](uint64_t size) -> uint64_t {
+    FaultInjectionEnv env;
+    {
+      auto f = env.OpenLocked("p", Env::Mode::kCreate);
+      EXPECT_TRUE(f.ok());
+      EXPECT_TRUE(FormatV3::Create(f->get(), Id(9), kAu, kGrain, size, kJournal, 80).ok());
+    }
+    Opened o;
+    EXPECT_TRUE(Open(&env, &o).ok());
+    MetaState st;
+    st.au = kGrain;
+    for (uint32_t id = 1; id <= 4; id++) st.AddLun(Lun(id, "big" + std::to_string(id), 90000, id));
+    st.next_lun_id = 5;
+    uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
+    // Free runs past the one-AU journal, then at the pool's end (the
+    // first checkpoint's pages lie between).
+    for (const auto& free : {std::map<uint64_t, uint64_t>{{2, 300}}, {{UnitsOf(o) - 100, 100}}}) {
+      RunSpace space(free);
+      Status s = GrowingCheckpoint(&o, st, lsn, &space, nullptr);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      lsn += 5;
+    }
+    uint64_t aus = 0;
+    for (const JournalExtent& x : o.v3->choice().sb.journal) aus += x.aus;
+    return aus;
+  };
+  EXPECT_EQ(grown(48 << 20), 767u / 16) << "the share bounds it";
+  EXPECT_EQ(grown(272 << 20), 264u) << "the map's target bounds it";
+}
+
 // A pool checkpointed and holding a committed batch in its one-AU journal:
 // *prev the state with the batch, *lsn the LSN after it.
 std::vector<uint8_t> PoolWithABatch(FaultInjectionEnv* env, MetaState* prev, uint64_t* lsn) {

@@ -363,6 +363,32 @@ TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
   ExpectCheckClean(&env);
 }
 
+// Where Core offers more than the pool's share (a 25 % line), the journal
+// stops at the share, 1/16 of the pool's AUs, and the rest stays free for
+// data; a larger pool's share is larger, and the next checkpoint grows the
+// journal to it.
+TEST(ServedV3, TheJournalGrowsToItsShareOfThePoolAndNoFurther) {
+  FaultInjectionEnv env;
+  const uint64_t size = 64ull << 20;  // 1023 AUs: a share of 63
+  {
+    auto p = Pool::Create(&env, "p", V3(size, 25));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const SuperblockV3 sb = Superblock(env);
+    EXPECT_EQ(JournalAus(sb), 1023u / 16) << "the share, not the offer, bounded it";
+    const SpaceInfo si = (*p)->Space();
+    EXPECT_EQ(si.metadata_units, 1 + JournalAus(sb));
+    EXPECT_GT(si.free_units, si.total_units - si.soft_threshold_units + 1) << "room above the line is left";
+    ASSERT_TRUE((*p)->Grow(2 * size).ok());  // 2047 AUs: a share of 127
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto p = Pool::Open(&env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(JournalAus(Superblock(env)), 2047u / 16) << "the reopen's checkpoint grew it to the new share";
+  ASSERT_TRUE((*p)->Close().ok());
+  p->reset();
+  ExpectCheckClean(&env);
+}
+
 // ------------------------------------------------------------ replay rule
 
 // A CRC-valid journal record of a v3 pool that creates (or resizes) a LUN
