@@ -108,8 +108,9 @@ constexpr uint32_t kJournalLineMaxPercent = 80;
 // crosses the threshold and raises the signal (SoftThresholdCrossed counts
 // crossings from below only), and never into the frees' checkpoint room;
 // counted again at each Take as writers move it; nothing at or past it. The
-// format asks for JournalTargetAus (at least 16 MiB), so a pool made with
-// a small journal gives its first growing checkpoint up to that.
+// format asks for JournalTargetAus (at least 16 MiB, but at most 1/16 of
+// the pool), so a pool made with a small journal gives its first growing
+// checkpoint up to that.
 class Core::CheckpointJournalSpace final : public JournalSpace {
  public:
   // Reads the space_ pointer only (never replaced), not the space.

@@ -495,12 +495,14 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
 
   // The journal's list for the new superblock: the current one, or the one
   // GrowJournal plans for the frozen maps (3.4: the journal sized with the
-  // map), whose runs new to it must be free AUs the pages do not use.
+  // map, within its share of the pool), whose runs new to it must be free
+  // AUs the pages do not use.
   plan->extents = cur.journal;
   if (space != nullptr) {
-    uint64_t extents = 0;
+    uint64_t extents = 0, journal_aus = 0;
     for (const auto& [id, m] : f->maps) extents += m.extents();
-    *plan = GrowJournal(cur.journal, JournalTargetAus(extents, cur.au), space);
+    for (const JournalExtent& x : cur.journal) journal_aus += x.aus;
+    *plan = GrowJournal(cur.journal, JournalTargetAus(extents, cur.au, cur.units, journal_aus), space);
     for (const JournalExtent& r : plan->allocated)
       for (uint64_t u = r.first_au; u - r.first_au < r.aus; u++)
         if (u >= cur.units || std::binary_search(journal_and_chunks.begin(), journal_and_chunks.end(), u) ||

@@ -132,7 +132,10 @@ class FormatV3 final : public MetaFormat {
   // above 100, a journal size off JournalBytesRule, a size that cannot hold
   // the metadata chunk, the journal and kMinPoolUnits data AUs, or more
   // than PoolUnitsRuleV3 allows. The caller has checked that no pool is
-  // there (Core::Create's check).
+  // there (Core::Create's check). `journal_bytes` is taken as given (Core
+  // passes PoolOptions::journal_bytes, 16 MiB when 0), even above the share
+  // of the pool JournalTargetAus grows a journal to: such a journal is
+  // kept, never shrunk, and only stops growing.
   static Status Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grain, uint64_t size,
                        uint64_t journal_bytes, uint32_t soft_threshold_percent);
 
@@ -222,12 +225,14 @@ class FormatV3 final : public MetaFormat {
                          uint64_t start_lsn) override;
   // The same checkpoint, growing the journal with the map (3.4): the list
   // the new superblock names is GrowJournal(current extents,
-  // JournalTargetAus(the frozen maps' extents, AU), space). When the plan
-  // changes the list, its new runs are cleared (ClearJournalRuns: they held
-  // data, which may frame as records) and synced with the pages before the
-  // superblock that names them, and the ring restarts at offset 0 of the
-  // new list (its kept segments hold records of lower LSNs only); else the
-  // ring restarts in place as without `space`. Who frees what:
+  // JournalTargetAus(the frozen maps' extents, AU, the pool's AUs, the
+  // journal's AUs), space): the journal sized with the map, within 1/16 of
+  // the pool, never shrunk. When the plan changes the list, its new runs
+  // are cleared (ClearJournalRuns: they held data, which may frame as
+  // records) and synced with the pages before the superblock that names
+  // them, and the ring restarts at offset 0 of the new list (its kept
+  // segments hold records of lower LSNs only); else the ring restarts in
+  // place as without `space`. Who frees what:
   //  * runs GrowJournal takes and does not keep it gives back itself;
   //  * on success *growth (if given) names the runs kept (now journal AUs,
   //    in meta_units()) and the extents dropped (out of meta_units(): the

@@ -137,6 +137,14 @@ namespace {
 // the journal written.
 constexpr uint64_t kJournalBytesPerExtent = 48;
 
+// A journal is worth at most a small share of its pool: the rest is for
+// data, and a smaller journal costs only more frequent checkpoints, never
+// a failed one. At 1/16 every pool of 256 MiB or more keeps the full
+// 16 MiB, a small pool's journal stays well inside the room above the
+// default soft line (20 %), and a journal reaches 1 GiB only in a pool of
+// 16 GiB or more.
+constexpr uint64_t kJournalPoolShare = 16;
+
 void GiveBack(const std::vector<JournalExtent>& runs, JournalSpace* space) {
   for (const JournalExtent& r : runs) space->Give(r);
 }
@@ -180,13 +188,17 @@ std::vector<JournalExtent> Fill(std::vector<JournalExtent>* list, uint64_t targe
 
 }  // namespace
 
-uint64_t JournalTargetAus(uint64_t map_extents, uint32_t au) {
+uint64_t JournalTargetAus(uint64_t map_extents, uint32_t au, uint64_t pool_aus, uint64_t current_aus) {
   const uint64_t by_map = map_extents > kMaxJournalBytes / kJournalBytesPerExtent
                               ? kMaxJournalBytes
                               : map_extents * kJournalBytesPerExtent;
   const uint64_t bytes = std::min(std::max(kDefaultJournalBytes, by_map), kMaxJournalBytes);
   // Whole AUs; a valid AU divides kMaxJournalBytes, so rounding up stays under the cap.
-  return (bytes + au - 1) / au;
+  const uint64_t want = (bytes + au - 1) / au;
+  // The pool's share (kJournalPoolShare), rounded down so that it is never
+  // exceeded, but one AU at least (a pool may have as few as kMinPoolUnits).
+  const uint64_t share = std::max<uint64_t>(pool_aus / kJournalPoolShare, 1);
+  return std::max(std::min(want, share), current_aus);
 }
 
 JournalPlan GrowJournal(const std::vector<JournalExtent>& current, uint64_t target_aus, JournalSpace* space) {

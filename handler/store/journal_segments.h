@@ -188,8 +188,11 @@ Status ClearJournalRuns(File* file, uint32_t au, uint64_t data_offset,
 // --------------------------------------------------------------- growth
 
 // The journal 3.4 sizes with the map: max(16 MiB, 48 bytes x extents),
-// capped at kMaxJournalBytes, in whole AUs (rounded up below the cap).
-uint64_t JournalTargetAus(uint64_t map_extents, uint32_t au);
+// capped at kMaxJournalBytes, in whole AUs (rounded up below the cap), and
+// at 1/16 of the pool's `pool_aus` (rounded down, at least one AU: the
+// rest of a pool is for data; why 1/16 is at the definition); never below
+// `current_aus`, the journal's size now, as GrowJournal never shrinks it.
+uint64_t JournalTargetAus(uint64_t map_extents, uint32_t au, uint64_t pool_aus, uint64_t current_aus);
 
 // Where new segments come from: the engine plugs its free space in here
 // (FreeSpace::Allocate / Unreserve over whole AUs).

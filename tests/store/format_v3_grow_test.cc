@@ -31,6 +31,10 @@ using v3pool::Lun;       // over store::Lun
 using Op = FaultInjectionEnv::Op;
 
 constexpr uint64_t kGrownSize = kSize + 40 * uint64_t{kAu};  // 40 AUs more
+// A checkpoint grows the fixture's journal to at most 1/16 of its pool's
+// 127 AUs (JournalTargetAus): the free runs below fit in that.
+constexpr uint64_t kJournalShare = 127 / 16;
+static_assert(kJournalShare == 7);
 
 // The data area's AUs, as the chosen superblock declares them.
 uint64_t UnitsOf(const Opened& o) { return o.v3->choice().sb.units; }
@@ -436,7 +440,7 @@ std::vector<Record> RecordsOfBytes(uint64_t bytes, uint64_t lba) {
 // elsewhere): the superblock names the new list, meta_units() holds its
 // AUs, the runs taken are reported and the space no longer holds them; a
 // batch longer than the old journal crosses into the new AUs, and a reopen
-// replays it over the grown ring.
+// replays it over the grown ring. Each list is kJournalShare AUs.
 TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
   uint64_t lsn;
   MetaState st0 = Populate(&env_, &lsn);
@@ -448,9 +452,9 @@ TEST_F(FormatV3Grow, ACheckpointGrowsTheJournalInPlaceOrByANewExtent) {
     std::vector<JournalExtent> journal;
   };
   const Case cases[] = {
-      {"in place", {{2, 20}}, {{1, 21}}},
-      {"a new extent", {{40, 10}}, {{1, 1}, {40, 10}}},
-      {"in place and a new extent", {{2, 20}, {60, 3}}, {{1, 21}, {60, 3}}},
+      {"in place", {{2, 6}}, {{1, 7}}},
+      {"a new extent", {{40, 6}}, {{1, 1}, {40, 6}}},
+      {"in place and a new extent", {{2, 4}, {60, 2}}, {{1, 5}, {60, 2}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -542,10 +546,11 @@ TEST_F(FormatV3Grow, ARunTakenFromTheCheckpointsOwnAusIsRefused) {
 // The target follows the map (3.4: 48 bytes an extent above 16 MiB): a
 // pool created with a 16 MiB journal keeps it for a small map, and a map
 // of 360,000 extents (16.5 MiB of journal) grows it to exactly
-// JournalTargetAus of them, in place.
+// JournalTargetAus of them, in place. The pool is large enough (272 MiB)
+// that its share (1/16) allows that.
 TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   constexpr uint64_t kJournal16 = 16 << 20;  // 256 AUs
-  constexpr uint64_t kBig = 48 << 20;
+  constexpr uint64_t kBig = 272 << 20;       // 4351 AUs: a share of 271
   FaultInjectionEnv env;
   {
     auto f = env.OpenLocked("p", Env::Mode::kCreate);
@@ -570,7 +575,7 @@ TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   for (uint32_t id = 2; id <= 4; id++) st.AddLun(Lun(id, "big" + std::to_string(id), 90000, id));
   st.Find(1)->map.Remove(0, ExtentMap::kMaxLba, nullptr);
   for (uint64_t i = 0; i < 90000; i++) ASSERT_TRUE(st.Find(1)->map.Insert(2 * i, (i * 5) % kPhysGrains, 1).ok());
-  const uint64_t target = JournalTargetAus(360000, kAu);
+  const uint64_t target = JournalTargetAus(360000, kAu, UnitsOf(o), 256);
   ASSERT_EQ(target, 264u);
   RunSpace space({{after_journal, 100}});
   JournalGrowth growth;
@@ -580,6 +585,41 @@ TEST(FormatV3GrowTarget, TheJournalGrowsToTheTargetOfTheFrozenMaps) {
   EXPECT_EQ(o.v3->choice().sb.journal, (std::vector<JournalExtent>{{1, target}}));
   EXPECT_EQ(growth.allocated, (std::vector<JournalExtent>{{after_journal, target - 256}}));
   EXPECT_EQ(space.runs(), (std::map<uint64_t, uint64_t>{{1 + target, 100 - (target - 256)}}));
+}
+
+// The pool's share caps the map's target: with the same 360,000 extents
+// (264 AUs of journal), a 48 MiB pool's one-AU journal stops at 1/16 of
+// its 767 AUs and stays there at the next checkpoint, while a 272 MiB
+// pool's grows on to the map's target.
+TEST(FormatV3GrowTarget, ASmallPoolsJournalStopsAtItsShare) {
+  auto grown = [](uint64_t size) -> uint64_t {
+    FaultInjectionEnv env;
+    {
+      auto f = env.OpenLocked("p", Env::Mode::kCreate);
+      EXPECT_TRUE(f.ok());
+      EXPECT_TRUE(FormatV3::Create(f->get(), Id(9), kAu, kGrain, size, kJournal, 80).ok());
+    }
+    Opened o;
+    EXPECT_TRUE(Open(&env, &o).ok());
+    MetaState st;
+    st.au = kGrain;
+    for (uint32_t id = 1; id <= 4; id++) st.AddLun(Lun(id, "big" + std::to_string(id), 90000, id));
+    st.next_lun_id = 5;
+    uint64_t lsn = o.meta.end.next_lsn + kLsnGapAfterOpen;
+    // Free runs past the one-AU journal, then at the pool's end (the
+    // first checkpoint's pages lie between).
+    for (const auto& free : {std::map<uint64_t, uint64_t>{{2, 300}}, {{UnitsOf(o) - 100, 100}}}) {
+      RunSpace space(free);
+      Status s = GrowingCheckpoint(&o, st, lsn, &space, nullptr);
+      EXPECT_TRUE(s.ok()) << s.ToString();
+      lsn += 5;
+    }
+    uint64_t aus = 0;
+    for (const JournalExtent& x : o.v3->choice().sb.journal) aus += x.aus;
+    return aus;
+  };
+  EXPECT_EQ(grown(48 << 20), 767u / 16) << "the share bounds it";
+  EXPECT_EQ(grown(272 << 20), 264u) << "the map's target bounds it";
 }
 
 // A pool checkpointed and holding a committed batch in its one-AU journal:
@@ -610,10 +650,10 @@ TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
   next.AddLun(Lun(3, "c", 80, 3));
   next.next_lun_id = 4;
   const uint64_t next_lsn = lsn + kLsnGapAfterOpen;
-  const std::map<uint64_t, uint64_t> free{{2, 5}, {40, 10}};
+  const std::map<uint64_t, uint64_t> free{{2, 2}, {40, 4}};  // kJournalShare with the journal
   // The longest run first (RunSpace, as FreeSpace): AU 2's run then joins
-  // no extent, and the list goes on after AU 49.
-  const std::vector<JournalExtent> grown{{1, 1}, {40, 10}, {2, 5}};
+  // no extent, and the list goes on after AU 43.
+  const std::vector<JournalExtent> grown{{1, 1}, {40, 4}, {2, 2}};
   for (const Op op : {Op::kWrite, Op::kSync, Op::kPunch}) {
     uint64_t clean = 0;
     {
@@ -650,7 +690,7 @@ TEST_F(FormatV3Grow, AFailedGrowingCheckpointGivesItsRunsBack) {
       Status s = GrowingCheckpoint(&o, next, next_lsn, &space, &growth);
       ASSERT_TRUE(s.ok()) << s.ToString();
       EXPECT_EQ(o.v3->choice().sb.journal, grown);
-      EXPECT_EQ(AusOf(growth.allocated), AusOf({{40, 10}, {2, 5}}));
+      EXPECT_EQ(AusOf(growth.allocated), AusOf({{40, 4}, {2, 2}}));
       EXPECT_TRUE(space.runs().empty());
       // The ring restarted at the new list's start: a batch longer than the
       // old journal replays from there.
@@ -686,7 +726,7 @@ TEST_F(FormatV3Grow, APowerCutInAGrowingCheckpointOpensTheOldOrTheNewJournal) {
     std::map<uint64_t, uint64_t> free;
     std::vector<JournalExtent> journal;
   };
-  const Case cases[] = {{{{2, 20}}, {{1, 21}}}, {{{40, 10}}, {{1, 1}, {40, 10}}}};
+  const Case cases[] = {{{{2, 6}}, {{1, 7}}}, {{{40, 6}}, {{1, 1}, {40, 6}}}};  // kJournalShare AUs
   for (const Case& c : cases) {
     SCOPED_TRACE("to " + std::to_string(c.journal.size()) + " extents");
     auto attempt = [&](Opened* o) {

@@ -586,18 +586,55 @@ TEST_F(JournalRingTest, ClearJournalRunsZerosNewSegments) {
 
 // ------------------------------------------------------------------ growth
 
+// The map's part: a pool so large that its share never binds.
+uint64_t MapTarget(uint64_t map_extents, uint32_t au) {
+  return JournalTargetAus(map_extents, au, kMaxPoolUnits, 0);
+}
+
 TEST(JournalGrowth, TargetIsSizedWithTheMapInWholeAus) {
   constexpr uint32_t kMiB = 1 << 20;
-  EXPECT_EQ(JournalTargetAus(0, kAu), kDefaultJournalBytes / kAu);
-  EXPECT_EQ(JournalTargetAus(kDefaultJournalBytes / 48, kAu), kDefaultJournalBytes / kAu);
-  EXPECT_EQ(JournalTargetAus(1'000'000, kAu), (48'000'000 + kAu - 1) / kAu);  // rounded up
-  EXPECT_EQ(JournalTargetAus(kDefaultJournalBytes / 48 + 1, kMiB), kDefaultJournalBytes / kMiB + 1);
-  EXPECT_EQ(JournalTargetAus(100'000'000, kAu), kMaxJournalBytes / kAu);  // the 1 GiB cap
-  EXPECT_EQ(JournalTargetAus(~uint64_t{0}, kMiB), kMaxJournalBytes / kMiB);
+  EXPECT_EQ(MapTarget(0, kAu), kDefaultJournalBytes / kAu);
+  EXPECT_EQ(MapTarget(kDefaultJournalBytes / 48, kAu), kDefaultJournalBytes / kAu);
+  EXPECT_EQ(MapTarget(1'000'000, kAu), (48'000'000 + kAu - 1) / kAu);  // rounded up
+  EXPECT_EQ(MapTarget(kDefaultJournalBytes / 48 + 1, kMiB), kDefaultJournalBytes / kMiB + 1);
+  EXPECT_EQ(MapTarget(100'000'000, kAu), kMaxJournalBytes / kAu);  // the 1 GiB cap
+  EXPECT_EQ(MapTarget(~uint64_t{0}, kMiB), kMaxJournalBytes / kMiB);
   // Every target is a list the superblock accepts.
   for (uint64_t e : {uint64_t{0}, uint64_t{1'000'000}, ~uint64_t{0}})
-    EXPECT_TRUE(JournalLayout::Make(kAu, kDataOffset, uint64_t{1} << 30,
-                                    {{0, JournalTargetAus(e, kAu)}}).ok());
+    EXPECT_TRUE(JournalLayout::Make(kAu, kDataOffset, uint64_t{1} << 30, {{0, MapTarget(e, kAu)}}).ok());
+}
+
+// The pool's share: 1/16 of its AUs, rounded down, at least one AU; below
+// the map's target it binds, above it the map's target (and 1 GiB) stands.
+TEST(JournalGrowth, TargetIsCappedAtASixteenthOfThePool) {
+  constexpr uint32_t kMiB = 1 << 20;
+  const uint64_t by_map = kDefaultJournalBytes / kAu;  // 256 AUs for a small map
+  EXPECT_EQ(JournalTargetAus(0, kAu, 767, 0), 47u) << "a 48 MiB pool: 767 / 16, rounded down";
+  EXPECT_EQ(JournalTargetAus(0, kAu, 16 * 47 + 15, 0), 47u);
+  EXPECT_EQ(JournalTargetAus(0, kAu, 16 * 48, 0), 48u);
+  EXPECT_EQ(JournalTargetAus(1'000'000, kAu, 16 * 100, 0), 100u) << "however large the map";
+  EXPECT_EQ(JournalTargetAus(0, kAu, kMinPoolUnits, 0), 1u) << "one AU at least";
+  EXPECT_EQ(JournalTargetAus(0, kAu, 0, 0), 1u);
+  // From 256 MiB on (4,096 AUs of 64 KiB) the pool keeps the map's target.
+  EXPECT_EQ(JournalTargetAus(0, kAu, 16 * by_map - 1, 0), by_map - 1);
+  EXPECT_EQ(JournalTargetAus(0, kAu, 16 * by_map, 0), by_map);
+  EXPECT_EQ(JournalTargetAus(0, kAu, 16 * by_map + 1000, 0), by_map);
+  EXPECT_EQ(JournalTargetAus(0, kMiB, 256, 0), 16u) << "256 MiB at 1 MiB AUs";
+  // The 1 GiB cap still holds where the share would allow more.
+  EXPECT_EQ(JournalTargetAus(~uint64_t{0}, kAu, kMaxPoolUnits, 0), kMaxJournalBytes / kAu);
+  EXPECT_EQ(JournalTargetAus(~uint64_t{0}, kMiB, kMaxPoolUnits, 0), kMaxJournalBytes / kMiB);
+  EXPECT_EQ(JournalTargetAus(100'000'000, kAu, 16 * (kMaxJournalBytes / kAu) + 16, 0), kMaxJournalBytes / kAu);
+}
+
+// Nothing shrinks: a journal already above the share (a small pool made
+// with a 16 MiB journal) has its own size as its target, as does one above
+// the map's target; one below the share still grows to it.
+TEST(JournalGrowth, TargetIsNeverBelowTheJournalsSize) {
+  EXPECT_EQ(JournalTargetAus(0, kAu, 767, 256), 256u) << "a 48 MiB pool made with a 16 MiB journal";
+  EXPECT_EQ(JournalTargetAus(1'000'000, kAu, 767, 100), 100u);
+  EXPECT_EQ(JournalTargetAus(0, kAu, 767, 47), 47u);
+  EXPECT_EQ(JournalTargetAus(0, kAu, 767, 46), 47u);
+  EXPECT_EQ(JournalTargetAus(0, kAu, kMaxPoolUnits, 300), 300u);
 }
 
 // Free space as a set of runs: Take hands out the longest (a prefix of it,
@@ -717,7 +754,7 @@ TEST(JournalGrowth, AFullListIsReplacedByFewerLongerRuns) {
 
 TEST(JournalGrowth, ReachesTheCapWithARunLongerThanAsked) {
   const std::vector<JournalExtent> cur = {{0, 256}};
-  const uint64_t cap = JournalTargetAus(~uint64_t{0}, kAu);
+  const uint64_t cap = MapTarget(~uint64_t{0}, kAu);
   FakeSpace s({{100'000, 300'000}}, /*whole=*/true);  // hands out the whole run
   JournalPlan p = GrowJournal(cur, cap, &s);
   EXPECT_EQ(SumAus(p.extents) * kAu, kMaxJournalBytes);

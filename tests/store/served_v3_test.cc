@@ -19,6 +19,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/format_v3.h"
 #include "handler/store/journal_segments.h"
+#include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"
 #include "tests/store/format_v3_pool.h"
@@ -318,11 +319,14 @@ TEST(ServedV3, ModelOverReopensCheckpointsAndGrow) {
 // so the next data allocation crosses the threshold and raises the signal;
 // a Grow raises the line's room, and the next checkpoint (the reopen's)
 // takes it, up to JournalTargetAus. Free space never falls to the line.
+// The line is low (5 %) so that the offer, not the pool's share (1/16),
+// bounds the first growth, and the Grow large (to 512 MiB) so that the
+// share allows the whole 16 MiB.
 TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
   FaultInjectionEnv env;
   const uint64_t size = 64ull << 20;  // 1023 AUs
   {
-    auto p = Pool::Create(&env, "p", V3(size, 25));
+    auto p = Pool::Create(&env, "p", V3(size, 5));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     const SpaceInfo si = (*p)->Space();
     const uint64_t line_free = si.total_units - si.soft_threshold_units;
@@ -330,7 +334,7 @@ TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
     const SuperblockV3 sb = Superblock(env);
     ASSERT_EQ(sb.journal.size(), 1u) << "grown in place";
     EXPECT_GT(JournalAus(sb), 1u);
-    EXPECT_LT(JournalAus(sb), JournalTargetAus(0, kAu)) << "the offer, not the target, bounded it";
+    EXPECT_LT(JournalAus(sb), JournalTargetAus(0, kAu, sb.units, 0)) << "the offer, not the target, bounded it";
     // meta AUs: the chunk and the journal.
     EXPECT_EQ(si.metadata_units, 1 + JournalAus(sb));
     ASSERT_TRUE((*p)->CreateLun("a", 4 * kAu, kBs).ok());
@@ -344,15 +348,42 @@ TEST(ServedV3, TheJournalGrowsByWhatCoreOffersAndNoFurther) {
       ASSERT_TRUE((*l)->Write(0, kBlocksPerAu, data.data(), Durability::kDurable).ok());
     }
     EXPECT_EQ((*p)->soft_threshold_generation(), gen + 1) << "the write crossed the soft threshold";
-    ASSERT_TRUE((*p)->Grow(2 * size).ok());
+    ASSERT_TRUE((*p)->Grow(8 * size).ok());
     ASSERT_TRUE((*p)->Close().ok());
   }
   auto p = Pool::Open(&env, "p");
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   const SuperblockV3 sb = Superblock(env);
-  EXPECT_EQ(JournalAus(sb), JournalTargetAus(0, kAu)) << "the reopen's checkpoint grew it to its target";
+  EXPECT_EQ(JournalAus(sb), kDefaultJournalBytes / kAu) << "the reopen's checkpoint grew it to its target";
+  EXPECT_EQ(JournalAus(sb), JournalTargetAus(0, kAu, sb.units, 0));
   const SpaceInfo si = (*p)->Space();
   EXPECT_GT(si.free_units, si.total_units - si.soft_threshold_units);
+  ASSERT_TRUE((*p)->Close().ok());
+  p->reset();
+  ExpectCheckClean(&env);
+}
+
+// Where Core offers more than the pool's share (a 25 % line), the journal
+// stops at the share, 1/16 of the pool's AUs, and the rest stays free for
+// data; a larger pool's share is larger, and the next checkpoint grows the
+// journal to it.
+TEST(ServedV3, TheJournalGrowsToItsShareOfThePoolAndNoFurther) {
+  FaultInjectionEnv env;
+  const uint64_t size = 64ull << 20;  // 1023 AUs: a share of 63
+  {
+    auto p = Pool::Create(&env, "p", V3(size, 25));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const SuperblockV3 sb = Superblock(env);
+    EXPECT_EQ(JournalAus(sb), 1023u / 16) << "the share, not the offer, bounded it";
+    const SpaceInfo si = (*p)->Space();
+    EXPECT_EQ(si.metadata_units, 1 + JournalAus(sb));
+    EXPECT_GT(si.free_units, si.total_units - si.soft_threshold_units + 1) << "room above the line is left";
+    ASSERT_TRUE((*p)->Grow(2 * size).ok());  // 2047 AUs: a share of 127
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto p = Pool::Open(&env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(JournalAus(Superblock(env)), 2047u / 16) << "the reopen's checkpoint grew it to the new share";
   ASSERT_TRUE((*p)->Close().ok());
   p->reset();
   ExpectCheckClean(&env);

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "handler/store/journal_segments.h"
+#include "handler/store/meta.h"  // kMaxPoolUnits
 #include "handler/store/pool.h"
 
 namespace cowstore::store::testing {
@@ -30,13 +31,14 @@ struct SuiteFormat {
     o->grain = grain;
   }
   // Format 3 grows its journal at checkpoints into the data area, towards
-  // JournalTargetAus (at least 16 MiB), while the pool's used units stay
-  // below the soft line (80 % when the threshold is off): most of a pool of
-  // a few MiB. A test that sizes its pool for its data adds this much, so
-  // that its data has the room it has at format 2 (tests about a full pool
+  // JournalTargetAus (16 MiB for a small map, at most 1/16 of the pool),
+  // while the pool's used units stay below the soft line (80 % when the
+  // threshold is off). A test that sizes its pool for its data adds this
+  // much, the most it can take whatever the pool's size, so that its data
+  // has at least the room it has at format 2 (tests about a full pool
   // count what the journal took instead).
   uint64_t JournalRoomBytes(uint32_t au) const {
-    return format == 3 ? JournalTargetAus(0, au) * au : 0;
+    return format == 3 ? JournalTargetAus(0, au, kMaxPoolUnits, 0) * au : 0;
   }
 };
 
