@@ -18,7 +18,7 @@ using store::Status;
 store::Status Reply::status() const {
   if (ok()) return Status::Ok();
   std::string code = head.Get("code");
-  for (int c = 1; c <= static_cast<int>(Code::kReadOnly); ++c) {  // the last Code
+  for (int c = 1; c <= static_cast<int>(store::kLastCode); ++c) {
     if (code == store::CodeName(static_cast<Code>(c))) return Status(static_cast<Code>(c), head.Get("message"));
   }
   return Status(Code::kIOError, head.Get("message"));

@@ -55,7 +55,8 @@ int ErrnoFor(const store::Status& status) {
     case store::Code::kAlreadyExists: return -EEXIST;
     case store::Code::kInvalidArgument: return -EINVAL;
     case store::Code::kOutOfRange: return -ERANGE;
-    case store::Code::kNoSpace: return -ENOSPC;
+    case store::Code::kNoSpace:
+    case store::Code::kNotDurable: return -ENOSPC;
     case store::Code::kBusy: return -EBUSY;
     case store::Code::kUnsupported: return -EOPNOTSUPP;
     case store::Code::kReadOnly: return -EROFS;

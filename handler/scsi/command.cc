@@ -64,6 +64,7 @@ CommandResult FromStoreStatus(LogicalUnit& lu, const store::Status& status, bool
     case Code::kOutOfRange:
       return LbaOutOfRange();
     case Code::kNoSpace:
+    case Code::kNotDurable:  // the write is in memory only: not GOOD with the cache off
       lu.mutable_counters().no_space_errors.fetch_add(1, std::memory_order_relaxed);
       return CheckCondition(SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect);
     case Code::kReadOnly:

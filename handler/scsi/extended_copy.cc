@@ -44,7 +44,8 @@ struct ResolvedSegment {
 // The result of a failed store call while processing segment `index`.
 CommandResult SegmentFailure(LogicalUnit& lu, const store::Status& s, size_t index,
                              uint16_t pointer) {
-  if (s.code() == store::Code::kNoSpace) return FromStoreStatus(lu, s, true);
+  if (s.code() == store::Code::kNoSpace || s.code() == store::Code::kNotDurable)
+    return FromStoreStatus(lu, s, true);
   CommandResult mapped = FromStoreStatus(lu, s, true);
   Asc code = mapped.sense_length ? mapped.additional_sense() : asc::kNoAdditionalSense;
   return CopyAborted(code, index, pointer);

@@ -226,6 +226,7 @@ Status Core::CheckpointLocked(uint64_t* target) {
       } else {
         frozen = format_->Freeze(st_, dirty_);
         freezes_.fetch_add(1, std::memory_order_relaxed);
+        if (frozen.meta_units > CkptUnits(st_.extents())) bound_misses_.fetch_add(1, std::memory_order_relaxed);
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
           ckpt_refused_aus_ = 0;  // the pool takes records again
           // The reserve's floor from now on (CkptBoundLocked). Not from a
@@ -273,7 +274,11 @@ Status Core::CheckpointLocked(uint64_t* target) {
   if (s.ok()) {
     try {
       s = space_->InstallMeta(format_->meta_units(), *target);
-      if (s.ok()) return Status::Ok();
+      if (s.ok()) {
+        // Over the tree just written (a test's stand-in stays).
+        ckpt_cost_ = cost_for_test_ ? cost_for_test_ : format_->NextCheckpointCost();
+        return Status::Ok();
+      }
     } catch (...) {
       s = StatusFromCurrentException(kWhere);
     }

@@ -172,6 +172,30 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st, const DirtyRanges&) const
   return f;
 }
 
+namespace {
+
+// Format 2 encodes the whole state every time (EncodeState): a 12-byte
+// header, each LUN's fields and its runs at 24 bytes each, in a chain of AUs
+// that carry kChunkHeader bytes of their own. The header counted as 64 bytes
+// and the AU added are slack this estimate always had (the reserve, and
+// every figure measured against it, stayed the same when it moved here).
+class WholeStateCost final : public CheckpointCost {
+ public:
+  explicit WholeStateCost(uint32_t au) : au_(au) {}
+  uint64_t UnitsBound(uint64_t luns, uint64_t extents) const override {
+    return CheckpointUnits(64 + luns * kLunCheckpointBytesBound + extents * 24, au_) + 1;
+  }
+
+ private:
+  const uint32_t au_;
+};
+
+}  // namespace
+
+std::shared_ptr<const CheckpointCost> FormatV2::NextCheckpointCost() const {
+  return std::make_shared<WholeStateCost>(sb_.au);
+}
+
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {
   // The chain is exactly the units Freeze asked for: a shorter one would cut

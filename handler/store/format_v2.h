@@ -37,6 +37,7 @@ class FormatV2 final : public MetaFormat {
   uint64_t superblock_seq() const override { return sb_.seq; }
   bool tracks_dirty() const override { return false; }  // every checkpoint encodes every map
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
+  std::shared_ptr<const CheckpointCost> NextCheckpointCost() const override;
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
   Status Grow(File* file, uint64_t new_size) override;

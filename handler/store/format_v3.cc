@@ -322,25 +322,17 @@ struct FrozenV3 final : FrozenDetail {
 
 uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
-// A bound on the pages WriteCkptTree writes for `f` over `prev`: its fresh
-// leaves exactly (FreshLeafCount, by its own rule: only the stretches of
-// previous leaves it re-packs, so a change costs about its own leaves, not
-// the LUN's), stored in f.leaves, and at each index level, over n children,
-// with P pages in the previous level: new pages fill the stretches between
-// the P pages named again, at most P + 1 stretches, so at most
+// The index pages a checkpoint writes over `leaves` leaves at most (fresh
+// and named again), with prev_pages[l] pages at level l of the previous
+// tree: at each level, over n children, new pages fill the stretches
+// between the P pages named again, at most P + 1 stretches, so at most
 // ceil(n / kIndexFillEntries) + P + 1 of them, and never more than n. The
-// sum runs over every level the tree may have; a bound that overshoots
-// costs AUs Core gets back, one that falls short a failed checkpoint
-// (kNoSpace).
-uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
-  std::map<uint32_t, const ExtentMap*> maps;
-  for (const auto& [id, m] : f.maps) maps.emplace(id, &m);
-  const uint64_t leaves = FreshLeafCount(maps, f.dirty, prev);
-  f.leaves = leaves;
-  uint64_t pages = leaves;
-  uint64_t n = prev.leaves.size() + leaves;  // the new tree's leaves at most
+// sum runs over every level the tree may have. Grows with `leaves`.
+uint64_t IndexPagesBound(uint64_t leaves, const std::vector<uint64_t>& prev_pages) {
+  uint64_t pages = 0;
+  uint64_t n = leaves;
   for (uint32_t level = 0; n > 0 && level <= kIndexMaxLevel; level++) {
-    const uint64_t p = level < prev.levels.size() ? prev.levels[level].size() : 0;
+    const uint64_t p = level < prev_pages.size() ? prev_pages[level] : 0;
     const uint64_t written = std::min(n, CeilDiv(n, kIndexFillEntries) + p + 1);
     pages += written;
     const uint64_t total = std::min(n, p + written);
@@ -349,6 +341,61 @@ uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
   }
   return pages;
 }
+
+std::vector<uint64_t> LevelSizes(const CkptTree& t) {
+  std::vector<uint64_t> sizes;
+  for (const auto& level : t.levels) sizes.push_back(level.size());
+  return sizes;
+}
+
+// A bound on the pages WriteCkptTree writes for `f` over `prev`: its fresh
+// leaves exactly (FreshLeafCount, by its own rule: only the stretches of
+// previous leaves it re-packs, so a change costs about its own leaves, not
+// the LUN's), stored in f.leaves, and the index pages over them and the
+// previous leaves (IndexPagesBound). A bound that overshoots costs AUs Core
+// gets back, one that falls short a failed checkpoint (kNoSpace).
+uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
+  std::map<uint32_t, const ExtentMap*> maps;
+  for (const auto& [id, m] : f.maps) maps.emplace(id, &m);
+  const uint64_t leaves = FreshLeafCount(maps, f.dirty, prev);
+  f.leaves = leaves;
+  return leaves + IndexPagesBound(prev.leaves.size() + leaves, LevelSizes(prev));
+}
+
+// Freeze's meta_units from counts, over the tree as it stands, whatever is
+// dirty: every page new (none reused from the chunks' free pages).
+//   LUN table: a page holds records until the next does not fit, so each
+//     holds at least (kLunPageBytes - kLunPageHeader) - kLunCheckpointBytesBound
+//     bytes of them.
+//   Fresh leaves (FreshLeafCount): each re-packed stretch of n runs takes
+//     one leaf if n <= kLeafPageRuns, else ceil(n / kLeafFillRuns): at most
+//     n / kLeafFillRuns + 1 either way. A stretch is a maximal run of
+//     previous leaves, or a LUN new to the tree: S <= previous leaves +
+//     LUNs. A map run crossing a stretch's ends is clipped into it, so the
+//     stretches hold at most extents + 2S runs. Joining runs (Joined) only
+//     lowers the count.
+//   Index pages: IndexPagesBound over the previous and the fresh leaves.
+// One LUN more than asked: one being created or cloned is a new record and
+// a new stretch.
+class ShadowTreeCost final : public CheckpointCost {
+ public:
+  ShadowTreeCost(uint64_t pages_per_au, uint64_t prev_leaves, std::vector<uint64_t> prev_levels)
+      : pages_per_au_(pages_per_au), prev_leaves_(prev_leaves), prev_levels_(std::move(prev_levels)) {}
+  uint64_t UnitsBound(uint64_t luns, uint64_t extents) const override {
+    luns += 1;
+    const uint64_t lun_pages =
+        1 + CeilDiv(luns * kLunCheckpointBytesBound, kLunPageBytes - kLunPageHeader - kLunCheckpointBytesBound);
+    const uint64_t stretches = prev_leaves_ + luns;
+    const uint64_t leaves = CeilDiv(extents + 2 * stretches, kLeafFillRuns) + stretches;
+    const uint64_t pages = lun_pages + leaves + IndexPagesBound(prev_leaves_ + leaves, prev_levels_);
+    return CeilDiv(pages, pages_per_au_);
+  }
+
+ private:
+  const uint64_t pages_per_au_;
+  const uint64_t prev_leaves_;
+  const std::vector<uint64_t> prev_levels_;
+};
 
 // Gives the pages of the chunks the current checkpoint leaves free, then
 // those of the AUs Core handed over, in address order within each.
@@ -406,6 +453,12 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
   out.detail = std::move(f);
   return out;
+}
+
+std::shared_ptr<const CheckpointCost> FormatV3::NextCheckpointCost() const {
+  // Before LoadState there is no AU size to count pages by; nothing asks.
+  const uint64_t per_au = ring_ ? choice_.sb.au / kLeafPageBytes : 1;
+  return std::make_shared<ShadowTreeCost>(per_au, tree_.leaves.size(), LevelSizes(tree_));
 }
 
 uint64_t FormatV3::PagesBound(const FrozenCheckpoint& frozen) {

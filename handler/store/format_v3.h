@@ -199,6 +199,7 @@ class FormatV3 final : public MetaFormat {
   bool tracks_dirty() const override { return true; }
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
   FrozenCheckpoint Freeze(const MetaState& st) const;
+  std::shared_ptr<const CheckpointCost> NextCheckpointCost() const override;
   // The pages a Freeze bounded its checkpoint's writes by (the LUN table's
   // and the tree's; 0 for a Freeze of no detail or another format's): tests
   // hold what a checkpoint wrote against it, which the free pages of the

@@ -185,6 +185,13 @@ struct LunAttrs {
   uint32_t unknown_tag = 0;  // decoding only: the first tag this build does not know
 };
 void EncodeLunAttrs(const LunAttrs& a, Encoder* e);
+// The most one LUN's fields (not its map) take in a checkpoint of either
+// format: ids, uuid, size, block size, a kMaxNameLength name and every
+// attribute this build writes (an unknown one is refused on load, so none is
+// carried): 160 bytes in format 2's state (EncodeState), 152 in a format 3
+// LUN table page. Checkpoint bounds count LUNs by it (CheckpointCost); a
+// test holds both encodings to it.
+constexpr size_t kLunCheckpointBytesBound = 160;
 // False if the list does not decode (kCorruption: a known tag with a wrong
 // length or value, a repeated tag, a truncated entry). An unknown tag
 // decodes, leaving its number in unknown_tag for the caller to refuse.

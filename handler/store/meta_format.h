@@ -73,6 +73,24 @@ struct FrozenCheckpoint {
   std::shared_ptr<const FrozenDetail> detail;  // the format's own (FormatV3); FormatV2: none
 };
 
+// A bound on the AUs the next checkpoint's Freeze asks for
+// (FrozenCheckpoint::meta_units), from counts alone. Core keeps that much
+// room free before it takes any record (every reservation and LUN change
+// checks it: Core::CkptBoundLocked), so a checkpoint is refused for room only
+// if a bound falls short, and an operation refused for room has changed
+// nothing. A bound that overshoots costs free space held back, one that
+// falls short an operation applied but not durable (kNotDurable).
+// Immutable: Core asks the format for one after each load and checkpoint
+// (NextCheckpointCost, from the thread that changes the format) and reads it
+// under its metadata lock from any thread.
+class CheckpointCost {
+ public:
+  virtual ~CheckpointCost() = default;
+  // For a state of at most `luns` LUNs whose maps hold at most `extents`
+  // extents in all, whatever changed since the last checkpoint.
+  virtual uint64_t UnitsBound(uint64_t luns, uint64_t extents) const = 0;
+};
+
 class MetaFormat {
  public:
   virtual ~MetaFormat() = default;
@@ -132,6 +150,10 @@ class MetaFormat {
   // (dirty_ranges.h: Core takes it in the same critical section, merges it
   // back if the checkpoint fails); ignored unless tracks_dirty().
   virtual FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const = 0;
+  // The bound Freeze keeps to until the next checkpoint (CheckpointCost):
+  // valid from LoadState to the next successful WriteCheckpoint, after
+  // which Core asks again.
+  virtual std::shared_ptr<const CheckpointCost> NextCheckpointCost() const = 0;
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core; FormatV2 uses
   // them all, FormatV3 those it needs), syncs, writes a

@@ -78,10 +78,7 @@ Status Core::MetaFailed() {
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
-  // Per LUN at most 160 bytes: the fixed fields, a 64-byte name and every
-  // snapshot attribute (EncodeState).
-  uint64_t bytes = 64 + st_.luns.size() * 160 + extents * 24;
-  return DivUp(bytes, au_ - kChunkHeader) + 1;
+  return ckpt_cost_->UnitsBound(st_.luns.size(), extents);
 }
 
 bool Core::ShortOfRefusedCheckpointLocked() const {
@@ -89,19 +86,20 @@ bool Core::ShortOfRefusedCheckpointLocked() const {
 }
 
 uint64_t Core::CkptBoundLocked(uint64_t extents) const {
-  // The estimate, but never less than the last checkpoint asked (its Freeze's
-  // meta_units, taken or refused): a format whose checkpoint outgrows the
-  // estimate (format 3's pages at a small grain) would otherwise be let
-  // down to the estimate again right after its checkpoint succeeded, and
-  // refused at the next one.
+  // The format's bound, but never less than the last checkpoint took (its
+  // Freeze's meta_units): slack on top of a bound that holds, kept from
+  // when format 3 was held to format 2's estimate, which its checkpoints
+  // outgrew.
   return std::max(CkptUnits(extents), last_ckpt_aus_);
 }
 
 bool Core::AffordableLocked(uint64_t need, uint64_t extra_extents) const {
-  // What neither allocates nor adds an extent (an overwrite in place) does
-  // not grow the pool: it needs no reserve, or a pool inside the reserve
-  // would refuse writes to data it already holds.
-  if (need == 0 && extra_extents == 0) return AffordableToFreeLocked(0);
+  // What neither allocates nor adds an extent (an overwrite in place)
+  // takes no space and appends no record: it needs no checkpoint room, or a
+  // pool short of it (an open that could not checkpoint) would refuse
+  // writes to data it already holds. Its commit is the data sync, or the
+  // batch of others' records it joins, which answers for itself.
+  if (need == 0 && extra_extents == 0) return true;
   return HasRoomFor(*space_, need, CkptReserveLocked(extra_extents));
 }
 
@@ -191,13 +189,19 @@ Result<uint64_t> Core::CommitBatch() {
     s = ckpt ? CheckpointLocked(&target) : format_->CommitBatch(file_.get(), batch);
   if (refused_early || (ckpt && s.code() == Code::kNoSpace)) {
     // Refused for room before anything changed (CheckpointLocked's only
-    // kNoSpace): the pool serves on, and so does the queue. Its waiters get
-    // kNoSpace; their records stay buffered, applied in memory, for the
-    // checkpoint that succeeds once there is room.
+    // kNoSpace): the pool serves on, and so does the queue. A refused
+    // commit always has records buffered (with none, a refused pool's
+    // commit is the data sync above), applied in memory: its waiters' own
+    // among them. So they get kNotDurable, not kNoSpace, whose contract is
+    // "nothing changed" (a DeleteLun told kNoSpace would have deleted the
+    // LUN all the same). The records stay buffered for the checkpoint that
+    // succeeds once there is room. (Every operation refuses before applying
+    // when the checkpoint bound has no room: CkptBoundLocked. This is what
+    // is left if the bound fell short.)
     queue_.RefuseBatch();
-    return Status(Code::kNoSpace, s.message() +
-                                      "; what was buffered before stays applied and becomes "
-                                      "durable with the first checkpoint that finds room");
+    return Status(Code::kNotDurable, s.message() +
+                                         "; what was buffered stays applied (reads see it) and "
+                                         "becomes durable with the first checkpoint that finds room");
   }
   if (!s.ok()) {
     // Reads stop too (CheckUsable), not only commits: a failed write or sync
@@ -240,6 +244,9 @@ void Core::ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bo
 
 Status Core::ReclaimPending() {
   Status c = Commit(CurrentSeq());  // the freeing records
+  // The caller's own operation applied nothing yet: for it, a commit refused
+  // for room is a refusal with nothing changed (kNoSpace).
+  if (c.code() == Code::kNotDurable) return Status(Code::kNoSpace, c.message());
   if (!c.ok()) return c;
   queue_.DrainHooks();  // their runs are in thinner_ once the hooks finished
   thinner_.Drain();     // and on the free list once punched
@@ -256,9 +263,9 @@ Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
   Status s = Commit(CurrentSeq());  // everything buffered so far
-  if (s.code() == Code::kNoSpace && !meta_failed_.load()) {
-    // The checkpoint was refused for room (the only kNoSpace a commit
-    // gives; the pool did not fail): what is buffered, acknowledged
+  if (s.code() == Code::kNotDurable && !meta_failed_.load()) {
+    // The checkpoint was refused for room (CommitBatch; the pool did not
+    // fail): what is buffered, acknowledged
     // buffered writes among it, is still in memory only. The pool stays
     // open so that room can be made (Grow) and Close tried again; a
     // second Close, or the destructor's, retries rather than report Ok.

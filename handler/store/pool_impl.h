@@ -131,6 +131,18 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   }
   // Tests: how many checkpoints have frozen the state (freezes_).
   uint64_t FreezesForTest() const { return freezes_.load(); }
+  // Tests: how many Freezes asked for more AUs than the format's bound
+  // promised for that state (CkptUnits): a bound that fell short.
+  uint64_t CkptBoundMissesForTest() const { return bound_misses_.load(); }
+  // Tests: a bound that falls short (one that returns fewer AUs than a
+  // checkpoint takes), in place of the format's from now on, to reach the
+  // state a bug in a bound would leave: a checkpoint refused for room with
+  // records applied. Null: the format's again, from the next checkpoint.
+  void SetCheckpointCostForTest(std::shared_ptr<const CheckpointCost> c) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    cost_for_test_ = c;
+    if (c) ckpt_cost_ = std::move(c);
+  }
   // Tests: breaks what CheckpointLocked checks (track_dirty_ below).
   void SetTrackDirtyForTest(bool on) EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
@@ -226,6 +238,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // whatever replaces it later (an in-place upgrade) must also hold meta_mu_,
   // under which AppendLocked calls this.
   uint64_t DurableLsn() const NO_THREAD_SAFETY_ANALYSIS { return format_->durable_lsn(); }
+  // The format's bound on the next checkpoint's AUs (ckpt_cost_) for the
+  // LUNs there are and `extents` extents.
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
   // The checkpoint AUs room must keep for `extents` extents: CkptUnits, but
   // at least the AUs the last checkpoint asked (last_ckpt_aus_). The one
@@ -383,6 +397,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The AUs the last checkpoint that took its AUs asked (its Freeze's
   // meta_units): a floor under the checkpoint reserve (CkptBoundLocked).
   uint64_t last_ckpt_aus_ GUARDED_BY(meta_mu_) = 0;
+  // The format's bound on what its next checkpoint takes
+  // (MetaFormat::NextCheckpointCost): asked for after the load and after
+  // each checkpoint, read by every reservation under meta_mu_.
+  std::shared_ptr<const CheckpointCost> ckpt_cost_ GUARDED_BY(meta_mu_);
+  std::shared_ptr<const CheckpointCost> cost_for_test_ GUARDED_BY(meta_mu_);  // sticky override
+  std::atomic<uint64_t> bound_misses_{0};  // Freezes past CkptUnits (tests)
   // Freezes run (each copies the state under meta_mu_): tests count them.
   std::atomic<uint64_t> freezes_{0};
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings

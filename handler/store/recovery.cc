@@ -150,6 +150,7 @@ Status Core::LoadLocked() {
   LoadedMeta loaded;
   s = format_->LoadState(file_.get(), &st_, &loaded);
   if (!s.ok()) return s;
+  ckpt_cost_ = format_->NextCheckpointCost();
   const ReplayEnd& end = loaded.end;
   jbuf_.set_next_lsn(end.next_lsn);
   loss_ = JournalLoss();

@@ -18,6 +18,7 @@ const char* CodeName(Code code) {
     case Code::kIOError: return "IOError";
     case Code::kClosed: return "Closed";
     case Code::kReadOnly: return "ReadOnly";
+    case Code::kNotDurable: return "NotDurable";
   }
   return "Unknown";
 }

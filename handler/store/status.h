@@ -28,8 +28,14 @@ enum class Code : uint8_t {
   kIOError,          // the device failed (EIO and friends)
   kClosed,           // pool or LUN handle already closed
   kReadOnly,         // write-class call on a read-only LUN (a snapshot); nothing done
-                     // (keep last: the control client reads codes up to it)
+  kNotDurable,       // applied in memory (reads see it), but its commit was refused for
+                     // room: durable with the first checkpoint that finds room (after a
+                     // Grow or a free), lost if the pool closes or loses power first.
+                     // Unlike kNoSpace, the change *was* made.
+                     // (keep last: kLastCode names it, and the control client reads
+                     // codes up to it)
 };
+inline constexpr Code kLastCode = Code::kNotDurable;
 
 class [[nodiscard]] Status {
  public:

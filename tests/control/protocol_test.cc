@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include <gtest/gtest.h>
 
+#include "handler/control/client.h"
 #include "handler/control/protocol.h"
 
 namespace cowstore::control_test {
@@ -24,3 +25,27 @@ TEST(Protocol, EncodingRoundTrips) {
 
 }  // namespace
 }  // namespace cowstore::control_test
+
+namespace cowstore::control {
+namespace {
+
+// Every store code crosses the socket by name and comes back as itself,
+// the last one (kLastCode) included; a name the client does not know
+// reads as kIOError.
+TEST(Protocol, ErrorRepliesCarryEveryStoreCode) {
+  for (int c = 1; c <= static_cast<int>(store::kLastCode); ++c) {
+    const auto code = static_cast<store::Code>(c);
+    Reply r;
+    r.head = Record("error");
+    r.head.Set("code", store::CodeName(code)).Set("message", "m");
+    EXPECT_EQ(r.status().code(), code) << store::CodeName(code);
+    EXPECT_EQ(r.status().message(), "m");
+  }
+  Reply u;
+  u.head = Record("error");
+  u.head.Set("code", "SomethingNewer").Set("message", "m");
+  EXPECT_EQ(u.status().code(), store::Code::kIOError);
+}
+
+}  // namespace
+}  // namespace cowstore::control

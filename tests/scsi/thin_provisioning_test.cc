@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "handler/scsi/command.h"
 #include "tests/scsi/scsi_test_util.h"
 
 namespace cowstore::scsi::testing {
@@ -68,6 +69,18 @@ TEST_F(ThinProvisioningTest, OutOfSpaceIsDataProtectAndNothingWritten) {
   EXPECT_TRUE(IsGood(Write(written * kAuBlocks, Bytes(kAuBlocks * kBlock, 0xAB))));
   EXPECT_EQ(Read(written * kAuBlocks, 1), Bytes(kBlock, 0xAB));
   EXPECT_EQ(Read(2 * kAuBlocks, 1), Bytes(kBlock, 3));  // earlier data intact
+}
+
+// A write the store applied but could not make durable (its checkpoint
+// refused for room: store kNotDurable) is not GOOD: with the write cache
+// off that would promise stable storage. It gets the out-of-space sense,
+// which SBC lets leave the blocks either way, and is counted as such.
+TEST_F(ThinProvisioningTest, NotDurableIsDataProtectLikeOutOfSpace) {
+  const uint64_t before = lu_->counters().no_space_errors.load();
+  CommandResult r = FromStoreStatus(*lu_, store::Status(store::Code::kNotDurable, "not yet durable"), true);
+  EXPECT_TRUE(HasSense(r, SenseKey::kDataProtect, asc::kSpaceAllocationFailedWriteProtect));
+  EXPECT_EQ(lu_->counters().no_space_errors.load(), before + 1);
+  EXPECT_EQ(lu_->counters().internal_errors.load(), 0u);
 }
 
 TEST_F(ThinProvisioningTest, SoftThresholdUnitAttentionOnce) {

@@ -300,6 +300,10 @@ PoolProbe ProbePool(const std::string& path) {
     case Code::kUnsupported: hint = "made by a newer cowstore: upgrade cowctl"; break;
     case Code::kIOError: hint = "I/O error: check the device and dmesg"; break;
     case Code::kReadOnly: hint = "read-only (a snapshot): roll a LUN back to it, or clone it"; break;
+    case Code::kNotDurable:
+      hint = "done, but not yet durable: the pool has no room for its metadata checkpoint; run "
+             "'cowctl pool grow' or free space to make it durable (it is lost if the daemon stops first)";
+      break;
     default: hint = store::CodeName(s.code()); break;
   }
   std::string msg = what + ": " + hint;
