@@ -229,6 +229,10 @@ Status Core::CheckpointLocked(uint64_t* target) {
         if (frozen.meta_units > CkptUnits(st_.extents())) bound_misses_.fetch_add(1, std::memory_order_relaxed);
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
           ckpt_refused_aus_ = 0;  // the pool takes records again
+          // Until this checkpoint is installed, records keep coming, and the
+          // one after it shadows the tree this one writes: the Freeze's
+          // bound holds over both (a test's stand-in stays).
+          if (frozen.next_cost && !cost_for_test_) ckpt_cost_ = frozen.next_cost;
           // The reserve's floor from now on (CkptBoundLocked). Not from a
           // refused Freeze: then ckpt_refused_aus_ gates records, and a
           // floor above the free AUs would refuse overwrites in place too.
@@ -270,13 +274,23 @@ Status Core::CheckpointLocked(uint64_t* target) {
   } catch (...) {
     s = StatusFromCurrentException(kWhere);
   }
+  // The bound over the tree just written, tighter than the Freeze's. Asked
+  // here, on the leader (the only thread that changes the format), before
+  // the lock; without memory for it, the Freeze's bound holds on: a
+  // checkpoint that is durable must not fail the pool for this.
+  std::shared_ptr<const CheckpointCost> exact;
+  if (s.ok()) {
+    try {
+      exact = format_->NextCheckpointCost();
+    } catch (...) {
+    }
+  }
   MutexLock g(&meta_mu_);
   if (s.ok()) {
     try {
       s = space_->InstallMeta(format_->meta_units(), *target);
       if (s.ok()) {
-        // Over the tree just written (a test's stand-in stays).
-        ckpt_cost_ = cost_for_test_ ? cost_for_test_ : format_->NextCheckpointCost();
+        if (exact && !cost_for_test_) ckpt_cost_ = std::move(exact);
         return Status::Ok();
       }
     } catch (...) {

@@ -169,6 +169,7 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st, const DirtyRanges&) const
   FrozenCheckpoint f;
   EncodeState(st, &f.payload);
   f.meta_units = CheckpointUnits(f.payload.size(), sb_.au);
+  f.next_cost = NextCheckpointCost();  // the whole state every time: no tree to outgrow
   return f;
 }
 

@@ -327,8 +327,12 @@ uint64_t CeilDiv(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // tree: at each level, over n children, new pages fill the stretches
 // between the P pages named again, at most P + 1 stretches, so at most
 // ceil(n / kIndexFillEntries) + P + 1 of them, and never more than n. The
-// sum runs over every level the tree may have. Grows with `leaves`.
-uint64_t IndexPagesBound(uint64_t leaves, const std::vector<uint64_t>& prev_pages) {
+// sum runs over every level the tree may have. Grows with `leaves` and
+// with each prev_pages[l]. *new_pages (if given) gets a bound on each
+// level's pages in the tree written: the P kept and those written, at most
+// one a child; each is at least prev_pages[l].
+uint64_t IndexPagesBound(uint64_t leaves, const std::vector<uint64_t>& prev_pages,
+                         std::vector<uint64_t>* new_pages = nullptr) {
   uint64_t pages = 0;
   uint64_t n = leaves;
   for (uint32_t level = 0; n > 0 && level <= kIndexMaxLevel; level++) {
@@ -336,6 +340,7 @@ uint64_t IndexPagesBound(uint64_t leaves, const std::vector<uint64_t>& prev_page
     const uint64_t written = std::min(n, CeilDiv(n, kIndexFillEntries) + p + 1);
     pages += written;
     const uint64_t total = std::min(n, p + written);
+    if (new_pages) new_pages->push_back(total);
     if (total <= 1) break;  // the root
     n = total;
   }
@@ -352,14 +357,15 @@ std::vector<uint64_t> LevelSizes(const CkptTree& t) {
 // leaves exactly (FreshLeafCount, by its own rule: only the stretches of
 // previous leaves it re-packs, so a change costs about its own leaves, not
 // the LUN's), stored in f.leaves, and the index pages over them and the
-// previous leaves (IndexPagesBound). A bound that overshoots costs AUs Core
-// gets back, one that falls short a failed checkpoint (kNoSpace).
-uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
+// previous leaves (IndexPagesBound, which bounds the new tree's levels in
+// *new_levels). A bound that overshoots costs AUs Core gets back, one that
+// falls short a failed checkpoint (the pages run out: the pool fails).
+uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev, std::vector<uint64_t>* new_levels) {
   std::map<uint32_t, const ExtentMap*> maps;
   for (const auto& [id, m] : f.maps) maps.emplace(id, &m);
   const uint64_t leaves = FreshLeafCount(maps, f.dirty, prev);
   f.leaves = leaves;
-  return leaves + IndexPagesBound(prev.leaves.size() + leaves, LevelSizes(prev));
+  return leaves + IndexPagesBound(prev.leaves.size() + leaves, LevelSizes(prev), new_levels);
 }
 
 // Freeze's meta_units from counts, over the tree as it stands, whatever is
@@ -371,7 +377,8 @@ uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev) {
 //     one leaf if n <= kLeafPageRuns, else ceil(n / kLeafFillRuns): at most
 //     n / kLeafFillRuns + 1 either way. A stretch is a maximal run of
 //     previous leaves, or a LUN new to the tree: S <= previous leaves +
-//     LUNs. A map run crossing a stretch's ends is clipped into it, so the
+//     LUNs. (Not <= extents: one long run may cross many stretches.)
+//     A map run crossing a stretch's ends is clipped into it, so the
 //     stretches hold at most extents + 2S runs. Joining runs (Joined) only
 //     lowers the count.
 //   Index pages: IndexPagesBound over the previous and the fresh leaves.
@@ -445,12 +452,18 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   f->dirty.Merge(dirty);
   f->dirty.Merge(carried_dirty_);
 
-  const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_);
+  std::vector<uint64_t> new_levels;
+  const uint64_t pages = LunTablePageCount(f->luns) + TreePagesBound(*f, tree_, &new_levels);
   f->pages = pages;
   const uint64_t per_au = choice_.sb.au / kLeafPageBytes;
   const uint64_t free_pages = chunks_.size() * per_au - PagesOf(tree_, lun_pages_).size();
   FrozenCheckpoint out;
   out.meta_units = pages > free_pages ? CeilDiv(pages - free_pages, per_au) : 0;
+  // The next Freeze shadows the tree this one writes: at most the previous
+  // leaves (those kept) and the fresh ones, with the levels IndexPagesBound
+  // allowed. ShadowTreeCost grows with both, so it also holds over the
+  // current tree, should this checkpoint not be written.
+  out.next_cost = std::make_shared<ShadowTreeCost>(per_au, tree_.leaves.size() + f->leaves, std::move(new_levels));
   out.detail = std::move(f);
   return out;
 }

@@ -65,12 +65,19 @@ struct FrozenDetail {
   virtual ~FrozenDetail() = default;
 };
 
+class CheckpointCost;
+
 // The metadata state frozen for a checkpoint, taken under Core's metadata
 // lock (the state changes as soon as it is released).
 struct FrozenCheckpoint {
   std::string payload;      // the state in the format's encoding (FormatV2)
   uint64_t meta_units = 0;  // AUs Core must take from the space map for it
   std::shared_ptr<const FrozenDetail> detail;  // the format's own (FormatV3); FormatV2: none
+  // A bound (CheckpointCost) that holds from this Freeze until the
+  // checkpoint after the next, whether this one is written or not: while it
+  // is being written, records keep coming, and the next Freeze shadows the
+  // tree it writes, not the one NextCheckpointCost() was asked over.
+  std::shared_ptr<const CheckpointCost> next_cost;
 };
 
 // A bound on the AUs the next checkpoint's Freeze asks for
@@ -150,9 +157,10 @@ class MetaFormat {
   // (dirty_ranges.h: Core takes it in the same critical section, merges it
   // back if the checkpoint fails); ignored unless tracks_dirty().
   virtual FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const = 0;
-  // The bound Freeze keeps to until the next checkpoint (CheckpointCost):
-  // valid from LoadState to the next successful WriteCheckpoint, after
-  // which Core asks again.
+  // The bound Freeze keeps to until the next checkpoint (CheckpointCost)
+  // over the checkpoint as it stands: valid from LoadState, and from each
+  // successful WriteCheckpoint (after which Core asks again) to the next
+  // Freeze, which hands over its FrozenCheckpoint::next_cost.
   virtual std::shared_ptr<const CheckpointCost> NextCheckpointCost() const = 0;
   // Checkpoint, step 2, without the metadata lock: writes `f` into `units`
   // (the FrozenCheckpoint's meta_units AUs, taken by Core; FormatV2 uses

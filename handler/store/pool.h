@@ -216,9 +216,20 @@ class Pool {
   // Opens an existing pool, replaying its journal (automatic recovery).
   // kBusy if another process holds it; kCorruption / kUnsupported on bad or
   // unknown metadata, without modifying anything. A writable open of a pool
-  // too full for its checkpoint succeeds and serves reads and overwrites in
-  // place; what needs a record (writes that allocate, unmaps, LUN changes,
-  // flushes) gets kNoSpace saying so, until Grow (or frees) make room.
+  // too full for its checkpoint succeeds and serves reads, overwrites in
+  // place and flushes of them; what needs a record (writes that allocate,
+  // unmaps, LUN changes) gets kNoSpace saying so, until Grow (or frees) make
+  // room.
+  //
+  // kNoSpace: refused for room, nothing changed (but for the earlier parts
+  // of a write too long for one reservation, which SBC allows a failed
+  // write). kNotDurable (any durable write, Flush, Close, LUN change):
+  // done in memory, reads see it, but its commit was refused for room
+  // (the store's checkpoint bound fell short, or the open could not
+  // checkpoint); it becomes durable with the first checkpoint that finds
+  // room (Grow, or frees), and is lost if the pool is closed or cut first.
+  // A CreateLun/CloneLun/SnapshotLun told kNotDurable made the LUN: GetLun
+  // finds it.
   static Result<std::unique_ptr<Pool>> Open(Env* env, const std::string& path,
                                             const OpenOptions& options = {});
   // Full offline invariant check of a pool that is not open anywhere.

@@ -397,9 +397,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The AUs the last checkpoint that took its AUs asked (its Freeze's
   // meta_units): a floor under the checkpoint reserve (CkptBoundLocked).
   uint64_t last_ckpt_aus_ GUARDED_BY(meta_mu_) = 0;
-  // The format's bound on what its next checkpoint takes
-  // (MetaFormat::NextCheckpointCost): asked for after the load and after
-  // each checkpoint, read by every reservation under meta_mu_.
+  // The format's bound on what its next checkpoint takes: the load's
+  // (MetaFormat::NextCheckpointCost), then each Freeze's next_cost while its
+  // checkpoint is written, then that checkpoint's NextCheckpointCost. Read by
+  // every reservation under meta_mu_.
   std::shared_ptr<const CheckpointCost> ckpt_cost_ GUARDED_BY(meta_mu_);
   std::shared_ptr<const CheckpointCost> cost_for_test_ GUARDED_BY(meta_mu_);  // sticky override
   std::atomic<uint64_t> bound_misses_{0};  // Freezes past CkptUnits (tests)

@@ -301,8 +301,9 @@ PoolProbe ProbePool(const std::string& path) {
     case Code::kIOError: hint = "I/O error: check the device and dmesg"; break;
     case Code::kReadOnly: hint = "read-only (a snapshot): roll a LUN back to it, or clone it"; break;
     case Code::kNotDurable:
-      hint = "done, but not yet durable: the pool has no room for its metadata checkpoint; run "
-             "'cowctl pool grow' or free space to make it durable (it is lost if the daemon stops first)";
+      hint = "not saved: the pool has no room for its metadata checkpoint. Run 'cowctl pool grow' "
+             "(or free space): a running handler then saves the change, which it holds until it "
+             "stops; where cowctl opened the pool itself, the change was dropped: retry after growing";
       break;
     default: hint = store::CodeName(s.code()); break;
   }
