@@ -70,13 +70,13 @@ TEST(CheckpointCost, BothEncodingsOfALunKeepToTheBound) {
   EXPECT_LE(LunRecordBytes(r), kLunCheckpointBytesBound);
 }
 
-PoolOptions Options(const SuiteFormat& f) {
+PoolOptions Options(const SuiteFormat& f, uint32_t soft_percent = 1) {
   PoolOptions o;
   f.Apply(&o);
   o.allocation_unit = kAu;
   o.size_bytes = 12 << 20;  // 1 % of it is one AU: format 3's journal stays at 64 KiB
   o.journal_bytes = 64 << 10;  // checkpoints every few dozen operations
-  o.soft_threshold_percent = 1;
+  o.soft_threshold_percent = soft_percent;
   o.backing_check_interval_ms = kBackingSignalOff;
   return o;
 }
@@ -171,6 +171,31 @@ TEST_P(CheckpointCostTest, NoCheckpointAsksMoreThanTheBound) {
   EXPECT_GT(freezes, 8u) << "too few checkpoints to say anything";
 }
 
+// The same with format 3's journal growing at checkpoints (the soft
+// threshold off: up to its 1/16 share of the pool, below the 80 % line,
+// never into the checkpoint reserve: CheckpointJournalSpace).
+// Format 3 only: format 2's journal keeps its size.
+class CheckpointCostGrowthTest : public ::testing::TestWithParam<SuiteFormat> {};
+
+TEST_P(CheckpointCostGrowthTest, NoCheckpointAsksMoreThanTheBoundWhileTheJournalGrows) {
+  FaultInjectionEnv env;
+  auto p = Pool::Create(&env, "p", Options(GetParam(), /*soft_percent=*/0));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  RandomOps ops;
+  ops.rng.seed(GetParam().grain + GetParam().format * 31);
+  ops.unit_blocks = (GetParam().grain ? GetParam().grain : kAu) / kBs;
+  ASSERT_NO_FATAL_FAILURE(ops.Run(pool, 120000));
+  ASSERT_TRUE(pool.Flush().ok());
+  Core* core = CoreOfForTest(&pool);
+  // The open's, which grew the journal, and at least one that filled it.
+  EXPECT_GT(core->FreezesForTest(), 1u) << "the grown journal never filled";
+  EXPECT_GT(core->Space().metadata_units, 4u) << "the journal did not grow";
+  EXPECT_GT(ops.refused_io, 0) << "the pool never filled: the reserve line was never reached";
+  EXPECT_EQ(core->CkptBoundMissesForTest(), 0u);
+  ExpectClean(pool);
+}
+
 // Several writers at the reserve line while checkpoints are written: the
 // records taken while one is in flight are held to the bound over the tree
 // it writes (FrozenCheckpoint::next_cost), not the one before. No answer
@@ -197,6 +222,8 @@ TEST_P(CheckpointCostTest, WritersDuringACheckpointAreHeldToTheNextTreesBound) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CheckpointCostTest, AllFormats(), FormatName());
+INSTANTIATE_TEST_SUITE_P(Formats, CheckpointCostGrowthTest, ::testing::Values(testing::kF3Au, testing::kF3G4k),
+                         FormatName());
 
 }  // namespace
 }  // namespace cowstore::store
