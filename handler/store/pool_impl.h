@@ -264,7 +264,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // on top of its own, so that on a full pool UNMAP and WRITE SAME of zeros,
   // which may split extents without freeing anything at once (shared data),
   // still fit: ~1,000 of them, each giving back its AUs if unshared.
-  // 24 KiB of checkpoint: at most one AU of the pool.
+  // At most one AU of the pool at either format (store.md, "Space", gives
+  // each format's figure).
   static constexpr uint64_t kFreeingReserveExtents = 1024;
   // Room for `need` more grains and `extra_extents` more extents, leaving the
   // frees' reserve (none is needed by what allocates nothing and adds no
