@@ -277,7 +277,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t CkptReserveLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Room for a free that adds up to `extra_extents` extents; may use the reserve.
   bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
-  // The kNoSpace of an operation that needs `need` more grains than fit.
+  // The kNoSpace of an operation that needs `need` more grains than fit;
+  // its free figure includes the checkpoint room (pool_impl.cc says why).
   Status PoolFullLocked(uint64_t need) const REQUIRES(meta_mu_);
   // Takes `need` grains for an operation. kNoSpace if the pool cannot give
   // them while keeping room for a checkpoint.
