@@ -68,7 +68,7 @@ std::vector<Record> EncodeSpace(const std::string& pool, const store::SpaceInfo&
   // cowctl skips the field, an older handler sends none (read as 0).
   p.Set("thinning_units", s.thinning_units);
   // What the *_units count (the grain); an older handler sends none, and
-  // SpaceInfo::Bytes then counts AUs, as that handler did.
+  // SpaceInfo::Bytes then counts AUs, as that handler did (pool.h).
   p.Set("unit_bytes", s.unit_bytes);
   p.Set("soft_threshold_units", s.soft_threshold_units).Set("provisioned_bytes", s.provisioned_bytes);
   // Thin on thin; absent when the handler's Env cannot tell.
@@ -116,7 +116,8 @@ store::SpaceInfo DecodeSpace(const std::vector<Record>& records) {
 void EncodeCheck(const store::CheckReport& c, Record* head, std::vector<Record>* records) {
   head->Set("clean", c.clean ? 1 : 0).Set("luns", c.luns).Set("extents", c.extents);
   head->Set("allocated_units", c.allocated_units).Set("leaked_units", c.leaked_units);
-  // What the units count; an older handler sends none (0: AUs).
+  // What the units count; an older handler sends none (0: unknown, not AUs:
+  // CheckReport in pool.h).
   head->Set("unit_bytes", c.unit_bytes);
   for (const auto& p : c.problems) records->push_back(Record("problem").Set("text", p));
 }

@@ -68,6 +68,13 @@ int ErrnoFor(const store::Status& status) {
   return -EIO;
 }
 
+std::string NotDurableAdvice() {
+  return "not durable: the pool is short of free space for its metadata checkpoint. Grow the "
+         "pool (cowctl pool grow) or free space in it (delete LUNs or snapshots no longer "
+         "needed, unmap from the initiators): the first checkpoint that finds room makes what "
+         "is applied durable";
+}
+
 std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason, int* err) {
   common::LunSpec spec;
   std::string why;
@@ -114,6 +121,19 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
   auto info = pool_ref->GetLun(spec.lun);
   if (!info.ok() && info.status().code() == store::Code::kNotFound) {
     auto created = pool_ref->CreateLun(spec.lun, size, p.block_size);
+    // kNotDurable: the LUN exists, in memory only. The open still fails
+    // with ENOSPC rather than serve it: the admin is told at once that the
+    // pool needs room, before any initiator sees a LUN whose every write
+    // would be refused for that room, and nothing is lost by not serving
+    // it: the LUN is new and empty. A retry after room is made finds it
+    // (the existing-LUN path below) if the pool stayed open meanwhile,
+    // else the pool's release dropped it (PoolRegistry logs that) and the
+    // retry creates it anew; the same empty LUN either way.
+    if (created.status().code() == store::Code::kNotDurable) {
+      COWSTORE_LOG_ERROR(nullptr, name + ": the LUN was created in pool " + path +
+                                      " but is applied in memory only and " + NotDurableAdvice() +
+                                      "; it is not served until then (retry the backstore then)");
+    }
     if (!created.ok()) {
       return fail("cannot create LUN of " + Bytes(size) + " in pool " + path + ": " +
                       created.status().ToString(),
@@ -140,6 +160,12 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
     }
     if (info->size_bytes < size) {
       store::Status st = pool_ref->ResizeLun(spec.lun, size);
+      // kNotDurable: grown in memory only; refused as the create above is.
+      if (st.code() == store::Code::kNotDurable) {
+        COWSTORE_LOG_ERROR(nullptr, name + ": the LUN was grown to " + Bytes(size) +
+                                        " but that is applied in memory only and " +
+                                        NotDurableAdvice() + "; it is not served until then");
+      }
       if (!st.ok()) {
         return fail("cannot grow the LUN from " + Bytes(info->size_bytes) + " to " + Bytes(size) +
                         ": " + st.ToString(),

@@ -129,4 +129,10 @@ class Device {
 // Negative errno for a store error (open/reconfig return values).
 int ErrnoFor(const store::Status& status);
 
+// What the log says of a store kNotDurable answer beside its text (status.h:
+// the change is made in memory, its commit refused for room), since ENOSPC
+// alone reads as "nothing changed": why it is not durable and what the admin
+// does. The caller says what the change was and what becomes of it.
+std::string NotDurableAdvice();
+
 }  // namespace cowstore::plugin

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/plugin/pool_registry.h"
 
+#include <exception>
 #include <utility>
 #include <vector>
 
 #include "handler/control/server.h"
+#include "handler/plugin/device.h"
 #include "handler/plugin/log.h"
 #include "handler/scsi/logical_unit.h"
 
@@ -148,7 +150,25 @@ void PoolRegistry::Release(const std::string& path) {
   // failing with kBusy.
   server.reset();
   store::Status st = pool->Close();
-  if (!st.ok()) COWSTORE_LOG_ERROR(nullptr, "closing pool " + path + ": " + st.ToString());
+  // Release runs in a shared_ptr's deleter (noexcept): a message without
+  // memory is dropped, the entry below must go regardless.
+  try {
+    if (st.code() == store::Code::kNotDurable) {
+      // The pool goes all the same (its last LUN closed; nothing could
+      // grow it while this process holds its lock with no control socket):
+      // what was buffered is lost with it, and the admin must know what to
+      // fix.
+      COWSTORE_LOG_ERROR(nullptr, "closing pool " + path +
+                                      ": changes were applied in memory (acknowledged buffered "
+                                      "writes, LUN changes) but are " + NotDurableAdvice() +
+                                      ". The pool is closed now, so they are lost: it reopens at "
+                                      "its last durable state; make room before serving it again (" +
+                                      st.ToString() + ")");
+    } else if (!st.ok()) {
+      COWSTORE_LOG_ERROR(nullptr, "closing pool " + path + ": " + st.ToString());
+    }
+  } catch (const std::exception&) {
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     pools_.erase(path);

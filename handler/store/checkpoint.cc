@@ -2,6 +2,7 @@
 #include "handler/store/checkpoint.h"
 
 #include <algorithm>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -145,6 +146,17 @@ uint64_t Core::JournalOfferLocked() const {
   return free > keep_free ? (free - keep_free) / UnitsOfAus(1) : 0;
 }
 
+bool Core::CkptBoundMissedLocked(const FrozenCheckpoint& f) const {
+  const uint64_t extents = st_.extents();
+  if (f.meta_units > CkptUnits(extents)) return true;
+  // Format 3's Freeze asks AUs for its pages less the current chunks' free
+  // ones, and the bound rounds up to whole AUs: a bound short by fewer
+  // pages than an AU passes the check above (meta_format.h, PagesBound).
+  const uint64_t pages = FormatV3::PagesBound(f);
+  const std::optional<uint64_t> bound = ckpt_cost_->PagesBound(st_.luns.size(), extents);
+  return bound && pages > *bound;
+}
+
 Status Core::NoCheckpointRoomLocked() const {
   return Status(Code::kNoSpace,
                 "the pool is full: the metadata checkpoint it must write before any more "
@@ -226,7 +238,8 @@ Status Core::CheckpointLocked(uint64_t* target) {
       } else {
         frozen = format_->Freeze(st_, dirty_);
         freezes_.fetch_add(1, std::memory_order_relaxed);
-        if (frozen.meta_units > CkptUnits(st_.extents())) bound_misses_.fetch_add(1, std::memory_order_relaxed);
+        last_freeze_pages_.store(FormatV3::PagesBound(frozen), std::memory_order_relaxed);
+        if (CkptBoundMissedLocked(frozen)) bound_misses_.fetch_add(1, std::memory_order_relaxed);
         if (space_->TakeMeta(frozen.meta_units, &aus)) {
           ckpt_refused_aus_ = 0;  // the pool takes records again
           // Until this checkpoint is installed, records keep coming, and the

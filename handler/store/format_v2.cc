@@ -42,6 +42,26 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   return s;
 }
 
+namespace {
+
+// Format 2 encodes the whole state every time (EncodeState): a 12-byte
+// header, each LUN's fields and its runs at 24 bytes each, in a chain of AUs
+// that carry kChunkHeader bytes of their own. The header counted as 64 bytes
+// and the AU added are slack this estimate always had (the reserve, and
+// every figure measured against it, stayed the same when it moved here).
+class WholeStateCost final : public CheckpointCost {
+ public:
+  explicit WholeStateCost(uint32_t au) : au_(au) {}
+  uint64_t UnitsBound(uint64_t luns, uint64_t extents) const override {
+    return CheckpointUnits(64 + luns * kLunCheckpointBytesBound + extents * 24, au_) + 1;
+  }
+
+ private:
+  const uint32_t au_;
+};
+
+}  // namespace
+
 Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) {
   // The newest valid copy. Both slots normally hold the same newest copy
   // (WriteSuperblock). A newer format in either slot never reaches here:
@@ -66,6 +86,9 @@ Status FormatV2::ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g)
   }
   if (!have) return why.ok() ? Status(Code::kCorruption, "no valid superblock") : why;
   sb_ = best;
+  // The bound depends on the AU alone, which no later superblock changes
+  // (Grow keeps it): one serves every checkpoint of the pool.
+  cost_ = std::make_shared<WholeStateCost>(best.au);
   const std::vector<char>& chosen = slots.slot[best_slot];
   if (slots.slot[1 - best_slot] != chosen) {
     stale_slot_ = 1 - best_slot;
@@ -169,33 +192,11 @@ FrozenCheckpoint FormatV2::Freeze(const MetaState& st, const DirtyRanges&) const
   FrozenCheckpoint f;
   EncodeState(st, &f.payload);
   f.meta_units = CheckpointUnits(f.payload.size(), sb_.au);
-  f.next_cost = NextCheckpointCost();  // the whole state every time: no tree to outgrow
+  f.next_cost = cost_;  // the whole state every time: no tree to outgrow
   return f;
 }
 
-namespace {
-
-// Format 2 encodes the whole state every time (EncodeState): a 12-byte
-// header, each LUN's fields and its runs at 24 bytes each, in a chain of AUs
-// that carry kChunkHeader bytes of their own. The header counted as 64 bytes
-// and the AU added are slack this estimate always had (the reserve, and
-// every figure measured against it, stayed the same when it moved here).
-class WholeStateCost final : public CheckpointCost {
- public:
-  explicit WholeStateCost(uint32_t au) : au_(au) {}
-  uint64_t UnitsBound(uint64_t luns, uint64_t extents) const override {
-    return CheckpointUnits(64 + luns * kLunCheckpointBytesBound + extents * 24, au_) + 1;
-  }
-
- private:
-  const uint32_t au_;
-};
-
-}  // namespace
-
-std::shared_ptr<const CheckpointCost> FormatV2::NextCheckpointCost() const {
-  return std::make_shared<WholeStateCost>(sb_.au);
-}
+std::shared_ptr<const CheckpointCost> FormatV2::NextCheckpointCost() const { return cost_; }
 
 Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
                                  const std::vector<uint64_t>& units, uint64_t start_lsn) {

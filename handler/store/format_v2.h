@@ -6,6 +6,7 @@
 // version 2 at its first checkpoint (meta.h, kFormatVersion).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "handler/store/journal.h"
@@ -54,6 +55,8 @@ class FormatV2 final : public MetaFormat {
 
   Superblock sb_;          // the newest durable superblock
   std::vector<uint64_t> chain_;  // the AUs of the checkpoint sb_ names, in chain order
+  // NextCheckpointCost's answer, made by ChooseSuperblock (null before).
+  std::shared_ptr<const CheckpointCost> cost_;
   JournalWriter journal_;  // the journal on disk: its tail and durable LSN
   int damaged_slot_ = -1;  // a slot that did not decode at open, if any
   // The slot that did not hold the chosen copy at open (damaged, older or

@@ -389,16 +389,22 @@ class ShadowTreeCost final : public CheckpointCost {
   ShadowTreeCost(uint64_t pages_per_au, uint64_t prev_leaves, std::vector<uint64_t> prev_levels)
       : pages_per_au_(pages_per_au), prev_leaves_(prev_leaves), prev_levels_(std::move(prev_levels)) {}
   uint64_t UnitsBound(uint64_t luns, uint64_t extents) const override {
+    return CeilDiv(Pages(luns, extents), pages_per_au_);
+  }
+  std::optional<uint64_t> PagesBound(uint64_t luns, uint64_t extents) const override {
+    return Pages(luns, extents);
+  }
+
+ private:
+  uint64_t Pages(uint64_t luns, uint64_t extents) const {
     luns += 1;
     const uint64_t lun_pages =
         1 + CeilDiv(luns * kLunCheckpointBytesBound, kLunPageBytes - kLunPageHeader - kLunCheckpointBytesBound);
     const uint64_t stretches = prev_leaves_ + luns;
     const uint64_t leaves = CeilDiv(extents + 2 * stretches, kLeafFillRuns) + stretches;
-    const uint64_t pages = lun_pages + leaves + IndexPagesBound(prev_leaves_ + leaves, prev_levels_);
-    return CeilDiv(pages, pages_per_au_);
+    return lun_pages + leaves + IndexPagesBound(prev_leaves_ + leaves, prev_levels_);
   }
 
- private:
   const uint64_t pages_per_au_;
   const uint64_t prev_leaves_;
   const std::vector<uint64_t> prev_levels_;

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,19 @@ class CheckpointCost {
   // For a state of at most `luns` LUNs whose maps hold at most `extents`
   // extents in all, whatever changed since the last checkpoint.
   virtual uint64_t UnitsBound(uint64_t luns, uint64_t extents) const = 0;
+  // The same bound in pages, for a format whose checkpoint is written in
+  // pages smaller than an AU (FormatV3: the pages its Freeze bounds its
+  // writes by, FormatV3::PagesBound); nullopt for one that counts no pages
+  // (FormatV2). UnitsBound rounds up to whole AUs and a Freeze takes fewer
+  // AUs than it writes pages for (the current chunks' free pages first), so
+  // only this tells Core's miss detector (CkptBoundMissedLocked) of a bound
+  // short by less than one AU, which a later checkpoint's free pages may
+  // not cover.
+  virtual std::optional<uint64_t> PagesBound(uint64_t luns, uint64_t extents) const {
+    (void)luns;
+    (void)extents;
+    return std::nullopt;
+  }
 };
 
 class MetaFormat {

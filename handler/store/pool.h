@@ -173,8 +173,8 @@ struct SpaceInfo {
   // before it is full. OutgrowsBacking() is the rule.
   bool backing_short = false;
   std::vector<LunInfo> luns;
-  // A SpaceInfo that names no unit (from a handler older than unit_bytes)
-  // counts AUs.
+  // No unit named: a handler older than unit_bytes, which came with counting
+  // in grains, so it counted AUs (not so for CheckReport's: it came later).
   uint64_t Bytes(uint64_t units) const { return units * (unit_bytes ? unit_bytes : allocation_unit); }
 };
 
@@ -196,8 +196,8 @@ struct CheckReport {
   bool clean = true;
   std::vector<std::string> problems;  // one human-readable line each
   uint64_t luns = 0, extents = 0, allocated_units = 0, leaked_units = 0;
-  // What allocated_units and leaked_units count (the grain; the AU at
-  // formats 1 and 2); 0 from a handler older than this field: AUs.
+  // What allocated_units and leaked_units count (the grain; the AU at formats 1
+  // and 2); 0 from an older handler: unknown (it may count grains unsaid).
   uint32_t unit_bytes = 0;
   // The longest the check held the store's locks at once: the most any I/O
   // waited for it (online check only).

@@ -112,8 +112,14 @@ bool Core::AffordableToFreeLocked(uint64_t extra_extents) const {
 }
 
 Status Core::PoolFullLocked(uint64_t need) const {
+  // The free figure is the space's (what Space() reports as free), which
+  // holds the room kept for the next checkpoint: said, so that "needed" below
+  // "free" does not read as a contradiction. The room itself depends on the
+  // caller's extents (CkptReserveLocked), which not every caller passes.
   return Status(Code::kNoSpace, "pool is full: " + std::to_string(UnitBytes(need)) + " bytes needed, " +
-                                    std::to_string(UnitBytes(space_->free_units())) + " free");
+                                    std::to_string(UnitBytes(space_->free_units())) +
+                                    " free including the room kept for the metadata checkpoint, "
+                                    "which data may not use; grow the pool or free space");
 }
 
 Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {

@@ -131,9 +131,13 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   }
   // Tests: how many checkpoints have frozen the state (freezes_).
   uint64_t FreezesForTest() const { return freezes_.load(); }
-  // Tests: how many Freezes asked for more AUs than the format's bound
-  // promised for that state (CkptUnits): a bound that fell short.
+  // Tests: how many Freezes asked for more than the format's bound promised
+  // for that state (CkptBoundMissedLocked): a bound that fell short.
   uint64_t CkptBoundMissesForTest() const { return bound_misses_.load(); }
+  // Tests: the pages the last Freeze bounded its checkpoint's writes by
+  // (FormatV3::PagesBound; 0 for format 2), to build a bound short of it
+  // by one page.
+  uint64_t LastFreezePagesForTest() const { return last_freeze_pages_.load(); }
   // Tests: a bound that falls short (one that returns fewer AUs than a
   // checkpoint takes), in place of the format's from now on, to reach the
   // state a bug in a bound would leave: a checkpoint refused for room with
@@ -241,6 +245,11 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The format's bound on the next checkpoint's AUs (ckpt_cost_) for the
   // LUNs there are and `extents` extents.
   uint64_t CkptUnits(uint64_t extents) const REQUIRES(meta_mu_);
+  // Whether `f`, frozen from st_ as it stands, asks more than ckpt_cost_
+  // promised for it: more AUs than CkptUnits, or, when both the Freeze and
+  // the bound count pages (format 3: CheckpointCost::PagesBound), more
+  // pages. Counted in bound_misses_ (tests); changes nothing else.
+  bool CkptBoundMissedLocked(const FrozenCheckpoint& f) const REQUIRES(meta_mu_);
   // The checkpoint AUs room must keep for `extents` extents: CkptUnits, but
   // at least the AUs the last checkpoint asked (last_ckpt_aus_). The one
   // rule CkptReserveLocked and AffordableToFreeLocked both use.
@@ -255,7 +264,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // on top of its own, so that on a full pool UNMAP and WRITE SAME of zeros,
   // which may split extents without freeing anything at once (shared data),
   // still fit: ~1,000 of them, each giving back its AUs if unshared.
-  // 24 KiB of checkpoint: at most one AU of the pool.
+  // At most one AU of the pool at either format (store.md, "Space", gives
+  // each format's figure).
   static constexpr uint64_t kFreeingReserveExtents = 1024;
   // Room for `need` more grains and `extra_extents` more extents, leaving the
   // frees' reserve (none is needed by what allocates nothing and adds no
@@ -267,7 +277,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t CkptReserveLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
   // Room for a free that adds up to `extra_extents` extents; may use the reserve.
   bool AffordableToFreeLocked(uint64_t extra_extents) const REQUIRES(meta_mu_);
-  // The kNoSpace of an operation that needs `need` more grains than fit.
+  // The kNoSpace of an operation that needs `need` more grains than fit;
+  // its free figure includes the checkpoint room (pool_impl.cc says why).
   Status PoolFullLocked(uint64_t need) const REQUIRES(meta_mu_);
   // Takes `need` grains for an operation. kNoSpace if the pool cannot give
   // them while keeping room for a checkpoint.
@@ -403,7 +414,8 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // every reservation under meta_mu_.
   std::shared_ptr<const CheckpointCost> ckpt_cost_ GUARDED_BY(meta_mu_);
   std::shared_ptr<const CheckpointCost> cost_for_test_ GUARDED_BY(meta_mu_);  // sticky override
-  std::atomic<uint64_t> bound_misses_{0};  // Freezes past CkptUnits (tests)
+  std::atomic<uint64_t> bound_misses_{0};  // Freezes past the bound (tests)
+  std::atomic<uint64_t> last_freeze_pages_{0};  // LastFreezePagesForTest
   // Freezes run (each copies the state under meta_mu_): tests count them.
   std::atomic<uint64_t> freezes_{0};
   std::atomic<uint64_t> soft_gen_{0};     // soft_threshold_percent crossings

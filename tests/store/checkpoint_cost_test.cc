@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -219,6 +220,79 @@ TEST_P(CheckpointCostTest, WritersDuringACheckpointAreHeldToTheNextTreesBound) {
   EXPECT_GT(core->FreezesForTest(), 4u) << "too few checkpoints to say anything";
   EXPECT_EQ(core->CkptBoundMissesForTest(), 0u);
   ExpectClean(pool);
+}
+
+// A bound of fixed figures, in AUs and in pages, whatever the state.
+class FixedCost final : public CheckpointCost {
+ public:
+  FixedCost(uint64_t units, uint64_t pages) : units_(units), pages_(pages) {}
+  uint64_t UnitsBound(uint64_t, uint64_t) const override { return units_; }
+  std::optional<uint64_t> PagesBound(uint64_t, uint64_t) const override { return pages_; }
+
+ private:
+  const uint64_t units_, pages_;
+};
+
+struct FirstFreeze {
+  uint64_t pages = 0;   // what it bounded its writes by (FormatV3::PagesBound)
+  uint64_t misses = 0;  // CkptBoundMissesForTest after it
+};
+
+// A format 3 pool at grain 4 KiB under FixedCost(units, pages), then
+// durable one-grain writes, each a new extent, until the journal is full
+// and a checkpoint freezes the state: the same calls, so the same state at
+// that Freeze, in every pool this makes.
+void RunToFirstFreeze(uint64_t units, uint64_t pages, FirstFreeze* out) {
+  FaultInjectionEnv env;
+  auto p = Pool::Create(&env, "p", Options(testing::kF3G4k));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  Pool& pool = **p;
+  Core* core = CoreOfForTest(&pool);
+  core->SetCheckpointCostForTest(std::make_shared<FixedCost>(units, pages));
+  const uint64_t before = core->FreezesForTest();
+  const uint64_t misses_before = core->CkptBoundMissesForTest();
+  ASSERT_TRUE(pool.CreateLun("l", 8 << 20, kBs).ok());
+  auto l = pool.OpenLun("l");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  const uint64_t grain_blocks = testing::kF3G4k.grain / kBs;
+  const std::vector<uint8_t> data(testing::kF3G4k.grain, 0x5a);
+  // Every other grain, each write an extent of its own; past the LUN's
+  // end, unmapped again in the same order (a record each too).
+  const uint64_t lba_end = (*l)->block_count();
+  for (uint64_t i = 0; core->FreezesForTest() == before; i++) {
+    ASSERT_LT(i, lba_end / grain_blocks) << "the journal never filled";
+    const uint64_t lba = (2 * i * grain_blocks) % lba_end;
+    Status s = 2 * i * grain_blocks < lba_end
+                   ? (*l)->Write(lba, grain_blocks, data.data(), Durability::kDurable)
+                   : (*l)->Unmap(lba, grain_blocks, Durability::kDurable);
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
+  ASSERT_EQ(core->FreezesForTest(), before + 1);
+  out->pages = core->LastFreezePagesForTest();
+  out->misses = core->CkptBoundMissesForTest() - misses_before;
+}
+
+// Format 3 asks AUs for its pages less the current chunks' free pages, and
+// a bound rounds up to whole AUs: a bound short by one page is short by no
+// AU, and only the detector's page comparison sees it.
+TEST(CheckpointCostMisses, ABoundShortByOnePageButNoAuIsAMiss) {
+  constexpr uint64_t kUnits = 4;  // ample for this small tree: the first run checks it
+  FirstFreeze ample;
+  ASSERT_NO_FATAL_FAILURE(RunToFirstFreeze(kUnits, ~uint64_t{0}, &ample));
+  EXPECT_EQ(ample.misses, 0u) << "kUnits is short: the test says nothing of pages";
+  ASSERT_GT(ample.pages, 1u);
+  const uint64_t pages_per_au = kAu / 4096;  // format 3's checkpoint pages (kLeafPageBytes)
+  ASSERT_LE((ample.pages - 1 + pages_per_au - 1) / pages_per_au, kUnits) << "one page short is an AU short";
+
+  FirstFreeze exact;
+  ASSERT_NO_FATAL_FAILURE(RunToFirstFreeze(kUnits, ample.pages, &exact));
+  ASSERT_EQ(exact.pages, ample.pages) << "the runs froze different states";
+  EXPECT_EQ(exact.misses, 0u) << "a bound of exactly the pages asked holds";
+
+  FirstFreeze short_one;
+  ASSERT_NO_FATAL_FAILURE(RunToFirstFreeze(kUnits, ample.pages - 1, &short_one));
+  ASSERT_EQ(short_one.pages, ample.pages) << "the runs froze different states";
+  EXPECT_EQ(short_one.misses, 1u) << "a bound one page short went unseen";
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CheckpointCostTest, AllFormats(), FormatName());

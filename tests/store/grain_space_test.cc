@@ -1742,6 +1742,77 @@ TEST(GrainSpaceAllocationFailure, ReserveKeepingAusFastPathIsAllOrNothing) {
   EXPECT_EQ(s.free_space().index().Check(), "");
 }
 
+// ReserveKeepingAus's fallback (Reserve's own plan would split a kept AU:
+// the kept AUs go out of the index for the call, Reserve runs, they come
+// back) under std::bad_alloc at each allocation in turn, each on a fresh
+// space: AU 0 is the only whole free AU and the only run that holds all 10
+// grains, so Reserve's plan lies in it; the 10 must come from single free
+// grains in AUs 2 and 3. A failure before Reserve returned leaves
+// everything as it was (the kept AU back in the index, `out` as the caller
+// had it, the census clean). A failure in the give-back after it is rule
+// 8's window (grain_space.h): the 10 grains stay reserved and in `out`, the
+// kept AU stays counted reserved in no reservation (a leak until the next
+// open) and is never handed out: the census names exactly that.
+TEST(GrainSpaceAllocationFailure, ReserveKeepingAusFallbackIsAllOrNothingButForTheGiveBack) {
+  constexpr uint64_t g = 16;  // grains of 4 KiB in an AU of 64 KiB
+  std::vector<MapRun> map = {{0, g, g}};  // AU 1 mapped whole
+  uint64_t lba = g;
+  for (uint64_t p = 2 * g; p < 4 * g; p++) {
+    if (p >= 2 * g + 1 && p < 2 * g + 21 && p % 2 == 1) continue;  // 10 grains left free, one apart
+    map.push_back({lba++, p, 1});
+  }
+  auto fresh = [&](GrainSpace* s) {
+    ASSERT_EQ(s->grains_per_au(), g);
+    ASSERT_TRUE(s->Rebuild(4 * g, StateOf({map}), {}).ok());
+  };
+  GrainSpace before(4 * KiB, 64 * KiB);
+  ASSERT_NO_FATAL_FAILURE(fresh(&before));
+  ASSERT_EQ(before.free_whole_aus(2), 1u);
+  // The premise: Reserve's own plan takes from the kept AU, so the fast
+  // path is not taken.
+  for (const GrainRun& r : before.free_space().PlanAllocation(10)) ASSERT_LT(r.start, g) << "the plan avoids AU 0";
+  const std::vector<uint64_t> before_out{12345};  // a caller's earlier grains stay
+  uint64_t unchanged = 0, window = 0;
+  for (int64_t k = 0;; k++) {
+    SCOPED_TRACE("allocation " + std::to_string(k) + " fails");
+    GrainSpace s(4 * KiB, 64 * KiB);
+    ASSERT_NO_FATAL_FAILURE(fresh(&s));
+    std::vector<uint64_t> out = before_out;
+    bool ok = false;
+    const bool threw = ThrowsBadAlloc(k, [&] { ok = s.ReserveKeepingAus(10, 1, &out); });
+    std::vector<std::string> problems;
+    CheckReport rep;
+    CheckGrainCensus(map, s.Census(), {}, &rep, [&](std::string p) { problems.push_back(std::move(p)); });
+    EXPECT_EQ(s.free_space().index().Check(), "");
+    if (threw && out == before_out) {
+      unchanged++;
+      EXPECT_TRUE(See(s) == See(before));
+      EXPECT_TRUE(problems.empty()) << problems[0];
+      continue;
+    }
+    ASSERT_EQ(out.size(), 11u);
+    for (size_t i = 1; i < out.size(); i++) EXPECT_GE(out[i], 2 * g) << "grain " << out[i] << " of the kept AU";
+    EXPECT_EQ(s.reserved_units(), threw ? 10 + g : 10);
+    if (threw) {
+      window++;
+      EXPECT_FALSE(problems.empty()) << "the census did not see the kept AU stranded";
+      for (const std::string& p : problems)
+        EXPECT_TRUE(p.find("grains [0, 16)") != std::string::npos || p.find("the count says 26") != std::string::npos)
+            << p;
+      continue;
+    }
+    ASSERT_TRUE(ok);
+    EXPECT_TRUE(problems.empty()) << problems[0];
+    EXPECT_EQ(s.free_whole_aus(1), 1u);
+    EXPECT_EQ(s.free_units(), g);
+    break;
+  }
+  EXPECT_GT(unchanged, 0u) << "no failure came before Reserve returned";
+  // Today the give-back allocates: when a change closes the window, this
+  // test and rule 8 say all-or-nothing throughout.
+  EXPECT_GT(window, 0u) << "the give-back never failed: is the window closed?";
+}
+
 #endif  // COWSTORE_CAN_REPLACE_NEW()
 
 TEST(GrainSpaceRam, SixteenTebibytesWithAMillionExtentsStayWithinTheBudget) {
