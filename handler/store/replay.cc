@@ -92,7 +92,10 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     size_t k = v1 ? ParseRecordV1(p, avail, lsn, &r) : ParseRecord(p, avail, lsn, &r, &f);
     if (k == 0) {
       if (!holding) break;
-      holding = false;  // nothing vouches for the held record: check from it on
+      // Nothing vouches for the held record (or the stretch was read on to
+      // the end): read again from it, checking what is still unvouched.
+      out.reread_bytes += off - held_off;
+      holding = false;
       checking = true;
       off = held_off;
       lsn = held_lsn;
@@ -104,7 +107,13 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
                                            std::to_string(version) + " pool never holds");
     vouched = std::max(vouched, f.proven);
     if (holding) {
-      if (vouched >= held_lsn) {  // vouched for: read again from it, handing over
+      // Vouched for: read again from it, handing over. Once the bytes read
+      // again pass the journal's size, a held stretch is read on to the
+      // chain's end instead and read again once, checked where still
+      // unvouched: a crafted journal whose `proven` trails each record by
+      // a long stretch would otherwise make this quadratic.
+      if (vouched >= held_lsn && out.reread_bytes < n) {
+        out.reread_bytes += off + k - held_off;
         holding = false;
         off = held_off;
         lsn = held_lsn;

@@ -40,6 +40,9 @@ struct JournalReplay {
   // below): like a torn tail, clean unless a record after it proves it was
   // durable (then `damaged`).
   bool data_mismatch = false;
+  // Journal bytes the CRC rule read again: below three times the journal's
+  // size, whatever the records' `proven` (below).
+  uint64_t reread_bytes = 0;
   // The record at `end` is CRC-valid but carries a later LSN than expected:
   // the journal belongs to a newer superblock than the one being used.
   bool newer_generation = false;
@@ -99,7 +102,9 @@ struct JournalReplay {
 // dropped one does. Since the chain's end is known only once it is read, a
 // kMapChecked record not yet vouched for holds the records from it on back
 // from the sink until a later one vouches (they are then read again and
-// handed over) or the chain ends (read again, checked). Formats 1 and 2
+// handed over) or the chain ends (read again, checked); once the bytes read
+// again pass the journal's size, every later held stretch waits for the
+// chain's end (one more reading at most). Formats 1 and 2
 // never hold a kMapChecked record: `version` below 3 refuses one in the
 // chain (kCorruption: this build's rule for what those formats may hold,
 // and an older build cannot read it). At version 3, a kMapChecked record
