@@ -223,9 +223,9 @@ Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, u
   if (std::string why = CheckedRecordRule(r, grain, grains); !why.empty())
     return Status(Code::kCorruption, "journal replay: data-checked map record of LUN " + std::to_string(r.lun) +
                                          " names " + why);
-  // Read in pieces: a run may span grains up to the AU, and replay's memory
-  // stays bounded (kOneSyncWriteBytes, or one grain when that is larger).
-  const size_t piece = std::max<size_t>(kOneSyncWriteBytes, grain);
+  // Read in pieces (the CRC extends over them): a run may span grains as
+  // large as the AU, and replay's memory stays kOneSyncWriteBytes.
+  const size_t piece = kOneSyncWriteBytes;
   std::string buf;
   try {
     buf.resize(piece);

@@ -121,8 +121,8 @@ Result<JournalReplay> ScanJournal(JournalSource* j, uint64_t start_lsn,
                                   const DataCheck& check = nullptr);
 // A format 3 pool's DataCheck: CheckedRecordRule (meta.h) for its `grains`
 // grains of `grain` bytes from byte `data_offset` of `file` (kCorruption if
-// `r` breaks it: no data read), then each run's grains read through a
-// bounded buffer and CRC'd. Fails as the file's reads do.
+// `r` breaks it: no data read), then each run's grains read in pieces of
+// kOneSyncWriteBytes and CRC'd. Fails as the file's reads do.
 Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, uint64_t grains,
                              const Record& r);
 // The journal region in memory (v1/v2's fixed region, tests).

@@ -435,6 +435,27 @@ TEST(MapCrcData, CheckMappedDataReadsTheRunsGrains) {
   EXPECT_EQ(CheckMappedData(f->get(), kOff, kG, 20, r).status().code(), Code::kCorruption);
 }
 
+// Grains larger than the pieces the check reads in: the CRC spans pieces.
+TEST(MapCrcData, ARunOfLargeGrainsIsCheckedAcrossPieces) {
+  FaultInjectionEnv env;
+  auto f = env.OpenLocked("p", Env::Mode::kCreate);
+  ASSERT_TRUE(f.ok());
+  constexpr uint32_t kG = 128 << 10;
+  ASSERT_TRUE((*f)->Truncate(8 * uint64_t{kG}).ok());
+  std::string d(2 * kG, '\0');
+  for (size_t i = 0; i < d.size(); i++) d[i] = static_cast<char>(i * 7 + i / 4096);
+  ASSERT_TRUE((*f)->Write(3 * uint64_t{kG}, d.size(), d.data()).ok());
+  const Record r = Checked(1, 0, 3, 2, Crc32c(0, d.data(), d.size()));
+  auto same = CheckMappedData(f->get(), 0, kG, 8, r);
+  ASSERT_TRUE(same.ok()) << same.status().ToString();
+  EXPECT_TRUE(*same);
+  const char last = static_cast<char>(d.back() ^ 1);
+  ASSERT_TRUE((*f)->Write(5 * uint64_t{kG} - 1, 1, &last).ok());
+  same = CheckMappedData(f->get(), 0, kG, 8, r);
+  ASSERT_TRUE(same.ok());
+  EXPECT_FALSE(*same) << "the run's last byte, in its last piece";
+}
+
 // ------------------------------------------- whole opens of format 3 pools
 
 // A format 3 pool (4 KiB grains) FormatV3::Create lays out, its journal
