@@ -196,11 +196,16 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // (RecordLunBlocksRule: the maps' keys are 48 bits), which ApplyRecord,
   // shared with formats 1 and 2, does not apply; then ApplyRecord, without
   // marks (every LUN is marked below after a replay that applied records).
-  auto scanned = ScanJournal(&source, sb.journal_start_lsn, kFormatVersion, kJournalWindowBytes,
+  // Version 3: its kMapChecked records' data checked by replay's CRC rule
+  // (replay.h) in this pool's grains.
+  auto scanned = ScanJournal(&source, sb.journal_start_lsn, kFormatVersionV3, kJournalWindowBytes,
                              [&loaded](Record&& r) -> Status {
                                if (std::string why = RecordLunBlocksRule(loaded, r); !why.empty())
                                  return Status(Code::kCorruption, "journal replay: " + why);
                                return ApplyRecord(&loaded, r, nullptr, nullptr);
+                             },
+                             [file, &sb](const Record& r) {
+                               return CheckMappedData(file, sb.data_offset, sb.grain, sb.grains(), r);
                              });
   if (!scanned.ok()) return scanned.status();
   ReplayEnd end = ReplayEndOf(std::move(scanned).value());

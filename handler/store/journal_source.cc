@@ -24,8 +24,7 @@ Status JournalWindow::At(uint64_t pos, size_t need, const uint8_t** p, size_t* a
   }
   const uint64_t want = std::min<uint64_t>(need, size_ - pos);
   if (pos < base_ || pos + want > base_ + len_) {
-    if (need > window_ || pos < base_)
-      return Status(Code::kInvalidArgument, "journal window asked to go back or past its size");
+    if (need > window_) return Status(Code::kInvalidArgument, "journal window asked past its size");
     if (!buf_) {
       try {
         buf_.reset(new uint8_t[window_]);
@@ -33,8 +32,9 @@ Status JournalWindow::At(uint64_t pos, size_t need, const uint8_t** p, size_t* a
         return StatusFromCurrentException("journal window");
       }
     }
-    // Slide to `pos`, keeping what is already read from there on.
-    const size_t keep = pos < base_ + len_ ? static_cast<size_t>(base_ + len_ - pos) : 0;
+    // Slide to `pos`, keeping what is already read from there on (nothing
+    // when going back: read again).
+    const size_t keep = pos >= base_ && pos < base_ + len_ ? static_cast<size_t>(base_ + len_ - pos) : 0;
     if (keep) std::memmove(buf_.get(), buf_.get() + (pos - base_), keep);
     const size_t fill = static_cast<size_t>(std::min<uint64_t>(window_, size_ - pos));
     base_ = pos;

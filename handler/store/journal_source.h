@@ -51,15 +51,16 @@ class MemoryJournalSource : public JournalSource {
 constexpr size_t kJournalWindowBytes = size_t{4} << 20;
 static_assert(kJournalWindowBytes >= 2 * kMaxRecordBytes, "a window must hold a record and move on");
 
-// A sliding view of a source, for one forward pass.
+// A sliding view of a source, for a forward pass that may step back (the
+// CRC rule's second reading, replay.h): a position before the window is
+// read again from the source.
 class JournalWindow {
  public:
   explicit JournalWindow(JournalSource* src, size_t window = kJournalWindowBytes);
   uint64_t size() const { return size_; }
   // Points at `pos` with at least min(`need`, size() - pos) bytes readable
   // there (*avail says how many: possibly more), sliding the window forward
-  // if needed. `need` <= the window; pos <= size(); positions asked for
-  // never go back before an earlier call's `pos`.
+  // if needed (back too). `need` <= the window; pos <= size().
   Status At(uint64_t pos, size_t need, const uint8_t** p, size_t* avail);
 
  private:

@@ -303,9 +303,13 @@ void Record::EncodePayload(std::string* out) const {
       e.U64(a);
       break;
     case RecType::kMap:
+    case RecType::kMapChecked:
       e.U32(lun);
       e.U32(static_cast<uint32_t>(runs.size()));
       for (const Run& r : runs) { e.U64(r.lba); e.U64(r.phys); e.U64(r.len); }
+      // kMap's payload, then the runs' CRCs in run order (meta.h).
+      if (type == RecType::kMapChecked)
+        for (uint32_t c : crcs) e.U32(c);
       break;
     case RecType::kUnmap:
       e.U32(lun);
@@ -345,12 +349,21 @@ bool Record::DecodePayload(RecType t, const void* p, size_t len, Record* r) {
     case RecType::kResizeLun:
       ok = d.U32(&r->lun) && d.U64(&r->a);
       break;
-    case RecType::kMap: {
+    case RecType::kMap:
+    case RecType::kMapChecked: {
+      // The count is checked against the bytes (and a checked record's
+      // against its bound) before anything is allocated for it.
+      const bool checked = t == RecType::kMapChecked;
       uint32_t cnt;
-      ok = d.U32(&r->lun) && d.U32(&cnt) && d.left() == size_t{cnt} * 24;
+      ok = d.U32(&r->lun) && d.U32(&cnt) && (!checked || cnt <= kMaxCheckedRuns) &&
+           d.left() == size_t{cnt} * (checked ? 24 + 4 : 24);
       if (ok) {
         r->runs.resize(cnt);
         for (Run& x : r->runs) ok = ok && d.U64(&x.lba) && d.U64(&x.phys) && d.U64(&x.len);
+        if (checked) {
+          r->crcs.resize(cnt);
+          for (uint32_t& c : r->crcs) ok = ok && d.U32(&c);
+        }
       }
       break;
     }
@@ -432,11 +445,13 @@ std::string DescribeRecord(const Record& r) {
       return "delete " + lun(r.lun);
     case RecType::kResizeLun:
       return "resize " + lun(r.lun) + " to " + n(r.a) + " bytes";
-    case RecType::kMap: {
+    case RecType::kMap:
+    case RecType::kMapChecked: {
       uint64_t units = 0;
       for (const Run& x : r.runs) units += x.len;
       return "write " + lun(r.lun) + ": " + n(units) + " AUs mapped" +
-             (r.runs.empty() ? "" : " from AU " + n(r.runs[0].lba));
+             (r.runs.empty() ? "" : " from AU " + n(r.runs[0].lba)) +
+             (r.type == RecType::kMapChecked ? " (data CRC-checked)" : "");
     }
     case RecType::kUnmap:
       return "unmap " + lun(r.lun) + " AUs [" + n(r.a) + ", +" + n(r.n) + ")";
@@ -451,6 +466,23 @@ std::string DescribeRecord(const Record& r) {
       return "roll back " + lun(r.lun) + " to its snapshot " + lun(r.lun2);
   }
   return "unknown record";
+}
+
+std::string CheckedRecordRule(const Record& r, uint32_t grain, uint64_t grains) {
+  // Grains a kOneSyncWriteBytes write touches at most: every one but the
+  // first starts inside it, and one more when it starts inside a grain.
+  const uint64_t most = (kOneSyncWriteBytes + grain - 1) / grain + 1;
+  uint64_t total = 0;
+  for (const Run& x : r.runs) {
+    if (x.len == 0 || x.phys >= grains || x.len > grains - x.phys)
+      return "a run of grains [" + std::to_string(x.phys) + ", +" + std::to_string(x.len) +
+             ") outside the pool's " + std::to_string(grains);
+    total += std::min<uint64_t>(x.len, most + 1);  // no overflow: each term is bounded
+  }
+  if (total > most)
+    return "more grains than a write of " + std::to_string(kOneSyncWriteBytes) + " bytes touches (" +
+           std::to_string(most) + ")";
+  return "";
 }
 
 namespace {
@@ -476,7 +508,8 @@ std::vector<Run> Increments(const MetaState& st, const Record& r) {
     case RecType::kCloneLun:
     case RecType::kSnapshotLun: whole(r.lun); break;
     case RecType::kRollbackLun: whole(r.lun2); break;
-    case RecType::kMap: incs = r.runs; break;
+    case RecType::kMap:
+    case RecType::kMapChecked: incs = r.runs; break;
     case RecType::kClone:
       if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, &incs);
       break;
@@ -491,6 +524,7 @@ std::vector<Run> Increments(const MetaState& st, const Record& r) {
 void MarkRemapped(const Record& r, uint32_t unit, DirtyRanges* dirty) {
   switch (r.type) {
     case RecType::kMap:
+    case RecType::kMapChecked:
       for (const Run& x : r.runs) dirty->Mark(r.lun, x.lba, x.len);
       return;
     case RecType::kUnmap: dirty->Mark(r.lun, r.a, r.n); return;
@@ -610,7 +644,8 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
       l->size = r.a;
       return Status::Ok();
     }
-    case RecType::kMap: {
+    case RecType::kMap:
+    case RecType::kMapChecked: {  // its CRCs are replay's (replay.h), not the state's
       LunState* l = st->Find(r.lun);
       if (!l) return Bad("map on unknown LUN");
       std::vector<Run> removed;

@@ -239,8 +239,27 @@ enum class RecType : uint8_t {
   // still stops at kCloneLun).
   kSnapshotLun,  // kCloneLun's payload, then the new LUN's attribute list
   kRollbackLun,  // lun's map and size become lun2's (one record: atomic)
+  // Format 3 only (formats 1 and 2 refuse it at replay: builds before it
+  // cannot read it). kMap's payload, then one CRC32C per run (`crcs`): a
+  // one-sync first write (store-v3.md 3.6 item 1) writes its data and this
+  // record with no sync between them, so replay checks the data of the
+  // records no later record vouches for (replay.h) and ends replay at the
+  // first that does not match. One CRC per run rather than per grain: a
+  // write of at most kOneSyncWriteBytes is one run unless its grains are
+  // scattered, and the verdict is per record anyway (a mismatch in any
+  // grain drops the whole record), so per-grain CRCs would only cost 4
+  // bytes a grain. ApplyRecord treats it exactly as kMap.
+  kMapChecked,
 };
-constexpr uint8_t kLastRecType = static_cast<uint8_t>(RecType::kRollbackLun);
+constexpr uint8_t kLastRecType = static_cast<uint8_t>(RecType::kMapChecked);
+// The most data a write may put behind one kMapChecked record: the
+// one-sync path's bound (store-v3.md 3.6 item 1), the bound replay's data
+// check reads per record by (CheckedRecordRule).
+constexpr uint64_t kOneSyncWriteBytes = 64 * 1024;
+// The most runs a kMapChecked record names: a kOneSyncWriteBytes write at
+// the smallest grain (512 bytes, GrainRule) unaligned to it touches 129
+// grains, each at most its own run.
+constexpr uint32_t kMaxCheckedRuns = kOneSyncWriteBytes / 512 + 1;
 
 struct Record {
   RecType type = RecType::kMap;
@@ -251,12 +270,22 @@ struct Record {
   Uuid uuid{};
   std::string name;
   uint32_t bs = 0;
-  std::vector<Run> runs;  // kMap
+  std::vector<Run> runs;  // kMap, kMapChecked
+  // kMapChecked: crcs[i] is Crc32c(0, ...) over the full contents of the
+  // grains runs[i] maps, [phys, phys + len) in order.
+  std::vector<uint32_t> crcs;
   LunAttrs attrs;         // kSnapshotLun
 
   void EncodePayload(std::string* out) const;
   static bool DecodePayload(RecType t, const void* p, size_t n, Record* r);
 };
+// Why a decoded kMapChecked record `r` cannot be one a writer made, in a
+// pool of `grains` grains of `grain` bytes ("" if it can): a run of no
+// grains or past the pool, or more grains in all than a kOneSyncWriteBytes
+// write unaligned to the grain touches. Replay refuses such a record
+// (kCorruption) before it reads any data, so its check reads at most
+// kOneSyncWriteBytes + grain bytes per record.
+std::string CheckedRecordRule(const Record& r, uint32_t grain, uint64_t grains);
 
 // Journal framing: crc32c(4) | payload len(4) | lsn(8) | proven(8) | type(1)
 // | payload. `proven` is the highest LSN that was durable (its commit's sync
@@ -284,6 +313,7 @@ constexpr size_t MaxPayloadBytes(RecType t) {
     case RecType::kDeleteLun: return 4;
     case RecType::kResizeLun: return 4 + 8;
     case RecType::kMap: return 4 + 4 + size_t{kMaxMapRuns} * 24;
+    case RecType::kMapChecked: return 4 + 4 + size_t{kMaxCheckedRuns} * (24 + 4);
     case RecType::kUnmap: return 4 + 8 + 8;
     case RecType::kClone: return 4 + 4 + 8 + 8 + 8;
     case RecType::kSeal: return 0;

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <utility>
 
+#include "handler/store/crc32c.h"
+#include "handler/store/superblock_v3.h"  // kFormatVersionV3
+
 namespace cowstore::store {
 namespace {
 
@@ -60,7 +63,7 @@ const uint8_t* NextCandidate(const uint8_t* p, const uint8_t* end, uint64_t lsn)
 }  // namespace
 
 Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32_t version,
-                                  size_t window, const RecordSink& sink) {
+                                  size_t window, const RecordSink& sink, const DataCheck& check) {
   const bool v1 = version < 2;
   if (v1 && !src->Contiguous())
     return Status(Code::kInvalidArgument, "a version-1 journal is replayed from memory");
@@ -72,13 +75,71 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
   size_t avail;
   JournalReplay out;
   uint64_t off = 0, lsn = start_lsn;
+  // The CRC rule (replay.h): the highest `proven` read so far; the first
+  // kMapChecked record read above it, whose records wait for a vouch
+  // (held); and whether the chain has ended above every `proven`, so the
+  // records from the held one on are read again with their data checked.
+  const bool checked_records = version >= kFormatVersionV3;
+  uint64_t vouched = 0;
+  bool holding = false, checking = false;
+  uint64_t held_off = 0, held_lsn = 0;
   for (;;) {
     // kMaxRecordBytes from `off`: enough for ParseRecord's verdict (meta.h).
     Status s = w.At(off, kMaxRecordBytes, &p, &avail);
     if (!s.ok()) return s;
     Record r;
-    size_t k = v1 ? ParseRecordV1(p, avail, lsn, &r) : ParseRecord(p, avail, lsn, &r);
-    if (k == 0) break;
+    RecordFrame f;  // v1: no `proven`, and no kMapChecked record either
+    size_t k = v1 ? ParseRecordV1(p, avail, lsn, &r) : ParseRecord(p, avail, lsn, &r, &f);
+    if (k == 0) {
+      if (!holding) break;
+      // Nothing vouches for the held record (or the stretch was read on to
+      // the end): read again from it, checking what is still unvouched.
+      out.reread_bytes += off - held_off;
+      holding = false;
+      checking = true;
+      off = held_off;
+      lsn = held_lsn;
+      continue;
+    }
+    if (r.type == RecType::kMapChecked && !checked_records)
+      return Status(Code::kCorruption, "journal record LSN " + std::to_string(lsn) + " at journal offset " +
+                                           std::to_string(off) + " is a data-checked map, which a format " +
+                                           std::to_string(version) + " pool never holds");
+    vouched = std::max(vouched, f.proven);
+    if (holding) {
+      // Vouched for: read again from it, handing over. Once the bytes read
+      // again pass the journal's size, a held stretch is read on to the
+      // chain's end instead and read again once, checked where still
+      // unvouched: a crafted journal whose `proven` trails each record by
+      // a long stretch would otherwise make this quadratic.
+      if (vouched >= held_lsn && out.reread_bytes < n) {
+        out.reread_bytes += off + k - held_off;
+        holding = false;
+        off = held_off;
+        lsn = held_lsn;
+      } else {
+        off += k;
+        lsn++;
+      }
+      continue;
+    }
+    if (r.type == RecType::kMapChecked && lsn > vouched) {
+      if (!checking) {
+        holding = true;
+        held_off = off;
+        held_lsn = lsn;
+        off += k;
+        lsn++;
+        continue;
+      }
+      if (!check) return Status(Code::kInvalidArgument, "a data-checked map record to replay without a data check");
+      Result<bool> same = check(r);
+      if (!same.ok()) return same.status();
+      if (!*same) {
+        out.data_mismatch = true;  // ends replay here, as a tear would
+        break;
+      }
+    }
     if (sink) {
       Status applied = sink(std::move(r));
       if (!applied.ok()) return applied;
@@ -153,6 +214,39 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
     out.lost.push_back("journal offsets up to " + std::to_string(n) +
                        ": more damaged record headers than a power cut leaves, contents unknown");
   return out;
+}
+
+Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, uint64_t grains,
+                             const Record& r) {
+  if (r.crcs.size() != r.runs.size())  // DecodePayload's shape: only a caller's bug breaks it
+    return Status(Code::kInvalidArgument, "a data-checked map record without one CRC per run");
+  if (std::string why = CheckedRecordRule(r, grain, grains); !why.empty())
+    return Status(Code::kCorruption, "journal replay: data-checked map record of LUN " + std::to_string(r.lun) +
+                                         " names " + why);
+  // Read in pieces (the CRC extends over them): a run may span grains as
+  // large as the AU, and replay's memory stays kOneSyncWriteBytes.
+  const size_t piece = kOneSyncWriteBytes;
+  std::string buf;
+  try {
+    buf.resize(piece);
+  } catch (...) {
+    return StatusFromCurrentException("replay's data check");
+  }
+  for (size_t i = 0; i < r.runs.size(); i++) {
+    const Run& x = r.runs[i];
+    uint32_t crc = 0;
+    uint64_t at = data_offset + x.phys * grain;  // within the pool: CheckedRecordRule
+    for (uint64_t left = x.len * grain; left > 0;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, piece));
+      Status s = file->Read(at, n, buf.data());
+      if (!s.ok()) return s;
+      crc = Crc32c(crc, buf.data(), n);
+      at += n;
+      left -= n;
+    }
+    if (crc != r.crcs[i]) return false;
+  }
+  return true;
 }
 
 JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn, uint32_t version) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/env.h"
 #include "handler/store/journal_source.h"
 #include "handler/store/meta.h"
 #include "handler/store/status.h"
@@ -34,6 +35,14 @@ struct JournalReplay {
   // `proven` LSN) that the record expected at `end` had been durable: that
   // record is damaged on the media and everything after it would be lost.
   bool damaged = false;
+  // Replay stopped at `end` at a kMapChecked record no later record vouches
+  // for whose grains do not hold the data its CRCs name (the CRC rule
+  // below): like a torn tail, clean unless a record after it proves it was
+  // durable (then `damaged`).
+  bool data_mismatch = false;
+  // Journal bytes the CRC rule read again: below three times the journal's
+  // size, whatever the records' `proven` (below).
+  uint64_t reread_bytes = 0;
   // The record at `end` is CRC-valid but carries a later LSN than expected:
   // the journal belongs to a newer superblock than the one being used.
   bool newer_generation = false;
@@ -76,11 +85,46 @@ struct JournalReplay {
 // the daemon). The sink sees every record before the verdict is known, as
 // applying them in order always did; a sink's failure ends the scan and is
 // returned.
+//
+// The CRC rule (format 3; store-v3.md 3.6 item 1). A kMapChecked record's
+// data and the record reach the disk under one sync, so a record may be
+// durable while its data is not. A record that a later record of the chain
+// vouches for (LSN <= that record's `proven`) is not checked: its batch's
+// sync had returned before the later record was framed, and its grains may
+// since have been overwritten in place (allowed once a vouching record is
+// durable). The kMapChecked records above every `proven` of the chain (the
+// unvouched tail: the last batches, whose syncs may not have returned) are
+// checked through `check`, in order, and the first whose data does not
+// match ends replay there, as a torn record would (data_mismatch): it and
+// everything after it are dropped, and the scan for later records judges
+// the stop as it judges a tear, so the rest of that tail (proven below the
+// stop) never reads as damage, while a later record vouching for the
+// dropped one does. Since the chain's end is known only once it is read, a
+// kMapChecked record not yet vouched for holds the records from it on back
+// from the sink until a later one vouches (they are then read again and
+// handed over) or the chain ends (read again, checked); once the bytes read
+// again pass the journal's size, every later held stretch waits for the
+// chain's end (one more reading at most). Formats 1 and 2
+// never hold a kMapChecked record: `version` below 3 refuses one in the
+// chain (kCorruption: this build's rule for what those formats may hold,
+// and an older build cannot read it). At version 3, a kMapChecked record
+// to check without a `check` is kInvalidArgument; `check`'s error ends the
+// scan and is returned.
 using RecordSink = std::function<Status(Record&&)>;
+// Whether the grains a kMapChecked record maps hold the data its CRCs name
+// (CheckMappedData for a pool file).
+using DataCheck = std::function<Result<bool>(const Record&)>;
 Result<JournalReplay> ScanJournal(JournalSource* j, uint64_t start_lsn,
                                   uint32_t version = kFormatVersion,
                                   size_t window = kJournalWindowBytes,
-                                  const RecordSink& sink = nullptr);
+                                  const RecordSink& sink = nullptr,
+                                  const DataCheck& check = nullptr);
+// A format 3 pool's DataCheck: CheckedRecordRule (meta.h) for its `grains`
+// grains of `grain` bytes from byte `data_offset` of `file` (kCorruption if
+// `r` breaks it: no data read), then each run's grains read in pieces of
+// kOneSyncWriteBytes and CRC'd. Fails as the file's reads do.
+Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, uint64_t grains,
+                             const Record& r);
 // The journal region in memory (v1/v2's fixed region, tests).
 JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
                           uint32_t version = kFormatVersion);

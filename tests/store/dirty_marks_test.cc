@@ -77,6 +77,13 @@ Record Map(uint32_t lun, std::vector<Run> runs) {
   return r;
 }
 
+// `m` as a kMapChecked record (its CRCs are replay's: ApplyRecord ignores them).
+Record Checked(Record m) {
+  m.type = RecType::kMapChecked;
+  m.crcs.assign(m.runs.size(), 0);
+  return m;
+}
+
 Record Of(RecType t, uint32_t lun, uint32_t lun2 = 0, uint64_t a = 0, uint64_t b = 0, uint64_t n = 0) {
   Record r;
   r.type = t;
@@ -122,6 +129,8 @@ std::vector<KindCase> KindCases() {
        {{2, 512, kKeyEnd}}},
       {"resize within a unit: the partial unit is kept", resize_odd, {{1, 101, kKeyEnd}}},
       {"map: each run", Map(1, {{10, 500, 2}, {40, 600, 1}, {12, 700, 3}}), {{1, 10, 15}, {1, 40, 41}}},
+      {"data-checked map: each run, as map", Checked(Map(1, {{10, 500, 2}, {40, 600, 1}, {12, 700, 3}})),
+       {{1, 10, 15}, {1, 40, 41}}},
       {"unmap: its range, mapped or not", Of(RecType::kUnmap, 1, 0, 5, 0, 30), {{1, 5, 35}}},
       {"clone: the destination range only", Of(RecType::kClone, 1, 2, 0, 20, 8), {{2, 20, 28}}},
       {"clone within a LUN: the destination range", Of(RecType::kClone, 1, 1, 0, 50, 8), {{1, 50, 58}}},

@@ -213,6 +213,10 @@ TEST(RecordBounds, EachTypesLongestRecordParsesAndOneByteMoreDoesNot) {
     r.type = static_cast<RecType>(t);
     r.name.assign(kMaxNameLength, 'n');
     if (r.type == RecType::kMap) r.runs.assign(kMaxMapRuns, store::Run{1, 2, 3});
+    if (r.type == RecType::kMapChecked) {
+      r.runs.assign(kMaxCheckedRuns, store::Run{1, 2, 3});
+      r.crcs.assign(kMaxCheckedRuns, 0x12345678);
+    }
     std::string s;
     FrameRecord(r, 7, 6, &s);
     const size_t attr_room = r.type == RecType::kSnapshotLun ? kMaxLunAttrBytes : 0;
@@ -240,6 +244,9 @@ TEST(RecordBounds, EachTypesLongestRecordParsesAndOneByteMoreDoesNot) {
     if (r.type == RecType::kMap) {
       Put32(&s, kRecordHeader + 4, kMaxMapRuns + 1);
       EXPECT_FALSE(parses(grown(s, 24))) << "one run past kMaxMapRuns";
+    } else if (r.type == RecType::kMapChecked) {
+      Put32(&s, kRecordHeader + 4, kMaxCheckedRuns + 1);
+      EXPECT_FALSE(parses(grown(s, 24 + 4))) << "one run past kMaxCheckedRuns";
     } else {
       EXPECT_FALSE(parses(grown(s, 1))) << int(t);
     }
