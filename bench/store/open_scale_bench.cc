@@ -5,8 +5,10 @@
 // 1 M extents (the issue: 1 M extents of a 16 TiB pool in <= 128 MiB).
 // Figures within one run; not a test.
 //
-//   open_scale_bench [--extents N] [--dir DIR]
-//       (default 10,000,000; DIR default $TMPDIR, else /var/tmp)
+//   open_scale_bench [--extents N] [--dir DIR] [--keep]
+//       (default 10,000,000; DIR default $TMPDIR, else /var/tmp; --keep
+//       leaves the pools, left clean, for profiling one open by hand:
+//       open_scale_bench --measure POOL ro|rw|load)
 //
 // Two pools are measured, N/10 and N extents, each a 16 TiB sparse file.
 //
@@ -81,7 +83,8 @@ constexpr uint32_t kGrain = 4096;
 constexpr uint64_t kPoolBytes = 16ull << 40;  // the issue's RAM figure names 16 TiB
 constexpr int kOwnLuns = 4;                   // vm-0..vm-3
 constexpr uint64_t kScratchEvery = 8;         // rounds per grain of the deleted LUN
-uint64_t g_pool_bytes = 0;                    // the size Build made (kPoolBytes, or one AU less)
+uint64_t g_pool_bytes = 0;
+bool g_keep = false;  // --keep: leave the pools (to profile an open of one by hand)                    // the size Build made (kPoolBytes, or one AU less)
 
 void Die(const Status& s, const char* what) {
   if (s.ok()) return;
@@ -124,13 +127,24 @@ struct Layout {
 
 // ---- the measuring child (--measure PATH MODE) ----
 
-// One open in this fresh process: prints "secs base_kib hwm_kib rss_kib
-// extra" on stdout for the parent. `extra`: the journal bytes replayed
+// CPU seconds of this process so far, all threads: beside the wall time,
+// since the 2 cores here are shared and a loaded machine stretches only
+// the latter.
+double CpuSecs() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// One open in this fresh process: prints "secs cpu_secs base_kib hwm_kib
+// rss_kib extra" on stdout for the parent. `extra`: the journal bytes replayed
 // (load) or the extents Check counted (rw with check).
 int Measure(const std::string& path, const std::string& mode) {
   const uint64_t base = StatusKiB("VmRSS");
-  double secs = 0;
+  double secs = 0, cpu = 0;
   uint64_t extra = 0;
+  const double cpu0 = CpuSecs();
   if (mode == "load") {
     double t0 = Now();
     auto f = DefaultEnv()->OpenLocked(path, Env::Mode::kReadOnly);
@@ -146,6 +160,7 @@ int Measure(const std::string& path, const std::string& mode) {
     LoadedMeta meta;
     Die((*fmt)->LoadState(f->get(), &st, &meta), "load state");
     secs = Now() - t0;
+    cpu = CpuSecs() - cpu0;
     extra = meta.end.tail;
   } else {
     const bool ro = mode == "ro";
@@ -153,6 +168,7 @@ int Measure(const std::string& path, const std::string& mode) {
     auto p = Pool::Open(DefaultEnv(), path, {.read_only = ro});
     Die(p.status(), "open pool");
     secs = Now() - t0;
+    cpu = CpuSecs() - cpu0;
     if (mode == "rw-check") {
       CheckReport r = (*p)->Check();
       if (!r.clean) {
@@ -164,16 +180,17 @@ int Measure(const std::string& path, const std::string& mode) {
     // Peak and steady RSS with the pool open (before Close frees it).
     const uint64_t hwm = StatusKiB("VmHWM"), rss = StatusKiB("VmRSS");
     Die((*p)->Close(), "close");
-    std::printf("%.3f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", secs, base, hwm, rss, extra);
+    std::printf("%.3f %.3f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", secs, cpu, base, hwm, rss, extra);
     return 0;
   }
-  std::printf("%.3f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", secs, base, StatusKiB("VmHWM"),
+  std::printf("%.3f %.3f %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", secs, cpu, base, StatusKiB("VmHWM"),
               StatusKiB("VmRSS"), extra);
   return 0;
 }
 
 struct OpenFigure {
   double secs = 0;
+  double cpu = 0;         // CPU seconds (user + system, all threads)
   double peak_mib = 0;    // VmHWM - the empty process's RSS
   double steady_mib = 0;  // VmRSS with the pool open - the same
   uint64_t extra = 0;
@@ -184,8 +201,8 @@ OpenFigure RunMeasure(const std::string& exe, const std::string& path, const std
   FILE* f = ::popen(cmd.c_str(), "r");
   OpenFigure o;
   uint64_t base = 0, hwm = 0, rss = 0;
-  if (f == nullptr || std::fscanf(f, "%lf %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &o.secs, &base, &hwm, &rss,
-                                  &o.extra) != 5) {
+  if (f == nullptr || std::fscanf(f, "%lf %lf %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &o.secs, &o.cpu, &base, &hwm,
+                                  &rss, &o.extra) != 6) {
     std::fprintf(stderr, "measure %s failed\n", mode.c_str());
     std::exit(1);
   }
@@ -310,10 +327,11 @@ Row MeasureSize(const std::string& exe, const std::string& dir, uint64_t n) {
   OpenFigure chk = RunMeasure(exe, path, "rw-check");
   r.counted = chk.extra;
   r.disk_mib = DiskMiB(path);
-  ::unlink(path.c_str());
+  if (!g_keep) ::unlink(path.c_str());
   auto phase = [](const char* state, const OpenFigure& load, const OpenFigure& ro, const OpenFigure& rw) {
-    std::printf("  %-6s load %7.2f s   ro open %7.2f s   rw open %7.2f s   peak %7.1f MiB   steady %7.1f MiB\n",
-                state, load.secs, ro.secs, rw.secs, rw.peak_mib, rw.steady_mib);
+    std::printf("  %-6s load %6.2f s (cpu %6.2f)  ro open %6.2f s (cpu %6.2f)  rw open %6.2f s (cpu %6.2f)"
+                "  peak %7.1f MiB  steady %7.1f MiB\n",
+                state, load.secs, load.cpu, ro.secs, ro.cpu, rw.secs, rw.cpu, rw.peak_mib, rw.steady_mib);
   };
   std::printf("  built in %.0f s; %" PRIu64 " MiB on disk (a sparse file of %" PRIu64 " MiB); Check counts %" PRIu64
               " extents, clean; journal at the crash open: %" PRIu64 " bytes (%" PRIu64 " records)\n",
@@ -335,10 +353,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--extents") == 0 && i + 1 < argc) {
       n = std::strtoull(argv[++i], nullptr, 10);
+    } else if (std::strcmp(argv[i], "--keep") == 0) {
+      g_keep = true;
     } else if (std::strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
       dir = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--extents N] [--dir DIR]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--extents N] [--dir DIR] [--keep]\n", argv[0]);
       return 2;
     }
   }
