@@ -10,7 +10,9 @@
 //       leaves the pools, left clean, for profiling one open by hand:
 //       open_scale_bench --measure POOL ro|rw|load)
 //
-// Two pools are measured, N/10 and N extents, each a 16 TiB sparse file.
+// Two pools are measured, N/10 and N extents, each a 16 TiB sparse file
+// (one AU less where the file system refuses 16 TiB: ext4 stops at 16 TiB
+// - 4 KiB).
 //
 // How a pool is built, through the public API only (a real pool, written
 // by the engine as a user's operations would): five LUNs with a 4 KiB
@@ -31,7 +33,7 @@
 // per extent of the maps (journal_segments.h), a one-run kMap record
 // takes 57, so 0.4 N records fill ~80 % of a journal sized for 0.6 N
 // extents. A crash just before a journal-full checkpoint is the longest
-// replay an open meets.
+// replay an open meets; this is close to it.
 //
 // The crash: a child process opens the pool (writable, so it checkpoints
 // first), Allocates the remaining 0.4 N extents one grain per call (one
