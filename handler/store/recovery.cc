@@ -108,6 +108,7 @@ Status Core::LoadLocked() {
   if (!chosen.ok()) return chosen.status();
   format_ = std::move(chosen).value();
   track_dirty_ = format_->tracks_dirty();
+  one_sync_ = format_->writes_checked_maps();
   PoolGeometry geo;
   Status s = format_->ChooseSuperblock(slots, &geo);
   if (!s.ok()) return s;
@@ -179,6 +180,15 @@ Status Core::LoadLocked() {
   s = space_->Rebuild(total_units, st_, std::move(loaded.meta_units));
   if (!s.ok()) return s;
   if (read_only_) return Status::Ok();
+  // The replayed one-sync writes nothing vouches for: until the open's
+  // checkpoint takes them out of the journal, a cut replays them again and
+  // checks their grains, so those grains keep their bytes (checked_grains.h)
+  // even where later records freed them. Marked at the replay's last LSN,
+  // which the checkpoint's Vouch covers.
+  {
+    RangeValues::Spare spare = CheckedGrains::SpareFor(loaded.unvouched.size());
+    checked_.Mark(loaded.unvouched, end.next_lsn, &spare);
+  }
 
   // 4. Writable: zero every free AU (a crash may have left data in AUs whose
   // mapping never became durable), then checkpoint with a fresh LSN range so
@@ -186,18 +196,58 @@ Status Core::LoadLocked() {
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
-  const std::map<uint64_t, uint64_t> free_runs = space_->free_runs();
+  // Free grains of replayed one-sync writes wait for the checkpoint: a cut
+  // before it must find them as their records' CRCs say (freed later in
+  // the journal, they are free in the replayed state).
+  std::vector<std::pair<uint64_t, uint64_t>> punch_now, after_ckpt;
+  for (const auto& [p, n] : space_->free_runs()) {
+    uint64_t at = p;
+    checked_.VisitUnvouched(p, n, [&](uint64_t q, uint64_t k) {
+      if (q > at) punch_now.push_back({at, q - at});
+      after_ckpt.push_back({q, k});
+      at = q + k;
+    });
+    if (p + n > at) punch_now.push_back({at, p + n - at});
+  }
   g.Unlock();  // no data I/O under the metadata lock
   // Before the first write: the punches may hit AUs an older superblock
   // copy still names, which a cut must never fall back to (meta_format.h).
   s = format_->PrepareWrites(file_.get());
   if (!s.ok()) return s;
-  for (const auto& [p, n] : free_runs) {
+  for (const auto& [p, n] : punch_now) {
     s = file_->PunchHole(GrainOffset(p), n * grain_);
     if (!s.ok()) return s;
   }
   uint64_t target;
   s = CheckpointLocked(&target);
+  // Taken out of the journal by the checkpoint (its Vouch), or not: a pool
+  // too full to checkpoint at open punches them all the same, since every
+  // free grain must read as zeros (store-v3.md 3.6 item 4: a fresh grain is
+  // taken as zeros, by Allocate and by a one-sync write's CRC). Those the
+  // checkpoint took for its chunks or journal are metadata now, not
+  // punched. Two gaps stay open (store-v3.md, step 6 status): a cut during
+  // this checkpoint after it wrote into such a grain, or before the first
+  // checkpoint of a pool too full for one here, may drop the replayed
+  // one-sync writes of the last batch on disk.
+  if (!after_ckpt.empty()) {
+    std::vector<std::pair<uint64_t, uint64_t>> still_free;
+    {
+      MutexLock again(&meta_mu_);  // uncontended: still nobody else's
+      const std::map<uint64_t, uint64_t> free = space_->free_runs();
+      for (const auto& [q, k] : after_ckpt) {
+        auto it = free.upper_bound(q);
+        if (it != free.begin()) --it;
+        for (; it != free.end() && it->first < q + k; ++it) {
+          const uint64_t b = std::max(q, it->first), e = std::min(q + k, it->first + it->second);
+          if (b < e) still_free.push_back({b, e - b});
+        }
+      }
+    }
+    for (const auto& [q, k] : still_free) {
+      Status p = file_->PunchHole(GrainOffset(q), k * grain_);
+      if (!p.ok()) return p;
+    }
+  }
   if (s.code() == Code::kNoSpace) {
     // A full pool: no room for the open's checkpoint, refused before
     // anything changed (CheckpointLocked's only kNoSpace). Rather than
