@@ -93,6 +93,7 @@ class CheckedGrains {
     marks_.EraseIf([lsn](uint64_t v) { return v <= lsn; });
   }
   uint64_t vouched() const { return vouched_; }
+  bool empty() const { return marks_.empty(); }
   uint64_t grains() const { return marks_.grains(); }  // tests
 
  private:

@@ -246,11 +246,18 @@ void Core::ReleasePending(uint64_t target) {
 }
 
 void Core::HoldUnvouchedLocked(std::vector<PendingRun>* ready) {
-  if (held_.empty() && checked_.grains() == 0) return;  // formats 1 and 2, most batches
-  // Held runs first, oldest first: the vouch frees them in LSN order.
+  if (held_.empty() && checked_.empty()) return;  // formats 1 and 2, most batches
+  // Held runs the vouch has reached join *ready (room made first: without
+  // memory they stay held, for the next call).
+  bool room = true;
+  try {
+    ready->reserve(ready->size() + held_.size());
+  } catch (...) {
+    room = false;
+  }
   size_t kept = 0;
   for (size_t i = 0; i < held_.size(); i++) {
-    if (held_[i].first <= checked_.vouched())
+    if (room && held_[i].first <= checked_.vouched())
       ready->push_back(held_[i].second);
     else
       held_[kept++] = held_[i];
