@@ -139,7 +139,12 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   // CRCs are taken from the bytes written, grain by grain in LBA order as
   // they are written: run_crc[i] is the CRC of grain i's run up to and
   // including it (a run as the record below merges them).
-  const bool checked = one_sync && len <= kOneSyncWriteBytes;
+  // Not when the chunk also writes a grain in place: no CRC covers that
+  // data, and a later record of the batch must not outlive it (recovery
+  // yields a prefix in ticket order, JournalBuffer::Add), so such a chunk
+  // takes the plain record and its data sync.
+  const bool checked = one_sync && len <= kOneSyncWriteBytes &&
+                       std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
   std::vector<uint32_t> run_crc(checked ? plan.size() : 0);
   // Extends grain i's run over the grain's full contents: the `n` bytes at
   // `d` from byte `at`, zeros around them (only a fresh grain is written in

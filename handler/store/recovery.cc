@@ -196,17 +196,28 @@ Status Core::LoadLocked() {
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
-  // Free grains of replayed one-sync writes wait for the checkpoint: a cut
-  // before it must find them as their records' CRCs say (freed later in
-  // the journal, they are free in the replayed state).
-  std::vector<std::pair<uint64_t, uint64_t>> punch_now, after_ckpt;
+  // Free grains of replayed one-sync writes keep their bytes until a vouch:
+  // a cut before it replays their records again and checks them (freed
+  // later in the journal, they are free in the replayed state). So they are
+  // not punched here but held out of free space, as ReleasePending holds a
+  // run freed at run time (held_, pool_impl.h), and handed to the thinner
+  // by the ReleasePending that finds them vouched: the open's checkpoint
+  // (its Vouch) when it succeeds; when it fails, never before the pool is
+  // reopened; when the pool is too full for it, the checkpoint of the first
+  // commit. Held, the open's checkpoint cannot take them for its chunks or
+  // journal either.
+  std::vector<std::pair<uint64_t, uint64_t>> punch_now;
   for (const auto& [p, n] : space_->free_runs()) {
     uint64_t at = p;
     checked_.VisitUnvouched(p, n, [&](uint64_t q, uint64_t k) {
+      if (!s.ok()) return;
       if (q > at) punch_now.push_back({at, q - at});
-      after_ckpt.push_back({q, k});
+      PendingRun r{q, k, 0};
+      s = space_->Withhold(r);  // wholly inside free run [p, p+n)
+      if (s.ok()) held_.push_back({checked_.NeededLsn(q, k), r});
       at = q + k;
     });
+    if (!s.ok()) return s;
     if (p + n > at) punch_now.push_back({at, p + n - at});
   }
   g.Unlock();  // no data I/O under the metadata lock
@@ -220,34 +231,6 @@ Status Core::LoadLocked() {
   }
   uint64_t target;
   s = CheckpointLocked(&target);
-  // Taken out of the journal by the checkpoint (its Vouch), or not: a pool
-  // too full to checkpoint at open punches them all the same, since every
-  // free grain must read as zeros (store-v3.md 3.6 item 4: a fresh grain is
-  // taken as zeros, by Allocate and by a one-sync write's CRC). Those the
-  // checkpoint took for its chunks or journal are metadata now, not
-  // punched. Two gaps stay open (store-v3.md, step 6 status): a cut during
-  // this checkpoint after it wrote into such a grain, or before the first
-  // checkpoint of a pool too full for one here, may drop the replayed
-  // one-sync writes of the last batch on disk.
-  if (!after_ckpt.empty()) {
-    std::vector<std::pair<uint64_t, uint64_t>> still_free;
-    {
-      MutexLock again(&meta_mu_);  // uncontended: still nobody else's
-      const std::map<uint64_t, uint64_t> free = space_->free_runs();
-      for (const auto& [q, k] : after_ckpt) {
-        auto it = free.upper_bound(q);
-        if (it != free.begin()) --it;
-        for (; it != free.end() && it->first < q + k; ++it) {
-          const uint64_t b = std::max(q, it->first), e = std::min(q + k, it->first + it->second);
-          if (b < e) still_free.push_back({b, e - b});
-        }
-      }
-    }
-    for (const auto& [q, k] : still_free) {
-      Status p = file_->PunchHole(GrainOffset(q), k * grain_);
-      if (!p.ok()) return p;
-    }
-  }
   if (s.code() == Code::kNoSpace) {
     // A full pool: no room for the open's checkpoint, refused before
     // anything changed (CheckpointLocked's only kNoSpace). Rather than
