@@ -13,7 +13,9 @@
 // after 5 % random divergence vs raw, the metadata bytes written per GiB of
 // durable 4 KiB writes (counted by a wrapping Env), and the heap an open pool
 // holds. Format v3 (4 KiB sharing, issue 10) is printed as "not implemented"
-// beside the issue's goal until it exists.
+// beside the issue's goal until it exists, but for one row after the table:
+// format 3's first durable 4 KiB write into shared data vs its in-place
+// write into unshared data (one-sync first writes, store-v3.md step 6).
 //
 // Not Google Benchmark: every case changes the pool once and is measured
 // once (a clone diverges only once), so there is no loop to repeat; the
@@ -378,6 +380,70 @@ std::string Pct(double v) {
   return b;
 }
 
+// Format 3 at a 4 KiB grain (store-v3.md plan step 6, one-sync first
+// writes): a durable 4 KiB first write into shared data (copy-on-write of
+// one grain, a CRC-checked map record, one sync) against a durable 4 KiB
+// overwrite in place of unshared data (one sync), alternating, medians,
+// same run. Each first write goes to a grain no earlier one touched, and
+// the overwrites to grains written long before (vouched for, so in place).
+struct V3FirstWrite {
+  double first_shared = 0, unshared = 0;  // median seconds
+};
+
+V3FirstWrite MeasureV3FirstWrite(const Config& cfg) {
+  constexpr uint32_t kAu = 64 * kKiB;
+  std::string path = Dir() + "/bench-divergence-v3.pool";
+  ::unlink(path.c_str());
+  CountingEnv env;  // (its counts are not reported for this row)
+  PoolOptions o;
+  o.size_bytes = 4 * cfg.lun + 256 * kMiB;
+  o.allocation_unit = kAu;
+  o.format = 3;
+  o.grain = kBlock;
+  o.soft_threshold_percent = 0;
+  auto created = Pool::Create(&env, path, o);
+  Die(created.status(), "create v3 pool");
+  std::unique_ptr<Pool> pool = std::move(created.value());
+  std::mt19937_64 rng(3);
+  for (const char* name : {"base", "solo"}) {
+    Die(pool->CreateLun(name, cfg.lun, kBlock).status(), "create v3 LUN");
+    auto l = pool->OpenLun(name).value();
+    std::vector<uint8_t> buf = Pattern(1, kMiB);
+    for (uint64_t off = 0; off < cfg.lun; off += kMiB)
+      Die(l->Write(off / kBlock, kMiB / kBlock, buf.data(), Durability::kBuffered), "fill v3");
+  }
+  Die(pool->Flush(), "flush");
+  Die(pool->CloneLun("base", "fresh").status(), "clone v3");
+  auto fresh = pool->OpenLun("fresh").value();
+  auto solo = pool->OpenLun("solo").value();
+  const uint64_t blocks = cfg.lun / kBlock, n = std::min<uint64_t>(cfg.writes, blocks);
+  std::vector<uint64_t> order(blocks);
+  for (uint64_t i = 0; i < blocks; i++) order[i] = i;
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<uint8_t> buf = Pattern(3, kBlock);
+  std::vector<double> shared_t, unshared_t;
+  for (uint64_t i = 0; i < n; i++) {
+    for (int k = 0; k < 2; k++) {
+      double t0 = Now();
+      if ((k + i) % 2 == 0) {
+        Die(fresh->Write(order[i], 1, buf.data(), Durability::kDurable), "v3 first write");
+        shared_t.push_back(Now() - t0);
+      } else {
+        Die(solo->Write(rng() % blocks, 1, buf.data(), Durability::kDurable), "v3 unshared write");
+        unshared_t.push_back(Now() - t0);
+      }
+    }
+  }
+  V3FirstWrite v;
+  v.first_shared = Median(shared_t);
+  v.unshared = Median(unshared_t);
+  fresh.reset();
+  solo.reset();
+  Die(pool->Close(), "close v3");
+  ::unlink(path.c_str());
+  return v;
+}
+
 void Print(const Config& cfg, const std::vector<Figures>& fs) {
   auto au_name = [](uint32_t au) {
     return au >= kMiB ? std::to_string(au / kMiB) + " MiB" : std::to_string(au / kKiB) + " KiB";
@@ -500,5 +566,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "AU %u: %.1f s\n", au, Now() - t0);
   }
   Print(cfg, fs);
+  double t0 = Now();
+  const V3FirstWrite v3 = MeasureV3FirstWrite(cfg);
+  std::fprintf(stderr, "v3 first writes: %.1f s\n", Now() - t0);
+  std::printf("\nv3 (format 3, 4 KiB grain), durable 4 KiB writes, medians of %llu alternating each:\n"
+              "  first write into shared / unshared write: %.2fx (%.0f/%.0f us), goal <= 1.2x\n",
+              static_cast<unsigned long long>(std::min<uint64_t>(cfg.writes, cfg.lun / kBlock)),
+              v3.first_shared / v3.unshared, v3.first_shared * 1e6, v3.unshared * 1e6);
   return 0;
 }

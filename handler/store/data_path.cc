@@ -10,8 +10,10 @@
 #include "handler/store/pool_impl.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
+#include "handler/store/crc32c.h"
 #include "handler/store/iovec_slice.h"
 
 namespace cowstore::store {
@@ -25,6 +27,18 @@ size_t IovBytes(std::span<const iovec> iov) {
   size_t n = 0;
   for (const iovec& v : iov) n += v.iov_len;
   return n;
+}
+
+// Extends `crc` over `n` zero bytes (the unwritten parts of a fresh grain,
+// which reads as zeros: store-v3.md 3.6 item 4).
+uint32_t Crc32cZeros(uint32_t crc, uint64_t n) {
+  static constexpr std::array<uint8_t, 4096> kZeros{};
+  for (; n > 0;) {
+    const size_t k = std::min<uint64_t>(n, kZeros.size());
+    crc = Crc32c(crc, kZeros.data(), k);
+    n -= k;
+  }
+  return crc;
 }
 
 }  // namespace
@@ -84,9 +98,11 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   };
   std::vector<Plan> plan(a1 - a0);
   std::vector<uint64_t> fresh;
+  bool one_sync = false;
   for (int attempt = 0;; attempt++) {
     MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
+    one_sync = one_sync_;
     for (Plan& p : plan) p = {kNone, kNone, false};
     std::vector<Run> pieces;
     l->map.Lookup(a0, a1 - a0, &pieces);
@@ -96,7 +112,11 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     for (Plan& p : plan) {
       // In place only if no durable state can still share the grain: its last
       // other reference may have gone in a record that is not durable yet.
-      p.inplace = p.old != kNone && space_->WritableInPlace(p.old, queue_.durable());
+      // Nor while a checked record mapping it is not vouched for: replay
+      // would check its data, find this write's, and drop that acknowledged
+      // record, this write and everything after (checked_grains.h).
+      p.inplace = p.old != kNone && space_->WritableInPlace(p.old, queue_.durable()) &&
+                  !checked_.Unvouched(p.old);
       if (!p.inplace) need++;
     }
     fresh.clear();
@@ -110,6 +130,33 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   if (!fresh.empty()) PollBacking();  // the pool grew: does its backing store keep up?
   size_t k = 0;
   for (Plan& p : plan) p.target = p.inplace ? p.old : fresh[k++];
+
+  // The one-sync path (store-v3.md 3.6 item 1, format 3 only: one_sync_):
+  // the record of a small write that maps new grains carries the CRC32C of
+  // each run's grains' full contents (kMapChecked), so its data needs no
+  // sync of its own before the record: the batch's one sync covers both,
+  // and replay checks the data of the records nothing vouches for yet. The
+  // CRCs are taken from the bytes written, grain by grain in LBA order as
+  // they are written: run_crc[i] is the CRC of grain i's run up to and
+  // including it (a run as the record below merges them).
+  // Not when the chunk also writes a grain in place: no CRC covers that
+  // data, and a later record of the batch must not outlive it (recovery
+  // yields a prefix in ticket order, JournalBuffer::Add), so such a chunk
+  // takes the plain record and its data sync.
+  const bool checked = one_sync && len <= kOneSyncWriteBytes &&
+                       std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
+  std::vector<uint32_t> run_crc(checked ? plan.size() : 0);
+  // Extends grain i's run over the grain's full contents: the `n` bytes at
+  // `d` from byte `at`, zeros around them (only a fresh grain is written in
+  // part: a shared one is copied whole, below).
+  auto crc_grain = [&](size_t i, uint64_t at, const uint8_t* d, uint64_t n) {
+    const bool continues =
+        i > 0 && !plan[i - 1].inplace && plan[i].target == plan[i - 1].target + 1;
+    uint32_t c = continues ? run_crc[i - 1] : 0;
+    c = Crc32cZeros(c, at);
+    c = Crc32c(c, d, n);
+    run_crc[i] = Crc32cZeros(c, grain_ - at - n);
+  };
 
   // Data I/O, outside the metadata lock. Partial writes into a shared grain
   // copy the rest of the old grain; a fresh grain already reads as zeros.
@@ -125,6 +172,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       if (!s.ok()) break;
       std::memcpy(cow.data() + (ss - a * grain_), src + (ss - off), se - ss);
       s = file_->Write(GrainOffset(plan[i].target), grain_, cow.data());
+      if (checked) crc_grain(i, 0, cow.data(), grain_);
       i++;
       continue;
     }
@@ -136,6 +184,12 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       j++;
     uint64_t we = std::min(off + len, (a0 + j) * grain_);
     s = file_->Write(GrainOffset(plan[i].target) + (ss - a * grain_), we - ss, src + (ss - off));
+    for (size_t k = i; checked && k < j; k++) {
+      if (plan[k].inplace) continue;
+      const uint64_t g0 = (a0 + k) * grain_;
+      const uint64_t gs = std::max(off, g0), ge = std::min(off + len, g0 + grain_);
+      crc_grain(k, gs - g0, src + (gs - off), ge - gs);
+    }
     i = j;
   }
   if (!s.ok()) {
@@ -145,7 +199,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
 
   MutexLock g(&meta_mu_);
   Record rec;
-  rec.type = RecType::kMap;
+  rec.type = checked ? RecType::kMapChecked : RecType::kMap;
   rec.lun = l->id;
   for (size_t i = 0; i < plan.size(); i++) {
     if (plan[i].inplace) continue;
@@ -155,11 +209,20 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     else
       rec.runs.push_back({a0 + i, plan[i].target, 1});
   }
+  if (checked)  // each run's CRC is its last grain's run_crc
+    for (const Run& r : rec.runs) rec.crcs.push_back(run_crc[r.lba + r.len - 1 - a0]);
   uint64_t t;
   if (rec.runs.empty()) {
     t = jbuf_.TicketWithoutRecord();  // in place only: the journal's sync covers it
   } else {
-    jbuf_.NoteDataWritten();  // the record points at new data: sync that first
+    // Allocated before the append: marks that could not be made after it
+    // would leave the record's grains writable in place.
+    RangeValues::Spare spare = CheckedGrains::SpareFor(checked ? rec.runs.size() : 0);
+    // A plain map points at data no CRC covers: the commit syncs it first.
+    // A checked one does not ask it (replay checks its data instead), but
+    // the batch still syncs data first if anything else in it asks: a plain
+    // map, or in-place data with an earlier ticket (JournalBuffer::Add).
+    if (!checked) jbuf_.NoteDataWritten();
     Result<uint64_t> a = AppendLocked(rec);
     if (!a.ok()) {  // not for fresh grains (nothing references them), but never ignored
       g.Unlock();
@@ -167,6 +230,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       return a.status();
     }
     t = *a;
+    if (checked) checked_.Mark(rec.runs, jbuf_.next_lsn() - 1, &spare);
   }
   space_->Mapped(fresh);
   *ticket = std::max(*ticket, t);

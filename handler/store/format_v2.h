@@ -37,6 +37,7 @@ class FormatV2 final : public MetaFormat {
   uint64_t durable_lsn() const override { return journal_.durable_lsn(); }
   uint64_t superblock_seq() const override { return sb_.seq; }
   bool tracks_dirty() const override { return false; }  // every checkpoint encodes every map
+  bool writes_checked_maps() const override { return false; }  // older builds cannot read them
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
   std::shared_ptr<const CheckpointCost> NextCheckpointCost() const override;
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,

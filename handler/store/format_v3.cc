@@ -198,14 +198,23 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // marks (every LUN is marked below after a replay that applied records).
   // Version 3: its kMapChecked records' data checked by replay's CRC rule
   // (replay.h) in this pool's grains.
+  std::vector<Run> checked;  // the grains of the replayed records nothing vouches for
   auto scanned = ScanJournal(&source, sb.journal_start_lsn, kFormatVersionV3, kJournalWindowBytes,
                              [&loaded](Record&& r) -> Status {
                                if (std::string why = RecordLunBlocksRule(loaded, r); !why.empty())
                                  return Status(Code::kCorruption, "journal replay: " + why);
                                return ApplyRecord(&loaded, r, nullptr, nullptr);
                              },
-                             [file, &sb](const Record& r) {
-                               return CheckMappedData(file, sb.data_offset, sb.grain, sb.grains(), r);
+                             [file, &sb, &checked](const Record& r) -> Result<bool> {
+                               Result<bool> same =
+                                   CheckMappedData(file, sb.data_offset, sb.grain, sb.grains(), r);
+                               if (!same.ok() || !*same) return same;
+                               try {  // at most the unvouched tail's (LoadedMeta::unvouched)
+                                 checked.insert(checked.end(), r.runs.begin(), r.runs.end());
+                               } catch (...) {
+                                 return StatusFromCurrentException("replay's data check");
+                               }
+                               return true;
                              });
   if (!scanned.ok()) return scanned.status();
   ReplayEnd end = ReplayEndOf(std::move(scanned).value());
@@ -238,6 +247,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   checkpoints_++;     // a Freeze of another tree does not apply to this one
   out->meta_units = std::move(units);
   out->end = std::move(end);
+  out->unvouched = std::move(checked);
   ring_.emplace(std::move(ring).value());
   return Status::Ok();
 }

@@ -197,6 +197,7 @@ class FormatV3 final : public MetaFormat {
   // is this format's): it must never outlive the format, or a format later
   // built at the same address could take it for its own.
   bool tracks_dirty() const override { return true; }
+  bool writes_checked_maps() const override { return true; }
   FrozenCheckpoint Freeze(const MetaState& st, const DirtyRanges& dirty) const override;
   FrozenCheckpoint Freeze(const MetaState& st) const;
   std::shared_ptr<const CheckpointCost> NextCheckpointCost() const override;

@@ -622,6 +622,20 @@ std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
   return ready;
 }
 
+Status FreeSpace::Withhold(const PendingRun& r) {
+  if (r.n == 0) return Status::Ok();
+  std::optional<GrainRun> holder = index_.RunHolding(r.phys);
+  if (!holder || r.n > holder->end() - r.phys)
+    return Status(Code::kInvalidArgument, "withholding grains " + std::to_string(r.phys) + "+" +
+                                              std::to_string(r.n) + ": not all free in one run");
+  std::map<uint64_t, PendingRun> node;  // allocated first: nothing changed if it throws
+  node.emplace(r.phys, r);
+  index_.Remove(r.phys, r.n);  // all-or-nothing
+  releasing_runs_.insert(node.extract(node.begin()));  // a node move: allocates nothing
+  releasing_ += r.n;
+  return Status::Ok();
+}
+
 Status FreeSpace::Release(const PendingRun& r, bool zeroed) {
   if (r.n == 0) return Status::Ok();
   if (Status s = CheckNotFree({r.phys, r.n}, "release"); !s.ok()) return s;

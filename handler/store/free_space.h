@@ -200,6 +200,10 @@ class FreeSpace {
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket);
   // kInvalidArgument, changing nothing, if any of r is free or still pending.
   Status Release(const PendingRun& r, bool zeroed);
+  // Takes r out of the index as releasing (PoolSpace::Withhold): Release
+  // gives it back. kInvalidArgument, changing nothing, unless r lies wholly
+  // inside one free run of the index. All-or-nothing under std::bad_alloc.
+  Status Withhold(const PendingRun& r);
   bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
 
   uint64_t chunk_grains() const { return chunk_grains_; }

@@ -193,6 +193,7 @@ class GrainSpace final : public PoolSpace {
   bool has_pending() const override { return free_.has_pending(); }
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) override;
   void Release(const PendingRun& r, bool zeroed) override;
+  Status Withhold(const PendingRun& r) override { return free_.Withhold(r); }
   uint64_t releasing_units() const override { return free_.releasing_grains(); }
 
   // Checkpoint chunks, in AUs (rule 3 above), as PoolSpace's: TakeMeta

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "handler/store/journal.h"
 
+#include <algorithm>
+
 #include "handler/store/replay.h"
 
 namespace cowstore::store {
@@ -12,6 +14,7 @@ JournalBuffer::Framed JournalBuffer::Frame(const Record& r, uint64_t proven) {
   // after it would be committed behind damage replay refuses.
   Framed f;
   f.lsn = next_lsn_;
+  f.proven = proven;
   FrameRecord(r, f.lsn, proven, &f.bytes);
   buf_.reserve(buf_.size() + f.bytes.size());  // grows geometrically (libstdc++)
   return f;
@@ -27,6 +30,7 @@ uint64_t JournalBuffer::Add(Framed&& f) {
   }
   buf_.append(f.bytes);  // within the capacity Frame reserved: no allocation
   next_lsn_ = f.lsn + 1;
+  proven_ = std::max(proven_, f.proven);
   return ++last_ticket_;
 }
 
@@ -37,12 +41,15 @@ void JournalBuffer::TakeBatch(JournalBatch* b) {
   b->last_lsn = next_lsn_ - 1;
   b->data_dirty = data_dirty_;
   b->inplace_dirty = inplace_dirty_;
+  b->proven = proven_;
   data_dirty_ = inplace_dirty_ = false;
+  proven_ = 0;
 }
 
 uint64_t JournalBuffer::DropForCheckpoint() {
   buf_.clear();
   data_dirty_ = inplace_dirty_ = false;  // the checkpoint syncs before its superblock
+  proven_ = 0;
   return next_lsn_;
 }
 

@@ -34,6 +34,10 @@ struct JournalBatch {
   std::string bytes;
   uint64_t last_ticket = 0;
   uint64_t last_lsn = 0;  // of the last record framed so far (durable with this batch)
+  // The highest `proven` its records carry (0 without records): once the
+  // batch is durable, every record up to it is vouched for (replay.h), so
+  // replay no longer checks those kMapChecked records' data.
+  uint64_t proven = 0;
   bool data_dirty = false;
   bool inplace_dirty = false;
 };
@@ -44,6 +48,7 @@ class JournalBuffer {
   struct Framed {
     std::string bytes;
     uint64_t lsn = 0;
+    uint64_t proven = 0;
   };
   // The half of an append that may fail (std::bad_alloc), changing nothing:
   // frames `r` with the next LSN and makes room for it in the buffer.
@@ -92,6 +97,7 @@ class JournalBuffer {
   std::string buf_;
   uint64_t next_lsn_ = 1;
   uint64_t last_ticket_ = 0;
+  uint64_t proven_ = 0;  // the highest `proven` buffered (JournalBatch::proven)
   bool data_dirty_ = false;
   bool inplace_dirty_ = false;
 };

@@ -57,6 +57,12 @@ struct LoadedMeta {
   // newer journal may be opened anyway is Core's decision (the caller's
   // accept_journal_loss), not the format's.
   ReplayEnd end;
+  // The grains the replayed kMapChecked records map that no record of the
+  // journal vouches for (replay.h, the CRC rule; format 3 only): replay
+  // checked them against their CRCs, and will again after a cut until a
+  // checkpoint takes them out of the journal, so they must keep their
+  // bytes until then (checked_grains.h). A run may repeat.
+  std::vector<Run> unvouched;
 };
 
 // What a format freezes beside (or instead of) an encoded payload: FormatV3
@@ -166,6 +172,11 @@ class MetaFormat {
   // format that rewrites every map (FormatV2) costs nothing. Fixed for the
   // format's life.
   virtual bool tracks_dirty() const = 0;
+  // Whether the journal may hold kMapChecked records, so Core may take the
+  // one-sync path for small first writes (store-v3.md 3.6 item 1): format 3
+  // only, since formats 1 and 2 refuse the type at replay (builds before it
+  // cannot read it). Fixed for the format's life.
+  virtual bool writes_checked_maps() const = 0;
   // Checkpoint, step 1, under Core's metadata lock: encodes `st`. `dirty`:
   // every range whose map changed since the last successful checkpoint
   // (dirty_ranges.h: Core takes it in the same critical section, merges it

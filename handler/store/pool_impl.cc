@@ -219,6 +219,14 @@ Result<uint64_t> Core::CommitBatch() {
     FailPool();
     return Status(s.code(), "commit failed, pool must be reopened: " + s.message());
   }
+  if (!ckpt && batch.proven != 0) {
+    // Durable now, its records vouch for every record up to their `proven`:
+    // replay will not check those kMapChecked records' data again, so their
+    // grains may change (checked_grains.h). Before the queue publishes the
+    // target, so the ReleasePending that follows sees the vouch.
+    MutexLock g(&meta_mu_);
+    checked_.Vouch(batch.proven);
+  }
   return target;  // queue_ publishes it, wakes its waiters, then ReleasePending
 }
 
@@ -232,11 +240,52 @@ void Core::ReleasePending(uint64_t target) {
   {
     MutexLock g(&meta_mu_);
     ready = space_->TakeReleasable(target);
+    // A run holding a grain of a checked record not vouched for must keep
+    // its bytes until the vouch (checked_grains.h: replay would check them):
+    // held back, and handed over by the call that finds it vouched.
+    HoldUnvouchedLocked(&ready);
   }
   // The freeing records are durable: no recovered state can map these AUs,
   // so they may be zeroed (punched, keeping the file thin) and reused. The
   // punch happens off this (a command's) thread.
   thinner_.Add(std::move(ready));
+}
+
+void Core::HoldUnvouchedLocked(std::vector<PendingRun>* ready) {
+  if (held_.empty() && checked_.empty()) return;  // formats 1 and 2, most batches
+  // Held runs the vouch has reached join *ready (room made first: without
+  // memory they stay held, for the next call).
+  bool room = true;
+  try {
+    ready->reserve(ready->size() + held_.size());
+  } catch (...) {
+    room = false;
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < held_.size(); i++) {
+    if (room && held_[i].first <= checked_.vouched())
+      ready->push_back(held_[i].second);
+    else
+      held_[kept++] = held_[i];
+  }
+  held_.resize(kept);
+  size_t out = 0;
+  for (size_t i = 0; i < ready->size(); i++) {
+    const PendingRun& r = (*ready)[i];
+    const uint64_t need = checked_.NeededLsn(r.phys, r.n);
+    if (need == 0) {
+      (*ready)[out++] = r;
+      continue;
+    }
+    try {
+      held_.push_back({need, r});
+    } catch (...) {
+      // No memory to hold it: not released at all, rather than punched
+      // early. It stays releasing (thinning) until the pool is reopened,
+      // whose rebuild frees it: space leaks for this session only.
+    }
+  }
+  ready->resize(out);
 }
 
 bool Core::PunchRun(const PendingRun& r) {
@@ -255,7 +304,27 @@ Status Core::ReclaimPending() {
   if (c.code() == Code::kNotDurable) return Status(Code::kNoSpace, c.message());
   if (!c.ok()) return c;
   queue_.DrainHooks();  // their runs are in thinner_ once the hooks finished
-  thinner_.Drain();     // and on the free list once punched
+  bool held;
+  {
+    MutexLock g(&meta_mu_);
+    held = !held_.empty();
+    // Runs held for a vouch (held_): their checked records are durable (they
+    // precede the freeing ones), so one more durable record framed now
+    // vouches for them. A seal is the record that changes nothing.
+    if (held) {
+      Record seal;
+      seal.type = RecType::kSeal;
+      Result<uint64_t> t = AppendLocked(seal);
+      if (!t.ok()) held = false;  // a failed pool or no room: the caller's retry answers
+    }
+  }
+  if (held) {
+    c = Commit(CurrentSeq());
+    if (c.code() == Code::kNotDurable) return Status(Code::kNoSpace, c.message());
+    if (!c.ok()) return c;
+    queue_.DrainHooks();
+  }
+  thinner_.Drain();  // and on the free list once punched
   return Status::Ok();
 }
 

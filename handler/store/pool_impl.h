@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/checked_grains.h"
 #include "handler/store/commit_queue.h"
 #include "handler/store/dirty_ranges.h"
 #include "handler/store/env.h"
@@ -219,12 +220,16 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // queue_'s after-hook: hands the runs whose freeing record is now durable
   // to thinner_, which punches them and then ReleaseRuns them (thinner.h).
   void ReleasePending(uint64_t target) EXCLUDES(meta_mu_);
+  // ReleasePending's rule for one-sync writes: moves the runs of *ready
+  // that hold an unvouched checked grain into held_, and the held runs now
+  // vouched for into *ready.
+  void HoldUnvouchedLocked(std::vector<PendingRun>* ready) REQUIRES(meta_mu_);
   bool PunchRun(const PendingRun& r) EXCLUDES(meta_mu_);
   void ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed)
       EXCLUDES(meta_mu_);
   // An allocation found too little free while frees are under way: makes
-  // them durable, then waits for (and helps) their punches. Call without
-  // meta_mu_, then retry once.
+  // them durable (and vouched for, where held_ holds them), then waits for
+  // (and helps) their punches. Call without meta_mu_, then retry once.
   Status ReclaimPending() EXCLUDES(queue_, meta_mu_);
   // Applies `r` and buffers it; returns its ticket. An error if ApplyRecord
   // refuses it (a reference count would overflow): then nothing changed and
@@ -386,6 +391,23 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // pool) if they differ, rather than checkpoint a tracking format with no
   // marks.
   bool track_dirty_ GUARDED_BY(meta_mu_) = false;
+  // format_->writes_checked_maps(), copied by LoadLocked as track_dirty_ is
+  // (and for the same reason): whether a small write that maps new grains
+  // takes the one-sync path (WriteBytesChunk, data_path.cc).
+  bool one_sync_ GUARDED_BY(meta_mu_) = false;
+  // The grains of kMapChecked records no durable record vouches for yet
+  // (checked_grains.h says why they must not change): not writable in place
+  // (WriteBytesChunk), and a durably freed run holding one waits in held_.
+  // Vouched as batches commit (CommitBatch: the batch's `proven`) and by
+  // each checkpoint (every record it holds leaves the journal).
+  CheckedGrains checked_ GUARDED_BY(meta_mu_);
+  // Runs whose freeing record is durable but which hold a grain checked_
+  // has not seen vouched for, each with the LSN whose vouch frees it
+  // (CheckedGrains::NeededLsn): handed to thinner_ by the ReleasePending
+  // that finds it vouched. At most one run per unvouched grain (the runs
+  // are disjoint), so bounded as checked_ is; they stay "releasing" in
+  // space_ meanwhile (thinning space, as a punch in progress).
+  std::vector<std::pair<uint64_t, PendingRun>> held_ GUARDED_BY(meta_mu_);
   // A metadata update failed part way (AppendLocked), a checkpoint failed
   // (checkpoint.cc says why each one counts), or the space map could not
   // take a size Grow had made durable, or a journal batch or Grow failed

@@ -108,6 +108,7 @@ Status Core::LoadLocked() {
   if (!chosen.ok()) return chosen.status();
   format_ = std::move(chosen).value();
   track_dirty_ = format_->tracks_dirty();
+  one_sync_ = format_->writes_checked_maps();
   PoolGeometry geo;
   Status s = format_->ChooseSuperblock(slots, &geo);
   if (!s.ok()) return s;
@@ -179,6 +180,15 @@ Status Core::LoadLocked() {
   s = space_->Rebuild(total_units, st_, std::move(loaded.meta_units));
   if (!s.ok()) return s;
   if (read_only_) return Status::Ok();
+  // The replayed one-sync writes nothing vouches for: until the open's
+  // checkpoint takes them out of the journal, a cut replays them again and
+  // checks their grains, so those grains keep their bytes (checked_grains.h)
+  // even where later records freed them. Marked at the replay's last LSN,
+  // which the checkpoint's Vouch covers.
+  {
+    RangeValues::Spare spare = CheckedGrains::SpareFor(loaded.unvouched.size());
+    checked_.Mark(loaded.unvouched, end.next_lsn, &spare);
+  }
 
   // 4. Writable: zero every free AU (a crash may have left data in AUs whose
   // mapping never became durable), then checkpoint with a fresh LSN range so
@@ -186,13 +196,36 @@ Status Core::LoadLocked() {
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
-  const std::map<uint64_t, uint64_t> free_runs = space_->free_runs();
+  // Free grains of replayed one-sync writes keep their bytes until a vouch:
+  // a cut before it replays their records again and checks them (freed
+  // later in the journal, they are free in the replayed state). So they are
+  // not punched here but held out of free space, as ReleasePending holds a
+  // run freed at run time (held_, pool_impl.h), and handed to the thinner
+  // by the ReleasePending that finds them vouched: the open's checkpoint
+  // (its Vouch) when it succeeds; when it fails, never before the pool is
+  // reopened; when the pool is too full for it, the checkpoint of the first
+  // commit. Held, the open's checkpoint cannot take them for its chunks or
+  // journal either.
+  std::vector<std::pair<uint64_t, uint64_t>> punch_now;
+  for (const auto& [p, n] : space_->free_runs()) {
+    uint64_t at = p;
+    checked_.VisitUnvouched(p, n, [&](uint64_t q, uint64_t k) {
+      if (!s.ok()) return;
+      if (q > at) punch_now.push_back({at, q - at});
+      PendingRun r{q, k, 0};
+      s = space_->Withhold(r);  // wholly inside free run [p, p+n)
+      if (s.ok()) held_.push_back({checked_.NeededLsn(q, k), r});
+      at = q + k;
+    });
+    if (!s.ok()) return s;
+    if (p + n > at) punch_now.push_back({at, p + n - at});
+  }
   g.Unlock();  // no data I/O under the metadata lock
   // Before the first write: the punches may hit AUs an older superblock
   // copy still names, which a cut must never fall back to (meta_format.h).
   s = format_->PrepareWrites(file_.get());
   if (!s.ok()) return s;
-  for (const auto& [p, n] : free_runs) {
+  for (const auto& [p, n] : punch_now) {
     s = file_->PunchHole(GrainOffset(p), n * grain_);
     if (!s.ok()) return s;
   }

@@ -277,6 +277,36 @@ TEST(FreeSpace, OtherLunsUnusedChunksAreTakenBackBeforeThePoolIsFull) {
 
 // --------------------------------------------------------- pending frees
 
+// Withhold (the open's hold of grains a replayed one-sync record may still
+// be checked against): the run leaves the index as releasing, is never
+// handed out, and Release gives it back; grains not wholly free in one run
+// are refused, changing nothing.
+TEST(FreeSpace, AWithheldRunIsReleasingUntilReleased) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(64, {{0, 8}}).ok());  // free: [8, 64)
+  const auto before = fs.index().by_offset();
+  EXPECT_EQ(fs.Withhold({4, 8, 0}).code(), Code::kInvalidArgument);   // 4..7 mapped
+  EXPECT_EQ(fs.Withhold({60, 8, 0}).code(), Code::kInvalidArgument);  // beyond the pool
+  EXPECT_EQ(fs.index().by_offset(), before);
+  ASSERT_TRUE(fs.Withhold({20, 4, 0}).ok());
+  EXPECT_EQ(fs.Withhold({22, 1, 0}).code(), Code::kInvalidArgument);  // releasing already
+  EXPECT_EQ(fs.free_grains(), 52u);
+  EXPECT_EQ(fs.releasing_grains(), 4u);
+  EXPECT_TRUE(fs.has_pending());
+  const std::vector<PendingRun> rel = fs.releasing_runs();
+  ASSERT_EQ(rel.size(), 1u);
+  EXPECT_EQ(rel[0].phys, 20u);
+  EXPECT_EQ(rel[0].n, 4u);
+  GV out;
+  ASSERT_TRUE(fs.Allocate(52, Meta(), &out).ok());  // every free grain, none withheld
+  for (const GrainRun& r : out) EXPECT_TRUE(r.end() <= 20 || r.start >= 24) << r.start << "+" << r.len;
+  EXPECT_EQ(fs.Allocate(1, Meta(), &out).code(), Code::kNoSpace);
+  ASSERT_TRUE(fs.Release({20, 4, 0}, /*zeroed=*/true).ok());
+  EXPECT_EQ(fs.releasing_grains(), 0u);
+  EXPECT_EQ(fs.free_grains(), 4u);
+}
+
+
 TEST(FreeSpace, PendingFreesAreReleasedOnlyByTheirTicketAndAfterThePunch) {
   FreeSpace fs(8);
   ASSERT_TRUE(fs.Rebuild(64, {}).ok());

@@ -464,6 +464,10 @@ TEST_P(PoolTest, DurableOverwriteOfUnsharedAuCostsOneSyncAndNoRecord) {
   auto data = Pattern(4096, 5);
   // Both 4 KiB blocks mapped first (two grains at a 4 KiB grain).
   ASSERT_TRUE(a_->Write(0, 16, Pattern(8192, 4).data(), D::kDurable).ok());
+  // On format 3 that was a one-sync first write, whose grains are written
+  // in place only once a durable record framed after its sync vouches for
+  // it (checked_grains.h): any record will do.
+  ASSERT_TRUE(pool_->CreateLun("vouch", 1 << 20, 512).ok());
   uint64_t syncs = env_.calls(FaultInjectionEnv::Op::kSync);
   uint64_t writes = env_.calls(FaultInjectionEnv::Op::kWrite);
   ASSERT_TRUE(a_->Write(8, 8, data.data(), D::kDurable).ok());
@@ -994,7 +998,12 @@ TEST_P(PoolSpace, ABackingStoreShortOfTheRemainingGrowthSignalsTheSoftThresholdO
   EXPECT_EQ(pool.backing_short_generation(), gen + 1);
   write_new_au();  // still short: signalled once
   EXPECT_EQ(pool.backing_short_generation(), gen + 1);
-  // Rewriting a mapped unit allocates nothing and asks nothing.
+  // Rewriting a mapped unit allocates nothing and asks nothing, once the
+  // writes that mapped it are vouched for on format 3 (one-sync first
+  // writes stay copy-on-write until then: checked_grains.h): made durable,
+  // then a record framed after them, which allocates nothing.
+  ASSERT_TRUE(pool.Flush().ok());
+  ASSERT_TRUE(pool.CreateLun("vouch", 1 << 20, 512).ok());
   env.SetBacking(FsWithFree(1ull << 30));
   ASSERT_TRUE(a->Write(0, 128, data.data(), D::kBuffered).ok());
   env.SetBacking(FsWithFree(kAu));
