@@ -17,23 +17,34 @@ std::string N(uint64_t v) { return std::to_string(v); }
 
 Status Invalid(const std::string& what) { return Status(Code::kInvalidArgument, "checkpoint tree: " + what); }
 
-// The map's runs (sorted) as leaves hold them: neighbours that join
+// Calls fn(run) for the map's runs clipped to [first, end), in order, as
+// leaves hold them, until fn returns false: neighbours that join
 // (LeafRunsJoin) made one run, left to right. A map can hold such a pair:
 // Remove does not merge the pieces it leaves, so cutting the head off the
 // first of two contiguous runs too long to merge leaves two that would. A
 // leaf page refuses the pair (one spelling per map), so it is written as the
 // run the map means. Joining greedily leaves no pair that joins: a run that
-// could not join the one before it cannot once either has grown.
-std::vector<Run> Joined(const std::vector<Run>& runs) {
-  std::vector<Run> out;
-  out.reserve(runs.size());
-  for (const Run& r : runs) {
-    if (!out.empty() && LeafRunsJoin(out.back(), r))
-      out.back().len += r.len;
-    else
-      out.push_back(r);
-  }
-  return out;
+// could not join the one before it cannot once either has grown. Streamed
+// from the map, never copied: a re-packed stretch may be a whole LUN of
+// millions of runs (the open's checkpoint after a replay).
+template <typename Fn>
+void VisitJoined(const ExtentMap& map, uint64_t first, uint64_t end, Fn fn) {
+  Run cur;
+  bool have = false, more = true;
+  map.Visit(first, end - first, [&](const Run& r) {
+    if (have && LeafRunsJoin(cur, r)) {
+      cur.len += r.len;
+      return true;
+    }
+    if (have && !fn(cur)) {
+      more = false;
+      return false;
+    }
+    cur = r;
+    have = true;
+    return true;
+  });
+  if (more && have) fn(cur);
 }
 
 // Where each page of n items starts, for pages that hold `cap` and are
@@ -48,10 +59,8 @@ std::vector<size_t> PageStarts(size_t n, size_t cap, size_t fill) {
   return starts;
 }
 
-// How many leaves `joined` runs (Joined) are packed into: Pack's rule.
-std::vector<size_t> LeafStarts(const std::vector<Run>& joined) {
-  return PageStarts(joined.size(), kLeafPageRuns, kLeafFillRuns);
-}
+// Where each leaf of `joined` runs (VisitJoined) starts: Pack's rule.
+std::vector<size_t> LeafStarts(size_t joined) { return PageStarts(joined, kLeafPageRuns, kLeafFillRuns); }
 
 // Calls fn(lun, map, begin, end) for each LUN with runs in `maps`, with its
 // previous leaves [begin, end) of prev.leaves (key order: a LUN's leaves
@@ -76,12 +85,23 @@ Status ForEachLunWithRuns(const std::map<uint32_t, const ExtentMap*>& maps, cons
 
 // A stretch of a LUN's previous leaves that is re-packed: leaves [i, j) of
 // the LUN's (relative to its first), the LBAs [first, end) they tile, and
-// the map's runs there (clipped to it).
+// how many runs the new leaves hold there (VisitJoined's; the runs stay in
+// the map).
 struct Stretch {
   size_t i = 0, j = 0;
   uint64_t first = 0, end = 0;
-  std::vector<Run> runs;
+  size_t runs = 0;
 };
+
+// VisitJoined's count over [first, end).
+size_t JoinedCount(const ExtentMap& map, uint64_t first, uint64_t end) {
+  size_t n = 0;
+  VisitJoined(map, first, end, [&n](const Run&) {
+    n++;
+    return true;
+  });
+  return n;
+}
 
 // The stretches of LUN `lun` (previous leaves [begin, end) of `prev`) that
 // are re-packed, in key order: every previous leaf is named again but
@@ -96,7 +116,7 @@ Status TouchedStretches(uint32_t lun, const ExtentMap& map, const std::vector<In
   if (begin == end) {
     Stretch st;
     st.end = ExtentMap::kMaxLba;
-    map.Lookup(0, ExtentMap::kMaxLba, &st.runs);
+    st.runs = JoinedCount(map, 0, ExtentMap::kMaxLba);
     out->push_back(std::move(st));
     return Status::Ok();
   }
@@ -114,8 +134,8 @@ Status TouchedStretches(uint32_t lun, const ExtentMap& map, const std::vector<In
     st.j = j;
     st.first = prev[begin + i].first.lba;
     st.end = prev[begin + j - 1].end.lba;
-    map.Lookup(st.first, st.end - st.first, &st.runs);
-    if (st.runs.empty()) {
+    st.runs = JoinedCount(map, st.first, st.end);
+    if (st.runs == 0) {
       // The next leaf, else the previous one (named again by no stretch:
       // the stretch is maximal). The map holds a run, so some leaf of the
       // LUN has one.
@@ -236,41 +256,59 @@ class Writer {
     size_t k = begin;
     for (const Stretch& st : stretches) {
       for (; k < begin + st.i; k++) out_->tree.leaves.push_back(prev_.leaves[k]);
-      if (Status s = Pack(lun, st.first, st.end, st.runs); !s.ok()) return s;
+      if (Status s = Pack(lun, map, st); !s.ok()) return s;
       k = begin + st.j;
     }
     for (; k < end; k++) out_->tree.leaves.push_back(prev_.leaves[k]);
     return Status::Ok();
   }
 
-  // New leaves tiling [first, end) holding the map's `map_runs` (clipped to
-  // it, sorted), joined as a leaf holds them.
-  Status Pack(uint32_t lun, uint64_t first, uint64_t end, const std::vector<Run>& map_runs) {
-    const std::vector<Run> runs = Joined(map_runs);
-    const std::vector<size_t> starts = LeafStarts(runs);
-    for (size_t c = 0; c < starts.size(); c++) {
-      const size_t stop = c + 1 < starts.size() ? starts[c + 1] : runs.size();
-      LeafPage leaf;
-      leaf.pool = pool_.bound.pool;
-      leaf.lun = lun;
-      leaf.seq = seq_;
-      leaf.first_lba = c == 0 ? first : runs[starts[c]].lba;
-      leaf.end_lba = stop < runs.size() ? runs[stop].lba : end;
-      leaf.runs.assign(runs.begin() + starts[c], runs.begin() + stop);
-      std::string bytes;
-      if (Status s = EncodeLeafPage(leaf, &bytes); !s.ok()) return s;
-      IndexEntry e{{lun, leaf.first_lba}, {lun, leaf.end_lba}, 0, seq_};
-      // The encoder knows no pool bound (phys_grains): check the page with
-      // the reader's own rule, so a tree the reader refuses is never written.
-      LeafPage back;
-      if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool_.bound.pool, pool_.phys_grains), &back);
-          !d.ok())
-        return Invalid("LUN " + N(lun) + "'s leaf would be refused on read: " + d.message());
-      Result<uint64_t> a = WriteFresh(bytes);
-      if (!a.ok()) return a.status();
-      e.addr = *a;
-      out_->tree.leaves.push_back(e);
-    }
+  // New leaves tiling the stretch's LBAs, holding the map's runs there as
+  // VisitJoined gives them, split by LeafStarts over st.runs: each leaf is
+  // written when the run that starts the next one (or the stretch's end) is
+  // reached, so only one leaf's runs are held at a time.
+  Status Pack(uint32_t lun, const ExtentMap& map, const Stretch& st) {
+    const std::vector<size_t> starts = LeafStarts(st.runs);
+    if (starts.empty()) return Status::Ok();
+    LeafPage leaf;
+    leaf.pool = pool_.bound.pool;
+    leaf.lun = lun;
+    leaf.seq = seq_;
+    leaf.first_lba = st.first;
+    leaf.runs.reserve(kLeafPageRuns);
+    size_t c = 0, k = 0;  // the leaf being filled, the runs seen
+    Status s;
+    VisitJoined(map, st.first, st.end, [&](const Run& r) {
+      if (c + 1 < starts.size() && k == starts[c + 1]) {
+        leaf.end_lba = r.lba;
+        if (s = WriteLeaf(leaf); !s.ok()) return false;
+        c++;
+        leaf.first_lba = r.lba;
+        leaf.runs.clear();
+      }
+      leaf.runs.push_back(r);
+      k++;
+      return true;
+    });
+    if (!s.ok()) return s;
+    leaf.end_lba = st.end;
+    return WriteLeaf(leaf);
+  }
+
+  Status WriteLeaf(const LeafPage& leaf) {
+    std::string bytes;
+    if (Status s = EncodeLeafPage(leaf, &bytes); !s.ok()) return s;
+    IndexEntry e{{leaf.lun, leaf.first_lba}, {leaf.lun, leaf.end_lba}, 0, seq_};
+    // The encoder knows no pool bound (phys_grains): check the page with
+    // the reader's own rule, so a tree the reader refuses is never written.
+    LeafPage back;
+    if (Status d = DecodeLeafPage(bytes.data(), bytes.size(), LeafExpectFor(e, pool_.bound.pool, pool_.phys_grains), &back);
+        !d.ok())
+      return Invalid("LUN " + N(leaf.lun) + "'s leaf would be refused on read: " + d.message());
+    Result<uint64_t> a = WriteFresh(bytes);
+    if (!a.ok()) return a.status();
+    e.addr = *a;
+    out_->tree.leaves.push_back(e);
     return Status::Ok();
   }
 
@@ -363,7 +401,7 @@ uint64_t FreshLeafCount(const std::map<uint32_t, const ExtentMap*>& maps, const 
   std::vector<Stretch> stretches;
   Status s = ForEachLunWithRuns(maps, prev, [&](uint32_t lun, const ExtentMap& map, size_t begin, size_t end) {
     Status t = TouchedStretches(lun, map, prev.leaves, begin, end, dirty, &stretches);
-    for (const Stretch& st : stretches) leaves += LeafStarts(Joined(st.runs)).size();
+    for (const Stretch& st : stretches) leaves += LeafStarts(st.runs).size();
     return t;
   });
   // A refused LUN: WriteCkptTree refuses it before it packs any of its

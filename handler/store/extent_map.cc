@@ -25,15 +25,10 @@ std::string ExtentMap::OutOfRange(uint64_t lba, uint64_t phys, uint64_t len, uin
 }
 
 void ExtentMap::Lookup(uint64_t a, uint64_t n, std::vector<Run>* out) const {
-  if (n == 0) return;
-  const uint64_t end = a + n;
-  for (auto it = tree_.FirstEndingAfter(a); it != tree_.end(); ++it) {
-    Run r = *it;
-    if (r.lba >= end) break;
-    uint64_t s = std::max(a, r.lba);
-    uint64_t e = std::min(end, r.lba + r.len);
-    out->push_back({s, r.phys + (s - r.lba), e - s});
-  }
+  Visit(a, n, [out](const Run& r) {
+    out->push_back(r);
+    return true;
+  });
 }
 
 uint64_t ExtentMap::Find(uint64_t a) const {

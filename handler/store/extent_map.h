@@ -34,6 +34,7 @@
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -127,6 +128,21 @@ class ExtentMap {
 
   // Appends the mapped parts of [a, a+n) to *out, clipped, in order.
   void Lookup(uint64_t a, uint64_t n, std::vector<Run>* out) const;
+  // Calls fn(run) for the same parts, in order, until fn returns false:
+  // Lookup without the copy, for callers that read many runs once (the
+  // checkpoint's leaves).
+  template <typename Fn>
+  void Visit(uint64_t a, uint64_t n, Fn fn) const {
+    if (n == 0) return;
+    const uint64_t end = a + n;
+    for (auto it = tree_.FirstEndingAfter(a); it != tree_.end(); ++it) {
+      const Run r = *it;
+      if (r.lba >= end) break;
+      const uint64_t s = std::max(a, r.lba);
+      const uint64_t e = std::min(end, r.lba + r.len);
+      if (!fn(Run{s, r.phys + (s - r.lba), e - s})) return;
+    }
+  }
   // Unmaps [a, a+n); appends what was mapped there to *removed (may be null).
   void Remove(uint64_t a, uint64_t n, std::vector<Run>* removed);
   // Maps [lba, lba+len) -> [phys, ...). REQUIRES: that range is unmapped.

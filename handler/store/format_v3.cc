@@ -394,7 +394,7 @@ uint64_t TreePagesBound(FrozenV3& f, const CkptTree& prev, std::vector<uint64_t>
 //     previous leaves, or a LUN new to the tree: S <= previous leaves +
 //     LUNs. (Not <= extents: one long run may cross many stretches.)
 //     A map run crossing a stretch's ends is clipped into it, so the
-//     stretches hold at most extents + 2S runs. Joining runs (Joined) only
+//     stretches hold at most extents + 2S runs. Joining runs (VisitJoined) only
 //     lowers the count.
 //   Index pages: IndexPagesBound over the previous and the fresh leaves.
 // One LUN more than asked: one being created or cloned is a new record and

@@ -22,34 +22,20 @@ GrainSpace::GrainSpace(uint64_t grain_bytes, uint64_t au_bytes)
 Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uint64_t> ckpt_aus) {
   if (grains > kMaxGrains) return Status(Code::kCorruption, "a pool of more than 2^48 grains");
   const uint64_t g = grains_per_au_;
-  // Every mapped run, sorted: its union is what is mapped (a shared grain
-  // counts once), and no checkpoint AU may lie in it.
-  std::vector<std::vector<Run>> luns;
-  std::vector<GrainRun> mapped;
-  luns.reserve(st.luns.size());
-  for (const auto& [id, l] : st.luns) {
-    std::vector<Run>& runs = luns.emplace_back();
-    runs.reserve(l->map.extents());
-    for (const auto& [lba, e] : l->map.runs()) {
-      if (e.phys >= grains || e.len > grains - e.phys)
-        return Status(Code::kCorruption, "LUN " + l->name + " maps grains outside the pool");
-      runs.push_back({lba, e.phys, e.len});
-      mapped.push_back({e.phys, e.len});
-    }
-  }
-  std::sort(mapped.begin(), mapped.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  // Every LUN's runs, read in place where they ascend in phys (MappedRuns).
+  MappedRuns runs;
+  for (const auto& [id, l] : st.luns)
+    if (!runs.AddLun(l->map, grains))
+      return Status(Code::kCorruption, "LUN " + l->name + " maps grains outside the pool");
+  // One sweep gives SharedRefs and the union of the maps, what is mapped (a
+  // shared grain counts once), in which no checkpoint AU may lie.
+  // SharedRefs keeps the count field's own bound, so a later set_max_refs
+  // may raise ours; a lower one (tests) is checked below.
   std::vector<GrainRun> allocated;  // the union of the maps, then the checkpoint's AUs
+  Result<SharedRefs> shared = SharedRefs::RebuildFrom(grains, runs, SharedRefs::kMaxRefs, &allocated);
+  if (!shared.ok()) return shared.status();
   uint64_t mapped_grains = 0;
-  for (const GrainRun& r : mapped) {
-    if (!allocated.empty() && r.start <= allocated.back().end()) {
-      const uint64_t end = std::max(allocated.back().end(), r.end());
-      mapped_grains += end - allocated.back().end();
-      allocated.back().len = end - allocated.back().start;
-    } else {
-      allocated.push_back(r);
-      mapped_grains += r.len;
-    }
-  }
+  for (const GrainRun& r : allocated) mapped_grains += r.len;
   std::vector<uint64_t> sorted_aus = ckpt_aus;
   std::sort(sorted_aus.begin(), sorted_aus.end());
   size_t next_mapped = 0;  // the first union run that may reach the AU being checked
@@ -61,14 +47,16 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
     if (next_mapped < allocated.size() && allocated[next_mapped].start < (a + 1) * g)
       return Status(Code::kCorruption, "a checkpoint AU is mapped by a LUN: AU " + std::to_string(a));
   }
-  // SharedRefs keeps the count field's own bound, so a later set_max_refs
-  // may raise ours; a lower one (tests) is checked here.
-  Result<SharedRefs> shared = SharedRefs::Rebuild(grains, luns);
-  if (!shared.ok()) return shared.status();
   if (max_refs_ < kMaxRefs)
     for (const SharedRecord& r : shared->All())
       if (r.refs > max_refs_) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
+  // Both parts in order, and apart (an AU mapped was refused above): merged,
+  // FreeSpace finds them sorted.
+  const size_t union_runs = allocated.size();
+  allocated.reserve(union_runs + sorted_aus.size());
   for (uint64_t a : sorted_aus) allocated.push_back({a * g, g});
+  std::inplace_merge(allocated.begin(), allocated.begin() + union_runs, allocated.end(),
+                     [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
   FreeSpace free(g);
   if (Status s = free.Rebuild(grains, std::move(allocated)); !s.ok()) return s;
   // Nothing below fails: the new state replaces the old whole.

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <functional>
 #include <iterator>
+#include <queue>
 
 namespace cowstore::store {
 
@@ -15,46 +17,154 @@ SharedRefs::SharedRefs(uint64_t pool_grains, uint64_t max_refs, uint32_t inner_f
   assert(pool_grains <= kMaxPoolGrains && max_refs >= 2);
 }
 
+bool MappedRuns::AddLun(const ExtentMap& map, uint64_t pool_grains) {
+  // Every run checked before anything is added, in place or copied.
+  bool ascending = true;
+  uint64_t last = 0;
+  for (const auto& [lba, e] : map.runs()) {
+    if (e.phys >= pool_grains || e.len > pool_grains - e.phys) return false;
+    ascending = ascending && e.phys >= last;
+    last = e.phys;
+  }
+  if (map.extents() == 0) return true;
+  if (ascending) {
+    in_place_.push_back(&map);
+    return true;
+  }
+  std::vector<GrainRun> runs;
+  runs.reserve(map.extents());
+  for (const auto& [lba, e] : map.runs()) runs.push_back({e.phys, e.len});
+  std::sort(runs.begin(), runs.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  sorted_.push_back(std::move(runs));
+  return true;
+}
+
+bool MappedRuns::AddLun(const std::vector<Run>& lun, uint64_t pool_grains) {
+  std::vector<GrainRun> runs;
+  runs.reserve(lun.size());
+  for (const Run& r : lun) {
+    if (r.len == 0) continue;
+    if (r.phys >= pool_grains || r.len > pool_grains - r.phys) return false;
+    runs.push_back({r.phys, r.len});
+  }
+  std::sort(runs.begin(), runs.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  if (!runs.empty()) sorted_.push_back(std::move(runs));
+  return true;
+}
+
+Status SharedRefs::PoolBound(uint64_t pool_grains) {
+  if (pool_grains > kMaxPoolGrains) return Status(Code::kInvalidArgument, "pool larger than 2^48 grains");
+  return Status::Ok();
+}
+
 Result<SharedRefs> SharedRefs::Rebuild(uint64_t pool_grains,
                                        const std::vector<std::vector<Run>>& luns,
                                        uint64_t max_refs) {
-  if (pool_grains > kMaxPoolGrains) return Status(Code::kInvalidArgument, "pool larger than 2^48 grains");
-  // The overlap depth changes only where a run starts or ends: sort both
-  // sets of points and sweep them in order.
-  std::vector<uint64_t> starts, ends;
-  for (const auto& lun : luns) {
-    for (const Run& r : lun) {
-      if (r.len == 0) continue;
-      if (r.phys >= pool_grains || r.len > pool_grains - r.phys)
-        return Status(Code::kCorruption, "a map run leaves the pool");
-      starts.push_back(r.phys);
-      ends.push_back(r.phys + r.len);
+  if (Status s = PoolBound(pool_grains); !s.ok()) return s;
+  MappedRuns runs;
+  for (const auto& lun : luns)
+    if (!runs.AddLun(lun, pool_grains)) return Status(Code::kCorruption, "a map run leaves the pool");
+  return RebuildFrom(pool_grains, runs, max_refs);
+}
+
+namespace {
+
+// One of MappedRuns' sequences, by phys, at its run `head`.
+struct Cursor {
+  GrainRun head;
+  ExtentMap::Runs::const_iterator it, stop;  // a map read in place
+  const GrainRun* p = nullptr;               // or a copy: [p, end)
+  const GrainRun* end = nullptr;
+  bool in_place = false;
+  // Moves to the next run; false past the last.
+  bool Next() {
+    if (in_place) {
+      if (++it == stop) return false;
+      const ExtentMap::Extent e = (*it).second;
+      head = {e.phys, e.len};
+      return true;
     }
+    if (++p == end) return false;
+    head = *p;
+    return true;
   }
-  std::sort(starts.begin(), starts.end());
-  std::sort(ends.begin(), ends.end());
+  // Heap order: the smallest head on top.
+  static bool Later(const Cursor& a, const Cursor& b) { return a.head.start > b.head.start; }
+};
+
+}  // namespace
+
+Result<SharedRefs> SharedRefs::RebuildFrom(uint64_t pool_grains, const MappedRuns& runs, uint64_t max_refs,
+                                           std::vector<GrainRun>* mapped) {
+  if (Status s = PoolBound(pool_grains); !s.ok()) return s;
+  // The runs in phys order: a heap of the sequences by their next run,
+  // O(log L) comparisons a run for L sequences (usually a handful), where
+  // sorting every run cost O(log E).
+  std::vector<Cursor> next;
+  next.reserve(runs.in_place_.size() + runs.sorted_.size());
+  for (const ExtentMap* m : runs.in_place_) {  // never empty
+    Cursor c;
+    c.in_place = true;
+    c.it = m->runs().begin();
+    c.stop = m->runs().end();
+    const ExtentMap::Extent e = (*c.it).second;
+    c.head = {e.phys, e.len};
+    next.push_back(c);
+  }
+  for (const std::vector<GrainRun>& v : runs.sorted_) {  // never empty
+    Cursor c;
+    c.p = v.data();
+    c.end = v.data() + v.size();
+    c.head = *c.p;
+    next.push_back(c);
+  }
+  std::make_heap(next.begin(), next.end(), Cursor::Later);
+  // The overlap depth changes only where a run starts or ends: the starts
+  // come in order from the heap above, the ends of the runs open at the
+  // sweep's position from a second heap (as many as the depth).
+  std::priority_queue<uint64_t, std::vector<uint64_t>, std::greater<uint64_t>> ends;
   SharedRefs refs(pool_grains, max_refs);
   // Records come out in order: collected, then bulk-loaded (leaves ~90 % full).
   std::vector<Run> records;
-  size_t si = 0, ei = 0;
+  std::vector<GrainRun> covered;
   uint64_t depth = 0, at = 0;
-  while (ei < ends.size()) {
-    uint64_t next = si < starts.size() ? std::min(starts[si], ends[ei]) : ends[ei];
-    if (depth >= 2 && next > at) {
+  while (!next.empty() || !ends.empty()) {
+    const uint64_t point = next.empty()   ? ends.top()
+                           : ends.empty() ? next.front().head.start
+                                          : std::min(next.front().head.start, ends.top());
+    if (mapped && depth >= 1 && point > at) {
+      if (!covered.empty() && covered.back().end() == at)
+        covered.back().len += point - at;
+      else
+        covered.push_back({at, point - at});
+    }
+    if (depth >= 2 && point > at) {
       // Equal depth on both sides of a point never emits twice: records merge.
       if (!records.empty() && records.back().lba + records.back().len == at && records.back().phys == depth)
-        records.back().len += next - at;
+        records.back().len += point - at;
       else
-        records.push_back({at, depth, next - at});
-      refs.AddToRegions(at, next - at, 1);
-      refs.shared_grains_ += next - at;
+        records.push_back({at, depth, point - at});
+      refs.AddToRegions(at, point - at, 1);
+      refs.shared_grains_ += point - at;
     }
-    at = next;
-    while (si < starts.size() && starts[si] == at) { depth++; si++; }
-    while (ei < ends.size() && ends[ei] == at) { depth--; ei++; }
+    at = point;
+    while (!ends.empty() && ends.top() == at) {
+      ends.pop();
+      depth--;
+    }
+    while (!next.empty() && next.front().head.start == at) {
+      ends.push(at + next.front().head.len);  // len >= 1: after `at`
+      depth++;
+      std::pop_heap(next.begin(), next.end(), Cursor::Later);
+      if (next.back().Next())
+        std::push_heap(next.begin(), next.end(), Cursor::Later);
+      else
+        next.pop_back();
+    }
     if (depth > refs.max_refs_) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
   }
   refs.m_.BulkLoad(records);
+  if (mapped) *mapped = std::move(covered);
   return refs;
 }
 

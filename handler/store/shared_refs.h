@@ -57,6 +57,30 @@ struct LunShare {
   bool operator==(const LunShare&) const = default;
 };
 
+// The mapped runs SharedRefs::RebuildFrom sweeps, gathered LUN by LUN without
+// copying what is in order already. The sweep needs every run by phys; a
+// map keeps its runs by LBA, and in most LUNs those ascend in phys too
+// (first writes take ascending grains), so such a map is read in place
+// and only a LUN whose runs do not (overwrites, clones into it) has its
+// runs copied as (phys, len) and sorted: at most 16 bytes a run of those
+// LUNs, where one copy of every run, sorted whole, cost a page-faulting
+// temporary the size of the maps (docs/design/store-v3.md step 7).
+// RebuildFrom merges the LUNs' sequences. Holds pointers to the maps it is given: they
+// must outlive it, unchanged.
+class MappedRuns {
+ public:
+  // Adds a LUN's runs (lba -> phys, len in grains). False, adding nothing,
+  // if one leaves a pool of pool_grains grains (the caller names the LUN).
+  // Runs of no grains are skipped.
+  bool AddLun(const ExtentMap& map, uint64_t pool_grains);
+  bool AddLun(const std::vector<Run>& runs, uint64_t pool_grains);
+
+ private:
+  friend class SharedRefs;
+  std::vector<const ExtentMap*> in_place_;    // maps whose runs ascend in phys
+  std::vector<std::vector<GrainRun>> sorted_;  // the other LUNs' runs, sorted by phys
+};
+
 class SharedRefs {
  public:
   static constexpr uint64_t kRegionGrains = 4096;        // 16 MiB at 4 KiB
@@ -70,10 +94,17 @@ class SharedRefs {
                       uint32_t inner_fanout = RunTree::kInnerFanout);
 
   // Rebuilds from every LUN's map (runs lba -> phys, len in grains) by one
-  // sweep: O(E log E) for E runs. kCorruption if a run leaves the pool or a
+  // sweep (RebuildFrom, every LUN's runs copied and sorted): O(E log E) for E runs. kCorruption if a run leaves the pool or a
   // grain would pass max_refs (the engine never produces either).
   static Result<SharedRefs> Rebuild(uint64_t pool_grains, const std::vector<std::vector<Run>>& luns,
                                     uint64_t max_refs = kMaxRefs);
+  // The same from runs gathered by MappedRuns (each checked against
+  // pool_grains there), merged by phys: O(E log L) for E runs in L
+  // sequences, plus the sort of the LUNs MappedRuns copied. If `mapped` is
+  // not null, it becomes the union of the runs (the mapped grains), in
+  // order, touching runs merged, on success.
+  static Result<SharedRefs> RebuildFrom(uint64_t pool_grains, const MappedRuns& runs, uint64_t max_refs = kMaxRefs,
+                                        std::vector<GrainRun>* mapped = nullptr);
   // The pool grew to pool_grains grains (REQUIRES <= kMaxPoolGrains; a
   // smaller size changes nothing): the new grains share nothing. Only the
   // region counters grow; all-or-nothing under std::bad_alloc.
@@ -126,6 +157,8 @@ class SharedRefs {
   bool operator==(const SharedRefs& o) const;
 
  private:
+  // kInvalidArgument past kMaxPoolGrains: Rebuild's and RebuildFrom's first check.
+  static Status PoolBound(uint64_t pool_grains);
   // A record as a run of the tree: lba = phys, phys = refs, len = len.
   static SharedRecord Rec(const Run& r) { return {r.lba, r.len, r.phys}; }
   // The grains of [p, end) without a record, in order (shared_refs.cc: Inc).

@@ -223,6 +223,71 @@ TEST(SharedRefs, RebuildRefusesRunsOutsideThePoolAndCountsPastTheBound) {
             Code::kInvalidArgument);
 }
 
+// The per-grain truth for RebuildFrom: each grain's owner count over the
+// maps, as records (count >= 2, maximal) and as the union (count >= 1).
+void BruteForce(uint64_t pool, const std::vector<const ExtentMap*>& maps, Recs* recs, Freed* covered) {
+  std::vector<uint64_t> count(pool, 0);
+  for (const ExtentMap* m : maps)
+    for (const auto& [lba, e] : m->runs())
+      for (uint64_t g = e.phys; g < e.phys + e.len; g++) count[g]++;
+  for (uint64_t g = 0; g < pool; g++) {
+    if (count[g] >= 1) {
+      if (!covered->empty() && covered->back().end() == g)
+        covered->back().len++;
+      else
+        covered->push_back({g, 1});
+    }
+    if (count[g] >= 2) {
+      if (!recs->empty() && recs->back().phys + recs->back().len == g && recs->back().refs == count[g])
+        recs->back().len++;
+      else
+        recs->push_back({g, 1, count[g]});
+    }
+  }
+}
+
+TEST(SharedRefs, RebuildFromMergesMapsReadInPlaceWithSortedCopies) {
+  // Maps 0 and 3 ascend in phys (read in place), map 1 does not (copied and
+  // sorted), map 2 is empty; they overlap, and map 1 maps grain 0 twice.
+  ExtentMap m0(100), m1(100), m2(100), m3(100);
+  ASSERT_TRUE(m0.Insert(0, 0, 10).ok());
+  ASSERT_TRUE(m0.Insert(20, 30, 5).ok());
+  ASSERT_TRUE(m0.Insert(40, 50, 2).ok());
+  ASSERT_TRUE(m1.Insert(0, 31, 2).ok());
+  ASSERT_TRUE(m1.Insert(5, 5, 3).ok());
+  ASSERT_TRUE(m1.Insert(9, 0, 1).ok());
+  ASSERT_TRUE(m1.Insert(11, 0, 2).ok());
+  ASSERT_TRUE(m3.Insert(0, 5, 10).ok());
+  ASSERT_TRUE(m3.Insert(30, 51, 40).ok());
+  const std::vector<const ExtentMap*> maps = {&m0, &m1, &m2, &m3};
+  MappedRuns runs;
+  for (const ExtentMap* m : maps) ASSERT_TRUE(runs.AddLun(*m, 100));
+  Freed covered;
+  auto r = SharedRefs::RebuildFrom(100, runs, SharedRefs::kMaxRefs, &covered);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  Recs want_recs;
+  Freed want_covered;
+  BruteForce(100, maps, &want_recs, &want_covered);
+  EXPECT_EQ(r->All(), want_recs);
+  EXPECT_EQ(covered, want_covered);
+  EXPECT_EQ(want_covered, (Freed{{0, 15}, {30, 5}, {50, 41}}));  // the case is what it says
+  // The same runs through Rebuild (every LUN copied) agree, regions too.
+  std::vector<Runs> copies;
+  for (const ExtentMap* m : maps) {
+    Runs c;
+    for (const auto& [lba, e] : m->runs()) c.push_back({lba, e.phys, e.len});
+    copies.push_back(c);
+  }
+  auto all_copied = SharedRefs::Rebuild(100, copies);
+  ASSERT_TRUE(all_copied.ok());
+  EXPECT_TRUE(*all_copied == *r);
+  // A run past the pool is refused whether the map ascends or not.
+  MappedRuns refused;
+  EXPECT_FALSE(refused.AddLun(m3, 90));
+  EXPECT_FALSE(refused.AddLun(m1, 32));
+  EXPECT_TRUE(refused.AddLun(m1, 33));
+}
+
 TEST(SharedRefs, UsageSplitsALunsGrainsIntoExclusiveAndShared) {
   SharedRefs s(100);
   ASSERT_TRUE(s.Inc(10, 5).ok());
@@ -341,6 +406,23 @@ class Workload {
     auto rebuilt = SharedRefs::Rebuild(count_.size(), maps, max_refs_);
     ASSERT_TRUE(rebuilt.ok()) << rebuilt.status().ToString();
     ASSERT_TRUE(*rebuilt == refs_);
+    // From the maps themselves (those whose runs ascend read in place), with
+    // the union of what they map.
+    MappedRuns runs;
+    for (const ExtentMap& m : luns_) ASSERT_TRUE(runs.AddLun(m, count_.size()));
+    Freed covered;
+    auto from_maps = SharedRefs::RebuildFrom(count_.size(), runs, max_refs_, &covered);
+    ASSERT_TRUE(from_maps.ok()) << from_maps.status().ToString();
+    ASSERT_TRUE(*from_maps == refs_);
+    Freed want;
+    for (uint64_t g = 0; g < count_.size(); g++)
+      if (count_[g] >= 1) {
+        if (!want.empty() && want.back().end() == g)
+          want.back().len++;
+        else
+          want.push_back({g, 1});
+      }
+    ASSERT_EQ(covered, want);
     for (const auto& runs : maps) {
       LunShare want;
       for (const Run& r : runs)
