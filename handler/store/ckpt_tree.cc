@@ -291,6 +291,12 @@ class Writer {
       return true;
     });
     if (!s.ok()) return s;
+    // The count that planned the leaves (JoinedCount) and this visit must
+    // agree: they read the same frozen map. If they ever did not, the
+    // leaves would be planned for other runs: refused, not written.
+    if (k != st.runs || c + 1 != starts.size())
+      return Status(Code::kInvalidArgument, "checkpoint of LUN " + std::to_string(lun) +
+                                                ": its map changed while it was packed");
     leaf.end_lba = st.end;
     return WriteLeaf(leaf);
   }

@@ -99,8 +99,9 @@ class SharedRefs {
   static Result<SharedRefs> Rebuild(uint64_t pool_grains, const std::vector<std::vector<Run>>& luns,
                                     uint64_t max_refs = kMaxRefs);
   // The same from runs gathered by MappedRuns (each checked against
-  // pool_grains there), merged by phys: O(E log L) for E runs in L
-  // sequences, plus the sort of the LUNs MappedRuns copied. If `mapped` is
+  // pool_grains there), merged by phys: O(E (log L + log D)) for E runs
+  // in L sequences shared at most D deep (the heap of run ends holds D),
+  // plus the sort of the LUNs MappedRuns copied. If `mapped` is
   // not null, it becomes the union of the runs (the mapped grains), in
   // order, touching runs merged, on success.
   static Result<SharedRefs> RebuildFrom(uint64_t pool_grains, const MappedRuns& runs, uint64_t max_refs = kMaxRefs,
