@@ -104,13 +104,10 @@ class PoolSpace {
   // had freed it and TakeReleasable returned it, for a caller that must
   // keep its bytes until some later event and then hands it to Release
   // (the open holds the free grains of replayed one-sync writes so:
-  // recovery.cc). kInvalidArgument, changing nothing, unless r lies wholly
-  // inside one free run. All-or-nothing under std::bad_alloc. Formats 1
-  // and 2 write no one-sync records, so their SpaceMap refuses it always.
-  virtual Status Withhold(const PendingRun& r) {
-    (void)r;
-    return Status(Code::kInvalidArgument, "this format never withholds free units");
-  }
+  // recovery.cc: format 3 at any grain, so SpaceMap (grain = AU) too).
+  // kInvalidArgument, changing nothing, unless r lies wholly inside one
+  // free run. All-or-nothing under std::bad_alloc.
+  virtual Status Withhold(const PendingRun& r) = 0;
 
   // Checkpoint chunks, in AUs. TakeMeta takes n whole free AUs for a new
   // checkpoint (false, taking nothing, if fewer are) and hands them over:

@@ -191,7 +191,8 @@ Status Core::LoadLocked() {
   }
 
   // 4. Writable: zero every free AU (a crash may have left data in AUs whose
-  // mapping never became durable), then checkpoint with a fresh LSN range so
+  // mapping never became durable; but the grains of replayed one-sync
+  // writes, held until a vouch as below), then checkpoint with a fresh LSN range so
   // a torn journal tail can never be mistaken for new records.
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
@@ -206,19 +207,25 @@ Status Core::LoadLocked() {
   // reopened; when the pool is too full for it, the checkpoint of the first
   // commit. Held, the open's checkpoint cannot take them for its chunks or
   // journal either.
-  std::vector<std::pair<uint64_t, uint64_t>> punch_now;
+  std::vector<std::pair<uint64_t, uint64_t>> punch_now, hold;
   for (const auto& [p, n] : space_->free_runs()) {
     uint64_t at = p;
+    // Only locals in here: the lambda is a function of its own to the
+    // thread-safety analysis, which cannot see `g` held.
     checked_.VisitUnvouched(p, n, [&](uint64_t q, uint64_t k) {
-      if (!s.ok()) return;
       if (q > at) punch_now.push_back({at, q - at});
-      PendingRun r{q, k, 0};
-      s = space_->Withhold(r);  // wholly inside free run [p, p+n)
-      if (s.ok()) held_.push_back({checked_.NeededLsn(q, k), r});
+      hold.push_back({q, k});
       at = q + k;
     });
-    if (!s.ok()) return s;
     if (p + n > at) punch_now.push_back({at, p + n - at});
+  }
+  held_.reserve(held_.size() + hold.size());  // before any Withhold: none taken if it throws
+  for (const auto& [q, k] : hold) {
+    // Tag 0: no record freed them in this session (a quarantine says so).
+    const PendingRun r{q, k, 0};
+    s = space_->Withhold(r);  // wholly inside one free run
+    if (!s.ok()) return s;
+    held_.push_back({checked_.NeededLsn(q, k), r});  // reserved: no throw
   }
   g.Unlock();  // no data I/O under the metadata lock
   // Before the first write: the punches may hit AUs an older superblock

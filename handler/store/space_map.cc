@@ -73,6 +73,23 @@ void FreeRuns::TakeFront(uint64_t p, uint64_t n) {
   count_ -= n;
 }
 
+bool FreeRuns::Remove(uint64_t p, uint64_t n) {
+  if (n == 0) return true;
+  auto it = runs_.upper_bound(p);
+  if (it == runs_.begin()) return false;
+  --it;
+  const uint64_t start = it->first, len = it->second;
+  if (p + n < p || p + n > start + len) return false;
+  if (p == start) {
+    TakeFront(p, n);
+    return true;
+  }
+  if (p + n < start + len) runs_.emplace_hint(std::next(it), p + n, start + len - (p + n));  // may throw: first
+  it->second = p - start;
+  count_ -= n;
+  return true;
+}
+
 bool FreeRuns::Take(uint64_t n, std::vector<uint64_t>* out) {
   if (n > count_) return false;
   if (n == 0) return true;
@@ -277,6 +294,23 @@ std::vector<PendingRun> SpaceMap::TakeReleasable(uint64_t durable_ticket) {
   for (auto it = unshared_.begin(); it != unshared_.end();)
     it = it->second <= durable_ticket ? unshared_.erase(it) : std::next(it);
   return ready;
+}
+
+Status SpaceMap::Withhold(const PendingRun& r) {
+  if (r.n == 0) return Status::Ok();
+  auto refuse = [&](const char* why) {
+    return Status(Code::kInvalidArgument, "withholding AUs " + std::to_string(r.phys) + "+" +
+                                              std::to_string(r.n) + ": " + why);
+  };
+  if (r.phys > total_units_ || r.n > total_units_ - r.phys) return refuse("beyond the pool");
+  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
+    if (state_[p] != AuState::kFree) return refuse("not all free");
+  if (!free_.Remove(r.phys, r.n)) return refuse("not all in one free run");  // all-or-nothing
+  // As TakeReleasable leaves a run: pending, counted as releasing, until
+  // Release puts it back.
+  for (uint64_t p = r.phys; p < r.phys + r.n; p++) state_[p] = AuState::kPending;
+  releasing_ += r.n;
+  return Status::Ok();
 }
 
 void SpaceMap::Release(const PendingRun& r, bool zeroed) {

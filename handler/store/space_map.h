@@ -63,6 +63,10 @@ class FreeRuns {
   // Takes the first n AUs of the run starting at p. REQUIRES: that run
   // holds n. Never allocates.
   void TakeFront(uint64_t p, uint64_t n);
+  // Takes [p, p+n) out of the free runs: false, changing nothing, unless it
+  // lies wholly inside one run. All-or-nothing under std::bad_alloc (the
+  // node of a tail split off comes first).
+  bool Remove(uint64_t p, uint64_t n);
 
  private:
   std::map<uint64_t, uint64_t> runs_;
@@ -109,6 +113,7 @@ class SpaceMap final : public PoolSpace {
   bool has_pending() const override { return !pending_.empty() || releasing_ != 0; }
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) override;
   void Release(const PendingRun& r, bool zeroed) override;
+  Status Withhold(const PendingRun& r) override;
   uint64_t releasing_units() const override { return releasing_; }
 
   bool TakeMeta(uint64_t n, std::vector<uint64_t>* out) override;

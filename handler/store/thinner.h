@@ -32,7 +32,8 @@
 // `slice_units`, so a sync waits behind at most one slice.
 //
 // A crash before a punch exposes nothing: open punches every free AU before
-// the pool takes any write (recovery.cc). So the destructor stops the worker
+// the pool takes any write (recovery.cc; the few it holds for a one-sync
+// record's vouch it hands back through this queue). So the destructor stops the worker
 // after the runs in hand and drops the queued ones.
 //
 // Thread safety: every member may be called concurrently. The punch and done

@@ -100,6 +100,24 @@ TEST(FreeRuns, TakeOfMoreThanIsFreeTakesNothing) {
   EXPECT_TRUE(f.runs().empty());
 }
 
+TEST(FreeRuns, RemoveTakesAPieceOfOneRunOnly) {
+  FreeRuns f;
+  f.Add(10, 10);
+  f.Add(30, 5);
+  EXPECT_FALSE(f.Remove(18, 4));  // past its run's end
+  EXPECT_FALSE(f.Remove(5, 2));   // before every run
+  EXPECT_FALSE(f.Remove(25, 1));  // between runs
+  EXPECT_EQ(f.runs(), (Runs{{10, 10}, {30, 5}}));
+  EXPECT_TRUE(f.Remove(12, 3));  // the middle: splits
+  EXPECT_EQ(f.runs(), (Runs{{10, 2}, {15, 5}, {30, 5}}));
+  EXPECT_TRUE(f.Remove(10, 2));  // a whole run
+  EXPECT_TRUE(f.Remove(18, 2));  // the tail
+  EXPECT_TRUE(f.Remove(30, 1));  // the head
+  EXPECT_TRUE(f.Remove(31, 0));
+  EXPECT_EQ(f.runs(), (Runs{{15, 3}, {31, 4}}));
+  EXPECT_EQ(f.count(), 7u);
+}
+
 // ---------------------------------------------------------------- SpaceMap
 
 // A state with one LUN mapping logical AUs [0, 3) to physical [2, 5).
@@ -142,6 +160,30 @@ TEST_F(SpaceMapTest, RebuildCountsTheMapsAndFreesTheRest) {
   EXPECT_EQ(m_.meta_aus(), (V{0, 1}));
   EXPECT_EQ(m_.shared_units(), 0u);
   EXPECT_FALSE(m_.has_pending());
+}
+
+// Withhold (the open's hold of a one-sync record's freed AUs): free AUs
+// become pending and releasing, are never handed out, and Release gives
+// them back; anything not wholly free is refused, changing nothing.
+TEST_F(SpaceMapTest, AWithheldRunIsReleasingUntilReleased) {
+  EXPECT_EQ(m_.Withhold({4, 2, 0}).code(), Code::kInvalidArgument);   // AU 4 mapped
+  EXPECT_EQ(m_.Withhold({15, 2, 0}).code(), Code::kInvalidArgument);  // beyond the pool
+  EXPECT_EQ(m_.free().runs(), (Runs{{5, 11}}));
+  ASSERT_TRUE(m_.Withhold({8, 3, 0}).ok());
+  EXPECT_EQ(m_.Withhold({10, 1, 0}).code(), Code::kInvalidArgument);  // withheld already
+  EXPECT_EQ(m_.free().runs(), (Runs{{5, 3}, {11, 5}}));
+  EXPECT_EQ(m_.free_units(), 8u);
+  EXPECT_EQ(m_.releasing_units(), 3u);
+  EXPECT_EQ(InState(AuState::kPending), 3u);
+  EXPECT_TRUE(m_.has_pending());
+  V out;
+  ASSERT_TRUE(m_.Reserve(8, &out));
+  for (uint64_t p : out) EXPECT_TRUE(p < 8 || p >= 11) << p;
+  EXPECT_FALSE(m_.Reserve(1, &out));
+  m_.Release({8, 3, 0}, /*zeroed=*/true);
+  EXPECT_EQ(m_.releasing_units(), 0u);
+  EXPECT_EQ(m_.free().runs(), (Runs{{8, 3}}));
+  EXPECT_EQ(InState(AuState::kFree), 3u);
 }
 
 TEST_F(SpaceMapTest, RebuildRefusesAMappedCheckpointAu) {
