@@ -501,18 +501,26 @@ TEST(FullPool, ReserveKeepsWhatTheLastCheckpointAsked) {
   ASSERT_TRUE(fp.pool->Grow(kSize + (1 << 20)).ok());
   Status f = fp.pool->Flush();
   ASSERT_TRUE(f.ok()) << f.ToString();
-  // Fill again up to the reserve line.
+  // Fill again up to the reserve line: an AU's worth of grains a write,
+  // then a grain a write, so few records that the fill checkpoints no more
+  // (a checkpoint then would set the reserve's floor to its own, smaller
+  // ask: an incremental one rewrites only the pages it dirtied).
   ASSERT_TRUE(fp.pool->CreateLun("fill2", kSize, kBs).ok());
   auto fill2 = fp.pool->OpenLun("fill2").value();
-  const auto d = Pattern(kGrain, 201);
-  uint64_t n = 0;
-  for (;; n++) {
-    Status s = fill2->Write(n * kGrainBlocks, kGrainBlocks, d.data(), D::kDurable);
-    if (!s.ok()) {
-      ASSERT_EQ(s.code(), Code::kNoSpace) << s.ToString();
-      break;
+  Core* core = CoreOfForTest(fp.pool.get());
+  const uint64_t freezes_before_fill = core->FreezesForTest();
+  constexpr uint64_t kAuGrains = kAu / kGrain;
+  const auto d = Pattern(kAu, 201);
+  uint64_t n = 0;  // grains written
+  for (uint64_t step : {kAuGrains, uint64_t{1}})
+    for (;; n += step) {
+      Status s = fill2->Write(n * kGrainBlocks, step * kGrainBlocks, d.data(), D::kDurable);
+      if (!s.ok()) {
+        ASSERT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+        break;
+      }
     }
-  }
+  ASSERT_EQ(core->FreezesForTest(), freezes_before_fill) << "the fill checkpointed";
   // At the line, the whole AUs free are at least what the last checkpoint
   // asked (the refusal said how many), not v2's estimate.
   const std::string& m = fp.refused.message();
@@ -520,7 +528,6 @@ TEST(FullPool, ReserveKeepsWhatTheLastCheckpointAsked) {
   ASSERT_NE(at, std::string::npos) << m;
   const uint64_t asked = std::stoull(m.substr(at + 6));
   ASSERT_GT(asked, 2u);
-  Core* core = CoreOfForTest(fp.pool.get());
   uint64_t whole = 0;
   core->WithSpaceForTest([&](PoolSpace& sp) { whole = sp.free_whole_aus(asked); });
   EXPECT_GE(whole, asked);
