@@ -379,5 +379,48 @@ TEST_F(OneSync, AChunkWithAnInPlaceGrainSyncsItsDataFirst) {
   EXPECT_EQ(Read(*c, 0, 16), d);
 }
 
+// The seal (Core::ReclaimPending): a pool at its reserve line whose only
+// reusable grain is held for a vouch. A write that needs a grain finds none
+// free, makes the frees durable, and, since a run is still held, appends a
+// seal: the one record that changes nothing, framed after the held
+// record's batch synced, so its commit vouches and the run comes back for
+// the retry. Without the seal the write fails with kNoSpace.
+TEST_F(OneSync, AWriteAtTheReserveLineGetsTheHeldGrainBackThroughASeal) {
+  ASSERT_NO_FATAL_FAILURE(Make(3, 4096));
+  constexpr uint64_t kLunBlocks = (64ull << 20) / kBs;
+  ASSERT_TRUE(pool_->CreateLun("c", kLunBlocks * kBs, kBs).ok());
+  auto c = pool_->OpenLun("c").value();
+  const std::vector<uint8_t> d = Pattern(kAu, 80);
+  uint64_t lba = 0;  // fill to the line: an AU a write, then a grain a write
+  for (uint64_t step : {uint64_t{kAu / kBs}, uint64_t{8}})
+    for (;; lba += step) {
+      Status s = c->Write(lba, step, d.data(), Durability::kDurable);
+      if (!s.ok()) {
+        ASSERT_EQ(s.code(), Code::kNoSpace) << s.ToString();
+        break;
+      }
+    }
+  ASSERT_GT(lba, 8u);
+  // One grain back (long vouched for), then taken by a first write that an
+  // unmap frees in the same batch: durable, but held for the vouch.
+  ASSERT_TRUE(c->Unmap(0, 8, Durability::kDurable).ok());
+  for (int i = 0; i < 200 && pool_->Space().thinning_units != 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(b_->Write(8, 8, d.data(), Durability::kBuffered).ok());
+  ASSERT_TRUE(b_->Unmap(8, 8, Durability::kBuffered).ok());
+  ASSERT_TRUE(pool_->Flush().ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_EQ(pool_->Space().thinning_units, 1u) << "held until the vouch";
+  Status s = c->Write(0, 8, d.data(), Durability::kDurable);
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(pool_->Space().thinning_units, 0u);
+  EXPECT_EQ(Read(*c, 0, 8), std::vector<uint8_t>(d.begin(), d.begin() + 4096));
+  c.reset();
+  ASSERT_NO_FATAL_FAILURE(Cut(FaultInjectionEnv::Loss::kDropAll));
+  c = pool_->OpenLun("c").value();
+  EXPECT_EQ(Read(*c, 0, 8), std::vector<uint8_t>(d.begin(), d.begin() + 4096));
+  EXPECT_EQ(Read(*b_, 8, 8), std::vector<uint8_t>(4096, 0));
+}
+
 }  // namespace
 }  // namespace cowstore::store
