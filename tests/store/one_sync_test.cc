@@ -221,6 +221,37 @@ TEST_F(OneSync, APartialFirstWriteIntoFreshSpaceSurvivesACut) {
 class OneSyncGrain : public OneSync, public ::testing::WithParamInterface<uint32_t> {
  protected:
   uint64_t GrainBlocks() const { return (GetParam() ? GetParam() : kAu) / kBs; }
+  // The pool's image after a power cut that leaves its journal ending in a
+  // first write's checked record (nothing vouches for it) and the unmap
+  // that freed its grain: the next open finds that grain free.
+  std::vector<uint8_t> AJournalEndingInAFreedUnvouchedWrite(uint8_t seed) {
+    Make(3, GetParam());
+    const std::vector<uint8_t> x = Pattern(4096, seed);
+    EXPECT_TRUE(b_->Write(0, 8, x.data(), Durability::kBuffered).ok());
+    EXPECT_TRUE(b_->Unmap(0, GrainBlocks(), Durability::kBuffered).ok());
+    EXPECT_TRUE(pool_->Flush().ok());
+    env_.CrashAfter(0);
+    a_.reset();
+    b_.reset();
+    pool_.reset();
+    env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
+    env_.CrashAfter(-1);
+    return env_.Snapshot("p");
+  }
+  // After whatever an open at `what` left (every sector of it kept): the
+  // next open still has both acknowledged records (b reads the unmap's
+  // zeros, not a's data) and a untouched.
+  void ExpectBothRecordsAfterACut(uint64_t seed, const std::string& what) {
+    env_.CrashAfter(0);
+    env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, seed);
+    env_.CrashAfter(-1);
+    ASSERT_NO_FATAL_FAILURE(Reopen());
+    EXPECT_EQ(Read(*b_, 0, 8), std::vector<uint8_t>(4096, 0)) << what;
+    EXPECT_EQ(Read(*a_, 0, kLunBytes / kBs), base_) << what;
+    a_.reset();
+    b_.reset();
+    pool_.reset();
+  }
 };
 INSTANTIATE_TEST_SUITE_P(Grains, OneSyncGrain, ::testing::Values(4096u, 0u),
                          [](const auto& i) { return i.param ? "G" + std::to_string(i.param) : std::string("AU"); });
@@ -268,18 +299,8 @@ TEST_P(OneSyncGrain, AGrainFreedBeforeItsVouchIsNotPunched) {
 // among the open's writes finds b reading a's data). Cut at every mutating
 // call of the open.
 TEST_P(OneSyncGrain, AnOpenKeepsTheFreedGrainOfAnUnvouchedRecordUntilItsCheckpoint) {
-  ASSERT_NO_FATAL_FAILURE(Make(3, GetParam()));
-  const std::vector<uint8_t> x = Pattern(4096, 60);
-  ASSERT_TRUE(b_->Write(0, 8, x.data(), Durability::kBuffered).ok());
-  ASSERT_TRUE(b_->Unmap(0, GrainBlocks(), Durability::kBuffered).ok());
-  ASSERT_TRUE(pool_->Flush().ok());
-  env_.CrashAfter(0);
-  a_.reset();
-  b_.reset();
-  pool_.reset();
-  env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
-  env_.CrashAfter(-1);
-  const std::vector<uint8_t> img = env_.Snapshot("p");
+  const std::vector<uint8_t> img = AJournalEndingInAFreedUnvouchedWrite(60);
+  ASSERT_FALSE(HasFailure());
   int cuts = 0;
   for (int64_t k = 0; k < 1000; k++) {
     env_.Install("p", img.data(), img.size());
@@ -292,14 +313,7 @@ TEST_P(OneSyncGrain, AnOpenKeepsTheFreedGrainOfAnUnvouchedRecordUntilItsCheckpoi
         ASSERT_TRUE(p.ok()) << p.status().ToString();
       }
     }
-    env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, k);
-    env_.CrashAfter(-1);
-    ASSERT_NO_FATAL_FAILURE(Reopen());
-    EXPECT_EQ(Read(*b_, 0, 8), std::vector<uint8_t>(4096, 0)) << "cut at call " << k;
-    EXPECT_EQ(Read(*a_, 0, kLunBytes / kBs), base_) << "cut at call " << k;
-    a_.reset();
-    b_.reset();
-    pool_.reset();
+    ASSERT_NO_FATAL_FAILURE(ExpectBothRecordsAfterACut(k, "cut at call " + std::to_string(k)));
     if (!crashed) break;
     cuts++;
   }
@@ -315,18 +329,8 @@ TEST_P(OneSyncGrain, AnOpenKeepsTheFreedGrainOfAnUnvouchedRecordUntilItsCheckpoi
 // grain zeroed, and the next open drops both acknowledged records: b reads
 // a's data again.
 TEST_P(OneSyncGrain, AFailedOpenKeepsTheFreedGrainOfAnUnvouchedRecord) {
-  ASSERT_NO_FATAL_FAILURE(Make(3, GetParam()));
-  const std::vector<uint8_t> x = Pattern(4096, 61);
-  ASSERT_TRUE(b_->Write(0, 8, x.data(), Durability::kBuffered).ok());
-  ASSERT_TRUE(b_->Unmap(0, GrainBlocks(), Durability::kBuffered).ok());
-  ASSERT_TRUE(pool_->Flush().ok());
-  env_.CrashAfter(0);
-  a_.reset();
-  b_.reset();
-  pool_.reset();
-  env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
-  env_.CrashAfter(-1);
-  const std::vector<uint8_t> img = env_.Snapshot("p");
+  const std::vector<uint8_t> img = AJournalEndingInAFreedUnvouchedWrite(61);
+  ASSERT_FALSE(HasFailure());
   for (FaultInjectionEnv::Op op :
        {FaultInjectionEnv::Op::kWrite, FaultInjectionEnv::Op::kSync, FaultInjectionEnv::Op::kPunch}) {
     int failed = 0;
@@ -339,16 +343,8 @@ TEST_P(OneSyncGrain, AFailedOpenKeepsTheFreedGrainOfAnUnvouchedRecord) {
         opened = p.ok();
       }
       env_.ClearFaults();
-      // Whatever the failed open left behind, every sector of it kept.
-      env_.CrashAfter(0);
-      env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, k);
-      env_.CrashAfter(-1);
-      ASSERT_NO_FATAL_FAILURE(Reopen());
-      EXPECT_EQ(Read(*b_, 0, 8), std::vector<uint8_t>(4096, 0)) << "op " << int(op) << " call " << k;
-      EXPECT_EQ(Read(*a_, 0, kLunBytes / kBs), base_) << "op " << int(op) << " call " << k;
-      a_.reset();
-      b_.reset();
-      pool_.reset();
+      ASSERT_NO_FATAL_FAILURE(
+          ExpectBothRecordsAfterACut(k, "op " + std::to_string(int(op)) + " call " + std::to_string(k)));
       if (opened) break;
       failed++;
     }
