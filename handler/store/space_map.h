@@ -10,7 +10,9 @@
 // one whose set drops them retires them through kPending, and one that
 // does not use a handed-over AU makes it kFree at once (meta_turnover.h);
 // GiveMetaRun also makes a handed-over run kFree at once. An AU that could
-// not be zeroed is kQuarantine until the next open.
+// not be zeroed is kQuarantine until the next open. Withhold moves a free
+// run straight to kPending, releasing (the open's hold of a one-sync
+// record's freed AUs), and Release makes it kFree as any other.
 //
 // Every number here is derived: open rebuilds it from the LUN maps and the
 // checkpoint chain (Rebuild), so none of it is on disk.
@@ -164,7 +166,7 @@ class SpaceMap final : public PoolSpace {
   // AUs whose reference count fell to 1 in a record not yet durable, with
   // that record's ticket: they must not be overwritten in place before it.
   std::unordered_map<uint64_t, uint64_t> unshared_;
-  uint64_t releasing_ = 0;  // taken by TakeReleasable, not yet Released
+  uint64_t releasing_ = 0;  // taken by TakeReleasable or Withhold, not yet Released
   uint64_t reserved_ = 0, quarantined_ = 0, mapped_units_ = 0;
   uint32_t soft_percent_ = 0;
   uint32_t max_refs_ = kMaxRefs;

@@ -226,6 +226,7 @@ class OneSyncGrain : public OneSync, public ::testing::WithParamInterface<uint32
   // that freed its grain: the next open finds that grain free.
   std::vector<uint8_t> AJournalEndingInAFreedUnvouchedWrite(uint8_t seed) {
     Make(3, GetParam());
+    if (HasFatalFailure()) return {};  // no pool: the caller stops
     const std::vector<uint8_t> x = Pattern(4096, seed);
     EXPECT_TRUE(b_->Write(0, 8, x.data(), Durability::kBuffered).ok());
     EXPECT_TRUE(b_->Unmap(0, GrainBlocks(), Durability::kBuffered).ok());
@@ -348,9 +349,10 @@ TEST_P(OneSyncGrain, AFailedOpenKeepsTheFreedGrainOfAnUnvouchedRecord) {
       if (opened) break;
       failed++;
     }
-    // Writes and syncs: the checkpoint's own calls among them; punches: at
-    // least the open's zeroing of free space (one run at grain = AU).
-    EXPECT_GT(failed, op == FaultInjectionEnv::Op::kPunch ? 0 : 1) << "op " << int(op);
+    // Writes and syncs: the checkpoint's own calls among them; punches:
+    // the open's zeroing of free space (one run only at grain = AU).
+    const bool one_punch = op == FaultInjectionEnv::Op::kPunch && GetParam() == 0;
+    EXPECT_GT(failed, one_punch ? 0 : 1) << "op " << int(op);
   }
 }
 

@@ -174,6 +174,7 @@ TEST_F(SpaceMapTest, AWithheldRunIsReleasingUntilReleased) {
   EXPECT_EQ(m_.free().runs(), (Runs{{5, 3}, {11, 5}}));
   EXPECT_EQ(m_.free_units(), 8u);
   EXPECT_EQ(m_.releasing_units(), 3u);
+  EXPECT_EQ(m_.pending_units(), 3u);  // what Check compares with the kPending states
   EXPECT_EQ(InState(AuState::kPending), 3u);
   EXPECT_TRUE(m_.has_pending());
   V out;
@@ -182,6 +183,7 @@ TEST_F(SpaceMapTest, AWithheldRunIsReleasingUntilReleased) {
   EXPECT_FALSE(m_.Reserve(1, &out));
   m_.Release({8, 3, 0}, /*zeroed=*/true);
   EXPECT_EQ(m_.releasing_units(), 0u);
+  EXPECT_FALSE(m_.has_pending());
   EXPECT_EQ(m_.free().runs(), (Runs{{8, 3}}));
   EXPECT_EQ(InState(AuState::kFree), 3u);
 }
