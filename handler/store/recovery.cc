@@ -192,8 +192,8 @@ Status Core::LoadLocked() {
 
   // 4. Writable: zero every free AU (a crash may have left data in AUs whose
   // mapping never became durable; but the grains of replayed one-sync
-  // writes, held until a vouch as below), then checkpoint with a fresh LSN range so
-  // a torn journal tail can never be mistaken for new records.
+  // writes, held until a vouch as below), then checkpoint with a fresh LSN
+  // range so a torn journal tail can never be mistaken for new records.
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
   jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
@@ -204,9 +204,10 @@ Status Core::LoadLocked() {
   // run freed at run time (held_, pool_impl.h), and handed to the thinner
   // by the ReleasePending that finds them vouched: the open's checkpoint
   // (its Vouch) when it succeeds; when it fails, never before the pool is
-  // reopened; when the pool is too full for it, the checkpoint of the first
-  // commit. Held, the open's checkpoint cannot take them for its chunks or
-  // journal either.
+  // reopened; when the pool is too full for it, the checkpoint made by the
+  // first commit that carries a record once there is room (a Grow). Held,
+  // the open's checkpoint cannot take them for its chunks or journal
+  // either.
   std::vector<std::pair<uint64_t, uint64_t>> punch_now, hold;
   for (const auto& [p, n] : space_->free_runs()) {
     uint64_t at = p;
