@@ -16,6 +16,19 @@
 #endif
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow forms too: the standard's default one calls the replaced
+// operator new, but a sanitizer's runtime (ASan) defines its own, whose
+// memory our operator delete must not free(). std::inplace_merge and
+// std::stable_sort take their buffers from it (get_temporary_buffer) and
+// give them back through the plain delete above.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return ::operator new(n);  // the binary's own: its failure injection counts it
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
