@@ -51,14 +51,18 @@ class OneSync : public ::testing::Test {
     b_ = pool_->OpenLun("b").value();
   }
   // A power cut now: nothing more reaches the disk, unsynced sectors go as
-  // `loss` says; then the pool is opened again (and checked).
-  void Cut(FaultInjectionEnv::Loss loss) {
+  // `loss` says (drawn from `seed`); the pool is closed, not reopened.
+  void PowerCut(FaultInjectionEnv::Loss loss, uint64_t seed) {
     env_.CrashAfter(0);  // the destructors' writes never reach the disk
     a_.reset();
     b_.reset();
     pool_.reset();
-    env_.PowerLoss(loss, 7);
+    env_.PowerLoss(loss, seed);
     env_.CrashAfter(-1);
+  }
+  // A power cut, then the pool is opened again (and checked).
+  void Cut(FaultInjectionEnv::Loss loss) {
+    PowerCut(loss, 7);
     Reopen();
   }
   void Reopen() {
@@ -147,12 +151,7 @@ TEST_F(OneSync, RecordDurableDataNotDropsThatRecordAndTheRestOfItsBatch) {
   env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
   EXPECT_FALSE(pool_->Flush().ok());
   env_.ClearFaults();
-  env_.CrashAfter(0);
-  a_.reset();
-  b_.reset();
-  pool_.reset();
-  env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
-  env_.CrashAfter(-1);
+  PowerCut(FaultInjectionEnv::Loss::kKeepAll, 1);
   // y's grain back to its old contents: the only place y was written.
   std::vector<uint8_t> img = env_.Snapshot("p");
   size_t found = 0;
@@ -231,21 +230,14 @@ class OneSyncGrain : public OneSync, public ::testing::WithParamInterface<uint32
     EXPECT_TRUE(b_->Write(0, 8, x.data(), Durability::kBuffered).ok());
     EXPECT_TRUE(b_->Unmap(0, GrainBlocks(), Durability::kBuffered).ok());
     EXPECT_TRUE(pool_->Flush().ok());
-    env_.CrashAfter(0);
-    a_.reset();
-    b_.reset();
-    pool_.reset();
-    env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, 1);
-    env_.CrashAfter(-1);
+    PowerCut(FaultInjectionEnv::Loss::kKeepAll, 1);
     return env_.Snapshot("p");
   }
   // After whatever an open at `what` left (every sector of it kept): the
   // next open still has both acknowledged records (b reads the unmap's
   // zeros, not a's data) and a untouched.
   void ExpectBothRecordsAfterACut(uint64_t seed, const std::string& what) {
-    env_.CrashAfter(0);
-    env_.PowerLoss(FaultInjectionEnv::Loss::kKeepAll, seed);
-    env_.CrashAfter(-1);
+    PowerCut(FaultInjectionEnv::Loss::kKeepAll, seed);  // the failed open's pool is gone already
     ASSERT_NO_FATAL_FAILURE(Reopen());
     EXPECT_EQ(Read(*b_, 0, 8), std::vector<uint8_t>(4096, 0)) << what;
     EXPECT_EQ(Read(*a_, 0, kLunBytes / kBs), base_) << what;
