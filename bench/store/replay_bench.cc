@@ -62,16 +62,16 @@ uint64_t FillStale(std::vector<uint8_t>* j) {
 
 void Scan(const char* what, const std::vector<uint8_t>& j, uint64_t start, bool windowed) {
   const auto t0 = std::chrono::steady_clock::now();
-  JournalReplay r;
-  size_t largest = 0;
-  if (windowed) {
-    ReadOnlySource src(j);
-    r = std::move(ScanJournal(&src, start)).value();
-    largest = src.largest;
-  } else {
-    r = ScanJournal(j.data(), j.size(), start);
-  }
+  ReadOnlySource src(j);
+  Result<JournalReplay> scanned = windowed ? ScanJournal(&src, start) : ScanJournal(j.data(), j.size(), start);
+  const size_t largest = windowed ? src.largest : 0;
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!scanned.ok()) {
+    std::printf("%-8s %-10s failed: %s\n", what, windowed ? "windowed" : "in memory",
+                scanned.status().ToString().c_str());
+    return;
+  }
+  const JournalReplay& r = *scanned;
   const double gib = j.size() / double(1 << 30);
   std::printf("%-8s %-10s %7.3f s  %5.2f s/GiB  largest read %zu B  verdict %s\n", what,
               windowed ? "windowed" : "in memory", s, s / gib, largest,

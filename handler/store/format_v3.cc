@@ -56,6 +56,12 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   sb.soft_threshold_percent = soft_threshold_percent;
   sb.write_unit = kCreateWriteUnit;
   sb.origin_format = kFormatVersionV3;
+  // From its creation: every format 3 pool may hold kMapChecked records
+  // (writes_checked_maps), so a v3 build from before them must not open it
+  // (it would read one as a tear and drop it, and every acknowledged record
+  // after it). Set once here, before any record exists, and carried by every
+  // later superblock (each is the current one, changed).
+  sb.incompat = kIncompatCheckedMaps;
   sb.index = kNoIndex;
   const uint64_t journal_aus = (journal_bytes + au - 1) / au;  // <= 1 GiB / 64 KiB: one extent
   const uint64_t metadata_aus = kCreateJournalAu + journal_aus;  // AU 0, then the journal
@@ -199,15 +205,16 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // Version 3: its kMapChecked records' data checked by replay's CRC rule
   // (replay.h) in this pool's grains.
   std::vector<Run> checked;  // the grains of the replayed records nothing vouches for
+  uint64_t check_budget = MaxCheckedDataBytes(sb.grain, sb.grains());
   auto scanned = ScanJournal(&source, sb.journal_start_lsn, kFormatVersionV3, kJournalWindowBytes,
                              [&loaded](Record&& r) -> Status {
                                if (std::string why = RecordLunBlocksRule(loaded, r); !why.empty())
                                  return Status(Code::kCorruption, "journal replay: " + why);
                                return ApplyRecord(&loaded, r, nullptr, nullptr);
                              },
-                             [file, &sb, &checked](const Record& r) -> Result<bool> {
-                               Result<bool> same =
-                                   CheckMappedData(file, sb.data_offset, sb.grain, sb.grains(), r);
+                             [file, &sb, &checked, &check_budget](const Record& r) -> Result<bool> {
+                               Result<bool> same = CheckMappedData(file, sb.data_offset, sb.grain, sb.grains(),
+                                                                   r, &check_budget);
                                if (!same.ok() || !*same) return same;
                                try {  // at most the unvouched tail's (LoadedMeta::unvouched)
                                  checked.insert(checked.end(), r.runs.begin(), r.runs.end());

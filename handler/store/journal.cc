@@ -109,6 +109,7 @@ ReplayEnd ReplayEndOf(JournalReplay&& jr) {
   end.next_lsn = jr.next_lsn;
   end.newer_record_follows = jr.newer_generation;
   end.damaged = jr.damaged;
+  end.data_mismatch = jr.data_mismatch;
   end.explain = jr.Explain();
   end.lost = std::move(jr.lost);
   end.lost_operations = jr.lost_operations;

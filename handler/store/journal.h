@@ -157,9 +157,14 @@ struct ReplayEnd {
   // Replay stopped at a record that later records prove was durable: it is
   // damaged, not torn (replay.h). `lost` names what opening anyway gives up.
   bool damaged = false;
+  // Replay stopped at a data-checked map whose data does not match its CRCs
+  // (JournalReplay::data_mismatch): a torn data write unless `damaged`.
+  bool data_mismatch = false;
   std::vector<std::string> lost;  // JournalReplay::lost: capped, then a count
   uint64_t lost_operations = 0;
-  std::string explain;  // one line for the error when damaged or newer
+  // JournalReplay::Explain: the error when damaged or newer; with
+  // data_mismatch alone, why the tail was dropped.
+  std::string explain;
 };
 
 // The verdict of a scan (replay.h) as open reports it.

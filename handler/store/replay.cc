@@ -83,6 +83,7 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
   uint64_t vouched = 0;
   bool holding = false, checking = false;
   uint64_t held_off = 0, held_lsn = 0;
+  std::string mismatched;  // the record whose data did not match, described
   for (;;) {
     // kMaxRecordBytes from `off`: enough for ParseRecord's verdict (meta.h).
     Status s = w.At(off, kMaxRecordBytes, &p, &avail);
@@ -137,6 +138,7 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
       if (!same.ok()) return same.status();
       if (!*same) {
         out.data_mismatch = true;  // ends replay here, as a tear would
+        mismatched = DescribeRecord(r);
         break;
       }
     }
@@ -202,9 +204,12 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
   }
   out.damaged = (proof || out.unjudged) && !out.newer_generation;
   if (!out.damaged && !out.newer_generation) return out;  // a torn tail: nothing was committed
+  // The record at the stop: unreadable, or read whole with data that does
+  // not match its CRCs (then what it was is known).
   if (out.damaged)
     out.lost.push_back("LSN " + std::to_string(lsn) + " at journal offset " + std::to_string(off) +
-                       ": damaged, contents unknown");
+                       (out.data_mismatch ? ": " + mismatched + ", its data does not match its CRCs"
+                                          : ": damaged, contents unknown"));
   out.lost_operations = (out.damaged ? 1 : 0) + later_ops;
   for (std::string& line : later) out.lost.push_back(std::move(line));
   if (later_ops > later.size())
@@ -217,12 +222,22 @@ Result<JournalReplay> ScanJournal(JournalSource* src, uint64_t start_lsn, uint32
 }
 
 Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, uint64_t grains,
-                             const Record& r) {
+                             const Record& r, uint64_t* budget) {
   if (r.crcs.size() != r.runs.size())  // DecodePayload's shape: only a caller's bug breaks it
     return Status(Code::kInvalidArgument, "a data-checked map record without one CRC per run");
   if (std::string why = CheckedRecordRule(r, grain, grains); !why.empty())
     return Status(Code::kCorruption, "journal replay: data-checked map record of LUN " + std::to_string(r.lun) +
                                          " names " + why);
+  uint64_t bytes = 0;  // at most CheckedRecordRule's grains: no overflow
+  for (const Run& x : r.runs) bytes += x.len * grain;
+  if (bytes > *budget)
+    return Status(Code::kCorruption,
+                  "journal replay: the data-checked map records no later record vouches for name more grains "
+                  "than the pool holds (at the one of LUN " + std::to_string(r.lun) + " mapping " +
+                      std::to_string(bytes) + " bytes, " + std::to_string(*budget) +
+                      " bytes left of the pool's grains): a writer names each grain once at most, so this "
+                      "journal is damaged, not torn");
+  *budget -= bytes;
   // Read in pieces (the CRC extends over them): a run may span grains as
   // large as the AU, and replay's memory stays kOneSyncWriteBytes.
   const size_t piece = kOneSyncWriteBytes;
@@ -249,22 +264,35 @@ Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, u
   return true;
 }
 
-JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn, uint32_t version) {
+Result<JournalReplay> ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn, uint32_t version) {
   MemoryJournalSource src(j, n);
-  return std::move(ScanJournal(&src, start_lsn, version)).value();  // memory: never fails
+  return ScanJournal(&src, start_lsn, version);
 }
 
 std::string JournalReplay::Explain() const {
   if (newer_generation)
     return "the journal is newer than every readable superblock (newest superblock damaged)";
-  if (!damaged) return "journal intact";
+  const std::string at = "journal record LSN " + std::to_string(next_lsn) + " at journal offset " + std::to_string(end);
+  if (!damaged) {
+    if (!data_mismatch) return "journal intact";
+    // Its record reached the disk, its data did not all (one sync covers
+    // both: the CRC rule). Clean: nothing after it was acknowledged.
+    return at + " is a data-checked map whose grains do not hold the data its CRCs name, and no later " +
+           "record proves it committed: a torn write of its data (its batch's sync never returned), " +
+           "so it and the records after it, none acknowledged, were dropped";
+  }
+  if (data_mismatch && !unjudged)
+    return at + " is a data-checked map whose grains do not hold the data its CRCs name (the record " +
+           "itself is intact), although later records prove it was committed: its data was damaged or " +
+           "overwritten since; opening would drop it and the " + std::to_string(lost_operations - 1) +
+           " operation(s) after it (see 'cowctl pool check --repair')";
   if (unjudged)
-    return "journal record LSN " + std::to_string(next_lsn) + " at journal offset " +
-           std::to_string(end) + " cannot be read, and the journal after it holds more damaged " +
+    return at + (data_mismatch ? " is a data-checked map whose grains do not hold the data its CRCs name"
+                               : " cannot be read") +
+           ", and the journal after it holds more damaged " +
            "record headers than a power cut leaves, so whether later operations were committed " +
            "cannot be judged: opening would drop them (see 'cowctl pool check --repair')";
-  return "journal record LSN " + std::to_string(next_lsn) + " at journal offset " +
-         std::to_string(end) + " is damaged although later records prove it was committed: " +
+  return at + " is damaged although later records prove it was committed: " +
          "opening would drop it and the " + std::to_string(lost_operations - 1) +
          " operation(s) after it (see 'cowctl pool check --repair')";
 }

@@ -38,7 +38,8 @@ struct JournalReplay {
   // Replay stopped at `end` at a kMapChecked record no later record vouches
   // for whose grains do not hold the data its CRCs name (the CRC rule
   // below): like a torn tail, clean unless a record after it proves it was
-  // durable (then `damaged`).
+  // durable (then `damaged`). Explain says so either way: the record itself
+  // was read whole, only its data was not the data it names.
   bool data_mismatch = false;
   // Journal bytes the CRC rule read again: below three times the journal's
   // size, whatever the records' `proven` (below).
@@ -47,7 +48,8 @@ struct JournalReplay {
   // the journal belongs to a newer superblock than the one being used.
   bool newer_generation = false;
   // With damaged or newer_generation: what opening anyway gives up, one line
-  // per record, the unreadable one first; past kMaxLostLines records, one
+  // per record, the unreadable one first (with data_mismatch, the record
+  // read, named, and that its data did not match); past kMaxLostLines, one
   // last line counts the rest. A damaged ring of small records may hold
   // millions: their lines would cost the daemon gigabytes.
   std::vector<std::string> lost;
@@ -67,7 +69,10 @@ struct JournalReplay {
   static constexpr uint64_t LaterScanBudget(uint64_t journal_bytes) {
     return 4 * journal_bytes + 8 * kMaxRecordBytes;
   }
-  std::string Explain() const;  // one line for the error message
+  // Why replay stopped where it did, one line: the error message when
+  // damaged or newer_generation; with data_mismatch alone, the torn data
+  // write that ended it (nothing committed was lost); else "journal intact".
+  std::string Explain() const;
 };
 
 // `j` is the journal region, from replay's start (journal_source.h: read
@@ -122,11 +127,29 @@ Result<JournalReplay> ScanJournal(JournalSource* j, uint64_t start_lsn,
 // A format 3 pool's DataCheck: CheckedRecordRule (meta.h) for its `grains`
 // grains of `grain` bytes from byte `data_offset` of `file` (kCorruption if
 // `r` breaks it: no data read), then each run's grains read in pieces of
-// kOneSyncWriteBytes and CRC'd. Fails as the file's reads do.
+// kOneSyncWriteBytes and CRC'd, `*budget` (the bytes one replay may still
+// check: MaxCheckedDataBytes) reduced by what it reads; a record needing
+// more than is left is kCorruption, no data read. Fails as the file's reads
+// do.
 Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, uint64_t grains,
-                             const Record& r);
-// The journal region in memory (v1/v2's fixed region, tests).
-JournalReplay ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
-                          uint32_t version = kFormatVersion);
+                             const Record& r, uint64_t* budget);
+// The most data one replay of a pool of `grains` grains of `grain` bytes
+// checks: its grains, once. A writer never leaves two kMapChecked records
+// naming one grain unvouched together (checked_grains.h: a marked grain is
+// neither written in place nor, once freed, punched or reused before the
+// vouch, and the open holds the replayed ones until its checkpoint), and
+// every grain they name lies in the pool, so no tail a pool's writer left
+// reads more; a crafted or damaged journal naming the same grains again
+// and again is refused (kCorruption) rather than read: a 1 GiB ring of
+// one-run records at grain 4 KiB would otherwise read 1.1 TiB. The ring
+// bounds it too (a kMapChecked record is at least 61 bytes and reads at
+// most CheckedRecordRule's grains), but no tighter than the scan can
+// read anyway. Below 2^62: PoolUnitsRuleV3.
+constexpr uint64_t MaxCheckedDataBytes(uint32_t grain, uint64_t grains) { return grains * grain; }
+// The journal region in memory (v1/v2's fixed region, tests): fails as the
+// scan does over any source (a kMapChecked record in a format 1 or 2
+// journal, or one to check without a DataCheck), never by a read.
+Result<JournalReplay> ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,
+                                  uint32_t version = kFormatVersion);
 
 }  // namespace cowstore::store

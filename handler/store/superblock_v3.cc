@@ -161,8 +161,9 @@ uint64_t SuperblockV3::capacity() const {
 }
 
 Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out) {
-  if (sb.incompat != 0)
-    return Status(Code::kInvalidArgument, "superblock v3: incompat flags " + N(sb.incompat) + " are not defined");
+  if (sb.incompat & ~kIncompatKnown)
+    return Status(Code::kInvalidArgument,
+                  "superblock v3: incompat flags " + N(sb.incompat & ~kIncompatKnown) + " are not defined");
   if (Status s = Check(Code::kInvalidArgument, sb, ~uint64_t{0}); !s.ok()) return s;
   std::string s;
   s.reserve(kSuperblockSlot);
@@ -246,8 +247,8 @@ Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, Superb
             d.U32(&root.first.lun) && d.U32(&root.end.lun) && d.U64(&root.first.lba) && d.U64(&root.end.lba);
   if (!ok) return corrupt("truncated");  // cannot happen: n is a whole slot
   sb.index.level = index_level;
-  if (sb.incompat != 0)
-    return Status(Code::kUnsupported, "superblock v3: incompat flags " + N(sb.incompat) +
+  if (sb.incompat & ~kIncompatKnown)
+    return Status(Code::kUnsupported, "superblock v3: incompat flags " + N(sb.incompat & ~kIncompatKnown) +
                                           " this build does not know");
   if (extents == 0 || extents > kMaxJournalExtents)
     return corrupt("journal extent count " + N(extents) + " is not 1 .. " + N(kMaxJournalExtents));

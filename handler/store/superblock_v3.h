@@ -8,6 +8,7 @@
 // endian; a record of 448 bytes, then zeros to the end of the slot:
 //   0   magic(8) "COWSTORE"      8   format version(4) = 3
 //   12  incompat flags(4): bits this build does not know -> kUnsupported
+//       (kIncompatKnown)
 //   16  pool uuid(16)            32  superblock sequence(8)
 //   40  AU bytes(4)              44  grain bytes(4)
 //   48  data offset(8): byte of AU 0      56  pool size in AUs(8)
@@ -111,6 +112,14 @@ static_assert(kIndexMaxLevel <= 0xff);
 inline constexpr IndexRoot kNoIndex{IndexEntry{IndexKey{}, IndexKey{}, kNoPage, 0}, 0};
 static_assert(kSuperblockV3Extents + kMaxJournalExtents * 8 == kSuperblockV3Record);
 static_assert(kSuperblockV3Record <= 512, "a torn slot write must not mix two records");
+// Incompat flags: a set bit says the pool holds something a build that does
+// not know the bit must not open (it refuses with kUnsupported rather than
+// misread it). Bit 0: the journal may hold kMapChecked records (meta.h),
+// which a v3 build from before them reads as a tear, dropping the record
+// and every acknowledged one after it. FormatV3::Create sets it (format 3
+// always may write them); an upgrade to format 3 (plan step 8) must too.
+constexpr uint32_t kIncompatCheckedMaps = 1u << 0;
+constexpr uint32_t kIncompatKnown = kIncompatCheckedMaps;
 
 struct JournalExtent {
   uint64_t first_au = 0;  // AU index in the data area
@@ -128,7 +137,7 @@ struct PageRef {
 };
 
 struct SuperblockV3 {
-  uint32_t incompat = 0;  // no bits are defined yet: any set bit is kUnsupported
+  uint32_t incompat = 0;  // kIncompat* bits; any other set bit is kUnsupported
   Uuid uuid{};
   uint64_t seq = 0;       // higher wins; written to slot seq % 2 first
   uint32_t au = 0;        // allocation unit, bytes (ValidAllocationUnit)
@@ -153,7 +162,8 @@ struct SuperblockV3 {
 
 // Replaces *out with the slot's kSuperblockSlot (4096) bytes. kInvalidArgument
 // (nothing written) for any value Decode would refuse with kCorruption, the
-// device bound aside (the data area must still not overflow 64 bits).
+// device bound aside (the data area must still not overflow 64 bits), and
+// for an incompat flag outside kIncompatKnown.
 Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 
 // Decodes one slot, p[0..n) with n == kSuperblockSlot (else
@@ -174,7 +184,7 @@ Status EncodeSuperblockV3(const SuperblockV3& sb, std::string* out);
 // write units); LSN 0 or past 2^62. kUnsupported for a
 // format version other than 3 (v1/v2 superblocks are Superblock::Decode's:
 // this codec does not route, SuperblockEnvelopeVersion and
-// ChooseSuperblockV3 do) or an incompat flag. Decodes no field before both
+// ChooseSuperblockV3 do) or an incompat flag outside kIncompatKnown. Decodes no field before both
 // CRCs check (except the version, which the envelope CRC covers), allocates
 // only after the extent count is bounded, and leaves *out unchanged unless it
 // succeeds.

@@ -146,6 +146,7 @@ TEST(FormatV3Create, LaysOutAPoolThatChoosesAndLoads) {
     EXPECT_EQ(sb, SlotOf(&env, 1)) << "both slots hold the one record";
     EXPECT_EQ(sb.seq, 1u);
     EXPECT_EQ(sb.origin_format, kFormatVersionV3);
+    EXPECT_EQ(sb.incompat, kIncompatCheckedMaps) << "format 3 may write kMapChecked from its first record";
     EXPECT_EQ(sb.write_unit, 4096u);
     EXPECT_EQ(sb.index, kNoIndex);
     EXPECT_EQ(sb.lun_table, (PageRef{p.au, 1}));
@@ -216,6 +217,50 @@ TEST(FormatV3Served, AVersionAbove3InEitherSlotIsRefusedAsNewer) {
     auto p = Pool::Open(&env, "p");
     EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
     EXPECT_EQ(env.Snapshot("p"), before);
+  }
+}
+
+// Create sets the incompat bit that says the journal may hold kMapChecked
+// records, and every later superblock keeps it (an open's checkpoint is the
+// current one, changed); an incompat bit this build does not know, in
+// either slot, is a newer build's pool: refused (kUnsupported), nothing
+// written.
+TEST(FormatV3Served, ThePoolKeepsItsIncompatBitAndAnUnknownOneIsRefused) {
+  FaultInjectionEnv env;
+  ASSERT_TRUE(CreateOn(&env).ok());
+  ASSERT_EQ(SlotOf(&env, 0).incompat, kIncompatCheckedMaps);
+  const uint64_t seq = SlotOf(&env, 0).seq;
+  {
+    auto p = Pool::Open(&env, "p");
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  for (int slot = 0; slot < 2; slot++) {
+    const SuperblockV3 sb = SlotOf(&env, slot);
+    EXPECT_GT(sb.seq, seq) << "the open wrote superblocks";
+    EXPECT_EQ(sb.incompat, kIncompatCheckedMaps) << slot;
+  }
+  const std::vector<uint8_t> good = env.Snapshot("p");
+  for (int slot = 0; slot < 2; slot++) {
+    std::string s(good.begin() + slot * kSuperblockSlot, good.begin() + (slot + 1) * kSuperblockSlot);
+    Put32(&s, 12, kIncompatCheckedMaps | 2);  // the flags word, then both CRCs resealed
+    Put32(&s, kSuperblockEnvelopeCrc, Crc32c(0, s.data(), kSuperblockEnvelopeCrc));
+    Put32(&s, kSuperblockV3Crc, Crc32cAroundField(s.data(), s.size(), kSuperblockV3Crc));
+    ASSERT_NO_FATAL_FAILURE(WriteAt(&env, slot * kSuperblockSlot, s));
+    const std::vector<uint8_t> before = env.Snapshot("p");
+    for (bool read_only : {false, true}) {
+      auto p = Pool::Open(&env, "p", OpenOptions{.read_only = read_only});
+      ASSERT_FALSE(p.ok());
+      EXPECT_EQ(p.status().code(), Code::kUnsupported) << p.status().ToString();
+      EXPECT_NE(p.status().message().find("superblock slot " + std::to_string(slot) +
+                                          ": superblock v3: incompat flags 2 this build does not know"),
+                std::string::npos)
+          << p.status().ToString();
+    }
+    EXPECT_EQ(env.Snapshot("p"), before);
+    ASSERT_NO_FATAL_FAILURE(WriteAt(&env, slot * kSuperblockSlot,
+                                    std::string(good.begin() + slot * kSuperblockSlot,
+                                                good.begin() + (slot + 1) * kSuperblockSlot)));
   }
 }
 

@@ -220,7 +220,9 @@ class JournalRingTest : public ::testing::Test {
   static JournalReplay ScanContiguous(const std::string& bytes, uint64_t capacity, uint64_t lsn) {
     std::vector<uint8_t> j(bytes.begin(), bytes.end());
     j.resize(capacity);
-    return ScanJournal(j.data(), j.size(), lsn);
+    Result<JournalReplay> r = ScanJournal(j.data(), j.size(), lsn);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? std::move(r).value() : JournalReplay{};
   }
 
   static constexpr uint64_t kStart = 1000;  // first LSN of the journal under test

@@ -259,9 +259,14 @@ TEST(MapCrcReplay, AMismatchInTheLastBatchDropsThatRecordAndTheRestOfItsBatch) {
     EXPECT_FALSE(r->damaged);
     EXPECT_FALSE(r->newer_generation);
     EXPECT_TRUE(r->lost.empty());
-    // Core's verdict: clean (ReplayEndOf is what LoadState reports).
+    // Core's verdict: clean (ReplayEndOf is what LoadState reports), and
+    // it says why the tail went: the record's data, not the record.
     ReplayEnd end = ReplayEndOf(std::move(r).value());
     EXPECT_FALSE(end.damaged || end.newer_record_follows);
+    EXPECT_TRUE(end.data_mismatch);
+    EXPECT_NE(end.explain.find("LSN " + std::to_string(kStart + bad)), std::string::npos) << end.explain;
+    EXPECT_NE(end.explain.find("do not hold the data its CRCs name"), std::string::npos) << end.explain;
+    EXPECT_NE(end.explain.find("a torn write of its data"), std::string::npos) << end.explain;
   }
 }
 
@@ -294,6 +299,16 @@ TEST(MapCrcReplay, AMismatchARecordPastATearVouchesForIsDamage) {
   EXPECT_TRUE(r->data_mismatch);
   EXPECT_TRUE(r->damaged);
   EXPECT_EQ(r->end, j.offs[1]);
+  // Reported as its data's damage: the record itself was read whole, so
+  // what it was is named, not "contents unknown".
+  const std::string why = r->Explain();
+  EXPECT_NE(why.find("LSN " + std::to_string(kStart + 1)), std::string::npos) << why;
+  EXPECT_NE(why.find("do not hold the data its CRCs name"), std::string::npos) << why;
+  EXPECT_EQ(why.find("is damaged"), std::string::npos) << why;
+  ASSERT_FALSE(r->lost.empty());
+  EXPECT_NE(r->lost[0].find(DescribeRecord(Checked(1, 1, 101, 1, kBad))), std::string::npos) << r->lost[0];
+  EXPECT_NE(r->lost[0].find("its data does not match its CRCs"), std::string::npos) << r->lost[0];
+  EXPECT_EQ(ReplayEndOf(std::move(r).value()).explain, why);
   // With the data matching, the tear after it is clean.
   Journal ok(kStart);
   ok.Add(Map(1, 0, 100, 1), kStart - 1);
@@ -418,21 +433,22 @@ TEST(MapCrcData, CheckMappedDataReadsTheRunsGrains) {
   Record r = Checked(1, 0, 10, 3, Crc32c(0, a.data(), a.size()));
   r.runs.push_back({3, 20, 1});
   r.crcs.push_back(Crc32c(0, b.data(), b.size()));
-  auto same = CheckMappedData(f->get(), kOff, kG, 64, r);
+  uint64_t budget = ~uint64_t{0};
+  auto same = CheckMappedData(f->get(), kOff, kG, 64, r, &budget);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_TRUE(*same);
   r.crcs[1] ^= 1;
-  same = CheckMappedData(f->get(), kOff, kG, 64, r);
+  same = CheckMappedData(f->get(), kOff, kG, 64, r, &budget);
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(*same) << "the second run's CRC";
   r.crcs[1] ^= 1;
   a[5000] = 'a';  // the CRC of other bytes than the file's
   r.crcs[0] = Crc32c(0, a.data(), a.size());
-  same = CheckMappedData(f->get(), kOff, kG, 64, r);
+  same = CheckMappedData(f->get(), kOff, kG, 64, r, &budget);
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(*same);
   // Outside the pool: refused before any read.
-  EXPECT_EQ(CheckMappedData(f->get(), kOff, kG, 20, r).status().code(), Code::kCorruption);
+  EXPECT_EQ(CheckMappedData(f->get(), kOff, kG, 20, r, &budget).status().code(), Code::kCorruption);
 }
 
 // Grains larger than the pieces the check reads in: the CRC spans pieces.
@@ -446,14 +462,44 @@ TEST(MapCrcData, ARunOfLargeGrainsIsCheckedAcrossPieces) {
   for (size_t i = 0; i < d.size(); i++) d[i] = static_cast<char>(i * 7 + i / 4096);
   ASSERT_TRUE((*f)->Write(3 * uint64_t{kG}, d.size(), d.data()).ok());
   const Record r = Checked(1, 0, 3, 2, Crc32c(0, d.data(), d.size()));
-  auto same = CheckMappedData(f->get(), 0, kG, 8, r);
+  uint64_t budget = ~uint64_t{0};
+  auto same = CheckMappedData(f->get(), 0, kG, 8, r, &budget);
   ASSERT_TRUE(same.ok()) << same.status().ToString();
   EXPECT_TRUE(*same);
   const char last = static_cast<char>(d.back() ^ 1);
   ASSERT_TRUE((*f)->Write(5 * uint64_t{kG} - 1, 1, &last).ok());
-  same = CheckMappedData(f->get(), 0, kG, 8, r);
+  same = CheckMappedData(f->get(), 0, kG, 8, r, &budget);
   ASSERT_TRUE(same.ok());
   EXPECT_FALSE(*same) << "the run's last byte, in its last piece";
+}
+
+// What one replay may check is a budget the checks spend: a record needing
+// more than is left is refused before any read, and a refusal spends nothing.
+TEST(MapCrcData, ARecordPastTheBudgetIsCorruptionAndReadsNothing) {
+  FaultInjectionEnv env;
+  auto f = env.OpenLocked("p", Env::Mode::kCreate);
+  ASSERT_TRUE(f.ok());
+  constexpr uint32_t kG = 4096;
+  ASSERT_TRUE((*f)->Truncate(64 * kG).ok());
+  const std::string zeros(2 * kG, '\0');
+  const Record r = Checked(1, 0, 5, 2, Crc32c(0, zeros.data(), zeros.size()));
+  uint64_t budget = 5 * kG;
+  for (int i = 0; i < 2; i++) {
+    auto same = CheckMappedData(f->get(), 0, kG, 64, r, &budget);
+    ASSERT_TRUE(same.ok()) << same.status().ToString();
+    EXPECT_TRUE(*same);
+  }
+  EXPECT_EQ(budget, uint64_t{kG});
+  const uint64_t reads = env.calls(FaultInjectionEnv::Op::kRead);
+  auto past = CheckMappedData(f->get(), 0, kG, 64, r, &budget);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), Code::kCorruption);
+  EXPECT_NE(past.status().message().find("more grains than the pool holds"), std::string::npos)
+      << past.status().ToString();
+  EXPECT_EQ(budget, uint64_t{kG});
+  EXPECT_EQ(env.calls(FaultInjectionEnv::Op::kRead), reads);
+  // The bound the format passes: the pool's grains, once.
+  EXPECT_EQ(MaxCheckedDataBytes(kG, 64), 64u * kG);
 }
 
 // ------------------------------------------- whole opens of format 3 pools
@@ -556,6 +602,47 @@ TEST_F(MapCrcPool, AMismatchALaterRecordProvesDurableIsCorruption) {
   auto p = Pool::Open(&env_, "p");
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), Code::kCorruption) << p.status().ToString();
+  // The open says it was the record's data, and what the record was.
+  const std::string why = p.status().message();
+  EXPECT_NE(why.find("LSN " + std::to_string(checked_lsn)), std::string::npos) << why;
+  EXPECT_NE(why.find("do not hold the data its CRCs name"), std::string::npos) << why;
+  EXPECT_EQ(why.find("is damaged"), std::string::npos) << why;
+  auto plan = Pool::RepairJournal(&env_, "p", false);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_TRUE(plan->damaged);
+  ASSERT_FALSE(plan->dropped.empty());
+  EXPECT_NE(plan->dropped[0].find("its data does not match its CRCs"), std::string::npos) << plan->dropped[0];
+  EXPECT_NE(plan->dropped[0].find(DescribeRecord(Checked(1, 0, kFirstGrain, 2, crc))), std::string::npos)
+      << plan->dropped[0];
+}
+
+// Replay checks each grain once at most (MaxCheckedDataBytes: a writer
+// names a grain in one unvouched checked record at most): an unvouched tail
+// naming the same grains again and again past the pool's grains is refused,
+// not read, even with every check matching.
+TEST_F(MapCrcPool, AnUnvouchedTailCheckingMoreThanThePoolsGrainsIsCorruption) {
+  constexpr uint64_t kPerRecord = kOneSyncWriteBytes / kG;  // 16 grains
+  const uint32_t crc = Data(kFirstGrain, kPerRecord, 'd');
+  const uint64_t records = sb_.grains() / kPerRecord + 1;
+  for (uint64_t i = 0; i < records; i++) journal_->Add(Checked(1, 0, kFirstGrain, kPerRecord, crc), 0);
+  WriteJournal();
+  auto p = Pool::Open(&env_, "p");
+  ASSERT_FALSE(p.ok()) << "read " << records * kPerRecord << " grains of a pool of " << sb_.grains();
+  EXPECT_EQ(p.status().code(), Code::kCorruption) << p.status().ToString();
+  EXPECT_NE(p.status().message().find("more grains than the pool holds"), std::string::npos)
+      << p.status().ToString();
+}
+
+// At the pool's grains exactly it opens: the bound refuses nothing a writer
+// can leave (one record less than above).
+TEST_F(MapCrcPool, AnUnvouchedTailCheckingThePoolsGrainsOpens) {
+  ASSERT_EQ(sb_.grains() % 16, 0u);
+  constexpr uint64_t kPerRecord = 16;
+  const uint32_t crc = Data(kFirstGrain, kPerRecord, 'd');
+  for (uint64_t i = 0; i < sb_.grains() / kPerRecord; i++)
+    journal_->Add(Checked(1, 0, kFirstGrain, kPerRecord, crc), 0);
+  WriteJournal();
+  EXPECT_EQ(OpenAndMapped(), kPerRecord * kG);
 }
 
 // A format 2 pool whose journal holds the record: refused by the open.
@@ -577,7 +664,9 @@ TEST(MapCrcFormat2, APoolWhoseJournalHoldsOneIsRefused) {
   ASSERT_TRUE(Superblock::Decode(img.data(), kSuperblockSlot, &sb).ok());
   if (Superblock::Decode(img.data() + kSuperblockSlot, kSuperblockSlot, &sb1).ok() && sb1.seq > sb.seq) sb = sb1;
   // Where the replay of the closed pool ends: the record goes there.
-  JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes, sb.journal_start_lsn);
+  Result<JournalReplay> scanned = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes, sb.journal_start_lsn);
+  ASSERT_TRUE(scanned.ok()) << scanned.status().ToString();
+  const JournalReplay& jr = *scanned;
   ASSERT_FALSE(jr.damaged);
   // LUN "a" is LUN 1; grain = AU 30, inside the pool.
   std::string rec;

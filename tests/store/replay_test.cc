@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "handler/store/replay.h"
+#include "handler/store/superblock_v3.h"  // kFormatVersionV3
 #include "tests/store/journal_bytes.h"
 #include "tests/store/patch_bytes.h"
 
@@ -39,9 +40,17 @@ std::vector<uint8_t> Journal(uint64_t lsn0, int n, size_t bytes, int batch = 1,
   return j;
 }
 
+// The in-memory scan, which fails only as the scan's rules do (never by a
+// read): a failure is the test's.
+JournalReplay Scan(const std::vector<uint8_t>& j, uint64_t start) {
+  Result<JournalReplay> r = ScanJournal(j.data(), j.size(), start);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : JournalReplay{};
+}
+
 TEST(Replay, IntactJournalReplaysEverything) {
   auto j = Journal(1000, 10, 4096);
-  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  JournalReplay r = Scan(j, 1000);
   EXPECT_EQ(r.records.size(), 10u);
   EXPECT_EQ(r.next_lsn, 1010u);
   EXPECT_FALSE(r.damaged);
@@ -53,7 +62,7 @@ TEST(Replay, DamageBeforeVouchingRecordsIsReported) {
   for (size_t bit = 0; bit < 8 * 57; bit += 7) {
     auto j = Journal(1000, 10, 4096, 1, &offs);
     j[offs[3] + bit / 8] ^= uint8_t(1u << (bit % 8));
-    JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+    JournalReplay r = Scan(j, 1000);
     EXPECT_EQ(r.records.size(), 3u) << bit;
     EXPECT_TRUE(r.damaged) << bit;
     EXPECT_EQ(r.end, offs[3]);
@@ -72,7 +81,7 @@ TEST(Replay, TheLostListIsCappedAndCountsEveryOperation) {
   std::vector<size_t> offs;
   auto j = Journal(1000, n, 64 * n + 4096, 1, &offs);
   j[offs[10] + 20] ^= 1;
-  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  JournalReplay r = Scan(j, 1000);
   ASSERT_TRUE(r.damaged);
   EXPECT_EQ(r.lost_operations, uint64_t{n - 10});  // the damaged one and every one after it
   ASSERT_EQ(r.lost.size(), 1 + JournalReplay::kMaxLostLines + 1);
@@ -115,7 +124,7 @@ TEST(Replay, HeadersEveryFewBytesStopTheScanAsUnjudgedDamage) {
     const std::string h = FailingHeader();
     std::copy(h.begin(), h.end(), j.begin() + at);
   }
-  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  JournalReplay r = Scan(j, 1000);
   EXPECT_EQ(r.records.size(), 5u);
   ASSERT_TRUE(r.damaged);
   EXPECT_TRUE(r.unjudged);
@@ -136,7 +145,7 @@ TEST(Replay, AFewFailedHeadersAreATornTail) {
     const std::string h = FailingHeader();
     std::copy(h.begin(), h.end(), j.begin() + offs[4] + 80 + 33 * k);
   }
-  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  JournalReplay r = Scan(j, 1000);
   EXPECT_EQ(r.records.size(), 5u);
   EXPECT_FALSE(r.damaged);
   EXPECT_FALSE(r.unjudged);
@@ -155,7 +164,7 @@ TEST(Replay, TornLastBatchIsNotDamage) {
   for (size_t cut = offs[6]; cut < offs[6] + s.size(); cut += 13) {
     std::vector<uint8_t> t = j;
     std::fill(t.begin() + cut, t.begin() + cut + 40, 0);  // a lost piece
-    JournalReplay r = ScanJournal(t.data(), t.size(), 1000);
+    JournalReplay r = Scan(t, 1000);
     EXPECT_FALSE(r.damaged) << cut;
     EXPECT_FALSE(r.newer_generation) << cut;
     EXPECT_GE(r.records.size(), 6u);
@@ -166,14 +175,14 @@ TEST(Replay, StaleOlderGenerationIsIgnored) {
   auto old = Journal(500, 40, 4096);
   auto cur = Journal(1000, 3, 200);
   std::copy(cur.begin(), cur.begin() + 150, old.begin());  // new records over old ones
-  JournalReplay r = ScanJournal(old.data(), old.size(), 1000);
+  JournalReplay r = Scan(old, 1000);
   EXPECT_FALSE(r.damaged);
   EXPECT_FALSE(r.newer_generation);
 }
 
 TEST(Replay, NewerGenerationIsReported) {
   auto j = Journal(1000 + (1ull << 32), 5, 4096);
-  JournalReplay r = ScanJournal(j.data(), j.size(), 1000);
+  JournalReplay r = Scan(j, 1000);
   EXPECT_TRUE(r.newer_generation);
   EXPECT_EQ(r.records.size(), 0u);
   EXPECT_EQ(r.lost.size(), 5u);
@@ -301,7 +310,7 @@ TEST(ReplayWindow, RecordsStraddlingReadsReplay) {
   CountingSource src(j);
   const JournalReplay got = ScanWindowed(&src, 1000);
   EXPECT_EQ(got.records.size(), offs.size());
-  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(ScanJournal(j.data(), j.size(), 1000)));
+  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(Scan(j, 1000)));
   // Some read ended inside a record (not at its start): it was read in two.
   const std::set<size_t> starts(offs.begin(), offs.end());
   int cut = 0;
@@ -327,7 +336,7 @@ TEST(ReplayWindow, DamageVouchedForFromALaterWindowIsReported) {
   EXPECT_EQ(got.records.size(), 3u);
   ASSERT_EQ(got.lost.size(), offs.size() - 3 + 1);  // the damaged one, the rest after it, the far one
   EXPECT_NE(got.lost.back().find("LSN " + std::to_string(lsn)), std::string::npos);
-  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(ScanJournal(j.data(), j.size(), 1000)));
+  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(Scan(j, 1000)));
   EXPECT_GT(src.reads.size(), 3u);
   // Without the far record the records right after the damaged one vouch
   // for it (one commit each): damaged all the same.
@@ -354,7 +363,7 @@ TEST(ReplayWindow, NewerGenerationAcrossAReadIsReported) {
   EXPECT_TRUE(got.newer_generation);
   EXPECT_FALSE(got.damaged);
   EXPECT_EQ(got.end, at);
-  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(ScanJournal(j.data(), j.size(), 1000)));
+  EXPECT_EQ(ReplayVerdict(got), ReplayVerdict(Scan(j, 1000)));
   bool split = false;
   for (const auto& [off, n] : src.reads) split |= off + n > at && off + n < s.size();
   EXPECT_TRUE(split);
@@ -402,7 +411,7 @@ TEST(ReplayWindow, WindowedScanEqualsInMemoryScan) {
       }
       case 5: j.resize(cur.size() > 100 ? cur.size() - rng() % 100 : cur.size()); break;  // cut short
     }
-    const JournalReplay want = ScanJournal(j.data(), j.size(), start);
+    const JournalReplay want = Scan(j, start);
     CountingSource src(j);
     const size_t window = kMaxRecordBytes + rng() % kMaxRecordBytes;
     const JournalReplay got = ScanWindowed(&src, start, window);
@@ -505,6 +514,32 @@ TEST(ReplayWindow, ASinkSeesEveryRecordInOrderAndNoneIsKept) {
   ASSERT_FALSE(failed.ok());
   EXPECT_EQ(failed.status().message(), "bad seventh");
   EXPECT_EQ(calls, 7);
+}
+
+// The in-memory scan fails as the scan does, returned, not thrown: a
+// data-checked map in a format 2 journal (no format 2 pool holds one), and
+// one to check at format 3 without a data check.
+TEST(Replay, TheInMemoryScanReturnsTheScansFailure) {
+  Record checked = Map(1, 0);
+  checked.type = RecType::kMapChecked;
+  checked.crcs.push_back(0);
+  std::string s;
+  FrameRecord(Map(1, 0), 1000, 999, &s);
+  const size_t first = s.size();
+  FrameRecord(checked, 1001, 999, &s);
+  std::vector<uint8_t> j(s.begin(), s.end());
+  j.resize(4096);
+  Result<JournalReplay> r = ScanJournal(j.data(), j.size(), 1000);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kCorruption) << r.status().ToString();
+  r = ScanJournal(j.data(), j.size(), 1000, kFormatVersionV3);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  // Without that record it scans.
+  std::fill(j.begin() + static_cast<std::ptrdiff_t>(first), j.end(), 0);
+  r = ScanJournal(j.data(), j.size(), 1000);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->records.size(), 1u);
 }
 
 }  // namespace

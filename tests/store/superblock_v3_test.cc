@@ -189,8 +189,8 @@ TEST(SuperblockV3, EncoderRefusesWhatDecodeWould) {
   sb.journal[1] = {205, 6};
   ExpectEncodeRefuses(sb, "journal extent 1 (AUs [205, +6)) overlaps journal extent 0");
   sb = Base();
-  sb.incompat = 1;
-  ExpectEncodeRefuses(sb, "incompat flags 1");
+  sb.incompat = kIncompatCheckedMaps | 2;  // the unknown one named
+  ExpectEncodeRefuses(sb, "incompat flags 2 are not defined");
   sb = Base();
   sb.journal[0].aus = 0;
   ExpectEncodeRefuses(sb, "journal extent 0 (AUs [200, +0)) is not 1 .. 65536 AUs long");
@@ -265,6 +265,27 @@ TEST_F(SuperblockV3Damage, VersionsAndFlags) {
   ExpectRefused(With32(kOffVersion, 2), "pool format version 2 is read by the v1/v2 superblock codec",
                 Code::kUnsupported);
   ExpectRefused(With32(kOffIncompat, 0x80), "incompat flags 128", Code::kUnsupported);
+  ExpectRefused(With32(kOffIncompat, kIncompatCheckedMaps | 4), "incompat flags 4 this build does not know",
+                Code::kUnsupported);
+}
+
+// The one incompat bit this build knows (the journal may hold kMapChecked
+// records): encoded at offset 12, decoded back, accepted by the chooser.
+TEST(SuperblockV3, TheCheckedMapsIncompatBitRoundTrips) {
+  EXPECT_EQ(kIncompatKnown, kIncompatCheckedMaps);
+  SuperblockV3 sb = Base();
+  sb.incompat = kIncompatCheckedMaps;
+  std::string b;
+  ASSERT_TRUE(EncodeSuperblockV3(sb, &b).ok());
+  EXPECT_EQ(b.substr(kOffIncompat, 4), std::string("\x01\0\0\0", 4));
+  SuperblockV3 back;
+  Status s = DecodeSuperblockV3(b.data(), b.size(), kDevice, &back);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(back, sb);
+  SuperblockChoice c;
+  s = ChooseSuperblockV3(b.data(), b.data(), kDevice, &c);
+  ASSERT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(c.sb.incompat, kIncompatCheckedMaps);
 }
 
 TEST_F(SuperblockV3Damage, GeometryFields) {

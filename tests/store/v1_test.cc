@@ -257,9 +257,10 @@ TEST(FormatV2, SnapshotAttributesSurviveACheckpointAndReopen) {
       std::vector<uint8_t> img = env.Snapshot("p");
       Superblock sb = Newest(img);
       ASSERT_NE(sb.ckpt_first, kNone);
-      JournalReplay jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
-                                     sb.journal_start_lsn);
-      for (const Record& r : jr.records) EXPECT_NE(r.type, RecType::kSnapshotLun) << round;
+      Result<JournalReplay> jr = ScanJournal(img.data() + kJournalOffset, sb.journal_bytes,
+                                             sb.journal_start_lsn);
+      ASSERT_TRUE(jr.ok()) << jr.status().ToString();
+      for (const Record& r : jr->records) EXPECT_NE(r.type, RecType::kSnapshotLun) << round;
       // The checkpoint holds the list: read-only, then the origin's UUID.
       std::vector<uint8_t> list(32, 0);
       list[0] = 1;   // tag read-only, length 0
