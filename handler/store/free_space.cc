@@ -527,14 +527,25 @@ void FreeSpace::TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::
   reserved_ += n;
 }
 
-Status FreeSpace::TakeRun(const GrainRun& r) {
-  if (r.len == 0) return Status::Ok();
-  std::optional<GrainRun> holder = index_.RunHolding(r.start);
-  if (!holder || r.len > holder->end() - r.start)
-    return Status(Code::kInvalidArgument, "grains " + std::to_string(r.start) + "+" + std::to_string(r.len) +
-                                              " are not all free in one run");
-  index_.Remove(r.start, r.len);  // all-or-nothing
-  reserved_ += r.len;
+Status FreeSpace::TakeRun(const GrainRun& r) { return TakeFromIndex({r.start, r.len, 0}, Taken::kReserved, "taking"); }
+
+Status FreeSpace::TakeFromIndex(const PendingRun& r, Taken to, const char* what) {
+  if (r.n == 0) return Status::Ok();
+  std::optional<GrainRun> holder = index_.RunHolding(r.phys);
+  if (!holder || r.n > holder->end() - r.phys)
+    return Status(Code::kInvalidArgument, std::string(what) + " grains " + std::to_string(r.phys) + "+" +
+                                              std::to_string(r.n) + ": not all free in one run");
+  // A releasing run's node is allocated first: nothing changed if it throws.
+  std::map<uint64_t, PendingRun> node;
+  if (to == Taken::kReleasing) node.emplace(r.phys, r);
+  index_.Remove(r.phys, r.n);  // all-or-nothing
+  // Nothing below allocates.
+  if (to == Taken::kReserved) {
+    reserved_ += r.n;
+  } else {
+    releasing_runs_.insert(node.extract(node.begin()));  // a node move
+    releasing_ += r.n;
+  }
   return Status::Ok();
 }
 
@@ -624,19 +635,7 @@ std::vector<PendingRun> FreeSpace::TakeReleasable(uint64_t durable_ticket) {
   return ready;
 }
 
-Status FreeSpace::Withhold(const PendingRun& r) {
-  if (r.n == 0) return Status::Ok();
-  std::optional<GrainRun> holder = index_.RunHolding(r.phys);
-  if (!holder || r.n > holder->end() - r.phys)
-    return Status(Code::kInvalidArgument, "withholding grains " + std::to_string(r.phys) + "+" +
-                                              std::to_string(r.n) + ": not all free in one run");
-  std::map<uint64_t, PendingRun> node;  // allocated first: nothing changed if it throws
-  node.emplace(r.phys, r);
-  index_.Remove(r.phys, r.n);  // all-or-nothing
-  releasing_runs_.insert(node.extract(node.begin()));  // a node move: allocates nothing
-  releasing_ += r.n;
-  return Status::Ok();
-}
+Status FreeSpace::Withhold(const PendingRun& r) { return TakeFromIndex(r, Taken::kReleasing, "withholding"); }
 
 Status FreeSpace::Release(const PendingRun& r, bool zeroed) {
   if (r.n == 0) return Status::Ok();

@@ -256,6 +256,13 @@ class FreeSpace {
   void ReclaimChunks(uint32_t keep = AllocHint::kNoLun);
   // kInvalidArgument unless r lies in the pool and none of it is free or pending.
   Status CheckNotFree(const GrainRun& r, const char* what) const;
+  // Where TakeFromIndex puts the grains it takes: TakeRun's reserved, or
+  // Withhold's releasing (as a run of its own, r's tag with it).
+  enum class Taken { kReserved, kReleasing };
+  // Takes r out of the index into `to`: kInvalidArgument naming `what`,
+  // changing nothing, unless r lies wholly inside one free run of the index.
+  // All-or-nothing under std::bad_alloc.
+  Status TakeFromIndex(const PendingRun& r, Taken to, const char* what);
   static void Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len);
 
   uint64_t chunk_grains_;

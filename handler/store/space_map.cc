@@ -2,6 +2,7 @@
 #include "handler/store/space_map.h"
 
 #include <algorithm>
+#include <cassert>
 #include <iterator>
 #include <new>
 #include <string>
@@ -314,13 +315,32 @@ Status SpaceMap::Withhold(const PendingRun& r) {
 }
 
 void SpaceMap::Release(const PendingRun& r, bool zeroed) {
+  Status s = TryRelease(r, zeroed);
+  assert(s.ok());  // REQUIRES: r was taken by TakeReleasable or Withhold
+  (void)s;
+}
+
+Status SpaceMap::TryRelease(const PendingRun& r, bool zeroed) {
+  if (r.n == 0) return Status::Ok();
+  auto refuse = [&](const char* why) {
+    return Status(Code::kInvalidArgument, "release of AUs " + std::to_string(r.phys) + "+" +
+                                              std::to_string(r.n) + ": " + why);
+  };
+  if (r.phys > total_units_ || r.n > total_units_ - r.phys) return refuse("beyond the pool");
+  // Releasing AUs are kPending, as are those still waiting for their
+  // record (pending_): the state rules out the rest, not those. Telling
+  // them apart would take a walk of pending_, which may hold every free of
+  // a long buffered discard, per run released under the metadata lock; the
+  // caller's rule (TakeReleasable's runs, Withhold's) keeps them apart.
+  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
+    if (state_[p] != AuState::kPending) return refuse("some were never taken to be released");
+  if (r.n > releasing_) return refuse("more than are releasing");
+  if (zeroed) free_.Add(r.phys, r.n);  // the one allocation: first, so a throw changes nothing
   releasing_ -= r.n;
   for (uint64_t p = r.phys; p < r.phys + r.n; p++)
     state_[p] = zeroed ? AuState::kFree : AuState::kQuarantine;
-  if (zeroed)
-    free_.Add(r.phys, r.n);
-  else
-    quarantined_ += r.n;
+  if (!zeroed) quarantined_ += r.n;
+  return Status::Ok();
 }
 
 bool SpaceMap::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {

@@ -114,7 +114,14 @@ class SpaceMap final : public PoolSpace {
 
   bool has_pending() const override { return !pending_.empty() || releasing_ != 0; }
   std::vector<PendingRun> TakeReleasable(uint64_t durable_ticket) override;
+  // REQUIRES: TryRelease(r, zeroed) would succeed (asserted, as GrainSpace
+  // asserts FreeSpace::Release's Status).
   void Release(const PendingRun& r, bool zeroed) override;
+  // Release, checked as FreeSpace::Release is: kInvalidArgument, changing
+  // nothing, unless every AU of r is kPending (releasing, or still waiting
+  // for its record: not told apart, see the .cc) and no more than are
+  // releasing. All-or-nothing under std::bad_alloc.
+  Status TryRelease(const PendingRun& r, bool zeroed);
   Status Withhold(const PendingRun& r) override;
   uint64_t releasing_units() const override { return releasing_; }
 

@@ -983,6 +983,38 @@ TEST(FreeSpaceAllocationFailure, TakeRunIsAllOrNothing) {
   EXPECT_GT(failures, 0u);
 }
 
+// Withhold takes a run out of the index as TakeRun does (one helper,
+// TakeFromIndex), into releasing instead of reserved: a std::bad_alloc from
+// the index leaves the index, the releasing runs and the count as they were.
+TEST(FreeSpaceAllocationFailure, WithholdIsAllOrNothing) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(4000, {}).ok());
+  uint64_t failures = 0;
+  for (uint64_t round = 0; round < 100; round++) {
+    const PendingRun r{round * 37 % 3900 + 1, 1 + round % 5, 0};
+    if (!fs.index().RunHolding(r.phys) || fs.index().RunHolding(r.phys)->end() < r.phys + r.n) continue;
+    const auto before = fs.index().by_offset();
+    const Runs rel = RunsOf(fs.releasing_runs());
+    const uint64_t releasing = fs.releasing_grains(), reserved = fs.reserved_grains();
+    ASSERT_NO_FATAL_FAILURE(FailEachAllocationInTurn(
+        [&] { ASSERT_TRUE(fs.Withhold(r).ok()); },
+        [&](bool threw) {
+          ASSERT_EQ(fs.index().Check(), "");
+          ASSERT_EQ(fs.reserved_grains(), reserved);  // never reserved
+          if (!threw) {
+            ASSERT_EQ(fs.releasing_grains(), releasing + r.n);
+            ASSERT_EQ(RunsOf(fs.releasing_runs()).count(r.phys), 1u);
+            return;
+          }
+          ASSERT_EQ(fs.index().by_offset(), before);
+          ASSERT_EQ(RunsOf(fs.releasing_runs()), rel);
+          ASSERT_EQ(fs.releasing_grains(), releasing);
+        },
+        &failures));
+  }
+  EXPECT_GT(failures, 0u);
+}
+
 TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
   constexpr uint64_t kTotal = 20000;  // ~500 free runs: several leaves a tree
   constexpr int kLuns = 3;

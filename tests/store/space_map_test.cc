@@ -9,6 +9,7 @@
 
 #include <cstdlib>
 
+#include <string>
 #include <vector>
 
 namespace cowstore::store {
@@ -346,6 +347,45 @@ TEST_F(SpaceMapTest, FreedAusWaitForTheirRecordThenRelease) {
   EXPECT_EQ(m_.releasing_units(), 0u);
   EXPECT_EQ(m_.state(2), AuState::kFree);
   EXPECT_EQ(m_.free().runs(), (Runs{{2, 2}, {5, 11}}));
+}
+
+// Release's precondition, checked as FreeSpace::Release checks its own
+// (TryRelease; Release asserts it): AUs not releasing (mapped, reserved,
+// checkpoint metadata, free, released already, beyond the pool) are refused
+// with kInvalidArgument, changing nothing. Unchecked, each of these became
+// free (or quarantined) whatever it was, and releasing_ fell below what is
+// releasing, or wrapped. (AUs still waiting for their record are kPending
+// as releasing ones are, and not told apart: see TryRelease.)
+TEST_F(SpaceMapTest, ReleaseRefusesAusThatAreNotReleasingAndChangesNothing) {
+  m_.Dec(2, 2, /*tag=*/7);  // AUs 2 and 3: their record has ticket 7
+  const std::vector<PendingRun> ready = m_.TakeReleasable(7);
+  ASSERT_EQ(ready.size(), 1u);  // {2, 2}: releasing; AU 4 stays mapped
+  V out;
+  ASSERT_TRUE(m_.Reserve(1, &out));  // a free AU, reserved
+  ASSERT_EQ(out.size(), 1u);
+  auto refused = [&](const PendingRun& r, bool zeroed, const std::string& what) {
+    SCOPED_TRACE(what);
+    const std::vector<AuState> states = m_.all_states();
+    const Runs free_runs = m_.free().runs();
+    const uint64_t releasing = m_.releasing_units(), pending = m_.pending_units(),
+                   quarantined = m_.quarantined_units();
+    EXPECT_EQ(m_.TryRelease(r, zeroed).code(), Code::kInvalidArgument);
+    EXPECT_EQ(m_.all_states(), states);
+    EXPECT_EQ(m_.free().runs(), free_runs);
+    EXPECT_EQ(m_.releasing_units(), releasing);
+    EXPECT_EQ(m_.pending_units(), pending);
+    EXPECT_EQ(m_.quarantined_units(), quarantined);
+  };
+  refused({4, 1, 0}, true, "mapped");
+  refused({3, 2, 7}, true, "releasing, then mapped");
+  refused({out[0], 1, 0}, true, "reserved");
+  refused({0, 1, 0}, false, "checkpoint metadata");
+  refused({14, 1, 0}, true, "free");
+  refused({15, 2, 0}, true, "beyond the pool");
+  ASSERT_TRUE(m_.TryRelease(ready[0], /*zeroed=*/true).ok());
+  EXPECT_EQ(m_.state(2), AuState::kFree);
+  EXPECT_EQ(m_.releasing_units(), 0u);
+  refused(ready[0], true, "released already");
 }
 
 TEST_F(SpaceMapTest, PendingIsReleasedByTagOnly) {
