@@ -92,6 +92,7 @@ run_asan()  {
 TSAN_SWEEPS='^(Corruption\.(Every|Random)|NoSilentLoss\.PowerCutDuringGrow|FormatV1\.PowerCutAtEveryWrite'
 TSAN_SWEEPS+='|FormatV3Ckpt\.(APowerCut|EveryFailedCall)|FormatV3Grow\.(EveryFailedCall|ACheckpointAfterAFailedGrowCut|APowerCutInAGrowingCheckpoint)'
 TSAN_SWEEPS+='|ServedV3Failure\.AGrowingCheckpointFailingAtEveryCall|ReplayWindow\.WindowedScan|DirtyMarksModel\.)'
+TSAN_SWEEPS+='|/CorruptionV3\.Every'  # format 3's sweeps, one per grain: Formats/CorruptionV3.Every.../Grain4K
 # It also skips the tests that run the cowctl binary on a pool it opens
 # itself (Cli, Boot, ... : 420 s under TSan): cowctl starts no thread, and
 # the store's own threads are race-tested by the store suites. The tests of

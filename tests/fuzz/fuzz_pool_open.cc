@@ -10,10 +10,19 @@
 // operation; the operations after the checkpoint are journal records) and the
 // file after a checkpoint and a clean Close (everything in the checkpoint).
 //
+// The pool is of format 2 (the default), or of format 3 at grain 4 KiB or at
+// grain = AU; on format 3 the workload goes on after operation 13 with
+// small first writes (the one-sync path: kMapChecked records) and ranges
+// cloned and unmapped at the grain.
+//
 // Input: byte 0 = flags (bit 0: closed image; bit 1: bytes 1-2 give a length
-// the file is cut to), then 5-byte edits {region, offset (3 bytes), xor}
-// restricted to metadata: the two superblock slots, the journal (its written
-// part, and all of it), and every checkpoint chunk (header and payload).
+// the file is cut to; bits 2-3: 0 format 2, 1 format 3 at grain 4 KiB, 2
+// format 3 at grain = AU, 3 format 2 too), then 5-byte edits {region, offset
+// (3 bytes), xor} restricted to metadata: the two superblock slots (format
+// 3: their 448-byte records), the journal (its written part, and all of it;
+// format 3: each extent the newest superblock lists), and every checkpoint
+// chunk (header and payload; format 3: every index, leaf and LUN table page).
+// Inputs from before format 3 (bits 2-3 clear) mean what they meant.
 //
 // The answer must be one of:
 //   * refused (any error; nothing written to the file), or
@@ -21,7 +30,9 @@
 //   * opened to the state after operation k < n only if the journal bytes of
 //     every operation after k were damaged (damage in the last records is
 //     indistinguishable from a torn tail; a damaged record followed by an
-//     intact one is not, and is silent loss);
+//     intact one is not, and is silent loss). Only metadata is damaged, so a
+//     kMapChecked record's data check (which drops an unvouched record whose
+//     data does not match) never widens this;
 // read-only, read-write and a second read-write open agree; an open pool
 // passes Check() and, once closed, CheckOffline(). Anything else aborts so
 // libFuzzer reports it. Never a crash or a hang (run_fuzzer.sh bounds memory).
@@ -38,6 +49,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
+#include "handler/store/superblock_v3.h"
 
 namespace {
 
@@ -87,10 +99,12 @@ std::string Describe(const State& s) {
 struct Image {
   std::vector<uint8_t> bytes;
   std::vector<std::pair<uint64_t, uint64_t>> regions;  // [offset, length) of metadata
-  // For each operation i (1-based; 0 = the empty pool): the journal offsets
-  // (relative to the journal) it wrote that still hold its bytes here.
+  // For each operation i (1-based; 0 = the empty pool): the file offsets of
+  // the journal bytes it wrote that still hold its bytes here, sorted.
   std::vector<std::vector<uint64_t>> op_journal_bytes;
 };
+// Which pool the workload builds (input bits 2-3).
+enum class Kind { kV2, kV3Grain4K, kV3GrainAu };
 struct World {
   std::vector<State> states;  // states[i]: after operation i
   Image open_image, closed_image;
@@ -98,11 +112,13 @@ struct World {
 
 class Workload {
  public:
-  Workload() {
+  explicit Workload(Kind kind) {
     PoolOptions o;
     o.allocation_unit = kAu;
     o.journal_bytes = kJournalBytes;
     o.size_bytes = kPoolBytes;
+    o.format = kind == Kind::kV2 ? 2 : 3;
+    o.grain = kind == Kind::kV3Grain4K ? 4096 : 0;
     auto p = Pool::Create(&env_, kPath, o);
     if (!p.ok()) Finding("harness: create: " + p.status().ToString());
     pool_ = std::move(p.value());
@@ -122,7 +138,7 @@ class Workload {
     std::memcpy(luns_[n].bytes.data() + off, d.data(), len);
     Durable();
   }
-  void Unmap(const std::string& n, uint64_t off, uint64_t len) {  // whole AUs
+  void Unmap(const std::string& n, uint64_t off, uint64_t len) {  // whole grains
     auto l = Lun(n);
     Need(l->Unmap(off / l->block_size(), len / l->block_size(), Durability::kDurable), "unmap");
     std::memset(luns_[n].bytes.data() + off, 0, len);
@@ -156,8 +172,7 @@ class Workload {
     auto p = Pool::Open(&env_, kPath);
     if (!p.ok()) Finding("harness: reopen: " + p.status().ToString());
     pool_ = std::move(p.value());
-    journals_.back() = JournalNow();
-    first_in_journal_ = journals_.size();
+    first_in_journal_ = ops_ + 1;
   }
   Image Snapshot() const { return Finish(env_.Snapshot(kPath)); }
   // Checkpoints, then closes: every operation is in the checkpoint.
@@ -178,44 +193,99 @@ class Workload {
   static void Need(const Status& s, const char* what) {
     if (!s.ok()) Finding(std::string("harness: ") + what + ": " + s.ToString());
   }
-  std::vector<uint8_t> JournalNow() const {
-    std::vector<uint8_t> img = env_.Snapshot(kPath);
-    img.resize(kJournalOff + kJournalBytes);
-    return {img.begin() + kJournalOff, img.end()};
-  }
   void Durable() {
     State s;
     for (const auto& [n, l] : luns_) s[n] = {l.bytes.size(), l.bs, Fnv(l.bytes.data(), l.bytes.size())};
     states_.push_back(std::move(s));
-    journals_.push_back(JournalNow());
+    ops_ = states_.size() - 1;
+  }
+  // Where the journal lies: file offsets of its ring bytes in order, as
+  // runs {file offset, bytes}, and where replay starts in the ring.
+  struct Ring {
+    std::vector<std::pair<uint64_t, uint64_t>> runs;
+    uint64_t start = 0;
+    uint64_t capacity() const {
+      uint64_t c = 0;
+      for (const auto& r : runs) c += r.second;
+      return c;
+    }
+    uint64_t FileOffset(uint64_t x) const {  // x < capacity()
+      for (const auto& [at, len] : runs) {
+        if (x < len) return at + x;
+        x -= len;
+      }
+      return ~uint64_t{0};
+    }
+  };
+  static Ring RingOf(const std::vector<uint8_t>& img, SuperblockV3* v3) {
+    Ring r;
+    uint32_t version = 0;
+    std::memcpy(&version, img.data() + 8, 4);
+    if (version != kFormatVersionV3) {
+      r.runs = {{kJournalOff, kJournalBytes}};
+      return r;
+    }
+    bool found = false;
+    for (uint64_t slot = 0; slot < 2; slot++) {
+      SuperblockV3 sb;
+      if (DecodeSuperblockV3(img.data() + slot * kSuperblockSlot, kSuperblockSlot, img.size(), &sb).ok() &&
+          (!found || sb.seq > v3->seq))
+        *v3 = sb, found = true;
+    }
+    if (!found) Finding("harness: no format 3 superblock decodes");
+    for (const JournalExtent& x : v3->journal) r.runs.push_back({v3->data_offset + x.first_au * v3->au, x.aus * v3->au});
+    r.start = v3->journal_start;
+    return r;
   }
   Image Finish(std::vector<uint8_t> img) const {
     Image r;
     r.bytes = std::move(img);
-    const uint8_t* j = r.bytes.data() + kJournalOff;
-    r.op_journal_bytes.resize(journals_.size());
+    SuperblockV3 v3;
+    const Ring ring = RingOf(r.bytes, &v3);
+    const uint64_t cap = ring.capacity();
+    auto byte = [&](uint64_t x) { return r.bytes[ring.FileOffset((ring.start + x) % cap)]; };
+    r.op_journal_bytes.resize(ops_ + 1);
     // Operations before the last checkpoint live in it, not in the journal.
-    // Each later one appended one record (framing in meta.h); all of the
-    // record's bytes are that operation's, zeros included.
+    // Each later one appended one record (framing in meta.h) at the ring's
+    // tail, from the replay start on; all of the record's bytes are that
+    // operation's, zeros included.
     uint64_t off = 0;
-    for (size_t i = first_in_journal_; i < journals_.size(); i++) {
+    for (size_t i = first_in_journal_; i <= ops_; i++) {
       uint32_t len = 0;
-      if (off + kRecordHeader <= kJournalBytes) std::memcpy(&len, j + off + 4, 4);
-      if (len == 0 || off + kRecordHeader + len > kJournalBytes)
+      if (off + kRecordHeader <= cap)
+        for (int k = 0; k < 4; k++) len |= uint32_t{byte(off + 4 + k)} << (8 * k);
+      if (len == 0 || off + kRecordHeader + len > cap)
         Finding("harness: operation " + std::to_string(i) + " wrote no record at " +
                 std::to_string(off));
-      for (uint64_t o = off; o < off + kRecordHeader + len; o++) r.op_journal_bytes[i].push_back(o);
+      for (uint64_t o = off; o < off + kRecordHeader + len; o++)
+        r.op_journal_bytes[i].push_back(ring.FileOffset((ring.start + o) % cap));
+      std::sort(r.op_journal_bytes[i].begin(), r.op_journal_bytes[i].end());
       off += kRecordHeader + len;
     }
     const uint64_t used = off;
-    r.regions = {{0, 512}, {4096, 512}, {kJournalOff, used + 64}, {kJournalOff, kJournalBytes}};
-    const uint64_t data = ((kJournalOff + kJournalBytes + kAu - 1) / kAu) * kAu;
-    for (uint64_t off = data; off + kAu <= r.bytes.size(); off += kAu)
-      if (std::memcmp(r.bytes.data() + off, "COWCKPT1", 8) == 0) {
-        uint32_t len;
-        std::memcpy(&len, r.bytes.data() + off + 20, 4);
-        r.regions.push_back({off, 64 + std::min<uint64_t>(len, kAu - 64)});
-      }
+    if (ring.runs.size() == 1 && cap == kJournalBytes && ring.start == 0 && ring.runs[0].first == kJournalOff) {
+      // Format 2 (and the regions its seeds were made with).
+      r.regions = {{0, 512}, {4096, 512}, {kJournalOff, used + 64}, {kJournalOff, kJournalBytes}};
+      const uint64_t data = ((kJournalOff + kJournalBytes + kAu - 1) / kAu) * kAu;
+      for (uint64_t off = data; off + kAu <= r.bytes.size(); off += kAu)
+        if (std::memcmp(r.bytes.data() + off, "COWCKPT1", 8) == 0) {
+          uint32_t len;
+          std::memcpy(&len, r.bytes.data() + off + 20, 4);
+          r.regions.push_back({off, 64 + std::min<uint64_t>(len, kAu - 64)});
+        }
+      return r;
+    }
+    // Format 3: the records, the replay start's run to its end, each run
+    // whole, and every page.
+    r.regions = {{0, kSuperblockV3Record}, {kSuperblockSlot, kSuperblockV3Record}};
+    const uint64_t at = ring.FileOffset(ring.start % cap);
+    for (const auto& [run_at, len] : ring.runs)
+      if (at >= run_at && at < run_at + len)
+        r.regions.push_back({at, std::min(used + 64, run_at + len - at)});
+    for (const auto& run : ring.runs) r.regions.push_back(run);
+    for (uint64_t off = v3.data_offset; off + 4096 <= r.bytes.size(); off += 4096)
+      for (const char* magic : {"COWINDX3", "COWLEAF3", "COWLUNT3"})
+        if (std::memcmp(r.bytes.data() + off, magic, 8) == 0) r.regions.push_back({off, 4096});
     return r;
   }
 
@@ -227,14 +297,13 @@ class Workload {
   std::unique_ptr<Pool> pool_;
   std::map<std::string, ModelLun> luns_;
   std::vector<State> states_;
-  std::vector<std::vector<uint8_t>> journals_;
+  size_t ops_ = 0;  // operations done (states_ also holds the empty pool's)
   size_t first_in_journal_ = 1;
 };
 
-const World& TheWorld() {
-  static const World* w = [] {
+World* MakeWorld(Kind kind) {
     auto* world = new World();
-    Workload b;
+    Workload b(kind);
     b.Create("a", 1 << 20, 512);              // 1
     b.Write("a", 0, 3 * kAu, 0x11);           // 2
     b.Create("b", 512 * 1024, 4096);          // 3
@@ -249,6 +318,14 @@ const World& TheWorld() {
     b.Write("d", 0, 2 * kAu, 0x44);           // 11
     b.CloneLun("d", "e");                     // 12
     b.Write("e", kAu, 4096, 0x55);            // 13: copy-on-write inside an AU
+    if (kind != Kind::kV2) {
+      // Format 3 only (format 2 inputs keep their operation numbers).
+      const uint64_t g = kind == Kind::kV3Grain4K ? 4096 : kAu;
+      b.Write("a", kAu + 4096, 4096, 0x66);          // 14: one-sync, fresh space (unmapped by 7)
+      b.CloneRange("d", g, "e", 2 * kAu + g, g);     // 15: shares a grain
+      b.Unmap("a", 2 * g, g);                        // 16: a grain (4 KiB inside an AU)
+      b.Write("d", 3 * kAu, 4096, 0x77);             // 17: one-sync, the last record: unvouched
+    }
     world->open_image = b.Snapshot();
     world->closed_image = b.Close();
     world->states = b.states();
@@ -257,7 +334,12 @@ const World& TheWorld() {
     for (size_t i = 6; i < world->states.size(); i++)
       if (world->open_image.op_journal_bytes[i].empty()) Finding("harness: op without a record");
     return world;
-  }();
+}
+
+const World& TheWorld(Kind kind) {
+  static const World* worlds[3] = {};
+  const World*& w = worlds[static_cast<int>(kind)];
+  if (w == nullptr) w = MakeWorld(kind);  // built on first use: a format 2 run pays for format 2 only
   return *w;
 }
 
@@ -337,8 +419,9 @@ int OpenOnce(FaultInjectionEnv& env, bool read_only, const std::vector<State>& s
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const World& w = TheWorld();
   const uint8_t flags = size > 0 ? data[0] : 0;
+  const int kind_bits = (flags >> 2) & 3;
+  const World& w = TheWorld(kind_bits == 1 ? Kind::kV3Grain4K : kind_bits == 2 ? Kind::kV3GrainAu : Kind::kV2);
   const Image& base = (flags & 1) ? w.closed_image : w.open_image;
   // Reused from one input to the next, as the Env below: under ASan every
   // fresh multi-MiB buffer is a fresh mapping, and page faults were most of
@@ -380,7 +463,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const auto& mine = base.op_journal_bytes[op];
     bool hit = false;
     for (uint64_t d : damaged)
-      if (d >= kJournalOff && std::binary_search(mine.begin(), mine.end(), d - kJournalOff))
+      if (std::binary_search(mine.begin(), mine.end(), d))
         hit = true;
     if (!hit)
       Finding("silent loss: opened to the state after operation " + std::to_string(ro) + " of " +
