@@ -10,8 +10,10 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <set>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/meta.h"  // kOneSyncWriteBytes
 #include "tests/store/model.h"
 
 namespace cowstore::store::testing {
@@ -64,6 +66,10 @@ class Driver {
   std::mt19937_64& rng() { return rng_; }
   const Uncertain& uncertain() const { return unc_; }
   uint64_t ops() const { return ops_; }
+  // Durable writes of at most kOneSyncWriteBytes issued (format 3 takes the
+  // one-sync path for those that map only new grains; the crash test counts
+  // the kMapChecked records themselves in the journal).
+  uint64_t small_durable_writes() const { return small_durable_writes_; }
 
   uint64_t R(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
   bool trace_ = std::getenv("COWSTORE_TRACE") != nullptr;
@@ -87,6 +93,7 @@ class Driver {
   ::testing::AssertionResult Step() {
     ops_++;
     if (model_.luns.empty()) return DoCreate();
+    if (SubAuGrain() && R(4) == 0) return DoGrainStep();
     uint64_t k = R(100);
     if (k < 30) return DoWrite();
     if (k < 38) return DoZero(false);
@@ -240,10 +247,28 @@ class Driver {
     if (R(4) == 0) len = std::min<uint64_t>(blocks, 1 + R(8));
     *lba = R(blocks - len + 1);
     if (R(3) == 0) *lba -= *lba % (model_.au / ml.bs);  // AU aligned sometimes
+    if (SubAuGrain() && R(3) == 0) GrainAlign(ml, lba, &len);  // whole grains, others not
     if (*lba + len > blocks) *lba = blocks - len;
     *n = len;
   }
-  Durability PickDurability() { return R(10) < 3 ? Durability::kDurable : Durability::kBuffered; }
+  // Blocks per grain of a LUN (1 for 4 KiB blocks at a 4 KiB grain).
+  uint64_t BlocksPerGrain(const ModelLun& ml) const { return std::max<uint64_t>(1, model_.grain / ml.bs); }
+  // Moves [*lba, *lba + *len) out to whole grains (within the LUN).
+  void GrainAlign(const ModelLun& ml, uint64_t* lba, uint64_t* len) {
+    uint64_t bpg = BlocksPerGrain(ml), blocks = ml.sectors * kSec / ml.bs;
+    uint64_t end = std::min(blocks, (*lba + *len + bpg - 1) / bpg * bpg);
+    *lba -= *lba % bpg;
+    *len = end - *lba;
+  }
+  // A grain below the AU: the driver then also shares, writes and unmaps
+  // single grains on purpose (DoGrainStep).
+  bool SubAuGrain() const { return model_.grain < model_.au; }
+  // A LUN with its write cache off (write_through_) makes every write
+  // durable, as the handler does for such a LUN.
+  Durability PickDurability(const std::string& name = "") {
+    if (!name.empty() && write_through_.count(name)) return Durability::kDurable;
+    return R(10) < 3 ? Durability::kDurable : Durability::kBuffered;
+  }
 
   // Applies new per-sector tags for [s, s+n) given the call's outcome.
   ::testing::AssertionResult Apply(const std::string& name, uint64_t s,
@@ -283,10 +308,15 @@ class Driver {
     ModelLun& ml = model_.luns[name];
     uint64_t lba, n;
     PickRange(ml, &lba, &n);
+    return WriteAt(name, lba, n, PickDurability(name));
+  }
+
+  ::testing::AssertionResult WriteAt(const std::string& name, uint64_t lba, uint64_t n, Durability d) {
+    ModelLun& ml = model_.luns[name];
     std::vector<uint8_t> buf;
     uint64_t spb = ml.bs / kSec;
     auto tags = MakeData(model_, n * spb, &buf);
-    Durability d = PickDurability();
+    if (d == Durability::kDurable && n * ml.bs <= kOneSyncWriteBytes) small_durable_writes_++;
     Lun* h = Handle(name);
     Status st;
     if (R(4) == 0 && n > 1) {  // scattered buffers
@@ -307,6 +337,11 @@ class Driver {
     ModelLun& ml = model_.luns[name];
     uint64_t lba, n;
     PickRange(ml, &lba, &n);
+    return ZeroAt(name, lba, n, unmap, PickDurability(name));
+  }
+
+  ::testing::AssertionResult ZeroAt(const std::string& name, uint64_t lba, uint64_t n, bool unmap, Durability d) {
+    ModelLun& ml = model_.luns[name];
     // Unmap deallocates the whole grains in the range, nothing else.
     uint64_t spb = ml.bs / kSec, spg = model_.grain / kSec;
     uint64_t s0 = lba * spb, s1 = (lba + n) * spb;
@@ -315,7 +350,6 @@ class Driver {
       bool whole = (s / spg) * spg >= s0 && (s / spg + 1) * spg <= s1;
       tags[s - s0] = (!unmap || whole) ? 0 : ml.cur[s];
     }
-    Durability d = PickDurability();
     Lun* h = Handle(name);
     Status st = unmap ? h->Unmap(lba, n, d) : h->ZeroRange(lba, n, d);
     T(unmap ? "unmap" : "zero", name, lba, n, int(d), st.ToString());
@@ -335,7 +369,7 @@ class Driver {
     uint64_t pos = R(cmp.size());
     if (differ) cmp[pos] ^= 1;
     auto tags = MakeData(model_, n * spb, &data);
-    Durability d = PickDurability();
+    Durability d = PickDurability(name);
     Status st = Handle(name)->CompareAndWrite(lba, n, cmp.data(), data.data(), d);
     T("caw", name, lba, n, int(d), differ, "tag0", tags[0], st.ToString());
     if (ml.read_only) return Apply(name, lba * spb, tags, st, d, true);
@@ -353,7 +387,7 @@ class Driver {
     std::string sn = PickLun(), dn = PickLun();
     ModelLun& sm = model_.luns[sn];
     ModelLun& dm = model_.luns[dn];
-    Durability d = PickDurability();
+    Durability d = PickDurability(dn);
     if (sm.bs != dm.bs) {
       Status st = pool_->CloneRange(*Handle(sn), 0, *Handle(dn), 0, 1, d);
       Code want = dm.read_only ? Code::kReadOnly : Code::kInvalidArgument;
@@ -370,6 +404,10 @@ class Driver {
     if (R(2) == 0) {  // same phase: shares whole AUs
       dl = dl - dl % bpa + sl % bpa;
       if (dl + n > db) dl = sl % bpa;
+      if (dl + n > db) dl = R(db - n + 1);
+    } else if (SubAuGrain() && R(2) == 0) {  // the same grain phase only: shares whole grains
+      uint64_t bpg = BlocksPerGrain(sm);
+      dl = dl - dl % bpg + sl % bpg;
       if (dl + n > db) dl = R(db - n + 1);
     }
     std::vector<uint64_t> tags(sm.cur.begin() + static_cast<long>(sl * spb),
@@ -430,7 +468,105 @@ class Driver {
     return ::testing::AssertionSuccess();  // contents unchanged either way
   }
 
-  std::string NewName() { return "lun" + std::to_string(name_seq_++); }
+  // A new LUN's name; below the AU grain, one LUN in three has its write
+  // cache off, so runs of durable small writes take the one-sync path back
+  // to back (batches of kMapChecked records only).
+  std::string NewName() {
+    std::string name = "lun" + std::to_string(name_seq_++);
+    if (SubAuGrain() && R(3) == 0) write_through_.insert(name);
+    return name;
+  }
+
+  // A range of the grain size, or of a few grains (up to the one-sync
+  // path's kOneSyncWriteBytes), grain-aligned, or unaligned by a few blocks
+  // at either end so that partial grains are copied too.
+  void PickGrainRange(const ModelLun& ml, uint64_t* lba, uint64_t* n) {
+    uint64_t bpg = BlocksPerGrain(ml), blocks = ml.sectors * kSec / ml.bs;
+    uint64_t most = std::max<uint64_t>(1, kOneSyncWriteBytes / ml.bs);
+    uint64_t len = R(2) ? bpg : bpg * (1 + R(most / bpg));
+    uint64_t at = R(blocks) / bpg * bpg;
+    if (R(3) == 0) {  // unaligned: starts inside a grain, or ends inside one
+      if (R(2)) at += R(bpg);
+      else len = std::max<uint64_t>(1, len - R(bpg));
+    }
+    len = std::min(std::min(len, most), blocks);
+    if (at + len > blocks) at = blocks - len;
+    *lba = at;
+    *n = len;
+  }
+
+  // Sharing and unsharing at the grain (store-v3.md 3.6 item 1, plan steps
+  // 6 and 7): single grains shared by a range clone and then written on
+  // either side (copy-on-write of one grain, a partial one copying the rest
+  // of it), rewritten before the batch that mapped them is vouched for,
+  // unmapped one grain at a time, and durable small first writes into
+  // fresh space, which on format 3 take the one-sync path (kMapChecked).
+  ::testing::AssertionResult DoGrainStep() {
+    uint64_t k = R(10);
+    if (k < 5) return DoShareThenDiverge();
+    std::string name = PickLun();
+    ModelLun& ml = model_.luns[name];
+    uint64_t lba, n;
+    PickGrainRange(ml, &lba, &n);
+    if (k < 7) {  // one grain (or a part of one) unmapped
+      n = std::min(n, BlocksPerGrain(ml));
+      return ZeroAt(name, lba, n, true, PickDurability(name));
+    }
+    // A durable first write: into a stretch the model holds as zeros (most
+    // often unmapped: fresh grains) when one of a few tries finds one, else
+    // wherever it lands (shared grains, or a mix with in-place ones, which
+    // takes the plain record).
+    for (int tries = 0; tries < 4; tries++) {
+      uint64_t s = lba * ml.bs / kSec, e = (lba + n) * ml.bs / kSec;
+      if (std::all_of(ml.cur.begin() + static_cast<long>(s), ml.cur.begin() + static_cast<long>(e),
+                      [](uint64_t t) { return t == 0; }))
+        break;
+      PickGrainRange(ml, &lba, &n);
+    }
+    ::testing::AssertionResult r = WriteAt(name, lba, n, Durability::kDurable);
+    if (!r || Crashed() || R(2)) return r;
+    // Written again at once, before anything vouches for it: copy-on-write
+    // with a checked record of its own (checked_grains.h).
+    return WriteAt(name, lba + R(n), 1, PickDurability(name));
+  }
+
+  // A range cloned at the same grain phase (whole grains shared, AUs not),
+  // then a few small writes into the copy and the source alike.
+  ::testing::AssertionResult DoShareThenDiverge() {
+    std::string sn = PickLun(), dn = PickLun();
+    ModelLun& sm = model_.luns[sn];
+    ModelLun& dm = model_.luns[dn];
+    if (sm.bs != dm.bs) return DoClone();
+    uint64_t bpg = BlocksPerGrain(sm);
+    uint64_t sb = sm.sectors * kSec / sm.bs, db = dm.sectors * kSec / dm.bs;
+    uint64_t n = std::min({sb, db, bpg * (1 + R(16))});
+    uint64_t sl = R(sb - n + 1) / bpg * bpg, dl = R(db - n + 1) / bpg * bpg;
+    if (sl + n > sb) sl = sb - n;
+    if (dl + n > db) dl = db - n;
+    uint64_t spb = sm.bs / kSec;
+    std::vector<uint64_t> tags(sm.cur.begin() + static_cast<long>(sl * spb),
+                               sm.cur.begin() + static_cast<long>((sl + n) * spb));
+    Durability d = PickDurability(dn);
+    Status st = pool_->CloneRange(*Handle(sn), sl, *Handle(dn), dl, n, d);
+    T("share", sn, sl, dn, dl, n, int(d), st.ToString());
+    ::testing::AssertionResult r = Apply(dn, dl * spb, tags, st, d, false);
+    if (!r || !st.ok()) return r;
+    for (uint64_t w = 1 + R(4); w > 0 && !Crashed(); w--) {
+      bool src = R(2);
+      const std::string& name = src ? sn : dn;
+      uint64_t base = src ? sl : dl;
+      // One grain, part of one, or a few blocks across a grain boundary.
+      uint64_t at = base + R(n), len = 1 + R(std::min<uint64_t>(2 * bpg, n));
+      if (R(2)) {
+        at -= (at - base) % bpg;
+        len = std::min(bpg, n - (at - base));
+      }
+      len = std::min(len, base + n - at);
+      r = WriteAt(name, at, len, PickDurability(name));
+      if (!r) return r;
+    }
+    return r;
+  }
 
   ::testing::AssertionResult DoCreate() {
     if (static_cast<int>(model_.luns.size()) >= o_.max_luns) return DoWrite();
@@ -552,6 +688,8 @@ class Driver {
   uint64_t ops_ = 0;
   int name_seq_ = 0;
   std::vector<std::pair<std::string, uint64_t>> torn_;
+  std::set<std::string> write_through_;  // LUNs with the write cache off (NewName)
+  uint64_t small_durable_writes_ = 0;
 };
 
 }  // namespace cowstore::store::testing
