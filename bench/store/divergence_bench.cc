@@ -3,7 +3,8 @@
 //
 //   divergence_bench [--full] [--lun-mib=N] [--writes=N]   (files in $COWSTORE_BENCH_DIR or .)
 //
-// For each v1 allocation unit (1 MiB, 64 KiB), in one run: a LUN with 4 KiB
+// For each column, in one run (v1 at allocation units of 1 MiB and 64 KiB;
+// format 3 at a 4 KiB grain in 64 KiB AUs): a LUN with 4 KiB
 // blocks is written in full and cloned with CloneLun; then k = 1, 5, 20 % of
 // the clone's 4 KiB blocks are rewritten (buffered, then Flush), either at
 // random or as random 64 KiB runs, and the bytes the clone owns exclusively
@@ -12,10 +13,13 @@
 // pwrite+fdatasync (alternating, medians), a 1 MiB sequential read of the clone
 // after 5 % random divergence vs raw, the metadata bytes written per GiB of
 // durable 4 KiB writes (counted by a wrapping Env), and the heap an open pool
-// holds. Format v3 (4 KiB sharing, issue 10) is printed as "not implemented"
-// beside the issue's goal until it exists, but for one row after the table:
-// format 3's first durable 4 KiB write into shared data vs its in-place
-// write into unshared data (one-sync first writes, store-v3.md step 6).
+// holds. After the table, format 3 alone: its first durable 4 KiB write
+// into shared data and the rewrite of that block at once, against its
+// in-place write into unshared data (one-sync first writes, store-v3.md
+// step 6), once as the pool leaves its free space (holes) and once with
+// every hole of the pool's file written with zeros beforehand: the floor a
+// store that zeroes ahead of its allocator would reach (step 6's design
+// sketch, option b).
 //
 // Not Google Benchmark: every case changes the pool once and is measured
 // once (a clone diverges only once), so there is no loop to repeat; the
@@ -32,6 +36,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +46,7 @@
 #include "handler/store/env.h"
 #include "handler/store/extent_map.h"
 #include "handler/store/pool.h"
+#include "handler/store/superblock_v3.h"
 
 using namespace cowstore::store;
 using cowstore::bench::Dir;
@@ -72,16 +78,20 @@ uint64_t HeapBytes() {
 
 // ------------------------------------------------ an Env that counts bytes
 
-// Sorts every write the store makes into metadata (superblock and journal
-// region, checkpoint chunks: recognised by their magic, kChunkMagic in
-// meta.cc) and data (the rest).
+// Sorts every write the store makes into metadata and data. Format 2: the
+// superblock and journal region (below the data offset) and checkpoint
+// chunks (recognised by their magic, kChunkMagic in meta.cc). Format 3: the
+// superblock slots (below its data offset), the journal's extents (learnt
+// from each superblock the store writes: they move only at a checkpoint,
+// which writes one) and checkpoint pages (leaf, index and LUN table pages,
+// recognised by their magics). Everything else is data.
 // It sees only what the store asks of the file, so the figures hold for any
 // disk; `pages` also counts the 4 KiB pages each write touches, which is what
 // a page cache writes back for a 50-byte journal append.
 class CountingEnv : public Env {
  public:
   std::atomic<uint64_t> meta_bytes{0}, meta_pages{0}, ckpt_bytes{0}, data_bytes{0};
-  uint64_t data_offset = ~uint64_t{0};  // set once the pool's AU is known
+  std::atomic<uint64_t> data_offset{~uint64_t{0}};  // format 2: set once the AU is known; 3: learnt
 
   Result<std::unique_ptr<File>> OpenLocked(const std::string& path, Mode mode) override {
     auto f = DefaultEnv()->OpenLocked(path, mode);
@@ -102,8 +112,9 @@ class CountingEnv : public Env {
     Status Read(uint64_t off, size_t n, void* buf) override { return f_->Read(off, n, buf); }
     Status ReadV(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadV(off, iov, n); }
     Status Write(uint64_t off, size_t n, const void* buf) override {
-      bool ckpt = n >= 8 && std::memcmp(buf, "COWCKPT1", 8) == 0;
-      if (off < env_->data_offset || ckpt) {
+      const bool ckpt = IsCheckpointPage(buf, n);
+      if (off == 0 || off == kSuperblockSlot) env_->LearnV3Layout(buf, n);
+      if (off < env_->data_offset || ckpt || env_->InV3Journal(off)) {
         env_->meta_bytes += n;
         env_->meta_pages += (off + n + 4095) / 4096 - off / 4096;
         if (ckpt) env_->ckpt_bytes += n;
@@ -127,6 +138,32 @@ class CountingEnv : public Env {
     std::unique_ptr<File> f_;
   };
   void Counted() { CountSync(); }
+
+  static bool IsCheckpointPage(const void* buf, size_t n) {
+    if (n < 8) return false;
+    for (const char* magic : {"COWCKPT1", "COWLEAF3", "COWINDX3", "COWLUNT3"})
+      if (std::memcmp(buf, magic, 8) == 0) return true;
+    return false;
+  }
+  // A format 3 superblock names the data offset and the journal's extents.
+  void LearnV3Layout(const void* buf, size_t n) {
+    if (n != kSuperblockSlot || SuperblockEnvelopeVersion(buf, n) != kFormatVersionV3) return;
+    SuperblockV3 sb;
+    if (!DecodeSuperblockV3(buf, n, ~uint64_t{0} >> 2, &sb).ok()) return;
+    std::lock_guard<std::mutex> l(layout_mu_);
+    data_offset = sb.data_offset;
+    v3_journal_.clear();
+    for (const JournalExtent& e : sb.journal)
+      v3_journal_.push_back({sb.data_offset + e.first_au * sb.au, e.aus * sb.au});
+  }
+  bool InV3Journal(uint64_t off) {
+    std::lock_guard<std::mutex> l(layout_mu_);
+    for (const auto& [start, bytes] : v3_journal_)
+      if (off >= start && off - start < bytes) return true;
+    return false;
+  }
+  std::mutex layout_mu_;
+  std::vector<std::pair<uint64_t, uint64_t>> v3_journal_;  // byte ranges
 };
 
 struct RawFile {
@@ -154,8 +191,16 @@ struct Divergence {
   double seconds = 0;      // rewriting the blocks + Flush
 };
 
-struct Figures {
+// One column: a pool format, its allocation unit and its sharing unit.
+struct Variant {
+  uint32_t format = 2;
   uint32_t au = 0;
+  uint32_t grain = 0;  // 0: the AU
+  std::string Name() const;
+};
+
+struct Figures {
+  Variant v;
   Divergence random[3], clustered[3];  // k = 1, 5, 20 %
   double first_shared = 0, unshared = 0, raw = 0;   // median seconds, durable 4 KiB
   double seq_clone = 0, seq_raw = 0;                // median seconds, whole LUN in 1 MiB reads
@@ -216,17 +261,20 @@ double ReadAllRaw(int fd, uint64_t bytes) {
   return Now() - t0;
 }
 
-Figures Measure(uint32_t au, const Config& cfg) {
+Figures Measure(const Variant& v, const Config& cfg) {
   Figures f;
-  f.au = au;
+  f.v = v;
+  const uint32_t au = v.au;
   const uint64_t blocks = cfg.lun / kBlock;
   std::string path = Dir() + "/bench-divergence.pool";
   ::unlink(path.c_str());
   CountingEnv env;
-  env.data_offset = (kJournalOffset + kJournalBytes + au - 1) / au * au;
+  if (v.format == 2) env.data_offset = (kJournalOffset + kJournalBytes + au - 1) / au * au;
   PoolOptions o;
   o.size_bytes = 8 * cfg.lun + 256 * kMiB;
   o.allocation_unit = au;
+  o.format = v.format;
+  o.grain = v.grain;
   o.soft_threshold_percent = 0;
   auto created = Pool::Create(&env, path, o);
   Die(created.status(), "create pool");
@@ -380,6 +428,33 @@ std::string Pct(double v) {
   return b;
 }
 
+// Writes zeros into every hole of the file at `path` (SEEK_HOLE/SEEK_DATA)
+// up to `bytes`, past its end too (a pool file may be shorter than the
+// pool: env.h), and syncs: the file system then holds written blocks
+// everywhere, so a later write into free space is an overwrite, not an
+// allocation.
+void FillHoles(const std::string& path, uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) std::exit(1);
+  const off_t end = std::max<off_t>(::lseek(fd, 0, SEEK_END), static_cast<off_t>(bytes));
+  if (::ftruncate(fd, end) != 0) std::exit(1);
+  std::vector<uint8_t> zeros(kMiB, 0);
+  for (off_t pos = 0; pos < end;) {
+    const off_t hole = ::lseek(fd, pos, SEEK_HOLE);
+    if (hole < 0 || hole >= end) break;
+    off_t data = ::lseek(fd, hole, SEEK_DATA);
+    if (data < 0) data = end;  // ENXIO: a hole to the end of the file
+    for (off_t o = hole; o < data;) {
+      const size_t n = static_cast<size_t>(std::min<off_t>(static_cast<off_t>(kMiB), data - o));
+      if (::pwrite(fd, zeros.data(), n, o) != static_cast<ssize_t>(n)) std::exit(1);
+      o += static_cast<off_t>(n);
+    }
+    pos = data;
+  }
+  if (::fdatasync(fd) != 0) std::exit(1);
+  ::close(fd);
+}
+
 // Format 3 at a 4 KiB grain (store-v3.md plan step 6, one-sync first
 // writes): a durable 4 KiB first write into shared data (a fresh grain
 // written whole, so nothing is copied; a CRC-checked map record; one sync)
@@ -394,7 +469,15 @@ struct V3FirstWrite {
   double first_shared = 0, rewrite = 0, unshared = 0;  // median seconds
 };
 
-V3FirstWrite MeasureV3FirstWrite(const Config& cfg) {
+// `prewritten`: every hole of the pool's file written with zeros (and
+// synced) after the clone, before the writes (free space that holds written
+// blocks, as zeroing ahead would leave it; its bytes are free space's, so
+// the pool does not read them). Then no rewrites: each goes copy-on-write
+// (review M1) and frees the grain just written, which the thinner punches,
+// making holes again and charging ext4 a journal commit for each punch at
+// the next sync; measured, that put the first writes at 1.38-1.44x rather
+// than ~1.0x.
+V3FirstWrite MeasureV3FirstWrite(const Config& cfg, bool prewritten) {
   constexpr uint32_t kAu = 64 * kKiB;
   std::string path = Dir() + "/bench-divergence-v3.pool";
   ::unlink(path.c_str());
@@ -418,6 +501,7 @@ V3FirstWrite MeasureV3FirstWrite(const Config& cfg) {
   }
   Die(pool->Flush(), "flush");
   Die(pool->CloneLun("base", "fresh").status(), "clone v3");
+  if (prewritten) FillHoles(path, o.size_bytes);
   auto fresh = pool->OpenLun("fresh").value();
   auto solo = pool->OpenLun("solo").value();
   const uint64_t blocks = cfg.lun / kBlock, n = std::min<uint64_t>(cfg.writes, blocks);
@@ -430,6 +514,7 @@ V3FirstWrite MeasureV3FirstWrite(const Config& cfg) {
     double t0 = Now();
     Die(fresh->Write(order[i], 1, buf.data(), Durability::kDurable), "v3 first write");
     shared_t.push_back(Now() - t0);
+    if (prewritten) return;  // see MeasureV3FirstWrite's comment
     t0 = Now();
     Die(fresh->Write(order[i], 1, buf.data(), Durability::kDurable), "v3 rewrite");
     rewrite_t.push_back(Now() - t0);
@@ -459,18 +544,26 @@ V3FirstWrite MeasureV3FirstWrite(const Config& cfg) {
   return v;
 }
 
+std::string SizeName(uint64_t bytes) {
+  return bytes >= kMiB ? std::to_string(bytes / kMiB) + " MiB" : std::to_string(bytes / kKiB) + " KiB";
+}
+
+// "v1 AU 1 MiB" for the AU-granular formats (1 and 2 share the engine's
+// rule: the AU is the sharing unit), "v3 4 KiB/64 KiB" (grain/AU) for 3.
+std::string Variant::Name() const {
+  if (format < 3) return "v1 AU " + SizeName(au);
+  return "v3 " + SizeName(grain ? grain : au) + "/" + SizeName(au);
+}
+
 void Print(const Config& cfg, const std::vector<Figures>& fs) {
-  auto au_name = [](uint32_t au) {
-    return au >= kMiB ? std::to_string(au / kMiB) + " MiB" : std::to_string(au / kKiB) + " KiB";
-  };
   std::printf("\n==== cowstore divergence figures (issue 10), one run ====\n");
   std::printf("LUN %llu MiB, 4 KiB blocks, written in full, CloneLun'd; k %% of the clone's 4 KiB blocks\n"
               "rewritten (buffered, then Flush). \"owns\": LunInfo::exclusive_bytes / LUN size; \"x\": owns / k.\n"
-              "v3 is issue 10's format (4 KiB sharing): not implemented yet, so its column says so.\n\n",
+              "v3 is issue 10's format (format 3: grain/AU, the grain being the sharing unit).\n\n",
               static_cast<unsigned long long>(cfg.lun / kMiB));
   std::printf("%-26s", "case");
-  for (const auto& f : fs) std::printf(" | v1 AU %-17s", au_name(f.au).c_str());
-  std::printf(" | %-15s | %s\n", "v3 (4 KiB)", "goal");
+  for (const auto& f : fs) std::printf(" | %-23s", f.v.Name().c_str());
+  std::printf(" | %s\n", "goal");
   for (int pattern = 0; pattern < 2; pattern++) {
     for (int i = 0; i < 3; i++) {
       char name[64];
@@ -483,7 +576,7 @@ void Print(const Config& cfg, const std::vector<Figures>& fs) {
         std::snprintf(cell, sizeof cell, "owns %6s = %5.1fx", Pct(d.owned).c_str(), d.owned * 100 / kPercents[i]);
         std::printf(" | %-23s", cell);
       }
-      std::printf(" | %-15s | %s\n", "not implemented", "owns <= 1.25x k");
+      std::printf(" | %s\n", "owns <= 1.25x k");
     }
   }
   std::printf("%-26s", "(time to diverge 20% rnd)");
@@ -497,7 +590,7 @@ void Print(const Config& cfg, const std::vector<Figures>& fs) {
   auto row = [&](const char* what, auto cell, const char* goal) {
     std::printf("%-44s", what);
     for (const auto& f : fs) std::printf(" | %-22s", cell(f).c_str());
-    std::printf(" | %-15s | %s\n", "not implemented", goal);
+    std::printf(" | %s\n", goal);
   };
   auto fmt = [](const char* f, double a, double b = 0, double c = 0) {
     char s[96];
@@ -505,8 +598,8 @@ void Print(const Config& cfg, const std::vector<Figures>& fs) {
     return std::string(s);
   };
   std::printf("%-44s", "");
-  for (const auto& f : fs) std::printf(" | v1 AU %-16s", au_name(f.au).c_str());
-  std::printf(" | %-15s | goal\n", "v3 (4 KiB)");
+  for (const auto& f : fs) std::printf(" | %-22s", f.v.Name().c_str());
+  std::printf(" | goal\n");
   row("first write into shared / unshared write",
       [&](const Figures& f) { return fmt("%.2fx (%.0f/%.0f us)", f.first_shared / f.unshared, f.first_shared * 1e6, f.unshared * 1e6); },
       "<= 1.2x");
@@ -532,9 +625,9 @@ void Print(const Config& cfg, const std::vector<Figures>& fs) {
       ">= 80% of raw");
   std::printf("\nmetadata RAM and checkpoints (the pool above, reopened):\n");
   double per_extent = BytesPerExtent();
-  row("heap of the open pool (extents, AUs)",
+  row("heap of the open pool (extents, units)",
       [&](const Figures& f) {
-        return fmt("%.0f KiB (%.0f ext, %.0f AU)", static_cast<double>(f.open_heap) / kKiB,
+        return fmt("%.0f KiB (%.0f ext, %.0f u)", static_cast<double>(f.open_heap) / kKiB,
                    static_cast<double>(f.extents), static_cast<double>(f.units));
       },
       "");
@@ -548,8 +641,9 @@ void Print(const Config& cfg, const std::vector<Figures>& fs) {
         return fmt("%.0f MiB", (static_cast<double>(f.empty_heap_1tib) * 16 + per_extent * 1e6) / kMiB);
       },
       "<= 128 MiB");
-  std::printf("  (projection = 16 x the empty 1 TiB pool's heap (the per-AU space map) + 1 M x %.0f bytes,\n"
-              "   the heap one unmergeable extent costs in ExtentMap, measured here.)\n",
+  std::printf("  (units: the space map's, AUs in v1, grains in v3. projection = 16 x the empty 1 TiB pool's\n"
+              "   heap (v1: the per-AU space map) + 1 M x %.0f bytes, the heap one unmergeable extent costs in\n"
+              "   ExtentMap, measured here; open_scale_bench measures a whole v3 pool of 1 M and 10 M extents.)\n",
               per_extent);
 }
 
@@ -575,20 +669,29 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::vector<Figures> fs;
-  for (uint32_t au : {static_cast<uint32_t>(kMiB), static_cast<uint32_t>(64 * kKiB)}) {
+  const Variant variants[] = {{2, static_cast<uint32_t>(kMiB), 0},
+                              {2, static_cast<uint32_t>(64 * kKiB), 0},
+                              {3, static_cast<uint32_t>(64 * kKiB), kBlock}};
+  for (const Variant& v : variants) {
     double t0 = Now();
-    fs.push_back(Measure(au, cfg));
-    std::fprintf(stderr, "AU %u: %.1f s\n", au, Now() - t0);
+    fs.push_back(Measure(v, cfg));
+    std::fprintf(stderr, "%s: %.1f s\n", v.Name().c_str(), Now() - t0);
   }
   Print(cfg, fs);
-  double t0 = Now();
-  const V3FirstWrite v3 = MeasureV3FirstWrite(cfg);
-  std::fprintf(stderr, "v3 first writes: %.1f s\n", Now() - t0);
-  std::printf("\nv3 (format 3, 4 KiB grain), durable 4 KiB writes, medians of %llu alternating each:\n"
-              "  first write into shared / unshared write: %.2fx (%.0f/%.0f us), goal <= 1.2x\n"
-              "  rewrite of the block just first written / unshared write: %.2fx (%.0f/%.0f us)\n",
-              static_cast<unsigned long long>(std::min<uint64_t>(cfg.writes, cfg.lun / kBlock)),
-              v3.first_shared / v3.unshared, v3.first_shared * 1e6, v3.unshared * 1e6,
-              v3.rewrite / v3.unshared, v3.rewrite * 1e6, v3.unshared * 1e6);
+  std::printf("\nv3 (format 3, 4 KiB grain), durable 4 KiB writes, medians of %llu alternating each:\n",
+              static_cast<unsigned long long>(std::min<uint64_t>(cfg.writes, cfg.lun / kBlock)));
+  for (bool prewritten : {false, true}) {
+    double t0 = Now();
+    const V3FirstWrite v3 = MeasureV3FirstWrite(cfg, prewritten);
+    std::fprintf(stderr, "v3 first writes%s: %.1f s\n", prewritten ? " (prewritten)" : "", Now() - t0);
+    std::printf("  %s:\n"
+                "    first write into shared / unshared write: %.2fx (%.0f/%.0f us), goal <= 1.2x\n",
+                prewritten ? "free space prewritten (what zeroing ahead would reach), no rewrites"
+                           : "free space as the pool leaves it (holes)",
+                v3.first_shared / v3.unshared, v3.first_shared * 1e6, v3.unshared * 1e6);
+    if (!prewritten)
+      std::printf("    rewrite of the block just first written / unshared write: %.2fx (%.0f/%.0f us)\n",
+                  v3.rewrite / v3.unshared, v3.rewrite * 1e6, v3.unshared * 1e6);
+  }
   return 0;
 }
