@@ -181,6 +181,11 @@ Status Overflow(uint64_t p, uint32_t refs) {
                 "AU " + std::to_string(p) + " already has " + std::to_string(refs) +
                     " references, as many as its count can hold: nothing was changed");
 }
+// Withhold's and TryRelease's refusals: "<what> AUs P+N: <why>".
+Status RefuseRun(const char* what, const PendingRun& r, const char* why) {
+  return Status(Code::kInvalidArgument,
+                std::string(what) + " AUs " + std::to_string(r.phys) + "+" + std::to_string(r.n) + ": " + why);
+}
 }  // namespace
 
 Status SpaceMap::CanInc(const std::vector<Run>& runs) const {
@@ -297,16 +302,17 @@ std::vector<PendingRun> SpaceMap::TakeReleasable(uint64_t durable_ticket) {
   return ready;
 }
 
+Status SpaceMap::CheckRunState(const PendingRun& r, AuState want, const char* what, const char* not_want) const {
+  if (r.phys > total_units_ || r.n > total_units_ - r.phys) return RefuseRun(what, r, "beyond the pool");
+  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
+    if (state_[p] != want) return RefuseRun(what, r, not_want);
+  return Status::Ok();
+}
+
 Status SpaceMap::Withhold(const PendingRun& r) {
   if (r.n == 0) return Status::Ok();
-  auto refuse = [&](const char* why) {
-    return Status(Code::kInvalidArgument, "withholding AUs " + std::to_string(r.phys) + "+" +
-                                              std::to_string(r.n) + ": " + why);
-  };
-  if (r.phys > total_units_ || r.n > total_units_ - r.phys) return refuse("beyond the pool");
-  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
-    if (state_[p] != AuState::kFree) return refuse("not all free");
-  if (!free_.Remove(r.phys, r.n)) return refuse("not all in one free run");  // all-or-nothing
+  if (Status s = CheckRunState(r, AuState::kFree, "withholding", "not all free"); !s.ok()) return s;
+  if (!free_.Remove(r.phys, r.n)) return RefuseRun("withholding", r, "not all in one free run");  // all-or-nothing
   // As TakeReleasable leaves a run: pending, counted as releasing, until
   // Release puts it back.
   for (uint64_t p = r.phys; p < r.phys + r.n; p++) state_[p] = AuState::kPending;
@@ -322,19 +328,14 @@ void SpaceMap::Release(const PendingRun& r, bool zeroed) {
 
 Status SpaceMap::TryRelease(const PendingRun& r, bool zeroed) {
   if (r.n == 0) return Status::Ok();
-  auto refuse = [&](const char* why) {
-    return Status(Code::kInvalidArgument, "release of AUs " + std::to_string(r.phys) + "+" +
-                                              std::to_string(r.n) + ": " + why);
-  };
-  if (r.phys > total_units_ || r.n > total_units_ - r.phys) return refuse("beyond the pool");
   // Releasing AUs are kPending, as are those still waiting for their
   // record (pending_): the state rules out the rest, not those. Telling
   // them apart would take a walk of pending_, which may hold every free of
   // a long buffered discard, per run released under the metadata lock; the
   // caller's rule (TakeReleasable's runs, Withhold's) keeps them apart.
-  for (uint64_t p = r.phys; p < r.phys + r.n; p++)
-    if (state_[p] != AuState::kPending) return refuse("some were never taken to be released");
-  if (r.n > releasing_) return refuse("more than are releasing");
+  if (Status s = CheckRunState(r, AuState::kPending, "release of", "some were never taken to be released"); !s.ok())
+    return s;
+  if (r.n > releasing_) return RefuseRun("release of", r, "more than are releasing");
   if (zeroed) free_.Add(r.phys, r.n);  // the one allocation: first, so a throw changes nothing
   releasing_ -= r.n;
   for (uint64_t p = r.phys; p < r.phys + r.n; p++)

@@ -162,6 +162,10 @@ class SpaceMap final : public PoolSpace {
  private:
   // Takes n free AUs into state `as`, appending them to *out.
   bool TakeFree(uint64_t n, AuState as, std::vector<uint64_t>* out);
+  // The opening check of Withhold and TryRelease: kInvalidArgument, as
+  // "<what> AUs P+N: <why>", unless r lies in the pool and every AU of it
+  // is in state `want` (else <why> is `not_want`).
+  Status CheckRunState(const PendingRun& r, AuState want, const char* what, const char* not_want) const;
 
   uint64_t total_units_ = 0;
   std::vector<uint32_t> refs_;

@@ -167,8 +167,12 @@ TEST_F(SpaceMapTest, RebuildCountsTheMapsAndFreesTheRest) {
 // become pending and releasing, are never handed out, and Release gives
 // them back; anything not wholly free is refused, changing nothing.
 TEST_F(SpaceMapTest, AWithheldRunIsReleasingUntilReleased) {
-  EXPECT_EQ(m_.Withhold({4, 2, 0}).code(), Code::kInvalidArgument);   // AU 4 mapped
-  EXPECT_EQ(m_.Withhold({15, 2, 0}).code(), Code::kInvalidArgument);  // beyond the pool
+  for (auto [r, why] : {std::pair{PendingRun{4, 2, 0}, "withholding AUs 4+2: not all free"},  // AU 4 mapped
+                        std::pair{PendingRun{15, 2, 0}, "withholding AUs 15+2: beyond the pool"}}) {
+    Status s = m_.Withhold(r);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_EQ(s.message(), why);
+  }
   EXPECT_EQ(m_.free().runs(), (Runs{{5, 11}}));
   ASSERT_TRUE(m_.Withhold({8, 3, 0}).ok());
   EXPECT_EQ(m_.Withhold({10, 1, 0}).code(), Code::kInvalidArgument);  // withheld already
@@ -363,13 +367,16 @@ TEST_F(SpaceMapTest, ReleaseRefusesAusThatAreNotReleasingAndChangesNothing) {
   V out;
   ASSERT_TRUE(m_.Reserve(1, &out));  // a free AU, reserved
   ASSERT_EQ(out.size(), 1u);
-  auto refused = [&](const PendingRun& r, bool zeroed, const std::string& what) {
+  auto refused = [&](const PendingRun& r, bool zeroed, const std::string& what,
+                     const char* why = "some were never taken to be released") {
     SCOPED_TRACE(what);
     const std::vector<AuState> states = m_.all_states();
     const Runs free_runs = m_.free().runs();
     const uint64_t releasing = m_.releasing_units(), pending = m_.pending_units(),
                    quarantined = m_.quarantined_units();
-    EXPECT_EQ(m_.TryRelease(r, zeroed).code(), Code::kInvalidArgument);
+    Status s = m_.TryRelease(r, zeroed);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument);
+    EXPECT_EQ(s.message(), "release of AUs " + std::to_string(r.phys) + "+" + std::to_string(r.n) + ": " + why);
     EXPECT_EQ(m_.all_states(), states);
     EXPECT_EQ(m_.free().runs(), free_runs);
     EXPECT_EQ(m_.releasing_units(), releasing);
@@ -381,7 +388,7 @@ TEST_F(SpaceMapTest, ReleaseRefusesAusThatAreNotReleasingAndChangesNothing) {
   refused({out[0], 1, 0}, true, "reserved");
   refused({0, 1, 0}, false, "checkpoint metadata");
   refused({14, 1, 0}, true, "free");
-  refused({15, 2, 0}, true, "beyond the pool");
+  refused({15, 2, 0}, true, "beyond the pool", "beyond the pool");
   ASSERT_TRUE(m_.TryRelease(ready[0], /*zeroed=*/true).ok());
   EXPECT_EQ(m_.state(2), AuState::kFree);
   EXPECT_EQ(m_.releasing_units(), 0u);
