@@ -21,6 +21,7 @@ constexpr uint64_t kAuBlocks = (1u << 20) / 512;
 
 class ConcurrencyTest : public ScsiTest {
  protected:
+  ConcurrencyTest() { pool_bytes_ = 96ull << 20; }  // the cross-pool copy fills 48 MiB
   // Thread-safe variants (the fixture's helpers only use locals).
   CommandResult Caw(uint64_t lba, const Bytes& cmp, const Bytes& neu) {
     Bytes d = cmp;

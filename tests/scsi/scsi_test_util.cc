@@ -57,7 +57,7 @@ Bytes Pattern(size_t n, uint8_t seed) {
 
 void ScsiTest::SetUp() {
   store::PoolOptions opts;
-  opts.size_bytes = 96ull << 20;  // the in-memory Env holds the whole image
+  opts.size_bytes = pool_bytes_;
   opts.allocation_unit = 1u << 20;
   auto pool = store::Pool::Create(&env_, "/pool0", opts);
   ASSERT_TRUE(pool.ok()) << pool.status().message();

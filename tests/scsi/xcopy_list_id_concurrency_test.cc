@@ -89,6 +89,7 @@ TEST(CopyListTableConcurrencyTest, EntriesNeverMixAndAnswersAreConsistent) {
 
 class XcopyInitiatorsTest : public ScsiTest {
  protected:
+  XcopyInitiatorsTest() { pool_bytes_ = 96ull << 20; }  // every initiator's copies at once
   static constexpr int kInitiators = 4;
   static constexpr uint64_t kRegion = 8192;  // blocks each initiator owns on a and b
   static constexpr uint64_t kSourceBlocks = 4096;
