@@ -62,6 +62,29 @@ Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
   return Status::Ok();
 }
 
+AllocHint Core::HintLocked(const LunState& l, uint64_t first_grain) const {
+  AllocHint h;
+  if (grain_ >= au_) return h;  // a grain is an AU: nothing to keep together (SpaceMap)
+  const uint64_t per_region = std::max<uint64_t>(kAllocRegionBytes / grain_, 1);
+  h.lun = l.id;
+  h.region = first_grain / per_region;
+  const uint64_t start = h.region * per_region;
+  if (first_grain == start) return h;
+  // The region's runs below the write, nearest first: a few at most are
+  // looked at (a shared run is the source's data, not the region's own).
+  std::vector<Run> below;
+  l.map.Lookup(start, first_grain - start, &below);
+  int looked = 0;
+  for (auto it = below.rbegin(); it != below.rend() && looked < kHintRunsLooked; ++it, ++looked) {
+    const uint64_t last = it->phys + it->len - 1;
+    if (space_->refs(last) == 1) {
+      h.goal = last + 1;
+      break;
+    }
+  }
+  return h;
+}
+
 Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                         uint64_t* ticket) {
   uint64_t chunk = kMaxWriteChunkUnits * grain_;
@@ -120,7 +143,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
       if (!p.inplace) need++;
     }
     fresh.clear();
-    Status s = ReserveLocked(need, need, &fresh);
+    Status s = ReserveLocked(need, need, &fresh, need > 0 ? HintLocked(*l, a0) : AllocHint{});
     if (s.ok()) break;
     if (attempt > 0 || !space_->has_pending()) return s;
     g.Unlock();  // frees under way (commit, punch): wait for them, retry
@@ -496,7 +519,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       for (const Run& h : holes) need += h.len;
       // Fragmented free space maps a hole with several runs: room for one
       // extent per grain, as the write path reserves.
-      s = ReserveLocked(need, need + 8, &fresh);
+      s = ReserveLocked(need, need + 8, &fresh, need > 0 ? HintLocked(*l, holes[0].lba) : AllocHint{});
       if (s.ok()) break;
       if (attempt > 0 || !space_->has_pending()) return s;
       g.Unlock();  // frees under way (commit, punch): wait for them, retry

@@ -5,6 +5,7 @@
 #include <cassert>
 #include <bit>
 #include <iterator>
+#include <new>
 #include <string>
 #include <unordered_set>
 
@@ -294,7 +295,8 @@ void FreeRunIndex::Clear() {
 
 // ------------------------------------------------------------- FreeSpace
 
-FreeSpace::FreeSpace(uint64_t chunk_grains) : chunk_grains_(std::max<uint64_t>(chunk_grains, 1)) {}
+FreeSpace::FreeSpace(uint64_t chunk_grains, size_t max_chunks)
+    : chunk_grains_(std::max<uint64_t>(chunk_grains, 1)), max_chunks_(std::max<size_t>(max_chunks, 1)) {}
 
 Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   for (const GrainRun& r : allocated)
@@ -340,32 +342,57 @@ void FreeSpace::Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len)
     out->push_back({start, len});
 }
 
-void FreeSpace::ReclaimChunks(uint32_t keep) {
-  for (auto& [lun, c] : chunks_) {
-    if (lun == keep) continue;
-    (void)index_.Insert(c.cursor, c.end - c.cursor);  // held by this chunk alone
-    chunk_held_ -= c.end - c.cursor;
-    c.cursor = c.end;
-  }
+void FreeSpace::Unhold(Chunk* c) {
+  (void)index_.Insert(c->cursor, c->end - c->cursor);  // held by this chunk alone; may throw first
+  chunk_held_ -= c->end - c->cursor;
+  c->cursor = c->end;
+}
+
+void FreeSpace::ReclaimChunks(const ChunkKey* keep) {
+  if (chunk_held_ == 0) return;  // nothing held: no need to visit every entry
+  for (auto& [key, c] : chunks_)
+    if (!keep || !(key == *keep)) Unhold(&c);
 }
 
 void FreeSpace::CloseChunk(uint32_t lun) {
-  auto it = chunks_.find(lun);
-  if (it == chunks_.end()) return;
-  (void)index_.Insert(it->second.cursor, it->second.end - it->second.cursor);
-  chunk_held_ -= it->second.end - it->second.cursor;
-  chunks_.erase(it);
+  for (auto it = chunks_.begin(); it != chunks_.end();) {
+    if (it->first.lun != lun) {
+      ++it;
+      continue;
+    }
+    Unhold(&it->second);
+    it = chunks_.erase(it);
+  }
 }
 
-std::optional<GrainRun> FreeSpace::open_chunk(uint32_t lun) const {
-  auto it = chunks_.find(lun);
+void FreeSpace::EvictBeyondBound(const ChunkKey& keep) noexcept {
+  const size_t bound = static_cast<size_t>(
+      std::clamp<uint64_t>(total_ / chunk_grains_ / kAusPerOpenChunk, std::min(kMinOpenChunks, max_chunks_),
+                           max_chunks_));
+  while (chunks_.size() > bound) {
+    auto oldest = chunks_.end();
+    for (auto it = chunks_.begin(); it != chunks_.end(); ++it)
+      if (!(it->first == keep) && (oldest == chunks_.end() || it->second.used < oldest->second.used))
+        oldest = it;
+    if (oldest == chunks_.end()) return;
+    try {
+      Unhold(&oldest->second);
+    } catch (const std::bad_alloc&) {
+      return;  // stays open, one over the bound: no grain is lost
+    }
+    chunks_.erase(oldest);
+  }
+}
+
+std::optional<GrainRun> FreeSpace::open_chunk(uint32_t lun, uint64_t region) const {
+  auto it = chunks_.find(ChunkKey{lun, region});
   if (it == chunks_.end() || it->second.cursor == it->second.end) return std::nullopt;
   return GrainRun{it->second.cursor, it->second.end - it->second.cursor};
 }
 
 std::vector<GrainRun> FreeSpace::chunk_runs() const {
   std::vector<GrainRun> v;
-  for (const auto& [lun, c] : chunks_)
+  for (const auto& [key, c] : chunks_)
     if (c.cursor < c.end) v.push_back({c.cursor, c.end - c.cursor});
   std::sort(v.begin(), v.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
   return v;
@@ -395,9 +422,24 @@ std::optional<GrainRun> FreeSpace::FindRun(uint64_t n, uint64_t goal) const {
 
 void FreeSpace::PlanFromIndex(uint64_t n, uint64_t goal, bool chunk,
                               std::vector<GrainRun>* take) const {
-  const uint64_t want = chunk ? chunk_grains_ : n;
-  if (auto r = FindRun(want, goal)) {
-    take->push_back({Place(*r, goal, want), want});
+  if (chunk) {
+    // Next to where the last chunk ended when a whole chunk fits there (a
+    // region's data continues); else the smallest run that holds half a
+    // chunk, up to a chunk of it: a tail a closed chunk gave back is used
+    // before a whole AU is split, so small writers (many LUNs, many
+    // regions) pack together instead of each splitting an AU of its own.
+    if (goal != AllocHint::kNoGoal)
+      if (auto r = index_.NextFit(goal, chunk_grains_, kNextFitSteps)) {
+        take->push_back({Place(*r, goal, chunk_grains_), chunk_grains_});
+        return;
+      }
+    if (auto r = index_.BestFit(std::max(n, (chunk_grains_ + 1) / 2), goal == AllocHint::kNoGoal ? 0 : goal)) {
+      const uint64_t len = std::min(r->len, chunk_grains_);
+      take->push_back({Place(*r, goal, len), len});
+      return;
+    }
+  } else if (auto r = FindRun(n, goal)) {
+    take->push_back({Place(*r, goal, n), n});
     return;
   }
   // No run holds them: the pool is fragmented. The longest runs whole; for
@@ -446,85 +488,109 @@ void FreeSpace::RemovePlanned(const std::vector<GrainRun>& take) {
   }
 }
 
+// The plan changes nothing: the chunk the hint names is only read (a missing
+// one is an empty chunk that never ended anywhere).
+std::optional<FreeSpace::AllocPlan> FreeSpace::PlanAllocation(uint64_t n, const AllocHint& hint) const {
+  AllocPlan p;
+  p.n = n;
+  p.hint = hint;
+  if (p.hint.goal >= total_) p.hint.goal = AllocHint::kNoGoal;
+  const uint64_t goal = p.hint.goal;
+  if (n == 0) return p;
+  if (hint.lun == AllocHint::kNoLun || n >= chunk_grains_) {
+    if (index_.grains() < n) return std::nullopt;
+    PlanFromIndex(n, goal, /*chunk=*/false, &p.take);
+    return p;
+  }
+  p.chunked = true;
+  Chunk c;
+  if (auto it = chunks_.find(KeyOf(hint)); it != chunks_.end()) c = it->second;
+  if (index_.grains() + (c.end - c.cursor) < n) return std::nullopt;
+  // The goal, when n grains are free there and it is not simply this
+  // chunk's next grain: a chunk that is used up is reopened there; otherwise
+  // the grains come from there.
+  if (goal != AllocHint::kNoGoal && goal != c.cursor) {
+    if (auto r = index_.RunHolding(goal); r && r->end() - goal >= n) {
+      p.from_goal = c.cursor != c.end;
+      p.take.push_back({goal, p.from_goal ? n : std::min(chunk_grains_, r->end() - goal)});
+      return p;
+    }
+  }
+  // Else from the chunk, then from new ones (next to the last, or best-fit).
+  const uint64_t here = std::min(n, c.end - c.cursor);
+  if (here < n) PlanFromIndex(n - here, c.has_last ? c.last_end : goal, /*chunk=*/true, &p.take);
+  return p;
+}
+
 // All-or-nothing under std::bad_alloc, although an allocation may take
 // several runs: everything that may allocate comes before anything changes
 // (the plan, made by queries that change nothing; the room in *out for every
-// run it appends; the LUN's chunk entry, which is no change while empty),
-// then the one index change that may allocate (a plan splits at most one
-// run), then only steps that cannot fail (removing whole runs, the chunk
-// cursor, the counts). Undoing the runs already taken instead would mean
-// inserting them back into the index, which may itself need a node and fail.
-// Other LUNs' chunks given back first (ReclaimChunks) change no count: they
-// may stay given back.
+// run it appends; the chunk's entry, which is no change while empty), then
+// the one index change that may allocate (a plan splits at most one run),
+// then only steps that cannot fail (removing whole runs, the chunk cursor,
+// the counts). Undoing the runs already taken instead would mean inserting
+// them back into the index, which may itself need a node and fail. Closing
+// the least recently used chunk past the bound comes last and is best
+// effort (it changes no count).
+void FreeSpace::TakePlanned(const AllocPlan& p, std::vector<GrainRun>* out) {
+  if (p.n == 0) return;
+  if (!p.chunked) {
+    out->reserve(out->size() + p.take.size());
+    RemovePlanned(p.take);  // all-or-nothing: the one piece that may split goes first
+    // Nothing below allocates.
+    for (const GrainRun& r : p.take) Append(out, r.start, r.len);
+    reserved_ += p.n;
+    return;
+  }
+  const ChunkKey key = KeyOf(p.hint);
+  Chunk& c = chunks_[key];
+  out->reserve(out->size() + 1 + p.take.size());
+  RemovePlanned(p.take);
+  // Nothing below allocates.
+  reserved_ += p.n;
+  c.used = ++clock_;
+  uint64_t n = p.n;
+  if (p.from_goal) {
+    Append(out, p.hint.goal, n);
+  } else {
+    auto next = p.take.begin();
+    while (n > 0) {
+      if (c.cursor == c.end) {
+        assert(next != p.take.end());
+        chunk_held_ += next->len;
+        c.cursor = next->start;
+        c.end = c.last_end = next->end();
+        c.has_last = true;
+        ++next;
+      }
+      uint64_t k = std::min(n, c.end - c.cursor);
+      Append(out, c.cursor, k);
+      c.cursor += k;
+      chunk_held_ -= k;
+      n -= k;
+    }
+  }
+  EvictBeyondBound(key);
+}
+
+// Other chunks given back first (ReclaimChunks) change no count: they may
+// stay given back. The rest is PlanAllocation then TakePlanned.
 Status FreeSpace::Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out) {
   if (n == 0) return Status::Ok();
   if (n > free_grains())
     return Status(Code::kNoSpace, std::to_string(n) + " grains wanted, " +
                                       std::to_string(free_grains()) + " free");
-  const uint64_t goal = hint.goal < total_ ? hint.goal : AllocHint::kNoGoal;
-  std::vector<GrainRun> take;  // from the index, in the order handed out
-  if (hint.lun == AllocHint::kNoLun || n >= chunk_grains_) {
-    if (index_.grains() < n) ReclaimChunks();  // free_grains() >= n, checked above
-    PlanFromIndex(n, goal, /*chunk=*/false, &take);
-    TakePlanned(take, n, out);
-    return Status::Ok();
+  std::optional<AllocPlan> p = PlanAllocation(n, hint);
+  if (!p) {
+    // free_grains() >= n, checked above: the others' chunks hold the rest.
+    const bool chunked = hint.lun != AllocHint::kNoLun && n < chunk_grains_;
+    const ChunkKey own = KeyOf(hint);
+    ReclaimChunks(chunked ? &own : nullptr);
+    p = PlanAllocation(n, hint);
+    assert(p);
   }
-  Chunk& c = chunks_[hint.lun];
-  if (index_.grains() + (c.end - c.cursor) < n) ReclaimChunks(hint.lun);
-  // The goal, when n grains are free there and it is not simply this
-  // chunk's next grain: a chunk that is used up is reopened there; otherwise
-  // the grains come from there.
-  bool from_goal = false;
-  if (goal != AllocHint::kNoGoal && goal != c.cursor) {
-    if (auto r = index_.RunHolding(goal); r && r->end() - goal >= n) {
-      from_goal = c.cursor != c.end;
-      take.push_back({goal, from_goal ? n : std::min(chunk_grains_, r->end() - goal)});
-    }
-  }
-  // Else from the chunk, then from new ones (next to the last, or best-fit).
-  const uint64_t here = std::min(n, c.end - c.cursor);
-  if (take.empty() && here < n)
-    PlanFromIndex(n - here, c.has_last ? c.last_end : goal, /*chunk=*/true, &take);
-  out->reserve(out->size() + 1 + take.size());
-  RemovePlanned(take);
-  // Nothing below allocates.
-  reserved_ += n;
-  if (from_goal) {
-    Append(out, goal, n);
-    return Status::Ok();
-  }
-  auto next = take.begin();
-  while (n > 0) {
-    if (c.cursor == c.end) {
-      assert(next != take.end());
-      chunk_held_ += next->len;
-      c.cursor = next->start;
-      c.end = c.last_end = next->end();
-      c.has_last = true;
-      ++next;
-    }
-    uint64_t k = std::min(n, c.end - c.cursor);
-    Append(out, c.cursor, k);
-    c.cursor += k;
-    chunk_held_ -= k;
-    n -= k;
-  }
+  TakePlanned(*p, out);
   return Status::Ok();
-}
-
-std::vector<GrainRun> FreeSpace::PlanAllocation(uint64_t n) const {
-  std::vector<GrainRun> take;
-  if (n == 0 || index_.grains() < n) return take;
-  PlanFromIndex(n, AllocHint::kNoGoal, /*chunk=*/false, &take);
-  return take;
-}
-
-void FreeSpace::TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out) {
-  out->reserve(out->size() + take.size());
-  RemovePlanned(take);  // all-or-nothing: the one piece that may split goes first
-  // Nothing below allocates.
-  for (const GrainRun& r : take) Append(out, r.start, r.len);
-  reserved_ += n;
 }
 
 Status FreeSpace::TakeRun(const GrainRun& r) { return TakeFromIndex({r.start, r.len, 0}, Taken::kReserved, "taking"); }
@@ -565,7 +631,7 @@ Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {
     const PendingRun& before = std::prev(next)->second;
     if (before.phys + before.n > r.start) return bad("some are pending");
   }
-  for (const auto& [lun, c] : chunks_)
+  for (const auto& [key, c] : chunks_)
     if (c.cursor < c.end && r.start < c.end && c.cursor < r.end())
       return bad("some are in a LUN's open chunk");
   return Status::Ok();

@@ -22,12 +22,14 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "handler/store/alloc_hint.h"
 #include "handler/store/grain_run.h"
 #include "handler/store/run_tree.h"
 #include "handler/store/pending_run.h"
@@ -101,17 +103,6 @@ class FreeRunIndex {
   uint64_t grains_ = 0;
 };
 
-// Where an allocation would like to land.
-struct AllocHint {
-  static constexpr uint32_t kNoLun = 0;  // metadata: no chunk, straight from the index
-  uint32_t lun = kNoLun;
-  // The preferred first grain (e.g. the one after the physical grain of LBA
-  // L-1, when the caller knows that one is this LUN's own); honoured if it is
-  // free. kNoGoal: no preference.
-  static constexpr uint64_t kNoGoal = UINT64_MAX;
-  uint64_t goal = kNoGoal;
-};
-
 template <typename F>
 void FreeRunIndex::VisitLongestFirst(uint64_t goal, F f) const {
   for (uint64_t mask = class_mask_; mask != 0;) {
@@ -128,8 +119,18 @@ void FreeRunIndex::VisitLongestFirst(uint64_t goal, F f) const {
 
 class FreeSpace {
  public:
-  // chunk_grains: the per-LUN chunk (one AU's worth of grains, >= 1).
-  explicit FreeSpace(uint64_t chunk_grains);
+  // chunk_grains: a chunk (one AU's worth of grains, >= 1). max_chunks: how
+  // many (LUN, region) chunks stay open at once (>= 1); opening one more
+  // closes the least recently used, its unused grains back to the index
+  // (where a goal can still find them). It bounds the RAM (an entry each)
+  // and the free grains chunks hold.
+  // The bound is also at most one chunk per kAusPerOpenChunk AUs of the
+  // pool (but never below kMinOpenChunks), so that open chunks never hold
+  // more than a small share of its whole AUs (which the checkpoint needs).
+  static constexpr size_t kMaxOpenChunks = 512;
+  static constexpr size_t kMinOpenChunks = 4;
+  static constexpr uint64_t kAusPerOpenChunk = 16;
+  explicit FreeSpace(uint64_t chunk_grains, size_t max_chunks = kMaxOpenChunks);
 
   // Derives the free runs of a pool of `total` grains from the allocated runs
   // (mapped, metadata; in any order, overlapping allowed: shared extents).
@@ -145,9 +146,11 @@ class FreeSpace {
   // Takes n free grains for an operation (they become reserved), appending
   // them to *out as runs, merged where contiguous.
   // - A LUN's requests of less than a chunk: from the goal if n grains are
-  //   free there (a used-up chunk reopens there), else from the LUN's open
-  //   chunk in order; a used-up chunk is followed by one next to it (or
-  //   best-fit, or in a fragmented pool the longest runs whole).
+  //   free there (a used-up chunk reopens there), else from the open chunk of
+  //   the hint's (LUN, region) in order; a used-up chunk is followed by one
+  //   next to it (or best-fit, or in a fragmented pool the longest runs
+  //   whole). A region without a chunk opens one (closing the least recently
+  //   used past max_chunks).
   // - Requests of a chunk or more, and metadata (kNoLun): straight from the
   //   index, at the goal if n grains are free there or a few runs on, else
   //   from the best-fitting run nearest it, else the longest runs whole.
@@ -157,16 +160,24 @@ class FreeSpace {
   // LUNs' chunks may stay given back: that moves free grains from a chunk
   // to the index and changes no count.
   Status Allocate(uint64_t n, const AllocHint& hint, std::vector<GrainRun>* out);
-  // The pieces Allocate(n, AllocHint{}) would take from the index (metadata:
-  // no LUN, no goal), changing nothing; empty if the index holds fewer than
-  // n grains (Allocate would reclaim chunks first). TakePlanned then takes
-  // exactly them (they become reserved, appended to *out as Allocate
-  // appends), all-or-nothing under std::bad_alloc like Allocate.
-  // REQUIRES (TakePlanned): `take` came from PlanAllocation(n) with nothing
-  // changed since. For a caller that must vet the plan before anything
-  // changes (GrainSpace::ReserveKeepingAus).
-  std::vector<GrainRun> PlanAllocation(uint64_t n) const;
-  void TakePlanned(const std::vector<GrainRun>& take, uint64_t n, std::vector<GrainRun>* out);
+  // What Allocate(n, hint) would do, planned without changing anything:
+  // `take` holds the pieces it would take from the index (the rest comes
+  // from the hint's open chunk). nullopt if the index, with that chunk,
+  // holds fewer than n grains (Allocate would reclaim other chunks first).
+  // TakePlanned then does exactly it (the grains become reserved, appended
+  // to *out as Allocate appends), all-or-nothing under std::bad_alloc like
+  // Allocate. REQUIRES (TakePlanned): `plan` came from PlanAllocation with
+  // nothing changed since. For a caller that must vet the plan before
+  // anything changes (GrainSpace::ReserveKeepingAus).
+  struct AllocPlan {
+    uint64_t n = 0;
+    AllocHint hint;            // the goal kNoGoal if it lies past the pool
+    bool chunked = false;      // through the hint's chunk (a LUN's small request)
+    bool from_goal = false;    // chunked, but the grains come from the goal
+    std::vector<GrainRun> take;  // from the index, in the order handed out
+  };
+  std::optional<AllocPlan> PlanAllocation(uint64_t n, const AllocHint& hint = {}) const;
+  void TakePlanned(const AllocPlan& plan, std::vector<GrainRun>* out);
   // Takes exactly the grains of r (they become reserved, as Allocate's):
   // for a caller that chose them itself (GrainSpace's AU-aligned metadata).
   // kInvalidArgument, changing nothing, unless r lies wholly inside one free
@@ -186,8 +197,13 @@ class FreeSpace {
   // is free, pending or in a LUN's open chunk. All-or-nothing under
   // std::bad_alloc.
   Status Unallocate(const GrainRun& r);
-  // Returns a LUN's unused chunk grains to the index (LUN deleted or closed).
+  // Returns a LUN's unused chunk grains, every region's, to the index (LUN
+  // deleted or closed), and forgets its chunks.
   void CloseChunk(uint32_t lun);
+  // Returns every chunk's unused grains to the index, keeping where each
+  // ended (the next chunk's goal): changes no count. For a caller short of
+  // whole free runs (the checkpoint's AUs) that chunks may be breaking up.
+  void ReturnChunkGrains() { ReclaimChunks(); }
 
   // Pending frees. Free: the record with ticket `ticket` dropped the last
   // reference to r; its grains are pending until that ticket is durable
@@ -216,8 +232,11 @@ class FreeSpace {
   uint64_t releasing_grains() const { return releasing_; }
   uint64_t quarantined_grains() const { return quarantined_; }
   const FreeRunIndex& index() const { return index_; }
-  // A LUN's open chunk: its unused grains [cursor, end) (nullopt: none open).
-  std::optional<GrainRun> open_chunk(uint32_t lun) const;
+  // A (LUN, region)'s open chunk: its unused grains [cursor, end) (nullopt:
+  // none open).
+  std::optional<GrainRun> open_chunk(uint32_t lun, uint64_t region = 0) const;
+  // Chunk entries kept (open or used up, with where they ended): <= max_chunks.
+  size_t chunk_count() const { return chunks_.size(); }
   // Every open chunk's unused grains, in start order: free grains that are
   // not in the index (free_grains() counts them; the check places them).
   std::vector<GrainRun> chunk_runs() const;
@@ -233,11 +252,23 @@ class FreeSpace {
   std::vector<PendingRun> quarantined_runs() const;
 
  private:
+  struct ChunkKey {
+    uint32_t lun = 0;
+    uint64_t region = 0;
+    bool operator==(const ChunkKey&) const = default;
+  };
+  struct ChunkKeyHash {
+    size_t operator()(const ChunkKey& k) const {
+      return std::hash<uint64_t>()(k.region * 0x9E3779B97F4A7C15ull ^ k.lun);
+    }
+  };
   struct Chunk {
     uint64_t cursor = 0, end = 0;  // unused grains [cursor, end)
     uint64_t last_end = 0;         // where the last chunk ended: the next goal
     bool has_last = false;
+    uint64_t used = 0;             // clock_ at its last allocation (LRU)
   };
+  static ChunkKey KeyOf(const AllocHint& h) { return {h.lun, h.region}; }
   // A free run for n grains: one holding n at or just after the goal (a few
   // runs on), else the best fit nearest it; nullopt if no run holds n.
   std::optional<GrainRun> FindRun(uint64_t n, uint64_t goal) const;
@@ -252,8 +283,15 @@ class FreeSpace {
   // (and so allocate) first, so a std::bad_alloc leaves the index as it was;
   // whole runs never allocate.
   void RemovePlanned(const std::vector<GrainRun>& take);
-  // Gives every LUN's unused chunk grains back to the index, but `keep`'s.
-  void ReclaimChunks(uint32_t keep = AllocHint::kNoLun);
+  // Gives every chunk's unused grains back to the index, but `keep`'s
+  // (nullptr: none kept).
+  void ReclaimChunks(const ChunkKey* keep = nullptr);
+  // Gives c's unused grains back to the index. May throw std::bad_alloc
+  // (the index's insert), changing nothing.
+  void Unhold(Chunk* c);
+  // Past max_chunks_: closes the least recently used chunk but `keep`.
+  // Best effort: a std::bad_alloc leaves it open (one entry over).
+  void EvictBeyondBound(const ChunkKey& keep) noexcept;
   // kInvalidArgument unless r lies in the pool and none of it is free or pending.
   Status CheckNotFree(const GrainRun& r, const char* what) const;
   // Where TakeFromIndex puts the grains it takes: TakeRun's reserved, or
@@ -268,7 +306,9 @@ class FreeSpace {
   uint64_t chunk_grains_;
   uint64_t total_ = 0;
   FreeRunIndex index_;
-  std::unordered_map<uint32_t, Chunk> chunks_;
+  std::unordered_map<ChunkKey, Chunk, ChunkKeyHash> chunks_;
+  size_t max_chunks_;
+  uint64_t clock_ = 0;  // counts chunked allocations: the LRU's clock
   uint64_t chunk_held_ = 0;
   // Pending frees by first grain (phys = first grain, n = grains, tag =
   // ticket): a double free is one lookup, and release comes out in order.

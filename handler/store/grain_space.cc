@@ -233,11 +233,11 @@ std::vector<GrainRun> GrainSpace::ToRuns(std::vector<uint64_t> grains) {
 
 // All-or-nothing: the output's room first; then FreeSpace's Allocate (which
 // is); then the reservation nodes, giving the grains back if those throw.
-bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& hint) {
   if (n > free_.free_grains()) return false;
   out->reserve(out->size() + n);
   std::vector<GrainRun> runs;
-  if (!free_.Allocate(n, AllocHint{}, &runs).ok()) return false;  // kNoSpace: nothing taken
+  if (!free_.Allocate(n, hint, &runs).ok()) return false;  // kNoSpace: nothing taken
   std::optional<RangeValues::Spare> spare;
   try {
     // Taken grains were free, so in no reservation: each Assign only adds.
@@ -254,33 +254,64 @@ bool GrainSpace::Reserve(uint64_t n, std::vector<uint64_t>* out) {
   return true;
 }
 
-bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) {
+bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out,
+                                   const AllocHint& hint) {
   if (!HasRoomFor(*this, n, keep_aus)) return false;
-  if (keep_aus == 0) return Reserve(n, out);
+  if (keep_aus == 0) return Reserve(n, out, hint);
   const uint64_t g = grains_per_au_;
+  // Chunks only while whole AUs are plentiful (rule 7): a chunk takes up to
+  // a whole AU for a few grains. Short of them, locality gives way to room:
+  // the chunks' grains (in AUs they split) go back for data to fill first.
+  const uint64_t roomy_aus = 2 * keep_aus + kChunkSlackAus;
+  const bool roomy = PlanMeta(roomy_aus, nullptr) >= roomy_aus;
+  if (!roomy) ReturnHeld();
+  const AllocHint use = roomy ? hint : AllocHint{};
+  // The AUs set aside are the longest runs' last ones, not the first ones
+  // TakeMeta would take: any keep_aus whole AUs left serve the checkpoint,
+  // and at a run's start they would sit where best fit puts data, pushing
+  // each new piece of a sequential write one AU further (a hole per MiB).
   std::vector<GrainRun> plan;  // in AUs
-  if (PlanMeta(keep_aus, &plan) < keep_aus) return false;
+  if (PlanMeta(keep_aus, &plan, /*from_end=*/true) < keep_aus) return false;
   // Usually the grains Reserve would take lie outside the AUs set aside
-  // (best fit takes the shortest run that holds them; PlanMeta the longest
-  // runs): then take exactly those, with the reservation's nodes and the
-  // output's room allocated first, so nothing is ever given back.
-  if (std::vector<GrainRun> take = free_.PlanAllocation(n); !take.empty()) {
-    bool touches = false;
-    for (const GrainRun& t : take)
+  // (a chunk's grains are out of the index; best fit takes the shortest run
+  // that holds them; PlanMeta the longest runs): then take exactly those,
+  // with the reservation's nodes and the output's room allocated first, so
+  // nothing is ever given back. Else the same without the hint (best fit
+  // from the index) may still miss them.
+  // The set-aside AUs (in AUs) a plan takes grains of, if any.
+  auto touched = [&](const FreeSpace::AllocPlan& p) -> std::optional<GrainRun> {
+    for (const GrainRun& t : p.take)
       for (const GrainRun& a : plan)
-        touches = touches || (t.start < a.end() * g && a.start * g < t.end());
-    if (!touches) {
-      out->reserve(out->size() + n);
-      RangeValues::Spare spare(RangeValues::kAssignNodes * take.size());
-      std::vector<GrainRun> runs;
-      runs.reserve(take.size());
-      free_.TakePlanned(take, n, &runs);  // all-or-nothing; nothing below allocates
-      for (const GrainRun& r : runs) {
-        reserved_.Assign(r.start, r.len, 0, &spare);  // were free: in no reservation
-        for (uint64_t p = r.start; p < r.end(); p++) out->push_back(p);
-      }
-      return true;
+        if (t.start < a.end() * g && a.start * g < t.end()) return a;
+    return std::nullopt;
+  };
+  std::optional<FreeSpace::AllocPlan> p = free_.PlanAllocation(n, use);
+  std::optional<GrainRun> hit = p ? touched(*p) : std::nullopt;
+  if (p && hit && p->chunked) {
+    // Both like the longest run's start (best fit in a young pool, which
+    // is one run): the chunk goes just past the set-aside AUs instead.
+    AllocHint past = use;
+    past.goal = hit->end() * g;
+    p = free_.PlanAllocation(n, past);
+    hit = p ? touched(*p) : std::nullopt;
+  }
+  if (p && hit) {
+    p = free_.PlanAllocation(n);
+    hit = p ? touched(*p) : std::nullopt;
+  }
+  if (p && !hit) {
+    out->reserve(out->size() + n);
+    // A chunked plan's grains may come in one more run than it takes from
+    // the index (the chunk's own).
+    RangeValues::Spare spare(RangeValues::kAssignNodes * (p->take.size() + 1));
+    std::vector<GrainRun> runs;
+    runs.reserve(p->take.size() + 1);
+    free_.TakePlanned(*p, &runs);  // all-or-nothing; nothing below allocates
+    for (const GrainRun& r : runs) {
+      reserved_.Assign(r.start, r.len, 0, &spare);  // were free: in no reservation
+      for (uint64_t q = r.start; q < r.end(); q++) out->push_back(q);
     }
+    return true;
   }
   // Else the AUs go out of the index for the call, and back after: rule 8's
   // give-back window (a give-back that throws leaves grains reserved).
@@ -295,7 +326,7 @@ bool GrainSpace::ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<ui
     }
     // FreeSpace counts the set-aside grains reserved meanwhile: Reserve's
     // own count check sees only the rest.
-    ok = kept.size() == plan.size() && Reserve(n, out);
+    ok = kept.size() == plan.size() && Reserve(n, out);  // short of room: no chunk
   } catch (...) {
     GiveBack(kept);
     throw;
@@ -355,7 +386,7 @@ void GrainSpace::Release(const PendingRun& r, bool zeroed) {
 // The whole AUs inside free runs, longest runs first (so chunks are
 // sequential), up to n. A run of a class whose longest member is shorter
 // than an AU holds none, and neither does any later (shorter) class.
-uint64_t GrainSpace::PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const {
+uint64_t GrainSpace::PlanMeta(uint64_t n, std::vector<GrainRun>* plan, bool from_end) const {
   const uint64_t g = grains_per_au_;
   uint64_t found = 0;
   if (n == 0) return 0;
@@ -365,7 +396,7 @@ uint64_t GrainSpace::PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const {
     const uint64_t first = (r.start + g - 1) / g, last = r.end() / g;  // AUs [first, last)
     if (last > first) {
       const uint64_t k = std::min(n - found, last - first);
-      if (plan) plan->push_back({first, k});
+      if (plan) plan->push_back({from_end ? last - k : first, k});
       found += k;
     }
     return found < n;
@@ -377,6 +408,7 @@ bool GrainSpace::TakeMeta(uint64_t n, std::vector<uint64_t>* out) {
   if (n == 0) return true;
   const uint64_t g = grains_per_au_;
   std::vector<GrainRun> plan;  // in AUs; planning changes nothing
+  if (PlanMeta(n, nullptr) < n) ReturnHeld();  // chunks may split whole AUs (rule 7)
   if (PlanMeta(n, &plan) < n) return false;
   // Exactly the planned AUs, each checked (in every build) to be free still.
   // The plan's pieces lie in distinct free runs, so taking one leaves the
@@ -415,6 +447,7 @@ uint64_t GrainSpace::TakeMetaRun(uint64_t max_aus, uint64_t* first_au) {
   const uint64_t g = grains_per_au_;
   uint64_t best = 0, best_first = 0;
   if (max_aus == 0) return 0;
+  if (PlanMeta(max_aus, nullptr) < max_aus) ReturnHeld();  // chunks may split whole AUs (rule 7)
   // Longest classes first: once a class's longest run holds no more whole
   // AUs than the best found, no later (shorter) class can beat it.
   free_.index().VisitLongestFirst(0, [&](const GrainRun& r) {

@@ -49,9 +49,17 @@
 //    beyond the pool) where SpaceMap indexes out of bounds; Rebuild refuses
 //    checkpoint AUs outside the pool or named twice, and leaves the previous
 //    state whole when it refuses.
-// 7. Reserve keeps no per-LUN chunk (it has no LUN to go by): every request
-//    is served from the index like metadata. Per-LUN chunks (3.5) need a LUN
-//    in the call, which is the seam's next change (AllocHint).
+// 7. Reserve with a hint naming a LUN serves requests smaller than an AU
+//    from that (LUN, region)'s chunk (FreeSpace, store-v3.md 3.5): a chunk
+//    holds up to an AU of free grains out of the index, so it may split the
+//    whole AUs a checkpoint needs. Those grains count as free; whenever
+//    whole AUs fall short (HasRoomFor, TakeMeta, TakeMetaRun) the chunks
+//    give them back first (ReturnHeld), so no answer depends on what chunks
+//    hold. And ReserveKeepingAus uses the hint only while at least
+//    2 x keep_aus + kChunkSlackAus whole AUs are free: in a pool short of
+//    them, the chunks give their grains back and data fills the free runs
+//    best-fit (split AUs first) instead of breaking whole AUs up for
+//    locality. Without a LUN, requests come from the index like metadata.
 // 8. std::bad_alloc. Reserve, Mapped, TakeMeta, ReserveIndex, Grow and
 //    Rebuild are all-or-nothing: output room and reservation nodes are
 //    allocated before anything changes, and TakeMeta/Reserve give back what
@@ -150,6 +158,9 @@ class GrainSpace final : public PoolSpace {
   // The most grains a pool may have (the packed record's 48-bit grain):
   // Rebuild refuses more, so ReserveIndex refuses to grow past it.
   static constexpr uint64_t kMaxGrains = SharedRefs::kMaxPoolGrains;
+  // Whole free AUs beyond twice the checkpoint's below which no new chunk
+  // opens (rule 7).
+  static constexpr uint64_t kChunkSlackAus = 4;
   // Allocates ahead what a Grow to `grains` grains needs that scales with
   // the pool (the region counters; see rule 5 above), changing nothing
   // visible. kInvalidArgument, changing nothing, past kMaxGrains: a pool
@@ -177,14 +188,17 @@ class GrainSpace final : public PoolSpace {
   bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
   // Reservations, as SpaceMap's (grain numbers in, grain numbers out).
-  bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
-  // Sets the keep_aus AUs TakeMeta would take aside, reserves from the
-  // rest. When the grains Reserve would pick lie outside those AUs (the
+  bool Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& hint = {}) override;
+  // Sets keep_aus whole free AUs aside (the longest runs' last ones, where
+  // data does not go first), reserves from the rest. When the grains Reserve would pick lie outside those AUs (the
   // usual case: best fit against PlanMeta's longest runs) it takes exactly
   // them, all or nothing under std::bad_alloc with nothing to give back;
   // else the AUs leave the free index for the call and are given back
   // after, which keeps rule 8's give-back window.
-  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override;
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out,
+                         const AllocHint& hint = {}) override;
+  void ReturnHeld() override { free_.ReturnChunkGrains(); }
+  void ForgetLun(uint32_t lun) override { free_.CloseChunk(lun); }
   void Mapped(const std::vector<uint64_t>& grains) override;
   void Unreserve(const std::vector<uint64_t>& grains, const std::vector<uint64_t>& unzeroed) override;
 
@@ -263,7 +277,8 @@ class GrainSpace final : public PoolSpace {
   static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
   // Plans (changing nothing) up to n whole free AUs for TakeMeta, appending
   // them as runs of AUs to *plan (may be null); returns how many it found.
-  uint64_t PlanMeta(uint64_t n, std::vector<GrainRun>* plan) const;
+  // from_end: each run's last whole AUs rather than its first.
+  uint64_t PlanMeta(uint64_t n, std::vector<GrainRun>* plan, bool from_end = false) const;
   // Puts runs taken by FreeSpace::TakeRun and used for nothing back.
   void GiveBack(const std::vector<GrainRun>& taken);
 

@@ -116,6 +116,7 @@ Status Core::DeleteLun(const std::string& name) {
     r.lun = l->id;
     Result<uint64_t> t = AppendLocked(r);
     if (!t.ok()) return t.status();
+    space_->ForgetLun(r.lun);  // its chunks' free grains back to the index
   }
   return Commit(CurrentSeq());
 }

@@ -122,13 +122,14 @@ Status Core::PoolFullLocked(uint64_t need) const {
                                     "which data may not use; grow the pool or free space");
 }
 
-Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out) {
+Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out,
+                           const AllocHint& hint) {
   if (!AffordableLocked(need, extra_extents))
     return PoolFullLocked(need);
   uint64_t free_before = space_->free_units();
   // Not from the whole AUs AffordableLocked counted for the checkpoint.
   if (need > 0 &&
-      !space_->ReserveKeepingAus(need, CkptReserveLocked(extra_extents), out))
+      !space_->ReserveKeepingAus(need, CkptReserveLocked(extra_extents), out, hint))
     return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
   if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
   return Status::Ok();

@@ -54,6 +54,10 @@ inline uint64_t DivUp(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 // The most one background punch covers (thinner.h): punching 8 MiB takes
 // ~3 ms on ext4 with `-o discard` here, the longest a sync waits behind it.
 constexpr uint64_t kPunchSliceBytes = 8ull << 20;
+// How many of a region's runs below a write HintLocked looks at for its goal:
+// a diverged clone's region alternates shared and own runs, so the nearest
+// own one is a run or two down; more would cost every write for little.
+constexpr int kHintRunsLooked = 4;
 // A random RFC 4122 version 4 UUID (pools and LUNs).
 Uuid NewUuid();
 inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open read-only"); }
@@ -168,6 +172,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   void WithSpaceForTest(F f) EXCLUDES(meta_mu_) {
     MutexLock g(&meta_mu_);
     f(*space_);
+  }
+  // The LUN table and maps, read under the lock (where data landed).
+  template <typename F>
+  void WithStateForTest(F f) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    f(static_cast<const MetaState&>(st_));
   }
 
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
@@ -285,10 +295,16 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The kNoSpace of an operation that needs `need` more grains than fit;
   // its free figure includes the checkpoint room (pool_impl.cc says why).
   Status PoolFullLocked(uint64_t need) const REQUIRES(meta_mu_);
-  // Takes `need` grains for an operation. kNoSpace if the pool cannot give
-  // them while keeping room for a checkpoint.
-  Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out)
-      REQUIRES(meta_mu_);
+  // Takes `need` grains for an operation, near where `hint` says
+  // (HintLocked). kNoSpace if the pool cannot give them while keeping room
+  // for a checkpoint.
+  Status ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<uint64_t>* out,
+                       const AllocHint& hint = {}) REQUIRES(meta_mu_);
+  // Where a write of l's grains from `first_grain` on should get its new
+  // grains (store-v3.md 3.5): the chunk of its 1 MiB LBA region, and as goal
+  // the grain after the region's nearest grain below that l alone owns (so
+  // a region whose chunk was closed continues next to its own data).
+  AllocHint HintLocked(const LunState& l, uint64_t first_grain) const REQUIRES(meta_mu_);
   // Returns reserved grains that may hold data: zero them, then free them.
   void Unreserve(const std::vector<uint64_t>& grains, bool dirty) EXCLUDES(meta_mu_);
   // The one conversion between the space map's unit and AUs and bytes.

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/store/alloc_hint.h"
 #include "handler/store/meta.h"
 #include "handler/store/pending_run.h"
 #include "handler/store/shared_refs.h"
@@ -77,8 +78,10 @@ class PoolSpace {
   // Reservations. Reserve takes n free units for an operation (false, taking
   // nothing, if fewer are free); Mapped says a record now maps them;
   // Unreserve gives back those the operation did not use, `unzeroed` being
-  // the ones that could not be zeroed (they go to quarantine).
-  virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out) = 0;
+  // the ones that could not be zeroed (they go to quarantine). `hint` says
+  // which LUN and LBA region the units are for (alloc_hint.h): GrainSpace
+  // keeps each region's new grains together; SpaceMap ignores it.
+  virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& hint = {}) = 0;
   // Reserve, taking no unit of the `keep_aus` whole free AUs a checkpoint
   // would take next (TakeMeta's choice): false, taking nothing, if fewer
   // than keep_aus whole AUs and n units beside them are free (HasRoomFor's
@@ -86,7 +89,14 @@ class PoolSpace {
   // the checkpoint is still there when it runs (at grain < AU a plain
   // Reserve may split a whole AU). SpaceMap: every free AU is whole, so it
   // is Reserve once HasRoomFor holds.
-  virtual bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) = 0;
+  virtual bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out,
+                                 const AllocHint& hint = {}) = 0;
+  // Free units held back for locality (GrainSpace's open chunks, which take
+  // a whole AU each and so may split the whole AUs a checkpoint needs):
+  // ReturnHeld gives them all back to the free index (changing no count);
+  // ForgetLun drops a deleted LUN's. SpaceMap holds none.
+  virtual void ReturnHeld() = 0;
+  virtual void ForgetLun(uint32_t lun) = 0;
   virtual void Mapped(const std::vector<uint64_t>& units) = 0;
   virtual void Unreserve(const std::vector<uint64_t>& units, const std::vector<uint64_t>& unzeroed) = 0;
 
@@ -192,9 +202,14 @@ inline Status IndexOutOfMemory(uint64_t units) {
 // True if `s` has room for `data_units` more units and a checkpoint of
 // `ckpt_aus` AUs at once: the checkpoint in whole free AUs (all TakeMeta can
 // use), the data in the free units left beside them. When a unit is an AU
-// this is free_units() >= data_units + ckpt_aus.
-inline bool HasRoomFor(const PoolSpace& s, uint64_t data_units, uint64_t ckpt_aus) {
-  if (s.free_whole_aus(ckpt_aus) < ckpt_aus) return false;
+// this is free_units() >= data_units + ckpt_aus. Short of whole AUs, it
+// first gives back the units held for locality (ReturnHeld), which may be
+// what splits them: the only change it makes, and it changes no count.
+inline bool HasRoomFor(PoolSpace& s, uint64_t data_units, uint64_t ckpt_aus) {
+  if (s.free_whole_aus(ckpt_aus) < ckpt_aus) {
+    s.ReturnHeld();
+    if (s.free_whole_aus(ckpt_aus) < ckpt_aus) return false;
+  }
   // ckpt_aus whole free AUs are that many times units_per_au() free units.
   return s.free_units() - ckpt_aus * s.units_per_au() >= data_units;
 }

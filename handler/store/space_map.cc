@@ -243,7 +243,7 @@ bool SpaceMap::TakeFree(uint64_t n, AuState as, std::vector<uint64_t>* out) {
   return true;
 }
 
-bool SpaceMap::Reserve(uint64_t n, std::vector<uint64_t>* out) {
+bool SpaceMap::Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& /*hint*/) {
   if (!TakeFree(n, AuState::kReserved, out)) return false;
   reserved_ += n;
   return true;

@@ -105,10 +105,14 @@ class SpaceMap final : public PoolSpace {
   // Any AU may be asked: false for one that is not mapped.
   bool WritableInPlace(uint64_t p, uint64_t durable_ticket) const override;
 
-  bool Reserve(uint64_t n, std::vector<uint64_t>* out) override;
-  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out) override {
-    return HasRoomFor(*this, n, keep_aus) && Reserve(n, out);
+  // The hint is ignored: an AU is the unit, so there is nothing to keep together.
+  bool Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& hint = {}) override;
+  bool ReserveKeepingAus(uint64_t n, uint64_t keep_aus, std::vector<uint64_t>* out,
+                         const AllocHint& hint = {}) override {
+    return HasRoomFor(*this, n, keep_aus) && Reserve(n, out, hint);
   }
+  void ReturnHeld() override {}
+  void ForgetLun(uint32_t /*lun*/) override {}
   void Mapped(const std::vector<uint64_t>& aus) override;
   void Unreserve(const std::vector<uint64_t>& aus, const std::vector<uint64_t>& unzeroed) override;
 

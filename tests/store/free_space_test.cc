@@ -451,6 +451,96 @@ TEST(FreeSpace, TakeRunTakesExactlyAWhollyFreeRunOrNothing) {
   EXPECT_EQ(fs.reserved_grains(), reserved);
 }
 
+AllocHint Region(uint32_t lun, uint64_t region, uint64_t goal = AllocHint::kNoGoal) {
+  return {lun, goal, region};
+}
+
+TEST(FreeSpace, EachRegionOfALunFillsItsOwnChunk) {
+  // One LUN writing a grain at a time into three regions in turn (a clone
+  // diverging at random): each region's grains lie together, in its chunk,
+  // and not interleaved with the other regions' (what a sequential read of
+  // a region needs: store-v3.md 3.5).
+  FreeSpace fs(16);
+  ASSERT_TRUE(fs.Rebuild(1024, {}).ok());
+  std::map<uint64_t, GV> got;
+  for (int i = 0; i < 20; i++)
+    for (uint64_t region : {7, 3, 900}) {
+      GV out;
+      ASSERT_TRUE(fs.Allocate(1, Region(1, region), &out).ok());
+      ASSERT_EQ(out.size(), 1u);
+      GV& r = got[region];
+      if (!r.empty() && r.back().end() == out[0].start)
+        r.back().len++;
+      else
+        r.push_back(out[0]);
+    }
+  // Chunks of 16 in the order the regions first wrote; a used-up chunk is
+  // followed by the one next to it if free, else the nearest free one.
+  EXPECT_EQ(got[7], (GV{{0, 16}, {48, 4}}));
+  EXPECT_EQ(got[3], (GV{{16, 16}, {64, 4}}));
+  EXPECT_EQ(got[900], (GV{{32, 16}, {80, 4}}));
+  EXPECT_EQ(fs.open_chunk(1, 7), (GrainRun{52, 12}));
+  EXPECT_EQ(fs.open_chunk(1, 3), (GrainRun{68, 12}));
+  EXPECT_EQ(fs.open_chunk(1, 900), (GrainRun{84, 12}));
+  EXPECT_FALSE(fs.open_chunk(1, 8));
+  EXPECT_EQ(fs.free_grains(), 1024u - 60);
+  // A LUN's close gives back every region's chunk, and only that LUN's.
+  GV other;
+  ASSERT_TRUE(fs.Allocate(1, Region(2, 7), &other).ok());
+  EXPECT_EQ(other, (GV{{96, 1}}));
+  fs.CloseChunk(1);
+  for (uint64_t region : {7, 3, 900}) EXPECT_FALSE(fs.open_chunk(1, region)) << region;
+  EXPECT_EQ(fs.open_chunk(2, 7), (GrainRun{97, 15}));
+  EXPECT_EQ(fs.chunk_count(), 1u);
+  EXPECT_EQ(fs.index().by_offset(), (Runs{{52, 12}, {68, 12}, {84, 12}, {112, 1024 - 112}}));
+  EXPECT_EQ(fs.free_grains(), 1024u - 61);
+}
+
+TEST(FreeSpace, PastTheBoundTheLeastRecentlyUsedChunkCloses) {
+  FreeSpace fs(8, /*max_chunks=*/2);
+  ASSERT_TRUE(fs.Rebuild(256, {}).ok());
+  GV out;
+  ASSERT_TRUE(fs.Allocate(1, Region(1, 0), &out).ok());  // chunk [0,8)
+  ASSERT_TRUE(fs.Allocate(1, Region(1, 1), &out).ok());  // chunk [8,16)
+  ASSERT_TRUE(fs.Allocate(1, Region(1, 0), &out).ok());  // region 0 used last
+  ASSERT_TRUE(fs.Allocate(1, Region(2, 0), &out).ok());  // a third: region 1 closes
+  EXPECT_EQ(out, (GV{{0, 1}, {8, 1}, {1, 1}, {16, 1}}));
+  EXPECT_EQ(fs.chunk_count(), 2u);
+  EXPECT_EQ(fs.open_chunk(1, 0), (GrainRun{2, 6}));
+  EXPECT_FALSE(fs.open_chunk(1, 1));
+  EXPECT_EQ(fs.open_chunk(2, 0), (GrainRun{17, 7}));
+  // Its unused grains went back to the index, counted free all along.
+  EXPECT_EQ(fs.index().by_offset(), (Runs{{9, 7}, {24, 256 - 24}}));
+  EXPECT_EQ(fs.free_grains(), 256u - 4);
+  EXPECT_EQ(fs.reserved_grains(), 4u);
+  // There a goal still finds them: the region reopens next to its grain.
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(1, Region(1, 1, 9), &out).ok());
+  EXPECT_EQ(out, (GV{{9, 1}}));
+  EXPECT_EQ(fs.open_chunk(1, 1), (GrainRun{10, 6}));
+  EXPECT_EQ(fs.chunk_count(), 2u);
+  EXPECT_FALSE(fs.open_chunk(1, 0));  // the least recently used now
+}
+
+TEST(FreeSpace, ChunkGrainsGivenBackKeepWhereEachChunkEnded) {
+  FreeSpace fs(8);
+  ASSERT_TRUE(fs.Rebuild(256, {}).ok());
+  GV out;
+  ASSERT_TRUE(fs.Allocate(3, Region(1, 5), &out).ok());  // chunk [0,8)
+  ASSERT_TRUE(fs.Allocate(3, Region(1, 6), &out).ok());  // chunk [8,16)
+  fs.ReturnChunkGrains();
+  EXPECT_TRUE(fs.chunk_runs().empty());
+  EXPECT_EQ(fs.index().by_offset(), (Runs{{3, 5}, {11, 256 - 11}}));
+  EXPECT_EQ(fs.free_grains(), 250u);
+  // Region 5's next chunk goes to the nearest run at or after where its
+  // last one ended (8) that holds a chunk: [11, ...), not to the lowest
+  // free grains [3, 8).
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(1, Region(1, 5), &out).ok());
+  EXPECT_EQ(out, (GV{{11, 1}}));
+  EXPECT_EQ(fs.open_chunk(1, 5), (GrainRun{12, 7}));
+}
+
 TEST(FreeSpace, AUsedUpChunkDoesNotGuardTheGrainsAroundIt) {
   // LUN 1 uses its chunk [0,8) up; a record then frees grains across the
   // chunk's end. (Found by the randomised test: an empty chunk was taken as
@@ -520,16 +610,16 @@ void CheckAgainst(const FreeSpace& fs, const Reference& ref, int luns, const cha
     for (uint64_t g = s; g < s + n; g++) in_index[g] = 1;
     prev_end = s + n;
   }
-  uint64_t open_chunks = 0;
-  for (int lun = 1; lun <= luns; lun++) {
-    if (auto c = fs.open_chunk(lun)) {
-      open_chunks++;
-      for (uint64_t g = c->start; g < c->end(); g++) {
-        ASSERT_FALSE(in_index[g] || in_chunk[g]) << "grain " << g << " free twice";
-        in_chunk[g] = 1;
-      }
+  // Every (LUN, region)'s open chunk, whatever the regions were.
+  const std::vector<GrainRun> chunks = fs.chunk_runs();
+  const uint64_t open_chunks = chunks.size();
+  for (const GrainRun& c : chunks) {
+    for (uint64_t g = c.start; g < c.end(); g++) {
+      ASSERT_FALSE(in_index[g] || in_chunk[g]) << "grain " << g << " free twice";
+      in_chunk[g] = 1;
     }
   }
+  (void)luns;
   for (uint64_t g = 0; g < total; g++)
     ASSERT_EQ(ref.st[g] == kFree, in_index[g] || in_chunk[g]) << "grain " << g << " state "
                                                                << int(ref.st[g]);
@@ -570,7 +660,11 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
     for (uint64_t i = g; i < g + n; i++) ref.st[i] = kMapped;
     g += n;
   }
-  FreeSpace fs(chunk);
+  // Few chunks kept open for the LUNs' regions: the least recently used
+  // close (back to the index) all the time.
+  constexpr size_t kMaxChunks = 6;
+  constexpr uint64_t kRegions = 4;
+  FreeSpace fs(chunk, kMaxChunks);
   ASSERT_TRUE(fs.Rebuild(total, allocated).ok());
   std::vector<GrainRun> reserved;   // handed out, not mapped yet
   std::vector<GrainRun> mapped = allocated;
@@ -591,7 +685,8 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
         reached->allocations++;
         Runs index_before = fs.index().by_offset();
         GV out;
-        Status s = fs.Allocate(n, {lun, goal}, &out);
+        Status s = fs.Allocate(n, {lun, goal, pick(kRegions)}, &out);
+        ASSERT_LE(fs.chunk_count(), kMaxChunks);
         if (n > free_before) {
           ASSERT_EQ(s.code(), Code::kNoSpace);
           ASSERT_TRUE(out.empty());
@@ -677,8 +772,17 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
         for (uint64_t g = p.phys; g < p.phys + p.n; g++) ref.st[g] = zeroed ? kFree : kQuarantine;
         break;
       }
-      case 11:  // a LUN closes: its chunk's unused grains go back
-        fs.CloseChunk(static_cast<uint32_t>(1 + pick(kLuns)));
+      case 11:  // a LUN closes: its chunks' unused grains go back; or all chunks give theirs back
+        if (pick(2)) {
+          const uint32_t lun = static_cast<uint32_t>(1 + pick(kLuns));
+          fs.CloseChunk(lun);
+          for (uint64_t region = 0; region < kRegions; region++) ASSERT_FALSE(fs.open_chunk(lun, region));
+        } else {
+          const uint64_t count = fs.chunk_count();
+          fs.ReturnChunkGrains();
+          ASSERT_TRUE(fs.chunk_runs().empty());
+          ASSERT_EQ(fs.chunk_count(), count);  // where each ended is kept
+        }
         break;
     }
     if (op % 1500 == 1499) {
@@ -1093,8 +1197,10 @@ TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
               static_cast<unsigned long long>(failures),
               static_cast<unsigned long long>(multi_run_failures),
               static_cast<unsigned long long>(multi_run_calls));
-  EXPECT_GE(multi_run_calls, 1000u);  // 1457 with this seed
-  EXPECT_GE(multi_run_failures, 25u);  // 32 (a 4 KiB leaf holds 255 runs: few splits allocate)
+  EXPECT_GE(multi_run_calls, 1000u);  // 1392 with this seed
+  // 23 with this seed (32 before chunks came from tails first: the paths a
+  // seed reaches moved; a 4 KiB leaf holds 255 runs, so few splits allocate).
+  EXPECT_GE(multi_run_failures, 20u);
 }
 
 }  // namespace

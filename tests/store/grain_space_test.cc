@@ -222,7 +222,7 @@ class Differential {
       EXPECT_EQ(sm_.free_whole_aus(k), std::min(free, k)) << "limit " << k;
       EXPECT_EQ(gs_.free_whole_aus(k), sm_.free_whole_aus(k)) << "limit " << k;
       for (uint64_t data : {uint64_t{0}, uint64_t{1}, free - std::min(free, k), free - std::min(free, k) + 1, free})
-        for (const PoolSpace* x : {&sm_, &gs_})
+        for (PoolSpace* x : std::initializer_list<PoolSpace*>{&sm_, &gs_})
           EXPECT_EQ(HasRoomFor(*x, data, k), free >= data + k) << "data " << data << ", checkpoint " << k;
     }
     // Per unit: counts (the model's too) and the in-place rule, at the
@@ -944,6 +944,66 @@ TEST(GrainSpace, RoomForACheckpointIsCountedInWholeAusNotInFreeGrains) {
   std::vector<uint64_t> aus;
   EXPECT_TRUE(s.TakeMeta(1, &aus));
 }
+
+// Data reserved for a LUN's region comes from that region's chunk, which
+// holds up to an AU of free grains out of the index (rule 7). Whole AUs a
+// chunk splits come back when a checkpoint needs them: HasRoomFor, TakeMeta
+// and TakeMetaRun give the chunks' grains back first.
+TEST(GrainSpace, WholeAusAChunkSplitsComeBackForTheCheckpoint) {
+  for (int way = 0; way < 3; way++) {
+    SCOPED_TRACE(way);
+    GrainSpace g(4 * KiB, 64 * KiB);
+    PoolSpace& s = g;
+    ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({}), {}).ok());
+    std::vector<uint64_t> got;
+    ASSERT_TRUE(s.Reserve(1, &got, AllocHint{1, AllocHint::kNoGoal, 9}));
+    ASSERT_EQ(got.size(), 1u);
+    EXPECT_EQ(g.free_space().open_chunk(1, 9), (GrainRun{got[0] + 1, kG16 - 1}));
+    // The grain goes back: its AU is all free, but half in the chunk.
+    s.Unreserve(got, {});
+    EXPECT_EQ(s.free_units(), 4 * kG16);
+    EXPECT_EQ(s.free_whole_aus(4), 3u);
+    std::vector<uint64_t> aus;
+    uint64_t first = 0;
+    switch (way) {
+      case 0: EXPECT_TRUE(HasRoomFor(s, 0, 4)); break;
+      case 1: EXPECT_TRUE(s.TakeMeta(4, &aus)); EXPECT_EQ(aus.size(), 4u); break;
+      case 2: EXPECT_EQ(s.TakeMetaRun(4, &first), 4u); EXPECT_EQ(first, 0u); break;
+    }
+    EXPECT_FALSE(g.free_space().open_chunk(1, 9));
+    EXPECT_EQ(s.free_units(), way == 0 ? 4 * kG16 : 0);
+  }
+}
+
+// ReserveKeepingAus opens a chunk only while whole AUs are plentiful (2 x
+// keep_aus + kChunkSlackAus free): short of them, a small write fills a
+// split AU's free grains best-fit instead of breaking a whole one up.
+TEST(GrainSpace, ShortOfWholeAusDataOpensNoChunk) {
+  const AllocHint region{1, AllocHint::kNoGoal, 0};
+  const uint64_t keep = 1, want = 2 * keep + GrainSpace::kChunkSlackAus;
+  for (uint64_t split : {uint64_t{0}, uint64_t{3}}) {
+    SCOPED_TRACE("AUs split " + std::to_string(split));
+    // `want` + 2 AUs, the first `split` of them with grain 0 mapped.
+    GrainSpace g(4 * KiB, 64 * KiB);
+    std::vector<store::Run> map;
+    for (uint64_t au = 0; au < split; au++) map.push_back({au, au * kG16, 1});
+    ASSERT_TRUE(g.Rebuild((want + 2) * kG16, StateOf({map}), {}).ok());
+    const uint64_t whole = g.free_whole_aus(UINT64_MAX);
+    ASSERT_EQ(whole, want + 2 - split);
+    std::vector<uint64_t> got;
+    ASSERT_TRUE(g.ReserveKeepingAus(1, keep, &got, region));
+    ASSERT_EQ(got.size(), 1u);
+    if (whole >= want) {
+      EXPECT_TRUE(g.free_space().open_chunk(1, 0)) << "plenty of whole AUs: a chunk opens";
+      EXPECT_EQ(got[0] % kG16, 0u);
+    } else {
+      EXPECT_FALSE(g.free_space().open_chunk(1, 0));
+      EXPECT_EQ(got[0], 1u) << "from a split AU";
+      EXPECT_EQ(g.free_whole_aus(UINT64_MAX), whole);
+    }
+  }
+}
+
 
 TEST(GrainSpace, GrowMakesTheTailAWholeAuOnceItIsOne) {
   GrainSpace s(4 * KiB, 64 * KiB);
@@ -1770,7 +1830,9 @@ TEST(GrainSpaceAllocationFailure, ReserveKeepingAusFallbackIsAllOrNothingButForT
   ASSERT_EQ(before.free_whole_aus(2), 1u);
   // The premise: Reserve's own plan takes from the kept AU, so the fast
   // path is not taken.
-  for (const GrainRun& r : before.free_space().PlanAllocation(10)) ASSERT_LT(r.start, g) << "the plan avoids AU 0";
+  const std::optional<FreeSpace::AllocPlan> premise = before.free_space().PlanAllocation(10);
+  ASSERT_TRUE(premise);
+  for (const GrainRun& r : premise->take) ASSERT_LT(r.start, g) << "the plan avoids AU 0";
   const std::vector<uint64_t> before_out{12345};  // a caller's earlier grains stay
   uint64_t unchanged = 0, window = 0;
   for (int64_t k = 0;; k++) {
