@@ -15,6 +15,7 @@
 
 #include "handler/store/crc32c.h"
 #include "handler/store/iovec_slice.h"
+#include "handler/store/read_spans.h"
 
 namespace cowstore::store {
 namespace {
@@ -43,23 +44,64 @@ uint32_t Crc32cZeros(uint32_t crc, uint64_t n) {
 
 }  // namespace
 
-Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
-  std::vector<Run> pieces;
+// The mapped pieces of [off, off + len) as file reads, in LBA order; the
+// holes between them (and after) read as zeros through `zero`.
+template <typename Zero>
+Status Core::MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out, Zero zero) {
+  std::vector<Run> runs;
   {
     MutexLock g(&meta_mu_);
     if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
-    l->map.Lookup(off / grain_, DivUp(off + len, grain_) - off / grain_, &pieces);
+    l->map.Lookup(off / grain_, DivUp(off + len, grain_) - off / grain_, &runs);
   }
   uint64_t pos = off, end = off + len;
-  for (const Run& r : pieces) {
+  for (const Run& r : runs) {
     uint64_t s = std::max(off, r.lba * grain_), e = std::min(end, (r.lba + r.len) * grain_);
-    if (s > pos) std::memset(dst + (pos - off), 0, s - pos);
-    Status st = file_->Read(GrainOffset(r.phys) + (s - r.lba * grain_), e - s, dst + (s - off));
-    if (!st.ok()) return st;
+    if (s > pos) zero(pos - off, s - pos);
+    out->push_back({GrainOffset(r.phys) + (s - r.lba * grain_), s - off, e - s});
     pos = e;
   }
-  if (pos < end) std::memset(dst + (pos - off), 0, end - pos);
+  if (pos < end) zero(pos - off, end - pos);
   return Status::Ok();
+}
+
+namespace {
+
+// Reads the pieces, read-around (read_spans.h): a request of one piece goes
+// straight to its destination (`direct`); a request of several into a
+// scratch buffer, each piece copied out (`copy`). If such a request fails,
+// its pieces are read one by one: an unreadable gap no one asked for must
+// not fail the read.
+template <typename Direct, typename Copy>
+Status ReadAround(File* file, std::vector<ReadPiece> pieces, Direct direct, Copy copy) {
+  std::vector<uint8_t> scratch;
+  for (const ReadSpan& sp : PlanReadSpans(&pieces)) {
+    if (sp.last - sp.first > 1) {
+      scratch.resize(sp.len);
+      if (file->Read(sp.file_off, sp.len, scratch.data()).ok()) {
+        for (size_t i = sp.first; i < sp.last; i++)
+          copy(pieces[i], scratch.data() + (pieces[i].file_off - sp.file_off));
+        continue;
+      }
+    }
+    for (size_t i = sp.first; i < sp.last; i++) {
+      Status st = direct(pieces[i]);
+      if (!st.ok()) return st;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
+  std::vector<ReadPiece> pieces;
+  Status s = MappedPieces(l, off, len, &pieces, [&](uint64_t at, uint64_t n) { std::memset(dst + at, 0, n); });
+  if (!s.ok()) return s;
+  return ReadAround(
+      file_.get(), std::move(pieces),
+      [&](const ReadPiece& p) { return file_->Read(p.file_off, p.n, dst + p.at); },
+      [&](const ReadPiece& p, const uint8_t* src) { std::memcpy(dst + p.at, src, p.n); });
 }
 
 AllocHint Core::HintLocked(const LunState& l, uint64_t first_grain) const {
@@ -382,28 +424,26 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
 }
 
 Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
-  std::vector<Run> pieces;
-  {
-    MutexLock g(&meta_mu_);
-    if (l->deleted) return Status(Code::kNotFound, "LUN was deleted");
-    l->map.Lookup(off / grain_, DivUp(off + len, grain_) - off / grain_, &pieces);
-  }
   std::vector<iovec> part;
-  auto zero = [&](uint64_t s, uint64_t e) {
-    SliceIovec(iov, s - off, e - s, &part);
+  std::vector<ReadPiece> pieces;
+  Status s = MappedPieces(l, off, len, &pieces, [&](uint64_t at, uint64_t n) {
+    SliceIovec(iov, at, n, &part);
     for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
-  };
-  uint64_t pos = off, end = off + len;
-  for (const Run& r : pieces) {
-    uint64_t s = std::max(off, r.lba * grain_), e = std::min(end, (r.lba + r.len) * grain_);
-    if (s > pos) zero(pos, s);
-    SliceIovec(iov, s - off, e - s, &part);
-    Status st = file_->ReadV(GrainOffset(r.phys) + (s - r.lba * grain_), part.data(), part.size());
-    if (!st.ok()) return st;
-    pos = e;
-  }
-  if (pos < end) zero(pos, end);
-  return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return ReadAround(
+      file_.get(), std::move(pieces),
+      [&](const ReadPiece& p) {
+        SliceIovec(iov, p.at, p.n, &part);
+        return file_->ReadV(p.file_off, part.data(), part.size());
+      },
+      [&](const ReadPiece& p, const uint8_t* src) {
+        SliceIovec(iov, p.at, p.n, &part);
+        for (const iovec& v : part) {
+          std::memcpy(v.iov_base, src, v.iov_len);
+          src += v.iov_len;
+        }
+      });
 }
 
 Status Core::Write(LunState* l, uint64_t lba, uint64_t count, std::span<const iovec> iov,

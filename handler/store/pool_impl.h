@@ -44,6 +44,7 @@
 #include "handler/store/meta_format.h"
 #include "handler/store/pool.h"
 #include "handler/store/pool_space.h"
+#include "handler/store/read_spans.h"
 #include "handler/store/space_map.h"
 #include "handler/store/thinner.h"
 #include "handler/store/thread_annotations.h"
@@ -322,6 +323,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
   // writes) covering the grains touched. Write returns a commit ticket.
   Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) EXCLUDES(meta_mu_);
+  // The file reads of l's mapped bytes [off, off + len) (read_spans.h), in
+  // LBA order; `zero(at, n)` clears the unmapped bytes [at, at + n) of the
+  // request.
+  template <typename Zero>
+  Status MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out, Zero zero)
+      EXCLUDES(meta_mu_);
   Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov)
       EXCLUDES(meta_mu_);
   Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket)

@@ -1,0 +1,139 @@
+// SPDX-License-Identifier: Apache-2.0
+// Read-around (read_spans.h): which pieces of one read share a request, and
+// (through Core, grain 4 KiB) that a diverged clone's region reads with few
+// requests, the right bytes, and still reads when such a request fails.
+#include "handler/store/read_spans.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "handler/store/fault_env.h"
+#include "handler/store/format_v3.h"
+#include "handler/store/pool_impl.h"
+
+namespace cowstore::store {
+namespace {
+
+constexpr uint64_t KiB = 1024;
+
+TEST(ReadSpans, ADivergedRegionIsTwoRequests) {
+  // A 1 MiB region: the source's grains in place at 1 MiB with a grain
+  // missing every 64 KiB (the clone's own, packed at 9 MiB).
+  std::vector<ReadPiece> pieces;
+  uint64_t at = 0, own = 0;
+  for (uint64_t g = 0; g < 256; g++, at += 4 * KiB) {
+    if (g % 16 == 5)
+      pieces.push_back({9 * 1024 * KiB + own++ * 4 * KiB, at, 4 * KiB});
+    else if (!pieces.empty() && pieces.back().at + pieces.back().n == at && pieces.back().file_off < 9 * 1024 * KiB)
+      pieces.back().n += 4 * KiB;
+    else
+      pieces.push_back({1024 * KiB + at, at, 4 * KiB});
+  }
+  ASSERT_EQ(pieces.size(), 33u);
+  const std::vector<ReadSpan> spans = PlanReadSpans(&pieces);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].file_off, 1024 * KiB);
+  EXPECT_EQ(spans[0].len, 1024 * KiB);
+  EXPECT_EQ(spans[0].last - spans[0].first, 17u);
+  EXPECT_EQ(spans[1].file_off, 9 * 1024 * KiB);
+  EXPECT_EQ(spans[1].len, 16 * 4 * KiB);
+  // Sorted by file offset, each span's pieces inside it.
+  for (const ReadSpan& s : spans)
+    for (size_t i = s.first; i < s.last; i++) {
+      EXPECT_GE(pieces[i].file_off, s.file_off);
+      EXPECT_LE(pieces[i].file_off + pieces[i].n, s.file_off + s.len);
+    }
+}
+
+TEST(ReadSpans, FarGapsSplitSharedGrainsJoinAndASpanStaysBounded) {
+  std::vector<ReadPiece> pieces = {
+      {0, 0, 4 * KiB},
+      {4 * KiB + kReadAroundGapBytes, 4 * KiB, 4 * KiB},      // exactly the gap: joins
+      {8 * KiB + 2 * kReadAroundGapBytes + 1, 8 * KiB, 4 * KiB},  // one byte more: a new request
+      {8 * KiB + 2 * kReadAroundGapBytes + 1, 12 * KiB, 4 * KiB},  // the same grain for another LBA
+  };
+  std::vector<ReadSpan> spans = PlanReadSpans(&pieces);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].len, 8 * KiB + kReadAroundGapBytes);
+  EXPECT_EQ(spans[1].last - spans[1].first, 2u);
+  EXPECT_EQ(spans[1].len, 4 * KiB);
+  // Adjacent pieces past kReadAroundMaxBytes start a new request.
+  pieces.clear();
+  for (uint64_t i = 0; i < 3 * kReadAroundMaxBytes / (64 * KiB); i++)
+    pieces.push_back({i * 64 * KiB, i * 64 * KiB, 64 * KiB});
+  spans = PlanReadSpans(&pieces);
+  ASSERT_EQ(spans.size(), 3u);
+  for (const ReadSpan& s : spans) EXPECT_EQ(s.len, kReadAroundMaxBytes);
+  EXPECT_TRUE(PlanReadSpans(&(pieces = {})).empty());
+}
+
+// Through Core: a clone with one grain of each 64 KiB rewritten reads its
+// 1 MiB with a handful of requests, the right bytes, contiguous and
+// scattered buffers alike; a failed request is retried piece by piece.
+TEST(ReadSpans, ACloneReadsWithFewRequestsAndSurvivesAFailedOne) {
+  constexpr uint32_t kAu = 64 << 10, kGrain = 4 << 10;
+  constexpr uint64_t kGrains = 256;
+  FaultInjectionEnv env;
+  {
+    auto f = env.OpenLocked("pool", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    Uuid id{};
+    id.fill(3);
+    ASSERT_TRUE(FormatV3::Create(f->get(), id, kAu, kGrain, 32 << 20, 256 << 10, 1).ok());
+  }
+  auto opened = Core::Open(&env, "pool", false);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::shared_ptr<Core> core = *opened;
+  ASSERT_TRUE(core->CreateLun("a", kGrains * kGrain, 4096).ok());
+  std::vector<uint8_t> want(kGrains * kGrain);
+  for (size_t i = 0; i < want.size(); i++) want[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  auto write = [&](const std::string& lun, uint64_t lba, uint64_t n, const uint8_t* d) {
+    auto h = core->Acquire(lun);
+    ASSERT_TRUE(h.ok());
+    iovec v{const_cast<uint8_t*>(d), n * kGrain};
+    ASSERT_TRUE(core->Write(h->get(), lba, n, {&v, 1}, Durability::kBuffered).ok());
+    core->ReleaseHandle(h->get());
+  };
+  write("a", 0, kGrains, want.data());
+  ASSERT_TRUE(core->CloneLun("a", "b").ok());
+  for (uint64_t g = 5; g < kGrains; g += 16) {
+    std::vector<uint8_t> d(kGrain, static_cast<uint8_t>(g));
+    write("b", g, 1, d.data());
+    std::copy(d.begin(), d.end(), want.begin() + g * kGrain);
+  }
+  ASSERT_TRUE(core->Flush().ok());
+  auto h = core->Acquire("b");
+  ASSERT_TRUE(h.ok());
+  for (int failing = 0; failing < 2; failing++)
+    for (int scattered = 0; scattered < 2; scattered++) {
+      SCOPED_TRACE(std::string(failing ? "first request fails" : "no fault") + (scattered ? ", scattered" : ""));
+      std::vector<uint8_t> got(want.size(), 0xee);
+      std::vector<iovec> iov;
+      if (scattered)
+        for (size_t at = 0; at < got.size(); at += 12 * KiB + 512)
+          iov.push_back({got.data() + at, std::min<size_t>(12 * KiB + 512, got.size() - at)});
+      else
+        iov.push_back({got.data(), got.size()});
+      if (failing) env.FailAt(FaultInjectionEnv::Op::kRead, 0, Code::kIOError);
+      const uint64_t reads_before = env.calls(FaultInjectionEnv::Op::kRead);
+      ASSERT_TRUE(core->Read(h->get(), 0, kGrains, iov).ok());
+      const uint64_t reads = env.calls(FaultInjectionEnv::Op::kRead) - reads_before;
+      EXPECT_EQ(got, want);
+      // The source's grains in one request, the clone's 16 in one more (its
+      // region's chunk); a failed request is retried piece by piece (its 16
+      // or 17 pieces), the other read whole.
+      if (failing)
+        EXPECT_GE(reads, 1u + 16u);
+      else
+        EXPECT_LE(reads, 2u);
+      env.ClearFaults();
+    }
+  core->ReleaseHandle(h->get());
+}
+
+}  // namespace
+}  // namespace cowstore::store
