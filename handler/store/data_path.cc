@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
 
 #include "handler/store/crc32c.h"
 #include "handler/store/iovec_slice.h"
@@ -74,13 +75,17 @@ namespace {
 // not fail the read.
 template <typename Direct, typename Copy>
 Status ReadAround(File* file, std::vector<ReadPiece> pieces, Direct direct, Copy copy) {
-  std::vector<uint8_t> scratch;
+  std::unique_ptr<uint8_t[]> scratch;  // not zeroed: every byte is read into first
+  uint64_t room = 0;
   for (const ReadSpan& sp : PlanReadSpans(&pieces)) {
     if (sp.last - sp.first > 1) {
-      scratch.resize(sp.len);
-      if (file->Read(sp.file_off, sp.len, scratch.data()).ok()) {
+      if (room < sp.len) {
+        scratch = std::make_unique_for_overwrite<uint8_t[]>(sp.len);
+        room = sp.len;
+      }
+      if (file->Read(sp.file_off, sp.len, scratch.get()).ok()) {
         for (size_t i = sp.first; i < sp.last; i++)
-          copy(pieces[i], scratch.data() + (pieces[i].file_off - sp.file_off));
+          copy(pieces[i], scratch.get() + (pieces[i].file_off - sp.file_off));
         continue;
       }
     }

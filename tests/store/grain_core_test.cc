@@ -114,6 +114,16 @@ void Overwrite(Core* core, Model* m, std::mt19937_64* rng, uint64_t percent) {
   }
 }
 
+// A fresh format 3 pool holding LUN "a", written whole, and "b", its clone.
+void CloneOfAWrittenLun(FaultInjectionEnv* env, std::shared_ptr<Core>* core) {
+  ASSERT_NO_FATAL_FAILURE(CreateV3(env));
+  *core = Open(env);
+  ASSERT_TRUE(*core);
+  ASSERT_TRUE((*core)->CreateLun("a", kLunGrains * kGrain, 4096).ok());
+  ASSERT_TRUE(WriteBlocks(core->get(), "a", 0, kLunGrains, 1).ok());
+  ASSERT_TRUE((*core)->CloneLun("a", "b").ok());
+}
+
 TEST(GrainCore, ACloneOverwrittenAtRandomCountsGrainsExactlyAndReopensTheSame) {
   for (uint64_t seed : {1, 2, 3}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
@@ -158,8 +168,6 @@ TEST(GrainCore, ACloneOverwrittenAtRandomCountsGrainsExactlyAndReopensTheSame) {
   }
 }
 
-// Deleting the source frees, grain by grain, what only it mapped: b's
-// shared grains become its own, the freed grains free again.
 // A clone diverging at random, its 1 MiB regions written in turn: each
 // region's new grains lie together, in one AU's worth of grains (its chunk,
 // store-v3.md 3.5), so a sequential read of the region reads the source's
@@ -167,12 +175,8 @@ TEST(GrainCore, ACloneOverwrittenAtRandomCountsGrainsExactlyAndReopensTheSame) {
 // gives its chunks' free grains back.
 TEST(GrainCore, EachRegionsNewGrainsLieTogetherAndTheLunsDeleteClosesItsChunks) {
   FaultInjectionEnv env;
-  ASSERT_NO_FATAL_FAILURE(CreateV3(&env));
-  std::shared_ptr<Core> core = Open(&env);
-  ASSERT_TRUE(core);
-  ASSERT_TRUE(core->CreateLun("a", kLunGrains * kGrain, 4096).ok());
-  for (uint64_t lba = 0; lba < kLunGrains; lba += 64) ASSERT_TRUE(WriteBlocks(core.get(), "a", lba, 64, 0xa5).ok());
-  ASSERT_TRUE(core->CloneLun("a", "b").ok());
+  std::shared_ptr<Core> core;
+  ASSERT_NO_FATAL_FAILURE(CloneOfAWrittenLun(&env, &core));
   constexpr uint64_t kPerRegion = (1 << 20) / kGrain, kRegions = kLunGrains / kPerRegion;
   ASSERT_EQ(kRegions, 4u);
   std::vector<std::set<uint64_t>> written(kRegions);
@@ -214,14 +218,12 @@ TEST(GrainCore, EachRegionsNewGrainsLieTogetherAndTheLunsDeleteClosesItsChunks) 
   ExpectClean(core.get(), "after the delete");
 }
 
+// Deleting the source frees, grain by grain, what only it mapped: b's
+// shared grains become its own, the freed grains free again.
 TEST(GrainCore, DeletingTheSourceFreesItsOwnGrainsAndLeavesTheCloneExclusive) {
   FaultInjectionEnv env;
-  ASSERT_NO_FATAL_FAILURE(CreateV3(&env));
-  std::shared_ptr<Core> core = Open(&env);
-  ASSERT_TRUE(core);
-  ASSERT_TRUE(core->CreateLun("a", kLunGrains * kGrain, 4096).ok());
-  ASSERT_TRUE(WriteBlocks(core.get(), "a", 0, kLunGrains, 1).ok());
-  ASSERT_TRUE(core->CloneLun("a", "b").ok());
+  std::shared_ptr<Core> core;
+  ASSERT_NO_FATAL_FAILURE(CloneOfAWrittenLun(&env, &core));
   Model m;
   std::mt19937_64 rng(9);
   ASSERT_NO_FATAL_FAILURE(Overwrite(core.get(), &m, &rng, 5));
