@@ -88,8 +88,9 @@
 //    checkpoint's share in whole free AUs (free_whole_aus(k) >= k for
 //    k = CkptUnits(...)) and only the data's in free_units() less those
 //    AUs' grains; and Core reserves data with ReserveKeepingAus(n, k), which
-//    sets the k AUs TakeMeta would take aside, so no data grain splits them
-//    (a plain Reserve may: FreeSpace prefers one run that holds all n).
+//    sets k whole AUs aside (the longest runs' last ones), so no data grain
+//    splits them (a plain Reserve may: FreeSpace prefers one run that holds
+//    all n).
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once

@@ -82,8 +82,9 @@ class PoolSpace {
   // which LUN and LBA region the units are for (alloc_hint.h): GrainSpace
   // keeps each region's new grains together; SpaceMap ignores it.
   virtual bool Reserve(uint64_t n, std::vector<uint64_t>* out, const AllocHint& hint = {}) = 0;
-  // Reserve, taking no unit of the `keep_aus` whole free AUs a checkpoint
-  // would take next (TakeMeta's choice): false, taking nothing, if fewer
+  // Reserve, leaving `keep_aus` whole free AUs untouched for the next
+  // checkpoint (any whole AUs serve it: GrainSpace sets aside the longest
+  // runs' last ones, away from where data goes): false, taking nothing, if fewer
   // than keep_aus whole AUs and n units beside them are free (HasRoomFor's
   // answer). Core reserves data this way, so the room HasRoomFor counted for
   // the checkpoint is still there when it runs (at grain < AU a plain
