@@ -18,15 +18,15 @@
 #            on a block device (suite device-pool)
 # usage: sudo tools/run-tests.sh            (all stages)
 #        STAGES="unit tsan" tools/run-tests.sh
-# env:   JOBS (default: nproc), FUZZ_SECONDS (default 45), SKIP_APT=1
+# env:   JOBS (default: nproc), FUZZ_SECONDS (default 30), SKIP_APT=1
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 STAGES=${STAGES:-unit asan tsan package e2e}
 JOBS=${JOBS:-$(nproc)}
-# 45 s a fuzzer: the seven take ~3 minutes on two cores. CI has 90 minutes
-# and session 23's whole run took 82; the seeds replay in every unit run.
-export FUZZ_SECONDS=${FUZZ_SECONDS:-45}
+# 30 s a fuzzer: the seven take ~2 minutes on two cores. CI has 90 minutes
+# and session 24's whole run took ~83; the seeds replay in every unit run.
+export FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 LOGS=$ROOT/build/test-logs
 mkdir -p "$LOGS"
 T0=$(date +%s)
