@@ -99,6 +99,12 @@ TSAN_SWEEPS+='|/CorruptionV3\.Every'  # format 3's sweeps, one per grain: Format
 # and start no thread (the checkpoint tree, the journal ring): 68 CPU s of
 # session 23's TSan stage with nothing for it to see.
 TSAN_SWEEPS+='|^CkptTree\.|^JournalRingTest\.'
+# And two more sweeps of the same kind (an open cut, or failed, at every
+# call in turn: ~80 CPU s of session 24's TSan stage), and the two longest
+# single-driver models of a served format 3 pool (~130 CPU s): the store's
+# threads are race-tested by store_concurrency_test and the SCSI
+# concurrency suites, which stay.
+TSAN_SWEEPS+='|/OneSyncGrain\.(AnOpenKeeps|AFailedOpenKeeps)|^ServedV3\.(ModelOverReopens|TheJournalGrowsBy)'
 # It also skips the tests that run the cowctl binary on a pool it opens
 # itself (Cli, Boot, ... : 420 s under TSan): cowctl starts no thread, and
 # the store's own threads are race-tested by the store suites. The tests of
