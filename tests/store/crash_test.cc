@@ -243,6 +243,14 @@ TEST(CrashTest, PowerLossAtRandomPoints) {
   PowerLossAtRandomPoints(Target(), o);
 }
 
+// The format 3 runs' points: COWSTORE_CRASH_POINTS_V3 if set, else `plain`
+// (`sanitized` in sanitizer builds, where a point costs ~10-17 times as much).
+uint64_t PointsV3(uint64_t plain, uint64_t sanitized) {
+  const char* e = std::getenv("COWSTORE_CRASH_POINTS_V3");
+  const uint64_t dflt = COWSTORE_SANITIZED() ? sanitized : plain;
+  return e ? std::strtoull(e, nullptr, 10) : dflt;
+}
+
 // The same over a format 3 pool at grain = AU (store-v3.md, plan step 5d,
 // sub-step 6), with a 1 % soft threshold, so that Core offers the journal
 // nothing and the 64 KiB journal checkpoints often (journal growth under
@@ -251,13 +259,7 @@ TEST(CrashTest, PowerLossAtRandomPoints) {
 // parameterises the suite; 500 in sanitizer builds, where a point costs ~10
 // times as much and the plain build's run is the coverage).
 TEST(CrashTest, PowerLossAtRandomPointsFormat3) {
-  const char* e = std::getenv("COWSTORE_CRASH_POINTS_V3");
-#if COWSTORE_SANITIZED()
-  const uint64_t dflt = 500;
-#else
-  const uint64_t dflt = 2000;
-#endif
-  const uint64_t points = e ? std::strtoull(e, nullptr, 10) : dflt;
+  const uint64_t points = PointsV3(2000, 500);
   DriverOptions o;
   o.pool_units = 40;
   o.format = 3;
@@ -279,13 +281,7 @@ TEST(CrashTest, PowerLossAtRandomPointsFormat3) {
 // 300 in sanitizer builds, where a point costs ~17 times as much (49 CPU s
 // per 1,000 under ASan).
 TEST(CrashTest, PowerLossAtRandomPointsFormat3Grain4K) {
-  const char* e = std::getenv("COWSTORE_CRASH_POINTS_V3");
-#if COWSTORE_SANITIZED()
-  const uint64_t dflt = 300;
-#else
-  const uint64_t dflt = 30000;
-#endif
-  const uint64_t points = e ? std::strtoull(e, nullptr, 10) : dflt;
+  const uint64_t points = PointsV3(30000, 300);
   DriverOptions o;
   o.pool_units = 40;
   o.format = 3;
