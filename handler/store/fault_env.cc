@@ -20,9 +20,9 @@ class FaultFile final : public File {
     Status s = env_->Gate(FaultInjectionEnv::Op::kRead);
     if (!s.ok()) return s;
     auto* p = static_cast<uint8_t*>(buf);
-    const auto& cur = im_->current;
+    const SparseBytes& cur = im_->current;
     uint64_t have = off < cur.size() ? std::min<uint64_t>(n, cur.size() - off) : 0;
-    if (have) std::memcpy(p, cur.data() + off, have);
+    if (have) cur.Read(off, have, p);
     if (have < n) std::memset(p + have, 0, n - have);
     return Status::Ok();
   }
@@ -32,7 +32,7 @@ class FaultFile final : public File {
     Status s = env_->Gate(FaultInjectionEnv::Op::kWrite);
     if (!s.ok()) return s;
     if (off + n > im_->current.size()) FaultInjectionEnv::Resize(*im_, off + n);
-    std::memcpy(im_->current.data() + off, buf, n);
+    im_->current.Write(off, n, static_cast<const uint8_t*>(buf));
     Dirty(off, n);
     return Status::Ok();
   }
@@ -67,7 +67,7 @@ class FaultFile final : public File {
     for (uint64_t sec : im_->forgotten) {
       uint64_t off = sec * S;
       uint64_t n = std::min<uint64_t>(S, im_->current.size() - off);
-      std::memcpy(im_->current.data() + off, im_->durable.data() + off, n);
+      im_->current.CopyFrom(im_->durable, off, n);
     }
     im_->forgotten.clear();
     return Status::Ok();
@@ -98,10 +98,8 @@ class FaultFile final : public File {
     constexpr uint64_t S = FaultInjectionEnv::kSector;
     for (uint64_t pos = off; pos < off + n;) {
       uint64_t e = std::min(off + n, (pos / S + 1) * S);
-      uint8_t* p = im_->current.data() + pos;
-      bool zero = p[0] == 0 && std::memcmp(p, p + 1, e - pos - 1) == 0;
-      if (!zero) {
-        std::memset(p, 0, e - pos);
+      if (!im_->current.IsZero(pos, e - pos)) {
+        im_->current.Zero(pos, e - pos);
         im_->dirty.insert(pos / S);
       }
       pos = e;
@@ -121,7 +119,7 @@ class FaultFile final : public File {
     for (uint64_t sec : im_->dirty) {
       uint64_t off = sec * S;
       uint64_t n = std::min<uint64_t>(S, im_->current.size() - off);
-      std::memcpy(im_->durable.data() + off, im_->current.data() + off, n);
+      im_->durable.CopyFrom(im_->current, off, n);
       im_->forgotten.erase(sec);
     }
     im_->dirty.clear();
@@ -138,8 +136,8 @@ class FaultFile final : public File {
 };
 
 void FaultInjectionEnv::Resize(Image& im, uint64_t size) {
-  im.current.resize(size, 0);
-  im.durable.resize(size, 0);
+  im.current.Resize(size);
+  im.durable.Resize(size);
   im.durable_size = std::min(im.durable_size, size);  // an extension waits for Sync()
   // Sectors past the end are gone; a partly cut sector keeps its dirty mark.
   im.dirty.erase(im.dirty.lower_bound((size + kSector - 1) / kSector), im.dirty.end());
@@ -253,27 +251,27 @@ void FaultInjectionEnv::PowerLoss(Loss loss, uint64_t seed) {
       uint64_t off = sec * kSector;
       uint64_t n = std::min<uint64_t>(kSector, im.current.size() - off);
       if (survives()) {
-        std::memcpy(im.durable.data() + off, im.current.data() + off, n);
+        im.durable.CopyFrom(im.current, off, n);
       } else if (loss == Loss::kTear && rng() % 4 == 0) {
         uint64_t cut = rng() % n;  // first `cut` bytes made it
-        std::memcpy(im.durable.data() + off, im.current.data() + off, cut);
+        im.durable.CopyFrom(im.current, off, cut);
       }
-      std::memcpy(im.current.data() + off, im.durable.data() + off, n);
+      im.current.CopyFrom(im.durable, off, n);
     }
     im.dirty.clear();
     // A forgotten sector was only ever in the cache.
     for (uint64_t sec : im.forgotten) {
       uint64_t off = sec * kSector;
       uint64_t n = std::min<uint64_t>(kSector, im.current.size() - off);
-      std::memcpy(im.current.data() + off, im.durable.data() + off, n);
+      im.current.CopyFrom(im.durable, off, n);
     }
     im.forgotten.clear();
     // An extension not yet synced survives as a whole or not at all.
     if (survives()) {
       im.durable_size = im.current.size();
     } else {
-      im.current.resize(im.durable_size);
-      im.durable.resize(im.durable_size);
+      im.current.Resize(im.durable_size);
+      im.durable.Resize(im.durable_size);
     }
   }
   crashed_ = false;
@@ -290,24 +288,25 @@ void FaultInjectionEnv::Corrupt(const std::string& path, uint64_t off, size_t n)
   auto it = files_.find(path);
   if (it == files_.end()) return;
   Image& im = *it->second;
-  for (uint64_t i = off; i < off + n && i < im.current.size(); i++) {
-    im.current[i] ^= 0x5a;
-    im.durable[i] ^= 0x5a;
-  }
+  const uint64_t size = im.current.size();
+  if (off >= size) return;
+  const uint64_t len = std::min<uint64_t>(n, size - off);
+  im.current.Xor(off, len, 0x5a);
+  im.durable.Xor(off, len, 0x5a);
 }
 
 std::vector<uint8_t> FaultInjectionEnv::Snapshot(const std::string& path) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
-  return it == files_.end() ? std::vector<uint8_t>() : it->second->current;
+  return it == files_.end() ? std::vector<uint8_t>() : it->second->current.ToVector();
 }
 
 void FaultInjectionEnv::Install(const std::string& path, const uint8_t* data, size_t n) {
   std::lock_guard<std::mutex> g(mu_);
   std::shared_ptr<Image>& im = files_[path];
   if (!im) im = std::make_shared<Image>();
-  im->current.assign(data, data + n);
-  im->durable.assign(data, data + n);
+  im->current.Assign(data, n);
+  im->durable.Assign(data, n);
   im->durable_size = n;
   im->dirty.clear();
   im->forgotten.clear();
@@ -322,7 +321,7 @@ uint64_t FaultInjectionEnv::forgotten_sectors(const std::string& path) const {
 std::vector<uint8_t> FaultInjectionEnv::DurableSnapshot(const std::string& path) const {
   std::lock_guard<std::mutex> g(mu_);
   auto it = files_.find(path);
-  return it == files_.end() ? std::vector<uint8_t>() : it->second->durable;
+  return it == files_.end() ? std::vector<uint8_t>() : it->second->durable.ToVector();
 }
 
 uint64_t FaultInjectionEnv::unsynced_sectors(const std::string& path) const {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "handler/store/env.h"
+#include "handler/store/sparse_bytes.h"
 
 namespace cowstore::store {
 
@@ -103,7 +104,7 @@ class FaultInjectionEnv final : public Env {
  private:
   friend class FaultFile;
   struct Image {
-    std::vector<uint8_t> current, durable;
+    SparseBytes current, durable;  // sparse: test pools are mostly holes
     std::set<uint64_t> dirty;  // sector indexes written since the last sync
     std::set<uint64_t> forgotten;  // clean in the "cache", not durable (kForget)
     uint64_t durable_size = 0;  // the size a power cut leaves (<= current.size())
