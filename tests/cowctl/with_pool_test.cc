@@ -3,7 +3,6 @@
 // the store or the handler's control reply gives it, and on nothing else.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <filesystem>
 
 #include "handler/store/env.h"
@@ -54,9 +53,9 @@ TEST_F(APool, ABusyStoreIsAskedAgainUntilItAnswers) {
 
 // The words "in use" in a refusal (a mounted device, here) are no busy code:
 // the refusal is final and said at once, not after 25 tries and 5 seconds.
+// One call proves it; no clock is read (a loaded CI machine is no measure).
 TEST_F(APool, ARefusalThatSaysInUseIsNotRetried) {
   int calls = 0;
-  auto t0 = std::chrono::steady_clock::now();
   EXPECT_THROW(WithPool(ctx, "tank",
                         [&](PoolHandle&) -> int {
                           ++calls;
@@ -66,7 +65,6 @@ TEST_F(APool, ARefusalThatSaysInUseIsNotRetried) {
                         }),
                StoreError);
   EXPECT_EQ(calls, 1);
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
 }
 
 TEST_F(APool, CowctlsOwnRefusalsAreNotRetried) {
