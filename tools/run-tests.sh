@@ -217,6 +217,16 @@ for s in $STAGES; do
 done
 
 say "done in $(( $(date +%s) - T0 ))s; logs in $LOGS"
-[ ${#failed_stages[@]} -eq 0 ] || say "FAILED stages: ${failed_stages[*]}"
+if [ ${#failed_stages[@]} -ne 0 ]; then
+  say "FAILED stages: ${failed_stages[*]}"
+  # Each failed stage's failing tests again, here at the end: a CI report
+  # may keep only the run's last lines, and these name what to look at.
+  for s in "${failed_stages[@]}"; do
+    [ -f "$LOGS/$s.log" ] || continue
+    sed -n '/^The following tests FAILED:/,/^[^[:space:]]/p' "$LOGS/$s.log" | grep -E '^[[:space:]]+[0-9]+ - ' |
+      sed "s/^[[:space:]]*/  $s: /"
+    grep -E '^E2E-RESULT .* FAIL ' "$LOGS/$s.log" | sed "s/^/  $s: /"
+  done
+fi
 echo "${total_pass} passed, ${total_fail} failed"
 [ ${#failed_stages[@]} -eq 0 ]
