@@ -53,10 +53,6 @@ class SparseBytes {
   using Page = std::unique_ptr<uint8_t[]>;
   // The page holding byte `off`, allocated (zeroed) if absent.
   uint8_t* PageFor(uint64_t off);
-  const uint8_t* PageAt(uint64_t off) const {
-    const size_t i = off / kPage;
-    return i < pages_.size() ? pages_[i].get() : nullptr;
-  }
   // Calls fn(page index, offset in page, length, position in the range) for
   // each page piece of [off, off + n).
   template <typename Fn>

@@ -68,12 +68,13 @@ class ScsiTest : public ::testing::Test {
  protected:
   static constexpr uint64_t kLunBytes = 64ull << 20;
   static constexpr uint32_t kBlock = 512;
-  // The fixture pool's size, for SetUp. The in-memory Env holds the whole
-  // image twice (current and durable) and the open punches all free space
-  // sector by sector, so the pool's size is most of each test's set-up
-  // cost: at 96 MiB these ~180 tests took about 1,000 CPU s of session
-  // 23's TSan stage (5 s an INQUIRY test). 40 MiB holds what most tests
-  // write; a fixture that fills more sets it larger in its constructor.
+  // The fixture pool's size, for SetUp. The open punches all free space
+  // sector by sector, so the pool's size is part of each test's set-up
+  // cost: at 96 MiB, when the in-memory Env still held each image as two
+  // flat buffers, these ~180 tests took about 1,000 CPU s of session 23's
+  // TSan stage (5 s an INQUIRY test; the Env is sparse since session 25).
+  // 40 MiB holds what most tests write; a fixture that fills more sets it
+  // larger in its constructor.
   uint64_t pool_bytes_ = 40ull << 20;
 
   void SetUp() override;
