@@ -31,6 +31,7 @@ struct BorrowedFile final : File {
   Status Truncate(uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
   Status PunchHole(uint64_t, uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
   bool IsBlockDevice() const override { return f->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f->WritesAllocate(); }
 };
 
 struct LunCopy {

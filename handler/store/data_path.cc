@@ -145,7 +145,7 @@ Status Core::WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* 
     l->map.Lookup(a0, a1 - a0, &pieces);
     for (const Run& r : pieces)
       for (uint64_t p = r.phys; p < r.phys + r.len; p++) need -= space_->refs(p) == 1;
-    if (!AffordableLocked(need, need) && !space_->has_pending())
+    if (!AffordableLocked(need, need) && !SpaceComingBackLocked())
       return PoolFullLocked(need);
   }
   while (len > 0) {
@@ -192,7 +192,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     fresh.clear();
     Status s = ReserveLocked(need, need, &fresh, need > 0 ? HintLocked(*l, a0) : AllocHint{});
     if (s.ok()) break;
-    if (attempt > 0 || !space_->has_pending()) return s;
+    if (attempt > 0 || !SpaceComingBackLocked()) return s;
     g.Unlock();  // frees under way (commit, punch): wait for them, retry
     Status c = ReclaimPending();
     if (!c.ok()) return c;
@@ -321,7 +321,7 @@ Status Core::UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket
     // Splitting an extent adds one; keep the checkpoint's room guaranteed.
     // A free: it may use the room growth leaves it.
     if (!AffordableToFreeLocked(2)) {
-      if (attempt > 0 || !space_->has_pending())
+      if (attempt > 0 || !SpaceComingBackLocked())
         return Status(Code::kNoSpace, "no room for metadata to unmap");
       g.Unlock();
       Status c = ReclaimPending();
@@ -566,7 +566,7 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       // extent per grain, as the write path reserves.
       s = ReserveLocked(need, need + 8, &fresh, need > 0 ? HintLocked(*l, holes[0].lba) : AllocHint{});
       if (s.ok()) break;
-      if (attempt > 0 || !space_->has_pending()) return s;
+      if (attempt > 0 || !SpaceComingBackLocked()) return s;
       g.Unlock();  // frees under way (commit, punch): wait for them, retry
       s = ReclaimPending();
       if (!s.ok()) return s;
@@ -694,7 +694,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         src->map.Lookup(sw0, w1 - w0, &sp);
         dst->map.Lookup(w0, w1 - w0, &dp);
         if ((!sp.empty() || !dp.empty()) && !AffordableLocked(0, sp.size() + 2) &&
-            space_->has_pending()) {
+            SpaceComingBackLocked()) {
           g.Unlock();  // frees under way (commit, punch): wait for them, look again
           s = ReclaimPending();
           if (!s.ok()) return s;

@@ -70,6 +70,14 @@ class File {
   // its size. Falls back to writing zeros where the file system cannot punch.
   virtual Status PunchHole(uint64_t off, uint64_t n) = 0;
   virtual bool IsBlockDevice() const = 0;
+  // True if the first write into a range never written, or punched, makes
+  // the storage allocate there at a cost a writer's sync pays (a sparse file
+  // on a file system that journals its extents: ext4, XFS). The store then
+  // zeroes free space ahead of its allocator (zero_ahead.h). False
+  // for a block device. Pure, as DropCache, so that a File wrapping another
+  // cannot forget to forward it (a pool behind such a wrapper would quietly
+  // behave otherwise than behind the file it wraps).
+  virtual bool WritesAllocate() const = 0;
   // The space behind this file (see BackingSpace). kUnsupported where the
   // Env cannot tell; the store then makes no thin-on-thin check.
   virtual Result<BackingSpace> Backing() {

@@ -108,6 +108,7 @@ class FaultFile final : public File {
   }
 
   bool IsBlockDevice() const override { return false; }
+  bool WritesAllocate() const override { return env_->writes_allocate(); }
   Result<BackingSpace> Backing() override { return env_->backing(); }
 
  private:

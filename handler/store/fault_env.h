@@ -27,6 +27,7 @@
 // Thread safety: all methods may be called concurrently.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -61,6 +62,12 @@ class FaultInjectionEnv final : public Env {
   Result<BackingSpace> BackingOf(const std::string& path) override;
   void SetBacking(const BackingSpace& b);
   BackingSpace backing() const;
+  // What its files answer to File::WritesAllocate (default false: a pool
+  // here is not zeroed ahead, so a background thread's writes and syncs do
+  // not shift the calls tests count and fail; tests of zeroing ahead, and
+  // the crash test, turn it on). Set before the pool opens.
+  void SetWritesAllocate(bool on) { writes_allocate_.store(on); }
+  bool writes_allocate() const { return writes_allocate_.load(); }
 
   // After `n` more mutating calls (Write, Sync, PunchHole, Truncate) the disk
   // is dead: later calls fail with kIOError and have no effect. A negative n
@@ -116,6 +123,7 @@ class FaultInjectionEnv final : public Env {
   static void Resize(Image& im, uint64_t size);
 
   mutable std::mutex mu_;
+  std::atomic<bool> writes_allocate_{false};
   std::map<std::string, std::shared_ptr<Image>> files_;
   int64_t crash_countdown_ = -1;
   bool crashed_ = false;

@@ -324,6 +324,7 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   pending_.clear();
   releasing_runs_.clear();
   quarantine_runs_.clear();
+  warm_.clear();
   chunk_held_ = reserved_ = releasing_ = quarantined_ = pending_count_ = 0;
   return Status::Ok();
 }
@@ -340,6 +341,33 @@ void FreeSpace::Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len)
     out->back().len += len;
   else
     out->push_back({start, len});
+}
+
+void FreeSpace::AddWarm(const GrainRun& r) noexcept {
+  if (r.len == 0 || warm_.size() >= kMaxWarmRuns) return;
+  std::optional<GrainRun> holder = index_.RunHolding(r.start);
+  if (!holder || r.len > holder->end() - r.start) return;
+  // Warm runs never overlap: one that shares a grain with r is replaced.
+  ForgetWarm(r.start, r.len);
+  try {
+    warm_.emplace(r.start, r.len);
+  } catch (const std::bad_alloc&) {
+    // A hint: without it a first write there costs a block allocation.
+  }
+}
+
+void FreeSpace::ForgetWarm(uint64_t start, uint64_t len) noexcept {
+  if (warm_.empty() || len == 0) return;
+  auto it = warm_.upper_bound(start);
+  if (it != warm_.begin() && std::prev(it)->first + std::prev(it)->second > start) --it;
+  while (it != warm_.end() && it->first < start + len) it = warm_.erase(it);
+}
+
+std::vector<GrainRun> FreeSpace::warm() const {
+  std::vector<GrainRun> v;
+  v.reserve(warm_.size());
+  for (const auto& [start, len] : warm_) v.push_back({start, len});
+  return v;
 }
 
 void FreeSpace::Unhold(Chunk* c) {
@@ -433,6 +461,17 @@ void FreeSpace::PlanFromIndex(uint64_t n, uint64_t goal, bool chunk,
         take->push_back({Place(*r, goal, chunk_grains_), chunk_grains_});
         return;
       }
+    // Else on the lowest zeroed-ahead run, if a chunk's first n grains fit
+    // from its start: written blocks (AddWarm says why).
+    if (!warm_.empty()) {
+      const uint64_t ws = warm_.begin()->first;
+      std::optional<GrainRun> r = index_.RunHolding(ws);
+      assert(r);  // a warm run lies in the index
+      if (r && r->end() - ws >= n) {
+        take->push_back({ws, std::min(chunk_grains_, r->end() - ws)});
+        return;
+      }
+    }
     if (auto r = index_.BestFit(std::max(n, (chunk_grains_ + 1) / 2), goal == AllocHint::kNoGoal ? 0 : goal)) {
       const uint64_t len = std::min(r->len, chunk_grains_);
       take->push_back({Place(*r, goal, len), len});
@@ -485,6 +524,10 @@ void FreeSpace::RemovePlanned(const std::vector<GrainRun>& take) {
     if (i == split) continue;
     assert(index_.RunHolding(take[i].start) == take[i]);  // whole: never allocates
     index_.Remove(take[i].start, take[i].len);
+  }
+  for (const GrainRun& t : take) {
+    if (warm_.contains(t.start)) warm_opened_++;
+    ForgetWarm(t.start, t.len);
   }
 }
 
@@ -606,6 +649,7 @@ Status FreeSpace::TakeFromIndex(const PendingRun& r, Taken to, const char* what)
   if (to == Taken::kReleasing) node.emplace(r.phys, r);
   index_.Remove(r.phys, r.n);  // all-or-nothing
   // Nothing below allocates.
+  ForgetWarm(r.phys, r.n);
   if (to == Taken::kReserved) {
     reserved_ += r.n;
   } else {

@@ -222,6 +222,25 @@ class FreeSpace {
   Status Withhold(const PendingRun& r);
   bool has_pending() const { return !pending_.empty() || releasing_ != 0; }
 
+  // Zeroed ahead (store-v3.md 3.5, "Zeroing ahead"): free runs of the index
+  // whose blocks the file system has already written (with zeros), so that
+  // a first write there costs it no block allocation, which on ext4 is a
+  // journal commit inside the writer's sync. Only a preference: a chunk
+  // that opens with no neighbour of its region to continue opens on the
+  // lowest of them (at its start, up to a chunk). Each always lies wholly
+  // inside one free run of the index: whatever takes a grain of one out of
+  // the index drops it, and Rebuild drops them all. AddWarm keeps r if it
+  // lies so (else, or past kMaxWarmRuns, or short of memory, it is ignored:
+  // a hint lost costs a block allocation, nothing else).
+  static constexpr size_t kMaxWarmRuns = 1024;
+  void AddWarm(const GrainRun& r) noexcept;
+  size_t warm_runs() const { return warm_.size(); }
+  // Pieces taken from the index at a warm run's start so far (chunks
+  // opened there; tests, benchmarks).
+  uint64_t warm_opened() const { return warm_opened_; }
+  // The warm runs, in start order (tests, the check).
+  std::vector<GrainRun> warm() const;
+
   uint64_t chunk_grains() const { return chunk_grains_; }
   uint64_t total_grains() const { return total_; }
   // Free grains: in the index plus those held unused in LUN chunks.
@@ -302,6 +321,9 @@ class FreeSpace {
   // All-or-nothing under std::bad_alloc.
   Status TakeFromIndex(const PendingRun& r, Taken to, const char* what);
   static void Append(std::vector<GrainRun>* out, uint64_t start, uint64_t len);
+  // Drops the warm runs that share a grain with [start, start+len): those
+  // grains leave the index. Never throws (erasing from a map).
+  void ForgetWarm(uint64_t start, uint64_t len) noexcept;
 
   uint64_t chunk_grains_;
   uint64_t total_ = 0;
@@ -321,6 +343,8 @@ class FreeSpace {
   // grains that failed to zero since the open (Rebuild clears it).
   std::map<uint64_t, PendingRun> releasing_runs_, quarantine_runs_;
   uint64_t reserved_ = 0, releasing_ = 0, quarantined_ = 0;
+  std::map<uint64_t, uint64_t> warm_;  // zeroed-ahead runs: start -> length (AddWarm)
+  uint64_t warm_opened_ = 0;
 };
 
 }  // namespace cowstore::store

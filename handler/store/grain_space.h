@@ -263,6 +263,9 @@ class GrainSpace final : public PoolSpace {
   uint64_t grains_per_au() const { return grains_per_au_; }
   const SharedRefs& shared() const { return shared_; }
   const FreeSpace& free_space() const { return free_; }
+  // Zeroed-ahead free runs (FreeSpace::AddWarm): Core's zeroing ahead adds
+  // them, new chunks open on them.
+  void AddWarm(const GrainRun& r) noexcept { free_.AddWarm(r); }
   // Everything the check places grains by (a copy: O(runs + regions)).
   GrainCensus Census() const;
   // Heap bytes the structures hold that stay with the pool (the free

@@ -132,6 +132,7 @@ Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<ui
       !space_->ReserveKeepingAus(need, CkptReserveLocked(extra_extents), out, hint))
     return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
   if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
+  if (hint.lun != AllocHint::kNoLun) MaybeZeroAheadLocked();
   return Status::Ok();
 }
 
@@ -326,6 +327,7 @@ Status Core::ReclaimPending() {
     queue_.DrainHooks();
   }
   thinner_.Drain();  // and on the free list once punched
+  zero_ahead_.Drain();  // a round's reservation back in free space
   return Status::Ok();
 }
 
@@ -338,6 +340,10 @@ Status Core::CheckUsable() const {
 Status Core::Close() {
   if (closed_.exchange(true)) return Status::Ok();
   if (read_only_) return Status::Ok();
+  // No round starts once closed_ is set (ZeroAheadRound looks under
+  // meta_mu_); the one in flight ends, then the stock is punched.
+  zero_ahead_.Drain();
+  PunchWarmRuns();
   Status s = Commit(CurrentSeq());  // everything buffered so far
   if (s.code() == Code::kNotDurable && !meta_failed_.load()) {
     // The checkpoint was refused for room (CommitBatch; the pool did not
@@ -501,7 +507,9 @@ SpaceInfo Core::Space() {
   // Units whose punch is still under way are free space (an allocation
   // waits for them), said apart so a reader sees it coming back.
   si.thinning_units = space_->releasing_units();
-  si.free_units = space_->free_units() + si.thinning_units;
+  // So are a zeroing-ahead round's (reserved only while their zeros are
+  // written): the figure does not dip while one runs.
+  si.free_units = space_->free_units() + si.thinning_units + zeroing_grains_;
   for (const auto& [id, l] : st_.luns) {
     si.luns.push_back(InfoLocked(*l));
     si.mapped_bytes += si.luns.back().mapped_bytes;

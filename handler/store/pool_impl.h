@@ -47,6 +47,7 @@
 #include "handler/store/read_spans.h"
 #include "handler/store/space_map.h"
 #include "handler/store/thinner.h"
+#include "handler/store/zero_ahead.h"
 #include "handler/store/thread_annotations.h"
 
 namespace cowstore::store {
@@ -59,6 +60,18 @@ constexpr uint64_t kPunchSliceBytes = 8ull << 20;
 // a diverged clone's region alternates shared and own runs, so the nearest
 // own one is a run or two down; more would cost every write for little.
 constexpr int kHintRunsLooked = 4;
+// Zeroing ahead (zero_ahead.h): the stock of warm runs, each at most
+// kWarmRunBytes (a chunk's start: the rest of a 1 MiB chunk stays a hole,
+// so random first writes, one per new chunk, cost 64 KiB of zeros each and
+// not a whole AU); rounds refill it to kWarmRuns, or one run per
+// kAusPerWarmRun AUs of a smaller pool, once fewer than half are left. So
+// at most 4 MiB of a pool's free space, and 1/16 of a small one, is not thin.
+constexpr uint64_t kWarmRunBytes = 64 << 10;
+constexpr size_t kWarmRuns = 64;
+constexpr uint64_t kAusPerWarmRun = 16;
+// After a round found no room: reservations that pass before it is asked
+// again (a full pool must not cost every write a wake-up and a lock).
+constexpr uint32_t kZeroAheadBackoff = 256;
 // A random RFC 4122 version 4 UUID (pools and LUNs).
 Uuid NewUuid();
 inline Status ReadOnly() { return Status(Code::kInvalidArgument, "pool is open read-only"); }
@@ -73,6 +86,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   Core(Env* env, std::unique_ptr<File> file, bool read_only)
       : env_(env), file_(std::move(file)), read_only_(read_only),
         queue_([this] { return CommitBatch(); }, [this](uint64_t d) { ReleasePending(d); }),
+        zero_ahead_([this] { return ZeroAheadRound(); }),
         thinner_([this](const PendingRun& r) { return PunchRun(r); },
                  [this](const std::vector<PendingRun>& r, const std::vector<bool>& ok) {
                    ReleaseRuns(r, ok);
@@ -174,6 +188,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
     MutexLock g(&meta_mu_);
     f(*space_);
   }
+  // Tests: waits until the zeroing-ahead rounds asked for have run.
+  void DrainZeroAheadForTest() { zero_ahead_.Drain(); }
+  // Tests: one round on the caller's thread (whatever the stock).
+  void ZeroAheadRoundForTest() { (void)ZeroAheadRound(); }
   // The LUN table and maps, read under the lock (where data landed).
   template <typename F>
   void WithStateForTest(F f) EXCLUDES(meta_mu_) {
@@ -236,6 +254,27 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // vouched for into *ready.
   void HoldUnvouchedLocked(std::vector<PendingRun>* ready) REQUIRES(meta_mu_);
   bool PunchRun(const PendingRun& r) EXCLUDES(meta_mu_);
+  // Zeroing ahead (zero_ahead.h). One round: reserves up to the stock's
+  // missing warm runs (kNoLun: from the index, next to the last round's),
+  // writes zeros over them and syncs, then gives them back as free and
+  // warm; if a write or the sync fails they go to quarantine instead.
+  // Nothing while the pool is closed or failed, or without room to spare
+  // (twice its own AUs past what keeps chunks open). Returns false: one round refills the stock, and
+  // the next low stock asks again (ZeroAhead's "another at once").
+  bool ZeroAheadRound() EXCLUDES(meta_mu_);
+  // Space that comes back without a new record: pending frees (and their
+  // punches), and a zeroing-ahead round's reservation. ReclaimPending waits
+  // for both, so a caller short of room retries after it when this holds.
+  bool SpaceComingBackLocked() const REQUIRES(meta_mu_) {
+    return space_->has_pending() || zeroing_grains_ != 0;
+  }
+  // After a reservation for a LUN: asks for a round when the stock is low.
+  void MaybeZeroAheadLocked() REQUIRES(meta_mu_);
+  // The stock a round refills to (kWarmRuns, less in a small pool).
+  size_t WarmTargetLocked() const REQUIRES(meta_mu_);
+  // Close: punches the warm runs left (the pool closes as thin as its maps
+  // say), each out of free space meanwhile. REQUIRES: no round running.
+  void PunchWarmRuns() EXCLUDES(meta_mu_);
   void ReleaseRuns(const std::vector<PendingRun>& runs, const std::vector<bool>& zeroed)
       EXCLUDES(meta_mu_);
   // An allocation found too little free while frees are under way: makes
@@ -474,7 +513,15 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // is in flight: thinner_ punches when it is even and has stopped changing (a
   // punch delays the syncs it overlaps, thinner.h).
   std::atomic<uint64_t> batches_{0};
-  // Last: destroyed first, so its worker stops before what it touches goes.
+  // Zeroing ahead: on for format 3 below the AU (where chunks are), on a
+  // file whose writes into holes allocate (File::WritesAllocate), opened
+  // read-write. Set by NewSpaceLocked before the Core is shared.
+  bool zero_ahead_on_ GUARDED_BY(meta_mu_) = false;
+  uint64_t warm_goal_ GUARDED_BY(meta_mu_) = AllocHint::kNoGoal;  // where the last round ended
+  uint32_t zero_ahead_backoff_ GUARDED_BY(meta_mu_) = 0;  // kZeroAheadBackoff
+  uint64_t zeroing_grains_ GUARDED_BY(meta_mu_) = 0;  // reserved by the round in flight
+  // Last: destroyed first, so their workers stop before what they touch goes.
+  ZeroAhead zero_ahead_;
   Thinner thinner_;
 };
 

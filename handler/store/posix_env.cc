@@ -182,6 +182,8 @@ class PosixFile final : public File {
   }
 
   bool IsBlockDevice() const override { return blockdev_; }
+  // A regular file: its free space is holes (PunchHole).
+  bool WritesAllocate() const override { return !blockdev_; }
 
   Result<BackingSpace> Backing() override {
     if (blockdev_) {

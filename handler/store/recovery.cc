@@ -89,10 +89,14 @@ void Core::NewSpaceLocked() {
   // in a GrainSpace, which hands out the checkpoint's chunks as whole AUs.
   flat_space_ = nullptr;
   grain_space_ = nullptr;
+  zero_ahead_on_ = false;
   if (grain_ < au_) {
     auto grains = std::make_unique<GrainSpace>(grain_, au_);
     grain_space_ = grains.get();
     space_ = std::move(grains);
+    // Its chunks open on zeroed-ahead runs (zero_ahead.h), where a write
+    // into free space costs an allocation.
+    zero_ahead_on_ = !read_only_ && file_->WritesAllocate();
     return;
   }
   auto flat = std::make_unique<SpaceMap>();

@@ -69,6 +69,7 @@ class PunchGateEnv final : public store::Env {
       return f_->PunchHole(o, n);
     }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool WritesAllocate() const override { return f_->WritesAllocate(); }
     store::Result<store::BackingSpace> Backing() override { return f_->Backing(); }
 
    private:

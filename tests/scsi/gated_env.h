@@ -57,6 +57,7 @@ class GatedEnv final : public store::Env {
     store::Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     store::Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
    private:
     GatedEnv* env_;

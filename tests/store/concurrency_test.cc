@@ -398,6 +398,7 @@ class GateLargeWrites final : public Env {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
    private:
     GateLargeWrites* env_;
@@ -633,6 +634,7 @@ class GateSuperblockWrite final : public Env {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
    private:
     GateSuperblockWrite* env_;

@@ -38,6 +38,7 @@ class CountingFile final : public File {
   Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return inner_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return inner_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return inner_->WritesAllocate(); }
 
   uint64_t reads() const { return reads_; }
   uint64_t writes() const { return writes_; }

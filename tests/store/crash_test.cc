@@ -167,6 +167,10 @@ void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, Chec
     runs++;
     FaultInjectionEnv env;
     if (seed & 1) env.SetFailedSync(FaultInjectionEnv::FailedSync::kForget);
+    // As a pool file's: zeroed ahead below the AU (zero_ahead.h), so that
+    // cuts land in its rounds too (its writes and syncs are calls the
+    // crash counts).
+    env.SetWritesAllocate(true);
     Driver d(&env, seed * 7919, options);
     ASSERT_TRUE(d.Create());
     std::mt19937_64& rng = d.rng();

@@ -554,6 +554,7 @@ class TwoFacedFile final : public File {
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
  private:
   File* f_;
@@ -889,6 +890,7 @@ class HookedFile final : public File {
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
  private:
   File* f_;

@@ -147,6 +147,67 @@ TEST(FreeSpace, InterleavedLunsEachWriteIntoTheirOwnChunks) {
   EXPECT_EQ(fs.index().by_offset(), (Runs{{768, 4096 - 768}}));
 }
 
+TEST(FreeSpace, AChunkWithNoNeighbourToContinueOpensOnTheLowestWarmRun) {
+  FreeSpace fs = WithFreeRuns(16, 1024, Runs{{100, 924}});
+  fs.AddWarm({500, 16});
+  fs.AddWarm({300, 8});  // shorter than a chunk: the chunk takes a chunk from its start
+  EXPECT_EQ(fs.warm(), (GV{{300, 8}, {500, 16}}));
+  GV out;
+  ASSERT_TRUE(fs.Allocate(1, Lun(1), &out).ok());
+  EXPECT_EQ(out, (GV{{300, 1}}));  // not best fit at the lowest free grain (100)
+  EXPECT_EQ(fs.open_chunk(1), (GrainRun{301, 15}));
+  EXPECT_EQ(fs.warm(), (GV{{500, 16}}));
+  EXPECT_EQ(fs.warm_opened(), 1u);
+  // The next region's chunk: the next warm run.
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(2, {1, AllocHint::kNoGoal, 7}, &out).ok());
+  EXPECT_EQ(out, (GV{{500, 2}}));
+  EXPECT_TRUE(fs.warm().empty());
+  // Used up, region 0's chunk continues next to itself, warm runs or not.
+  fs.AddWarm({700, 16});
+  out.clear();
+  ASSERT_TRUE(fs.Allocate(15, Lun(1), &out).ok());
+  ASSERT_TRUE(fs.Allocate(1, Lun(1), &out).ok());
+  EXPECT_EQ(out, (GV{{301, 16}}));
+  EXPECT_EQ(fs.warm(), (GV{{700, 16}}));
+  EXPECT_EQ(fs.warm_opened(), 2u);
+}
+
+TEST(FreeSpace, AWarmRunIsForgottenWhenAnyOfItsGrainsLeavesTheIndex) {
+  FreeSpace fs = WithFreeRuns(16, 1024, Runs{{0, 512}, {600, 424}});
+  fs.AddWarm({100, 16});
+  fs.AddWarm({200, 16});
+  fs.AddWarm({300, 16});
+  fs.AddWarm({700, 16});
+  ASSERT_TRUE(fs.TakeRun({115, 1}).ok());  // its last grain
+  ASSERT_TRUE(fs.Withhold({199, 2, 0}).ok());  // straddles its start
+  GV out;
+  ASSERT_TRUE(fs.Allocate(4, Meta(310), &out).ok());  // metadata in its middle
+  EXPECT_EQ(out, (GV{{310, 4}}));
+  EXPECT_EQ(fs.warm(), (GV{{700, 16}}));
+  // Kept only wholly inside one free run; one that overlaps a kept one
+  // replaces it.
+  fs.AddWarm({505, 16});   // past the end of [0, 512)
+  fs.AddWarm({310, 1});    // reserved
+  fs.AddWarm({2000, 1});   // beyond the pool
+  fs.AddWarm({0, 0});
+  EXPECT_EQ(fs.warm(), (GV{{700, 16}}));
+  fs.AddWarm({710, 16});
+  EXPECT_EQ(fs.warm(), (GV{{710, 16}}));
+  // Given back, the grains are free again but not warm; a rebuild forgets all.
+  ASSERT_TRUE(fs.Unreserve({115, 1}, true).ok());
+  EXPECT_EQ(fs.warm(), (GV{{710, 16}}));
+  ASSERT_TRUE(fs.Rebuild(1024, {}).ok());
+  EXPECT_TRUE(fs.warm().empty());
+}
+
+TEST(FreeSpace, WarmRunsAreBounded) {
+  FreeSpace fs(16);
+  ASSERT_TRUE(fs.Rebuild(4 * FreeSpace::kMaxWarmRuns, {}).ok());
+  for (uint64_t i = 0; i < FreeSpace::kMaxWarmRuns + 10; i++) fs.AddWarm({2 * i, 1});
+  EXPECT_EQ(fs.warm_runs(), FreeSpace::kMaxWarmRuns);
+}
+
 TEST(FreeSpace, ANewChunkGoesNearThePreviousOneNotToTheLowestFreeGrain) {
   // Free: [0,64) far away, then [1000,1064) and [1100,1300). LUN 1's first
   // chunk is at its goal 1000; its next is the next free run, not [0,64).
@@ -634,6 +695,13 @@ void CheckAgainst(const FreeSpace& fs, const Reference& ref, int luns, const cha
   EXPECT_EQ(fs.pending_grains(), ref.Count(kPending) + ref.Count(kReleasing));
   EXPECT_EQ(fs.releasing_grains(), ref.Count(kReleasing));
   EXPECT_EQ(fs.quarantined_grains(), ref.Count(kQuarantine));
+  // Warm runs: disjoint, each wholly in the index (AddWarm's invariant).
+  uint64_t warm_end = 0;
+  for (const GrainRun& w : fs.warm()) {
+    ASSERT_GE(w.start, warm_end) << "warm runs overlap";
+    for (uint64_t g = w.start; g < w.end(); g++) ASSERT_TRUE(in_index[g]) << "warm grain " << g << " not free";
+    warm_end = w.end();
+  }
 }
 
 // How often the workload reached each outcome, so the test can show it
@@ -641,6 +709,7 @@ void CheckAgainst(const FreeSpace& fs, const Reference& ref, int luns, const cha
 struct Reached {
   uint64_t allocations = 0, free_fraction_sum = 0, checks = 0;
   uint64_t no_space = 0, goal_taken = 0, released = 0, quarantined = 0, multi_run = 0;
+  uint64_t warm_opened = 0;
 };
 
 void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reached* reached) {
@@ -673,7 +742,7 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
   CheckAgainst(fs, ref, kLuns, "after rebuild");
 
   for (int op = 0; op < ops; op++) {
-    switch (pick(12)) {
+    switch (pick(13)) {
       case 0: case 1: case 2: {  // allocate (less often on a calm pool)
         if (calm && pick(2) == 0) break;
         uint64_t n = pick(8) == 0 ? 1 + pick(total / 4) : 1 + pick(chunk);
@@ -784,6 +853,16 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
           ASSERT_EQ(fs.chunk_count(), count);  // where each ended is kept
         }
         break;
+      case 12: {  // zeroed ahead: anywhere (kept only if wholly free), or a free run's start
+        const auto free = fs.index().by_offset();
+        GrainRun w{pick(total), 1 + pick(chunk)};
+        if (pick(2) == 0 && !free.empty()) {
+          auto it = std::next(free.begin(), static_cast<long>(pick(free.size())));
+          w = {it->first, std::min<uint64_t>(it->second, 1 + pick(chunk))};
+        }
+        fs.AddWarm(w);
+        break;
+      }
     }
     if (op % 1500 == 1499) {
       // Reopen: everything but the mapped runs is free again (reservations
@@ -803,6 +882,7 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
     }
   }
   CheckAgainst(fs, ref, kLuns, "at the end");
+  reached->warm_opened += fs.warm_opened();
 }
 
 TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
@@ -825,6 +905,7 @@ TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
   EXPECT_GT(reached.multi_run, 0u);
   EXPECT_GT(reached.released, 0u);
   EXPECT_GT(reached.quarantined, 0u);
+  EXPECT_GT(reached.warm_opened, 0u);
 }
 
 // ---------------------------------------------------- RAM per free run

@@ -222,6 +222,7 @@ class HugeFileEnv final : public Env {
     }
     Status PunchHole(uint64_t o, uint64_t n) override { return f_->PunchHole(o, n); }
     bool IsBlockDevice() const override { return false; }
+    bool WritesAllocate() const override { return false; }
 
    private:
     std::unique_ptr<File> f_;

@@ -138,6 +138,7 @@ class DieAfterSlotWrite final : public File {
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
  private:
   File* f_;
@@ -340,6 +341,7 @@ class TraceFile final : public File {
     return f_->PunchHole(off, n);
   }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
   std::vector<Call> calls;
 

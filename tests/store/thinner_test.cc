@@ -327,6 +327,7 @@ class GatedFile final : public File {
     return f_->PunchHole(o, n);
   }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  bool WritesAllocate() const override { return f_->WritesAllocate(); }
   std::atomic<uint64_t>* largest_punch = nullptr;
 
  private:

@@ -1,0 +1,322 @@
+// SPDX-License-Identifier: Apache-2.0
+// Zeroing ahead (zero_ahead.h): the worker thread on its own, and a format 3
+// pool's use of it: a stock of warm runs written and synced off the write
+// path, new chunks opening on them, nothing of it while the pool is short of
+// room, quarantine after a failed zero write, a failed pool after a failed
+// sync, and the stock punched at Close.
+#include "handler/store/zero_ahead.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "handler/store/fault_env.h"
+#include "handler/store/grain_space.h"
+#include "handler/store/pool.h"
+#include "handler/store/pool_impl.h"
+
+namespace cowstore::store {
+namespace {
+
+// ------------------------------------------------------------- the worker
+
+TEST(ZeroAheadWorker, APokeRunsRoundsUntilOneSaysDoneAndDrainWaitsForThem) {
+  std::atomic<int> runs{0};
+  ZeroAhead z([&] { return ++runs % 3 != 0; });
+  z.Drain();  // nothing asked for: returns at once
+  EXPECT_EQ(runs.load(), 0);
+  z.Poke();
+  z.Drain();
+  EXPECT_EQ(runs.load(), 3);
+  z.Poke();
+  z.Drain();
+  EXPECT_EQ(runs.load(), 6);
+  EXPECT_EQ(z.rounds(), 6u);
+}
+
+TEST(ZeroAheadWorker, AThrowingRoundEndsItsRoundsAndTheNextPokeRunsAgain) {
+  std::atomic<int> runs{0};
+  ZeroAhead z([&]() -> bool {
+    if (++runs == 1) throw std::runtime_error("round failed");
+    return false;
+  });
+  z.Poke();
+  z.Drain();
+  EXPECT_EQ(runs.load(), 1);
+  z.Poke();
+  z.Drain();
+  EXPECT_EQ(runs.load(), 2);
+}
+
+TEST(ZeroAheadWorker, DestroyingItStopsAWorkerThatWantsMoreRounds) {
+  std::atomic<int> runs{0};
+  {
+    ZeroAhead z([&] {
+      runs++;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      return true;  // always more
+    });
+    z.Poke();
+    while (runs.load() < 3) std::this_thread::yield();
+  }  // joins: the worker stops between rounds
+  const int after = runs.load();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(runs.load(), after);
+}
+
+// ------------------------------------------------------------- in a pool
+
+constexpr uint32_t kAu = 64 << 10;
+constexpr uint32_t kBlock = 4096;
+constexpr uint64_t kWarmGrains = kWarmRunBytes / kBlock;  // 16: one AU here
+constexpr uint64_t kPool = 80 << 20;  // >= 1,024 AUs: the full stock (kWarmRuns)
+// New chunks that take the stock below half, so that a round refills it.
+constexpr uint64_t kUsed = kWarmRuns / 2 + 1;
+
+struct Stock {
+  std::vector<GrainRun> warm;
+  uint64_t opened = 0, quarantined = 0, reserved = 0;
+};
+
+Stock StockOf(Core* core) {
+  Stock s;
+  core->WithSpaceForTest([&](PoolSpace& space) {
+    auto& g = dynamic_cast<GrainSpace&>(space);
+    s.warm = g.free_space().warm();
+    s.opened = g.free_space().warm_opened();
+    s.quarantined = g.quarantined_units();
+    s.reserved = g.reserved_units();
+  });
+  return s;
+}
+
+// The physical grain LUN `name` maps LBA `lba` to.
+uint64_t PhysOf(Core* core, const std::string& name, uint64_t lba) {
+  uint64_t phys = UINT64_MAX;
+  core->WithStateForTest([&](const MetaState& st) {
+    const LunState* l = st.FindName(name);
+    if (l == nullptr) return;
+    std::vector<Run> r;
+    l->map.Lookup(lba, 1, &r);
+    if (!r.empty()) phys = r[0].phys + (lba - r[0].lba);
+  });
+  return phys;
+}
+
+class ZeroAheadPool : public ::testing::Test {
+ protected:
+  void Make(uint64_t size, bool writes_allocate = true) {
+    env_.SetWritesAllocate(writes_allocate);
+    PoolOptions o;
+    o.size_bytes = size;
+    o.allocation_unit = kAu;
+    o.format = 3;
+    o.grain = kBlock;
+    o.soft_threshold_percent = 0;
+    auto p = Pool::Create(&env_, "pool", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool_ = std::move(p.value());
+    core_ = CoreOfForTest(pool_.get());
+    ASSERT_TRUE(pool_->CreateLun("a", 64ull << 20, kBlock).ok());
+    auto l = pool_->OpenLun("a");
+    ASSERT_TRUE(l.ok());
+    lun_ = std::move(l.value());
+  }
+  Status WriteBlock(uint64_t lba, uint8_t fill, Durability d = Durability::kDurable) {
+    std::vector<uint8_t> b(kBlock, fill);
+    iovec v{b.data(), b.size()};
+    return lun_->Write(lba, 1, {&v, 1}, d);
+  }
+  uint8_t ReadFirstByte(uint64_t lba) {
+    std::vector<uint8_t> b(kBlock, 0xEE);
+    iovec v{b.data(), b.size()};
+    EXPECT_TRUE(lun_->Read(lba, 1, {&v, 1}).ok());
+    return b[0];
+  }
+  // The first block of each 1 MiB LBA region: a new chunk each.
+  static uint64_t Region(uint64_t r) { return r * ((1 << 20) / kBlock); }
+
+  FaultInjectionEnv env_;
+  std::unique_ptr<Pool> pool_;
+  Core* core_ = nullptr;
+  std::shared_ptr<Lun> lun_;
+};
+
+TEST_F(ZeroAheadPool, AFirstWriteStocksWarmRunsAndTheNextNewChunkOpensOnTheLowest) {
+  Make(kPool);
+  const uint64_t writes0 = env_.calls(FaultInjectionEnv::Op::kWrite);
+  const uint64_t syncs0 = env_.calls(FaultInjectionEnv::Op::kSync);
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());  // no stock yet: asks for it
+  core_->DrainZeroAheadForTest();
+  Stock s = StockOf(core_);
+  ASSERT_EQ(s.warm.size(), kWarmRuns);
+  for (const GrainRun& w : s.warm) EXPECT_EQ(w.len, kWarmGrains);
+  EXPECT_EQ(s.reserved, 0u);  // the round gave its grains back
+  EXPECT_EQ(s.opened, 0u);
+  // The write (data, record, sync) and the round (its zeros, a sync): the
+  // 64 runs lie together, so the round is a few writes, not one a run.
+  EXPECT_GE(env_.calls(FaultInjectionEnv::Op::kSync), syncs0 + 2);
+  EXPECT_LE(env_.calls(FaultInjectionEnv::Op::kWrite), writes0 + 2 + 8);
+
+  const uint64_t lowest = s.warm.front().start;
+  ASSERT_TRUE(WriteBlock(Region(5), 2).ok());
+  EXPECT_EQ(PhysOf(core_, "a", Region(5)), lowest);
+  s = StockOf(core_);
+  EXPECT_EQ(s.opened, 1u);
+  EXPECT_EQ(s.warm.size(), kWarmRuns - 1);
+  EXPECT_EQ(ReadFirstByte(Region(0)), 1);
+  EXPECT_EQ(ReadFirstByte(Region(5)), 2);
+  // Space() does not see the stock (it is free space).
+  const SpaceInfo si = pool_->Space();
+  EXPECT_EQ(si.free_units + si.allocated_units, si.total_units);
+}
+
+TEST_F(ZeroAheadPool, TheStockIsRefilledOnceBelowHalf) {
+  Make(kPool);
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
+  core_->DrainZeroAheadForTest();
+  for (uint64_t r = 1; r < kUsed; r++) ASSERT_TRUE(WriteBlock(Region(r), 3).ok());
+  core_->DrainZeroAheadForTest();
+  EXPECT_EQ(StockOf(core_).warm.size(), kWarmRuns - (kUsed - 1));  // half: not yet
+  ASSERT_TRUE(WriteBlock(Region(kUsed), 3).ok());
+  core_->DrainZeroAheadForTest();
+  Stock s = StockOf(core_);
+  EXPECT_EQ(s.opened, kUsed);
+  EXPECT_EQ(s.warm.size(), kWarmRuns);  // refilled
+  for (uint64_t r = 1; r <= kUsed; r++) EXPECT_EQ(ReadFirstByte(Region(r)), 3);
+  EXPECT_TRUE(pool_->Check().clean);
+}
+
+TEST_F(ZeroAheadPool, NothingIsZeroedAheadWithoutTheEnvsSay) {
+  Make(kPool, /*writes_allocate=*/false);
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
+  core_->DrainZeroAheadForTest();
+  EXPECT_TRUE(StockOf(core_).warm.empty());
+}
+
+// Blocks a pool of `size` takes, one a region, until it is full; the most
+// warm runs seen on the way in *warm_seen.
+uint64_t BlocksUntilFull(FaultInjectionEnv* env, uint64_t size, bool writes_allocate, size_t* warm_seen) {
+  env->SetWritesAllocate(writes_allocate);
+  PoolOptions o;
+  o.size_bytes = size;
+  o.allocation_unit = kAu;
+  o.format = 3;
+  o.grain = kBlock;
+  o.soft_threshold_percent = 0;
+  auto p = Pool::Create(env, "pool", o);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  if (!p.ok()) return 0;
+  constexpr uint64_t kLun = 4ull << 30;
+  EXPECT_TRUE(p.value()->CreateLun("a", kLun, kBlock).ok());
+  auto l = p.value()->OpenLun("a");
+  EXPECT_TRUE(l.ok());
+  if (!l.ok()) return 0;
+  Core* core = CoreOfForTest(p.value().get());
+  std::vector<uint8_t> b(kBlock, 5);
+  iovec v{b.data(), b.size()};
+  const uint64_t per_region = (1 << 20) / kBlock, regions = kLun >> 20;
+  uint64_t n = 0;
+  for (;; n++) {
+    // Each region's first block (a new chunk each), then each one's second...
+    const uint64_t lba = (n % regions) * per_region + n / regions;
+    Status s = l.value()->Write(lba, 1, {&v, 1}, Durability::kBuffered);
+    if (s.code() == Code::kNoSpace) break;
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) break;
+    if (n % 16 == 0) {
+      core->DrainZeroAheadForTest();
+      *warm_seen = std::max(*warm_seen, StockOf(core).warm.size());
+    }
+  }
+  core->DrainZeroAheadForTest();
+  EXPECT_EQ(StockOf(core).reserved, 0u);
+  l.value().reset();
+  const CheckReport r = p.value()->Check();
+  EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+  return n;
+}
+
+TEST(ZeroAheadFullPool, ZeroingAheadCostsAFillingPoolNoBlock) {
+  // A small pool (a stock of a few runs) written a block a region until
+  // full: as many blocks with zeroing ahead as without (its rounds stop
+  // short of room, and new chunks take the stock).
+  FaultInjectionEnv with, without;
+  size_t warm_with = 0, warm_without = 0;
+  const uint64_t a = BlocksUntilFull(&with, 24 << 20, true, &warm_with);
+  const uint64_t b = BlocksUntilFull(&without, 24 << 20, false, &warm_without);
+  EXPECT_GT(a, 1000u);
+  EXPECT_EQ(a, b);
+  EXPECT_GT(warm_with, 0u);
+  EXPECT_EQ(warm_without, 0u);
+}
+
+TEST_F(ZeroAheadPool, AFailedZeroWriteQuarantinesTheRoundsGrainsAndThePoolServesOn) {
+  Make(kPool);
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
+  core_->DrainZeroAheadForTest();
+  ASSERT_EQ(StockOf(core_).warm.size(), kWarmRuns);
+  for (uint64_t r = 1; r < kUsed; r++) ASSERT_TRUE(WriteBlock(Region(r), 2).ok());
+  core_->DrainZeroAheadForTest();
+  ASSERT_EQ(StockOf(core_).warm.size(), kWarmRuns - (kUsed - 1));
+  // A round on this thread (the stock is at half: no other runs), whose
+  // first write fails.
+  env_.FailAt(FaultInjectionEnv::Op::kWrite, 0, Code::kIOError);
+  core_->ZeroAheadRoundForTest();
+  const Stock s = StockOf(core_);
+  EXPECT_EQ(s.warm.size(), kWarmRuns - (kUsed - 1));
+  EXPECT_EQ(s.quarantined, (kUsed - 1) * kWarmGrains);  // the refill's grains
+  EXPECT_EQ(s.reserved, 0u);
+  const Status w = WriteBlock(Region(kUsed), 4);
+  ASSERT_TRUE(w.ok()) << w.ToString();
+  EXPECT_EQ(ReadFirstByte(Region(kUsed)), 4);
+  EXPECT_TRUE(pool_->Check().clean);
+}
+
+TEST_F(ZeroAheadPool, AFailedRoundSyncFailsThePool) {
+  Make(kPool);
+  // A buffered write syncs nothing: the next sync is the round's.
+  env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
+  ASSERT_TRUE(WriteBlock(Region(0), 1, Durability::kBuffered).ok());
+  core_->DrainZeroAheadForTest();
+  EXPECT_TRUE(StockOf(core_).warm.empty());
+  // The sync may have dropped that write's data (fsyncgate): nothing may
+  // report it durable now, nor read it back.
+  EXPECT_FALSE(pool_->Flush().ok());
+  std::vector<uint8_t> b(kBlock);
+  iovec v{b.data(), b.size()};
+  EXPECT_FALSE(lun_->Read(Region(0), 1, {&v, 1}).ok());
+}
+
+TEST_F(ZeroAheadPool, CloseGivesTheStockBackAsHolesAndTheReopenedPoolChecksClean) {
+  Make(kPool);
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
+  core_->DrainZeroAheadForTest();
+  ASSERT_EQ(StockOf(core_).warm.size(), kWarmRuns);
+  const uint64_t punches0 = env_.calls(FaultInjectionEnv::Op::kPunch);
+  lun_.reset();
+  ASSERT_TRUE(pool_->Close().ok());
+  EXPECT_GE(env_.calls(FaultInjectionEnv::Op::kPunch), punches0 + kWarmRuns);
+  pool_.reset();
+  auto p = Pool::Open(&env_, "pool");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const CheckReport r = p.value()->Check();
+  EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+  auto l = p.value()->OpenLun("a");
+  ASSERT_TRUE(l.ok());
+  std::vector<uint8_t> b(kBlock);
+  iovec v{b.data(), b.size()};
+  ASSERT_TRUE(l.value()->Read(Region(0), 1, {&v, 1}).ok());
+  EXPECT_EQ(b[0], 1);
+}
+
+}  // namespace
+}  // namespace cowstore::store
