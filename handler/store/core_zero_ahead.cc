@@ -4,25 +4,10 @@
 #include <algorithm>
 #include <vector>
 
+#include "handler/store/grain_space.h"
 #include "handler/store/pool_impl.h"
 
 namespace cowstore::store {
-
-namespace {
-
-// Consecutive grain numbers as runs, in the order given.
-std::vector<GrainRun> RunsOfGrains(const std::vector<uint64_t>& grains) {
-  std::vector<GrainRun> runs;
-  for (uint64_t g : grains) {
-    if (!runs.empty() && runs.back().end() == g)
-      runs.back().len++;
-    else
-      runs.push_back({g, 1});
-  }
-  return runs;
-}
-
-}  // namespace
 
 size_t Core::WarmTargetLocked() const {
   const uint64_t aus = space_->total_units() / grain_space_->grains_per_au();
@@ -68,7 +53,7 @@ bool Core::ZeroAheadRound() {
   // The grains are reserved: nothing else writes them until they are given
   // back. Zeros over free space change nothing a reader or a recovery sees.
   static const std::vector<uint8_t> kZeros(1 << 20);
-  const std::vector<GrainRun> runs = RunsOfGrains(grains);
+  const std::vector<GrainRun> runs = GrainSpace::ToRuns(grains);
   bool ok = true;
   for (const GrainRun& r : runs) {
     for (uint64_t off = 0, bytes = r.len * grain_; ok && off < bytes;) {

@@ -272,13 +272,13 @@ class GrainSpace final : public PoolSpace {
   // indexes, the shared records, the region counters); the in-flight sets
   // (reservations, marks, pending frees) are counted by a heap measure only.
   size_t MemoryBytes() const;
+  // The grains (Reserve's output) in sorted, merged runs.
+  static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
 
  private:
   // kInvalidArgument unless [phys, phys+n) lies in the pool.
   Status CheckRange(uint64_t phys, uint64_t n) const;
   Status Overflow(uint64_t p, uint64_t refs) const;
-  // The grains in sorted, merged runs.
-  static std::vector<GrainRun> ToRuns(std::vector<uint64_t> grains);
   // Plans (changing nothing) up to n whole free AUs for TakeMeta, appending
   // them as runs of AUs to *plan (may be null); returns how many it found.
   // from_end: each run's last whole AUs rather than its first.
