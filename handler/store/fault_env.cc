@@ -206,6 +206,12 @@ void FaultInjectionEnv::CrashAfter(int64_t n) {
   crash_countdown_ = n;
 }
 
+bool FaultInjectionEnv::Disarm() {
+  std::lock_guard<std::mutex> g(mu_);
+  crash_countdown_ = -1;
+  return crashed_;
+}
+
 bool FaultInjectionEnv::crashed() const {
   std::lock_guard<std::mutex> g(mu_);
   return crashed_;

@@ -74,6 +74,11 @@ class FaultInjectionEnv final : public Env {
   // disarms it.
   void CrashAfter(int64_t n);
   bool crashed() const;
+  // Disarms the countdown (as CrashAfter(-1)) and returns whether the disk
+  // died before that, in one step: a pool's own thread (zeroing ahead,
+  // zero_ahead.h) may take the last call the countdown allows at any time,
+  // so checking crashed() and then disarming could miss a crash between.
+  bool Disarm();
   // Number of mutating calls so far (to pick crash points).
   uint64_t mutating_calls() const;
   // The `nth` (0 = next) call of kind `op` fails with `code` (kIOError or

@@ -238,7 +238,7 @@ class FreeSpace {
   // Pieces taken from the index at a warm run's start so far (chunks
   // opened there; tests, benchmarks).
   uint64_t warm_opened() const { return warm_opened_; }
-  // The warm runs, in start order (tests, the check).
+  // The warm runs, in start order (Close punches them; tests).
   std::vector<GrainRun> warm() const;
 
   uint64_t chunk_grains() const { return chunk_grains_; }

@@ -47,8 +47,8 @@
 #include "handler/store/read_spans.h"
 #include "handler/store/space_map.h"
 #include "handler/store/thinner.h"
-#include "handler/store/zero_ahead.h"
 #include "handler/store/thread_annotations.h"
+#include "handler/store/zero_ahead.h"
 
 namespace cowstore::store {
 
@@ -259,8 +259,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // writes zeros over them and syncs, then gives them back as free and
   // warm; if a write or the sync fails they go to quarantine instead.
   // Nothing while the pool is closed or failed, or without room to spare
-  // (twice its own AUs past what keeps chunks open). Returns false: one round refills the stock, and
-  // the next low stock asks again (ZeroAhead's "another at once").
+  // (twice its own AUs past what keeps chunks open). Returns false: one
+  // round refills the stock, and the next low stock asks again (ZeroAhead's
+  // "another at once").
   bool ZeroAheadRound() EXCLUDES(meta_mu_);
   // Space that comes back without a new record: pending frees (and their
   // punches), and a zeroing-ahead round's reservation. ReclaimPending waits

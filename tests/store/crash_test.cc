@@ -135,12 +135,11 @@ void SurviveProcessDeath(FaultInjectionEnv& env, Driver& d, std::mt19937_64& rng
   env.ClearFaults();  // the disk lives on, cache and all (no PowerLoss)
   if (rng() % 5 == 0) env.CrashAfter(static_cast<int64_t>(rng() % 8));
   ::testing::AssertionResult opened = d.Reopen();
-  if (env.crashed()) {  // the power failed during the open: the caller's reopen recovers
+  if (env.Disarm()) {  // the power failed during the open: the caller's reopen recovers
     (*recovery_crashes)++;
     d.Drop();
     return;
   }
-  env.CrashAfter(-1);
   ASSERT_TRUE(opened) << "reopen from the page cache";
   CheckReport rep = d.pool()->Check();
   ASSERT_TRUE(rep.clean) << "reopened from the page cache: " << rep.problems[0];
@@ -152,7 +151,7 @@ void SurviveProcessDeath(FaultInjectionEnv& env, Driver& d, std::mt19937_64& rng
     if (rng() % 4 == 0) env.CrashAfter(static_cast<int64_t>(rng() % 12));
     ASSERT_TRUE(d.Step()) << "after a reopen from the page cache, step " << i;
     (*ops)++;
-    if (!env.crashed()) env.CrashAfter(-1);
+    if (env.Disarm()) break;
   }
   env.CrashAfter(0);  // the power fails now: the pool's destructors reach no disk
   d.Drop();
@@ -179,10 +178,7 @@ void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, Chec
       if (rng() % 4 == 0) env.CrashAfter(static_cast<int64_t>(rng() % 12));
       ASSERT_TRUE(d.Step()) << "seed " << seed << " step " << step;
       ops++;
-      if (!env.crashed()) {
-        env.CrashAfter(-1);
-        continue;
-      }
+      if (!env.Disarm()) continue;
       crashes++;
       if (std::getenv("COWSTORE_TRACE")) std::fprintf(stderr, "=== crash %llu seed %llu step %d\n", (unsigned long long)crashes, (unsigned long long)seed, step);
       d.Drop();  // (the disk is dead: the pool's destructors write nothing)
@@ -200,10 +196,7 @@ void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, Chec
       for (int tries = 0;; tries++) {
         if (tries < 3 && rng() % 5 == 0) env.CrashAfter(static_cast<int64_t>(rng() % 8));
         auto p = Pool::Open(&env, "pool");
-        if (p.ok() && !env.crashed()) {
-          env.CrashAfter(-1);
-          break;
-        }
+        if (!env.Disarm() && p.ok()) break;
         p = Status();  // (closes a pool that opened while the disk died under it)
         ASSERT_TRUE(env.crashed()) << "seed " << seed << ": reopen failed";
         recovery_crashes++;

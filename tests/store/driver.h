@@ -84,7 +84,19 @@ class Driver {
     auto it = handles_.find(name);
     if (it != handles_.end()) return it->second.get();
     auto l = pool_->OpenLun(name);
-    if (!l.ok()) return nullptr;
+    if (!l.ok()) {
+      // The pool failed under this step (a background sync met the dead
+      // disk: see Step): a handle whose every call fails the same way, so
+      // the step sees the failure it handles after a crash. Kept apart from
+      // handles_ until Drop or Reopen (a failed pool stays failed).
+      std::unique_ptr<DeadLun>& d = dead_[name];
+      if (!d) {
+        const ModelLun* ml = model_.luns.count(name) ? &model_.luns.at(name) : nullptr;
+        d = std::make_unique<DeadLun>(*pool_, name, ml ? ml->bs : 512, ml ? ml->sectors * kSec / ml->bs : 0,
+                                      l.status());
+      }
+      return d.get();
+    }
     return (handles_[name] = l.value()).get();
   }
 
@@ -174,12 +186,14 @@ class Driver {
   // After a power cut: drop handles and the pool.
   void Drop() {
     handles_.clear();
+    dead_.clear();
     pool_.reset();
   }
 
   ::testing::AssertionResult Reopen() {
     auto p = Pool::Open(env_, "pool");
     if (!p.ok()) return ::testing::AssertionFailure() << "reopen: " << p.status().ToString();
+    dead_.clear();  // (they name the pool replaced)
     pool_ = std::move(p.value());
     return ::testing::AssertionSuccess();
   }
@@ -696,6 +710,35 @@ class Driver {
   Model model_;
   std::unique_ptr<Pool> pool_;
   std::map<std::string, std::shared_ptr<Lun>> handles_;
+  // A LUN handle whose every call fails with the status the pool's OpenLun
+  // gave (Handle, after the pool failed).
+  class DeadLun final : public Lun {
+   public:
+    DeadLun(Pool& pool, std::string name, uint32_t bs, uint64_t blocks, Status why)
+        : pool_(pool), name_(std::move(name)), bs_(bs), blocks_(blocks), why_(std::move(why)) {}
+    const std::string& name() const override { return name_; }
+    Uuid id() const override { return Uuid{}; }
+    uint32_t block_size() const override { return bs_; }
+    uint64_t block_count() const override { return blocks_; }
+    Pool& pool() override { return pool_; }
+    bool read_only() const override { return false; }
+    Status Read(uint64_t, uint64_t, std::span<const iovec>) override { return why_; }
+    Status Write(uint64_t, uint64_t, std::span<const iovec>, Durability) override { return why_; }
+    Status CompareAndWrite(uint64_t, uint64_t, const void*, const void*, Durability) override { return why_; }
+    Status ZeroRange(uint64_t, uint64_t, Durability) override { return why_; }
+    Status Unmap(uint64_t, uint64_t, Durability) override { return why_; }
+    Status Flush() override { return why_; }
+    Result<std::vector<AllocationRun>> GetAllocationStatus(uint64_t, uint64_t) override { return why_; }
+    Status Allocate(uint64_t, uint64_t, Durability) override { return why_; }
+
+   private:
+    Pool& pool_;
+    std::string name_;
+    uint32_t bs_;
+    uint64_t blocks_;
+    Status why_;
+  };
+  std::map<std::string, std::unique_ptr<DeadLun>> dead_;
   Uncertain unc_;
   uint64_t ops_ = 0;
   int name_seq_ = 0;
