@@ -135,6 +135,8 @@ class CountingEnv : public Env {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+    void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return env_->zero_ahead && f_->WritesAllocate(); }
 
    private:

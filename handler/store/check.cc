@@ -31,6 +31,8 @@ struct BorrowedFile final : File {
   Status Truncate(uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
   Status PunchHole(uint64_t, uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
   bool IsBlockDevice() const override { return f->IsBlockDevice(); }
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f->ReadAside(off, iov, n); }
+  void Prefetch(uint64_t off, uint64_t n) override { f->Prefetch(off, n); }
   bool WritesAllocate() const override { return f->WritesAllocate(); }
 };
 

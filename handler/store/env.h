@@ -47,6 +47,22 @@ class File {
     }
     return Status::Ok();
   }
+  // Reads as ReadV, for a read that is not part of a sequential stream
+  // through the file (a clone's own grains read between the source's data
+  // in place). The OS keeps its readahead state per open file, and such
+  // reads between a stream's reads make it lose the stream: a clone's
+  // 1 MiB reads after 5 % divergence took 0.10 s per 256 MiB with its
+  // scattered reads on the same descriptor, 0.09 s on a second one (raw:
+  // 0.08 s). PosixFile serves them through a second descriptor of the same
+  // file; a File that has none reads them as ReadV. Pure, as DropCache.
+  virtual Status ReadAside(uint64_t off, const iovec* iov, size_t n) = 0;
+  // A hint that [off, off + n) will be read soon: starts reading it into the
+  // OS's cache and returns without waiting, through ReadAside's handle (it
+  // is such a read, early). Errors are ignored (the read that follows meets
+  // them). Pure, as DropCache, so that a File wrapping
+  // another cannot forget to forward it (read-ahead, read_ahead.h, would
+  // quietly stop behind such a wrapper).
+  virtual void Prefetch(uint64_t off, uint64_t n) = 0;
   // Writes exactly n bytes at off, extending the file if needed. Not durable
   // until Sync(). ENOSPC -> kNoSpace, other errors -> kIOError.
   virtual Status Write(uint64_t off, size_t n, const void* buf) = 0;

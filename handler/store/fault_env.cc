@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 namespace cowstore::store {
 
@@ -25,6 +26,18 @@ class FaultFile final : public File {
     if (have) cur.Read(off, have, p);
     if (have < n) std::memset(p + have, 0, n - have);
     return Status::Ok();
+  }
+
+  // One image, no readahead to keep apart: read as ReadV (each call gated
+  // as a read, so FailAt(kRead) reaches these too).
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
+
+  // Nothing to fetch in memory: the ranges asked for are recorded for tests
+  // (the first kMaxPrefetchesKept since they were last taken: a long test
+  // that never takes them does not grow without bound).
+  void Prefetch(uint64_t off, uint64_t n) override {
+    std::lock_guard<std::mutex> g(env_->mu_);
+    if (env_->prefetches_.size() < FaultInjectionEnv::kMaxPrefetchesKept) env_->prefetches_.push_back({off, n});
   }
 
   Status Write(uint64_t off, size_t n, const void* buf) override {
@@ -220,6 +233,11 @@ bool FaultInjectionEnv::crashed() const {
 uint64_t FaultInjectionEnv::mutating_calls() const {
   std::lock_guard<std::mutex> g(mu_);
   return mutating_;
+}
+
+std::vector<std::pair<uint64_t, uint64_t>> FaultInjectionEnv::TakePrefetches() {
+  std::lock_guard<std::mutex> g(mu_);
+  return std::exchange(prefetches_, {});
 }
 
 uint64_t FaultInjectionEnv::calls(Op op) const {

@@ -35,6 +35,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/env.h"
@@ -94,6 +95,11 @@ class FaultInjectionEnv final : public Env {
 
   // Calls of kind `op` so far.
   uint64_t calls(Op op) const;
+  // The ranges (offset, length) File::Prefetch was asked for since the last
+  // call, in order, every file's together (at most kMaxPrefetchesKept);
+  // clears them.
+  static constexpr size_t kMaxPrefetchesKept = 1 << 16;
+  std::vector<std::pair<uint64_t, uint64_t>> TakePrefetches();
 
   // Test helpers.
   void Delete(const std::string& path);
@@ -136,6 +142,7 @@ class FaultInjectionEnv final : public Env {
   struct Fault { Op op; uint64_t nth; Code code; };
   std::vector<Fault> faults_;
   uint64_t op_counts_[6] = {};
+  std::vector<std::pair<uint64_t, uint64_t>> prefetches_;
   FailedSync failed_sync_ = FailedSync::kRetain;
   BackingSpace backing_{true, 1ull << 50, 1ull << 50};
 };

@@ -15,6 +15,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "handler/store/env.h"
@@ -48,9 +49,14 @@ void CountSyncOf(PosixEnv* env);
 
 class PosixFile final : public File {
  public:
-  PosixFile(PosixEnv* env, int fd, std::string path, bool blockdev)
-      : env_(env), fd_(fd), path_(std::move(path)), blockdev_(blockdev) {}
-  ~PosixFile() override { ::close(fd_); }  // also drops the flock
+  // `aside_fd`: a second open of the same file for ReadAside and Prefetch
+  // (its own readahead state), or `fd` itself.
+  PosixFile(PosixEnv* env, int fd, int aside_fd, std::string path, bool blockdev)
+      : env_(env), fd_(fd), aside_fd_(aside_fd), path_(std::move(path)), blockdev_(blockdev) {}
+  ~PosixFile() override {
+    if (aside_fd_ != fd_) ::close(aside_fd_);  // holds no lock: flock's is fd_'s open file
+    ::close(fd_);                              // also drops the flock
+  }
 
   Status Read(uint64_t off, size_t n, void* buf) override {
     auto* p = static_cast<char*>(buf);
@@ -71,29 +77,9 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
-  Status ReadV(uint64_t off, const iovec* iov, size_t n) override {
-    std::vector<iovec> v(iov, iov + n);
-    size_t i = 0;
-    while (i < v.size()) {
-      int cnt = static_cast<int>(std::min<size_t>(v.size() - i, IOV_MAX));
-      ssize_t r = ::preadv(fd_, v.data() + i, cnt, static_cast<off_t>(off));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return Errno("preadv", path_, errno);
-      }
-      if (r == 0) {  // past EOF: zeros
-        for (; i < v.size(); i++) std::memset(v[i].iov_base, 0, v[i].iov_len);
-        return Status::Ok();
-      }
-      off += static_cast<uint64_t>(r);
-      size_t left = static_cast<size_t>(r);
-      while (i < v.size() && left >= v[i].iov_len) left -= v[i++].iov_len;
-      if (left > 0) {
-        v[i].iov_base = static_cast<char*>(v[i].iov_base) + left;
-        v[i].iov_len -= left;
-      }
-    }
-    return Status::Ok();
+  Status ReadV(uint64_t off, const iovec* iov, size_t n) override { return ReadVFrom(fd_, off, iov, n); }
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override {
+    return ReadVFrom(aside_fd_, off, iov, n);
   }
 
   Status Write(uint64_t off, size_t n, const void* buf) override {
@@ -109,6 +95,12 @@ class PosixFile final : public File {
       n -= static_cast<size_t>(r);
     }
     return Status::Ok();
+  }
+
+  // WILLNEED: the kernel queues reads of the range's uncached pages and
+  // returns (it may wait for room in the device's queue, not for the data).
+  void Prefetch(uint64_t off, uint64_t n) override {
+    (void)::posix_fadvise(aside_fd_, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
   }
 
   Status Sync() override {
@@ -197,8 +189,34 @@ class PosixFile final : public File {
   }
 
  private:
+  Status ReadVFrom(int fd, uint64_t off, const iovec* iov, size_t n) {
+    std::vector<iovec> v(iov, iov + n);
+    size_t i = 0;
+    while (i < v.size()) {
+      int cnt = static_cast<int>(std::min<size_t>(v.size() - i, IOV_MAX));
+      ssize_t r = ::preadv(fd, v.data() + i, cnt, static_cast<off_t>(off));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return Errno("preadv", path_, errno);
+      }
+      if (r == 0) {  // past EOF: zeros
+        for (; i < v.size(); i++) std::memset(v[i].iov_base, 0, v[i].iov_len);
+        return Status::Ok();
+      }
+      off += static_cast<uint64_t>(r);
+      size_t left = static_cast<size_t>(r);
+      while (i < v.size() && left >= v[i].iov_len) left -= v[i++].iov_len;
+      if (left > 0) {
+        v[i].iov_base = static_cast<char*>(v[i].iov_base) + left;
+        v[i].iov_len -= left;
+      }
+    }
+    return Status::Ok();
+  }
+
   PosixEnv* env_;
   int fd_;
+  int aside_fd_;
   std::string path_;
   bool blockdev_;
 };
@@ -226,7 +244,17 @@ class PosixEnv final : public Env {
       ::close(fd);
       return Errno("fstat", path, err);
     }
-    return std::unique_ptr<File>(new PosixFile(this, fd, path, S_ISBLK(st.st_mode)));
+    // The second open (File::ReadAside) goes through the descriptor, not
+    // the path: it is the same file even if the path was replaced since,
+    // and reopening a regular file or a block device already open does not
+    // block.
+    // Without /proc (or for any other kind of file) the one descriptor
+    // serves both: only slower.
+    int aside = -1;
+    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
+      aside = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+    if (aside < 0) aside = fd;
+    return std::unique_ptr<File>(new PosixFile(this, fd, aside, path, S_ISBLK(st.st_mode)));
   }
 
   bool Exists(const std::string& path) override { return ::access(path.c_str(), F_OK) == 0; }

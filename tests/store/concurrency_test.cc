@@ -398,6 +398,8 @@ class GateLargeWrites final : public Env {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+    void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
    private:
@@ -634,6 +636,8 @@ class GateSuperblockWrite final : public Env {
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
     bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+    void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
    private:

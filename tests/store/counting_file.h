@@ -38,6 +38,9 @@ class CountingFile final : public File {
   Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return inner_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return inner_->IsBlockDevice(); }
+  // As this file's own reads (counted, gated, changed as they are).
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
+  void Prefetch(uint64_t off, uint64_t n) override { inner_->Prefetch(off, n); }
   bool WritesAllocate() const override { return inner_->WritesAllocate(); }
 
   uint64_t reads() const { return reads_; }

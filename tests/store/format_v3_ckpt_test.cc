@@ -554,6 +554,9 @@ class TwoFacedFile final : public File {
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  // As this file's own reads (counted, gated, changed as they are).
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
+  void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
  private:
@@ -890,6 +893,8 @@ class HookedFile final : public File {
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+  void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
 
  private:

@@ -222,6 +222,8 @@ class HugeFileEnv final : public Env {
     }
     Status PunchHole(uint64_t o, uint64_t n) override { return f_->PunchHole(o, n); }
     bool IsBlockDevice() const override { return false; }
+    Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+    void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return false; }
 
    private:

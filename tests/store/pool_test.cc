@@ -1128,6 +1128,48 @@ TEST(PosixEnv, BackingIsTheFilesystemsFreeSpace) {
   std::filesystem::remove(path);
 }
 
+// ReadAside and Prefetch go through a second descriptor of the same file
+// (env.h says why): the same bytes as Read, the lock still the first
+// descriptor's, and both descriptors gone with the File.
+TEST(PosixEnv, ReadAsideReadsTheSameFileThroughASecondDescriptor) {
+  std::string path = ::testing::TempDir() + "/cowstore-aside-" + std::to_string(::getpid());
+  std::filesystem::remove(path);
+  auto open_fds = [] {
+    size_t n = 0;
+    for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) n++;
+    return n;
+  };
+  const size_t fds_before = open_fds();
+  {
+    auto f = DefaultEnv()->OpenLocked(path, Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(open_fds(), fds_before + 2);
+    std::vector<uint8_t> data(256 << 10);
+    for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<uint8_t>(i * 13 + (i >> 9));
+    ASSERT_TRUE((*f)->Write(4096, data.size(), data.data()).ok());
+    (*f)->Prefetch(0, 1 << 20);  // a hint: nothing to check but that it returns
+    std::vector<uint8_t> a(100000), b(28000);
+    iovec iov[2] = {{a.data(), a.size()}, {b.data(), b.size()}};
+    ASSERT_TRUE((*f)->ReadAside(4096 + 5000, iov, 2).ok());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), data.begin() + 5000));
+    EXPECT_TRUE(std::equal(b.begin(), b.end(), data.begin() + 5000 + a.size()));
+    // Past the end reads as zeros, as Read does.
+    std::vector<uint8_t> tail(8192, 0xee);
+    iovec t{tail.data(), tail.size()};
+    ASSERT_TRUE((*f)->ReadAside(4096 + data.size() - 4096, &t, 1).ok());
+    EXPECT_TRUE(std::equal(tail.begin(), tail.begin() + 4096, data.end() - 4096));
+    EXPECT_TRUE(std::all_of(tail.begin() + 4096, tail.end(), [](uint8_t c) { return c == 0; }));
+    // The second descriptor takes no lock of its own, and leaves the File's.
+    EXPECT_EQ(DefaultEnv()->OpenLocked(path, Env::Mode::kReadOnly).status().code(), Code::kBusy);
+  }
+  EXPECT_EQ(open_fds(), fds_before);
+  {
+    auto again = DefaultEnv()->OpenLocked(path, Env::Mode::kReadWrite);
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+  }
+  std::filesystem::remove(path);
+}
+
 // ---------------------------------------------------------------- faults
 
 TEST_P(PoolTest, DataWriteErrorsLeaveThePoolConsistent) {

@@ -327,6 +327,8 @@ class GatedFile final : public File {
     return f_->PunchHole(o, n);
   }
   bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+  Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
+  void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
   std::atomic<uint64_t>* largest_punch = nullptr;
 
