@@ -45,10 +45,10 @@ uint32_t Crc32cZeros(uint32_t crc, uint64_t n) {
 
 }  // namespace
 
-// The mapped pieces of [off, off + len) as file reads, in LBA order; the
-// holes between them (and after) read as zeros through `zero`.
-template <typename Zero>
-Status Core::MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out, Zero zero) {
+// The mapped pieces of [off, off + len) as file reads, in LBA order, and
+// the holes between them (and after), which read as zeros.
+Status Core::MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out,
+                          std::vector<ReadHole>* holes) {
   std::vector<Run> runs;
   {
     MutexLock g(&meta_mu_);
@@ -58,41 +58,72 @@ Status Core::MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<R
   uint64_t pos = off, end = off + len;
   for (const Run& r : runs) {
     uint64_t s = std::max(off, r.lba * grain_), e = std::min(end, (r.lba + r.len) * grain_);
-    if (s > pos) zero(pos - off, s - pos);
+    if (s > pos) holes->push_back({pos - off, s - pos});
     out->push_back({GrainOffset(r.phys) + (s - r.lba * grain_), s - off, e - s});
     pos = e;
   }
-  if (pos < end) zero(pos - off, end - pos);
+  if (pos < end) holes->push_back({pos - off, end - pos});
   return Status::Ok();
 }
 
 namespace {
 
-// Reads the pieces, read-around (read_spans.h): a request of one piece goes
-// straight to its destination (`direct`); a request of several into a
-// scratch buffer, each piece copied out (`copy`). If such a request fails,
-// its pieces are read one by one: an unreadable gap no one asked for must
-// not fail the read.
-template <typename Direct, typename Copy>
-Status ReadAround(File* file, std::vector<ReadPiece> pieces, Direct direct, Copy copy) {
+// Reads the pieces, read-around (read_spans.h), and zeroes the holes. The
+// request InPlaceSpan picks goes first, straight into the destination
+// (`direct` of the request as one piece); then the holes (`zero`), over
+// whatever its gaps put there; then the rest: a request of one piece
+// straight to its destination, a request of several into a scratch
+// buffer, each piece copied out (`copy`), which also covers what the first
+// request's gaps put on their bytes. If a request of several fails, its
+// pieces are read one by one: an unreadable gap no one asked for must not
+// fail the read.
+//
+// The longest request is the read's place in a sequential stream through
+// the file (the source's data in place, or the LUN's own); every other one
+// is read aside (File::ReadAside), so the OS's readahead keeps following
+// that stream. `direct(piece, aside)`.
+template <typename Direct, typename Copy, typename Zero>
+Status ReadAround(std::vector<ReadPiece> pieces, const std::vector<ReadHole>& holes, File* file,
+                  Direct direct, Copy copy, Zero zero) {
+  const std::vector<ReadSpan> spans = PlanReadSpans(&pieces);
+  size_t main = 0;
+  for (size_t k = 1; k < spans.size(); k++)
+    if (spans[k].len > spans[main].len) main = k;
+  auto one_by_one = [&](size_t k) {
+    for (size_t i = spans[k].first; i < spans[k].last; i++) {
+      Status st = direct(pieces[i], k != main);
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  };
+  const size_t first = InPlaceSpan(spans, pieces);
+  if (first < spans.size()) {
+    const ReadSpan& sp = spans[first];
+    if (!direct(ReadPiece{sp.file_off, pieces[sp.first].at, sp.len}, first != main).ok()) {
+      Status st = one_by_one(first);
+      if (!st.ok()) return st;
+    }
+  }
+  for (const ReadHole& h : holes) zero(h.at, h.n);
   std::unique_ptr<uint8_t[]> scratch;  // not zeroed: every byte is read into first
   uint64_t room = 0;
-  for (const ReadSpan& sp : PlanReadSpans(&pieces)) {
+  for (size_t k = 0; k < spans.size(); k++) {
+    const ReadSpan& sp = spans[k];
+    if (k == first) continue;
     if (sp.last - sp.first > 1) {
       if (room < sp.len) {
         scratch = std::make_unique_for_overwrite<uint8_t[]>(sp.len);
         room = sp.len;
       }
-      if (file->Read(sp.file_off, sp.len, scratch.get()).ok()) {
+      const iovec into{scratch.get(), sp.len};
+      if ((k == main ? file->Read(sp.file_off, sp.len, scratch.get()) : file->ReadAside(sp.file_off, &into, 1)).ok()) {
         for (size_t i = sp.first; i < sp.last; i++)
           copy(pieces[i], scratch.get() + (pieces[i].file_off - sp.file_off));
         continue;
       }
     }
-    for (size_t i = sp.first; i < sp.last; i++) {
-      Status st = direct(pieces[i]);
-      if (!st.ok()) return st;
-    }
+    Status st = one_by_one(k);
+    if (!st.ok()) return st;
   }
   return Status::Ok();
 }
@@ -101,12 +132,18 @@ Status ReadAround(File* file, std::vector<ReadPiece> pieces, Direct direct, Copy
 
 Status Core::ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) {
   std::vector<ReadPiece> pieces;
-  Status s = MappedPieces(l, off, len, &pieces, [&](uint64_t at, uint64_t n) { std::memset(dst + at, 0, n); });
+  std::vector<ReadHole> holes;
+  Status s = MappedPieces(l, off, len, &pieces, &holes);
   if (!s.ok()) return s;
   return ReadAround(
-      file_.get(), std::move(pieces),
-      [&](const ReadPiece& p) { return file_->Read(p.file_off, p.n, dst + p.at); },
-      [&](const ReadPiece& p, const uint8_t* src) { std::memcpy(dst + p.at, src, p.n); });
+      std::move(pieces), holes, file_.get(),
+      [&](const ReadPiece& p, bool aside) {
+        if (!aside) return file_->Read(p.file_off, p.n, dst + p.at);
+        const iovec into{dst + p.at, p.n};
+        return file_->ReadAside(p.file_off, &into, 1);
+      },
+      [&](const ReadPiece& p, const uint8_t* src) { std::memcpy(dst + p.at, src, p.n); },
+      [&](uint64_t at, uint64_t n) { std::memset(dst + at, 0, n); });
 }
 
 AllocHint Core::HintLocked(const LunState& l, uint64_t first_grain) const {
@@ -421,6 +458,7 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
   if (IovBytes(iov) < len)
     return Status(Code::kInvalidArgument, "buffer smaller than count * block size");
   if (count == 0) return s;
+  ReadAheadOf(l, off, len);  // before this read's own requests, so they overlap
   RangeGuard rg(&l->lock, off / grain_, DivUp(off + len, grain_), false);
   s = CheckRange(l, lba, count);
   if (!s.ok()) return s;
@@ -428,19 +466,35 @@ Status Core::Read(LunState* l, uint64_t lba, uint64_t count, std::span<const iov
   return ReadBytesV(l, off, len, iov);  // scattered buffers: no bounce copy
 }
 
+// No range lock: the map may change under the lookup, and then a wrong
+// range is fetched, which costs a read and changes nothing (a hint).
+void Core::ReadAheadOf(LunState* l, uint64_t off, uint64_t len) {
+  ReadAhead::Range r = l->read_ahead.Next(off, len);
+  if (r.len == 0) return;
+  {
+    MutexLock g(&meta_mu_);
+    if (r.off >= l->size) return;
+    r.len = std::min(r.len, l->size - r.off);
+  }
+  std::vector<ReadPiece> pieces;
+  std::vector<ReadHole> holes;
+  if (!MappedPieces(l, r.off, r.len, &pieces, &holes).ok()) return;
+  for (const ReadSpan& sp : PlanReadSpans(&pieces))
+    if (sp.len < kReadAheadSpanMax) file_->Prefetch(sp.file_off, sp.len);
+}
+
 Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov) {
   std::vector<iovec> part;
   std::vector<ReadPiece> pieces;
-  Status s = MappedPieces(l, off, len, &pieces, [&](uint64_t at, uint64_t n) {
-    SliceIovec(iov, at, n, &part);
-    for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
-  });
+  std::vector<ReadHole> holes;
+  Status s = MappedPieces(l, off, len, &pieces, &holes);
   if (!s.ok()) return s;
   return ReadAround(
-      file_.get(), std::move(pieces),
-      [&](const ReadPiece& p) {
+      std::move(pieces), holes, file_.get(),
+      [&](const ReadPiece& p, bool aside) {
         SliceIovec(iov, p.at, p.n, &part);
-        return file_->ReadV(p.file_off, part.data(), part.size());
+        return aside ? file_->ReadAside(p.file_off, part.data(), part.size())
+                     : file_->ReadV(p.file_off, part.data(), part.size());
       },
       [&](const ReadPiece& p, const uint8_t* src) {
         SliceIovec(iov, p.at, p.n, &part);
@@ -448,6 +502,10 @@ Status Core::ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const
           std::memcpy(v.iov_base, src, v.iov_len);
           src += v.iov_len;
         }
+      },
+      [&](uint64_t at, uint64_t n) {
+        SliceIovec(iov, at, n, &part);
+        for (const iovec& v : part) std::memset(v.iov_base, 0, v.iov_len);
       });
 }
 

@@ -25,6 +25,7 @@
 #include "handler/store/names.h"  // kMaxNameLength, ValidStoredName
 #include "handler/store/pool.h"
 #include "handler/store/range_lock.h"
+#include "handler/store/read_ahead.h"
 #include "handler/store/status.h"
 
 namespace cowstore::store {
@@ -208,6 +209,7 @@ struct LunState {
   // Run-time only.
   uint64_t mod_lsn = 0;  // LSN of the last record that changed it (0: none since open)
   RangeLock lock;
+  ReadAhead read_ahead;  // its sequential readers (read_ahead.h)
   int open_handles = 0;
   bool deleted = false;
 };

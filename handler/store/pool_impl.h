@@ -364,13 +364,14 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // writes) covering the grains touched. Write returns a commit ticket.
   Status ReadBytes(LunState* l, uint64_t off, uint64_t len, uint8_t* dst) EXCLUDES(meta_mu_);
   // The file reads of l's mapped bytes [off, off + len) (read_spans.h), in
-  // LBA order; `zero(at, n)` clears the unmapped bytes [at, at + n) of the
-  // request.
-  template <typename Zero>
-  Status MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out, Zero zero)
-      EXCLUDES(meta_mu_);
+  // LBA order, and the unmapped bytes of the request (which read as zeros).
+  Status MappedPieces(LunState* l, uint64_t off, uint64_t len, std::vector<ReadPiece>* out,
+                      std::vector<ReadHole>* holes) EXCLUDES(meta_mu_);
   Status ReadBytesV(LunState* l, uint64_t off, uint64_t len, std::span<const iovec> iov)
       EXCLUDES(meta_mu_);
+  // Tells l's read-ahead (read_ahead.h) of a read of [off, off + len), and
+  // asks the file for the small requests of the bytes it says come next.
+  void ReadAheadOf(LunState* l, uint64_t off, uint64_t len) EXCLUDES(meta_mu_);
   Status WriteBytes(LunState* l, uint64_t off, uint64_t len, const uint8_t* src, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,

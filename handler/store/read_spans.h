@@ -7,6 +7,14 @@
 // instead of 25 (clone_read_probe.py: 32 % of raw one read per piece, 75-80 %
 // this way with the grains packed). The gaps read are other grains' bytes,
 // dropped unread by anyone.
+//
+// One request of several pieces may go straight to its destination rather
+// than through a scratch buffer (InPlaceSpan): the source's data in place,
+// whose pieces lie in the file as they lie in the read. Its gaps then land
+// on bytes that belong to other pieces or to holes, which are filled after
+// it. That saves the copy out of scratch (perf: 11 % of a hot clone read's
+// time; 1 MiB reads of a 5 %-diverged clone took 0.037 s per 256 MiB
+// before, 0.029-0.035 s after, raw 0.016 s).
 #pragma once
 
 #include <algorithm>
@@ -19,6 +27,11 @@ namespace cowstore::store {
 // `n` bytes of the file at `file_off`, for bytes [at, at + n) of the request.
 struct ReadPiece {
   uint64_t file_off = 0, at = 0, n = 0;
+};
+
+// Bytes [at, at + n) of the request that nothing maps: they read as zeros.
+struct ReadHole {
+  uint64_t at = 0, n = 0;
 };
 
 // One request: [file_off, file_off + len) of the file, holding the pieces
@@ -57,6 +70,26 @@ inline std::vector<ReadSpan> PlanReadSpans(std::vector<ReadPiece>* pieces) {
     spans.push_back({p.file_off, p.n, i, i + 1});
   }
   return spans;
+}
+
+// The request to read first and straight into the destination: the
+// longest of several pieces whose every piece lies at the same distance
+// from its place in the read as the request's first piece does (so the
+// request's bytes are the destination's bytes [pieces[first].at,
+// pieces[first].at + len)). spans.size() when there is none. One at most:
+// two such requests could each cover the other's pieces with their gaps.
+inline size_t InPlaceSpan(const std::vector<ReadSpan>& spans, const std::vector<ReadPiece>& pieces) {
+  size_t best = spans.size();
+  for (size_t k = 0; k < spans.size(); k++) {
+    const ReadSpan& sp = spans[k];
+    if (sp.last - sp.first < 2 || (best < spans.size() && spans[best].len >= sp.len)) continue;
+    const ReadPiece& head = pieces[sp.first];  // sorted: head.file_off == sp.file_off
+    bool in_place = true;
+    for (size_t i = sp.first + 1; i < sp.last && in_place; i++)
+      in_place = pieces[i].file_off - head.file_off == pieces[i].at - head.at;
+    if (in_place) best = k;
+  }
+  return best;
 }
 
 }  // namespace cowstore::store

@@ -235,6 +235,73 @@ TEST_P(Concurrency, LunTableChangesRacingIo) {
   EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
 }
 
+// Sequential readers (whose reads run read-ahead, read_ahead.h: the map is
+// looked up ahead of them without their range lock) racing writes, unmaps
+// and a resize of the clone they read, and a reader of its source. Every
+// 64 KiB they read is what one whole write or unmap left (uniform).
+TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
+  FaultInjectionEnv env;
+  auto pool = MakePool(&env, GetParam(), 512);
+  constexpr uint64_t kLun = 4 << 20, kBlocks = kLun / 512, kStep = kAu / 512;
+  ASSERT_TRUE(pool->CreateLun("a", kLun, 512).ok());
+  auto a = pool->OpenLun("a").value();
+  {
+    std::vector<uint8_t> buf(kAu);
+    for (uint64_t lba = 0; lba < kBlocks; lba += kStep) {
+      std::memset(buf.data(), static_cast<int>(1 + lba / kStep), buf.size());
+      ASSERT_TRUE(a->Write(lba, kStep, buf.data(), D::kBuffered).ok());
+    }
+  }
+  ASSERT_TRUE(pool->CloneLun("a", "c").ok());
+  auto c = pool->OpenLun("c").value();
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::mutex first_mu;
+  std::string first;
+  auto fail = [&](const std::string& what) {
+    bad++;
+    std::lock_guard<std::mutex> g(first_mu);
+    if (first.empty()) first = what;
+  };
+  auto reader = [&](Lun* lun) {
+    std::vector<uint8_t> v(kAu);
+    for (int pass = 0; !stop; pass++)
+      for (uint64_t lba = 0; lba < kBlocks && !stop; lba += kStep) {
+        Status st = lun->Read(lba, kStep, v.data());
+        if (!st.ok()) {
+          fail("read " + std::to_string(lba) + ": " + st.ToString());
+        } else if (!Uniform(v)) {
+          fail("read " + std::to_string(lba) + ": torn");
+        }
+      }
+  };
+  std::vector<std::thread> th;
+  th.emplace_back(reader, c.get());
+  th.emplace_back(reader, c.get());
+  th.emplace_back(reader, a.get());
+  th.emplace_back([&] {
+    std::vector<uint8_t> buf(kAu);
+    std::mt19937 rng(7);
+    for (int i = 0; !stop; i++) {
+      const uint64_t lba = (rng() % (kBlocks / kStep)) * kStep;
+      std::memset(buf.data(), 100 + i % 100, buf.size());
+      Status st = i % 4 ? c->Write(lba, kStep, buf.data(), i % 16 ? D::kBuffered : D::kDurable)
+                        : c->ZeroRange(lba, kStep, D::kBuffered);
+      if (!st.ok()) fail("write " + std::to_string(lba) + ": " + st.ToString());
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status st = pool->ResizeLun("c", kLun + (1 << 20));  // grows: the old blocks stay
+  if (!st.ok()) fail("resize: " + st.ToString());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop = true;
+  for (auto& t : th) t.join();
+  EXPECT_EQ(bad.load(), 0) << first;
+  EXPECT_FALSE(env.TakePrefetches().empty());  // the readers did read ahead
+  CheckReport r = pool->Check();
+  EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+}
+
 // Durable writers share commits (group commit) and all survive a reopen.
 TEST_P(Concurrency, DurableWritersShareCommits) {
   FaultInjectionEnv env;

@@ -6,9 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/fault_env.h"
@@ -130,6 +132,108 @@ TEST(ReadSpans, ACloneReadsWithFewRequestsAndSurvivesAFailedOne) {
         EXPECT_GE(reads, 1u + 16u);
       else
         EXPECT_LE(reads, 2u);
+      env.ClearFaults();
+    }
+  core->ReleaseHandle(h->get());
+}
+
+
+TEST(ReadSpans, TheLongestRequestInPlaceIsPickedAndOnlyOne) {
+  // The source's data in place (three pieces, gaps between them), a chunk
+  // of the clone's own grains, and a shorter run in place elsewhere.
+  std::vector<ReadPiece> pieces = {
+      {1024 * KiB, 0, 8 * KiB},
+      {1024 * KiB + 12 * KiB, 12 * KiB, 20 * KiB},
+      {1024 * KiB + 36 * KiB, 36 * KiB, 28 * KiB},
+      {9 * 1024 * KiB, 8 * KiB, 4 * KiB},               // the clone's own
+      {9 * 1024 * KiB + 4 * KiB, 32 * KiB, 4 * KiB},    // next to it, for a later LBA
+      {20 * 1024 * KiB, 64 * KiB, 4 * KiB},             // in place with the next one
+      {20 * 1024 * KiB + 8 * KiB, 72 * KiB, 4 * KiB},
+  };
+  std::vector<ReadSpan> spans = PlanReadSpans(&pieces);
+  ASSERT_EQ(spans.size(), 3u);
+  size_t k = InPlaceSpan(spans, pieces);
+  ASSERT_LT(k, spans.size());
+  EXPECT_EQ(spans[k].file_off, 1024 * KiB);
+  EXPECT_EQ(spans[k].len, 64 * KiB);
+  // The chunk's pieces are not where their LBAs would put them.
+  std::vector<ReadPiece> chunk = {{9 * 1024 * KiB, 8 * KiB, 4 * KiB}, {9 * 1024 * KiB + 4 * KiB, 32 * KiB, 4 * KiB}};
+  spans = PlanReadSpans(&chunk);
+  EXPECT_EQ(InPlaceSpan(spans, chunk), spans.size());
+  // Two LBAs of one grain (file offsets equal): not in place.
+  std::vector<ReadPiece> twice = {{0, 0, 4 * KiB}, {0, 4 * KiB, 4 * KiB}};
+  spans = PlanReadSpans(&twice);
+  EXPECT_EQ(InPlaceSpan(spans, twice), spans.size());
+  // A request of one piece is read straight anyway: not picked.
+  std::vector<ReadPiece> one = {{0, 0, 64 * KiB}};
+  spans = PlanReadSpans(&one);
+  EXPECT_EQ(InPlaceSpan(spans, one), spans.size());
+}
+
+// Through Core: a clone's region whose source data is read in place, with
+// its own grains far away and holes (unmapped grains) inside the in-place
+// request: the holes read as zeros, though that request's gaps put the
+// source's bytes there first; and so when that request fails.
+TEST(ReadSpans, HolesInsideTheInPlaceRequestReadAsZeros) {
+  constexpr uint32_t kAu = 64 << 10, kGrain = 4 << 10;
+  constexpr uint64_t kGrains = 1024;  // 4 MiB: the clone's chunk lands past it
+  FaultInjectionEnv env;
+  {
+    auto f = env.OpenLocked("pool", Env::Mode::kCreate);
+    ASSERT_TRUE(f.ok());
+    Uuid id{};
+    id.fill(4);
+    ASSERT_TRUE(FormatV3::Create(f->get(), id, kAu, kGrain, 32 << 20, 256 << 10, 1).ok());
+  }
+  auto opened = Core::Open(&env, "pool", false);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  std::shared_ptr<Core> core = *opened;
+  ASSERT_TRUE(core->CreateLun("a", kGrains * kGrain, 4096).ok());
+  std::vector<uint8_t> want(kGrains * kGrain);
+  for (size_t i = 0; i < want.size(); i++) want[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
+  auto h = core->Acquire("a");
+  ASSERT_TRUE(h.ok());
+  iovec all{want.data(), want.size()};
+  ASSERT_TRUE(core->Write(h->get(), 0, kGrains, {&all, 1}, Durability::kBuffered).ok());
+  core->ReleaseHandle(h->get());
+  ASSERT_TRUE(core->CloneLun("a", "b").ok());
+  h = core->Acquire("b");
+  ASSERT_TRUE(h.ok());
+  for (uint64_t g = 5; g < 256; g += 16) {
+    std::vector<uint8_t> d(kGrain, static_cast<uint8_t>(g));
+    iovec v{d.data(), d.size()};
+    ASSERT_TRUE(core->Write(h->get(), g, 1, {&v, 1}, Durability::kBuffered).ok());
+    std::copy(d.begin(), d.end(), want.begin() + g * kGrain);
+  }
+  for (const auto& [g, n] : {std::pair<uint64_t, uint64_t>{8, 2}, {100, 1}, {250, 3}}) {
+    ASSERT_TRUE(core->ZeroRange(h->get(), g, n, Durability::kBuffered, true).ok());
+    std::fill(want.begin() + g * kGrain, want.begin() + (g + n) * kGrain, 0);
+  }
+  ASSERT_TRUE(core->Flush().ok());
+  const uint64_t region = 256 * kGrain;
+  for (int failing = 0; failing < 2; failing++)
+    for (int scattered = 0; scattered < 2; scattered++) {
+      SCOPED_TRACE(std::string(failing ? "first request fails" : "no fault") + (scattered ? ", scattered" : ""));
+      std::vector<uint8_t> got(region, 0xee);
+      std::vector<iovec> iov;
+      if (scattered)
+        for (size_t at = 0; at < got.size(); at += 12 * KiB + 512)
+          iov.push_back({got.data() + at, std::min<size_t>(12 * KiB + 512, got.size() - at)});
+      else
+        iov.push_back({got.data(), got.size()});
+      if (failing) env.FailAt(FaultInjectionEnv::Op::kRead, 0, Code::kIOError);
+      const uint64_t reads_before = env.calls(FaultInjectionEnv::Op::kRead);
+      ASSERT_TRUE(core->Read(h->get(), 0, 256, iov).ok());
+      const uint64_t reads = env.calls(FaultInjectionEnv::Op::kRead) - reads_before;
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
+      // In place and the chunk: two requests (one buffer), or the in-place
+      // one retried piece by piece.
+      if (!scattered) {
+        if (failing)
+          EXPECT_GT(reads, 2u + 16u);
+        else
+          EXPECT_EQ(reads, 2u);
+      }
       env.ClearFaults();
     }
   core->ReleaseHandle(h->get());
