@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
-#include "handler/store/format_v3.h"
 #include "handler/store/pool_impl.h"
+#include "tests/store/small_core.h"
 
 namespace cowstore::store {
 namespace {
@@ -138,20 +138,12 @@ TEST(ReadAhead, ConcurrentReadersOfOneStreamFetchEachByteOnce) {
 // region's 16 in a chunk of their own, past the source's data), read.
 class CoreReadAhead : public ::testing::Test {
  protected:
-  static constexpr uint32_t kAu = 64 << 10, kGrain = 4 << 10;
+  static constexpr uint32_t kGrain = 4 << 10;  // small_core.h's MakeGrainCore
   static constexpr uint64_t kRegions = 16, kGrains = kRegions * 256;
 
   void SetUp() override {
-    {
-      auto f = env_.OpenLocked("pool", Env::Mode::kCreate);
-      ASSERT_TRUE(f.ok());
-      Uuid id{};
-      id.fill(5);
-      ASSERT_TRUE(FormatV3::Create(f->get(), id, kAu, kGrain, 64 << 20, 256 << 10, 1).ok());
-    }
-    auto opened = Core::Open(&env_, "pool", false);
-    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-    core_ = *opened;
+    core_ = testing::MakeGrainCore(&env_, 64 << 20);
+    ASSERT_NE(core_, nullptr);
     ASSERT_TRUE(core_->CreateLun("a", kGrains * kGrain, 4096).ok());
     std::vector<uint8_t> base(kGrains * kGrain);
     for (size_t i = 0; i < base.size(); i++) base[i] = static_cast<uint8_t>(i * 7 + (i >> 12));

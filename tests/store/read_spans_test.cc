@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
-#include "handler/store/format_v3.h"
 #include "handler/store/pool_impl.h"
+#include "tests/store/small_core.h"
 
 namespace cowstore::store {
 namespace {
@@ -77,19 +77,11 @@ TEST(ReadSpans, FarGapsSplitSharedGrainsJoinAndASpanStaysBounded) {
 // 1 MiB with a handful of requests, the right bytes, contiguous and
 // scattered buffers alike; a failed request is retried piece by piece.
 TEST(ReadSpans, ACloneReadsWithFewRequestsAndSurvivesAFailedOne) {
-  constexpr uint32_t kAu = 64 << 10, kGrain = 4 << 10;
+  constexpr uint32_t kGrain = 4 << 10;
   constexpr uint64_t kGrains = 256;
   FaultInjectionEnv env;
-  {
-    auto f = env.OpenLocked("pool", Env::Mode::kCreate);
-    ASSERT_TRUE(f.ok());
-    Uuid id{};
-    id.fill(3);
-    ASSERT_TRUE(FormatV3::Create(f->get(), id, kAu, kGrain, 32 << 20, 256 << 10, 1).ok());
-  }
-  auto opened = Core::Open(&env, "pool", false);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::shared_ptr<Core> core = *opened;
+  std::shared_ptr<Core> core = testing::MakeGrainCore(&env, 32 << 20);
+  ASSERT_NE(core, nullptr);
   ASSERT_TRUE(core->CreateLun("a", kGrains * kGrain, 4096).ok());
   std::vector<uint8_t> want(kGrains * kGrain);
   for (size_t i = 0; i < want.size(); i++) want[i] = static_cast<uint8_t>(i * 7 + (i >> 12));
@@ -175,19 +167,11 @@ TEST(ReadSpans, TheLongestRequestInPlaceIsPickedAndOnlyOne) {
 // request: the holes read as zeros, though that request's gaps put the
 // source's bytes there first; and so when that request fails.
 TEST(ReadSpans, HolesInsideTheInPlaceRequestReadAsZeros) {
-  constexpr uint32_t kAu = 64 << 10, kGrain = 4 << 10;
+  constexpr uint32_t kGrain = 4 << 10;
   constexpr uint64_t kGrains = 1024;  // 4 MiB: the clone's chunk lands past it
   FaultInjectionEnv env;
-  {
-    auto f = env.OpenLocked("pool", Env::Mode::kCreate);
-    ASSERT_TRUE(f.ok());
-    Uuid id{};
-    id.fill(4);
-    ASSERT_TRUE(FormatV3::Create(f->get(), id, kAu, kGrain, 32 << 20, 256 << 10, 1).ok());
-  }
-  auto opened = Core::Open(&env, "pool", false);
-  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
-  std::shared_ptr<Core> core = *opened;
+  std::shared_ptr<Core> core = testing::MakeGrainCore(&env, 32 << 20);
+  ASSERT_NE(core, nullptr);
   ASSERT_TRUE(core->CreateLun("a", kGrains * kGrain, 4096).ok());
   std::vector<uint8_t> want(kGrains * kGrain);
   for (size_t i = 0; i < want.size(); i++) want[i] = static_cast<uint8_t>(i * 7 + (i >> 12));

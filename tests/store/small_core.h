@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/format_v3.h"
 #include "handler/store/pool_impl.h"
 
 namespace cowstore::store::testing {
@@ -28,6 +29,23 @@ inline std::shared_ptr<Core> MakeSmallCore(FaultInjectionEnv* env) {
   std::shared_ptr<Core> core = c.value();
   EXPECT_TRUE(core->CreateLun("a", 8 * kSmallCoreAu, 4096).ok());
   return core;
+}
+
+// Null (with a test failure) if the pool cannot be made.
+inline std::shared_ptr<Core> MakeGrainCore(FaultInjectionEnv* env, uint64_t bytes) {
+  {
+    auto f = env->OpenLocked("pool", Env::Mode::kCreate);
+    EXPECT_TRUE(f.ok()) << f.status().ToString();
+    if (!f.ok()) return nullptr;
+    Uuid id{};
+    id.fill(3);
+    Status s = FormatV3::Create(f->get(), id, 64 << 10, 4 << 10, bytes, 256 << 10, 1);
+    EXPECT_TRUE(s.ok()) << s.ToString();
+    if (!s.ok()) return nullptr;
+  }
+  auto opened = Core::Open(env, "pool", false);
+  EXPECT_TRUE(opened.ok()) << opened.status().ToString();
+  return opened.ok() ? *opened : nullptr;
 }
 
 // LUNs made and deleted fill the 64 KiB journal: a checkpoint.
