@@ -59,9 +59,9 @@ class File {
   // A hint that [off, off + n) will be read soon: starts reading it into the
   // OS's cache and returns without waiting, through ReadAside's handle (it
   // is such a read, early). Errors are ignored (the read that follows meets
-  // them). Pure, as DropCache, so that a File wrapping
-  // another cannot forget to forward it (read-ahead, read_ahead.h, would
-  // quietly stop behind such a wrapper).
+  // them). Pure, as DropCache, so that a File wrapping another cannot
+  // forget to forward it (read-ahead, read_ahead.h, would quietly stop
+  // behind such a wrapper).
   virtual void Prefetch(uint64_t off, uint64_t n) = 0;
   // Writes exactly n bytes at off, extending the file if needed. Not durable
   // until Sync(). ENOSPC -> kNoSpace, other errors -> kIOError.

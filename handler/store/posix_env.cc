@@ -247,9 +247,8 @@ class PosixEnv final : public Env {
     // The second open (File::ReadAside) goes through the descriptor, not
     // the path: it is the same file even if the path was replaced since,
     // and reopening a regular file or a block device already open does not
-    // block.
-    // Without /proc (or for any other kind of file) the one descriptor
-    // serves both: only slower.
+    // block. Without /proc (or for any other kind of file) the one
+    // descriptor serves both: only slower.
     int aside = -1;
     if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
       aside = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);

@@ -58,7 +58,7 @@ TEST(ReadAhead, SmallReadsFetchInSteps) {
   EXPECT_LE(got.size(), 16u + 1u);
 }
 
-TEST(ReadAhead, ReadsAlittleOutOfOrderStayOneStream) {
+TEST(ReadAhead, ReadsALittleOutOfOrderStayOneStream) {
   ReadAhead ra;
   // Issued in order at queue depth 4, arriving swapped in pairs.
   const uint64_t order[] = {1, 0, 3, 2, 5, 4, 7, 6, 9, 8};
