@@ -22,6 +22,16 @@ namespace {
 
 constexpr uint64_t KiB = 1024;
 
+// `got` as one buffer, or cut into buffers of 12.5 KiB (a caller's
+// scattered iovecs, not aligned to grains).
+std::vector<iovec> Buffers(std::vector<uint8_t>* got, bool scattered) {
+  std::vector<iovec> iov;
+  if (!scattered) return {{got->data(), got->size()}};
+  for (size_t at = 0; at < got->size(); at += 12 * KiB + 512)
+    iov.push_back({got->data() + at, std::min<size_t>(12 * KiB + 512, got->size() - at)});
+  return iov;
+}
+
 TEST(ReadSpans, ADivergedRegionIsTwoRequests) {
   // A 1 MiB region: the source's grains in place at 1 MiB with a grain
   // missing every 64 KiB (the clone's own, packed at 9 MiB).
@@ -106,12 +116,7 @@ TEST(ReadSpans, ACloneReadsWithFewRequestsAndSurvivesAFailedOne) {
     for (int scattered = 0; scattered < 2; scattered++) {
       SCOPED_TRACE(std::string(failing ? "first request fails" : "no fault") + (scattered ? ", scattered" : ""));
       std::vector<uint8_t> got(want.size(), 0xee);
-      std::vector<iovec> iov;
-      if (scattered)
-        for (size_t at = 0; at < got.size(); at += 12 * KiB + 512)
-          iov.push_back({got.data() + at, std::min<size_t>(12 * KiB + 512, got.size() - at)});
-      else
-        iov.push_back({got.data(), got.size()});
+      const std::vector<iovec> iov = Buffers(&got, scattered);
       if (failing) env.FailAt(FaultInjectionEnv::Op::kRead, 0, Code::kIOError);
       const uint64_t reads_before = env.calls(FaultInjectionEnv::Op::kRead);
       ASSERT_TRUE(core->Read(h->get(), 0, kGrains, iov).ok());
@@ -199,12 +204,7 @@ TEST(ReadSpans, HolesInsideTheInPlaceRequestReadAsZeros) {
     for (int scattered = 0; scattered < 2; scattered++) {
       SCOPED_TRACE(std::string(failing ? "first request fails" : "no fault") + (scattered ? ", scattered" : ""));
       std::vector<uint8_t> got(region, 0xee);
-      std::vector<iovec> iov;
-      if (scattered)
-        for (size_t at = 0; at < got.size(); at += 12 * KiB + 512)
-          iov.push_back({got.data() + at, std::min<size_t>(12 * KiB + 512, got.size() - at)});
-      else
-        iov.push_back({got.data(), got.size()});
+      const std::vector<iovec> iov = Buffers(&got, scattered);
       if (failing) env.FailAt(FaultInjectionEnv::Op::kRead, 0, Code::kIOError);
       const uint64_t reads_before = env.calls(FaultInjectionEnv::Op::kRead);
       ASSERT_TRUE(core->Read(h->get(), 0, 256, iov).ok());
