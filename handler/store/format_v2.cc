@@ -7,6 +7,7 @@
 
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
+#include "handler/store/journal_source.h"
 
 namespace cowstore::store {
 
@@ -138,10 +139,19 @@ Status FormatV2::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // the first bad or stale record ends it. A torn tail ends it quietly;
   // damage to records later ones vouch for, or a journal of a newer
   // superblock, is reported in out->end for Core to refuse or accept.
-  std::vector<uint8_t> j(journal_.capacity());
-  Status s = file->Read(kJournalOffset, j.size(), j.data());
-  if (!s.ok()) return s;
-  s = ReplayJournal(j.data(), j.size(), sb_.journal_start_lsn, st, &out->end, sb_.version);
+  // Version 2 through replay's window, not whole: the region may be 1 GiB
+  // and this runs inside tcmu-runner. Version 1 records have no size bound
+  // (replay.h), so a version-1 journal is still read whole, once: the
+  // first writable open upgrades the pool to version 2.
+  Status s;
+  if (sb_.version >= 2) {
+    FileRegionJournalSource journal(file, kJournalOffset, journal_.capacity());
+    s = ReplayJournal(&journal, sb_.journal_start_lsn, st, &out->end, sb_.version);
+  } else {
+    std::vector<uint8_t> j(journal_.capacity());
+    s = file->Read(kJournalOffset, j.size(), j.data());
+    if (s.ok()) s = ReplayJournal(j.data(), j.size(), sb_.journal_start_lsn, st, &out->end, sb_.version);
+  }
   if (!s.ok()) return s;
   journal_.set_tail(out->end.tail);
   chain_ = std::move(chain);

@@ -13,6 +13,12 @@ Status MemoryJournalSource::Read(uint64_t offset, size_t n, uint8_t* buf) {
   return Status::Ok();
 }
 
+Status FileRegionJournalSource::Read(uint64_t offset, size_t n, uint8_t* buf) {
+  if (offset > size_ || n > size_ - offset)
+    return Status(Code::kInvalidArgument, "journal read past its " + std::to_string(size_) + " bytes");
+  return file_->Read(offset_ + offset, n, buf);
+}
+
 JournalWindow::JournalWindow(JournalSource* src, size_t window)
     : src_(src), size_(src->size()), whole_(src->Contiguous()), window_(window) {}
 

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// Journal bytes for replay, read with bounded memory. A v3 journal ring is
-// up to 1 GiB (kMaxJournalBytes) and replay runs inside tcmu-runner at pool
-// open, so ScanJournal (replay.h) reads it through a window of
-// kJournalWindowBytes instead of one buffer of the whole ring.
+// Journal bytes for replay, read with bounded memory. A journal is up to
+// 1 GiB (kMaxJournalBytes: a v3 ring, or a v2 region of that size) and
+// replay runs inside tcmu-runner at pool open, so ScanJournal (replay.h)
+// reads it through a window of kJournalWindowBytes instead of one buffer of
+// the whole journal.
 //
 // Why a window suffices: ParseRecord's verdict at an offset depends on at
 // most kMaxRecordBytes bytes from there (meta.h: every record's size is
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "handler/store/env.h"
 #include "handler/store/meta.h"
 #include "handler/store/status.h"
 
@@ -32,7 +34,7 @@ class JournalSource {
   virtual const uint8_t* Contiguous() const { return nullptr; }
 };
 
-// The v1/v2 fixed region, read whole at open (and tests): the window hands
+// The version 1 fixed region, read whole at open (and tests): the window hands
 // out pointers into it, so their replay is what it always was.
 class MemoryJournalSource : public JournalSource {
  public:
@@ -44,6 +46,20 @@ class MemoryJournalSource : public JournalSource {
  private:
   const uint8_t* bytes_;
   size_t n_;
+};
+
+// A fixed region of a file, read on demand: the version 2 journal at open
+// (kJournalOffset, the superblock's journal size).
+class FileRegionJournalSource : public JournalSource {
+ public:
+  FileRegionJournalSource(File* file, uint64_t offset, uint64_t size)
+      : file_(file), offset_(offset), size_(size) {}
+  uint64_t size() const override { return size_; }
+  Status Read(uint64_t offset, size_t n, uint8_t* buf) override;
+
+ private:
+  File* file_;
+  uint64_t offset_, size_;
 };
 
 // 4 MiB: the most a replay holds of the journal's bytes. Each read is at most

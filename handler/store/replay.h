@@ -146,7 +146,7 @@ Result<bool> CheckMappedData(File* file, uint64_t data_offset, uint32_t grain, u
 // most CheckedRecordRule's grains), but no tighter than the scan can
 // read anyway. Below 2^62: PoolUnitsRuleV3.
 constexpr uint64_t MaxCheckedDataBytes(uint32_t grain, uint64_t grains) { return grains * grain; }
-// The journal region in memory (v1/v2's fixed region, tests): fails as the
+// The journal region in memory (a version 1 region, tests): fails as the
 // scan does over any source (a kMapChecked record in a format 1 or 2
 // journal, or one to check without a DataCheck), never by a read.
 Result<JournalReplay> ScanJournal(const uint8_t* j, size_t n, uint64_t start_lsn,

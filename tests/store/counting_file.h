@@ -3,9 +3,11 @@
 // written, and remembers which page-sized offsets were written: the
 // counting-Env test of docs/design/store-v3.md plan step 5 measures a
 // checkpoint's metadata writes with it, and the shadowing tests check that no
-// page of the previous checkpoint was written, and the reader's order.
+// page of the previous checkpoint was written, and the reader's order; the
+// replay test, how much a format 2 open reads of its journal at once.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 #include <vector>
@@ -21,6 +23,8 @@ class CountingFile final : public File {
   Status Read(uint64_t off, size_t n, void* buf) override {
     reads_++;
     read_at_.push_back(off);
+    bytes_read_ += n;
+    largest_read_ = std::max<uint64_t>(largest_read_, n);
     return inner_->Read(off, n, buf);
   }
   Status Write(uint64_t off, size_t n, const void* buf) override {
@@ -47,17 +51,19 @@ class CountingFile final : public File {
   uint64_t writes() const { return writes_; }
   uint64_t bytes_written() const { return bytes_written_; }
   uint64_t syncs() const { return syncs_; }
+  uint64_t bytes_read() const { return bytes_read_; }      // by Read
+  uint64_t largest_read() const { return largest_read_; }  // by Read
   const std::set<uint64_t>& written_at() const { return written_at_; }
   const std::vector<uint64_t>& read_at() const { return read_at_; }  // in read order
   void Reset() {
-    reads_ = writes_ = bytes_written_ = syncs_ = 0;
+    reads_ = writes_ = bytes_written_ = syncs_ = bytes_read_ = largest_read_ = 0;
     written_at_.clear();
     read_at_.clear();
   }
 
  private:
   File* inner_;
-  uint64_t reads_ = 0, writes_ = 0, bytes_written_ = 0, syncs_ = 0;
+  uint64_t reads_ = 0, writes_ = 0, bytes_written_ = 0, syncs_ = 0, bytes_read_ = 0, largest_read_ = 0;
   std::set<uint64_t> written_at_;
   std::vector<uint64_t> read_at_;
 };
