@@ -112,6 +112,10 @@ std::unique_ptr<Device> Device::Open(const DeviceParams& p, std::string* reason,
              "tcmu-runner at the pool directory)";
     } else if (pool.status().code() == store::Code::kBusy) {
       hint = " (another process holds the pool)";
+    } else if (pool.status().code() == store::Code::kCorruption) {
+      // Nothing was written to it: the open refuses before its first write.
+      hint = " (the pool is left as it was; `cowctl pool check " + spec.pool +
+             "` tells what is damaged and what a repair would give up)";
     }
     return fail("cannot open pool " + path + ": " + pool.status().ToString() + hint,
                 ErrnoFor(pool.status()));

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "handler/store/env.h"
+#include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "tests/plugin/plugin_test_util.h"
 
@@ -120,6 +123,43 @@ TEST_F(OpenCloseTest, MissingPoolFailsOpenWithENOENT) {
   auto dev = MakeDevice("cowstore/nopool/vm1");
   EXPECT_EQ(OpenRc(dev.get()), -ENOENT);
   EXPECT_TRUE(runner().LogContains("cannot open pool " + PoolPath("nopool")));
+}
+
+// A pool the store refuses to open (both superblock copies damaged) fails
+// its LUNs' opens with EIO and a reason that names the tool to look at it,
+// inside the daemon: no crash, not a byte of the pool file changed, no half
+// entry left (a second open fails the same way), and another pool of the
+// same daemon goes on serving.
+TEST_F(OpenCloseTest, DamagedPoolFailsOpenLeavesItUntouchedAndOtherPoolsServe) {
+  MakePool("bad", 64ull << 20);
+  CloseDevice(OpenDevice("cowstore/bad/vm1", 8ull << 20));
+  const std::string bad = PoolPath("bad");
+  auto read_all = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  {
+    std::string img = read_all(bad);
+    ASSERT_GT(img.size(), 2 * store::kSuperblockSlot);
+    img[100] ^= 0x40;  // past each copy's magic: a CRC failure, not "no pool"
+    img[store::kSuperblockSlot + 100] ^= 0x40;
+    std::ofstream(bad, std::ios::binary | std::ios::trunc) << img;
+  }
+  const std::string before = read_all(bad);
+  tcmu_device* tank = OpenDevice("cowstore/tank/vm1", 8ull << 20);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto dev = MakeDevice("cowstore/bad/vm1", 8ull << 20);
+    EXPECT_EQ(OpenRc(dev.get()), -EIO);
+    EXPECT_EQ(dev->tcmur_private, nullptr);
+  }
+  EXPECT_TRUE(runner().LogContains("cannot open pool " + bad + ": Corruption"));
+  EXPECT_TRUE(runner().LogContains("`cowctl pool check bad`"));
+  EXPECT_EQ(read_all(bad), before);
+  Bytes data(512, 0x3c);
+  ASSERT_EQ(Run(tank, Write10(5, 1), &data).scsi_status, 0);
+  fake::Outcome o;
+  EXPECT_EQ(RunIn(tank, Read10(5, 1), 512, &o), data);
+  EXPECT_EQ(o.scsi_status, 0);
 }
 
 TEST_F(OpenCloseTest, InvalidCfgstringFailsOpen) {
