@@ -90,6 +90,17 @@ cow_pool_check() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }
     "$tool" pool check "$1"
 }
+# cow_damage_superblocks NAME : flips one bit inside each of pool NAME's two
+# superblock copies (4 KiB slots), past their magic: the store then sees a
+# damaged pool, not a missing one, and must refuse it
+cow_damage_superblocks() {
+    python3 - "$COWSTORE_POOL_DIR/$1" <<'PY'
+import sys
+with open(sys.argv[1], 'r+b') as f:
+    for off in (100, 4096 + 100):
+        f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0x40]))
+PY
+}
 # cow_pool_show NAME : space figures as cowctl reports them
 cow_pool_show() {
     local tool; tool=$(cow_tool) || { echo "no cowctl found"; return 1; }

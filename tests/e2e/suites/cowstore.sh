@@ -16,7 +16,9 @@
 #  2. per-command figures from one process (guest/sgio.py)
 #  3. targetcli /backstores/user:cowstore over the guest's system D-Bus
 #  4. persistence: restart tcmu-runner; SIGKILL it mid-write; every
-#     acknowledged write must read back; the pool checks clean
+#     acknowledged write must read back; the pool checks clean. A pool with
+#     both superblock copies damaged: its backstore's enable fails, the pool
+#     file is untouched, the runner serves on
 #  5. thin provisioning through SG_IO: exhaustion (DATA PROTECT 27/07, acked data
 #     intact, UNMAP gives space back), the soft-threshold unit attention 38/07
 #     exactly once, also on a quiet LUN of the same pool; a 4096-byte-block LUN
@@ -283,6 +285,23 @@ say "acknowledged in total: $(wc -l < $W/ack.log); $(cat $LOGDIR/ackwriter.out)"
 step kill9-acked    $ACKW verify $A 600000 16384 $W/ack.log
 step kill9-older    same_as $A 400000 8192 $W/pat3
 step kill9-b        same_as $B 0 16384 $W/pat2
+
+# ------------------------------------------------------------ a damaged pool
+# Both superblock copies of a pool damaged while the runner serves others:
+# its backstore's enable fails (the handler refuses the pool with EIO and
+# says why in the runner's log), the daemon lives on and goes on serving
+# the other pool's LUNs, and the damaged pool file is not changed.
+step dmg-pool       cow_pool_create dmg 64M
+step dmg-lun        cow_lun_create dmg v 8M
+step dmg-break      cow_damage_superblocks dmg
+DMG_SUM=$(sha256sum < $COWSTORE_POOL_DIR/dmg)
+step dmg-enable-fails fails cow_bs 9 dmgv $((8 << 20)) dmg v
+step dmg-runner-alive runner_alive
+step dmg-reason     shows "cannot open pool .*/dmg: Corruption.*cowctl pool check dmg" cat $W/log/tcmu-runner.log
+step dmg-untouched  bash -c "[ \"\$(sha256sum < $COWSTORE_POOL_DIR/dmg)\" = '$DMG_SUM' ]"
+step dmg-others     same_as $A 400000 8192 $W/pat3
+step dmg-check      fails_with "corrupt|damaged" cow_pool_check dmg
+rm_backstore $CFS/core/user_9/dmgv
 
 # ------------------------------------------------------------ thin provisioning, 4096-byte blocks
 # Own pools (1 MiB allocation unit) and LUNs on a second tcm_loop target. Data
