@@ -321,6 +321,7 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   index_ = std::move(index);
   total_ = total;
   chunks_.clear();
+  held_.clear();
   pending_.clear();
   releasing_runs_.clear();
   quarantine_runs_.clear();
@@ -371,9 +372,39 @@ std::vector<GrainRun> FreeSpace::warm() const {
 }
 
 void FreeSpace::Unhold(Chunk* c) {
+  if (c->cursor == c->end) return;
   (void)index_.Insert(c->cursor, c->end - c->cursor);  // held by this chunk alone; may throw first
   chunk_held_ -= c->end - c->cursor;
   c->cursor = c->end;
+  SetHeldCursor(c->end, c->end);
+}
+
+void FreeSpace::EnsureSpareHeld() {
+  if (!spare_held_.empty()) return;
+  HeldRanges one;
+  spare_held_ = one.extract(one.emplace(0, 0).first);
+}
+
+void FreeSpace::Hold(uint64_t cursor, uint64_t end) noexcept {
+  assert(!spare_held_.empty() && cursor < end);
+  spare_held_.key() = end;
+  spare_held_.mapped() = cursor;
+  const auto inserted = held_.insert(std::move(spare_held_));
+  assert(inserted.inserted);  // chunks are disjoint: no other range ends there
+  (void)inserted;
+}
+
+void FreeSpace::SetHeldCursor(uint64_t end, uint64_t cursor) noexcept {
+  auto it = held_.find(end);
+  assert(it != held_.end());
+  if (it == held_.end()) return;
+  if (cursor < end) {
+    it->second = cursor;
+  } else if (spare_held_.empty()) {
+    spare_held_ = held_.extract(it);
+  } else {
+    held_.erase(it);
+  }
 }
 
 void FreeSpace::ReclaimChunks(const ChunkKey* keep) {
@@ -420,9 +451,8 @@ std::optional<GrainRun> FreeSpace::open_chunk(uint32_t lun, uint64_t region) con
 
 std::vector<GrainRun> FreeSpace::chunk_runs() const {
   std::vector<GrainRun> v;
-  for (const auto& [key, c] : chunks_)
-    if (c.cursor < c.end) v.push_back({c.cursor, c.end - c.cursor});
-  std::sort(v.begin(), v.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  v.reserve(held_.size());
+  for (const auto& [end, cursor] : held_) v.push_back({cursor, end - cursor});
   return v;
 }
 
@@ -586,6 +616,7 @@ void FreeSpace::TakePlanned(const AllocPlan& p, std::vector<GrainRun>* out) {
     return;
   }
   const ChunkKey key = KeyOf(p.hint);
+  EnsureSpareHeld();
   Chunk& c = chunks_[key];
   out->reserve(out->size() + 1 + p.take.size());
   RemovePlanned(p.take);
@@ -604,11 +635,13 @@ void FreeSpace::TakePlanned(const AllocPlan& p, std::vector<GrainRun>* out) {
         c.cursor = next->start;
         c.end = c.last_end = next->end();
         c.has_last = true;
+        Hold(c.cursor, c.end);  // the spare: the last one gave its node back
         ++next;
       }
       uint64_t k = std::min(n, c.end - c.cursor);
       Append(out, c.cursor, k);
       c.cursor += k;
+      SetHeldCursor(c.end, c.cursor);
       chunk_held_ -= k;
       n -= k;
     }
@@ -675,9 +708,9 @@ Status FreeSpace::CheckNotFree(const GrainRun& r, const char* what) const {
     const PendingRun& before = std::prev(next)->second;
     if (before.phys + before.n > r.start) return bad("some are pending");
   }
-  for (const auto& [key, c] : chunks_)
-    if (c.cursor < c.end && r.start < c.end && c.cursor < r.end())
-      return bad("some are in a LUN's open chunk");
+  // The one held range that can share a grain with r: the first ending after r.start.
+  if (auto h = held_.upper_bound(r.start); h != held_.end() && h->second < r.end())
+    return bad("some are in a LUN's open chunk");
   return Status::Ok();
 }
 

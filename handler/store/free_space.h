@@ -258,6 +258,8 @@ class FreeSpace {
   size_t chunk_count() const { return chunks_.size(); }
   // Every open chunk's unused grains, in start order: free grains that are
   // not in the index (free_grains() counts them; the check places them).
+  // Read from the index of held ranges that CheckNotFree consults, so the
+  // check and the tests that place these grains verify that index too.
   std::vector<GrainRun> chunk_runs() const;
   // Pending grains whose ticket is not durable yet (pending_grains() less
   // the releasing ones), by first grain: the check places them.
@@ -308,6 +310,14 @@ class FreeSpace {
   // Gives c's unused grains back to the index. May throw std::bad_alloc
   // (the index's insert), changing nothing.
   void Unhold(Chunk* c);
+  // The held-range index (held_) follows a chunk's unused grains: Hold
+  // gives a chunk that holds none the range [cursor, end) with the spare
+  // node, which EnsureSpareHeld provides before anything changes (the one
+  // step that may throw); SetHeldCursor moves a held range's cursor, and
+  // at its end gives the node back (kept spare, or freed). Neither throws.
+  void EnsureSpareHeld();
+  void Hold(uint64_t cursor, uint64_t end) noexcept;
+  void SetHeldCursor(uint64_t end, uint64_t cursor) noexcept;
   // Past max_chunks_: closes the least recently used chunk but `keep`.
   // Best effort: a std::bad_alloc leaves it open (one entry over).
   void EvictBeyondBound(const ChunkKey& keep) noexcept;
@@ -332,6 +342,15 @@ class FreeSpace {
   size_t max_chunks_;
   uint64_t clock_ = 0;  // counts chunked allocations: the LRU's clock
   uint64_t chunk_held_ = 0;
+  // The open chunks' unused grains, end -> cursor, for the chunks with
+  // cursor < end only. Chunks never share a grain, so these ranges are
+  // disjoint and the first one ending after a grain is the only one that
+  // can hold it: CheckNotFree (every free, release and unreserve) looks up
+  // one node instead of walking every chunk (measured at 512 open chunks:
+  // a single-grain free cost 3x without this).
+  using HeldRanges = std::map<uint64_t, uint64_t>;
+  HeldRanges held_;
+  HeldRanges::node_type spare_held_;
   // Pending frees by first grain (phys = first grain, n = grains, tag =
   // ticket): a double free is one lookup, and release comes out in order.
   std::map<uint64_t, PendingRun> pending_;

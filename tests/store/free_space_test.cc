@@ -602,6 +602,34 @@ TEST(FreeSpace, ChunkGrainsGivenBackKeepWhereEachChunkEnded) {
   EXPECT_EQ(fs.open_chunk(1, 5), (GrainRun{12, 7}));
 }
 
+// CheckNotFree finds the one chunk that may hold a grain by lookup (held_),
+// not by walking the chunks: with hundreds open, every chunk's held grains
+// are still refused, at either edge, and the grains handed out just before
+// each chunk's cursor free normally.
+TEST(FreeSpace, EveryOneOfManyOpenChunksGuardsItsUnusedGrains) {
+  constexpr uint64_t kChunk = 16, kChunks = 300;
+  FreeSpace fs(kChunk, /*max_chunks=*/512);
+  ASSERT_TRUE(fs.Rebuild(kChunk * kChunks * 20, {}).ok());  // room for 375 open (16 AUs each)
+  GV out;
+  for (uint64_t i = 0; i < kChunks; i++) {  // LUNs and regions interleaved: chunks in no key order
+    out.clear();
+    ASSERT_TRUE(fs.Allocate(1 + i % 5, Region(static_cast<uint32_t>(1 + i % 7), i), &out).ok());
+  }
+  const std::vector<GrainRun> held = fs.chunk_runs();
+  ASSERT_EQ(held.size(), kChunks);
+  fs.Mapped(fs.reserved_grains());
+  uint64_t ticket = 1;
+  for (const GrainRun& c : held) {
+    SCOPED_TRACE("chunk " + std::to_string(c.start) + "+" + std::to_string(c.len));
+    EXPECT_EQ(fs.Free({c.start, 1}, ticket).code(), Code::kInvalidArgument);
+    EXPECT_EQ(fs.Free({c.end() - 1, 1}, ticket).code(), Code::kInvalidArgument);
+    EXPECT_EQ(fs.Free({c.start - 1, 2}, ticket).code(), Code::kInvalidArgument);  // from its last grain handed out
+    EXPECT_TRUE(fs.Free({c.start - 1, 1}, ticket++).ok());
+  }
+  EXPECT_EQ(fs.chunk_runs(), held);
+  EXPECT_EQ(fs.pending_grains(), kChunks);
+}
+
 TEST(FreeSpace, AUsedUpChunkDoesNotGuardTheGrainsAroundIt) {
   // LUN 1 uses its chunk [0,8) up; a record then frees grains across the
   // chunk's end. (Found by the randomised test: an empty chunk was taken as
@@ -709,7 +737,7 @@ void CheckAgainst(const FreeSpace& fs, const Reference& ref, int luns, const cha
 struct Reached {
   uint64_t allocations = 0, free_fraction_sum = 0, checks = 0;
   uint64_t no_space = 0, goal_taken = 0, released = 0, quarantined = 0, multi_run = 0;
-  uint64_t warm_opened = 0;
+  uint64_t warm_opened = 0, chunk_frees_refused = 0;
 };
 
 void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reached* reached) {
@@ -742,7 +770,7 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
   CheckAgainst(fs, ref, kLuns, "after rebuild");
 
   for (int op = 0; op < ops; op++) {
-    switch (pick(13)) {
+    switch (pick(14)) {
       case 0: case 1: case 2: {  // allocate (less often on a calm pool)
         if (calm && pick(2) == 0) break;
         uint64_t n = pick(8) == 0 ? 1 + pick(total / 4) : 1 + pick(chunk);
@@ -853,6 +881,25 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
           ASSERT_EQ(fs.chunk_count(), count);  // where each ended is kept
         }
         break;
+      case 13: {  // a free, unreserve or release that touches grains an open chunk holds: refused, nothing changes
+        const std::vector<GrainRun> held = fs.chunk_runs();
+        if (held.empty()) break;
+        const GrainRun c = held[pick(held.size())];
+        const uint64_t at = c.start + pick(c.len);  // a held grain, and up to a chunk on either side
+        const uint64_t from = at - std::min<uint64_t>(at, pick(chunk));
+        const GrainRun bad{from, std::min<uint64_t>(at + 1 + pick(chunk), total) - from};
+        const uint64_t free_before = fs.free_grains(), pending_before = fs.pending_grains();
+        const uint64_t reserved_before = fs.reserved_grains();
+        ASSERT_EQ(fs.Free(bad, next_ticket).code(), Code::kInvalidArgument) << bad.start << "+" << bad.len;
+        ASSERT_EQ(fs.Unreserve(bad, pick(2)).code(), Code::kInvalidArgument);
+        ASSERT_EQ(fs.Unallocate(bad).code(), Code::kInvalidArgument);
+        ASSERT_EQ(fs.chunk_runs(), held);
+        ASSERT_EQ(fs.free_grains(), free_before);
+        ASSERT_EQ(fs.pending_grains(), pending_before);
+        ASSERT_EQ(fs.reserved_grains(), reserved_before);
+        reached->chunk_frees_refused++;
+        break;
+      }
       case 12: {  // zeroed ahead: anywhere (kept only if wholly free), or a free run's start
         const auto free = fs.index().by_offset();
         GrainRun w{pick(total), 1 + pick(chunk)};
@@ -875,6 +922,14 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
       durable = next_ticket - 1;
     }
     if (op % 16 == 0) {
+      // The held-range index (chunk_runs) agrees with every chunk's own
+      // [cursor, end) (open_chunk).
+      std::vector<GrainRun> open;
+      for (uint32_t lun = 0; lun <= kLuns; lun++)
+        for (uint64_t region = 0; region < kRegions; region++)
+          if (auto c = fs.open_chunk(lun, region)) open.push_back(*c);
+      std::sort(open.begin(), open.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+      ASSERT_EQ(fs.chunk_runs(), open);
       reached->checks++;
       reached->free_fraction_sum += 100 * ref.Count(kFree) / total;
       CheckAgainst(fs, ref, kLuns, "during the workload");
@@ -906,6 +961,7 @@ TEST(FreeSpace, RandomWorkloadsAgreeWithAPerGrainReference) {
   EXPECT_GT(reached.released, 0u);
   EXPECT_GT(reached.quarantined, 0u);
   EXPECT_GT(reached.warm_opened, 0u);
+  EXPECT_GT(reached.chunk_frees_refused, 0u);
 }
 
 // ---------------------------------------------------- RAM per free run
@@ -1248,6 +1304,12 @@ TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
           [&] { s = fs.Allocate(n, {lun, goal}, &out); },
           [&](bool threw) {
             ASSERT_EQ(fs.index().Check(), "");
+            // The held-range index follows the chunks, whether or not it threw.
+            GV open;
+            for (uint32_t l = 1; l <= kLuns; l++)
+              if (auto c = fs.open_chunk(l)) open.push_back(*c);
+            std::sort(open.begin(), open.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+            ASSERT_EQ(fs.chunk_runs(), open);
             if (threw) {
               ASSERT_EQ(Difference(held(), free), "");
               ASSERT_EQ(fs.free_grains(), free_grains);
