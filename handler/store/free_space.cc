@@ -321,6 +321,7 @@ Status FreeSpace::Rebuild(uint64_t total, std::vector<GrainRun> allocated) {
   index_ = std::move(index);
   total_ = total;
   chunks_.clear();
+  lru_.clear();
   held_.clear();
   pending_.clear();
   releasing_runs_.clear();
@@ -420,6 +421,7 @@ void FreeSpace::CloseChunk(uint32_t lun) {
       continue;
     }
     Unhold(&it->second);
+    lru_.erase(it->second.lru);
     it = chunks_.erase(it);
   }
 }
@@ -429,16 +431,17 @@ void FreeSpace::EvictBeyondBound(const ChunkKey& keep) noexcept {
       std::clamp<uint64_t>(total_ / chunk_grains_ / kAusPerOpenChunk, std::min(kMinOpenChunks, max_chunks_),
                            max_chunks_));
   while (chunks_.size() > bound) {
-    auto oldest = chunks_.end();
-    for (auto it = chunks_.begin(); it != chunks_.end(); ++it)
-      if (!(it->first == keep) && (oldest == chunks_.end() || it->second.used < oldest->second.used))
-        oldest = it;
-    if (oldest == chunks_.end()) return;
+    auto victim = lru_.begin();
+    if (victim != lru_.end() && *victim == keep) ++victim;
+    if (victim == lru_.end()) return;
+    auto oldest = chunks_.find(*victim);
+    assert(oldest != chunks_.end());
     try {
       Unhold(&oldest->second);
     } catch (const std::bad_alloc&) {
       return;  // stays open, one over the bound: no grain is lost
     }
+    lru_.erase(victim);
     chunks_.erase(oldest);
   }
 }
@@ -598,7 +601,8 @@ std::optional<FreeSpace::AllocPlan> FreeSpace::PlanAllocation(uint64_t n, const 
 // All-or-nothing under std::bad_alloc, although an allocation may take
 // several runs: everything that may allocate comes before anything changes
 // (the plan, made by queries that change nothing; the room in *out for every
-// run it appends; the chunk's entry, which is no change while empty), then
+// run it appends; the chunk's entry and its LRU node, no change while the
+// chunk is empty; the held-range index's spare node), then
 // the one index change that may allocate (a plan splits at most one run),
 // then only steps that cannot fail (removing whole runs, the chunk cursor,
 // the counts). Undoing the runs already taken instead would mean inserting
@@ -617,12 +621,21 @@ void FreeSpace::TakePlanned(const AllocPlan& p, std::vector<GrainRun>* out) {
   }
   const ChunkKey key = KeyOf(p.hint);
   EnsureSpareHeld();
-  Chunk& c = chunks_[key];
+  auto [entry, added] = chunks_.try_emplace(key);
+  if (added) {
+    try {
+      entry->second.lru = lru_.insert(lru_.begin(), key);  // least recent until used below
+    } catch (...) {
+      chunks_.erase(entry);
+      throw;
+    }
+  }
+  Chunk& c = entry->second;
   out->reserve(out->size() + 1 + p.take.size());
   RemovePlanned(p.take);
   // Nothing below allocates.
   reserved_ += p.n;
-  c.used = ++clock_;
+  lru_.splice(lru_.end(), lru_, c.lru);
   uint64_t n = p.n;
   if (p.from_goal) {
     Append(out, p.hint.goal, n);

@@ -23,6 +23,7 @@
 #include <bit>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <optional>
 #include <string>
@@ -287,7 +288,7 @@ class FreeSpace {
     uint64_t cursor = 0, end = 0;  // unused grains [cursor, end)
     uint64_t last_end = 0;         // where the last chunk ended: the next goal
     bool has_last = false;
-    uint64_t used = 0;             // clock_ at its last allocation (LRU)
+    std::list<ChunkKey>::iterator lru;  // its place in lru_
   };
   static ChunkKey KeyOf(const AllocHint& h) { return {h.lun, h.region}; }
   // A free run for n grains: one holding n at or just after the goal (a few
@@ -340,7 +341,12 @@ class FreeSpace {
   FreeRunIndex index_;
   std::unordered_map<ChunkKey, Chunk, ChunkKeyHash> chunks_;
   size_t max_chunks_;
-  uint64_t clock_ = 0;  // counts chunked allocations: the LRU's clock
+  // Every chunk entry's key, least recently allocated from first: the
+  // bound closes the front one without walking the chunks (a scan of 512
+  // cost an allocation that opened a chunk 5x). A new entry goes in front,
+  // then moves to the back once its allocation can no longer fail: node
+  // splices, nothing allocated.
+  std::list<ChunkKey> lru_;
   uint64_t chunk_held_ = 0;
   // The open chunks' unused grains, end -> cursor, for the chunks with
   // cursor < end only. Chunks never share a grain, so these ranges are

@@ -583,6 +583,40 @@ TEST(FreeSpace, PastTheBoundTheLeastRecentlyUsedChunkCloses) {
   EXPECT_FALSE(fs.open_chunk(1, 0));  // the least recently used now
 }
 
+// The bound closes chunks in the order they were last allocated from,
+// whatever order they were opened in (lru_: the front one, no scan).
+TEST(FreeSpace, TheBoundClosesChunksInTheOrderTheyWereLastUsed) {
+  FreeSpace fs(8, /*max_chunks=*/4);
+  ASSERT_TRUE(fs.Rebuild(4096, {}).ok());
+  GV out;
+  auto use = [&](uint64_t region) { ASSERT_TRUE(fs.Allocate(1, Region(1, region), &out).ok()); };
+  auto open = [&] {
+    std::vector<uint64_t> v;
+    for (uint64_t region = 0; region < 16; region++)
+      if (fs.open_chunk(1, region)) v.push_back(region);
+    return v;
+  };
+  for (uint64_t region : {0, 1, 2, 3}) use(region);
+  use(2);
+  use(0);  // least recently used first: 1, 3, 2, 0
+  EXPECT_EQ(open(), (std::vector<uint64_t>{0, 1, 2, 3}));
+  use(4);
+  EXPECT_EQ(open(), (std::vector<uint64_t>{0, 2, 3, 4}));
+  use(5);
+  EXPECT_EQ(open(), (std::vector<uint64_t>{0, 2, 4, 5}));
+  use(6);
+  EXPECT_EQ(open(), (std::vector<uint64_t>{0, 4, 5, 6}));
+  use(4);  // 0, 5, 6, 4
+  use(7);
+  EXPECT_EQ(open(), (std::vector<uint64_t>{4, 5, 6, 7}));
+  fs.CloseChunk(1);  // a LUN's chunks leave the order too
+  EXPECT_TRUE(open().empty());
+  EXPECT_EQ(fs.chunk_count(), 0u);
+  for (uint64_t region : {8, 9, 10, 11, 12}) use(region);
+  EXPECT_EQ(open(), (std::vector<uint64_t>{9, 10, 11, 12}));
+  EXPECT_EQ(fs.chunk_count(), 4u);
+}
+
 TEST(FreeSpace, ChunkGrainsGivenBackKeepWhereEachChunkEnded) {
   FreeSpace fs(8);
   ASSERT_TRUE(fs.Rebuild(256, {}).ok());
