@@ -250,7 +250,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   // data, and a later record of the batch must not outlive it (recovery
   // yields a prefix in ticket order, JournalBuffer::Add), so such a chunk
   // takes the plain record and its data sync.
-  const bool checked = one_sync && len <= kOneSyncWriteBytes &&
+  bool checked = one_sync && len <= kOneSyncWriteBytes &&
                        std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
   std::vector<uint32_t> run_crc(checked ? plan.size() : 0);
   // Extends grain i's run over the grain's full contents: the `n` bytes at
@@ -304,9 +304,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     return s;
   }
 
-  MutexLock g(&meta_mu_);
   Record rec;
-  rec.type = checked ? RecType::kMapChecked : RecType::kMap;
   rec.lun = l->id;
   for (size_t i = 0; i < plan.size(); i++) {
     if (plan[i].inplace) continue;
@@ -316,8 +314,21 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     else
       rec.runs.push_back({a0 + i, plan[i].target, 1});
   }
+  // A run whose grains hold nothing but zeros is not checked: its CRC is
+  // what those grains read once punched, so it cannot tell its data from
+  // their absence. If replay dropped such a record as torn and the open
+  // punched its grains, a power cut before that open's checkpoint would let
+  // the next open find the CRC matching and apply the record, and the ones
+  // after it that the first open had dropped, over grains it had punched.
+  // Such a write takes the plain record and its data sync instead.
+  if (checked)
+    for (const Run& r : rec.runs)
+      if (run_crc[r.lba + r.len - 1 - a0] == Crc32cZeros(0, r.len * grain_)) checked = false;
+  rec.type = checked ? RecType::kMapChecked : RecType::kMap;
   if (checked)  // each run's CRC is its last grain's run_crc
     for (const Run& r : rec.runs) rec.crcs.push_back(run_crc[r.lba + r.len - 1 - a0]);
+
+  MutexLock g(&meta_mu_);
   uint64_t t;
   if (rec.runs.empty()) {
     t = jbuf_.TicketWithoutRecord();  // in place only: the journal's sync covers it

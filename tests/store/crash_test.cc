@@ -159,7 +159,7 @@ void SurviveProcessDeath(FaultInjectionEnv& env, Driver& d, std::mt19937_64& rng
 
 void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, CheckedCensus* out = nullptr) {
   uint64_t crashes = 0, recovery_crashes = 0, ops = 0, runs = 0, deaths = 0, forgetful_deaths = 0;
-  uint64_t by_loss[4] = {}, small_durable_writes = 0;
+  uint64_t by_loss[4] = {}, small_durable_writes = 0, zero_writes = 0;
   CheckedCensus census;
   const char* first = std::getenv("COWSTORE_CRASH_SEED");  // to replay one failing run
   for (uint64_t seed = first ? std::strtoull(first, nullptr, 10) : 1; crashes < target; seed++) {
@@ -210,6 +210,7 @@ void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, Chec
       ASSERT_TRUE(d.VerifyAll(true, torn)) << "seed " << seed << " step " << step;
     }
     small_durable_writes += d.small_durable_writes();
+    zero_writes += d.zero_writes();
     d.Drop();
     auto rep = Pool::CheckOffline(&env, "pool");
     ASSERT_TRUE(rep.ok()) << rep.status().ToString();
@@ -224,10 +225,12 @@ void PowerLossAtRandomPoints(uint64_t target, const DriverOptions& options, Chec
               (unsigned long long)by_loss[1], (unsigned long long)by_loss[2],
               (unsigned long long)by_loss[3]);
   if (census.cuts > 0)
-    std::printf("one-sync path: %llu durable writes of <= 64 KiB; at %llu of %llu cuts replay applied "
+    std::printf("one-sync path: %llu durable writes of <= 64 KiB (%llu writes of all zeros, which it "
+                "does not take); at %llu of %llu cuts replay applied "
                 "kMapChecked records (%llu in all), at %llu it checked one whose data was there, at %llu "
                 "it dropped one whose data was not\n",
-                (unsigned long long)small_durable_writes, (unsigned long long)census.cuts_replaying,
+                (unsigned long long)small_durable_writes, (unsigned long long)zero_writes,
+                (unsigned long long)census.cuts_replaying,
                 (unsigned long long)census.cuts, (unsigned long long)census.records,
                 (unsigned long long)census.cuts_matched, (unsigned long long)census.cuts_dropping);
   ::testing::Test::RecordProperty("crash_points", static_cast<int>(crashes));

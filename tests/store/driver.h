@@ -70,6 +70,8 @@ class Driver {
   // one-sync path for those that map only new grains; the crash test counts
   // the kMapChecked records themselves in the journal).
   uint64_t small_durable_writes() const { return small_durable_writes_; }
+  // Writes of nothing but zeros issued (one in 16).
+  uint64_t zero_writes() const { return zero_writes_; }
 
   uint64_t R(uint64_t n) { return n == 0 ? 0 : rng_() % n; }
   bool trace_ = std::getenv("COWSTORE_TRACE") != nullptr;
@@ -342,6 +344,11 @@ class Driver {
     std::vector<uint8_t> buf;
     uint64_t spb = ml.bs / kSec;
     auto tags = MakeData(model_, n * spb, &buf);
+    if (R(16) == 0) {  // nothing but zeros: format 3 maps it with a plain record (WriteBytesChunk)
+      std::fill(tags.begin(), tags.end(), 0);
+      std::fill(buf.begin(), buf.end(), 0);
+      zero_writes_++;
+    }
     if (d == Durability::kDurable && n * ml.bs <= kOneSyncWriteBytes) small_durable_writes_++;
     Lun* h = Handle(name);
     Status st;
@@ -745,6 +752,7 @@ class Driver {
   std::vector<std::pair<std::string, uint64_t>> torn_;
   std::set<std::string> write_through_;  // LUNs with the write cache off (NewName)
   uint64_t small_durable_writes_ = 0;
+  uint64_t zero_writes_ = 0;
 };
 
 }  // namespace cowstore::store::testing

@@ -540,6 +540,54 @@ TEST_F(OneSync, AChunkWithAnInPlaceGrainSyncsItsDataFirst) {
   EXPECT_EQ(Read(*c, 0, 16), d);
 }
 
+// A first write whose grain would hold nothing but zeros takes the plain
+// record and its data sync (2 syncs, not 1): a punched grain reads as
+// zeros too, so the record's CRC could not tell its data from their
+// absence (WriteBytesChunk, the all-zero run). One byte that is not zero
+// is enough for the one-sync path, and so is a zero write into shared data
+// whose grain keeps some of the source's bytes. Into fresh space, into
+// shared data whole, and in part; all of it survives a cut. Without the
+// all-zero test the zero writes find 1.
+TEST_F(OneSync, AFirstWriteOfNothingButZerosSyncsItsDataFirst) {
+  ASSERT_NO_FATAL_FAILURE(Make(3, 4096));
+  ASSERT_TRUE(pool_->CreateLun("c", kLunBytes, kBs).ok());
+  auto c = pool_->OpenLun("c").value();
+  const std::vector<uint8_t> zeros(4096, 0);
+  std::vector<uint8_t> almost = zeros;
+  almost[1234] = 1;
+  struct Case {
+    Lun* lun;
+    uint64_t lba, blocks;
+    const std::vector<uint8_t>* data;
+    uint64_t syncs;
+    const char* what;
+  };
+  const Case cases[] = {
+      {c.get(), 0, 8, &zeros, 2, "zeros into fresh space"},
+      {c.get(), 128, 8, &almost, 1, "one byte set, fresh space"},
+      {c.get(), 256, 1, &zeros, 2, "512 zero bytes into fresh space (the rest of the grain reads as zeros)"},
+      {b_.get(), 0, 8, &zeros, 2, "zeros over a whole shared grain"},
+      {b_.get(), 128, 8, &almost, 1, "one byte set, shared data"},
+      {b_.get(), 256, 1, &zeros, 1, "512 zero bytes into a shared grain (it keeps the source's other bytes)"},
+  };
+  for (const Case& k : cases) {
+    const uint64_t before = Syncs();
+    ASSERT_TRUE(k.lun->Write(k.lba, k.blocks, k.data->data(), Durability::kDurable).ok()) << k.what;
+    EXPECT_EQ(Syncs() - before, k.syncs) << k.what;
+  }
+  c.reset();
+  ASSERT_NO_FATAL_FAILURE(Cut(FaultInjectionEnv::Loss::kDropAll));
+  c = pool_->OpenLun("c").value();
+  EXPECT_EQ(Read(*c, 0, 8), zeros);
+  EXPECT_EQ(Read(*c, 128, 8), almost);
+  EXPECT_EQ(Read(*c, 256, 8), zeros);
+  EXPECT_EQ(Read(*b_, 0, 8), zeros);
+  EXPECT_EQ(Read(*b_, 128, 8), almost);
+  std::vector<uint8_t> grain = Base(256, 8);
+  std::fill(grain.begin(), grain.begin() + kBs, 0);
+  EXPECT_EQ(Read(*b_, 256, 8), grain);
+}
+
 // The seal (Core::ReclaimPending): a pool at its reserve line whose only
 // reusable grain is held for a vouch. A write that needs a grain finds none
 // free, makes the frees durable, and, since a run is still held, appends a
