@@ -251,7 +251,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   // yields a prefix in ticket order, JournalBuffer::Add), so such a chunk
   // takes the plain record and its data sync.
   bool checked = one_sync && len <= kOneSyncWriteBytes &&
-                       std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
+                 std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
   std::vector<uint32_t> run_crc(checked ? plan.size() : 0);
   // Extends grain i's run over the grain's full contents: the `n` bytes at
   // `d` from byte `at`, zeros around them (only a fresh grain is written in
