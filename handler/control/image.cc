@@ -13,11 +13,13 @@
 #include <random>
 #include <vector>
 
+#include "handler/store/all_zero.h"
 #include "handler/store/names.h"
 
 namespace cowstore::control {
 namespace {
 
+using store::AllZero;
 using store::Code;
 using store::Status;
 
@@ -36,13 +38,6 @@ struct Fd {
 
 Status Errno(const std::string& what, int e = errno) {
   return Status(e == ENOENT ? Code::kNotFound : Code::kIOError, what + ": " + std::strerror(e));
-}
-
-bool AllZero(const char* p, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    if (p[i]) return false;
-  }
-  return true;
 }
 
 const char* KindOf(mode_t m) {

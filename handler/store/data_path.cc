@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 
+#include "handler/store/all_zero.h"
 #include "handler/store/crc32c.h"
 #include "handler/store/iovec_slice.h"
 #include "handler/store/read_spans.h"
@@ -253,6 +254,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   bool checked = one_sync && len <= kOneSyncWriteBytes &&
                  std::none_of(plan.begin(), plan.end(), [](const Plan& p) { return p.inplace; });
   std::vector<uint32_t> run_crc(checked ? plan.size() : 0);
+  std::vector<uint8_t> run_zero(checked ? plan.size() : 0);  // grain i's run so far holds only zeros
   // Extends grain i's run over the grain's full contents: the `n` bytes at
   // `d` from byte `at`, zeros around them (only a fresh grain is written in
   // part: a shared one is copied whole, below).
@@ -263,6 +265,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     c = Crc32cZeros(c, at);
     c = Crc32c(c, d, n);
     run_crc[i] = Crc32cZeros(c, grain_ - at - n);
+    run_zero[i] = (!continues || run_zero[i - 1]) && AllZero(d, n);
   };
 
   // Data I/O, outside the metadata lock. Partial writes into a shared grain
@@ -323,7 +326,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
   // Such a write takes the plain record and its data sync instead.
   if (checked)
     for (const Run& r : rec.runs)
-      if (run_crc[r.lba + r.len - 1 - a0] == Crc32cZeros(0, r.len * grain_)) checked = false;
+      if (run_zero[r.lba + r.len - 1 - a0]) checked = false;
   rec.type = checked ? RecType::kMapChecked : RecType::kMap;
   if (checked)  // each run's CRC is its last grain's run_crc
     for (const Run& r : rec.runs) rec.crcs.push_back(run_crc[r.lba + r.len - 1 - a0]);

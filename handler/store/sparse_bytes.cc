@@ -4,15 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "handler/store/all_zero.h"
+
 namespace cowstore::store {
-
-namespace {
-
-bool AllZero(const uint8_t* p, uint64_t n) {
-  return n == 0 || (p[0] == 0 && std::memcmp(p, p + 1, n - 1) == 0);
-}
-
-}  // namespace
 
 template <typename Fn>
 void SparseBytes::ForEachPiece(uint64_t off, uint64_t n, Fn&& fn) {
