@@ -26,6 +26,18 @@ using GV = std::vector<GrainRun>;
 AllocHint Lun(uint32_t lun, uint64_t goal = AllocHint::kNoGoal) { return {lun, goal}; }
 AllocHint Meta(uint64_t goal = AllocHint::kNoGoal) { return {AllocHint::kNoLun, goal}; }
 
+// Every open chunk's unused grains as the chunks themselves say
+// (open_chunk, LUNs 0..luns, regions 0..regions-1), in start order: what
+// chunk_runs(), read from the held-range index, must equal.
+GV OpenChunks(const FreeSpace& fs, uint32_t luns, uint64_t regions) {
+  GV open;
+  for (uint32_t lun = 0; lun <= luns; lun++)
+    for (uint64_t region = 0; region < regions; region++)
+      if (auto c = fs.open_chunk(lun, region)) open.push_back(*c);
+  std::sort(open.begin(), open.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
+  return open;
+}
+
 uint64_t Sum(const GV& v) {
   uint64_t n = 0;
   for (const GrainRun& r : v) n += r.len;
@@ -958,12 +970,7 @@ void RandomWorkload(uint32_t seed, uint64_t total, uint64_t chunk, int ops, Reac
     if (op % 16 == 0) {
       // The held-range index (chunk_runs) agrees with every chunk's own
       // [cursor, end) (open_chunk).
-      std::vector<GrainRun> open;
-      for (uint32_t lun = 0; lun <= kLuns; lun++)
-        for (uint64_t region = 0; region < kRegions; region++)
-          if (auto c = fs.open_chunk(lun, region)) open.push_back(*c);
-      std::sort(open.begin(), open.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
-      ASSERT_EQ(fs.chunk_runs(), open);
+      ASSERT_EQ(fs.chunk_runs(), OpenChunks(fs, kLuns, kRegions));
       reached->checks++;
       reached->free_fraction_sum += 100 * ref.Count(kFree) / total;
       CheckAgainst(fs, ref, kLuns, "during the workload");
@@ -1339,11 +1346,7 @@ TEST(FreeSpaceAllocationFailure, MultiRunAllocateIsAllOrNothing) {
           [&](bool threw) {
             ASSERT_EQ(fs.index().Check(), "");
             // The held-range index follows the chunks, whether or not it threw.
-            GV open;
-            for (uint32_t l = 1; l <= kLuns; l++)
-              if (auto c = fs.open_chunk(l)) open.push_back(*c);
-            std::sort(open.begin(), open.end(), [](const GrainRun& a, const GrainRun& b) { return a.start < b.start; });
-            ASSERT_EQ(fs.chunk_runs(), open);
+            ASSERT_EQ(fs.chunk_runs(), OpenChunks(fs, kLuns, 1));
             if (threw) {
               ASSERT_EQ(Difference(held(), free), "");
               ASSERT_EQ(fs.free_grains(), free_grains);
