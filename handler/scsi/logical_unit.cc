@@ -73,7 +73,8 @@ Limits LogicalUnit::limits() const {
   l.max_write_same_blocks = 1u << 20;
   l.max_unmap_blocks = 1u << 20;
   l.max_unmap_descriptors = 256;
-  l.unmap_granularity_blocks = l.optimal_transfer_blocks;
+  // The unit UNMAP frees whole: a smaller piece is written as zeros.
+  l.unmap_granularity_blocks = std::max<uint32_t>(1, lun_->pool().grain() / l.block_size);
   l.max_cscd_descriptors = 128;
   l.max_segment_descriptors = 128;
   l.max_descriptor_list_length = 128 * 32 + 128 * 28;

@@ -87,6 +87,7 @@ class PoolImpl final : public Pool {
   Status Close() override { return Guard([&] { return core_->Close(); }); }
   Uuid uuid() const override { return core_->uuid(); }
   uint32_t allocation_unit() const override { return core_->au(); }
+  uint32_t grain() const override { return core_->grain(); }
 
   Result<LunInfo> CreateLun(const std::string& name, uint64_t size, uint32_t bs) override {
     return Guard([&] { return core_->CreateLun(name, size, bs); });

@@ -247,6 +247,9 @@ class Pool {
 
   virtual Uuid uuid() const = 0;
   virtual uint32_t allocation_unit() const = 0;
+  // The unit of sharing (PoolOptions::grain): the AU at formats 1 and 2.
+  // A write into shared data copies no more than this; UNMAP frees at it.
+  virtual uint32_t grain() const = 0;
 
   // LUN names: 1..64 chars of [A-Za-z0-9_.-], not starting with '.' or '-',
   // without "..". The size is a positive multiple of the block size (512 or

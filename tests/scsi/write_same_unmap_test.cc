@@ -187,6 +187,81 @@ TEST_F(UnmapTest, AnchorRejected) {
   EXPECT_TRUE(HasFieldPointer(r, true, 1, 0));
 }
 
+// A format 3 pool (4 KiB grain under a 64 KiB AU): UNMAP frees whole grains,
+// and the Block Limits page says so.
+class GrainUnmapTest : public WriteSameTest {
+ protected:
+  static constexpr uint32_t kGrain = 4096;
+  static constexpr uint32_t kGrainBlocks = kGrain / kBlock;
+  void SetUp() override {
+    WriteSameTest::SetUp();
+    store::PoolOptions o;
+    o.size_bytes = 32ull << 20;  // the 16 MiB journal's and 16 MiB of data
+    o.allocation_unit = 64u << 10;
+    o.format = 3;
+    o.grain = kGrain;
+    auto p = store::Pool::Create(&env_, "/pool3", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    pool3_ = std::move(p.value());
+    lu3_ = AddLu(*pool3_, "g0", 4ull << 20, Config("5f3b0c2a-41d2-4e8b-9a1c-000000000033"));
+    ASSERT_NE(lu3_, nullptr);
+  }
+  void TearDown() override {
+    lu3_.reset();
+    extra_.clear();
+    if (pool3_) {
+      EXPECT_TRUE(pool3_->Close().ok());
+    }
+    pool3_.reset();
+    WriteSameTest::TearDown();
+  }
+  uint32_t UnmapGranularity(LogicalUnit& lu) {
+    Bytes d;
+    EXPECT_TRUE(IsGood(ExecIn(lu, Inquiry(true, 0xB0, 64), 64, &d)));
+    EXPECT_EQ(d.size(), 64u);
+    EXPECT_TRUE(d[32] & 0x80);  // UGAVALID, alignment 0
+    return Be32(&d[28]);
+  }
+  std::unique_ptr<store::Pool> pool3_;
+  std::shared_ptr<LogicalUnit> lu3_;
+};
+
+TEST_F(GrainUnmapTest, BlockLimitsGiveTheGrainAsUnmapGranularity) {
+  EXPECT_EQ(UnmapGranularity(*lu3_), kGrainBlocks);
+  EXPECT_EQ(UnmapGranularity(*lu_), kAuBlocks) << "a format 2 pool frees whole AUs";
+  auto big = AddLu(*pool3_, "g4k", 4ull << 20, Config("5f3b0c2a-41d2-4e8b-9a1c-000000000034"), 4096);
+  ASSERT_NE(big, nullptr);
+  EXPECT_EQ(UnmapGranularity(*big), 1u) << "one 4096-byte block is one grain";
+}
+
+TEST_F(GrainUnmapTest, UnmapOfOneGrainFreesItAndOnlyIt) {
+  const uint64_t au_blocks = (64u << 10) / kBlock;
+  ASSERT_TRUE(IsGood(Write(*lu3_, 0, Pattern(2 * au_blocks * kBlock, 11))));
+  const uint64_t mapped = pool3_->GetLun("g0")->mapped_bytes;
+  EXPECT_EQ(mapped, 128u << 10);
+  // The third grain of the first AU.
+  const uint64_t lba = 2 * kGrainBlocks;
+  Bytes p = UnmapParams({{lba, kGrainBlocks}});
+  ASSERT_TRUE(IsGood(Exec(*lu3_, Unmap(static_cast<uint16_t>(p.size())), p)));
+  EXPECT_EQ(pool3_->GetLun("g0")->mapped_bytes, mapped - kGrain);
+  EXPECT_EQ(Read(*lu3_, lba, kGrainBlocks), Bytes(kGrain, 0));
+  Bytes all = Pattern(2 * au_blocks * kBlock, 11);
+  EXPECT_EQ(Read(*lu3_, 0, lba), Bytes(all.begin(), all.begin() + lba * kBlock));
+  EXPECT_EQ(Read(*lu3_, lba + kGrainBlocks, 1),
+            Bytes(all.begin() + (lba + kGrainBlocks) * kBlock, all.begin() + (lba + kGrainBlocks + 1) * kBlock));
+  Bytes d;
+  ASSERT_TRUE(IsGood(ExecIn(*lu3_, GetLbaStatus(0, 1024), 1024, &d)));
+  ASSERT_GE(d.size(), 8u + 3 * 16);
+  EXPECT_EQ(Be64(&d[8]), 0u);
+  EXPECT_EQ(Be32(&d[16]), lba);
+  EXPECT_EQ(d[20], 0);  // mapped
+  EXPECT_EQ(Be64(&d[24]), lba);
+  EXPECT_EQ(Be32(&d[32]), kGrainBlocks);
+  EXPECT_EQ(d[36], 1);  // deallocated: exactly the grain
+  EXPECT_EQ(Be64(&d[40]), lba + kGrainBlocks);
+  EXPECT_EQ(d[52], 0);
+}
+
 class LbaStatusTest : public WriteSameTest {};
 
 TEST_F(LbaStatusTest, ReportsMappedAndDeallocatedRuns) {
