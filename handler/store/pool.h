@@ -87,16 +87,15 @@ struct PoolOptions {
   // Not stored: as OpenOptions::backing_check_interval_ms, for the pool
   // Create returns open.
   uint32_t backing_check_interval_ms = kDefaultBackingCheckIntervalMs;
-  // The pool format: 2 (the default, what this build serves), or 3, for
-  // the store's own tests only until format 3 is served in full
-  // (docs/design/store-v3.md, plan step 7: open/recovery for v3 and its
-  // scale figures): cowctl does not expose it. kInvalidArgument otherwise.
+  // The pool format: 2 (the default: data is shared and copied in whole
+  // allocation units) or 3 (shared at `grain`, below the AU: a clone then
+  // owns only the grains written since; docs/design/store-v3.md). cowctl
+  // makes format 3 when given a grain below the AU (`pool create
+  // --grain`). kInvalidArgument otherwise.
   uint32_t format = 2;
   // The unit of sharing (store-v3.md 3.1), in bytes: 0 = the allocation
   // unit. Format 2 has no other (kInvalidArgument); format 3 takes any
-  // grain GrainRule allows. Below the AU a full pool still fails where it
-  // should only refuse writes (store-v3.md, plan step 5d, sub-step 4's open
-  // cases): one more reason format 3 is for tests only.
+  // grain GrainRule allows.
   uint32_t grain = 0;
 };
 

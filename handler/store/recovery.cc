@@ -23,7 +23,7 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
                   "allocation unit must be " + std::string(kAllocationUnitRule));
   if (o.soft_threshold_percent > 100)
     return Status(Code::kInvalidArgument, "soft threshold is a percentage");
-  // The format (pool.h: 3 for the store's tests until plan step 7) and the
+  // The format (pool.h: 2, or 3 for sharing below the AU) and the
   // grain, checked before anything is opened or written.
   if (o.format != kFormatVersion && o.format != kFormatVersionV3)
     return Status(Code::kInvalidArgument, "pool format must be " + std::to_string(kFormatVersion) + " or " +
