@@ -94,6 +94,10 @@ struct PoolCreateArgs {
   // A pool file larger than its filesystem's free space (capacity.h, the
   // one overcommit rule); warned about when allowed.
   bool overcommit = false;
+  // The sharing unit (--grain): empty or the AU makes a format 2 pool, as
+  // before --grain existed; smaller makes format 3. (Initialised: callers
+  // list the fields above positionally.)
+  std::string grain{};
 };
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
 
