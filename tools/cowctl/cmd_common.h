@@ -100,6 +100,10 @@ struct PoolCreateArgs {
   std::string grain{};
 };
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
+// What a clone and its source stop sharing when one is written: the pool's
+// grain, the unit its space is counted in (the AU at format 2, and from a
+// handler older than SpaceInfo::unit_bytes).
+uint64_t SharingUnit(const store::SpaceInfo& s);
 
 // ---------------------------------------------------------------- backstores (cmd_backstore.cc)
 

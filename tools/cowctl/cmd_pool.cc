@@ -35,10 +35,6 @@ void SetSharingUnit(const std::string& text, store::PoolOptions* po) {
   po->grain = static_cast<uint32_t>(grain);
 }
 
-// What a clone and its source stop sharing when one is written: the grain,
-// which is the AU at format 2 and from a handler older than unit_bytes.
-uint64_t SharingUnit(const store::SpaceInfo& s) { return s.unit_bytes ? s.unit_bytes : s.allocation_unit; }
-
 // Only format 3 shares below the AU.
 bool IsFormat3(const store::SpaceInfo& s) { return SharingUnit(s) < s.allocation_unit; }
 
@@ -47,6 +43,8 @@ std::string SharingUnitText(const store::SpaceInfo& s) {
 }
 
 }  // namespace
+
+uint64_t SharingUnit(const store::SpaceInfo& s) { return s.Bytes(1); }
 
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   RequireName(a.name, "pool");
