@@ -30,6 +30,7 @@
 #include "handler/control/server.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
+#include "handler/store/superblock_v3.h"
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
@@ -221,6 +222,90 @@ TEST_F(Cli, FailedPoolCreateLeavesNothing) {
   WriteText(f, "precious");
   Err("pool create tiny --size 1G --file " + f, "already exists");
   EXPECT_EQ(ReadText(f), "precious");
+}
+
+// The format a pool's first superblock slot says it has (0: none), read
+// through the envelope every format shares.
+uint32_t FormatOf(const std::string& path) {
+  std::string slot = ReadText(path).substr(0, store::kSuperblockSlot);
+  return store::SuperblockEnvelopeVersion(slot.data(), slot.size());
+}
+
+TEST_F(Cli, AGrainBelowTheAllocationUnitMakesAFormat3Pool) {
+  std::string made = Ok("pool create g --size 256M --allocation-unit 64K --grain 4K");
+  EXPECT_NE(made.find("(256 MiB, allocation unit 64.0 KiB, sharing unit 4.00 KiB, format 3)"), std::string::npos)
+      << made;
+  EXPECT_EQ(FormatOf(pools + "/g"), 3u);
+  std::string j = Ok("pool show g --json");
+  EXPECT_NE(j.find("\"allocation_unit\": 65536,\n  \"grain\": 4096,\n"), std::string::npos) << j;
+  EXPECT_NE(Ok("pool show g").find("\nsharing unit:    4.00 KiB (format 3)\n"), std::string::npos);
+  EXPECT_NE(Ok("pool list --json").find("\"grain\": 4096,"), std::string::npos);
+  EXPECT_NE(Ok("pool create g2 --size 256M --allocation-unit 64K --grain 4K --json").find("\"grain\": 4096"),
+            std::string::npos);
+  Ok("lun create g/vm1 --size 8M --block-size 4096");
+  Ok("lun clone g/vm1 vm2");
+  EXPECT_NE(Ok("pool check g").find("clean"), std::string::npos);
+}
+
+// What every pool was before --grain: format 2, the AU its sharing unit,
+// with --grain the AU or without it.
+TEST_F(Cli, WithoutAGrainBelowTheAllocationUnitAPoolIsFormat2AsBefore) {
+  for (const char* grain : {"", " --grain 64K"}) {
+    std::string made = Ok(std::string("pool create p --size 256M --allocation-unit 64K") + grain);
+    EXPECT_NE(made.find("(256 MiB, allocation unit 64.0 KiB, sharing unit 64.0 KiB) at "), std::string::npos) << made;
+    EXPECT_EQ(FormatOf(pools + "/p"), 2u) << grain;
+    EXPECT_NE(Ok("pool show p --json").find("\"allocation_unit\": 65536,\n  \"grain\": 65536,\n"),
+              std::string::npos);
+    EXPECT_NE(Ok("pool show p").find("\nsharing unit:    64.0 KiB (the allocation unit)\n"), std::string::npos);
+    Ok("pool delete p");
+  }
+}
+
+TEST_F(Cli, AnInvalidGrainIsRefusedWithTheRuleAndMakesNothing) {
+  std::string f = host.dir.path() + "/g.pool";
+  Err("pool create g --size 1G --grain 3K", "invalid --grain 3K for an allocation unit of 1.00 MiB: "
+                                             "grain of 3072 bytes is not a power of two");
+  Err("pool create g --size 1G --grain 256 --file " + f,
+      "grain of 256 bytes is below the smallest LUN block size (512)");
+  Err("pool create g --size 1G --allocation-unit 1M --grain 2M", "grain of 2097152 bytes is larger than the allocation unit");
+  Err("pool create g --size 1G --allocation-unit 64K --grain 128K", "is larger than the allocation unit");
+  Err("pool create g --size 1G --grain fine", "invalid grain 'fine'");
+  // Refused before the pool directory, its entry or the file is made.
+  EXPECT_FALSE(Exists(pools));
+  EXPECT_FALSE(Exists(f));
+}
+
+// Format 3's point: after a 4 KiB write, a clone owns 4 KiB, where at
+// format 2 it owns the whole AU it wrote into. The data goes in through
+// cowctl (import) and comes out through it (export); cowctl writes into no
+// LUN, so the store writes the clone's 4 KiB.
+TEST_F(Cli, AFormat3ClonePaysForTheGrainsWrittenNotAWholeAllocationUnit) {
+  std::string img = host.dir.path() + "/disk.img";
+  WriteText(img, std::string(256 << 10, 'A'));  // 4 AUs of 64 KiB
+  for (auto [grain, owned] : {std::pair<const char*, const char*>{"4K", "4096"}, {"64K", "65536"}}) {
+    SCOPED_TRACE(grain);
+    std::filesystem::remove_all(pools);
+    Ok(std::string("pool create g --size 256M --allocation-unit 64K --grain ") + grain);
+    Ok("lun import g/src --from " + img);
+    Ok("lun clone g/src c");
+    {
+      auto p = store::Pool::Open(store::DefaultEnv(), pools + "/g");
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      auto l = (*p)->OpenLun("c").value();
+      std::string b(4096, 'b');
+      ASSERT_TRUE(l->Write(8, 8, b.data(), store::Durability::kDurable).ok());  // bytes 4K..8K
+      l.reset();
+      ASSERT_TRUE((*p)->Close().ok());
+    }
+    std::string c = Ok("lun show g/c --json");
+    EXPECT_NE(c.find("\"exclusive\": " + std::string(owned) + ",\n"), std::string::npos) << c;
+    std::string back = host.dir.path() + "/c.img";
+    Ok("lun export g/c --to " + back + " --force");
+    EXPECT_EQ(ReadText(back), std::string(4096, 'A') + std::string(4096, 'b') + std::string((256 << 10) - 8192, 'A'));
+    Ok("lun export g/src --to " + back + " --force");
+    EXPECT_EQ(ReadText(back), std::string(256 << 10, 'A'));
+    EXPECT_NE(Ok("pool check g").find("clean"), std::string::npos);
+  }
 }
 
 TEST_F(Cli, PoolOnAnotherFileIsLinked) {
@@ -1486,6 +1571,48 @@ TEST_F(Cli, RestoreCreatesMissingPoolsAndLunsOnlyWhenAsked) {
   EXPECT_EQ(out.find("at " + pools), std::string::npos) << out;  // no pool-create chatter
   EXPECT_NE(Ok("lun list").find("fresh/a"), std::string::npos);
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+}
+
+TEST_F(Cli, SaveAndRestoreKeepEachPoolsGrain) {
+  Ok("pool create g --size 256M --allocation-unit 64K --grain 4K");
+  Ok("pool create h --size 256M --allocation-unit 64K");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  std::string yaml = ReadText(file);
+  EXPECT_NE(yaml.find("  - name: g\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("    allocation_unit: 65536\n    grain: 4096\n"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("    allocation_unit: 65536\n    grain: 65536\n"), std::string::npos) << yaml;
+  // The pool's own UUID, as the store reads it from a format 3 superblock.
+  {
+    auto p = store::Pool::Open(store::DefaultEnv(), pools + "/g", {true});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_NE(yaml.find("  - name: g\n    uuid: " + UuidString((*p)->uuid()) + "\n"), std::string::npos) << yaml;
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
+  std::filesystem::remove_all(pools);
+  Ok("restore --create-missing " + file);
+  EXPECT_EQ(FormatOf(pools + "/g"), 3u);
+  EXPECT_NE(Ok("pool show g --json").find("\"allocation_unit\": 65536,\n  \"grain\": 4096,\n"), std::string::npos);
+  EXPECT_EQ(FormatOf(pools + "/h"), 2u);
+  EXPECT_NE(Ok("pool show h --json").find("\"allocation_unit\": 65536,\n  \"grain\": 65536,\n"), std::string::npos);
+}
+
+TEST_F(Cli, AFileWithoutGrainRestoresFormat2Pools) {
+  std::string file = host.dir.path() + "/old.yaml";
+  WriteText(file, "version: 3\npools:\n  - name: old\n    size: 256M\n    allocation_unit: 128K\n    luns: []\n");
+  Ok("restore --create-missing " + file);
+  EXPECT_EQ(FormatOf(pools + "/old"), 2u);
+  EXPECT_NE(Ok("pool show old --json").find("\"allocation_unit\": 131072,\n  \"grain\": 131072,\n"),
+            std::string::npos);
+}
+
+TEST_F(Cli, ARestoredGrainTheStoreRefusesNamesFileLineAndField) {
+  std::string file = host.dir.path() + "/bad.yaml";
+  WriteText(file, "pools:\n  - name: g\n    size: 256M\n    allocation_unit: 64K\n    grain: 1M\n");
+  Err("restore --create-missing " + file,
+      file + ":5: pools[0].grain: grain of 1048576 bytes is larger than the allocation unit");
+  EXPECT_FALSE(Exists(pools + "/g"));
 }
 
 TEST_F(Cli, RestoreErrorsNameFileLineField) {

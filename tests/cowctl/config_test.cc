@@ -176,6 +176,30 @@ TEST(Config, Version3RecordsThePoolUuid) {
             std::string::npos);
 }
 
+TEST(Config, TheGrainIsKeptAndAFileWithoutItMeansTheAllocationUnit) {
+  Config c = ParseConfig("pools:\n  - name: g\n    size: 1G\n    allocation_unit: 64K\n    grain: 4K\n"
+                         "  - name: old\n    size: 1G\n    allocation_unit: 256K\n",
+                         "g.yaml");
+  ASSERT_EQ(c.pools.size(), 2u);
+  EXPECT_EQ(c.pools[0].sharing_unit(), 4096u);
+  EXPECT_EQ(c.pools[1].sharing_unit(), 256u << 10);  // written before grain was: format 2
+  std::string dumped = DumpConfig(c);
+  EXPECT_NE(dumped.find("    allocation_unit: 65536\n    grain: 4096\n"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("    allocation_unit: 262144\n    grain: 262144\n"), std::string::npos) << dumped;
+  EXPECT_EQ(DumpConfig(ParseConfig(dumped, "dump")), dumped);
+}
+
+TEST(Config, AGrainTheStoreRefusesNamesFileLineAndField) {
+  const std::string pool = "pools:\n  - name: t\n    size: 1G\n    allocation_unit: 64K\n";
+  EXPECT_EQ(ErrorOf(pool + "    grain: 3K\n"), "c.yaml:5: pools[0].grain: grain of 3072 bytes is not a power of two");
+  EXPECT_EQ(ErrorOf(pool + "    grain: 256\n"),
+            "c.yaml:5: pools[0].grain: grain of 256 bytes is below the smallest LUN block size (512)");
+  EXPECT_EQ(ErrorOf(pool + "    grain: 128K\n"),
+            "c.yaml:5: pools[0].grain: grain of 131072 bytes is larger than the allocation unit");
+  EXPECT_NE(ErrorOf(pool + "    grain: some\n").find("c.yaml:5: pools[0].grain: invalid grain 'some'"),
+            std::string::npos);
+}
+
 // A version 2 target: who sees which LUN, under which number.
 const char* kMapped = R"(version: 2
 pools:

@@ -94,8 +94,16 @@ struct PoolCreateArgs {
   // A pool file larger than its filesystem's free space (capacity.h, the
   // one overcommit rule); warned about when allowed.
   bool overcommit = false;
+  // The sharing unit (--grain): empty or the AU makes a format 2 pool, as
+  // before --grain existed; smaller makes format 3. (Initialised: callers
+  // list the fields above positionally.)
+  std::string grain{};
 };
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
+// What a clone and its source stop sharing when one is written: the pool's
+// grain, the unit its space is counted in (the AU at format 2, and from a
+// handler older than SpaceInfo::unit_bytes).
+uint64_t SharingUnit(const store::SpaceInfo& s);
 
 // ---------------------------------------------------------------- backstores (cmd_backstore.cc)
 

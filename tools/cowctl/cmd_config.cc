@@ -44,6 +44,7 @@ Config Gather(const Context& ctx) {
     }
     p.size = s.pool_size_bytes;
     p.allocation_unit = s.allocation_unit;
+    p.grain = static_cast<uint32_t>(SharingUnit(s));
     p.soft_threshold = s.total_units
                            ? static_cast<uint32_t>((s.soft_threshold_units * 100 + s.total_units / 2) / s.total_units)
                            : 0;
@@ -206,6 +207,7 @@ void CreatePool(const Context& ctx, const PoolConfig& p) {
   // warned about (on stderr), not a reason to keep the pool away.
   PoolCreateArgs a{p.name, std::to_string(p.size), "", p.file, std::to_string(p.allocation_unit),
                    p.soft_threshold, true};
+  a.grain = std::to_string(p.sharing_unit());
   QuietPoolCreate(ctx, a);
 }
 

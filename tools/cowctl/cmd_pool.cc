@@ -18,6 +18,34 @@ namespace cowstore::cowctl {
 
 using store::Code;
 
+namespace {
+
+// --grain: a sharing unit below the AU makes a format 3 pool (a clone owns
+// only the grains written after it); none, or the AU, keeps format 2, so
+// that every pool made before --grain existed is made the same way still.
+void SetSharingUnit(const std::string& text, store::PoolOptions* po) {
+  if (text.empty()) return;
+  const uint64_t grain = ParseSize(text, "grain");
+  if (std::string why = store::GrainRule(grain, po->allocation_unit); !why.empty()) {
+    throw UserError("invalid --grain " + text + " for an allocation unit of " + FormatSize(po->allocation_unit) +
+                    ": " + why);
+  }
+  if (grain == po->allocation_unit) return;
+  po->format = 3;
+  po->grain = static_cast<uint32_t>(grain);
+}
+
+// Only format 3 shares below the AU.
+bool IsFormat3(const store::SpaceInfo& s) { return SharingUnit(s) < s.allocation_unit; }
+
+std::string SharingUnitText(const store::SpaceInfo& s) {
+  return FormatSize(SharingUnit(s)) + (IsFormat3(s) ? " (format 3)" : " (the allocation unit)");
+}
+
+}  // namespace
+
+uint64_t SharingUnit(const store::SpaceInfo& s) { return s.Bytes(1); }
+
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   RequireName(a.name, "pool");
   store::PoolOptions po;
@@ -30,6 +58,7 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
                     " (it must divide 1 MiB)");
   }
   po.allocation_unit = static_cast<uint32_t>(au);
+  SetSharingUnit(a.grain, &po);
   if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
   po.soft_threshold_percent = a.soft_threshold;
   if (::mkdir(ctx.pool_dir.c_str(), 0755) != 0 && errno != EEXIST) {
@@ -88,8 +117,9 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   j["path"] = entry;
   j["size"] = s.pool_size_bytes;
   j["allocation_unit"] = s.allocation_unit;
+  j["grain"] = SharingUnit(s);
   Emit(ctx, j, "created pool " + a.name + " (" + FormatSize(s.pool_size_bytes) + ", allocation unit " +
-                   FormatSize(s.allocation_unit) + ") at " + entry + "\n");
+                   FormatSize(s.allocation_unit) + ", sharing unit " + FormatSize(SharingUnit(s)) + (IsFormat3(s) ? ", format 3" : "") + ") at " + entry + "\n");
 }
 
 namespace {
@@ -100,6 +130,7 @@ Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) 
   j["served_by_handler"] = remote;
   j["size"] = s.pool_size_bytes;
   j["allocation_unit"] = s.allocation_unit;
+  j["grain"] = SharingUnit(s);
   j["allocated"] = s.Bytes(s.allocated_units);
   j["metadata"] = s.Bytes(s.metadata_units);
   j["shared"] = s.Bytes(s.shared_units);
@@ -165,6 +196,7 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
       {"size", FormatSize(s.pool_size_bytes)},
       {"allocation unit", FormatSize(s.allocation_unit)},
+      {"sharing unit", SharingUnitText(s)},
       {"allocated", FormatSize(s.Bytes(s.allocated_units)) + pct(s.allocated_units)},
       {"metadata", FormatSize(s.Bytes(s.metadata_units))},
       {"shared", FormatSize(s.Bytes(s.shared_units))},
@@ -389,6 +421,10 @@ void AddPoolCommands(CommandLine& cl) {
   pc->add_option("--device,-d", pca.device, "Block device to hold the pool (whole device)");
   pc->add_option("--file", pca.file, "Put the pool file here (linked from the pool directory)");
   pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
+  pc->add_option("--grain", pca.grain,
+                 "Sharing unit: the smallest piece a clone and its source stop sharing when one is written (power "
+                 "of two, 512 up to the allocation unit; default: the allocation unit). Below the allocation unit "
+                 "the pool is format 3.");
   pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
       ->capture_default_str();
   pc->add_flag("--overcommit", pca.overcommit, "Do not warn when the pool file is larger than its filesystem's free space");

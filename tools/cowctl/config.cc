@@ -177,7 +177,7 @@ class Parser {
     for (size_t i = 0; i < pools.size(); ++i) {
       const auto& n = pools[i];
       std::string f = "pools[" + std::to_string(i) + "]";
-      Keys(n, f, {"name", "uuid", "device", "file", "size", "allocation_unit", "soft_threshold", "luns"});
+      Keys(n, f, {"name", "uuid", "device", "file", "size", "allocation_unit", "grain", "soft_threshold", "luns"});
       PoolConfig p;
       p.name = Str(n, n, "name", f, true);
       Name(n["name"], p.name, f + ".name", "pool");
@@ -197,6 +197,9 @@ class Parser {
         Fail(n["allocation_unit"], f + ".allocation_unit", "must be " + std::string(store::kAllocationUnitRule));
       }
       p.allocation_unit = static_cast<uint32_t>(au);
+      uint64_t grain = Size(n, "grain", f, false, au);
+      if (std::string why = store::GrainRule(grain, au); !why.empty()) Fail(n["grain"], f + ".grain", why);
+      p.grain = static_cast<uint32_t>(grain);
       uint64_t st = Size(n, "soft_threshold", f, false, 80);
       if (st > 100) Fail(n["soft_threshold"], f + ".soft_threshold", "a percentage 0..100");
       p.soft_threshold = static_cast<uint32_t>(st);
@@ -384,6 +387,7 @@ std::string DumpConfig(const Config& c) {
     if (!p.file.empty()) out << YAML::Key << "file" << YAML::Value << p.file;
     out << YAML::Key << "size" << YAML::Value << p.size;
     out << YAML::Key << "allocation_unit" << YAML::Value << p.allocation_unit;
+    out << YAML::Key << "grain" << YAML::Value << p.sharing_unit();
     out << YAML::Key << "soft_threshold" << YAML::Value << p.soft_threshold;
     out << YAML::Key << "luns" << YAML::Value << YAML::BeginSeq;
     for (const auto& l : p.luns) {

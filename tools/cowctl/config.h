@@ -42,6 +42,11 @@ struct PoolConfig {
   std::string file;    // pool file when it is not <pool_dir>/<name> itself
   uint64_t size = 0;
   uint32_t allocation_unit = 1u << 20;
+  // The sharing unit (bytes; 0: the allocation unit). Below the AU the pool
+  // is format 3. A file without it (written before it was saved) means the
+  // AU: format 2, what every pool was then.
+  uint32_t grain = 0;
+  uint32_t sharing_unit() const { return grain ? grain : allocation_unit; }
   uint32_t soft_threshold = 80;
   std::vector<LunConfig> luns;
 };

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
 #include "handler/store/names.h"
+#include "handler/store/superblock_v3.h"
 #include "tools/cowctl/interrupt.h"
 #include "tools/cowctl/lio.h"
 
@@ -267,6 +269,22 @@ PoolProbe ProbePool(const std::string& path) {
   for (size_t slot = 0; slot < 2; ++slot) {
     size_t at = slot * store::kSuperblockSlot;
     if (static_cast<size_t>(n) < at + store::kSuperblockSlot) break;
+    // Format 3 lays out its superblock otherwise (superblock_v3.h): the
+    // older codec would take its incompat flags for a quarter of the UUID.
+    // No size bound: the probe only names the pool (a sparse pool file is
+    // shorter than its data area); the open checks the rest.
+    if (store::SuperblockEnvelopeVersion(buf.data() + at, store::kSuperblockSlot) == 3) {
+      store::SuperblockV3 sb;
+      store::Status s = store::DecodeSuperblockV3(buf.data() + at, store::kSuperblockSlot, UINT64_MAX, &sb);
+      if (s.ok()) {
+        p.kind = PoolProbe::kPool;
+        p.uuid = sb.uuid;
+        return p;
+      }
+      magic = true;
+      why = s.message();
+      continue;
+    }
     store::Superblock sb;
     store::Status s = store::Superblock::Decode(buf.data() + at, store::kSuperblockSlot, &sb);
     // kUnsupported (a newer format) still names its pool: Decode has read
