@@ -387,7 +387,9 @@ std::string DumpConfig(const Config& c) {
     if (!p.file.empty()) out << YAML::Key << "file" << YAML::Value << p.file;
     out << YAML::Key << "size" << YAML::Value << p.size;
     out << YAML::Key << "allocation_unit" << YAML::Value << p.allocation_unit;
-    out << YAML::Key << "grain" << YAML::Value << p.sharing_unit();
+    // Only below the AU (format 3): a format 2 pool's entry stays what an
+    // older cowctl, which refuses unknown keys, can restore.
+    if (p.sharing_unit() != p.allocation_unit) out << YAML::Key << "grain" << YAML::Value << p.grain;
     out << YAML::Key << "soft_threshold" << YAML::Value << p.soft_threshold;
     out << YAML::Key << "luns" << YAML::Value << YAML::BeginSeq;
     for (const auto& l : p.luns) {
