@@ -118,8 +118,10 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   j["size"] = s.pool_size_bytes;
   j["allocation_unit"] = s.allocation_unit;
   j["grain"] = SharingUnit(s);
-  Emit(ctx, j, "created pool " + a.name + " (" + FormatSize(s.pool_size_bytes) + ", allocation unit " +
-                   FormatSize(s.allocation_unit) + ", sharing unit " + FormatSize(SharingUnit(s)) + (IsFormat3(s) ? ", format 3" : "") + ") at " + entry + "\n");
+  Emit(ctx, j,
+       "created pool " + a.name + " (" + FormatSize(s.pool_size_bytes) + ", allocation unit " +
+           FormatSize(s.allocation_unit) + ", sharing unit " + FormatSize(SharingUnit(s)) +
+           (IsFormat3(s) ? ", format 3" : "") + ") at " + entry + "\n");
 }
 
 namespace {
