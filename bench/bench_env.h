@@ -3,13 +3,17 @@
 // COWSTORE_BENCH_DIR: where pools and baseline files go (default ".": put it
 // on the file system you want measured). COWSTORE_BENCH_SAMPLE_MIB: how many
 // MiB a data-path baseline actually copies (default 1024) before it is
-// extrapolated to the full size.
+// extrapolated to the full size. COWSTORE_BENCH_GRAIN: a sharing unit in
+// bytes (e.g. 4096) below the pools' allocation unit makes them format 3
+// pools at that grain (cowctl pool create --grain); unset: format 2.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include "handler/store/pool.h"
 
 namespace cowstore::bench {
 
@@ -21,6 +25,20 @@ inline std::string Dir() {
 inline uint64_t SampleBytes() {
   const char* s = std::getenv("COWSTORE_BENCH_SAMPLE_MIB");
   return (s ? std::strtoull(s, nullptr, 10) : 1024) * (1ull << 20);
+}
+
+// COWSTORE_BENCH_GRAIN applied to a pool about to be made (its AU set).
+inline void SetGrain(store::PoolOptions* o) {
+  const char* s = std::getenv("COWSTORE_BENCH_GRAIN");
+  const uint64_t grain = s ? std::strtoull(s, nullptr, 10) : 0;
+  if (grain == 0 || grain >= o->allocation_unit) return;
+  o->format = 3;
+  o->grain = static_cast<uint32_t>(grain);
+}
+
+// What the pools are, for a benchmark's header.
+inline std::string PoolFormatText(const store::PoolOptions& o) {
+  return o.format == 3 ? "format 3, grain " + std::to_string(o.grain) + " bytes" : "format 2";
 }
 
 // Seconds on a monotonic clock.

@@ -99,6 +99,7 @@ struct BenchPool {
     store::PoolOptions o;
     o.size_bytes = size;
     o.allocation_unit = 1u << 20;
+    bench::SetGrain(&o);
     auto p = store::Pool::Create(store::DefaultEnv(), path, o);
     if (!p.ok()) Die(p.status().message().c_str());
     pool = std::move(p.value());
@@ -464,6 +465,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
+  {
+    store::PoolOptions shape;  // the pools' format, as SetGrain makes them
+    bench::SetGrain(&shape);
+    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", bench::PoolFormatText(shape).c_str());
+  }
   Summary();
   delete g_copy;
   delete g_lat;

@@ -71,6 +71,7 @@
 using namespace cowstore::store;
 using cowstore::bench::Dir;
 using cowstore::bench::Now;
+using cowstore::bench::SetGrain;
 using cowstore::bench::SampleBytes;
 
 namespace {
@@ -204,6 +205,7 @@ struct Bench {
     o.size_bytes = 160 * kGiB;
     o.allocation_unit = kMiB;
     o.soft_threshold_percent = 0;
+    SetGrain(&o);
     auto p = Pool::Create(DefaultEnv(), path, o);
     Die(p.status(), "create pool");
     pool = std::move(p.value());
@@ -770,6 +772,11 @@ int main(int argc, char** argv) {
   Register();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  {
+    PoolOptions shape;  // the pools' format, as SetGrain makes them
+    cowstore::bench::SetGrain(&shape);
+    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", cowstore::bench::PoolFormatText(shape).c_str());
+  }
   Summary();
   delete g_bench;
   return 0;

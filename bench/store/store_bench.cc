@@ -44,6 +44,7 @@ RawFile* g_raw = nullptr;
 using cowstore::bench::Dir;
 using cowstore::bench::DropCache;
 using cowstore::bench::Now;
+using cowstore::bench::SetGrain;
 using cowstore::bench::SampleBytes;
 void Die(const Status& s, const char* what) {
   if (s.ok()) return;
@@ -60,6 +61,7 @@ struct BenchPool {
     o.size_bytes = size;
     o.allocation_unit = au;
     o.soft_threshold_percent = 0;
+    SetGrain(&o);
     auto p = Pool::Create(DefaultEnv(), path, o);
     Die(p.status(), "create pool");
     pool = std::move(p.value());
@@ -471,6 +473,11 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
+  {
+    PoolOptions shape;  // the pools' format, as SetGrain makes them
+    cowstore::bench::SetGrain(&shape);
+    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", cowstore::bench::PoolFormatText(shape).c_str());
+  }
   Summary();
   delete g_clone;  // removes the files
   delete g_io;
