@@ -99,6 +99,11 @@ struct BenchPool {
     store::PoolOptions o;
     o.size_bytes = size;
     o.allocation_unit = 1u << 20;
+    // Costs, not signals: a 128 GiB pool file on a disk with less free
+    // space would otherwise raise THIN PROVISIONING SOFT THRESHOLD REACHED
+    // (thin on thin) at its first allocation, and the bench stop there.
+    o.soft_threshold_percent = 0;
+    o.backing_check_interval_ms = store::kBackingSignalOff;
     bench::SetGrain(&o);
     auto p = store::Pool::Create(store::DefaultEnv(), path, o);
     if (!p.ok()) Die(p.status().message().c_str());
