@@ -10,6 +10,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,31 @@ std::vector<uint8_t> TwoLunPowerCutImage() {
   return env.Snapshot("p");  // still open: nothing after the last commit
 }
 
+// The documented recovery of a damaged journal, checked alike at every
+// format: the dry run lists the damaged record first and writes nothing,
+// the repair drops what it listed, and the pool then opens. Returns the
+// reopened pool (null on a failure already reported); *loss: the list.
+std::unique_ptr<Pool> RepairAndReopen(FaultInjectionEnv* env, const std::vector<uint8_t>& img, JournalLoss* loss) {
+  auto dry = Pool::RepairJournal(env, "p", false);
+  EXPECT_TRUE(dry.ok()) << dry.status().ToString();
+  if (!dry.ok()) return nullptr;
+  *loss = *dry;
+  EXPECT_TRUE(dry->damaged);
+  EXPECT_FALSE(dry->dropped.empty());
+  if (!dry->dropped.empty()) {
+    EXPECT_NE(dry->dropped[0].find("damaged"), std::string::npos) << dry->dropped[0];
+  }
+  EXPECT_EQ(env->Snapshot("p"), img) << "a dry run writes nothing";
+  auto done = Pool::RepairJournal(env, "p", true);
+  EXPECT_TRUE(done.ok()) << done.status().ToString();
+  if (!done.ok()) return nullptr;
+  EXPECT_EQ(done->dropped, dry->dropped);
+  auto q = Pool::Open(env, "p");
+  EXPECT_TRUE(q.ok()) << q.status().ToString();
+  if (!q.ok()) return nullptr;
+  return std::move(q.value());
+}
+
 TEST(NoSilentLoss, FlippedJournalBitBeforeCommittedRecordsIsRefused) {
   std::vector<uint8_t> img = TwoLunPowerCutImage();
   img[65539] ^= 1 << 5;  // the CRC of the first journal record (LUN a's creation)
@@ -85,24 +111,17 @@ TEST(NoSilentLoss, FlippedJournalBitBeforeCommittedRecordsIsRefused) {
   ASSERT_FALSE(rep->problems.empty());
   EXPECT_NE(rep->problems[0].find("journal"), std::string::npos) << rep->problems[0];
 
-  // The documented recovery: first say exactly what would be dropped ...
-  auto dry = Pool::RepairJournal(&env, "p", false);
-  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
-  EXPECT_TRUE(dry->damaged);
-  EXPECT_EQ(dry->offset, 0u);
-  ASSERT_EQ(dry->dropped.size(), 4u);  // the damaged record and the three after it
-  EXPECT_NE(dry->dropped[0].find("damaged"), std::string::npos) << dry->dropped[0];
-  EXPECT_NE(dry->dropped[2].find("'b'"), std::string::npos) << dry->dropped[2];
-  EXPECT_EQ(env.Snapshot("p"), img) << "a dry run writes nothing";
-  // ... then do it: the pool opens with the prefix before the damage (empty).
-  auto done = Pool::RepairJournal(&env, "p", true);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(done->dropped, dry->dropped);
-  auto q = Pool::Open(&env, "p");
-  ASSERT_TRUE(q.ok()) << q.status().ToString();
-  EXPECT_TRUE((*q)->ListLuns().empty());
-  EXPECT_TRUE((*q)->Check().clean);
-  q->reset();
+  // The documented recovery: it says exactly what it drops, then the pool
+  // opens with the prefix before the damage (empty).
+  JournalLoss dry;
+  std::unique_ptr<Pool> q = RepairAndReopen(&env, img, &dry);
+  ASSERT_NE(q, nullptr);
+  EXPECT_EQ(dry.offset, 0u);
+  ASSERT_EQ(dry.dropped.size(), 4u);  // the damaged record and the three after it
+  EXPECT_NE(dry.dropped[2].find("'b'"), std::string::npos) << dry.dropped[2];
+  EXPECT_TRUE(q->ListLuns().empty());
+  EXPECT_TRUE(q->Check().clean);
+  q.reset();
   auto again = Pool::RepairJournal(&env, "p", false);
   ASSERT_TRUE(again.ok());
   EXPECT_FALSE(again->damaged);
@@ -185,23 +204,16 @@ TEST(NoSilentLoss, FormatThreeJournalDamageIsRefusedThenRepairedToThePrefix) {
   auto p = Pool::Open(&env, "p");
   ASSERT_EQ(p.status().code(), Code::kCorruption) << p.status().ToString();
   EXPECT_EQ(env.Snapshot("p"), img) << "a refused open must write nothing";
-  auto dry = Pool::RepairJournal(&env, "p", false);
-  ASSERT_TRUE(dry.ok()) << dry.status().ToString();
-  EXPECT_TRUE(dry->damaged);
-  ASSERT_GE(dry->dropped.size(), 2u);  // the damaged record and LUN b's write after it
-  EXPECT_NE(dry->dropped[0].find("damaged"), std::string::npos) << dry->dropped[0];
-  EXPECT_EQ(env.Snapshot("p"), img) << "a dry run writes nothing";
-  auto done = Pool::RepairJournal(&env, "p", true);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(done->dropped, dry->dropped);
-  auto q = Pool::Open(&env, "p");
-  ASSERT_TRUE(q.ok()) << q.status().ToString();
-  auto luns = (*q)->ListLuns();
+  JournalLoss dry;
+  std::unique_ptr<Pool> q = RepairAndReopen(&env, img, &dry);
+  ASSERT_NE(q, nullptr);
+  EXPECT_GE(dry.dropped.size(), 2u);  // the damaged record and LUN b's write after it
+  auto luns = q->ListLuns();
   ASSERT_EQ(luns.size(), 1u);
   EXPECT_EQ(luns[0].name, "a");
-  auto a = ReadLun(**q, "a");
+  auto a = ReadLun(*q, "a");
   EXPECT_TRUE(std::equal(a.begin(), a.begin() + kMiB, Pattern(kMiB, 1).begin()));
-  EXPECT_TRUE((*q)->Check().clean);
+  EXPECT_TRUE(q->Check().clean);
 }
 
 TEST(NoSilentLoss, TornTailStillRecoversWithoutAsking) {
