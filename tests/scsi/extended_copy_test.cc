@@ -56,6 +56,45 @@ TEST_F(ExtendedCopyTest, WholeUnitsAreSharedNotCopied) {
   EXPECT_EQ(Read(16 * kAuBlocks, 4 * kAuBlocks), Read(0, 4 * kAuBlocks));
 }
 
+// A format 3 pool shares at its grain: EXTENDED COPY of whole grains is
+// metadata, and a later one-block write into the copy makes it own one
+// grain, not an AU (issue 10's promise, through the SCSI layer).
+TEST_F(ExtendedCopyTest, AFormatThreePoolSharesWholeGrainsAndCopiesOneOnWrite) {
+  auto pool3 = CreateGrainPool("/pool3");
+  ASSERT_NE(pool3, nullptr);
+  auto lu3 = AddLu(*pool3, "g0", 4ull << 20, Config("0a7d91e4-5c3b-4f2a-8e6d-6e0f3c1b2a35"));
+  ASSERT_NE(lu3, nullptr);
+  constexpr uint64_t kGrainBlocks = kGrain / kBlock;
+  const Bytes data = Pattern(16 * kGrain, 3);  // 16 grains from LBA 0
+  ASSERT_TRUE(IsGood(Write(*lu3, 0, data)));
+  auto lun = [&] { return pool3->GetLun("g0").value(); };
+  const uint64_t mapped = lun().mapped_bytes;
+  ASSERT_EQ(mapped, 16 * kGrain);
+  // Grains 1 and 2 to grains 100 and 101, one segment.
+  XcopyList l;
+  l.cscds.push_back(IdentCscd(lu3->naa()));
+  l.segments.push_back(BlockSegment(0, 0, 2 * kGrainBlocks, kGrainBlocks, 100 * kGrainBlocks));
+  ASSERT_TRUE(IsGood(Xcopy(*lu3, l)));
+  EXPECT_EQ(Read(*lu3, 100 * kGrainBlocks, 2 * kGrainBlocks), Bytes(data.begin() + kGrain, data.begin() + 3 * kGrain));
+  EXPECT_EQ(lun().shared_bytes, 4 * kGrain) << "both places of the two grains";
+  EXPECT_EQ(lun().mapped_bytes, mapped + 2 * kGrain);
+  const uint64_t distinct = pool3->Space().saved_bytes;
+  EXPECT_EQ(distinct, 2 * kGrain) << "the copy took no new space";
+  // One block written into the first copied grain: that grain alone is copied.
+  const Bytes blk = Pattern(kBlock, 9);
+  ASSERT_TRUE(IsGood(Write(*lu3, 100 * kGrainBlocks + 3, blk)));
+  EXPECT_EQ(lun().shared_bytes, 2 * kGrain) << "the second copied grain is still shared";
+  EXPECT_EQ(pool3->Space().saved_bytes, kGrain);
+  Bytes want(data.begin() + kGrain, data.begin() + 2 * kGrain);
+  std::copy(blk.begin(), blk.end(), want.begin() + 3 * kBlock);
+  EXPECT_EQ(Read(*lu3, 100 * kGrainBlocks, kGrainBlocks), want);
+  EXPECT_EQ(Read(*lu3, kGrainBlocks, kGrainBlocks), Bytes(data.begin() + kGrain, data.begin() + 2 * kGrain))
+      << "the source is untouched";
+  lu3.reset();
+  extra_.clear();
+  EXPECT_TRUE(pool3->Close().ok());
+}
+
 TEST_F(ExtendedCopyTest, EmptyParameterListIsGood) {
   EXPECT_TRUE(IsGood(Exec(ExtendedCopy(0))));
 }

@@ -66,6 +66,17 @@ void ScsiTest::SetUp() {
   ASSERT_NE(lu_, nullptr);
 }
 
+std::unique_ptr<store::Pool> ScsiTest::CreateGrainPool(const std::string& path) {
+  store::PoolOptions o;
+  o.size_bytes = 32ull << 20;  // the 16 MiB journal's and 16 MiB of data
+  o.allocation_unit = 64u << 10;
+  o.format = 3;
+  o.grain = kGrain;
+  auto p = store::Pool::Create(&env_, path, o);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return p.ok() ? std::move(p.value()) : nullptr;
+}
+
 void ScsiTest::TearDown() {
   extra_.clear();
   lu_.reset();

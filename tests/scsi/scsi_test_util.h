@@ -80,6 +80,11 @@ class ScsiTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
+  // A second pool in env_, format 3: shared at a 4 KiB grain under a
+  // 64 KiB AU (cowctl pool create --allocation-unit 64K --grain 4K).
+  static constexpr uint32_t kGrain = 4096;
+  std::unique_ptr<store::Pool> CreateGrainPool(const std::string& path);
+
   // Opens (creates) a LUN in `pool` and wraps it in a LogicalUnit.
   std::shared_ptr<LogicalUnit> AddLu(store::Pool& pool, const std::string& name,
                                      uint64_t bytes, LunConfig config, uint32_t block = kBlock);

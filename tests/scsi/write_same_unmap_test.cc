@@ -191,18 +191,11 @@ TEST_F(UnmapTest, AnchorRejected) {
 // and the Block Limits page says so.
 class GrainUnmapTest : public WriteSameTest {
  protected:
-  static constexpr uint32_t kGrain = 4096;
   static constexpr uint32_t kGrainBlocks = kGrain / kBlock;
   void SetUp() override {
     WriteSameTest::SetUp();
-    store::PoolOptions o;
-    o.size_bytes = 32ull << 20;  // the 16 MiB journal's and 16 MiB of data
-    o.allocation_unit = 64u << 10;
-    o.format = 3;
-    o.grain = kGrain;
-    auto p = store::Pool::Create(&env_, "/pool3", o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    pool3_ = std::move(p.value());
+    pool3_ = CreateGrainPool("/pool3");
+    ASSERT_NE(pool3_, nullptr);
     lu3_ = AddLu(*pool3_, "g0", 4ull << 20, Config("5f3b0c2a-41d2-4e8b-9a1c-000000000033"));
     ASSERT_NE(lu3_, nullptr);
   }
