@@ -9,6 +9,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -36,9 +37,12 @@ inline void SetGrain(store::PoolOptions* o) {
   o->grain = static_cast<uint32_t>(grain);
 }
 
-// What the pools are, for a benchmark's header.
-inline std::string PoolFormatText(const store::PoolOptions& o) {
-  return o.format == 3 ? "format 3, grain " + std::to_string(o.grain) + " bytes" : "format 2";
+// Prints the format SetGrain gives the pools, for a benchmark's summary.
+inline void PrintPoolFormat() {
+  store::PoolOptions o;  // a 1 MiB AU: every grain SetGrain takes is below it
+  SetGrain(&o);
+  const std::string text = o.format == 3 ? "format 3, grain " + std::to_string(o.grain) + " bytes" : "format 2";
+  std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", text.c_str());
 }
 
 // Seconds on a monotonic clock.

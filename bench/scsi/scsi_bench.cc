@@ -470,11 +470,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
-  {
-    store::PoolOptions shape;  // the pools' format, as SetGrain makes them
-    bench::SetGrain(&shape);
-    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", bench::PoolFormatText(shape).c_str());
-  }
+  bench::PrintPoolFormat();
   Summary();
   delete g_copy;
   delete g_lat;

@@ -772,11 +772,7 @@ int main(int argc, char** argv) {
   Register();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  {
-    PoolOptions shape;  // the pools' format, as SetGrain makes them
-    cowstore::bench::SetGrain(&shape);
-    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", cowstore::bench::PoolFormatText(shape).c_str());
-  }
+  cowstore::bench::PrintPoolFormat();
   Summary();
   delete g_bench;
   return 0;

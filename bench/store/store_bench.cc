@@ -473,11 +473,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  {
-    PoolOptions shape;  // the pools' format, as SetGrain makes them
-    cowstore::bench::SetGrain(&shape);
-    std::printf("pools: %s (COWSTORE_BENCH_GRAIN)\n", cowstore::bench::PoolFormatText(shape).c_str());
-  }
+  cowstore::bench::PrintPoolFormat();
   Summary();
   delete g_clone;  // removes the files
   delete g_io;
