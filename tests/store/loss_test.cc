@@ -19,6 +19,7 @@
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"
+#include "tests/store/corrupt_image.h"
 
 namespace cowstore::store {
 namespace {
@@ -177,16 +178,7 @@ TEST(NoSilentLoss, FormatThreeJournalDamageIsRefusedThenRepairedToThePrefix) {
   // Replay's first record (LUN a's creation) and the two after it; the
   // third is LUN b's creation. One extent here: its bytes are the ring's.
   SuperblockV3 sb;
-  bool found = false;
-  for (uint64_t slot = 0; slot < 2; slot++) {
-    SuperblockV3 s;
-    if (DecodeSuperblockV3(img.data() + slot * kSuperblockSlot, kSuperblockSlot, img.size(), &s).ok() &&
-        (!found || s.seq > sb.seq)) {
-      sb = s;
-      found = true;
-    }
-  }
-  ASSERT_TRUE(found);
+  ASSERT_TRUE(testing::NewestSuperblockV3(img, &sb));
   ASSERT_EQ(sb.journal.size(), 1u);
   const uint64_t ring = sb.data_offset + sb.journal[0].first_au * sb.au;
   uint64_t off = ring + sb.journal_start;
