@@ -2329,11 +2329,14 @@ TEST_F(Served, ShowsFreedSpaceStillBeingReturnedToTheFilesystem) {
   const std::string data(kAu, 'x');
   for (uint64_t i = 0; i < kAus; ++i)
     ASSERT_TRUE(lun->Write(i * kBlocksPerAu, kBlocksPerAu, data.data(), store::Durability::kDurable).ok());
+  auto await_punched = [&] {  // the thinner's background punches, all done
+    for (int i = 0; i < 1000 && pool->Space().thinning_units != 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  };
   // What the open and the writes freed (a checkpoint's old chain) is punched
   // in the background too: let it finish, so that what follows counts only
   // the unmap. On a loaded machine it may not have yet.
-  for (int i = 0; i < 1000 && pool->Space().thinning_units != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  await_punched();
   EXPECT_NE(Ok("--json pool show tank").find("\"thinning\": 0,"), std::string::npos);
 
   env.Hold();  // the punches wait: the unmapped AUs stay thinning
@@ -2353,8 +2356,7 @@ TEST_F(Served, ShowsFreedSpaceStillBeingReturnedToTheFilesystem) {
   EXPECT_EQ(e.types["cowstore_pool_thinning_bytes"], "gauge");
 
   env.Release();  // punched in the background: back to 0
-  for (int i = 0; i < 1000 && pool->Space().thinning_units != 0; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  await_punched();
   EXPECT_NE(Ok("--json pool show tank").find("\"thinning\": 0,"), std::string::npos);
   server.reset();
   lun.reset();  // lets go of the pool
