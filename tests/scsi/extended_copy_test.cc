@@ -91,8 +91,7 @@ TEST_F(ExtendedCopyTest, AFormatThreePoolSharesWholeGrainsAndCopiesOneOnWrite) {
   EXPECT_EQ(Read(*lu3, kGrainBlocks, kGrainBlocks), Bytes(data.begin() + kGrain, data.begin() + 2 * kGrain))
       << "the source is untouched";
   lu3.reset();
-  extra_.clear();
-  EXPECT_TRUE(pool3->Close().ok());
+  CloseExtraPool(&pool3);
 }
 
 TEST_F(ExtendedCopyTest, EmptyParameterListIsGood) {

@@ -77,6 +77,14 @@ std::unique_ptr<store::Pool> ScsiTest::CreateGrainPool(const std::string& path) 
   return p.ok() ? std::move(p.value()) : nullptr;
 }
 
+void ScsiTest::CloseExtraPool(std::unique_ptr<store::Pool>* pool) {
+  extra_.clear();
+  if (*pool) {
+    EXPECT_TRUE((*pool)->Close().ok());
+  }
+  pool->reset();
+}
+
 void ScsiTest::TearDown() {
   extra_.clear();
   lu_.reset();

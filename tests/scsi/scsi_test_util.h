@@ -84,6 +84,10 @@ class ScsiTest : public ::testing::Test {
   // 64 KiB AU (cowctl pool create --allocation-unit 64K --grain 4K).
   static constexpr uint32_t kGrain = 4096;
   std::unique_ptr<store::Pool> CreateGrainPool(const std::string& path);
+  // Closes a pool a test made beside pool_ (expecting success) and drops it,
+  // after letting go of the LUs AddLu keeps (extra_): the caller has reset
+  // its own handles to that pool's LUs.
+  void CloseExtraPool(std::unique_ptr<store::Pool>* pool);
 
   // Opens (creates) a LUN in `pool` and wraps it in a LogicalUnit.
   std::shared_ptr<LogicalUnit> AddLu(store::Pool& pool, const std::string& name,

@@ -201,11 +201,7 @@ class GrainUnmapTest : public WriteSameTest {
   }
   void TearDown() override {
     lu3_.reset();
-    extra_.clear();
-    if (pool3_) {
-      EXPECT_TRUE(pool3_->Close().ok());
-    }
-    pool3_.reset();
+    CloseExtraPool(&pool3_);
     WriteSameTest::TearDown();
   }
   uint32_t UnmapGranularity(LogicalUnit& lu) {

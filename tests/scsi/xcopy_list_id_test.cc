@@ -246,11 +246,7 @@ class XcopyListIdTest : public ScsiTest {
     a_.reset();
     b_.reset();
     g_.reset();
-    extra_.clear();
-    if (gated_pool_) {
-      EXPECT_TRUE(gated_pool_->Close().ok());
-    }
-    gated_pool_.reset();
+    CloseExtraPool(&gated_pool_);
     ScsiTest::TearDown();
   }
 
