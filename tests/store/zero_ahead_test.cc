@@ -283,15 +283,33 @@ TEST_F(ZeroAheadPool, AFailedZeroWriteQuarantinesTheRoundsGrainsAndThePoolServes
 
 TEST_F(ZeroAheadPool, AFailedRoundSyncFailsThePool) {
   Make(kPool);
-  // Make's own round may still be running: let it end, or its sync could
-  // be the one that fails (before the write, which then fails too).
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
   core_->DrainZeroAheadForTest();
-  // A buffered write syncs nothing: the next sync is the round's.
+  ASSERT_EQ(StockOf(core_).warm.size(), kWarmRuns);
+  for (uint64_t r = 1; r < kUsed; r++) ASSERT_TRUE(WriteBlock(Region(r), 2).ok());
+  core_->DrainZeroAheadForTest();
+  ASSERT_EQ(StockOf(core_).warm.size(), kWarmRuns - (kUsed - 1));
+  // A buffered overwrite in place: it allocates nothing, so it neither takes
+  // from the stock nor pokes a round, and it syncs nothing.
+  ASSERT_TRUE(WriteBlock(Region(0), 3, Durability::kBuffered).ok());
+  // The stock is at half, so no other round runs: the round on this thread
+  // refills it, and its sync (the next one) fails.
+  const uint64_t syncs0 = env_.calls(FaultInjectionEnv::Op::kSync);
   env_.FailAt(FaultInjectionEnv::Op::kSync, 0, Code::kIOError);
-  ASSERT_TRUE(WriteBlock(Region(0), 1, Durability::kBuffered).ok());
-  core_->DrainZeroAheadForTest();
-  EXPECT_TRUE(StockOf(core_).warm.empty());
-  // The sync may have dropped that write's data (fsyncgate): nothing may
+  const Stock before = StockOf(core_);
+  core_->ZeroAheadRoundForTest();
+  ASSERT_GT(env_.calls(FaultInjectionEnv::Op::kSync), syncs0);
+  // The round's grains are not added to the stock (it is the stock of
+  // before, run for run): they are quarantined, as after a failed write.
+  const Stock after = StockOf(core_);
+  ASSERT_EQ(after.warm.size(), before.warm.size());
+  for (size_t i = 0; i < after.warm.size(); i++) {
+    EXPECT_EQ(after.warm[i].start, before.warm[i].start);
+    EXPECT_EQ(after.warm[i].len, before.warm[i].len);
+  }
+  EXPECT_EQ(after.quarantined, (kWarmRuns - before.warm.size()) * kWarmGrains);
+  EXPECT_EQ(after.reserved, 0u);
+  // The sync may have dropped the overwrite's data (fsyncgate): nothing may
   // report it durable now, nor read it back.
   EXPECT_FALSE(pool_->Flush().ok());
   std::vector<uint8_t> b(kBlock);
