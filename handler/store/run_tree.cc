@@ -713,6 +713,37 @@ void RunTree::Replace(uint64_t key, const Run& r) {
   Set(p, j, r);
 }
 
+bool RunTree::TryReplaceInLeaf(uint64_t a, uint64_t b, const Run* runs, size_t n) {
+  if (!root_) return false;
+  Path p;
+  Descend(a, &p);
+  Leaf* l = p.leaf;
+  const uint32_t j = LowerBoundIn(l, a);
+  uint32_t k = j;
+  while (k < l->count && Key(l->e()[k]) < b) k++;
+  // The runs replaced may go on in the next leaf; the result may not fit,
+  // or leave the leaf empty (a shape change): those are Insert's and
+  // EraseStarting's.
+  if (k == l->count && l->next && Key(l->next->e()[0]) < b) return false;
+  const size_t count = l->count - (k - j) + n;
+  if (count > l->cap || count == 0) return false;
+  const bool shrinks = count < l->count;
+  for (size_t i = 0; i < n; i++) assert(Accepts(runs[i].lba, runs[i].phys, runs[i].len));
+  // From here on nothing allocates or throws.
+  std::memmove(l->e() + j + n, l->e() + k, (l->count - k) * sizeof(Packed));
+  for (size_t i = 0; i < n; i++) l->e()[j + i] = Pack(runs[i].lba, runs[i].phys, runs[i].len);
+  size_ = size_ - (k - j) + n;
+  l->count = static_cast<uint32_t>(count);
+  // A new first run: the separators above follow it, as after EraseIn (it
+  // starts at or after a, and Descend found this leaf's separator at or
+  // before a, or this is the first leaf).
+  if (j == 0) FixKeys(p, p.depth - 1, Key(l->e()[0]));
+  // As after EraseIn; a leaf that grew or kept its count is left as it is
+  // (the last leaf of a tree built in key order fills from one run).
+  if (shrinks && l->count < kMinLeafRuns) Rebalance(p);
+  return true;
+}
+
 // ------------------------------------------------------------ bulk load
 
 void RunTree::BulkLoad(const std::vector<Run>& runs) {

@@ -167,6 +167,14 @@ class RunTree {
   // REQUIRES: a run starts at key; r is accepted and lies after the run
   // before it and before the run after it.
   void Replace(uint64_t key, const Run& r);
+  // Replaces the runs starting in [a, b) with runs[0, n) where they stand,
+  // if that can be done inside one leaf without allocating (the common case
+  // of a small edit: SharedRefs' Inc and Dec); else returns false and
+  // changes nothing. Never allocates, never merges (the runs are final).
+  // REQUIRES: runs sorted, non-overlapping, accepted, each starting at or
+  // after a and after the end of the run before a, and ending at or before
+  // the first run starting at or after b.
+  bool TryReplaceInLeaf(uint64_t a, uint64_t b, const Run* runs, size_t n);
   // Replaces the contents with runs. REQUIRES: sorted, non-overlapping, Fits.
   // Leaves are filled to ~90 % (room for later inserts without splitting).
   void BulkLoad(const std::vector<Run>& runs);

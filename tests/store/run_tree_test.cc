@@ -576,6 +576,100 @@ TEST(RunTreeCounted, MatchesStdMapAtRandom) {
   EXPECT_EQ(All(b), ref_all());
 }
 
+// An edit that would empty the only leaf, or outgrow it, is not made in
+// place: freeing or growing the leaf is EraseStarting's and Insert's.
+TEST(RunTreeCounted, ReplaceInLeafLeavesEmptyingAndGrowingTheOnlyLeafToOthers) {
+  RunTree t(RunKind::kCounted);
+  ASSERT_TRUE(t.Insert(10, 2, 5));
+  EXPECT_FALSE(t.TryReplaceInLeaf(0, 100, nullptr, 0));
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{10, 2, 5}}));
+  const std::vector<MapRun> five = {{0, 3, 1}, {2, 4, 1}, {4, 5, 1}, {6, 6, 1}, {8, 7, 1}};
+  EXPECT_FALSE(t.TryReplaceInLeaf(0, 100, five.data(), five.size()));  // the leaf holds 4
+  EXPECT_EQ(All(t), (std::vector<MapRun>{{10, 2, 5}}));
+  EXPECT_TRUE(t.TryReplaceInLeaf(0, 100, five.data(), 4));
+  EXPECT_EQ(All(t), (std::vector<MapRun>(five.begin(), five.begin() + 4)));
+  EXPECT_EQ(t.Check(), "");
+  RunTree empty(RunKind::kCounted);
+  EXPECT_FALSE(empty.TryReplaceInLeaf(0, 100, five.data(), 1));
+  EXPECT_TRUE(empty.empty());
+}
+
+// TryReplaceInLeaf against a std::map, over a tree of many leaves and three
+// or more inner levels: an edit it takes leaves every invariant (Check:
+// separators, fill, leaf links) and the model's runs; one it refuses (it
+// crosses a leaf's end, or would overfill or empty the leaf) changes nothing,
+// and is then made by erasing and inserting, as SharedRefs does.
+TEST(RunTreeCounted, ReplaceInLeafMatchesStdMapOrChangesNothing) {
+  std::mt19937_64 rng(41);
+  auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
+  RunTree t(RunKind::kCounted, 3);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> ref;  // key -> (len, value)
+  auto ref_all = [&] {
+    std::vector<MapRun> v;
+    for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
+    return v;
+  };
+  uint64_t value = 2;  // every run's value differs: nothing would merge
+  constexpr uint64_t kKeys = 1 << 16;
+  for (int i = 0; i < 3000; i++) {
+    const uint64_t a = pick(kKeys);
+    auto it = ref.upper_bound(a);
+    if (it != ref.begin() && std::prev(it)->first + std::prev(it)->second.first > a) continue;
+    const uint64_t len = std::min<uint64_t>(1 + pick(8), (it == ref.end() ? kKeys : it->first) - a);
+    ASSERT_TRUE(t.Insert(a, value, len));
+    ref[a] = {len, value++};
+  }
+  uint64_t taken = 0, refused = 0;
+  size_t fewest = ref.size();
+  for (int op = 0; op < 50000; op++) {
+    // A third of the ops shrink the tree to a few leaves (wide spans, few
+    // new runs: leaves fall below a third and rebalance), then it grows
+    // back (narrow spans, more new runs: leaves fill, refuse, and split).
+    const bool shrink = op < 25000;
+    const uint64_t a = pick(kKeys), b = a + 1 + (shrink ? pick(80) : pick(pick(8) == 0 ? 400 : 24));
+    // The room the new runs may take: after the run before a, before the
+    // first run starting at or after b.
+    auto before = ref.lower_bound(a);
+    const uint64_t lo = before == ref.begin() ? a : std::max(a, std::prev(before)->first + std::prev(before)->second.first);
+    auto after = ref.lower_bound(b);
+    const uint64_t hi = after == ref.end() ? kKeys + 64 : after->first;
+    std::vector<MapRun> runs;
+    for (uint64_t at = lo, k = shrink ? uint64_t{pick(4) == 0} : pick(8); k > 0 && at < hi; k--) {
+      const uint64_t s = at + pick(std::min<uint64_t>(hi - at, 6));
+      const uint64_t len = 1 + pick(std::min<uint64_t>(hi - s, 10));
+      if (s >= hi) break;
+      runs.push_back({s, value++, len});
+      at = s + len;
+    }
+    const bool ok = t.TryReplaceInLeaf(a, b, runs.data(), runs.size());
+    (ok ? taken : refused)++;
+    if (!ok) {  // nothing changed; then the same edit as SharedRefs makes it
+      ASSERT_EQ(t.Check(), "") << op;
+      ASSERT_EQ(All(t), ref_all()) << op;
+      t.EraseStarting(a, b, nullptr);
+      for (const MapRun& r : runs) ASSERT_TRUE(t.Insert(r.lba, r.phys, r.len));
+    }
+    ref.erase(ref.lower_bound(a), ref.lower_bound(b));
+    for (const MapRun& r : runs) ref[r.lba] = {r.len, r.phys};
+    ASSERT_EQ(t.size(), ref.size()) << op;
+    fewest = std::min(fewest, ref.size());
+    if (op % 50 == 0) {
+      ASSERT_EQ(t.Check(), "") << op;
+      ASSERT_EQ(All(t), ref_all()) << op;
+    }
+  }
+  ASSERT_EQ(t.Check(), "");
+  ASSERT_EQ(All(t), ref_all());
+  // The tree shrank to a few leaves and grew to many levels, and both
+  // outcomes happened often, or this tested little.
+  EXPECT_LE(fewest, 2 * RunTree::kLeafRuns);
+  EXPECT_GE(t.height(), 4u);
+  EXPECT_GE(taken, 5000u);
+  EXPECT_GE(refused, 100u);
+  std::printf("TryReplaceInLeaf: %lu taken, %lu refused; fewest %zu runs, now %zu, height %zu\n",
+              (unsigned long)taken, (unsigned long)refused, fewest, t.size(), t.height());
+}
+
 // Key-order and reverse-order loads grow and split the right and left edges
 // of every inner level; walks from every leaf boundary see the same runs.
 TEST(RunTree, InnerLevelsGrowAtBothEdgesAndWalksCrossThem) {
