@@ -3,8 +3,10 @@
 // order (what opening a pool does: checkpoints hold runs sorted) and in random
 // order (a clone diverging at random), ns per insert and the whole build, plus
 // lookups and a full walk at that size. Issue 10 asks for a pool of 10 M
-// extents to open in <= 10 s: this is the in-RAM share of that. Times are
-// the thread's CPU time. Not a test: run by hand.
+// extents to open in <= 10 s: this is the in-RAM share of that. Then
+// SharedRefs' Inc and Dec in the shape of commit_bench's XCOPY clones at
+// format 3 (what its queue-depth clone rows spend CPU on). Times are the
+// thread's CPU time. Not a test: run by hand.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "handler/store/run_tree.h"
+#include "handler/store/shared_refs.h"
 
 namespace cowstore::store {
 namespace {
@@ -101,6 +104,43 @@ void BM_RunTreeChurn(benchmark::State& st) {
   if (t.size() != n) st.SkipWithError("size changed");
 }
 BENCHMARK(BM_RunTreeChurn)->Arg(10000000)->Iterations(1)->Unit(benchmark::kSecond);
+
+// commit_bench's clone source at format 3: 1 GiB of 1 MiB pieces (256
+// grains) written in shuffled order and mapped 20 times, so one record of
+// count 20 covers it. Each "clone" of 4 MiB then adds an owner to 4 of
+// those pieces (Inc, as into a fresh LUN); with dec, it also drops one from
+// 4 others (Dec: cloning over a LUN that maps data already; each piece
+// gains and loses one owner a pass, so no count reaches one). The records
+// fragment as counts diverge, as they do in the bench.
+void BM_SharedRefsClone(benchmark::State& st) {
+  const bool dec = st.range(0) != 0;
+  constexpr uint64_t kPiece = 256, kPieces = 1024, kReplicas = 20, kClones = 5120;
+  std::vector<std::vector<Run>> luns(kReplicas);
+  const std::vector<uint64_t> order = Order(kPieces, true);
+  for (auto& l : luns)
+    for (uint64_t i = 0; i < kPieces; i++) l.push_back({i * kPiece, order[i] * kPiece, kPiece});
+  auto built = SharedRefs::Rebuild(4 * kPieces * kPiece, luns);
+  if (!built.ok()) {
+    st.SkipWithError("rebuild failed");
+    return;
+  }
+  SharedRefs refs = std::move(built).value();
+  std::vector<GrainRun> freed;
+  for (auto _ : st) {
+    auto t0 = Clock::now();
+    for (uint64_t c = 0; c < kClones; c++)
+      for (int k = 0; k < 4; k++) {
+        const uint64_t at = order[(4 * c + k) % kPieces] * kPiece;
+        if (!refs.Inc(at, kPiece).ok()) st.SkipWithError("inc refused");
+        if (dec) refs.Dec(order[(4 * c + k + kPieces / 2) % kPieces] * kPiece, kPiece, &freed);
+      }
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    st.counters["us_per_4MiB_clone"] = s * 1e6 / kClones;
+    st.counters["records"] = static_cast<double>(refs.records());
+  }
+  if (!freed.empty()) st.SkipWithError("a shared grain was freed");
+}
+BENCHMARK(BM_SharedRefsClone)->Arg(0)->Arg(1)->Iterations(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace cowstore::store

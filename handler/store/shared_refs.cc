@@ -179,15 +179,22 @@ void SharedRefs::ReserveRegions(uint64_t pool_grains) {
   regions_.reserve((std::min(pool_grains, kMaxPoolGrains) + kRegionGrains - 1) / kRegionGrains);
 }
 
-// Inc and Dec: split the records at the range's edges, then give each record
-// inside its new count and fill or report the gaps between them. Inside, the
-// records stay maximal (neighbours differed before and still do, a filled gap
-// at 2 borders records now >= 3); only the edges may join an equal neighbour.
+// Inc and Dec: one pass. Touch reads the records from the one covering
+// p - 1 (or the first after it) to the one starting at end: every record the
+// range changes, and the neighbours a changed record may join. PlanSpan
+// walks them once and writes that span's records as they will be, merged
+// where equal counts meet, so records stay maximal (outside the span nothing
+// changes, and the span's first and last records keep their outer parts'
+// counts). TryReplaceInLeaf then swaps them in where they stand: one descent
+// to read and one to write, where splitting at both edges, filling gaps and
+// joining again took about ten (store-v3.md step 12: format 3's clone CPU).
 //
-// All-or-nothing under std::bad_alloc: a lost record would let a write go in
-// place over a clone's data. Of the tree's operations only SplitAt and Insert
-// allocate, and each of them is all-or-nothing itself, so they all come
-// first, each undone by non-allocating steps if a later one throws:
+// When the new records do not fit in the leaf (or the span crosses leaves),
+// the splitting path does the same in O(log n) steps. It is all-or-nothing
+// under std::bad_alloc: a lost record would let a write go in place over a
+// clone's data. Of the tree's operations only SplitAt and Insert allocate,
+// and each of them is all-or-nothing itself, so they all come first, each
+// undone by non-allocating steps if a later one throws:
 //   1. SplitAt(p), SplitAt(end): undone by JoinAt (the halves of a split
 //      have equal counts, and records were maximal, so JoinAt joins exactly
 //      what a split cut).
@@ -195,19 +202,49 @@ void SharedRefs::ReserveRegions(uint64_t pool_grains) {
 //      has, so it merges with nothing: undone by erasing it by its key.
 // What follows cannot fail: Replace (new counts), EraseStarting (records
 // that reach one owner) and JoinAt at the edges never allocate, and Dec's
-// output has its room reserved before step 1. The gaps are listed before
-// step 1 too (that vector may throw: nothing has changed yet).
+// output has its room reserved before step 1. The one-pass path allocates
+// only its scratch, before anything changes.
 
-std::vector<GrainRun> SharedRefs::GapsIn(uint64_t p, uint64_t end) const {
-  std::vector<GrainRun> gaps;
+void SharedRefs::Touch(uint64_t p, uint64_t end) {
+  touched_.clear();
+  for (auto it = m_.FirstEndingAfter(p > 0 ? p - 1 : 0); it != m_.end() && (*it).lba <= end; ++it)
+    touched_.push_back(*it);
+}
+
+void SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
+  now_.clear();
+  gaps_.clear();
+  gone_.clear();
+  auto emit = [&](uint64_t s, uint64_t e, uint64_t refs) {  // [s, e) at refs, if shared
+    if (s >= e || refs < 2) return;
+    if (!now_.empty() && now_.back().lba + now_.back().len == s && now_.back().phys == refs)
+      now_.back().len += e - s;
+    else
+      now_.push_back({s, refs, e - s});
+  };
+  // Touched records end at or after p and start at or before end, so every
+  // gap between them lies inside [p, end).
   uint64_t at = p;
-  for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it) {
-    const Run r = *it;
-    if (r.lba > at) gaps.push_back({at, r.lba - at});
-    at = r.lba + r.len;
+  for (const Run& r : touched_) {
+    const uint64_t r_end = r.lba + r.len;
+    if (r.lba > at) {
+      gaps_.push_back({at, r.lba - at});
+      if (delta > 0) emit(at, r.lba, 2);  // one owner until now
+    }
+    emit(r.lba, std::min(p, r_end), r.phys);  // its part before p
+    const uint64_t in = std::max(r.lba, p), in_end = std::min(r_end, end);
+    if (in < in_end) {
+      const uint64_t refs = delta > 0 ? r.phys + 1 : r.phys - 1;  // counts are >= 2
+      if (refs < 2) gone_.push_back({in, in_end - in});
+      emit(in, in_end, refs);
+    }
+    emit(std::max(end, r.lba), r_end, r.phys);  // its part from end on
+    at = std::max(at, r_end);
   }
-  if (at < end) gaps.push_back({at, end - at});
-  return gaps;
+  if (at < end) {
+    gaps_.push_back({at, end - at});
+    if (delta > 0) emit(at, end, 2);
+  }
 }
 
 void SharedRefs::JoinAt(uint64_t x) {
@@ -232,10 +269,23 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   if (p >= pool_grains_ || n > pool_grains_ - p)
     return Status(Code::kInvalidArgument, "grain range leaves the pool");
   const uint64_t end = p + n;
-  for (auto it = m_.FirstEndingAfter(p); it != m_.end() && (*it).lba < end; ++it)
-    if ((*it).phys >= max_refs_)
+  Touch(p, end);
+  for (const Run& r : touched_)
+    if (r.lba < end && r.lba + r.len > p && r.phys >= max_refs_)
       return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
-  const std::vector<GrainRun> gaps = GapsIn(p, end);
+  PlanSpan(p, end, +1);
+  if (!m_.TryReplaceInLeaf(SpanStart(p), end + 1, now_.data(), now_.size())) {
+    IncSplitting(p, end, gaps_);
+    return Status::Ok();
+  }
+  for (const GrainRun& g : gaps_) {  // one owner until now
+    AddToRegions(g.start, g.len, 1);
+    shared_grains_ += g.len;
+  }
+  return Status::Ok();
+}
+
+void SharedRefs::IncSplitting(uint64_t p, uint64_t end, const std::vector<GrainRun>& gaps) {
   SplitEdges(p, end);
   size_t filled = 0;
   try {
@@ -263,17 +313,36 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   }
   JoinAt(end);
   JoinAt(p);
-  return Status::Ok();
 }
 
 void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   if (n == 0) return;
   assert(p < pool_grains_ && n <= pool_grains_ - p);
   const uint64_t end = p + n;
-  const std::vector<GrainRun> gaps = GapsIn(p, end);  // free now
-  if (freed) freed->reserve(freed->size() + gaps.size());
+  Touch(p, end);
+  PlanSpan(p, end, -1);  // gaps_: free now
+  if (freed) freed->reserve(freed->size() + gaps_.size());
+  // Nothing below allocates but DecSplitting's splits, which come before
+  // anything changes (freed has room for every gap).
+  if (m_.TryReplaceInLeaf(SpanStart(p), end + 1, now_.data(), now_.size())) {
+    for (const GrainRun& g : gone_) {  // one owner left: no record
+      AddToRegions(g.start, g.len, -1);
+      shared_grains_ -= g.len;
+    }
+  } else {
+    DecSplitting(p, end);
+  }
+  if (!freed) return;
+  for (const GrainRun& g : gaps_) {
+    if (!freed->empty() && freed->back().end() == g.start)
+      freed->back().len += g.len;
+    else
+      freed->push_back(g);
+  }
+}
+
+void SharedRefs::DecSplitting(uint64_t p, uint64_t end) {
   SplitEdges(p, end);
-  // Nothing below allocates (freed has room for every gap).
   for (uint64_t at = p;;) {
     auto it = m_.lower_bound(at);
     if (it == m_.end() || (*it).lba >= end) break;
@@ -289,13 +358,6 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   }
   JoinAt(end);
   JoinAt(p);
-  if (!freed) return;
-  for (const GrainRun& g : gaps) {
-    if (!freed->empty() && freed->back().end() == g.start)
-      freed->back().len += g.len;
-    else
-      freed->push_back(g);
-  }
 }
 
 uint64_t SharedRefs::SharedCount(uint64_t p) const {

@@ -162,8 +162,19 @@ class SharedRefs {
   static Status PoolBound(uint64_t pool_grains);
   // A record as a run of the tree: lba = phys, phys = refs, len = len.
   static SharedRecord Rec(const Run& r) { return {r.lba, r.len, r.phys}; }
-  // The grains of [p, end) without a record, in order (shared_refs.cc: Inc).
-  std::vector<GrainRun> GapsIn(uint64_t p, uint64_t end) const;
+  // Inc's and Dec's one pass over the records (shared_refs.cc says why):
+  // Touch collects into touched_ the records [p, end) changes or may join
+  // at its edges; PlanSpan(delta = +1 or -1) makes from them now_, the same
+  // span's records as they will be, gaps_, the grains of [p, end) with no
+  // record, and (Dec) gone_, the grains of [p, end) left with one owner.
+  void Touch(uint64_t p, uint64_t end);
+  void PlanSpan(uint64_t p, uint64_t end, int delta);
+  // The first key TryReplaceInLeaf replaces from for [p, end).
+  uint64_t SpanStart(uint64_t p) const { return touched_.empty() ? p : std::min(p, touched_.front().lba); }
+  // Inc and Dec where the span's new records do not fit in one leaf: split,
+  // insert and join (each an O(log n) descent). gaps as gaps_.
+  void IncSplitting(uint64_t p, uint64_t end, const std::vector<GrainRun>& gaps);
+  void DecSplitting(uint64_t p, uint64_t end);
   // Splits the records at p and end, both or neither (std::bad_alloc).
   void SplitEdges(uint64_t p, uint64_t end);
   // Joins the record ending at x with the one starting there if their
@@ -177,6 +188,10 @@ class SharedRefs {
   RunTree m_{RunKind::kCounted};
   std::vector<uint32_t> regions_;
   uint64_t shared_grains_ = 0;
+  // Inc's and Dec's scratch (Touch, PlanSpan): kept to spare an allocation
+  // a call; their contents mean nothing between calls.
+  std::vector<Run> touched_, now_;
+  std::vector<GrainRun> gaps_, gone_;
 };
 
 }  // namespace cowstore::store

@@ -586,6 +586,64 @@ TEST(SharedRefsRandom, IncrementalEqualsBruteForceAndRebuild) {
   }
 }
 
+// Inc and Dec at random over records that fill many leaves of a tree three
+// levels deep (inner fan-out 3): edits inside one leaf take the one-pass
+// path, edits that cross a leaf's end or overfill it the splitting one
+// (shared_refs.cc, "Inc and Dec"); both must leave the records, the shared
+// grain count and the region counters exactly the brute force's, and Dec
+// must free exactly the grains whose count reached zero.
+TEST(SharedRefsRandom, EditsAcrossManyLeavesEqualTheBruteForce) {
+  constexpr uint64_t kGrains = 3 * kR + 700;
+  std::mt19937_64 rng(31);
+  auto below = [&](uint64_t n) { return rng() % n; };
+  SharedRefs refs(kGrains, SharedRefs::kMaxRefs, /*inner_fanout=*/3);
+  std::vector<uint64_t> count(kGrains, 1);  // every grain mapped once
+  size_t peak = 0;
+  for (int op = 0; op < 40000; op++) {
+    // Mostly short ranges (many records), now and then a long one.
+    const uint64_t n = below(16) == 0 ? 1 + below(900) : 1 + below(12);
+    const uint64_t p = below(kGrains - n + 1);
+    bool mapped = true;
+    for (uint64_t g = p; g < p + n; g++) mapped &= count[g] >= 1;
+    if (!mapped) continue;  // Inc and Dec require mapped grains
+    if (below(5) < 3) {
+      ASSERT_TRUE(refs.Inc(p, n).ok());
+      for (uint64_t g = p; g < p + n; g++) count[g]++;
+    } else {
+      Freed freed;
+      refs.Dec(p, n, &freed);
+      Freed want;
+      for (uint64_t g = p; g < p + n; g++)
+        if (--count[g] == 0) {
+          if (!want.empty() && want.back().end() == g)
+            want.back().len++;
+          else
+            want.push_back({g, 1});
+        }
+      ASSERT_EQ(freed, want) << "op " << op;
+    }
+    peak = std::max(peak, refs.records());
+    if (op % 100 != 99) continue;
+    Recs want;
+    std::vector<uint32_t> regions(refs.regions(), 0);
+    uint64_t shared = 0;
+    for (uint64_t g = 0; g < kGrains; g++) {
+      if (count[g] < 2) continue;
+      shared++;
+      regions[g / kR]++;
+      if (!want.empty() && want.back().phys + want.back().len == g && want.back().refs == count[g])
+        want.back().len++;
+      else
+        want.push_back({g, 1, count[g]});
+    }
+    ASSERT_EQ(refs.All(), want) << "op " << op;
+    ASSERT_EQ(refs.shared_grains(), shared) << "op " << op;
+    ASSERT_EQ(refs.region_counters(), regions) << "op " << op;
+  }
+  std::printf("peak %zu records\n", peak);
+  EXPECT_GE(peak, 4 * RunTree::kLeafRuns);  // many leaves, or this tested little
+}
+
 // The same with a count bound of 3: refusals happen, match the brute force,
 // and leave the state exact.
 TEST(SharedRefsRandom, CountBoundRefusalsMatchTheBruteForce) {
