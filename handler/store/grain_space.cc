@@ -125,6 +125,7 @@ Status GrainSpace::CanInc(const std::vector<Run>& runs) const {
     if (depth == 0 || i == edges.size()) continue;
     const uint64_t end = edges[i].first, n = end - at;
     if (depth > max_refs_) return Overflow(at, refs(at));  // even a grain with no owner yet
+    if (shared_.count_bound() + depth <= max_refs_) continue;  // no count is near the bound: no lookup
     // The highest count in [at, end): 1 (unrecorded mapped grains) unless
     // records say more; reserved grains count 0.
     if (depth + 1 <= max_refs_ && !shared_.AnyShared(at, n)) continue;  // common case: nothing shared here
@@ -166,10 +167,12 @@ Status GrainSpace::CanInc(const std::vector<Run>& runs) const {
 Status GrainSpace::Inc(uint64_t phys, uint64_t n) {
   if (n == 0) return Status::Ok();
   if (Status s = CheckRange(phys, n); !s.ok()) return s;
-  std::vector<SharedRecord> recs;
-  shared_.Lookup(phys, n, &recs);
-  for (const SharedRecord& r : recs)
-    if (r.refs >= max_refs_) return Overflow(r.phys, r.refs);  // max_refs_ >= 2: one owner always passes
+  if (shared_.count_bound() >= max_refs_) {  // else no count is at the bound: no lookup
+    std::vector<SharedRecord> recs;
+    shared_.Lookup(phys, n, &recs);
+    for (const SharedRecord& r : recs)
+      if (r.refs >= max_refs_) return Overflow(r.phys, r.refs);  // max_refs_ >= 2: one owner always passes
+  }
   // Reserved grains with no owner yet get their first; every other grain of
   // the range (mapped, or reserved and mapped once) one more, in SharedRefs.
   std::vector<GrainRun> fresh, more;

@@ -162,6 +162,7 @@ Result<SharedRefs> SharedRefs::RebuildFrom(uint64_t pool_grains, const MappedRun
         next.pop_back();
     }
     if (depth > refs.max_refs_) return Status(Code::kCorruption, "a grain has more owners than the count can hold");
+    refs.count_bound_ = std::max(refs.count_bound_, depth);
   }
   refs.m_.BulkLoad(records);
   if (mapped) *mapped = std::move(covered);
@@ -276,12 +277,13 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
   PlanSpan(p, end, +1);
   if (!m_.TryReplaceInLeaf(SpanStart(p), end + 1, now_.data(), now_.size())) {
     IncSplitting(p, end, gaps_);
-    return Status::Ok();
+  } else {
+    for (const GrainRun& g : gaps_) {  // one owner until now
+      AddToRegions(g.start, g.len, 1);
+      shared_grains_ += g.len;
+    }
   }
-  for (const GrainRun& g : gaps_) {  // one owner until now
-    AddToRegions(g.start, g.len, 1);
-    shared_grains_ += g.len;
-  }
+  for (const Run& r : now_) count_bound_ = std::max(count_bound_, r.phys);
   return Status::Ok();
 }
 

@@ -148,6 +148,11 @@ class SharedRefs {
   uint64_t max_refs() const { return max_refs_; }
   size_t records() const { return m_.size(); }
   uint64_t shared_grains() const { return shared_grains_; }
+  // No grain has more owners than this: an upper bound (Rebuild sets it to
+  // the highest count, Inc raises it, Dec leaves it), so that a caller
+  // checking a count bound far above it (the 32-bit field's, in a pool)
+  // needs no lookup at all.
+  uint64_t count_bound() const { return count_bound_; }
   // Every record, in order (tests, check).
   std::vector<SharedRecord> All() const;
 
@@ -188,6 +193,7 @@ class SharedRefs {
   RunTree m_{RunKind::kCounted};
   std::vector<uint32_t> regions_;
   uint64_t shared_grains_ = 0;
+  uint64_t count_bound_ = 1;  // count_bound(): one owner until a record exists
   // Inc's and Dec's scratch (Touch, PlanSpan): kept to spare an allocation
   // a call; their contents mean nothing between calls.
   std::vector<Run> touched_, now_;
