@@ -558,8 +558,10 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
       return Bad("LUN " + std::to_string(r.lun) + " extent at AU " + std::to_string(x.lba) +
                  " -> " + std::to_string(x.phys) + " +" + std::to_string(x.len) + ": " + why);
   }
+  std::vector<Run> incs;  // kClone's pieces below, looked up once
   if (sink) {
-    Status s = sink->CanInc(Increments(*st, r));
+    incs = Increments(*st, r);
+    Status s = sink->CanInc(incs);
     if (!s.ok()) return s;
   }
   switch (r.type) {
@@ -677,7 +679,10 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
       LunState* dst = st->Find(r.lun2);
       if (!src || !dst) return Bad("clone between unknown LUNs");
       std::vector<Run> pieces, removed;
-      src->map.Lookup(r.a, r.n, &pieces);
+      if (sink)
+        pieces = std::move(incs);  // Increments: the same lookup
+      else
+        src->map.Lookup(r.a, r.n, &pieces);
       if (sink)  // increments first: an AU both dropped and re-added never hits zero
         for (const Run& x : pieces) {
           Status s = sink->Inc(x.phys, x.len);
