@@ -261,6 +261,41 @@ TEST_F(Cli, WithoutAGrainBelowTheAllocationUnitAPoolIsFormat2AsBefore) {
   }
 }
 
+// The cell of a rendered Table (output.h: left-aligned columns, two spaces
+// apart) in the row whose first cell is `row`, under `header`.
+std::string Cell(const std::string& table, const std::string& row, const std::string& header) {
+  std::istringstream in(table);
+  std::string head, line;
+  std::getline(in, head);
+  const size_t from = head.find(header);
+  if (from == std::string::npos) return "no column " + header;
+  const size_t to = head.find_first_not_of(' ', from + header.size());  // where the next column starts
+  while (std::getline(in, line)) {
+    if (line.rfind(row + " ", 0) != 0) continue;
+    std::string cell = line.substr(std::min(from, line.size()), to == std::string::npos ? std::string::npos : to - from);
+    return cell.substr(0, cell.find_last_not_of(' ') + 1);
+  }
+  return "no row " + row;
+}
+
+// The table says what the JSON's "grain" says: the grain at format 3, the
+// AU (what a format 2 pool shares at) at format 2; "?" for a pool it cannot
+// open, with every other cell still under its own header.
+TEST_F(Cli, PoolListShowsEachPoolsSharingUnit) {
+  Ok("pool create fine --size 256M --allocation-unit 64K --grain 4K");
+  Ok("pool create coarse --size 256M --allocation-unit 64K");
+  ::symlink("/nonexistent/device", (pools + "/gone").c_str());
+  std::string list = Ok("pool list");
+  const std::string head = list.substr(0, list.find('\n'));
+  EXPECT_LT(head.find("SIZE"), head.find("SHARING UNIT")) << head;  // next to the size, as in pool show
+  EXPECT_LT(head.find("SHARING UNIT"), head.find("ALLOCATED")) << head;
+  EXPECT_EQ(Cell(list, "fine", "SHARING UNIT"), "4.00 KiB") << list;
+  EXPECT_EQ(Cell(list, "coarse", "SHARING UNIT"), "64.0 KiB") << list;
+  EXPECT_EQ(Cell(list, "gone", "SHARING UNIT"), "?") << list;
+  EXPECT_EQ(Cell(list, "gone", "LUNS"), "?") << list;
+  EXPECT_EQ(Cell(list, "gone", "OPEN BY").rfind("error: pool 'gone' points at a missing device", 0), 0u) << list;
+}
+
 TEST_F(Cli, AnInvalidGrainIsRefusedWithTheRuleAndMakesNothing) {
   std::string f = host.dir.path() + "/g.pool";
   Err("pool create g --size 1G --grain 3K", "invalid --grain 3K for an allocation unit of 1.00 MiB: "
