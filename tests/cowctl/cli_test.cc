@@ -843,6 +843,23 @@ TEST_F(Cli, PoolShowAndListCountProvisionedAndTheBackingStore) {
   EXPECT_NE(Ok("--json pool list").find("\"provisioned\": 314572800"), std::string::npos);
 }
 
+// 118 MiB at 1 MiB AUs leaves 101 units for data (17 MiB hold the
+// superblocks and the journal): the store keeps 80 % of them as 80 units,
+// 79.2 % by division. pool show and save both say 80, and a pool made again
+// from the file keeps 80 units.
+TEST_F(Cli, PoolShowAndSaveGiveTheSoftThresholdPoolCreateGot) {
+  Ok("pool create st --size 118M --allocation-unit 1M --soft-threshold 80");
+  std::string j = Ok("pool show st --json");
+  ASSERT_NE(j.find("\"soft_threshold\": 83886080,"), std::string::npos) << "80 of 101 units: " << j;
+  EXPECT_NE(Ok("pool show st").find("\nsoft threshold:  80.0 MiB (80%)\n"), std::string::npos) << Ok("pool show st");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  EXPECT_NE(ReadText(file).find("    soft_threshold: 80\n"), std::string::npos) << ReadText(file);
+  Ok("pool delete st");
+  Ok("restore --create-missing " + file);
+  EXPECT_NE(Ok("pool show st --json").find("\"soft_threshold\": 83886080,"), std::string::npos);
+}
+
 // `pool check` reads metadata only and says so; `pool scrub` reads the data.
 TEST_F(Cli, CheckSaysItReadsMetadataOnlyAndScrubReadsTheData) {
   Pool();

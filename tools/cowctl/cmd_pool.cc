@@ -208,7 +208,8 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"saved by clones", FormatSize(s.saved_bytes)},
       {"free", FormatSize(s.Bytes(s.free_units)) + pct(s.free_units)},
       {"thinning", ThinningText(s)},
-      {"soft threshold", FormatSize(s.Bytes(s.soft_threshold_units)) + pct(s.soft_threshold_units)},
+      {"soft threshold",
+       FormatSize(s.Bytes(s.soft_threshold_units)) + " (" + std::to_string(SoftThresholdPercent(s)) + "%)"},
   };
   for (auto& e : CapacityKeyValues(s)) kv.push_back(std::move(e));  // provisioned, backing store, warning
   std::string human = KeyValues(kv);
