@@ -1835,6 +1835,43 @@ TEST_F(Boot, APoolWithAnotherUuidIsLeftAlone) {
   EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);  // the healthy pool is back
 }
 
+// The file's pool (its UUID), but the file edited to another allocation
+// unit or grain: that pool is refused with both values, in the pool
+// directory and where a lost link would point, and nothing of it changes;
+// the other pool comes back. The file as saved restores.
+TEST_F(Boot, ThisPoolMadeOtherwiseThanTheFileSaysIsLeftAlone) {
+  Reboot();
+  const std::string yaml = ReadText(file), nas = Uuid(mnt + "/nas.pool");
+  const std::string left = ": not restored, left as it is (restore never reformats a pool; if the pool is right, run "
+                           "'cowctl save' to record it)\n";
+  auto refused = [&](const std::string& where, const std::string& mismatch) {
+    const std::string tree = Pools(pools) + Pools(mnt);
+    CmdResult r = Cowctl("restore " + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_NE(r.err.find("cowctl: pool nas: " + where + " holds this pool (UUID " + nas + ") with " + mismatch + left),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out.find("nas"), std::string::npos) << r.out;
+    EXPECT_EQ(Backstores().find("nas-esxds"), std::string::npos);
+    EXPECT_EQ(Pools(pools) + Pools(mnt), tree);
+    EXPECT_NE(Backstores().find("tank-vm1"), std::string::npos);  // the healthy pool is back
+  };
+  Edit("allocation_unit: 65536", "allocation_unit: 131072");  // nas's: the first pool in the file
+  refused(pools + "/nas", "allocation_unit 65536 (64.0 KiB), the file saved allocation_unit 131072 (128 KiB)");
+  WriteText(file, yaml);
+  Edit("allocation_unit: 65536\n", "allocation_unit: 65536\n    grain: 4096\n");
+  refused(pools + "/nas", "grain 65536 (64.0 KiB, format 2), the file saved grain 4096 (4.00 KiB, format 3)");
+  // The link lost too: the saved file holds this pool, but not as the file says.
+  std::filesystem::remove(pools + "/nas");
+  refused(mnt + "/nas.pool", "grain 65536 (64.0 KiB, format 2), the file saved grain 4096 (4.00 KiB, format 3)");
+  EXPECT_FALSE(Exists(pools + "/nas"));
+  WriteText(file, yaml);
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("relinked pool nas to " + mnt + "/nas.pool (its UUID matches)\n"), std::string::npos) << r.out;
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
+}
+
 TEST_F(Boot, AMissingLunIsNeitherCreatedNorGivenItsSavedIdentity) {
   Reboot();
   Ok("lun delete tank/vm1");

@@ -279,6 +279,9 @@ PoolProbe ProbePool(const std::string& path) {
       if (s.ok()) {
         p.kind = PoolProbe::kPool;
         p.uuid = sb.uuid;
+        p.format = store::kFormatVersionV3;
+        p.au = sb.au;
+        p.grain = sb.grain;
         return p;
       }
       magic = true;
@@ -292,6 +295,9 @@ PoolProbe ProbePool(const std::string& path) {
     if (s.ok() || s.code() == store::Code::kUnsupported) {
       p.kind = PoolProbe::kPool;
       p.uuid = sb.uuid;
+      p.format = sb.version;
+      p.au = sb.au;
+      p.grain = sb.au;  // formats 1 and 2 share at the AU
       return p;
     }
     // Decode says kCorruption for a bad magic and a bad checksum alike; the

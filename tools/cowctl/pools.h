@@ -105,6 +105,10 @@ struct PoolProbe {
     kPool,      // a pool: `uuid` is its identity
   } kind = kAbsent;
   store::Uuid uuid{};
+  // kPool: what the pool was made with, from the copy `uuid` was read from.
+  uint32_t format = 0;  // 1, 2 or 3
+  uint32_t au = 0;      // allocation unit, bytes
+  uint32_t grain = 0;   // sharing unit, bytes: the AU at formats 1 and 2
   std::string detail;  // why, for kNotAPool/kDamaged, or an open/read error
 };
 PoolProbe ProbePool(const std::string& path);
