@@ -34,6 +34,7 @@
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
+#include "tests/cowctl/superblock_patch.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/commands.h"
 #include "tools/cowctl/lio.h"
@@ -1649,6 +1650,27 @@ TEST_F(Cli, SaveAndRestoreKeepEachPoolsGrain) {
   EXPECT_NE(Ok("pool show g --json").find("\"allocation_unit\": 65536,\n  \"grain\": 4096,\n"), std::string::npos);
   EXPECT_EQ(FormatOf(pools + "/h"), 2u);
   EXPECT_NE(Ok("pool show h --json").find("\"allocation_unit\": 65536,\n  \"grain\": 65536,\n"), std::string::npos);
+}
+
+// A pool a newer cowstore rewrote in a format this cowctl does not know
+// (its superblocks keep only the envelope in common): restore names the
+// format and leaves the pool alone, and never reads a UUID out of it (a
+// format 3 layout read as format 2's gives a wrong one).
+TEST_F(Cli, RestoreRefusesAPoolOfAFormatItDoesNotKnow) {
+  Ok("pool create g --size 256M --allocation-unit 64K --grain 4K");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  for (uint64_t slot : {0, 1}) testing::SetSuperblockFormat(pools + "/g", slot, 4, /*reseal=*/true);
+  const std::string before = ReadText(pools + "/g").substr(0, 2 * store::kSuperblockSlot);
+  for (const char* flags : {"", "--create-missing "}) {
+    CmdResult r = Cowctl(std::string("restore ") + flags + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("cowctl: pool g: " + pools + "/g has a cowstore superblock of format 4; this cowctl knows "
+                          "formats 1 to 3 (made by a newer cowstore: upgrade cowctl): not restored\n", 0), 0u)
+        << r.err;
+    EXPECT_EQ(r.err.find("UUID"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(ReadText(pools + "/g").substr(0, 2 * store::kSuperblockSlot), before);
 }
 
 TEST_F(Cli, AFileWithoutGrainRestoresFormat2Pools) {
