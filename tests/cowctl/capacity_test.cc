@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "handler/store/soft_threshold.h"
 #include "tools/cowctl/util.h"
 
 namespace cowstore::cowctl {
@@ -106,6 +107,43 @@ TEST(Overcommit, PoolShowSaysProvisionedRatioBackingAndWarns) {
   AddCapacityJson(s, u);
   EXPECT_NE(u.Dump(0).find("\"backing\":null"), std::string::npos);
   EXPECT_EQ(CapacityKeyValues(s)[1].second, "unknown");
+}
+
+// What pool show and save say is the store's rule run backwards: checked
+// against store::SoftThresholdUnits itself, for every percentage.
+uint32_t ShownPercent(uint64_t total, uint32_t percent) {
+  store::SpaceInfo s;
+  s.total_units = total;
+  s.soft_threshold_units = store::SoftThresholdUnits(total, percent);
+  return SoftThresholdPercent(s);
+}
+
+TEST(SoftThreshold, APoolOfAHundredUnitsOrMoreShowsThePercentageItWasMadeWith) {
+  for (uint64_t total : {uint64_t{100}, uint64_t{101}, uint64_t{199}, uint64_t{1023}, uint64_t{1} << 48}) {
+    for (uint32_t percent = 0; percent <= 100; ++percent) EXPECT_EQ(ShownPercent(total, percent), percent) << total;
+  }
+  for (uint64_t total = 100; total < 3000; ++total) {  // every remainder of total * percent / 100
+    for (uint32_t percent : {1u, 33u, 79u, 80u, 99u}) ASSERT_EQ(ShownPercent(total, percent), percent) << total;
+  }
+  // 80 % of 101 units is 80 of them, 79.2 % by division: neither rounding
+  // down nor to nearest gives 80 back.
+  EXPECT_EQ(ShownPercent(101, 80), 80u);
+}
+
+// Fewer units cannot tell every percentage apart (8 units: 80 % and 75 %
+// are both 6): what is shown makes the same threshold again.
+TEST(SoftThreshold, AnySmallerPoolShowsAPercentageThatMakesTheSameThreshold) {
+  for (uint64_t total = 8; total < 100; ++total) {
+    for (uint32_t percent = 0; percent <= 100; ++percent) {
+      const uint32_t shown = ShownPercent(total, percent);
+      ASSERT_LE(shown, 100u);
+      ASSERT_EQ(store::SoftThresholdUnits(total, shown), store::SoftThresholdUnits(total, percent))
+          << total << " units at " << percent << " %: shown " << shown << " %";
+    }
+  }
+  EXPECT_EQ(ShownPercent(8, 80), 75u);
+  store::SpaceInfo none;  // a handler that reports no units: no percentage to make up
+  EXPECT_EQ(SoftThresholdPercent(none), 0u);
 }
 
 }  // namespace

@@ -34,6 +34,7 @@
 #include "tests/control/served_pool.h"
 #include "tests/cowctl/fake_tree.h"
 #include "tests/cowctl/prometheus_check.h"
+#include "tests/cowctl/superblock_patch.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/commands.h"
 #include "tools/cowctl/lio.h"
@@ -259,6 +260,41 @@ TEST_F(Cli, WithoutAGrainBelowTheAllocationUnitAPoolIsFormat2AsBefore) {
     EXPECT_NE(Ok("pool show p").find("\nsharing unit:    64.0 KiB (the allocation unit)\n"), std::string::npos);
     Ok("pool delete p");
   }
+}
+
+// The cell of a rendered Table (output.h: left-aligned columns, two spaces
+// apart) in the row whose first cell is `row`, under `header`.
+std::string Cell(const std::string& table, const std::string& row, const std::string& header) {
+  std::istringstream in(table);
+  std::string head, line;
+  std::getline(in, head);
+  const size_t from = head.find(header);
+  if (from == std::string::npos) return "no column " + header;
+  const size_t to = head.find_first_not_of(' ', from + header.size());  // where the next column starts
+  while (std::getline(in, line)) {
+    if (line.rfind(row + " ", 0) != 0) continue;
+    std::string cell = line.substr(std::min(from, line.size()), to == std::string::npos ? std::string::npos : to - from);
+    return cell.substr(0, cell.find_last_not_of(' ') + 1);
+  }
+  return "no row " + row;
+}
+
+// The table says what the JSON's "grain" says: the grain at format 3, the
+// AU (what a format 2 pool shares at) at format 2; "?" for a pool it cannot
+// open, with every other cell still under its own header.
+TEST_F(Cli, PoolListShowsEachPoolsSharingUnit) {
+  Ok("pool create fine --size 256M --allocation-unit 64K --grain 4K");
+  Ok("pool create coarse --size 256M --allocation-unit 64K");
+  ::symlink("/nonexistent/device", (pools + "/gone").c_str());
+  std::string list = Ok("pool list");
+  const std::string head = list.substr(0, list.find('\n'));
+  EXPECT_LT(head.find("SIZE"), head.find("SHARING UNIT")) << head;  // next to the size, as in pool show
+  EXPECT_LT(head.find("SHARING UNIT"), head.find("ALLOCATED")) << head;
+  EXPECT_EQ(Cell(list, "fine", "SHARING UNIT"), "4.00 KiB") << list;
+  EXPECT_EQ(Cell(list, "coarse", "SHARING UNIT"), "64.0 KiB") << list;
+  EXPECT_EQ(Cell(list, "gone", "SHARING UNIT"), "?") << list;
+  EXPECT_EQ(Cell(list, "gone", "LUNS"), "?") << list;
+  EXPECT_EQ(Cell(list, "gone", "OPEN BY").rfind("error: pool 'gone' points at a missing device", 0), 0u) << list;
 }
 
 TEST_F(Cli, AnInvalidGrainIsRefusedWithTheRuleAndMakesNothing) {
@@ -806,6 +842,23 @@ TEST_F(Cli, PoolShowAndListCountProvisionedAndTheBackingStore) {
   EXPECT_NE(list.find("BACKING FREE"), std::string::npos) << list;
   EXPECT_NE(list.find("300 MiB (0.29x)"), std::string::npos) << list;
   EXPECT_NE(Ok("--json pool list").find("\"provisioned\": 314572800"), std::string::npos);
+}
+
+// 118 MiB at 1 MiB AUs leaves 101 units for data (17 MiB hold the
+// superblocks and the journal): the store keeps 80 % of them as 80 units,
+// 79.2 % by division. pool show and save both say 80, and a pool made again
+// from the file keeps 80 units.
+TEST_F(Cli, PoolShowAndSaveGiveTheSoftThresholdPoolCreateGot) {
+  Ok("pool create st --size 118M --allocation-unit 1M --soft-threshold 80");
+  std::string j = Ok("pool show st --json");
+  ASSERT_NE(j.find("\"soft_threshold\": 83886080,"), std::string::npos) << "80 of 101 units: " << j;
+  EXPECT_NE(Ok("pool show st").find("\nsoft threshold:  80.0 MiB (80%)\n"), std::string::npos) << Ok("pool show st");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  EXPECT_NE(ReadText(file).find("    soft_threshold: 80\n"), std::string::npos) << ReadText(file);
+  Ok("pool delete st");
+  Ok("restore --create-missing " + file);
+  EXPECT_NE(Ok("pool show st --json").find("\"soft_threshold\": 83886080,"), std::string::npos);
 }
 
 // `pool check` reads metadata only and says so; `pool scrub` reads the data.
@@ -1599,6 +1652,27 @@ TEST_F(Cli, SaveAndRestoreKeepEachPoolsGrain) {
   EXPECT_NE(Ok("pool show h --json").find("\"allocation_unit\": 65536,\n  \"grain\": 65536,\n"), std::string::npos);
 }
 
+// A pool a newer cowstore rewrote in a format this cowctl does not know
+// (its superblocks keep only the envelope in common): restore names the
+// format and leaves the pool alone, and never reads a UUID out of it (a
+// format 3 layout read as format 2's gives a wrong one).
+TEST_F(Cli, RestoreRefusesAPoolOfAFormatItDoesNotKnow) {
+  Ok("pool create g --size 256M --allocation-unit 64K --grain 4K");
+  std::string file = host.dir.path() + "/c.yaml";
+  Ok("save " + file);
+  for (uint64_t slot : {0, 1}) testing::SetSuperblockFormat(pools + "/g", slot, 4, /*reseal=*/true);
+  const std::string before = ReadText(pools + "/g").substr(0, 2 * store::kSuperblockSlot);
+  for (const char* flags : {"", "--create-missing "}) {
+    CmdResult r = Cowctl(std::string("restore ") + flags + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_EQ(r.err.rfind("cowctl: pool g: " + pools + "/g has a cowstore superblock of format 4; this cowctl knows "
+                          "formats 1 to 3 (made by a newer cowstore: upgrade cowctl): not restored\n", 0), 0u)
+        << r.err;
+    EXPECT_EQ(r.err.find("UUID"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(ReadText(pools + "/g").substr(0, 2 * store::kSuperblockSlot), before);
+}
+
 TEST_F(Cli, AFileWithoutGrainRestoresFormat2Pools) {
   std::string file = host.dir.path() + "/old.yaml";
   WriteText(file, "version: 3\npools:\n  - name: old\n    size: 256M\n    allocation_unit: 128K\n    luns: []\n");
@@ -1781,6 +1855,43 @@ TEST_F(Boot, APoolWithAnotherUuidIsLeftAlone) {
     EXPECT_EQ(Pools(pools), pools_before);
   }
   EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);  // the healthy pool is back
+}
+
+// The file's pool (its UUID), but the file edited to another allocation
+// unit or grain: that pool is refused with both values, in the pool
+// directory and where a lost link would point, and nothing of it changes;
+// the other pool comes back. The file as saved restores.
+TEST_F(Boot, ThisPoolMadeOtherwiseThanTheFileSaysIsLeftAlone) {
+  Reboot();
+  const std::string yaml = ReadText(file), nas = Uuid(mnt + "/nas.pool");
+  const std::string left = ": not restored, left as it is (restore never reformats a pool; if the pool is right, run "
+                           "'cowctl save' to record it)\n";
+  auto refused = [&](const std::string& where, const std::string& mismatch) {
+    const std::string tree = Pools(pools) + Pools(mnt);
+    CmdResult r = Cowctl("restore " + file);
+    EXPECT_EQ(r.rc, 3) << r.out << r.err;
+    EXPECT_NE(r.err.find("cowctl: pool nas: " + where + " holds this pool (UUID " + nas + ") with " + mismatch + left),
+              std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.out.find("nas"), std::string::npos) << r.out;
+    EXPECT_EQ(Backstores().find("nas-esxds"), std::string::npos);
+    EXPECT_EQ(Pools(pools) + Pools(mnt), tree);
+    EXPECT_NE(Backstores().find("tank-vm1"), std::string::npos);  // the healthy pool is back
+  };
+  Edit("allocation_unit: 65536", "allocation_unit: 131072");  // nas's: the first pool in the file
+  refused(pools + "/nas", "allocation_unit 65536 (64.0 KiB), the file saved allocation_unit 131072 (128 KiB)");
+  WriteText(file, yaml);
+  Edit("allocation_unit: 65536\n", "allocation_unit: 65536\n    grain: 4096\n");
+  refused(pools + "/nas", "grain 65536 (64.0 KiB, format 2), the file saved grain 4096 (4.00 KiB, format 3)");
+  // The link lost too: the saved file holds this pool, but not as the file says.
+  std::filesystem::remove(pools + "/nas");
+  refused(mnt + "/nas.pool", "grain 65536 (64.0 KiB, format 2), the file saved grain 4096 (4.00 KiB, format 3)");
+  EXPECT_FALSE(Exists(pools + "/nas"));
+  WriteText(file, yaml);
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("relinked pool nas to " + mnt + "/nas.pool (its UUID matches)\n"), std::string::npos) << r.out;
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
 }
 
 TEST_F(Boot, AMissingLunIsNeitherCreatedNorGivenItsSavedIdentity) {

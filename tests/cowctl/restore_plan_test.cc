@@ -11,10 +11,16 @@ namespace {
 const store::Uuid kSaved = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 const store::Uuid kOther = {9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9, 9};
 
-PoolProbe Pool(const store::Uuid& id) {
+// A pool as the file's entries (FilePool, DevicePool) describe it: format
+// 2, allocation unit 1 MiB (the file's default), shared at its AU; or made
+// with another AU and grain.
+PoolProbe Pool(const store::Uuid& id, uint32_t au = 1u << 20, uint32_t grain = 1u << 20) {
   PoolProbe p;
   p.kind = PoolProbe::kPool;
   p.uuid = id;
+  p.format = grain < au ? 3 : 2;
+  p.au = au;
+  p.grain = grain;
   return p;
 }
 PoolProbe Probe(PoolProbe::Kind kind, const std::string& detail) {
@@ -62,6 +68,54 @@ TEST(RestorePlan, AnotherPoolUnderTheSameNameIsLeftAlone) {
   PoolStep s = PlanPool(p, Entry(Pool(kOther)), true);
   EXPECT_EQ(s.action, PoolStep::kSkip);
   EXPECT_NE(s.problem.find("another pool, left alone"), std::string::npos) << s.problem;
+}
+
+// The file's pool (same UUID) made otherwise than the file says: the file
+// was edited, or was saved from another pool's superblock. Refused, naming
+// the field, the pool's value and the file's, whether restore would use the
+// pool or relink it; restore never reformats.
+TEST(RestorePlan, ThisPoolWithAnotherAllocationUnitOrGrainIsLeftAlone) {
+  const std::string refusal = " (restore never reformats a pool; if the pool is right, run 'cowctl save' to record it)";
+  PoolConfig p = FilePool();
+  PoolStep s = PlanPool(p, Entry(Pool(kSaved, 64u << 10, 64u << 10)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_EQ(s.problem, "pool nas: /var/lib/cowstore/pools/nas holds this pool (UUID " + p.uuid +
+                           ") with allocation_unit 65536 (64.0 KiB), the file saved allocation_unit 1048576 "
+                           "(1.00 MiB): not restored, left as it is" + refusal);
+  s = PlanPool(p, NoEntry(Pool(kSaved, 64u << 10, 64u << 10)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_EQ(s.problem, "pool nas: /mnt/disk/nas.pool holds this pool (UUID " + p.uuid +
+                           ") with allocation_unit 65536 (64.0 KiB), the file saved allocation_unit 1048576 "
+                           "(1.00 MiB): not restored, left as it is" + refusal);
+  // A file without grain means format 2: a format 3 pool is not that.
+  s = PlanPool(p, Entry(Pool(kSaved, 1u << 20, 4096)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("holds this pool (UUID " + p.uuid + ") with grain 4096 (4.00 KiB, format 3), the file "
+                           "saved grain 1048576 (1.00 MiB, format 2): not restored"),
+            std::string::npos)
+      << s.problem;
+  p.grain = 4096;
+  s = PlanPool(p, NoEntry(Pool(kSaved)), true);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("with grain 1048576 (1.00 MiB, format 2), the file saved grain 4096 (4.00 KiB, format 3)"),
+            std::string::npos)
+      << s.problem;
+  p.grain = 8192;
+  EXPECT_NE(PlanPool(p, Entry(Pool(kSaved, 1u << 20, 4096)), true)
+                .problem.find("with grain 4096 (4.00 KiB, format 3), the file saved grain 8192 (8.00 KiB, format 3)"),
+            std::string::npos);
+  // As saved: used, or relinked.
+  p.grain = 4096;
+  EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved, 1u << 20, 4096)), true).action, PoolStep::kUse);
+  EXPECT_EQ(PlanPool(p, NoEntry(Pool(kSaved, 1u << 20, 4096)), true).action, PoolStep::kRelink);
+  p.grain = 1u << 20;  // the AU spelled out: format 2, as no grain says
+  EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved)), true).action, PoolStep::kUse);
+  // Another pool's UUID is said as such, whatever its geometry.
+  EXPECT_NE(PlanPool(p, Entry(Pool(kOther, 64u << 10, 4096)), true).problem.find("another pool, left alone"),
+            std::string::npos);
+  // An older file (no UUID) keeps its rule: the pool under the name is used.
+  p.uuid.clear();
+  EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved, 64u << 10, 64u << 10)), true).action, PoolStep::kUse);
 }
 
 // The disk not mounted at boot: reported, nothing created, even though the

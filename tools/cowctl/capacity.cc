@@ -27,6 +27,12 @@ double OvercommitRatio(const store::SpaceInfo& s) {
   return s.pool_size_bytes ? static_cast<double>(s.provisioned_bytes) / static_cast<double>(s.pool_size_bytes) : 0.0;
 }
 
+uint32_t SoftThresholdPercent(const store::SpaceInfo& s) {
+  if (s.total_units == 0) return 0;
+  // Pools hold at most 2^48 units: no overflow.
+  return static_cast<uint32_t>((s.soft_threshold_units * 100 + s.total_units - 1) / s.total_units);
+}
+
 std::string FormatRatio(double r) {
   char b[32];
   std::snprintf(b, sizeof b, "%.2fx", r);

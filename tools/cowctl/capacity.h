@@ -51,4 +51,14 @@ std::vector<std::pair<std::string, std::string>> CapacityKeyValues(const store::
 // "1.50x" style.
 std::string FormatRatio(double r);
 
+// The soft threshold as the percentage a pool was made with, for pool show
+// and save alike. The store keeps only the unit count,
+// floor(total * percent / 100) (store::SoftThresholdUnits); this inverts
+// that rule: the smallest percentage giving the count. With 100 units or
+// more, which tell every percentage apart, that is the one given at create
+// (rounding down shows 80 % as 79 %, and so does rounding to nearest at 101
+// units); with fewer it is one that gives the same threshold. Either way a
+// pool made again with it (restore --create-missing) warns where it did.
+uint32_t SoftThresholdPercent(const store::SpaceInfo& s);
+
 }  // namespace cowstore::cowctl

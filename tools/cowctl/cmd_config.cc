@@ -12,6 +12,7 @@
 #include <map>
 
 #include "handler/store/env.h"
+#include "tools/cowctl/capacity.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/config.h"
 #include "tools/cowctl/restore_plan.h"
@@ -45,9 +46,7 @@ Config Gather(const Context& ctx) {
     p.size = s.pool_size_bytes;
     p.allocation_unit = s.allocation_unit;
     p.grain = static_cast<uint32_t>(SharingUnit(s));
-    p.soft_threshold = s.total_units
-                           ? static_cast<uint32_t>((s.soft_threshold_units * 100 + s.total_units / 2) / s.total_units)
-                           : 0;
+    p.soft_threshold = SoftThresholdPercent(s);
     for (const auto& l : s.luns) {
       LunConfig lc;
       lc.name = l.name;

@@ -159,8 +159,10 @@ std::string ThinningText(const store::SpaceInfo& s) {
 
 void PoolList(const Context& ctx) {
   Json arr = Json::array();
-  Table t({"POOL", "SIZE", "ALLOCATED", "FREE", "SHARED", "SAVED", "PROVISIONED", "BACKING FREE", "LUNS",
-           "OPEN BY"});
+  // SHARING UNIT: what a clone pays for when it diverges (the grain at
+  // format 3, the AU at format 2), which `pool list --json` has as "grain".
+  Table t({"POOL", "SIZE", "SHARING UNIT", "ALLOCATED", "FREE", "SHARED", "SAVED", "PROVISIONED", "BACKING FREE",
+           "LUNS", "OPEN BY"});
   std::string warnings;
   for (const auto& name : PoolNames(ctx)) {
     try {
@@ -169,7 +171,8 @@ void PoolList(const Context& ctx) {
       arr.push_back(SpaceJson(name, s, h->remote()));
       std::string backing = !s.backing_known ? "?" : s.backing_grows ? FormatSize(s.backing_free_bytes) : "device";
       if (OutgrowWarning(s)) backing += " (!)";
-      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(s.Bytes(s.allocated_units)), FormatSize(s.Bytes(s.free_units)),
+      t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(SharingUnit(s)), FormatSize(s.Bytes(s.allocated_units)),
+             FormatSize(s.Bytes(s.free_units)),
              FormatSize(s.Bytes(s.shared_units)), FormatSize(s.saved_bytes),
              FormatSize(s.provisioned_bytes) + " (" + FormatRatio(OvercommitRatio(s)) + ")", backing,
              std::to_string(s.luns.size()), h->remote() ? "tcmu-runner" : "-"});
@@ -179,7 +182,7 @@ void PoolList(const Context& ctx) {
       j["pool"] = name;
       j["error"] = e.what();
       arr.push_back(j);
-      t.Row({name, "?", "?", "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
+      t.Row({name, "?", "?", "?", "?", "?", "?", "?", "?", "?", std::string("error: ") + e.what()});
     }
   }
   Emit(ctx, arr, t.empty() ? "no pools in " + ctx.pool_dir + "\n" : t.Render() + warnings);
@@ -205,7 +208,8 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"saved by clones", FormatSize(s.saved_bytes)},
       {"free", FormatSize(s.Bytes(s.free_units)) + pct(s.free_units)},
       {"thinning", ThinningText(s)},
-      {"soft threshold", FormatSize(s.Bytes(s.soft_threshold_units)) + pct(s.soft_threshold_units)},
+      {"soft threshold",
+       FormatSize(s.Bytes(s.soft_threshold_units)) + " (" + std::to_string(SoftThresholdPercent(s)) + "%)"},
   };
   for (auto& e : CapacityKeyValues(s)) kv.push_back(std::move(e));  // provisioned, backing store, warning
   std::string human = KeyValues(kv);

@@ -236,6 +236,58 @@ class RemotePool final : public PoolHandle {
   std::unique_ptr<control::Client> client_;
 };
 
+// A superblock of a format this cowctl does not know shares only the
+// envelope (magic, version, its CRC: superblock_v3.h) with the ones it
+// knows: its UUID may lie anywhere, so none is read (the v1/v2 decoder
+// would take bytes 12..28 for one). The store refuses to open such a pool,
+// whichever copy is newer (ChooseSuperblockV3), and the probe names none.
+PoolProbe UnknownFormat(const std::string& path, uint32_t format) {
+  PoolProbe p;
+  p.kind = PoolProbe::kUnknownFormat;
+  p.detail = path + " has a cowstore superblock of format " + std::to_string(format) + "; this cowctl knows formats " +
+             std::to_string(store::kOldestFormatVersion) + " to " + std::to_string(store::kFormatVersionV3) +
+             " (made by a newer cowstore: upgrade cowctl)";
+  return p;
+}
+
+// One superblock copy of a format up to 3 (kSuperblockSlot bytes at `at`):
+// true, with p's kind, uuid, format, au and grain set, if it names a pool;
+// else *fault says why when it bears cowstore's magic.
+bool ReadCopy(const char* at, PoolProbe* p, std::string* fault) {
+  // Format 3 lays out its superblock otherwise (superblock_v3.h): the
+  // older codec would take its incompat flags for a quarter of the UUID.
+  // No size bound: the probe only names the pool (a sparse pool file is
+  // shorter than its data area); the open checks the rest.
+  if (store::SuperblockEnvelopeVersion(at, store::kSuperblockSlot) == store::kFormatVersionV3) {
+    store::SuperblockV3 sb;
+    store::Status s = store::DecodeSuperblockV3(at, store::kSuperblockSlot, UINT64_MAX, &sb);
+    if (!s.ok()) {
+      *fault = s.message();
+      return false;
+    }
+    *p = {.kind = PoolProbe::kPool,
+          .uuid = sb.uuid,
+          .format = store::kFormatVersionV3,
+          .au = sb.au,
+          .grain = sb.grain,
+          .detail = {}};
+    return true;
+  }
+  store::Superblock sb;
+  store::Status s = store::Superblock::Decode(at, store::kSuperblockSlot, &sb);
+  if (s.ok()) {
+    // Formats 1 and 2 share at the AU.
+    *p = {.kind = PoolProbe::kPool, .uuid = sb.uuid, .format = sb.version, .au = sb.au, .grain = sb.au, .detail = {}};
+    return true;
+  }
+  // Damaged (kCorruption), or of version 0, which no cowstore writes
+  // (kUnsupported: versions above 3 never get here). Decode says
+  // kCorruption for a bad magic and a bad checksum alike; the first 8
+  // bytes (docs/design/store.md) tell a damaged pool from none.
+  if (std::memcmp(at, store::kSuperblockMagic, 8) == 0) *fault = s.message();
+  return false;
+}
+
 }  // namespace
 
 std::string UuidHexString(const store::Uuid& id) { return UuidString(id); }
@@ -264,41 +316,20 @@ PoolProbe ProbePool(const std::string& path) {
     p.detail = std::string("cannot read ") + path + ": " + std::strerror(err);
     return p;
   }
+  const size_t slots = std::min<size_t>(2, static_cast<size_t>(n) / store::kSuperblockSlot);
+  auto copy = [&](size_t slot) { return buf.data() + slot * store::kSuperblockSlot; };
+  for (size_t slot = 0; slot < slots; ++slot) {
+    const uint32_t v = store::SuperblockEnvelopeVersion(copy(slot), store::kSuperblockSlot);
+    if (v > store::kFormatVersionV3) return UnknownFormat(path, v);
+  }
   bool magic = false;
   std::string why;
-  for (size_t slot = 0; slot < 2; ++slot) {
-    size_t at = slot * store::kSuperblockSlot;
-    if (static_cast<size_t>(n) < at + store::kSuperblockSlot) break;
-    // Format 3 lays out its superblock otherwise (superblock_v3.h): the
-    // older codec would take its incompat flags for a quarter of the UUID.
-    // No size bound: the probe only names the pool (a sparse pool file is
-    // shorter than its data area); the open checks the rest.
-    if (store::SuperblockEnvelopeVersion(buf.data() + at, store::kSuperblockSlot) == 3) {
-      store::SuperblockV3 sb;
-      store::Status s = store::DecodeSuperblockV3(buf.data() + at, store::kSuperblockSlot, UINT64_MAX, &sb);
-      if (s.ok()) {
-        p.kind = PoolProbe::kPool;
-        p.uuid = sb.uuid;
-        return p;
-      }
+  for (size_t slot = 0; slot < slots; ++slot) {
+    std::string fault;
+    if (ReadCopy(copy(slot), &p, &fault)) return p;
+    if (!fault.empty()) {
       magic = true;
-      why = s.message();
-      continue;
-    }
-    store::Superblock sb;
-    store::Status s = store::Superblock::Decode(buf.data() + at, store::kSuperblockSlot, &sb);
-    // kUnsupported (a newer format) still names its pool: Decode has read
-    // the UUID and checked the checksum before the version.
-    if (s.ok() || s.code() == store::Code::kUnsupported) {
-      p.kind = PoolProbe::kPool;
-      p.uuid = sb.uuid;
-      return p;
-    }
-    // Decode says kCorruption for a bad magic and a bad checksum alike; the
-    // first 8 bytes (docs/design/store.md) tell a damaged pool from none.
-    if (std::memcmp(buf.data() + at, "COWSTORE", 8) == 0) {
-      magic = true;
-      why = s.message();
+      why = fault;
     }
   }
   p.kind = magic ? PoolProbe::kDamaged : PoolProbe::kNotAPool;

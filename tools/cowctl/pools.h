@@ -102,10 +102,17 @@ struct PoolProbe {
     kAbsent,    // nothing there (ENOENT, or a dangling link)
     kNotAPool,  // no cowstore magic in either superblock copy (or not a file/device)
     kDamaged,   // cowstore magic, but neither copy is valid
+    // A copy of a format this cowctl does not know (envelope valid, format
+    // not 1..3), in either slot: nothing but its format is read from it.
+    kUnknownFormat,
     kPool,      // a pool: `uuid` is its identity
   } kind = kAbsent;
   store::Uuid uuid{};
-  std::string detail;  // why, for kNotAPool/kDamaged, or an open/read error
+  // kPool: what the pool was made with, from the copy `uuid` was read from.
+  uint32_t format = 0;  // 1, 2 or 3
+  uint32_t au = 0;      // allocation unit, bytes
+  uint32_t grain = 0;   // sharing unit, bytes: the AU at formats 1 and 2
+  std::string detail;  // why, for kNotAPool/kDamaged/kUnknownFormat, or an open/read error
 };
 PoolProbe ProbePool(const std::string& path);
 

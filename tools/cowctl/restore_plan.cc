@@ -27,6 +27,33 @@ PoolFacts ReadPoolFacts(const Context& ctx, const PoolConfig& p) {
   return f;
 }
 
+namespace {
+
+// How a size field is said in a refusal: as the file writes it (bytes),
+// then readably.
+std::string Bytes(uint32_t b, const std::string& more = "") {
+  return std::to_string(b) + " (" + FormatSize(b) + more + ")";
+}
+
+// What the pool `pr` was made with and the file's entry says otherwise (""
+// if nothing): the allocation unit, then the sharing unit, in which the
+// format shows (below the AU: format 3). A file without `grain` means the
+// AU, format 2 (PoolConfig::sharing_unit).
+std::string GeometryMismatch(const PoolConfig& p, const PoolProbe& pr) {
+  auto say = [](const char* field, const std::string& pool, const std::string& file) {
+    return std::string(field) + " " + pool + ", the file saved " + field + " " + file;
+  };
+  if (pr.au != p.allocation_unit) return say("allocation_unit", Bytes(pr.au), Bytes(p.allocation_unit));
+  if (pr.grain != p.sharing_unit()) {
+    auto format = [](uint32_t n) { return ", format " + std::to_string(n); };
+    return say("grain", Bytes(pr.grain, format(pr.format)),
+               Bytes(p.sharing_unit(), format(p.sharing_unit() < p.allocation_unit ? 3 : 2)));
+  }
+  return "";
+}
+
+}  // namespace
+
 PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) {
   PoolStep s;
   s.cfg = &p;
@@ -40,6 +67,14 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     return skip(where + " holds the pool with UUID " + UuidString(pr.uuid) + ", the file saved UUID " + p.uuid +
                 ": another pool, left alone (if it is the one you want, run 'cowctl save' to record it)");
   };
+  // The pool the file saved (same UUID), made otherwise than the file says
+  // (the file edited by hand, most likely). Restore cannot tell which of the
+  // two is right, and never reformats: it leaves the pool alone.
+  auto unlike = [&](const std::string& where, const std::string& mismatch) {
+    return skip(where + " holds this pool (UUID " + p.uuid + ") with " + mismatch +
+                ": not restored, left as it is (restore never reformats a pool; if the pool is right, run "
+                "'cowctl save' to record it)");
+  };
   if (f.entry_exists) {
     const PoolProbe& pr = f.at_entry;
     if (pr.kind == PoolProbe::kAbsent) {
@@ -48,6 +83,7 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     }
     if (pr.kind != PoolProbe::kPool) return skip(pr.detail + ": not restored");
     if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, entry);
+    if (std::string m = p.uuid.empty() ? "" : GeometryMismatch(p, pr); !m.empty()) return unlike(entry, m);
     s.action = PoolStep::kUse;
     return s;
   }
@@ -58,6 +94,7 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     const PoolProbe& pr = f.at_saved;
     if (pr.kind == PoolProbe::kPool) {
       if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, saved);
+      if (std::string m = p.uuid.empty() ? "" : GeometryMismatch(p, pr); !m.empty()) return unlike(saved, m);
       if (p.uuid.empty() && !p.device.empty()) {
         return skip("the file records no pool UUID (written by an older cowctl), so restore cannot tell that " +
                     p.device + " holds this pool (device names change between boots): if it does, run 'ln -s " +

@@ -37,7 +37,8 @@ struct PoolStep {
 };
 
 // Restore uses a pool only if it is the one the file saved (same UUID, when
-// the file has it); relinks a lost entry only to a device or file holding
+// the file has it, and then made with the file's allocation unit and grain);
+// relinks a lost entry only to a device or file holding
 // that pool; creates one only when asked (and never on a device). Reads
 // nothing but its arguments.
 PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing);
