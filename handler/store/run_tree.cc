@@ -713,35 +713,56 @@ void RunTree::Replace(uint64_t key, const Run& r) {
   Set(p, j, r);
 }
 
-bool RunTree::TryReplaceInLeaf(uint64_t a, uint64_t b, const Run* runs, size_t n) {
-  if (!root_) return false;
-  Path p;
-  Descend(a, &p);
-  Leaf* l = p.leaf;
-  const uint32_t j = LowerBoundIn(l, a);
+void RunTree::Splice(Leaf* l, uint32_t j, uint32_t k, const Run* runs, size_t n) {
+  for (size_t i = 0; i < n; i++) assert(Accepts(runs[i].lba, runs[i].phys, runs[i].len));
+  assert(l->count - (k - j) + n <= l->cap);
+  std::memmove(l->e() + j + n, l->e() + k, (l->count - k) * sizeof(Packed));
+  for (size_t i = 0; i < n; i++) l->e()[j + i] = Pack(runs[i].lba, runs[i].phys, runs[i].len);
+  size_ = size_ - (k - j) + n;
+  l->count = static_cast<uint32_t>(l->count - (k - j) + n);
+}
+
+RunTree::Edit RunTree::ReplaceFrom(Leaf* l, uint32_t j, uint64_t b, const Run* runs, size_t n, Path* p) {
   uint32_t k = j;
   while (k < l->count && Key(l->e()[k]) < b) k++;
   // The runs replaced may go on in the next leaf; the result may not fit,
   // or leave the leaf empty (a shape change): those are Insert's and
   // EraseStarting's.
-  if (k == l->count && l->next && Key(l->next->e()[0]) < b) return false;
+  if (k == l->count && l->next && Key(l->next->e()[0]) < b) return Edit::kRefused;
   const size_t count = l->count - (k - j) + n;
-  if (count > l->cap || count == 0) return false;
+  if (count > l->cap || count == 0) return Edit::kRefused;
   const bool shrinks = count < l->count;
-  for (size_t i = 0; i < n; i++) assert(Accepts(runs[i].lba, runs[i].phys, runs[i].len));
+  // Without the path from the root, nothing above the leaf can follow.
+  if (p == nullptr && (j == 0 || (shrinks && count < kMinLeafRuns))) return Edit::kNeedsPath;
   // From here on nothing allocates or throws.
-  std::memmove(l->e() + j + n, l->e() + k, (l->count - k) * sizeof(Packed));
-  for (size_t i = 0; i < n; i++) l->e()[j + i] = Pack(runs[i].lba, runs[i].phys, runs[i].len);
-  size_ = size_ - (k - j) + n;
-  l->count = static_cast<uint32_t>(count);
+  Splice(l, j, k, runs, n);
+  if (p == nullptr) return Edit::kDone;
   // A new first run: the separators above follow it, as after EraseIn (it
   // starts at or after a, and Descend found this leaf's separator at or
   // before a, or this is the first leaf).
-  if (j == 0) FixKeys(p, p.depth - 1, Key(l->e()[0]));
+  if (j == 0) FixKeys(*p, p->depth - 1, Key(l->e()[0]));
   // As after EraseIn; a leaf that grew or kept its count is left as it is
   // (the last leaf of a tree built in key order fills from one run).
-  if (shrinks && l->count < kMinLeafRuns) Rebalance(p);
-  return true;
+  if (shrinks && l->count < kMinLeafRuns) Rebalance(*p);
+  return Edit::kDone;
+}
+
+bool RunTree::TryReplaceInLeaf(const_iterator first, uint64_t a, uint64_t b, const Run* runs, size_t n) {
+  Leaf* l = const_cast<Leaf*>(first.leaf_);  // this tree's own leaf: the tree is not const here
+  const uint32_t j = first.i_;
+  // `first` must be where a belongs: at or after a, its predecessor before.
+  if (l != nullptr && Key(l->e()[j]) >= a && (j == 0 || Key(l->e()[j - 1]) < a)) {
+    const Edit e = ReplaceFrom(l, j, b, runs, n, nullptr);
+    if (e != Edit::kNeedsPath) return e == Edit::kDone;
+  }
+  return TryReplaceInLeaf(a, b, runs, n);
+}
+
+bool RunTree::TryReplaceInLeaf(uint64_t a, uint64_t b, const Run* runs, size_t n) {
+  if (!root_) return false;
+  Path p;
+  Descend(a, &p);
+  return ReplaceFrom(p.leaf, LowerBoundIn(p.leaf, a), b, runs, n, &p) == Edit::kDone;
 }
 
 // ------------------------------------------------------------ bulk load

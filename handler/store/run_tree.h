@@ -175,6 +175,11 @@ class RunTree {
   // after a and after the end of the run before a, and ending at or before
   // the first run starting at or after b.
   bool TryReplaceInLeaf(uint64_t a, uint64_t b, const Run* runs, size_t n);
+  // The same, given `first`: the first run starting at or after a, found by
+  // the caller since the tree last changed (SharedRefs reads the span it
+  // edits first). Where the edit leaves the leaf's first run and fill as
+  // they were enough not to touch the levels above, it needs no descent.
+  bool TryReplaceInLeaf(const_iterator first, uint64_t a, uint64_t b, const Run* runs, size_t n);
   // Replaces the contents with runs. REQUIRES: sorted, non-overlapping, Fits.
   // Leaves are filled to ~90 % (room for later inserts without splitting).
   void BulkLoad(const std::vector<Run>& runs);
@@ -245,6 +250,15 @@ class RunTree {
   // Merges or evens out inner level d (below MinInner) with a sibling.
   void RebalanceInner(Path& p, int d);
   void EraseIn(Path& p, uint32_t i, uint32_t n);
+  // Replaces runs [j, k) of leaf l with runs[0, n) (TryReplaceInLeaf, which
+  // checked that they fit). Never allocates.
+  void Splice(Leaf* l, uint32_t j, uint32_t k, const Run* runs, size_t n);
+  // TryReplaceInLeaf's body for the runs from index j of leaf l: p is the
+  // path to l, or null when the caller found l without one (then an edit
+  // that would change l's first run or leave it below a third, which the
+  // levels above must follow, is kNeedsPath, nothing changed).
+  enum class Edit : uint8_t { kDone, kRefused, kNeedsPath };
+  Edit ReplaceFrom(Leaf* l, uint32_t j, uint64_t b, const Run* runs, size_t n, Path* p);
   std::string CheckSubtree(const void* node, uint32_t height, bool is_root, uint64_t* first,
                            const Leaf** prev_leaf, size_t* count, uint64_t* prev_end, bool* any) const;
 

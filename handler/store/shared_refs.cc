@@ -186,9 +186,10 @@ void SharedRefs::ReserveRegions(uint64_t pool_grains) {
 // walks them once and writes that span's records as they will be, merged
 // where equal counts meet, so records stay maximal (outside the span nothing
 // changes, and the span's first and last records keep their outer parts'
-// counts). TryReplaceInLeaf then swaps them in where they stand: one descent
-// to read and one to write, where splitting at both edges, filling gaps and
-// joining again took about ten (store-v3.md step 12: format 3's clone CPU).
+// counts). TryReplaceInLeaf then swaps them in where they stand, in the
+// leaf Touch found: one descent in all, where splitting at both edges,
+// filling gaps and joining again took about ten (store-v3.md step 12:
+// format 3's clone CPU).
 //
 // When the new records do not fit in the leaf (or the span crosses leaves),
 // the splitting path does the same in O(log n) steps. It is all-or-nothing
@@ -208,8 +209,8 @@ void SharedRefs::ReserveRegions(uint64_t pool_grains) {
 
 void SharedRefs::Touch(uint64_t p, uint64_t end) {
   touched_.clear();
-  for (auto it = m_.FirstEndingAfter(p > 0 ? p - 1 : 0); it != m_.end() && (*it).lba <= end; ++it)
-    touched_.push_back(*it);
+  touched_at_ = m_.FirstEndingAfter(p > 0 ? p - 1 : 0);
+  for (auto it = touched_at_; it != m_.end() && (*it).lba <= end; ++it) touched_.push_back(*it);
 }
 
 void SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
@@ -275,7 +276,7 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
     if (r.lba < end && r.lba + r.len > p && r.phys >= max_refs_)
       return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
   PlanSpan(p, end, +1);
-  if (!m_.TryReplaceInLeaf(SpanStart(p), end + 1, now_.data(), now_.size())) {
+  if (!m_.TryReplaceInLeaf(touched_at_, SpanStart(p), end + 1, now_.data(), now_.size())) {
     IncSplitting(p, end, gaps_);
   } else {
     for (const GrainRun& g : gaps_) {  // one owner until now
@@ -326,7 +327,7 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   if (freed) freed->reserve(freed->size() + gaps_.size());
   // Nothing below allocates but DecSplitting's splits, which come before
   // anything changes (freed has room for every gap).
-  if (m_.TryReplaceInLeaf(SpanStart(p), end + 1, now_.data(), now_.size())) {
+  if (m_.TryReplaceInLeaf(touched_at_, SpanStart(p), end + 1, now_.data(), now_.size())) {
     for (const GrainRun& g : gone_) {  // one owner left: no record
       AddToRegions(g.start, g.len, -1);
       shared_grains_ -= g.len;

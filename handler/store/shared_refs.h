@@ -174,7 +174,8 @@ class SharedRefs {
   // record, and (Dec) gone_, the grains of [p, end) left with one owner.
   void Touch(uint64_t p, uint64_t end);
   void PlanSpan(uint64_t p, uint64_t end, int delta);
-  // The first key TryReplaceInLeaf replaces from for [p, end).
+  // The first key TryReplaceInLeaf replaces from for [p, end); touched_at_
+  // is the first run starting there or after.
   uint64_t SpanStart(uint64_t p) const { return touched_.empty() ? p : std::min(p, touched_.front().lba); }
   // Inc and Dec where the span's new records do not fit in one leaf: split,
   // insert and join (each an O(log n) descent). gaps as gaps_.
@@ -197,6 +198,7 @@ class SharedRefs {
   // Inc's and Dec's scratch (Touch, PlanSpan): kept to spare an allocation
   // a call; their contents mean nothing between calls.
   std::vector<Run> touched_, now_;
+  RunTree::const_iterator touched_at_;  // Touch's first record (or the one after): TryReplaceInLeaf's hint
   std::vector<GrainRun> gaps_, gone_;
 };
 

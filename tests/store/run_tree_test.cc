@@ -594,8 +594,8 @@ TEST(RunTreeCounted, ReplaceInLeafLeavesEmptyingAndGrowingTheOnlyLeafToOthers) {
   EXPECT_TRUE(empty.empty());
 }
 
-// TryReplaceInLeaf against a std::map, over a tree of many leaves and three
-// or more inner levels: an edit it takes leaves every invariant (Check:
+// TryReplaceInLeaf (with and without its hint) against a std::map, over a
+// tree of many leaves and three or more inner levels: an edit it takes leaves every invariant (Check:
 // separators, fill, leaf links) and the model's runs; one it refuses (it
 // crosses a leaf's end, or would overfill or empty the leaf) changes nothing,
 // and is then made by erasing and inserting, as SharedRefs does.
@@ -641,7 +641,15 @@ TEST(RunTreeCounted, ReplaceInLeafMatchesStdMapOrChangesNothing) {
       runs.push_back({s, value++, len});
       at = s + len;
     }
-    const bool ok = t.TryReplaceInLeaf(a, b, runs.data(), runs.size());
+    // Without a hint, with the right one (the first run at or after a, as
+    // SharedRefs passes), and with wrong ones (the first run, or the one
+    // after the right one: checked, and the edit made as without).
+    const int mode = op % 4;
+    RunTree::const_iterator hint = t.lower_bound(a);
+    if (mode == 2) hint = t.begin();
+    if (mode == 3 && hint != t.end()) ++hint;
+    const bool ok = mode == 0 ? t.TryReplaceInLeaf(a, b, runs.data(), runs.size())
+                              : t.TryReplaceInLeaf(hint, a, b, runs.data(), runs.size());
     (ok ? taken : refused)++;
     if (!ok) {  // nothing changed; then the same edit as SharedRefs makes it
       ASSERT_EQ(t.Check(), "") << op;
