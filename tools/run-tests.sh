@@ -121,14 +121,15 @@ run_e2e_build() {
   [ -x tests/e2e/run-e2e.sh ] || { echo "no e2e suite yet"; return 1; }
   [ -f build/default/build.ninja ] || build default || return 1
   local rc=0
-  # The installed runner's run serves a format 3 pool (4 KiB grain, cowctl
-  # pool create --grain), the 1.5.2 run below a format 2 one (cowctl's
-  # default): every primitive through the kernel at both formats.
-  E2E_P0_OPTS="--allocation-unit 64K --grain 4K" \
-    SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --handler-dir "$ROOT/build/default/handler/plugin" || rc=1
+  # The installed runner's run serves its LUNs from a format 3 pool (cowctl
+  # pool create's defaults: 64 KiB allocation unit, 4 KiB grain), the 1.5.2
+  # run below from a format 2 one (a grain equal to the allocation unit, given
+  # through E2E_P0_OPTS): every primitive through the kernel at both formats.
+  SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --handler-dir "$ROOT/build/default/handler/plugin" || rc=1
   # tcmu-runner 1.5.2 from Debian's archive (skipped, saying why, where it
   # cannot be had: exit 77 is reported, not counted as a failure).
   local r=0
+  E2E_P0_OPTS="--allocation-unit 1M --grain 1M" \
   E2E_ICU_FAMILIES=SCSI.ExtendedCopy,SCSI.CompareAndWrite,SCSI.WriteSame10,SCSI.WriteSame16,SCSI.Unmap,SCSI.GetLBAStatus \
     SKIP_APT=1 tests/e2e/run-e2e.sh --suite cowstore --tcmu-runner bullseye/1.5.2-6 \
     --handler-dir "$ROOT/build/default/handler/plugin" || r=$?

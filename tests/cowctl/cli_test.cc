@@ -23,6 +23,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "handler/control/client.h"
@@ -105,8 +106,13 @@ class Cli : public ::testing::Test {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("cowctl: ", 0), 0u) << r.err;
   }
+  // pool create's defaults: format 3, a 64 KiB AU, a 4 KiB grain.
   void Pool(const std::string& name = "tank", const std::string& size = "1G") {
-    Ok("pool create " + name + " --size " + size + " --allocation-unit 64K");
+    Ok("pool create " + name + " --size " + size);
+  }
+  // For what is about format 2's layout or its AU-sized units: asked for.
+  void Format2Pool(const std::string& name = "tank", const std::string& size = "1G") {
+    Ok("pool create " + name + " --size " + size + " --allocation-unit 64K --grain 64K");
   }
   // The naa.6001405... identifier of backstore `name`, from its unit serial.
   std::string NaaOf(const std::string& name) {
@@ -215,11 +221,12 @@ TEST_F(Cli, PoolCreateErrors) {
 
 TEST_F(Cli, FailedPoolCreateLeavesNothing) {
   Err("pool create tiny --size 1K", "pool too small");
-  EXPECT_FALSE(Exists(pools + "/tiny"));
+  EXPECT_FALSE(Exists(pools));  // not even the pool directory it would have made
   std::string f = host.dir.path() + "/tiny.pool";
   Err("pool create tiny --size 1K --file " + f, "pool too small");
   EXPECT_FALSE(Exists(pools + "/tiny"));
   EXPECT_FALSE(Exists(f));
+  EXPECT_FALSE(Exists(pools));
   WriteText(f, "precious");
   Err("pool create tiny --size 1G --file " + f, "already exists");
   EXPECT_EQ(ReadText(f), "precious");
@@ -248,18 +255,97 @@ TEST_F(Cli, AGrainBelowTheAllocationUnitMakesAFormat3Pool) {
   EXPECT_NE(Ok("pool check g").find("clean"), std::string::npos);
 }
 
-// What every pool was before --grain: format 2, the AU its sharing unit,
-// with --grain the AU or without it.
-TEST_F(Cli, WithoutAGrainBelowTheAllocationUnitAPoolIsFormat2AsBefore) {
-  for (const char* grain : {"", " --grain 64K"}) {
-    std::string made = Ok(std::string("pool create p --size 256M --allocation-unit 64K") + grain);
-    EXPECT_NE(made.find("(256 MiB, allocation unit 64.0 KiB, sharing unit 64.0 KiB) at "), std::string::npos) << made;
-    EXPECT_EQ(FormatOf(pools + "/p"), 2u) << grain;
-    EXPECT_NE(Ok("pool show p --json").find("\"allocation_unit\": 65536,\n  \"grain\": 65536,\n"),
+// Without --allocation-unit or --grain: a 64 KiB AU and a 4 KiB grain, a
+// format 3 pool. An --allocation-unit alone keeps the 4 KiB grain.
+TEST_F(Cli, ANewPoolIsFormat3WithA64KAllocationUnitAndA4KGrainByDefault) {
+  std::string made = Ok("pool create d --size 256M");
+  EXPECT_NE(made.find("(256 MiB, allocation unit 64.0 KiB, sharing unit 4.00 KiB, format 3) at "), std::string::npos)
+      << made;
+  EXPECT_EQ(FormatOf(pools + "/d"), 3u);
+  EXPECT_NE(Ok("pool show d --json").find("\"allocation_unit\": 65536,\n  \"grain\": 4096,\n"), std::string::npos);
+  made = Ok("pool create e --size 256M --allocation-unit 1M");
+  EXPECT_NE(made.find("(256 MiB, allocation unit 1.00 MiB, sharing unit 4.00 KiB, format 3) at "), std::string::npos)
+      << made;
+  EXPECT_EQ(FormatOf(pools + "/e"), 3u);
+  // --help says the defaults, and that the grain at the AU is format 2.
+  std::string help = Ok("pool create --help");
+  EXPECT_NE(help.find("--allocation-unit TEXT=64K"), std::string::npos) << help;
+  EXPECT_NE(help.find("--grain TEXT=4K"), std::string::npos) << help;
+  EXPECT_NE(help.find("--allocation-unit 1M --grain 1M"), std::string::npos) << help;
+}
+
+// A grain equal to the allocation unit is THE way to make a format 2 pool
+// (what every pool was before format 3, and what an older cowstore reads):
+// the AU its sharing unit.
+TEST_F(Cli, AGrainEqualToTheAllocationUnitMakesAFormat2Pool) {
+  for (auto [au, text, bytes] : {std::tuple<const char*, const char*, const char*>{"64K", "64.0 KiB", "65536"},
+                                 {"1M", "1.00 MiB", "1048576"}}) {
+    SCOPED_TRACE(au);
+    std::string made = Ok(std::string("pool create p --size 256M --allocation-unit ") + au + " --grain " + au);
+    EXPECT_NE(made.find(std::string("(256 MiB, allocation unit ") + text + ", sharing unit " + text + ") at "),
+              std::string::npos)
+        << made;
+    EXPECT_EQ(FormatOf(pools + "/p"), 2u);
+    EXPECT_NE(Ok("pool show p --json")
+                  .find(std::string("\"allocation_unit\": ") + bytes + ",\n  \"grain\": " + bytes + ",\n"),
               std::string::npos);
-    EXPECT_NE(Ok("pool show p").find("\nsharing unit:    64.0 KiB (the allocation unit)\n"), std::string::npos);
+    EXPECT_NE(Ok("pool show p").find(std::string("\nsharing unit:    ") + text + " (the allocation unit)\n"),
+              std::string::npos);
     Ok("pool delete p");
   }
+}
+
+// MinPoolBytes is the store's own bound: Pool::Create makes a pool of that
+// many bytes and refuses one byte less, at both formats and several AUs.
+TEST(MinPoolBytes, IsWherePoolCreateStartsToSucceed) {
+  testing::TempDir dir;
+  for (uint32_t format : {2u, 3u}) {
+    for (uint32_t au : {64u << 10, 128u << 10, 1u << 20}) {
+      SCOPED_TRACE("format " + std::to_string(format) + ", au " + std::to_string(au));
+      const uint64_t min = cowctl::MinPoolBytes(format, au);
+      store::PoolOptions po;
+      po.allocation_unit = au;
+      if (format == 3) {
+        po.format = 3;
+        po.grain = 4096;
+      }
+      po.size_bytes = min - 1;
+      const std::string small = dir.path() + "/small";
+      EXPECT_FALSE(store::Pool::Create(store::DefaultEnv(), small, po).ok());
+      ::unlink(small.c_str());
+      po.size_bytes = min;
+      auto p = store::Pool::Create(store::DefaultEnv(), dir.path() + "/p", po);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      ASSERT_TRUE((*p)->Close().ok());
+      ::unlink((dir.path() + "/p").c_str());
+    }
+  }
+  // Format 3 keeps its metadata in an AU of its own: one AU more than format 2.
+  EXPECT_EQ(cowctl::MinPoolBytes(3, 64 << 10), 17432576u);  // ~17.4 MB
+  EXPECT_EQ(cowctl::MinPoolBytes(2, 64 << 10), 17432576u - (64 << 10));
+}
+
+// Too small for the format asked: the minimum, in bytes, and (format 3)
+// what format 2 at the same AU would need; nothing made. The minimum
+// itself works.
+TEST_F(Cli, ATooSmallPoolIsRefusedWithItsMinimumAndLeavesNothing) {
+  std::string f = host.dir.path() + "/small.pool";
+  Err("pool create s --size 16M",
+      "pool too small: --size 16M is 16.0 MiB (16777216 bytes); a format 3 pool with an allocation unit of 64.0 KiB "
+      "needs at least 16.6 MiB (17432576 bytes: its metadata, a 16 MiB journal and 8 allocation units of data); a "
+      "format 2 pool (--grain 64.0 KiB, the allocation unit) needs 16.6 MiB (17367040 bytes)");
+  Err("pool create s --size 17432575 --file " + f, "needs at least 16.6 MiB (17432576 bytes");
+  Err("pool create s --size 20M --allocation-unit 1M --grain 1M",
+      "pool too small: --size 20M is 20.0 MiB (20971520 bytes); a format 2 pool with an allocation unit of 1.00 MiB "
+      "needs at least 25.0 MiB (26214400 bytes: its metadata, a 16 MiB journal and 8 allocation units of data)");
+  EXPECT_FALSE(Exists(pools));
+  EXPECT_FALSE(Exists(f));
+  // One AU less works at format 2, the minimum at format 3.
+  Ok("pool create s2 --size 17367040 --grain 64K");
+  EXPECT_EQ(FormatOf(pools + "/s2"), 2u);
+  Ok("pool create s3 --size 17432576 --file " + f);
+  EXPECT_EQ(FormatOf(f), 3u);
+  EXPECT_NE(Ok("pool check s3").find("clean"), std::string::npos);
 }
 
 // The cell of a rendered Table (output.h: left-aligned columns, two spaces
@@ -284,7 +370,7 @@ std::string Cell(const std::string& table, const std::string& row, const std::st
 // open, with every other cell still under its own header.
 TEST_F(Cli, PoolListShowsEachPoolsSharingUnit) {
   Ok("pool create fine --size 256M --allocation-unit 64K --grain 4K");
-  Ok("pool create coarse --size 256M --allocation-unit 64K");
+  Ok("pool create coarse --size 256M --allocation-unit 64K --grain 64K");
   ::symlink("/nonexistent/device", (pools + "/gone").c_str());
   std::string list = Ok("pool list");
   const std::string head = list.substr(0, list.find('\n'));
@@ -299,7 +385,7 @@ TEST_F(Cli, PoolListShowsEachPoolsSharingUnit) {
 
 TEST_F(Cli, AnInvalidGrainIsRefusedWithTheRuleAndMakesNothing) {
   std::string f = host.dir.path() + "/g.pool";
-  Err("pool create g --size 1G --grain 3K", "invalid --grain 3K for an allocation unit of 1.00 MiB: "
+  Err("pool create g --size 1G --grain 3K", "invalid --grain 3K for an allocation unit of 64.0 KiB: "
                                              "grain of 3072 bytes is not a power of two");
   Err("pool create g --size 1G --grain 256 --file " + f,
       "grain of 256 bytes is below the smallest LUN block size (512)");
@@ -371,7 +457,7 @@ TEST_F(Cli, PoolGrow) {
 }
 
 TEST_F(Cli, PoolCheckRepairDropsOnlyWhatItListsAndOnlyWhenTold) {
-  Pool();
+  Format2Pool();  // its journal at 64 KiB, in records this test knows
   Ok("lun create tank/vm1 --size 10M");
   Ok("lun create tank/vm2 --size 10M");
   {
@@ -844,12 +930,12 @@ TEST_F(Cli, PoolShowAndListCountProvisionedAndTheBackingStore) {
   EXPECT_NE(Ok("--json pool list").find("\"provisioned\": 314572800"), std::string::npos);
 }
 
-// 118 MiB at 1 MiB AUs leaves 101 units for data (17 MiB hold the
-// superblocks and the journal): the store keeps 80 % of them as 80 units,
-// 79.2 % by division. pool show and save both say 80, and a pool made again
-// from the file keeps 80 units.
+// 118 MiB at 1 MiB AUs leaves 101 units for data in a format 2 pool (17 MiB
+// hold the superblocks and the journal): the store keeps 80 % of them as 80
+// units, 79.2 % by division. pool show and save both say 80, and a pool made
+// again from the file keeps 80 units.
 TEST_F(Cli, PoolShowAndSaveGiveTheSoftThresholdPoolCreateGot) {
-  Ok("pool create st --size 118M --allocation-unit 1M --soft-threshold 80");
+  Ok("pool create st --size 118M --allocation-unit 1M --grain 1M --soft-threshold 80");
   std::string j = Ok("pool show st --json");
   ASSERT_NE(j.find("\"soft_threshold\": 83886080,"), std::string::npos) << "80 of 101 units: " << j;
   EXPECT_NE(Ok("pool show st").find("\nsoft threshold:  80.0 MiB (80%)\n"), std::string::npos) << Ok("pool show st");
@@ -863,7 +949,7 @@ TEST_F(Cli, PoolShowAndSaveGiveTheSoftThresholdPoolCreateGot) {
 
 // `pool check` reads metadata only and says so; `pool scrub` reads the data.
 TEST_F(Cli, CheckSaysItReadsMetadataOnlyAndScrubReadsTheData) {
-  Pool();
+  Format2Pool();
   std::string img = host.dir.path() + "/d.img";
   WriteText(img, std::string(2 << 20, 'x'));
   Ok("lun import tank/x --from " + img);
@@ -1627,8 +1713,8 @@ TEST_F(Cli, RestoreCreatesMissingPoolsAndLunsOnlyWhenAsked) {
 }
 
 TEST_F(Cli, SaveAndRestoreKeepEachPoolsGrain) {
-  Ok("pool create g --size 256M --allocation-unit 64K --grain 4K");
-  Ok("pool create h --size 256M --allocation-unit 64K");
+  Ok("pool create g --size 256M");  // the defaults: format 3, 64K AU, 4K grain
+  Ok("pool create h --size 256M --allocation-unit 64K --grain 64K");
   std::string file = host.dir.path() + "/c.yaml";
   Ok("save " + file);
   std::string yaml = ReadText(file);
@@ -1673,13 +1759,24 @@ TEST_F(Cli, RestoreRefusesAPoolOfAFormatItDoesNotKnow) {
   EXPECT_EQ(ReadText(pools + "/g").substr(0, 2 * store::kSuperblockSlot), before);
 }
 
+// A saved file keeps its meaning whatever pool create's defaults are: an
+// entry without grain is format 2 at its allocation unit, and one without
+// allocation_unit too is the 1 MiB format 2 pool every cowctl made before.
 TEST_F(Cli, AFileWithoutGrainRestoresFormat2Pools) {
   std::string file = host.dir.path() + "/old.yaml";
-  WriteText(file, "version: 3\npools:\n  - name: old\n    size: 256M\n    allocation_unit: 128K\n    luns: []\n");
+  WriteText(file, "version: 3\npools:\n  - name: old\n    size: 256M\n    allocation_unit: 128K\n    luns: []\n"
+                  "  - name: older\n    size: 256M\n    luns: []\n");
   Ok("restore --create-missing " + file);
   EXPECT_EQ(FormatOf(pools + "/old"), 2u);
   EXPECT_NE(Ok("pool show old --json").find("\"allocation_unit\": 131072,\n  \"grain\": 131072,\n"),
             std::string::npos);
+  EXPECT_EQ(FormatOf(pools + "/older"), 2u);
+  EXPECT_NE(Ok("pool show older --json").find("\"allocation_unit\": 1048576,\n  \"grain\": 1048576,\n"),
+            std::string::npos);
+  // And saved again, the file still says no grain (an older cowctl reads it).
+  std::string again = host.dir.path() + "/again.yaml";
+  Ok("save " + again);
+  EXPECT_EQ(ReadText(again).find("grain"), std::string::npos) << ReadText(again);
 }
 
 TEST_F(Cli, ARestoredGrainTheStoreRefusesNamesFileLineAndField) {
@@ -1716,7 +1813,7 @@ class Boot : public Cli {
   void SetUp() override {
     Pool();
     std::filesystem::create_directories(mnt);
-    Ok("pool create nas --size 1G --allocation-unit 64K --file " + mnt + "/nas.pool");
+    Ok("pool create nas --size 1G --allocation-unit 64K --grain 64K --file " + mnt + "/nas.pool");  // format 2
     Ok("lun create tank/vm1 --size 8M");
     Ok("lun create nas/esxds --size 8M");
     Ok("export iscsi tank/vm1 --target " + tgt + " -i " + esx1);
@@ -2211,6 +2308,27 @@ TEST_F(DeviceBoot, ALostLinkIsRemadeOnlyToThePoolsOwnDevice) {
   EXPECT_TRUE(Head() == head);
 }
 
+// A device too small for a format 3 pool: the same refusal as a file's,
+// with the device's size; nothing written to it, no link made.
+TEST_F(DeviceBoot, ADeviceTooSmallIsRefusedWithTheMinimumAndLeftAlone) {
+  (void)std::system(("losetup -d " + dev).c_str());
+  std::filesystem::resize_file(img, 16u << 20);
+  FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
+  char buf[256] = {};
+  if (p) {
+    if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
+    ::pclose(p);
+  }
+  dev = Trim(buf);
+  if (dev.empty()) GTEST_SKIP() << "no loop device";
+  const std::string head = Head();
+  Err("pool create small --device " + dev,
+      "pool too small: " + dev + " is 16.0 MiB (16777216 bytes); a format 3 pool with an allocation unit of "
+      "64.0 KiB needs at least 16.6 MiB (17432576 bytes");
+  EXPECT_FALSE(Exists(pools + "/small"));
+  EXPECT_TRUE(Head() == head);
+}
+
 // ---------------------------------------------------------------- the control socket
 
 // Plays tcmu-runner: holds the pool open (and so its lock) and serves it.
@@ -2416,7 +2534,7 @@ TEST_F(Served, MetricsParseAndCarryThePoolsAndTheHandlersCounters) {
 // is still on its way back to the filesystem, through the handler's socket.
 // Once the pool is closed (every punch done), cowctl opening it itself says 0.
 TEST_F(Served, ShowsFreedSpaceStillBeingReturnedToTheFilesystem) {
-  Pool();  // 64 KiB allocation units
+  Format2Pool();  // 64 KiB allocation units, counted as such
   control_test::PunchGateEnv env;
   struct Cleanup {
     std::function<void()> f;

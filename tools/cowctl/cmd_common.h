@@ -88,22 +88,36 @@ auto WithPool(const Context& ctx, const std::string& pool, F&& fn) {
 
 // ---------------------------------------------------------------- pools (cmd_pool.cc)
 
+// pool create's defaults, written here only: a 64 KiB allocation unit and a
+// 4 KiB grain, so a new pool is format 3 and a clone owns only the 4 KiB
+// blocks written after it. A --grain equal to the allocation unit makes
+// format 2 (`--allocation-unit 1M --grain 1M`: the pool every cowctl made
+// before, which an older cowstore reads). They are for the command line
+// only: restore makes a saved pool with its entry's own allocation unit and
+// grain (config.h: an entry without them means 1M and format 2).
+inline constexpr char kDefaultAllocationUnit[] = "64K";
+inline constexpr char kDefaultGrain[] = "4K";
+
 struct PoolCreateArgs {
-  std::string name, size, device, file, au = "1M";
+  std::string name, size, device, file, au = kDefaultAllocationUnit;
   uint32_t soft_threshold = 80;
   // A pool file larger than its filesystem's free space (capacity.h, the
   // one overcommit rule); warned about when allowed.
   bool overcommit = false;
-  // The sharing unit (--grain): empty or the AU makes a format 2 pool, as
-  // before --grain existed; smaller makes format 3. (Initialised: callers
-  // list the fields above positionally.)
-  std::string grain{};
+  // The sharing unit (--grain): below the AU makes a format 3 pool, the AU
+  // a format 2 one. (Initialised: callers list the fields above
+  // positionally.)
+  std::string grain = kDefaultGrain;
 };
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
 // What a clone and its source stop sharing when one is written: the pool's
 // grain, the unit its space is counted in (the AU at format 2, and from a
 // handler older than SpaceInfo::unit_bytes).
 uint64_t SharingUnit(const store::SpaceInfo& s);
+// The smallest pool Pool::Create makes at format 2 or 3 and allocation unit
+// `au` (with the store's default 16 MiB journal): what pool create asks for
+// before it makes anything.
+uint64_t MinPoolBytes(uint32_t format, uint64_t au);
 
 // ---------------------------------------------------------------- backstores (cmd_backstore.cc)
 

@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // cowctl pool: create, list, show, check, scrub, grow, delete.
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "handler/store/env.h"
+#include "handler/store/meta.h"
 #include "handler/store/names.h"
 #include "tools/cowctl/capacity.h"
 #include "tools/cowctl/cmd_common.h"
@@ -20,11 +24,10 @@ using store::Code;
 
 namespace {
 
-// --grain: a sharing unit below the AU makes a format 3 pool (a clone owns
-// only the grains written after it); none, or the AU, keeps format 2, so
-// that every pool made before --grain existed is made the same way still.
+// --grain (kDefaultGrain when not given): a sharing unit below the AU makes
+// a format 3 pool (a clone owns only the grains written after it); the AU
+// makes format 2, the pool every cowctl made before format 3 existed.
 void SetSharingUnit(const std::string& text, store::PoolOptions* po) {
-  if (text.empty()) return;
   const uint64_t grain = ParseSize(text, "grain");
   if (std::string why = store::GrainRule(grain, po->allocation_unit); !why.empty()) {
     throw UserError("invalid --grain " + text + " for an allocation unit of " + FormatSize(po->allocation_unit) +
@@ -42,9 +45,52 @@ std::string SharingUnitText(const store::SpaceInfo& s) {
   return FormatSize(SharingUnit(s)) + (IsFormat3(s) ? " (format 3)" : " (the allocation unit)");
 }
 
+// A block device's size (0 when it cannot be told here: the store's own
+// refusal then says why). O_NONBLOCK: opening it must not wait.
+uint64_t DeviceBytes(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return 0;
+  uint64_t bytes = 0;
+  if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+  ::close(fd);
+  return bytes;
+}
+
+// A pool of `have` bytes too small for the format asked: refused before
+// anything is made, with the minimum, and with format 2 when it is smaller
+// (by one allocation unit: format 3 keeps its metadata in an AU of its own).
+void RequireMinimumSize(const store::PoolOptions& po, uint64_t have, const std::string& what) {
+  static_assert(store::kDefaultJournalBytes == 16u << 20, "the message below names the journal's size");
+  const uint64_t au = po.allocation_unit;
+  const uint64_t need = MinPoolBytes(po.format, au);
+  if (have == 0 || have >= need) return;
+  std::string msg = "pool too small: " + what + " is " + FormatSize(have) + " (" + std::to_string(have) +
+                    " bytes); a format " + std::to_string(po.format) + " pool with an allocation unit of " +
+                    FormatSize(au) + " needs at least " + FormatSize(need) + " (" + std::to_string(need) +
+                    " bytes: its metadata, a 16 MiB journal and " + std::to_string(store::kMinPoolUnits) +
+                    " allocation units of data)";
+  const uint64_t v2 = MinPoolBytes(2, au);
+  if (po.format == 3 && v2 < need) {
+    msg += "; a format 2 pool (--grain " + FormatSize(au) + ", the allocation unit) needs " + FormatSize(v2) +
+           " (" + std::to_string(v2) + " bytes)";
+  }
+  throw UserError(msg);
+}
+
 }  // namespace
 
 uint64_t SharingUnit(const store::SpaceInfo& s) { return s.Bytes(1); }
+
+// Pool::Create's layouts (handler/store/format_v2.cc, format_v3.cc): format
+// 2 puts its data at the first AU boundary past the superblocks and the
+// journal; format 3 has the superblocks in AU -1 (data_offset is one AU), its
+// metadata chunk in AU 0 and the journal after it. Both then need
+// kMinPoolUnits AUs of data. cli_test holds this to the store's refusal.
+uint64_t MinPoolBytes(uint32_t format, uint64_t au) {
+  const uint64_t journal = store::kDefaultJournalBytes;
+  if (format >= 3) return au + (1 + (journal + au - 1) / au + store::kMinPoolUnits) * au;
+  return store::DataOffsetV2(static_cast<uint32_t>(au), journal) + store::kMinPoolUnits * au;
+}
 
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   RequireName(a.name, "pool");
@@ -61,7 +107,24 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   SetSharingUnit(a.grain, &po);
   if (a.soft_threshold > 100) throw UserError("soft threshold is a percentage: 0..100 (0 disables)");
   po.soft_threshold_percent = a.soft_threshold;
-  if (::mkdir(ctx.pool_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  // Before anything is made (the pool directory included).
+  if (a.device.empty()) {
+    RequireMinimumSize(po, po.size_bytes, "--size " + a.size);
+  } else {
+    RequireMinimumSize(po, DeviceBytes(a.device), a.device);
+  }
+  // A pool directory made here is removed again (when still empty) if the
+  // pool is not made: a refused create leaves nothing behind.
+  struct MadeDir {
+    std::string path;
+    bool made = false, keep = false;
+    ~MadeDir() {
+      if (made && !keep) ::rmdir(path.c_str());
+    }
+  } made_dir{ctx.pool_dir};
+  if (::mkdir(ctx.pool_dir.c_str(), 0755) == 0) {
+    made_dir.made = true;
+  } else if (errno != EEXIST) {
     int err = errno;
     std::string advice = ErrnoAdvice(err, "");
     throw UserError("cannot create pool directory " + ctx.pool_dir + ": " + std::strerror(err) +
@@ -110,6 +173,7 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
     if (made_link) ::unlink(entry.c_str());
     Fail(r.status(), "creating pool '" + a.name + "'");
   }
+  made_dir.keep = true;
   store::SpaceInfo s = r.value()->Space();
   (void)r.value()->Close();
   Json j = Json::object();
@@ -426,11 +490,15 @@ void AddPoolCommands(CommandLine& cl) {
   pc->add_option("--size,-s", pca.size, "Size (file pools; e.g. 500G)");
   pc->add_option("--device,-d", pca.device, "Block device to hold the pool (whole device)");
   pc->add_option("--file", pca.file, "Put the pool file here (linked from the pool directory)");
-  pc->add_option("--allocation-unit,-a", pca.au, "Allocation unit, 64K..1M, power of two")->capture_default_str();
+  pc->add_option("--allocation-unit,-a", pca.au,
+                 "Allocation unit, 64K..1M, power of two: the piece the pool's space is handed out in")
+      ->capture_default_str();
   pc->add_option("--grain", pca.grain,
                  "Sharing unit: the smallest piece a clone and its source stop sharing when one is written (power "
-                 "of two, 512 up to the allocation unit; default: the allocation unit). Below the allocation unit "
-                 "the pool is format 3.");
+                 "of two, 512 up to the allocation unit). Below the allocation unit (the default) the pool is "
+                 "format 3: a clone owns only the grains written after it. Equal to it, format 2, which an "
+                 "older cowstore reads: --allocation-unit 1M --grain 1M")
+      ->capture_default_str();
   pc->add_option("--soft-threshold", pca.soft_threshold, "Percent full that raises the thin-provisioning warning")
       ->capture_default_str();
   pc->add_flag("--overcommit", pca.overcommit, "Do not warn when the pool file is larger than its filesystem's free space");

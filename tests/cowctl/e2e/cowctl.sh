@@ -33,8 +33,10 @@ step runner-start     start_runner --handler-path "$COW_HANDLER_DIR"
 
 # ------------------------------------------------------------ make and export
 # 512M: the pool fits the guest's /run tmpfs (half its memory), so the handler's
-# thin-on-thin unit attention (on by default) has nothing to say here.
-step pool-create      cowctl pool create p0 --size 512M --allocation-unit 1M
+# thin-on-thin unit attention (on by default) has nothing to say here. The
+# installed cowctl's defaults: a format 3 pool (64K allocation unit, 4K grain).
+step pool-create      cowctl pool create p0 --size 512M
+step pool-format3     shows "sharing unit: *4.00 KiB \\(format 3\\)" cowctl pool show p0
 step lun-create       cowctl lun create p0/vm1 --size 64M --copy-group g1
 step bs-config        shows 'Config: cowstore/p0/vm1;copy_group=g1' cat $CFS/core/user_0/p0-vm1/info
 step bs-wwn           shows "$(cowctl --json lun show p0/vm1 | sed -n 's/.*"wwn": "\(.*\)".*/\1/p')" \

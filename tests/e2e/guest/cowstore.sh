@@ -52,7 +52,9 @@ cow_pool_mount() {
     fi
 }
 # cow_pool_create NAME SIZE [COWCTL OPTIONS...] : a pool file $COWSTORE_POOL_DIR/NAME
-# (sparse) that its filesystem can hold; e.g. --allocation-unit 1M, --soft-threshold 50.
+# (sparse) that its filesystem can hold; e.g. --soft-threshold 50. Without options
+# it is cowctl's default, format 3 (64K allocation unit, 4K grain); a grain equal
+# to the allocation unit makes format 2 (--allocation-unit 1M --grain 1M).
 # Fails if it could outgrow the filesystem: the handler would then raise THIN
 # PROVISIONING SOFT THRESHOLD REACHED (thin on thin, on by default), a unit
 # attention that a suite not testing it must not meet (sg_xcopy gives up on one).

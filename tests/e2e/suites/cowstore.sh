@@ -63,8 +63,9 @@ step runner-start   start_runner --handler-path "$COW_HANDLER_DIR"
 step handler-on-bus shows "user:cowstore" targetcli ls /backstores
 # 1G: every pool of this suite fits the tmpfs under it (cow_pool_create checks), so
 # no check meets the thin-on-thin unit attention except the one made for it below.
-# E2E_P0_OPTS: cowctl options for this pool, which serves a, b and c (CI runs the
-# suite once with "--allocation-unit 64K --grain 4K": a format 3 pool).
+# E2E_P0_OPTS: cowctl options for this pool, which serves a, b and c (none: the
+# defaults, a format 3 pool; CI's 1.5.2 run gives "--allocation-unit 1M --grain 1M",
+# a format 2 pool).
 step pool-create    cow_pool_create p0 1G ${E2E_P0_OPTS:-}
 GIB=1073741824
 step bs-a           cow_bs 1 a $GIB p0 a g1

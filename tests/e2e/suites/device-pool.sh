@@ -80,8 +80,10 @@ step pool-disk        test -b "$DEV"
 say "pool disk $DEV"
 
 # ------------------------------------------------------------ create, I/O
-step pool-create      cowctl pool create dp --device "$DEV" --allocation-unit 1M
+# cowctl's defaults: a format 3 pool (64K allocation unit, 4K grain) on the device
+step pool-create      cowctl pool create dp --device "$DEV"
 step pool-link        shows "$DEV" readlink $COWSTORE_POOL_DIR/dp
+step pool-format3     shows "sharing unit: *4.00 KiB \\(format 3\\)" cowctl pool show dp
 step pool-show        shows "1.00 GiB" cowctl pool show dp
 step lun-create-vm1   cowctl lun create dp/vm1 --size 256M
 step lun-create-vm2   cowctl lun create dp/vm2 --size 256M
