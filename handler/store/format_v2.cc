@@ -20,10 +20,9 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   sb.journal_bytes = journal_bytes;
   sb.data_offset = DataOffsetV2(au, journal_bytes);
   sb.soft_threshold_percent = soft_threshold_percent;
-  if (size < sb.data_offset + kMinPoolUnits * au)
-    return Status(Code::kInvalidArgument, "pool too small: needs at least " +
-                                              std::to_string(sb.data_offset + kMinPoolUnits * au) +
-                                              " bytes");
+  if (size < MinPoolBytes(au, journal_bytes))
+    return Status(Code::kInvalidArgument,
+                  "pool too small: needs at least " + std::to_string(MinPoolBytes(au, journal_bytes)) + " bytes");
   // Before anything is written: a superblock Decode would refuse leaves a
   // file that looks like a pool and never opens.
   if (std::string why = PoolUnitsRule(sb.total_units()); !why.empty())

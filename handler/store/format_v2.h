@@ -25,6 +25,11 @@ class FormatV2 final : public MetaFormat {
   // soft threshold against their rules and that no pool is there.
   static Status Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size,
                        uint64_t journal_bytes, uint32_t soft_threshold_percent);
+  // The smallest `size` Create accepts: the data area at DataOffsetV2, then
+  // kMinPoolUnits AUs of data.
+  static uint64_t MinPoolBytes(uint32_t au, uint64_t journal_bytes) {
+    return DataOffsetV2(au, journal_bytes) + kMinPoolUnits * au;
+  }
 
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;
   Status LoadState(File* file, MetaState* st, LoadedMeta* out) override;

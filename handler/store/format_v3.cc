@@ -33,10 +33,20 @@ constexpr uint64_t kCreateMetaAu = 0;
 constexpr uint64_t kCreateJournalAu = 1;
 
 std::string N(uint64_t v) { return std::to_string(v); }
+// Create's data offset: the first AU boundary past both slots (an AU is >=
+// 64 KiB).
+uint64_t CreateDataOffset(uint32_t au) { return au; }
+// The journal's AUs at Create (<= 1 GiB / 64 KiB: one extent).
+uint64_t JournalAus(uint32_t au, uint64_t journal_bytes) { return (journal_bytes + au - 1) / au; }
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
 
 }  // namespace
+
+uint64_t FormatV3::MinPoolBytes(uint32_t au, uint64_t journal_bytes) {
+  const uint64_t metadata_aus = kCreateJournalAu + JournalAus(au, journal_bytes);  // AU 0, then the journal
+  return CreateDataOffset(au) + (metadata_aus + kMinPoolUnits) * au;
+}
 
 Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grain, uint64_t size,
                         uint64_t journal_bytes, uint32_t soft_threshold_percent) {
@@ -52,7 +62,7 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   sb.seq = kCreateSeq;
   sb.au = au;
   sb.grain = grain;
-  sb.data_offset = au;  // the first AU boundary past both slots (an AU is >= 64 KiB)
+  sb.data_offset = CreateDataOffset(au);
   sb.soft_threshold_percent = soft_threshold_percent;
   sb.write_unit = kCreateWriteUnit;
   sb.origin_format = kFormatVersionV3;
@@ -63,9 +73,8 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   // later superblock (each is the current one, changed).
   sb.incompat = kIncompatCheckedMaps;
   sb.index = kNoIndex;
-  const uint64_t journal_aus = (journal_bytes + au - 1) / au;  // <= 1 GiB / 64 KiB: one extent
-  const uint64_t metadata_aus = kCreateJournalAu + journal_aus;  // AU 0, then the journal
-  const uint64_t min_size = sb.data_offset + (metadata_aus + kMinPoolUnits) * au;
+  const uint64_t journal_aus = JournalAus(au, journal_bytes);
+  const uint64_t min_size = MinPoolBytes(au, journal_bytes);
   if (size < min_size)
     return refuse("pool too small: needs at least " + N(min_size) + " bytes (the metadata AU, a journal of " +
                   N(journal_aus) + " AUs and " + N(kMinPoolUnits) + " AUs of data)");

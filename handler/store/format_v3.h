@@ -138,6 +138,9 @@ class FormatV3 final : public MetaFormat {
   // kept, never shrunk, and only stops growing.
   static Status Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grain, uint64_t size,
                        uint64_t journal_bytes, uint32_t soft_threshold_percent);
+  // The smallest `size` Create accepts (the layout above): the superblocks'
+  // AU, the metadata chunk, the journal and kMinPoolUnits AUs of data.
+  static uint64_t MinPoolBytes(uint32_t au, uint64_t journal_bytes);
 
   // ChooseSuperblockV3 over the slots; the choice is kept (which slot, and
   // what the other holds, for the open that must rewrite it).

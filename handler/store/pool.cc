@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <new>
 
+#include "handler/store/format_v2.h"
+#include "handler/store/format_v3.h"
 #include "handler/store/pool_impl.h"
 
 namespace cowstore::store {
@@ -159,6 +161,14 @@ class PoolImpl final : public Pool {
 };
 
 }  // namespace
+
+uint64_t JournalBytesOf(const PoolOptions& o) { return o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes; }
+
+uint64_t MinPoolBytes(const PoolOptions& o) {
+  const uint64_t journal = JournalBytesOf(o);
+  return o.format == kFormatVersionV3 ? FormatV3::MinPoolBytes(o.allocation_unit, journal)
+                                      : FormatV2::MinPoolBytes(o.allocation_unit, journal);
+}
 
 Result<std::unique_ptr<Pool>> Pool::Create(Env* env, const std::string& path,
                                            const PoolOptions& options) {

@@ -87,17 +87,26 @@ struct PoolOptions {
   // Not stored: as OpenOptions::backing_check_interval_ms, for the pool
   // Create returns open.
   uint32_t backing_check_interval_ms = kDefaultBackingCheckIntervalMs;
-  // The pool format: 2 (the default: data is shared and copied in whole
-  // allocation units) or 3 (shared at `grain`, below the AU: a clone then
-  // owns only the grains written since; docs/design/store-v3.md). cowctl
-  // makes format 3 when given a grain below the AU (`pool create
-  // --grain`). kInvalidArgument otherwise.
+  // The pool format: 2 (this struct's default: data is shared and copied in
+  // whole allocation units) or 3 (shared at `grain`, below the AU: a clone
+  // then owns only the grains written since; docs/design/store-v3.md).
+  // cowctl makes format 3 unless told a grain equal to the AU (`pool create`
+  // defaults to a 64 KiB AU and a 4 KiB grain). kInvalidArgument otherwise.
   uint32_t format = 2;
   // The unit of sharing (store-v3.md 3.1), in bytes: 0 = the allocation
   // unit. Format 2 has no other (kInvalidArgument); format 3 takes any
   // grain GrainRule allows.
   uint32_t grain = 0;
 };
+
+// The smallest size_bytes Pool::Create accepts for `options` (its format,
+// allocation unit and journal size; size_bytes itself is not looked at):
+// the format's metadata, the journal and kMinPoolUnits AUs of data. A
+// caller that makes more than the pool (cowctl: a directory, a link) checks
+// a size against it before making anything.
+uint64_t MinPoolBytes(const PoolOptions& options);
+// The journal Create makes for `options`: journal_bytes, or 16 MiB for 0.
+uint64_t JournalBytesOf(const PoolOptions& options);
 
 struct OpenOptions {
   bool read_only = false;  // for offline inspection (check, show)

@@ -33,7 +33,7 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   if (o.format == kFormatVersion && grain != au)
     return Status(Code::kInvalidArgument, "pool format 2 has no grain but the allocation unit");
   if (std::string why = GrainRule(grain, au); !why.empty()) return Status(Code::kInvalidArgument, why);
-  uint64_t jbytes = o.journal_bytes ? o.journal_bytes : kDefaultJournalBytes;
+  const uint64_t jbytes = JournalBytesOf(o);
   if (std::string why = JournalBytesRule(jbytes); !why.empty()) return Status(Code::kInvalidArgument, why);
   bool existed = env->Exists(path);
   auto f = env->OpenLocked(path, existed ? Env::Mode::kReadWrite : Env::Mode::kCreate);

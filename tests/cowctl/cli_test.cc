@@ -295,36 +295,6 @@ TEST_F(Cli, AGrainEqualToTheAllocationUnitMakesAFormat2Pool) {
   }
 }
 
-// MinPoolBytes is the store's own bound: Pool::Create makes a pool of that
-// many bytes and refuses one byte less, at both formats and several AUs.
-TEST(MinPoolBytes, IsWherePoolCreateStartsToSucceed) {
-  testing::TempDir dir;
-  for (uint32_t format : {2u, 3u}) {
-    for (uint32_t au : {64u << 10, 128u << 10, 1u << 20}) {
-      SCOPED_TRACE("format " + std::to_string(format) + ", au " + std::to_string(au));
-      const uint64_t min = cowctl::MinPoolBytes(format, au);
-      store::PoolOptions po;
-      po.allocation_unit = au;
-      if (format == 3) {
-        po.format = 3;
-        po.grain = 4096;
-      }
-      po.size_bytes = min - 1;
-      const std::string small = dir.path() + "/small";
-      EXPECT_FALSE(store::Pool::Create(store::DefaultEnv(), small, po).ok());
-      ::unlink(small.c_str());
-      po.size_bytes = min;
-      auto p = store::Pool::Create(store::DefaultEnv(), dir.path() + "/p", po);
-      ASSERT_TRUE(p.ok()) << p.status().ToString();
-      ASSERT_TRUE((*p)->Close().ok());
-      ::unlink((dir.path() + "/p").c_str());
-    }
-  }
-  // Format 3 keeps its metadata in an AU of its own: one AU more than format 2.
-  EXPECT_EQ(cowctl::MinPoolBytes(3, 64 << 10), 17432576u);  // ~17.4 MB
-  EXPECT_EQ(cowctl::MinPoolBytes(2, 64 << 10), 17432576u - (64 << 10));
-}
-
 // Too small for the format asked: the minimum, in bytes, and (format 3)
 // what format 2 at the same AU would need; nothing made. The minimum
 // itself works.

@@ -154,6 +154,48 @@ TEST_P(PoolCreateAll, RejectsBadOptions) {
   EXPECT_EQ(Pool::Create(&env, "p3", o).status().code(), Code::kInvalidArgument);
 }
 
+// MinPoolBytes is Create's own bound (cowctl checks sizes against it before
+// it makes a directory or a link): Create makes a pool of that many bytes and
+// refuses one byte less, at both formats, several AUs and journal sizes.
+TEST(PoolCreate, MinPoolBytesIsWhereCreateStartsToSucceed) {
+  for (uint32_t format : {2u, 3u}) {
+    for (uint32_t au : {64u << 10, 128u << 10, 1u << 20}) {
+      for (uint64_t journal : {uint64_t{0}, uint64_t{64} << 10, uint64_t{3} << 20}) {
+        SCOPED_TRACE("format " + std::to_string(format) + ", au " + std::to_string(au) + ", journal " +
+                     std::to_string(journal));
+        PoolOptions po;
+        po.allocation_unit = au;
+        po.journal_bytes = journal;
+        if (format == 3) {
+          po.format = 3;
+          po.grain = 4096;
+        }
+        const uint64_t min = MinPoolBytes(po);
+        FaultInjectionEnv env;
+        po.size_bytes = min - 1;
+        auto small = Pool::Create(&env, "small", po);
+        EXPECT_EQ(small.status().code(), Code::kInvalidArgument) << small.status().ToString();
+        EXPECT_NE(small.status().ToString().find("pool too small"), std::string::npos);
+        po.size_bytes = min;
+        auto p = Pool::Create(&env, "p", po);
+        ASSERT_TRUE(p.ok()) << p.status().ToString();
+        ASSERT_TRUE((*p)->Close().ok());
+      }
+    }
+  }
+  // The default journal (16 MiB) at a 64 KiB AU: format 3 keeps its
+  // superblocks in an AU of their own, one AU more than format 2.
+  PoolOptions v3;
+  v3.allocation_unit = 64 << 10;
+  v3.format = 3;
+  v3.grain = 4096;
+  PoolOptions v2 = v3;
+  v2.format = 2;
+  v2.grain = 0;
+  EXPECT_EQ(MinPoolBytes(v3), 17432576u);  // ~17.4 MB
+  EXPECT_EQ(MinPoolBytes(v2), 17432576u - (64 << 10));
+}
+
 // Format 2 only (its superblock's bound, kMaxPoolUnits, and its encoding).
 // More AUs than a superblock may declare: refused before anything is written
 // (it used to write superblocks that Open then refused as corruption).

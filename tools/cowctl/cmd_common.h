@@ -114,10 +114,6 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a);
 // grain, the unit its space is counted in (the AU at format 2, and from a
 // handler older than SpaceInfo::unit_bytes).
 uint64_t SharingUnit(const store::SpaceInfo& s);
-// The smallest pool Pool::Create makes at format 2 or 3 and allocation unit
-// `au` (with the store's default 16 MiB journal): what pool create asks for
-// before it makes anything.
-uint64_t MinPoolBytes(uint32_t format, uint64_t au);
 
 // ---------------------------------------------------------------- backstores (cmd_backstore.cc)
 

@@ -62,14 +62,17 @@ uint64_t DeviceBytes(const std::string& path) {
 void RequireMinimumSize(const store::PoolOptions& po, uint64_t have, const std::string& what) {
   static_assert(store::kDefaultJournalBytes == 16u << 20, "the message below names the journal's size");
   const uint64_t au = po.allocation_unit;
-  const uint64_t need = MinPoolBytes(po.format, au);
+  const uint64_t need = store::MinPoolBytes(po);
   if (have == 0 || have >= need) return;
   std::string msg = "pool too small: " + what + " is " + FormatSize(have) + " (" + std::to_string(have) +
                     " bytes); a format " + std::to_string(po.format) + " pool with an allocation unit of " +
                     FormatSize(au) + " needs at least " + FormatSize(need) + " (" + std::to_string(need) +
                     " bytes: its metadata, a 16 MiB journal and " + std::to_string(store::kMinPoolUnits) +
                     " allocation units of data)";
-  const uint64_t v2 = MinPoolBytes(2, au);
+  store::PoolOptions format2 = po;
+  format2.format = 2;
+  format2.grain = 0;
+  const uint64_t v2 = store::MinPoolBytes(format2);
   if (po.format == 3 && v2 < need) {
     msg += "; a format 2 pool (--grain " + FormatSize(au) + ", the allocation unit) needs " + FormatSize(v2) +
            " (" + std::to_string(v2) + " bytes)";
@@ -80,17 +83,6 @@ void RequireMinimumSize(const store::PoolOptions& po, uint64_t have, const std::
 }  // namespace
 
 uint64_t SharingUnit(const store::SpaceInfo& s) { return s.Bytes(1); }
-
-// Pool::Create's layouts (handler/store/format_v2.cc, format_v3.cc): format
-// 2 puts its data at the first AU boundary past the superblocks and the
-// journal; format 3 has the superblocks in AU -1 (data_offset is one AU), its
-// metadata chunk in AU 0 and the journal after it. Both then need
-// kMinPoolUnits AUs of data. cli_test holds this to the store's refusal.
-uint64_t MinPoolBytes(uint32_t format, uint64_t au) {
-  const uint64_t journal = store::kDefaultJournalBytes;
-  if (format >= 3) return au + (1 + (journal + au - 1) / au + store::kMinPoolUnits) * au;
-  return store::DataOffsetV2(static_cast<uint32_t>(au), journal) + store::kMinPoolUnits * au;
-}
 
 void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   RequireName(a.name, "pool");
