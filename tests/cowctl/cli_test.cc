@@ -2183,6 +2183,17 @@ TEST_F(Boot, ABackstoreWithAnotherSerialIsRefusedBeforeAnythingChanges) {
   EXPECT_NE(Ok("restore " + file).find("nothing to do"), std::string::npos);
 }
 
+// A loop device attached over `img` (its path), or "" if none could be.
+std::string AttachLoop(const std::string& img) {
+  FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
+  char buf[256] = {};
+  if (p) {
+    if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
+    ::pclose(p);
+  }
+  return Trim(buf);
+}
+
 // A pool on a block device (a loop device over a sparse file).
 class DeviceBoot : public Boot {
  protected:
@@ -2193,13 +2204,7 @@ class DeviceBoot : public Boot {
       std::ofstream(img).close();
     }
     std::filesystem::resize_file(img, 256u << 20);
-    FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
-    char buf[256] = {};
-    if (p) {
-      if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
-      ::pclose(p);
-    }
-    dev = Trim(buf);
+    dev = AttachLoop(img);
     if (dev.empty()) GTEST_SKIP() << "no loop device (losetup -f failed): device pools untested here";
   }
   void TearDown() override {
@@ -2283,13 +2288,7 @@ TEST_F(DeviceBoot, ALostLinkIsRemadeOnlyToThePoolsOwnDevice) {
 TEST_F(DeviceBoot, ADeviceTooSmallIsRefusedWithTheMinimumAndLeftAlone) {
   (void)std::system(("losetup -d " + dev).c_str());
   std::filesystem::resize_file(img, 16u << 20);
-  FILE* p = ::popen(("losetup -f --show " + img + " 2>/dev/null").c_str(), "r");
-  char buf[256] = {};
-  if (p) {
-    if (!std::fgets(buf, sizeof buf, p)) buf[0] = 0;
-    ::pclose(p);
-  }
-  dev = Trim(buf);
+  dev = AttachLoop(img);
   if (dev.empty()) GTEST_SKIP() << "no loop device";
   const std::string head = Head();
   Err("pool create small --device " + dev,

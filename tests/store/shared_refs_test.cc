@@ -340,6 +340,30 @@ TEST(SharedRefs, PrintsHeapBytesPerRecord) {
 
 // ------------------------------------------------ randomised, against a brute force
 
+// What SharedRefs must hold for per-grain counts `count` in a pool of
+// `regions` regions: its maximal records, shared grain count and region
+// counters.
+struct Expected {
+  Recs records;
+  std::vector<uint32_t> regions;
+  uint64_t shared = 0;
+};
+Expected ExpectedFrom(const std::vector<uint64_t>& count, uint64_t regions) {
+  Expected e;
+  e.regions.assign(regions, 0);
+  for (uint64_t g = 0; g < count.size(); g++) {
+    if (count[g] < 2) continue;
+    e.shared++;
+    e.regions[g / kR]++;
+    Recs& want = e.records;
+    if (!want.empty() && want.back().phys + want.back().len == g && want.back().refs == count[g])
+      want.back().len++;
+    else
+      want.push_back({g, 1, count[g]});
+  }
+  return e;
+}
+
 // A pool of LUN maps driven like the engine drives them, with SharedRefs
 // updated incrementally and a per-grain count kept beside it.
 class Workload {
@@ -372,22 +396,11 @@ class Workload {
 
   // Records, counters and spot lookups equal the brute force.
   void CheckAgainstBruteForce() {
-    Recs want;
-    std::vector<uint32_t> regions(refs_.regions(), 0);
-    uint64_t shared = 0;
-    for (uint64_t g = 0; g < count_.size(); g++) {
-      peak_count_ = std::max(peak_count_, count_[g]);
-      if (count_[g] < 2) continue;
-      shared++;
-      regions[g / kR]++;
-      if (!want.empty() && want.back().phys + want.back().len == g && want.back().refs == count_[g])
-        want.back().len++;
-      else
-        want.push_back({g, 1, count_[g]});
-    }
-    ASSERT_EQ(refs_.All(), want);
-    ASSERT_EQ(refs_.shared_grains(), shared);
-    for (uint64_t r = 0; r < regions.size(); r++) ASSERT_EQ(refs_.RegionShared(r), regions[r]) << r;
+    for (uint64_t c : count_) peak_count_ = std::max(peak_count_, c);
+    const Expected want = ExpectedFrom(count_, refs_.regions());
+    ASSERT_EQ(refs_.All(), want.records);
+    ASSERT_EQ(refs_.shared_grains(), want.shared);
+    for (uint64_t r = 0; r < want.regions.size(); r++) ASSERT_EQ(refs_.RegionShared(r), want.regions[r]) << r;
     for (int i = 0; i < 4; i++) {
       const uint64_t p = Below(count_.size());
       const uint64_t n = 1 + Below(std::min<uint64_t>(300, count_.size() - p));
@@ -624,21 +637,10 @@ TEST(SharedRefsRandom, EditsAcrossManyLeavesEqualTheBruteForce) {
     }
     peak = std::max(peak, refs.records());
     if (op % 100 != 99) continue;
-    Recs want;
-    std::vector<uint32_t> regions(refs.regions(), 0);
-    uint64_t shared = 0;
-    for (uint64_t g = 0; g < kGrains; g++) {
-      if (count[g] < 2) continue;
-      shared++;
-      regions[g / kR]++;
-      if (!want.empty() && want.back().phys + want.back().len == g && want.back().refs == count[g])
-        want.back().len++;
-      else
-        want.push_back({g, 1, count[g]});
-    }
-    ASSERT_EQ(refs.All(), want) << "op " << op;
-    ASSERT_EQ(refs.shared_grains(), shared) << "op " << op;
-    ASSERT_EQ(refs.region_counters(), regions) << "op " << op;
+    const Expected want = ExpectedFrom(count, refs.regions());
+    ASSERT_EQ(refs.All(), want.records) << "op " << op;
+    ASSERT_EQ(refs.shared_grains(), want.shared) << "op " << op;
+    ASSERT_EQ(refs.region_counters(), want.regions) << "op " << op;
   }
   std::printf("peak %zu records\n", peak);
   EXPECT_GE(peak, 4 * RunTree::kLeafRuns);  // many leaves, or this tested little
