@@ -20,9 +20,8 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   sb.journal_bytes = journal_bytes;
   sb.data_offset = DataOffsetV2(au, journal_bytes);
   sb.soft_threshold_percent = soft_threshold_percent;
-  if (size < MinPoolBytes(au, journal_bytes))
-    return Status(Code::kInvalidArgument,
-                  "pool too small: needs at least " + std::to_string(MinPoolBytes(au, journal_bytes)) + " bytes");
+  if (const uint64_t min_size = MinPoolBytes(au, journal_bytes); size < min_size)
+    return Status(Code::kInvalidArgument, "pool too small: needs at least " + std::to_string(min_size) + " bytes");
   // Before anything is written: a superblock Decode would refuse leaves a
   // file that looks like a pool and never opens.
   if (std::string why = PoolUnitsRule(sb.total_units()); !why.empty())

@@ -213,7 +213,7 @@ void SharedRefs::Touch(uint64_t p, uint64_t end) {
   for (auto it = touched_at_; it != m_.end() && (*it).lba <= end; ++it) touched_.push_back(*it);
 }
 
-void SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
+bool SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
   now_.clear();
   gaps_.clear();
   gone_.clear();
@@ -236,6 +236,7 @@ void SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
     emit(r.lba, std::min(p, r_end), r.phys);  // its part before p
     const uint64_t in = std::max(r.lba, p), in_end = std::min(r_end, end);
     if (in < in_end) {
+      if (delta > 0 && r.phys >= max_refs_) return false;
       const uint64_t refs = delta > 0 ? r.phys + 1 : r.phys - 1;  // counts are >= 2
       if (refs < 2) gone_.push_back({in, in_end - in});
       emit(in, in_end, refs);
@@ -247,6 +248,7 @@ void SharedRefs::PlanSpan(uint64_t p, uint64_t end, int delta) {
     gaps_.push_back({at, end - at});
     if (delta > 0) emit(at, end, 2);
   }
+  return true;
 }
 
 void SharedRefs::JoinAt(uint64_t x) {
@@ -272,10 +274,8 @@ Status SharedRefs::Inc(uint64_t p, uint64_t n) {
     return Status(Code::kInvalidArgument, "grain range leaves the pool");
   const uint64_t end = p + n;
   Touch(p, end);
-  for (const Run& r : touched_)
-    if (r.lba < end && r.lba + r.len > p && r.phys >= max_refs_)
-      return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
-  PlanSpan(p, end, +1);
+  if (!PlanSpan(p, end, +1))
+    return Status(Code::kInvalidArgument, "a grain would have more owners than the count can hold");
   if (!m_.TryReplaceInLeaf(touched_at_, SpanStart(p), end + 1, now_.data(), now_.size())) {
     IncSplitting(p, end, gaps_);
   } else {
@@ -323,7 +323,7 @@ void SharedRefs::Dec(uint64_t p, uint64_t n, std::vector<GrainRun>* freed) {
   assert(p < pool_grains_ && n <= pool_grains_ - p);
   const uint64_t end = p + n;
   Touch(p, end);
-  PlanSpan(p, end, -1);  // gaps_: free now
+  (void)PlanSpan(p, end, -1);  // gaps_: free now (a Dec is never refused)
   if (freed) freed->reserve(freed->size() + gaps_.size());
   // Nothing below allocates but DecSplitting's splits, which come before
   // anything changes (freed has room for every gap).

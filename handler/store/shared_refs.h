@@ -172,8 +172,10 @@ class SharedRefs {
   // at its edges; PlanSpan(delta = +1 or -1) makes from them now_, the same
   // span's records as they will be, gaps_, the grains of [p, end) with no
   // record, and (Dec) gone_, the grains of [p, end) left with one owner.
+  // False (Inc: a grain of [p, end) already has max_refs_ owners) leaves
+  // them unfinished; nothing is changed either way.
   void Touch(uint64_t p, uint64_t end);
-  void PlanSpan(uint64_t p, uint64_t end, int delta);
+  bool PlanSpan(uint64_t p, uint64_t end, int delta);
   // The first key TryReplaceInLeaf replaces from for [p, end); touched_at_
   // is the first run starting there or after.
   uint64_t SpanStart(uint64_t p) const { return touched_.empty() ? p : std::min(p, touched_.front().lba); }
