@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // cowctl lun: create, list, show, resize, delete, clone, snapshot, rollback, import, export.
 #include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -343,10 +341,7 @@ uint64_t ImportSize(const std::string& path, uint32_t bs) {
   if (S_ISREG(st.st_mode)) {
     bytes = static_cast<uint64_t>(st.st_size);
   } else if (S_ISBLK(st.st_mode)) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return 0;
-    if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
-    ::close(fd);
+    bytes = BlockDeviceBytes(path, /*follow_links=*/false);
   }
   return (bytes + bs - 1) / bs * bs;
 }

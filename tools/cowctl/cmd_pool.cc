@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // cowctl pool: create, list, show, check, scrub, grow, delete.
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,17 +40,6 @@ bool IsFormat3(const store::SpaceInfo& s) { return SharingUnit(s) < s.allocation
 
 std::string SharingUnitText(const store::SpaceInfo& s) {
   return FormatSize(SharingUnit(s)) + (IsFormat3(s) ? " (format 3)" : " (the allocation unit)");
-}
-
-// A block device's size (0 when it cannot be told here: the store's own
-// refusal then says why). O_NONBLOCK: opening it must not wait.
-uint64_t DeviceBytes(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return 0;
-  uint64_t bytes = 0;
-  if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
-  ::close(fd);
-  return bytes;
 }
 
 // A pool of `have` bytes too small for the format asked: refused before
@@ -103,7 +89,8 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
   if (a.device.empty()) {
     RequireMinimumSize(po, po.size_bytes, "--size " + a.size);
   } else {
-    RequireMinimumSize(po, DeviceBytes(a.device), a.device);
+    // 0 when it cannot be told here: the store's own refusal then says why.
+    RequireMinimumSize(po, BlockDeviceBytes(a.device, /*follow_links=*/true), a.device);
   }
   // A pool directory made here is removed again (when still empty) if the
   // pool is not made: a refused create leaves nothing behind.

@@ -38,8 +38,11 @@ std::string Bytes(uint32_t b, const std::string& more = "") {
 // What the pool `pr` was made with and the file's entry says otherwise (""
 // if nothing): the allocation unit, then the sharing unit, in which the
 // format shows (below the AU: format 3). A file without `grain` means the
-// AU, format 2 (PoolConfig::sharing_unit).
+// AU, format 2 (PoolConfig::sharing_unit). Only for entries that saved a
+// UUID: an older file's entry names the pool found under its name, whatever
+// it was made with ("" then).
 std::string GeometryMismatch(const PoolConfig& p, const PoolProbe& pr) {
+  if (p.uuid.empty()) return "";
   auto say = [](const char* field, const std::string& pool, const std::string& file) {
     return std::string(field) + " " + pool + ", the file saved " + field + " " + file;
   };
@@ -83,7 +86,7 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     }
     if (pr.kind != PoolProbe::kPool) return skip(pr.detail + ": not restored");
     if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, entry);
-    if (std::string m = p.uuid.empty() ? "" : GeometryMismatch(p, pr); !m.empty()) return unlike(entry, m);
+    if (std::string m = GeometryMismatch(p, pr); !m.empty()) return unlike(entry, m);
     s.action = PoolStep::kUse;
     return s;
   }
@@ -94,7 +97,7 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     const PoolProbe& pr = f.at_saved;
     if (pr.kind == PoolProbe::kPool) {
       if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, saved);
-      if (std::string m = p.uuid.empty() ? "" : GeometryMismatch(p, pr); !m.empty()) return unlike(saved, m);
+      if (std::string m = GeometryMismatch(p, pr); !m.empty()) return unlike(saved, m);
       if (p.uuid.empty() && !p.device.empty()) {
         return skip("the file records no pool UUID (written by an older cowctl), so restore cannot tell that " +
                     p.device + " holds this pool (device names change between boots): if it does, run 'ln -s " +

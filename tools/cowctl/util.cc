@@ -2,6 +2,8 @@
 #include "tools/cowctl/util.h"
 
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -59,6 +61,15 @@ uint64_t ParseSize(const std::string& text, const char* what) {
   if (!(v < 1.8e19L)) throw bad();
   uint64_t r = static_cast<uint64_t>(std::llround(static_cast<double>(v)));
   return r;
+}
+
+uint64_t BlockDeviceBytes(const std::string& path, bool follow_links) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | (follow_links ? 0 : O_NOFOLLOW));
+  if (fd < 0) return 0;
+  uint64_t bytes = 0;
+  if (::ioctl(fd, BLKGETSIZE64, &bytes) != 0) bytes = 0;
+  ::close(fd);
+  return bytes;
 }
 
 std::string FormatSize(uint64_t bytes) {

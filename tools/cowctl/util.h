@@ -30,6 +30,10 @@ void RequireName(const std::string& name, const char* what);
 uint64_t ParseSize(const std::string& text, const char* what);
 // Bytes -> "10.0 GiB" style (exact "512 B" below 1 KiB).
 std::string FormatSize(uint64_t bytes);
+// A block device's size, or 0 when it cannot be told. Opened O_NONBLOCK:
+// sizing a device must never wait on it. follow_links false: a symlink at
+// `path` itself is not followed (O_NOFOLLOW).
+uint64_t BlockDeviceBytes(const std::string& path, bool follow_links);
 
 // "pool/lun" as used on the command line.
 struct LunRef {
