@@ -101,6 +101,13 @@ class Reference {
 };
 
 std::vector<MapRun> All(const RunTree& t) { return {t.begin(), t.end()}; }
+// A kCounted tree's model: key -> (len, value).
+using CountedModel = std::map<uint64_t, std::pair<uint64_t, uint64_t>>;
+std::vector<MapRun> All(const CountedModel& ref) {
+  std::vector<MapRun> v;
+  for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
+  return v;
+}
 
 uint64_t OpsPerSeed() {
   const char* e = std::getenv("COWSTORE_RUN_TREE_OPS");
@@ -496,12 +503,8 @@ TEST(RunTreeCounted, MatchesStdMapAtRandom) {
   std::mt19937_64 rng(31);
   auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
   RunTree t(RunKind::kCounted, 4);
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> ref;  // key -> (len, value)
-  auto ref_all = [&] {
-    std::vector<MapRun> v;
-    for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
-    return v;
-  };
+  CountedModel ref;
+  auto ref_all = [&] { return All(ref); };
   auto ref_insert = [&](uint64_t k, uint64_t len, uint64_t v) {
     auto next = ref.lower_bound(k);
     if (next != ref.begin()) {
@@ -603,12 +606,8 @@ TEST(RunTreeCounted, ReplaceInLeafMatchesStdMapOrChangesNothing) {
   std::mt19937_64 rng(41);
   auto pick = [&](uint64_t n) { return std::uniform_int_distribution<uint64_t>(0, n - 1)(rng); };
   RunTree t(RunKind::kCounted, 3);
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> ref;  // key -> (len, value)
-  auto ref_all = [&] {
-    std::vector<MapRun> v;
-    for (const auto& [k, lv] : ref) v.push_back({k, lv.second, lv.first});
-    return v;
-  };
+  CountedModel ref;
+  auto ref_all = [&] { return All(ref); };
   uint64_t value = 2;  // every run's value differs: nothing would merge
   constexpr uint64_t kKeys = 1 << 16;
   for (int i = 0; i < 3000; i++) {
