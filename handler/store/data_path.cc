@@ -762,21 +762,25 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
       if (w0 < w1) {
         MutexLock g(&meta_mu_);
         uint64_t sw0 = (soff + head) / grain_;
-        std::vector<Run> sp, dp;
-        src->map.Lookup(sw0, w1 - w0, &sp);
-        dst->map.Lookup(w0, w1 - w0, &dp);
-        if ((!sp.empty() || !dp.empty()) && !AffordableLocked(0, sp.size() + 2) &&
-            SpaceComingBackLocked()) {
+        // The source's pieces, handed to the record's ApplyRecord (one lookup
+        // under this hold); whether the destination has anything to drop
+        // matters only where the source has nothing to map.
+        std::vector<Run> sp;
+        bool changes = false;
+        auto look = [&] {
+          sp.clear();
+          src->map.Lookup(sw0, w1 - w0, &sp);
+          changes = !sp.empty() || dst->map.AnyMapped(w0, w1 - w0);
+        };
+        look();
+        if (changes && !AffordableLocked(0, sp.size() + 2) && SpaceComingBackLocked()) {
           g.Unlock();  // frees under way (commit, punch): wait for them, look again
           s = ReclaimPending();
           if (!s.ok()) return s;
           g.Lock();
-          sp.clear();
-          dp.clear();
-          src->map.Lookup(sw0, w1 - w0, &sp);
-          dst->map.Lookup(w0, w1 - w0, &dp);
+          look();
         }
-        if (!sp.empty() || !dp.empty()) {
+        if (changes) {
           if (!AffordableLocked(0, sp.size() + 2))
             return Status(Code::kNoSpace, "no room for the clone's metadata");
           Record rec;
@@ -788,7 +792,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
           rec.n = w1 - w0;
           // Refused (nothing changed) if a grain's reference count would
           // overflow; the initiator can still copy the data.
-          Result<uint64_t> t = AppendLocked(rec);
+          Result<uint64_t> t = AppendLocked(rec, &sp);
           if (!t.ok()) return t.status();
           ticket = *t;
         }

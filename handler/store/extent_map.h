@@ -143,6 +143,12 @@ class ExtentMap {
       if (!fn(Run{s, r.phys + (s - r.lba), e - s})) return;
     }
   }
+  // Whether any unit of [a, a+n) is mapped (one descent, no copy).
+  bool AnyMapped(uint64_t a, uint64_t n) const {
+    bool any = false;
+    Visit(a, n, [&any](const Run&) { return !(any = true); });
+    return any;
+  }
   // Unmaps [a, a+n); appends what was mapped there to *removed (may be null).
   void Remove(uint64_t a, uint64_t n, std::vector<Run>* removed);
   // Maps [lba, lba+len) -> [phys, ...). REQUIRES: that range is unmapped.

@@ -108,7 +108,7 @@ Status GrainSpace::Overflow(uint64_t p, uint64_t refs) const {
 // the pool into pieces each run covers whole or not at all, so a piece's
 // depth is the gain of each of its grains; only pieces whose highest count
 // plus depth can pass the bound are looked at grain range by grain range.
-Status GrainSpace::CanInc(const std::vector<Run>& runs) const {
+Status GrainSpace::CanInc(std::span<const Run> runs) const {
   std::vector<std::pair<uint64_t, int>> edges;  // (grain, +1 start / -1 end)
   edges.reserve(2 * runs.size());
   for (const Run& r : runs) {

@@ -180,7 +180,7 @@ class GrainSpace final : public PoolSpace {
   // once (a grain gains one reference per run naming it).
   // REQUIRES (Inc): every grain is mapped or reserved. (Dec): mapped, not
   // reserved (Core calls Mapped right after the record that maps them).
-  Status CanInc(const std::vector<Run>& runs) const override;
+  Status CanInc(std::span<const Run> runs) const override;
   Status Inc(uint64_t phys, uint64_t n) override;
   void Dec(uint64_t phys, uint64_t n, uint64_t tag) override;
   // True if grain p may be overwritten in place: one owner, and no state

@@ -385,14 +385,17 @@ void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* ou
   out->append(kRecordHeader, '\0');
   r.EncodePayload(out);
   uint32_t plen = static_cast<uint32_t>(out->size() - start - kRecordHeader);
-  std::string hdr;
-  Encoder e(&hdr);
-  e.U32(0);
-  e.U32(plen);
-  e.U64(lsn);
-  e.U64(proven);
-  e.U8(static_cast<uint8_t>(r.type));
-  std::memcpy(out->data() + start, hdr.data(), kRecordHeader);
+  // The header in place (no string of its own: one allocation less per record).
+  char* h = out->data() + start;
+  auto put = [&h](uint64_t v, int n) {
+    for (int i = 0; i < n; i++) *h++ = static_cast<char>(v >> (8 * i));
+  };
+  put(0, 4);  // the CRC, below
+  put(plen, 4);
+  put(lsn, 8);
+  put(proven, 8);
+  put(static_cast<uint8_t>(r.type), 1);
+  static_assert(kRecordHeader == 4 + 4 + 8 + 8 + 1);
   uint32_t crc = Crc32c(0, out->data() + start + 4, out->size() - start - 4);
   for (int i = 0; i < 4; i++) (*out)[start + i] = static_cast<char>(crc >> (8 * i));
 }
@@ -497,25 +500,30 @@ Status MapInto(ExtentMap* m, uint64_t lba, uint64_t phys, uint64_t len) {
   return s.ok() ? s : Bad(s.message());
 }
 
-// The runs whose AUs gain a reference when `r` is applied to `st`.
-std::vector<Run> Increments(const MetaState& st, const Record& r) {
-  std::vector<Run> incs;
+// The runs whose units gain a reference when `r` is applied to `st`: r's own
+// runs, or those it names, looked up into *found (kClone's source pieces,
+// which the clone then maps, so they are looked up once). *found already
+// holds kClone's pieces when the caller looked them up (ApplyRecord's
+// `clone_pieces`).
+std::span<const Run> Increments(const MetaState& st, const Record& r, bool have_pieces,
+                                std::vector<Run>* found) {
   auto whole = [&](uint32_t id) {
     if (const LunState* l = st.Find(id))
-      for (const auto& [lba, e] : l->map.runs()) incs.push_back({lba, e.phys, e.len});
+      for (const auto& [lba, e] : l->map.runs()) found->push_back({lba, e.phys, e.len});
   };
   switch (r.type) {
     case RecType::kCloneLun:
     case RecType::kSnapshotLun: whole(r.lun); break;
     case RecType::kRollbackLun: whole(r.lun2); break;
     case RecType::kMap:
-    case RecType::kMapChecked: incs = r.runs; break;
+    case RecType::kMapChecked: return r.runs;  // no copy
     case RecType::kClone:
-      if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, &incs);
+      if (!have_pieces)
+        if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, found);
       break;
     default: break;
   }
-  return incs;
+  return *found;
 }
 
 // Marks in `dirty` what ApplyRecord's comment (meta.h) lists for r's kind,
@@ -542,7 +550,7 @@ void MarkRemapped(const Record& r, uint32_t unit, DirtyRanges* dirty) {
 }
 
 // ApplyRecord without the marks.
-Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
+Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink, std::vector<Run>* clone_pieces) {
   // Ranges are in AUs; anything near 2^64 can only come from damage. Every
   // check comes before the first change.
   constexpr uint64_t kMaxUnits = ExtentMap::kMaxLba;
@@ -558,10 +566,13 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
       return Bad("LUN " + std::to_string(r.lun) + " extent at AU " + std::to_string(x.lba) +
                  " -> " + std::to_string(x.phys) + " +" + std::to_string(x.len) + ": " + why);
   }
-  std::vector<Run> incs;  // kClone's pieces below, looked up once
+  // kClone's source pieces (looked up once, here or by the caller); the
+  // runs of a whole LUN a kCloneLun, kSnapshotLun or kRollbackLun adds.
+  std::vector<Run> found;
+  const bool have_pieces = clone_pieces && r.type == RecType::kClone;
+  if (have_pieces) found = std::move(*clone_pieces);
   if (sink) {
-    incs = Increments(*st, r);
-    Status s = sink->CanInc(incs);
+    Status s = sink->CanInc(Increments(*st, r, have_pieces, &found));
     if (!s.ok()) return s;
   }
   switch (r.type) {
@@ -678,11 +689,8 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
       LunState* src = st->Find(r.lun);
       LunState* dst = st->Find(r.lun2);
       if (!src || !dst) return Bad("clone between unknown LUNs");
-      std::vector<Run> pieces, removed;
-      if (sink)
-        pieces = std::move(incs);  // Increments: the same lookup
-      else
-        src->map.Lookup(r.a, r.n, &pieces);
+      std::vector<Run> pieces = std::move(found), removed;  // Increments' lookup, or the caller's
+      if (!sink && !have_pieces) src->map.Lookup(r.a, r.n, &pieces);
       if (sink)  // increments first: an AU both dropped and re-added never hits zero
         for (const Run& x : pieces) {
           Status s = sink->Inc(x.phys, x.len);
@@ -705,8 +713,16 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink) {
 
 }  // namespace
 
-Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty) {
-  Status s = ApplyUnmarked(st, r, sink);
+Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty,
+                   std::vector<Run>* clone_pieces) {
+#ifndef NDEBUG
+  if (clone_pieces && r.type == RecType::kClone) {  // the caller's lookup is the one replay makes
+    std::vector<Run> expect;
+    if (const LunState* src = st->Find(r.lun)) src->map.Lookup(r.a, r.n, &expect);
+    assert(expect == *clone_pieces);
+  }
+#endif
+  Status s = ApplyUnmarked(st, r, sink, clone_pieces);
   if (dirty) MarkRemapped(r, st->au, dirty);  // whatever s: see meta.h
   return s;
 }

@@ -22,7 +22,7 @@ Uuid NewUuid() {
   return u;
 }
 
-Status Core::CanInc(const std::vector<Run>& runs) const { return space_->CanInc(runs); }
+Status Core::CanInc(std::span<const Run> runs) const { return space_->CanInc(runs); }
 
 Status Core::Inc(uint64_t phys, uint64_t n) { return space_->Inc(phys, n); }
 
@@ -30,7 +30,7 @@ void Core::Dec(uint64_t phys, uint64_t n) {
   space_->Dec(phys, n, jbuf_.next_ticket());  // the ticket AppendLocked hands out
 }
 
-Result<uint64_t> Core::AppendLocked(const Record& r) {
+Result<uint64_t> Core::AppendLocked(const Record& r, std::vector<Run>* clone_pieces) {
   if (meta_failed_.load()) return MetaFailed();  // the state may be half-changed
   // A checkpoint was refused for room: the journal is full, so this record
   // could not be made durable either. Refused, nothing changed, until the
@@ -48,7 +48,7 @@ Result<uint64_t> Core::AppendLocked(const Record& r) {
     // happen here. What ApplyRecord can still refuse is an increment past a
     // reference count's bound. Either way it refuses before changing
     // anything.
-    Status s = ApplyRecord(&st_, r, this, track_dirty_ ? &dirty_ : nullptr);
+    Status s = ApplyRecord(&st_, r, this, track_dirty_ ? &dirty_ : nullptr, clone_pieces);
     if (!s.ok()) return s;
     if (fail_after_apply_for_test > 0 && --fail_after_apply_for_test == 0) throw std::bad_alloc();
     // Which LSN changed what, so an online check can tell which LUNs the

@@ -200,7 +200,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   }
 
   // RefSink: ApplyRecord's reference changes, from AppendLocked.
-  Status CanInc(const std::vector<Run>& runs) const override REQUIRES(meta_mu_);
+  Status CanInc(std::span<const Run> runs) const override REQUIRES(meta_mu_);
   Status Inc(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
   void Dec(uint64_t phys, uint64_t n) override REQUIRES(meta_mu_);
 
@@ -286,8 +286,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // refuses it (a reference count would overflow): then nothing changed and
   // nothing was buffered. std::bad_alloc (from framing) also changes
   // nothing. If ApplyRecord throws, the state may be half-changed: the pool
-  // fails (MetaFailed, sticky: see meta_failed_).
-  Result<uint64_t> AppendLocked(const Record& r) REQUIRES(meta_mu_);
+  // fails (MetaFailed, sticky: see meta_failed_). `clone_pieces`: a kClone's
+  // source pieces the caller looked up under this hold (ApplyRecord's).
+  Result<uint64_t> AppendLocked(const Record& r, std::vector<Run>* clone_pieces = nullptr)
+      REQUIRES(meta_mu_);
   // The error of a failed pool (meta_failed_).
   static Status MetaFailed();
   // The highest durable LSN, which every record framed now carries as its

@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -67,7 +68,7 @@ class PoolSpace {
   // a unit gaining one reference per run that names it (so a record that
   // increments run by run can be refused before any of it is applied).
   static constexpr uint32_t kMaxRefs = UINT32_MAX;
-  virtual Status CanInc(const std::vector<Run>& runs) const = 0;
+  virtual Status CanInc(std::span<const Run> runs) const = 0;
   virtual Status Inc(uint64_t phys, uint64_t n) = 0;
   virtual void Dec(uint64_t phys, uint64_t n, uint64_t tag) = 0;
   // True if unit p may be overwritten in place: one reference, and no state

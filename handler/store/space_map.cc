@@ -188,7 +188,7 @@ Status RefuseRun(const char* what, const PendingRun& r, const char* why) {
 }
 }  // namespace
 
-Status SpaceMap::CanInc(const std::vector<Run>& runs) const {
+Status SpaceMap::CanInc(std::span<const Run> runs) const {
   // An AU gains at most one reference per run, so only AUs within runs.size()
   // of the bound can pass it; count those exactly (rare), skip the rest.
   const uint64_t near = runs.size() >= max_refs_ ? 0 : max_refs_ - runs.size();

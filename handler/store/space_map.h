@@ -97,7 +97,7 @@ class SpaceMap final : public PoolSpace {
   void Grow(uint64_t units) override;
 
   // Per AU: Inc and CanInc index the vectors (REQUIRES: runs within the pool).
-  Status CanInc(const std::vector<Run>& runs) const override;
+  Status CanInc(std::span<const Run> runs) const override;
   // Per AU (REQUIRES: runs within the pool).
   LunShare Usage(const std::vector<Run>& runs) const override;
   Status Inc(uint64_t phys, uint64_t n) override;

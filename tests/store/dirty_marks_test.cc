@@ -169,7 +169,7 @@ TEST(DirtyMarks, MarksAccumulateOverRecords) {
 
 class RefuseIncrements final : public RefSink {
  public:
-  Status CanInc(const std::vector<Run>& runs) const override {
+  Status CanInc(std::span<const Run> runs) const override {
     return runs.empty() ? Status::Ok() : Status(Code::kNoSpace, "count at its bound");
   }
   Status Inc(uint64_t, uint64_t) override { return Status::Ok(); }
@@ -230,7 +230,7 @@ TEST(DirtyMarks, ARecordTheSinkRefusesMarksItsRanges) {
 // marks must not depend on it).
 class FailSecondInc final : public RefSink {
  public:
-  Status CanInc(const std::vector<Run>&) const override { return Status::Ok(); }
+  Status CanInc(std::span<const Run>) const override { return Status::Ok(); }
   Status Inc(uint64_t, uint64_t) override {
     return ++incs_ == 2 ? Status(Code::kNoSpace, "second increment") : Status::Ok();
   }
@@ -261,7 +261,7 @@ using v3pool::kPhysGrains;
 class GrainCounts final : public RefSink {
  public:
   GrainCounts() : refs_(kPhysGrains, 0) {}
-  Status CanInc(const std::vector<Run>&) const override { return Status::Ok(); }
+  Status CanInc(std::span<const Run>) const override { return Status::Ok(); }
   Status Inc(uint64_t phys, uint64_t n) override {
     for (uint64_t i = 0; i < n; i++) refs_.at(phys + i)++;
     return Status::Ok();

@@ -101,5 +101,26 @@ TEST(ExtentMapBound, BoundIsClampedToRunTreesLimit) {
   EXPECT_EQ(m.Insert(1, ExtentMap::kMaxPhysLimit, 1).code(), Code::kInvalidArgument);
 }
 
+// AnyMapped answers Lookup's emptiness without the copy: every window over a
+// map with holes, edges included, against Lookup.
+TEST(ExtentMapAnyMapped, EqualsLookupNotEmptyForEveryWindow) {
+  ExtentMap m;
+  ASSERT_TRUE(m.Insert(3, 100, 2).ok());   // [3, 5)
+  ASSERT_TRUE(m.Insert(9, 200, 1).ok());   // [9, 10)
+  ASSERT_TRUE(m.Insert(10, 500, 4).ok());  // [10, 14), not contiguous in phys
+  int mapped = 0;
+  for (uint64_t a = 0; a < 16; a++)
+    for (uint64_t n = 0; a + n <= 16; n++) {
+      std::vector<MapRun> looked;
+      m.Lookup(a, n, &looked);
+      EXPECT_EQ(m.AnyMapped(a, n), !looked.empty()) << a << "+" << n;
+      mapped += !looked.empty();
+    }
+  EXPECT_GT(mapped, 0);
+  EXPECT_FALSE(m.AnyMapped(5, 4));  // the hole between
+  EXPECT_TRUE(m.AnyMapped(4, 1));
+  EXPECT_FALSE(m.AnyMapped(14, ExtentMap::kMaxLba - 14));
+}
+
 }  // namespace
 }  // namespace cowstore::store

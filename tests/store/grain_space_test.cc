@@ -1124,12 +1124,12 @@ TEST(GrainSpace, CanIncCountsEveryRunNamingAGrain) {
   std::vector<uint64_t> fresh;
   ASSERT_TRUE(s.Reserve(1, &fresh));
   const uint64_t f = fresh[0];
-  EXPECT_TRUE(s.CanInc({{0, 0, 8}, {0, 0, 4}}).ok());                       // 0..3 reach 3
-  EXPECT_EQ(s.CanInc({{0, 3, 2}, {0, 4, 1}}).code(), Code::kInvalidArgument);  // grain 4 would have 4
-  EXPECT_EQ(s.CanInc({{0, 1, 1}, {0, 0, 2}, {0, 1, 3}}).code(), Code::kInvalidArgument);  // grain 1: 1 + 3
-  EXPECT_TRUE(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}}).ok());  // a reserved grain starts at 0
-  EXPECT_EQ(s.CanInc({{0, f, 1}, {0, f, 1}, {0, f, 1}, {0, f, 1}}).code(), Code::kInvalidArgument);
-  EXPECT_EQ(s.CanInc({{0, 4 * kG16 - 1, 2}}).code(), Code::kInvalidArgument);  // leaves the pool
+  EXPECT_TRUE(s.CanInc(std::vector<store::Run>{{0, 0, 8}, {0, 0, 4}}).ok());                       // 0..3 reach 3
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, 3, 2}, {0, 4, 1}}).code(), Code::kInvalidArgument);  // grain 4 would have 4
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, 1, 1}, {0, 0, 2}, {0, 1, 3}}).code(), Code::kInvalidArgument);  // grain 1: 1 + 3
+  EXPECT_TRUE(s.CanInc(std::vector<store::Run>{{0, f, 1}, {0, f, 1}, {0, f, 1}}).ok());  // a reserved grain starts at 0
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, f, 1}, {0, f, 1}, {0, f, 1}, {0, f, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, 4 * kG16 - 1, 2}}).code(), Code::kInvalidArgument);  // leaves the pool
   EXPECT_EQ(s.Inc(4 * kG16 - 1, 2).code(), Code::kInvalidArgument);
   ASSERT_TRUE(s.Inc(4, 1).ok());
   EXPECT_EQ(s.refs(4), 3u);

@@ -133,7 +133,7 @@ std::string Encoded(const MetaState& st) {
 // hold them).
 struct RecordingSink : RefSink {
   std::vector<std::string> calls;
-  Status CanInc(const std::vector<Run>&) const override { return Status::Ok(); }
+  Status CanInc(std::span<const Run>) const override { return Status::Ok(); }
   Status Inc(uint64_t phys, uint64_t n) override {
     calls.push_back("Inc " + std::to_string(phys) + " +" + std::to_string(n));
     return Status::Ok();

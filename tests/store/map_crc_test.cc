@@ -147,7 +147,7 @@ TEST(MapCheckedRecord, APayloadOffItsShapeDoesNotDecode) {
 TEST(MapCheckedRecord, AppliesExactlyAsAMap) {
   class Counting : public RefSink {
    public:
-    Status CanInc(const std::vector<store::Run>& runs) const override {
+    Status CanInc(std::span<const store::Run> runs) const override {
       for (const store::Run& r : runs) asked += r.len;
       return Status::Ok();
     }

@@ -608,6 +608,25 @@ TEST_P(PoolTest, AlignedCloneSharesAndCopiesOnWrite) {
   ExpectClean();
 }
 
+// A clone whose source range maps nothing still unmaps the destination's
+// whole grains there (a record with no source pieces), and frees them: it is
+// not skipped as a no-op. Durable, and after a reopen.
+TEST_P(PoolTest, CloneOfAnUnmappedRangeUnmapsTheDestination) {
+  auto data = Pattern(1 << 20, 8);
+  ASSERT_TRUE(b_->Write(0, 2048, data.data(), D::kDurable).ok());
+  const uint64_t free_with_data = pool_->Space().free_units;
+  ASSERT_TRUE(pool_->CloneRange(*a_, 0, *b_, 0, 1024, D::kDurable).ok());  // a_ holds nothing
+  std::vector<uint8_t> want = data;
+  std::fill(want.begin(), want.begin() + 1024 * 512, 0);
+  EXPECT_EQ(ReadA(*b_, 0, 2048), want);
+  ASSERT_TRUE(pool_->Flush().ok());
+  EXPECT_EQ(pool_->Space().free_units, free_with_data + 8 * Upa());  // thinning ones included
+  Reopen();
+  EXPECT_EQ(ReadA(*b_, 0, 2048), want);
+  EXPECT_EQ(pool_->Space().free_units, free_with_data + 8 * Upa());
+  ExpectClean();
+}
+
 TEST_P(PoolTest, UnalignedAndPartialClonesCopyData) {
   auto data = Pattern(1 << 20, 7);
   ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());

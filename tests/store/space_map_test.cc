@@ -214,11 +214,11 @@ TEST_F(SpaceMapTest, IncPastTheCountsBoundIsRefusedAndChangesNothing) {
   EXPECT_EQ(m_.mapped_units(), 3u);
   // CanInc counts an AU once per run naming it: two runs over AU 2 take it
   // from 2 to 4; one run, or two over AUs below the bound, fit.
-  EXPECT_TRUE(m_.CanInc({{0, 2, 1}}).ok());
-  EXPECT_EQ(m_.CanInc({{0, 2, 1}, {9, 2, 1}}).code(), Code::kInvalidArgument);
-  EXPECT_EQ(m_.CanInc({{0, 3, 1}}).code(), Code::kInvalidArgument);
-  EXPECT_TRUE(m_.CanInc({{0, 4, 1}}).ok());
-  EXPECT_EQ(m_.CanInc({{0, 4, 1}, {5, 2, 3}}).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(m_.CanInc(std::vector<store::Run>{{0, 2, 1}}).ok());
+  EXPECT_EQ(m_.CanInc(std::vector<store::Run>{{0, 2, 1}, {9, 2, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(m_.CanInc(std::vector<store::Run>{{0, 3, 1}}).code(), Code::kInvalidArgument);
+  EXPECT_TRUE(m_.CanInc(std::vector<store::Run>{{0, 4, 1}}).ok());
+  EXPECT_EQ(m_.CanInc(std::vector<store::Run>{{0, 4, 1}, {5, 2, 3}}).code(), Code::kInvalidArgument);
   EXPECT_EQ(counts(), (V{2, 3, 2}));
   // The full 32-bit bound, reached by Rebuild's own check too.
   SpaceMap big;
@@ -234,7 +234,7 @@ TEST_F(SpaceMapTest, IncPastTheCountsBoundIsRefusedAndChangesNothing) {
 class MapSink : public RefSink {
  public:
   explicit MapSink(SpaceMap* m) : m_(m) {}
-  Status CanInc(const std::vector<Run>& runs) const override { return m_->CanInc(runs); }
+  Status CanInc(std::span<const Run> runs) const override { return m_->CanInc(runs); }
   Status Inc(uint64_t phys, uint64_t n) override { return m_->Inc(phys, n); }
   void Dec(uint64_t phys, uint64_t n) override { m_->Dec(phys, n, 1); }
 
