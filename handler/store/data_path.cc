@@ -765,7 +765,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         // The source's pieces, handed to the record's ApplyRecord (one lookup
         // under this hold); whether the destination has anything to drop
         // matters only where the source has nothing to map.
-        std::vector<Run> sp;
+        std::vector<Run>& sp = clone_pieces_;
         bool changes = false;
         auto look = [&] {
           sp.clear();

@@ -109,6 +109,15 @@ Status GrainSpace::Overflow(uint64_t p, uint64_t refs) const {
 // depth is the gain of each of its grains; only pieces whose highest count
 // plus depth can pass the bound are looked at grain range by grain range.
 Status GrainSpace::CanInc(std::span<const Run> runs) const {
+  // No grain gains more than one reference per run: where even that many
+  // over the highest count stays within the bound (always, in a pool, whose
+  // bound is 2^32 - 1), only the ranges need checking: no edges, no sort.
+  const uint64_t highest = shared_.count_bound();
+  if (highest <= max_refs_ && runs.size() <= max_refs_ - highest) {
+    for (const Run& r : runs)
+      if (Status s = CheckRange(r.phys, r.len); !s.ok()) return s;
+    return Status::Ok();
+  }
   std::vector<std::pair<uint64_t, int>> edges;  // (grain, +1 start / -1 end)
   edges.reserve(2 * runs.size());
   for (const Run& r : runs) {

@@ -502,10 +502,10 @@ Status MapInto(ExtentMap* m, uint64_t lba, uint64_t phys, uint64_t len) {
 
 // The runs whose units gain a reference when `r` is applied to `st`: r's own
 // runs, or those it names, looked up into *found (kClone's source pieces,
-// which the clone then maps, so they are looked up once). *found already
-// holds kClone's pieces when the caller looked them up (ApplyRecord's
+// which the clone then maps, so they are looked up once), or kClone's
+// pieces as the caller looked them up (`given`: ApplyRecord's
 // `clone_pieces`).
-std::span<const Run> Increments(const MetaState& st, const Record& r, bool have_pieces,
+std::span<const Run> Increments(const MetaState& st, const Record& r, const std::vector<Run>* given,
                                 std::vector<Run>* found) {
   auto whole = [&](uint32_t id) {
     if (const LunState* l = st.Find(id))
@@ -518,8 +518,8 @@ std::span<const Run> Increments(const MetaState& st, const Record& r, bool have_
     case RecType::kMap:
     case RecType::kMapChecked: return r.runs;  // no copy
     case RecType::kClone:
-      if (!have_pieces)
-        if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, found);
+      if (given) return *given;
+      if (const LunState* src = st.Find(r.lun)) src->map.Lookup(r.a, r.n, found);
       break;
     default: break;
   }
@@ -550,7 +550,8 @@ void MarkRemapped(const Record& r, uint32_t unit, DirtyRanges* dirty) {
 }
 
 // ApplyRecord without the marks.
-Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink, std::vector<Run>* clone_pieces) {
+Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
+                     const std::vector<Run>* clone_pieces) {
   // Ranges are in AUs; anything near 2^64 can only come from damage. Every
   // check comes before the first change.
   constexpr uint64_t kMaxUnits = ExtentMap::kMaxLba;
@@ -569,10 +570,9 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink, std::vector<
   // kClone's source pieces (looked up once, here or by the caller); the
   // runs of a whole LUN a kCloneLun, kSnapshotLun or kRollbackLun adds.
   std::vector<Run> found;
-  const bool have_pieces = clone_pieces && r.type == RecType::kClone;
-  if (have_pieces) found = std::move(*clone_pieces);
+  const std::vector<Run>* given = r.type == RecType::kClone ? clone_pieces : nullptr;
   if (sink) {
-    Status s = sink->CanInc(Increments(*st, r, have_pieces, &found));
+    Status s = sink->CanInc(Increments(*st, r, given, &found));
     if (!s.ok()) return s;
   }
   switch (r.type) {
@@ -689,8 +689,9 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink, std::vector<
       LunState* src = st->Find(r.lun);
       LunState* dst = st->Find(r.lun2);
       if (!src || !dst) return Bad("clone between unknown LUNs");
-      std::vector<Run> pieces = std::move(found), removed;  // Increments' lookup, or the caller's
-      if (!sink && !have_pieces) src->map.Lookup(r.a, r.n, &pieces);
+      if (!sink && !given) src->map.Lookup(r.a, r.n, &found);  // else Increments' lookup
+      const std::span<const Run> pieces = given ? std::span<const Run>(*given) : found;
+      std::vector<Run> removed;
       if (sink)  // increments first: an AU both dropped and re-added never hits zero
         for (const Run& x : pieces) {
           Status s = sink->Inc(x.phys, x.len);
@@ -714,7 +715,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink, std::vector<
 }  // namespace
 
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty,
-                   std::vector<Run>* clone_pieces) {
+                   const std::vector<Run>* clone_pieces) {
 #ifndef NDEBUG
   if (clone_pieces && r.type == RecType::kClone) {  // the caller's lookup is the one replay makes
     std::vector<Run> expect;

@@ -423,9 +423,9 @@ class RefSink {
 // `clone_pieces` (kClone only, else ignored): the source pieces of r's range
 // as ExtentMap::Lookup gives them, looked up by the caller under the same
 // hold of the state (Core::CloneRange needs them first, to price the
-// record); taken (moved from), so the range is not looked up twice.
+// record), so the range is not looked up twice.
 Status ApplyRecord(MetaState* st, const Record& r, RefSink* sink, DirtyRanges* dirty,
-                   std::vector<Run>* clone_pieces = nullptr);
+                   const std::vector<Run>* clone_pieces = nullptr);
 
 // Checkpoint payload: the LUN table and every extent map, written in the
 // current format. Per LUN (version 2): id(4) | uuid(16) | size(8) | bs(4) |

@@ -30,7 +30,7 @@ void Core::Dec(uint64_t phys, uint64_t n) {
   space_->Dec(phys, n, jbuf_.next_ticket());  // the ticket AppendLocked hands out
 }
 
-Result<uint64_t> Core::AppendLocked(const Record& r, std::vector<Run>* clone_pieces) {
+Result<uint64_t> Core::AppendLocked(const Record& r, const std::vector<Run>* clone_pieces) {
   if (meta_failed_.load()) return MetaFailed();  // the state may be half-changed
   // A checkpoint was refused for room: the journal is full, so this record
   // could not be made durable either. Refused, nothing changed, until the

@@ -288,7 +288,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // nothing. If ApplyRecord throws, the state may be half-changed: the pool
   // fails (MetaFailed, sticky: see meta_failed_). `clone_pieces`: a kClone's
   // source pieces the caller looked up under this hold (ApplyRecord's).
-  Result<uint64_t> AppendLocked(const Record& r, std::vector<Run>* clone_pieces = nullptr)
+  Result<uint64_t> AppendLocked(const Record& r, const std::vector<Run>* clone_pieces = nullptr)
       REQUIRES(meta_mu_);
   // The error of a failed pool (meta_failed_).
   static Status MetaFailed();
@@ -433,6 +433,10 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   // The LUN table and maps. LunState's fields other than its range lock are
   // guarded by meta_mu_ too (the analysis cannot name it from meta.h).
   MetaState st_ GUARDED_BY(meta_mu_);
+  // CloneRange's source pieces, kept between calls so that a clone under
+  // the lock allocates nothing once it has grown (every use is within one
+  // hold: filled, then read by AppendLocked).
+  std::vector<Run> clone_pieces_ GUARDED_BY(meta_mu_);
   // The space map, made by Load for the pool's geometry (NewSpaceLocked:
   // the flat SpaceMap at grain == AU, a GrainSpace below), and never
   // replaced. flat_space_ / grain_space_ are the same object typed, for the

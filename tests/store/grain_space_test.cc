@@ -1137,6 +1137,23 @@ TEST(GrainSpace, CanIncCountsEveryRunNamingAGrain) {
   EXPECT_EQ(s.refs(3), 1u);
 }
 
+// A pool's bound (2^32 - 1) is far above every count: CanInc then checks
+// only the ranges, and still refuses one that leaves the pool; with the
+// bound within reach (a count raised near it) it counts the runs again.
+TEST(GrainSpace, CanIncFarFromTheBoundChecksOnlyTheRanges) {
+  GrainSpace s(4 * KiB, 64 * KiB);
+  ASSERT_TRUE(s.Rebuild(4 * kG16, StateOf({{{0, 0, 8}}, {{0, 4, 1}}}), {3}).ok());
+  std::vector<store::Run> many(1000, store::Run{0, 4, 1});
+  EXPECT_TRUE(s.CanInc(many).ok());
+  EXPECT_TRUE(s.CanInc(std::vector<store::Run>{{0, 4 * kG16 - 2, 2}}).ok());  // the pool's last grains
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, 4 * kG16 - 1, 2}}).code(), Code::kInvalidArgument);
+  EXPECT_EQ(s.CanInc(std::vector<store::Run>{{0, 0, 1}, {0, 4 * kG16, 1}}).code(), Code::kInvalidArgument);
+  s.set_max_refs(1001);  // grain 4 has 2: 1000 more pass the bound, 999 do not
+  EXPECT_EQ(s.CanInc(many).code(), Code::kInvalidArgument);
+  many.pop_back();
+  EXPECT_TRUE(s.CanInc(many).ok());
+}
+
 // Random calls at 16 grains an AU; whenever nothing is in flight, a
 // GrainSpace rebuilt from the maps must equal the incremental one.
 TEST(GrainSpace, RebuildFromTheMapsEqualsTheIncrementalState) {
