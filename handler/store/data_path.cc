@@ -766,14 +766,15 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         // under this hold); whether the destination has anything to drop
         // matters only where the source has nothing to map.
         std::vector<Run>& sp = clone_pieces_;
-        bool changes = false;
+        bool changes = false, affordable = true;
         auto look = [&] {
           sp.clear();
           src->map.Lookup(sw0, w1 - w0, &sp);
           changes = !sp.empty() || dst->map.AnyMapped(w0, w1 - w0);
+          affordable = !changes || AffordableLocked(0, sp.size() + 2);
         };
         look();
-        if (changes && !AffordableLocked(0, sp.size() + 2) && SpaceComingBackLocked()) {
+        if (!affordable && SpaceComingBackLocked()) {
           g.Unlock();  // frees under way (commit, punch): wait for them, look again
           s = ReclaimPending();
           if (!s.ok()) return s;
@@ -781,8 +782,7 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
           look();
         }
         if (changes) {
-          if (!AffordableLocked(0, sp.size() + 2))
-            return Status(Code::kNoSpace, "no room for the clone's metadata");
+          if (!affordable) return Status(Code::kNoSpace, "no room for the clone's metadata");
           Record rec;
           rec.type = RecType::kClone;
           rec.lun = src->id;
