@@ -47,6 +47,7 @@ class FormatV2 final : public MetaFormat {
   std::shared_ptr<const CheckpointCost> NextCheckpointCost() const override;
   Status WriteCheckpoint(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                          uint64_t start_lsn) override;
+  std::string UnitsRule(uint64_t aus) const override { return PoolUnitsRule(aus); }
   Status Grow(File* file, uint64_t new_size) override;
   // The current chain, in chain order (LoadState's, then each successful
   // checkpoint's `units`).

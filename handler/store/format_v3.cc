@@ -727,6 +727,11 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   return Status::Ok();
 }
 
+std::string FormatV3::UnitsRule(uint64_t aus) const {
+  if (!ring_) return "format 3: no pool loaded";
+  return PoolUnitsRuleV3(aus, choice_.sb.au, choice_.sb.grain);
+}
+
 Status FormatV3::Grow(File* file, uint64_t new_size) {
   if (!ring_) return Status(Code::kInvalidArgument, "format 3: Grow before LoadState");
   // Every refusal before any write.

@@ -276,6 +276,9 @@ class FormatV3 final : public MetaFormat {
   // doubt with the chosen copy, then takes a sequence above the failed
   // one's (a checkpoint spends one first), and a checkpoint declares the
   // old size again (Core fails the pool on a failed Grow anyway).
+  // PoolUnitsRuleV3 at the loaded pool's AU and grain (before LoadState,
+  // which Grow needs anyway, it says so).
+  std::string UnitsRule(uint64_t aus) const override;
   Status Grow(File* file, uint64_t new_size) override;
 
   // The AUs the current checkpoint occupies, sorted: the chunks holding its

@@ -217,6 +217,11 @@ class MetaFormat {
   // chunks and journal, sorted.
   virtual std::vector<uint64_t> meta_units() const = 0;
 
+  // Why a pool of `aus` allocation units does not fit this format ("" if it
+  // does): what Core::Grow asks before it changes anything. Format 2 counts
+  // AUs in 32 bits; format 3 bounds grains (2^48) and bytes (2^62).
+  virtual std::string UnitsRule(uint64_t aus) const = 0;
+
   // Declares the pool `new_size` bytes, durably (superblock in both slots,
   // synced). The caller has checked the size and made the device hold it.
   virtual Status Grow(File* file, uint64_t new_size) = 0;

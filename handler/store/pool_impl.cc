@@ -406,7 +406,10 @@ Status Core::Grow(uint64_t new_size) {
   if (new_size < old_size) return Status(Code::kInvalidArgument, "a pool cannot shrink");
   if (new_size == old_size) return Status::Ok();
   const uint64_t units = (new_size - data_offset_) / au_;
-  if (std::string why = PoolUnitsRule(units); !why.empty()) return Status(Code::kInvalidArgument, why);
+  // The format's own bound: format 2's 2^32 AUs would cap a format 3 pool
+  // at 256 TiB (64 KiB AUs), far below its 2^48 grains.
+  if (std::string why = format_->UnitsRule(units); !why.empty())
+    return Status(Code::kInvalidArgument, why);
   // Allocate the index first: once a superblock names the new size, every
   // later open must index it, so a size memory cannot index fails here, with
   // nothing changed.

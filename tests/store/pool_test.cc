@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "handler/store/fault_env.h"
+#include "handler/store/format_v2.h"
+#include "handler/store/format_v3.h"
 #include "handler/store/meta.h"
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"  // kFormatVersionV3: the newest format this build knows
@@ -1004,6 +1006,45 @@ TEST_P(PoolSpace, Grow) {
   auto q = Pool::Open(&env, "p");
   ASSERT_TRUE(q.ok());
   EXPECT_EQ((*q)->Space().total_units, TotalUnits(O(32)));
+}
+
+// Core::Grow holds a pool to its own format's bound (the format's UnitsRule),
+// not format 2's 2^32 AUs, which capped format 3 pools at 256 TiB (64 KiB
+// AUs) far below their 2^48 grains. A test cannot hold 256 TiB (the fault
+// Env indexes every page), so the rules themselves are compared here, and
+// Grow's refusal past each bound is the format's own, before anything is
+// written or truncated.
+TEST_P(PoolSpace, GrowIsHeldToItsOwnFormatsBound) {
+  const bool v3 = GetParam().format == 3;
+  FaultInjectionEnv env;
+  auto p = Pool::Create(&env, "p", O(16));
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const uint64_t data_offset = v3 ? kAu : kDataOffset;
+  // Past format 2's bound: format 3 stops only at 2^62 bytes (F3AU) or 2^48
+  // grains (F3G4K: 2^50 of them here).
+  const uint64_t aus = v3 ? (1ull << 46) + 1 : kMaxPoolUnits + 1;
+  const uint64_t before = env.mutating_calls();  // no zeroing ahead here (fault_env.h)
+  const Status s = (*p)->Grow(data_offset + aus * kAu);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument) << s.ToString();
+  const char* why = v3 ? "passes 2^48 grains or 2^62 bytes" : "at most 4294967296 allocation units";
+  EXPECT_NE(s.message().find(why), std::string::npos) << s.ToString();
+  EXPECT_EQ(env.mutating_calls(), before);
+  EXPECT_EQ((*p)->Space().total_units, TotalUnits(O(16)));
+  EXPECT_TRUE((*p)->Check().clean);
+}
+
+// The rules Grow asks: format 3's takes a pool past 2^32 AUs, format 2's not.
+TEST(FormatUnitsRule, Format3GoesPast2To32AusAndStopsAtItsGrainAndByteBounds) {
+  EXPECT_EQ(PoolUnitsRule(kMaxPoolUnits), "");
+  EXPECT_NE(PoolUnitsRule(kMaxPoolUnits + 1), "");
+  EXPECT_EQ(PoolUnitsRuleV3(kMaxPoolUnits + 1, 64 * 1024, 4096), "");     // 256 TiB + 64 KiB
+  EXPECT_EQ(PoolUnitsRuleV3(1ull << 44, 64 * 1024, 4096), "");            // 2^48 grains
+  EXPECT_NE(PoolUnitsRuleV3((1ull << 44) + 1, 64 * 1024, 4096), "");
+  EXPECT_EQ(PoolUnitsRuleV3(1ull << 46, 64 * 1024, 64 * 1024), "");       // 2^62 bytes
+  EXPECT_NE(PoolUnitsRuleV3((1ull << 46) + 1, 64 * 1024, 64 * 1024), "");
+  // A format answers with its own rule; format 3's needs its pool loaded.
+  EXPECT_EQ(FormatV2().UnitsRule(kMaxPoolUnits + 1), PoolUnitsRule(kMaxPoolUnits + 1));
+  EXPECT_NE(FormatV3(1ull << 30).UnitsRule(kMaxPoolUnits + 1), "");
 }
 
 // ---------------------------------------------------------------- thin on thin
