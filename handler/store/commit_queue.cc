@@ -26,30 +26,34 @@ CommitQueue::Stats CommitQueue::stats() const {
   Stats s = stats_;
   s.waits = waits_.load(std::memory_order_relaxed);
   s.fast_returns = fast_.load(std::memory_order_relaxed);
+  s.wake_calls = wake_calls_.load(std::memory_order_relaxed);
   return s;
 }
 
 namespace {
 
-// The waiter's futex word: private to this process.
+// The queue's futex word: private to this process.
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
               std::atomic<uint32_t>::is_always_lock_free);
 uint32_t* Word(std::atomic<uint32_t>* a) { return reinterpret_cast<uint32_t*>(a); }
 
-void FutexWait(std::atomic<uint32_t>* a, uint32_t expected) {
+void FutexWaitBits(std::atomic<uint32_t>* a, uint32_t expected, uint32_t bits) {
   // Returns at once if the word no longer holds `expected`; may also return
-  // spuriously (EINTR, or a wake meant for an earlier user of this stack
-  // slot): the caller looks again.
-  syscall(SYS_futex, Word(a), FUTEX_WAIT_PRIVATE, expected, nullptr, nullptr, 0);
+  // spuriously (EINTR, or a wake for another waiter sharing a bit): the
+  // caller looks again. No timeout (null).
+  syscall(SYS_futex, Word(a), FUTEX_WAIT_BITSET_PRIVATE, expected, nullptr, nullptr, bits);
 }
 
-void FutexWakeOne(std::atomic<uint32_t>* a) {
-  syscall(SYS_futex, Word(a), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+void FutexWakeBits(std::atomic<uint32_t>* a, uint32_t bits) {
+  // Every sleeper whose bits meet `bits`: a waiter's bit may be shared, so
+  // waking fewer could pass over the one the wake is for.
+  syscall(SYS_futex, Word(a), FUTEX_WAKE_BITSET_PRIVATE, INT32_MAX, nullptr, nullptr, bits);
 }
 
 }  // namespace
 
 void CommitQueue::EnqueueLocked(Waiter* w) {
+  w->bit = uint32_t{1} << (next_bit_++ % 32);
   if (w->ticket == kExclusive) {
     w->prev = ex_tail_;
     w->next = nullptr;
@@ -101,28 +105,45 @@ void CommitQueue::PassLeadershipLocked(Wakeups* w) {
   w->lead = next;
 }
 
-void CommitQueue::Signal(Waiter* w, Waiter::State st) {
-  std::atomic<uint32_t>* word = &w->state;
-  word->store(st, std::memory_order_release);
-  // From here `w` may be gone (its caller returned); the wake only names the
-  // address, and every sleeper on a reused address looks again.
-  FutexWakeOne(word);
+uint32_t CommitQueue::Release(Waiter* w, Waiter::State st) {
+  const uint32_t bit = w->bit;
+  w->state.store(st, std::memory_order_release);
+  return bit;  // from the store on, `w` may be gone (its caller returned)
+}
+
+void CommitQueue::WakeBits(uint32_t mask) {
+  if (mask == 0) return;
+  // Raised after the states were set: a waiter that read the word before
+  // this, and its state before they were set, finds the word changed when
+  // it goes to sleep (FUTEX_WAIT compares it), so it cannot miss the wake.
+  wake_word_.fetch_add(1, std::memory_order_seq_cst);
+  wake_calls_.fetch_add(1, std::memory_order_relaxed);
+  FutexWakeBits(&wake_word_, mask);
 }
 
 void CommitQueue::Deliver(Wakeups* w) {
-  if (w->lead) Signal(w->lead, Waiter::kLead);  // the next batch first
+  // One wake for all: one FUTEX_WAKE per waiter let each woken caller
+  // preempt the leader before the next wake (the header says what it cost).
+  uint32_t mask = 0;
+  if (w->lead) mask |= Release(w->lead, Waiter::kLead);
   for (Waiter* p = w->done; p;) {
-    Waiter* n = p->next;  // read before the signal releases p
-    Signal(p, Waiter::kDone);
+    Waiter* n = p->next;  // read before the store releases p
+    mask |= Release(p, Waiter::kDone);
     p = n;
   }
+  WakeBits(mask);
 }
 
 CommitQueue::Waiter::State CommitQueue::Sleep(Waiter* w) {
   for (;;) {
-    uint32_t st = w->state.load(std::memory_order_acquire);
+    // The word first: a wake raises it after setting the state, so if the
+    // state below is still kWaiting, either the wake has not raised the
+    // word yet (FUTEX_WAIT then sleeps until it wakes us) or the word no
+    // longer holds `seen` (FUTEX_WAIT returns at once, and we look again).
+    const uint32_t seen = wake_word_.load(std::memory_order_seq_cst);
+    const uint32_t st = w->state.load(std::memory_order_acquire);
     if (st != Waiter::kWaiting) return static_cast<Waiter::State>(st);
-    FutexWait(&w->state, Waiter::kWaiting);
+    FutexWaitBits(&wake_word_, seen, w->bit);
   }
 }
 

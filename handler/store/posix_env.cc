@@ -5,7 +5,9 @@
 #include <linux/fs.h>
 #include <sys/file.h>
 #include <sys/ioctl.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -47,12 +49,31 @@ BackingSpace OfDevice(uint64_t size) {
 class PosixEnv;
 void CountSyncOf(PosixEnv* env);
 
+// Whether fd's file system reports holes exactly through SEEK_DATA: data
+// wherever a read could return anything but zeros, dirty cached pages
+// included. The ones the store is run on and whose SEEK_DATA is built on
+// their extent maps and page cache (ext4, XFS, tmpfs); elsewhere PunchHole
+// punches without asking.
+bool HolesExact(int fd) {
+  struct statfs fs;
+  if (::fstatfs(fd, &fs) != 0) return false;
+  switch (static_cast<unsigned long>(fs.f_type)) {
+    case EXT4_SUPER_MAGIC:
+    case XFS_SUPER_MAGIC:
+    case TMPFS_MAGIC:
+      return true;
+    default:
+      return false;
+  }
+}
+
 class PosixFile final : public File {
  public:
   // `aside_fd`: a second open of the same file for ReadAside and Prefetch
   // (its own readahead state), or `fd` itself.
   PosixFile(PosixEnv* env, int fd, int aside_fd, std::string path, bool blockdev)
-      : env_(env), fd_(fd), aside_fd_(aside_fd), path_(std::move(path)), blockdev_(blockdev) {}
+      : env_(env), fd_(fd), aside_fd_(aside_fd), path_(std::move(path)), blockdev_(blockdev),
+        holes_exact_(!blockdev && HolesExact(fd)) {}
   ~PosixFile() override {
     if (aside_fd_ != fd_) ::close(aside_fd_);  // holds no lock: flock's is fd_'s open file
     ::close(fd_);                              // also drops the flock
@@ -152,7 +173,7 @@ class PosixFile final : public File {
   }
 
   Status PunchHole(uint64_t off, uint64_t n) override {
-    if (n == 0) return Status::Ok();
+    if (n == 0 || HoldsNoData(off, n)) return Status::Ok();
     if (::fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(off),
                     static_cast<off_t>(n)) == 0)
       return Status::Ok();
@@ -171,6 +192,23 @@ class PosixFile final : public File {
       n -= k;
     }
     return Status::Ok();
+  }
+
+  // Whether [off, off + n) is a hole already, so it reads as zeros without
+  // a punch. A punch, even of a hole, changes the inode, and the next
+  // fdatasync then writes that metadata too: the background punches of
+  // 1 MiB UNMAPs of mapped, never written space (commit_bench's zero and
+  // unmap rows) made the pool's syncs ~0.45 ms on average instead of
+  // ~0.30 ms (ext4), and cost the thinner ~4,500 fallocate calls a second.
+  // Only where SEEK_DATA is known to count everything that does not read
+  // as zeros (written, delayed or cached data) as data (holes_exact_): a
+  // file system that reports a hole over dirty data (as OpenZFS did, issue
+  // 15526) would keep stale bytes in a free grain.
+  bool HoldsNoData(uint64_t off, uint64_t n) const {
+    if (!holes_exact_) return false;
+    const off_t data = ::lseek(fd_, static_cast<off_t>(off), SEEK_DATA);
+    if (data < 0) return errno == ENXIO;  // no data at or after off
+    return static_cast<uint64_t>(data) >= off + n;
   }
 
   bool IsBlockDevice() const override { return blockdev_; }
@@ -219,6 +257,7 @@ class PosixFile final : public File {
   int aside_fd_;
   std::string path_;
   bool blockdev_;
+  bool holes_exact_;  // HoldsNoData may trust SEEK_DATA here (HolesExact)
 };
 
 class PosixEnv final : public Env {
