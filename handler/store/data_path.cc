@@ -767,19 +767,16 @@ Status Core::CloneRange(LunState* src, uint64_t src_lba, LunState* dst, uint64_t
         // matters only where the source has nothing to map.
         std::vector<Run>& sp = clone_pieces_;
         bool changes = false, affordable = true;
-        auto look = [&] {
+        for (bool retried = false;; retried = true) {
           sp.clear();
           src->map.Lookup(sw0, w1 - w0, &sp);
           changes = !sp.empty() || dst->map.AnyMapped(w0, w1 - w0);
           affordable = !changes || AffordableLocked(0, sp.size() + 2);
-        };
-        look();
-        if (!affordable && SpaceComingBackLocked()) {
+          if (affordable || retried || !SpaceComingBackLocked()) break;
           g.Unlock();  // frees under way (commit, punch): wait for them, look again
           s = ReclaimPending();
           if (!s.ok()) return s;
           g.Lock();
-          look();
         }
         if (changes) {
           if (!affordable) return Status(Code::kNoSpace, "no room for the clone's metadata");
