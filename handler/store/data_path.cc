@@ -361,9 +361,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
 Status Core::UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket) {
   for (int attempt = 0;; attempt++) {
     MutexLock g(&meta_mu_);
-    std::vector<Run> pieces;
-    l->map.Lookup(w0, w1 - w0, &pieces);
-    if (pieces.empty()) {
+    if (!l->map.AnyMapped(w0, w1 - w0)) {
       // Nothing to unmap, maybe thanks to a record not durable yet: a
       // durable caller must wait for what it saw.
       *ticket = std::max(*ticket, jbuf_.last_ticket());
