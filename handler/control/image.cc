@@ -121,8 +121,11 @@ bool IsCancelled(const ImageOptions& o) { return o.cancelled && o.cancelled(); }
 Status CopyIn(store::Lun& lun, int fd, const std::string& path, uint64_t src_size, uint32_t bs,
               const ImageOptions& o, CopyStats* stats) {
   std::vector<char> buf(kChunk);
-  // The allocation unit divides 1 MiB, so pieces stay aligned to it.
-  const size_t piece = std::clamp<size_t>(lun.pool().allocation_unit(), bs, kChunk);
+  // Zeros are skipped per unit of sharing (the grain; the AU at formats 1
+  // and 2): a piece written maps that much, so a larger piece would map the
+  // zero grains beside its data. It divides 1 MiB, so pieces stay aligned to
+  // it; a grain below the block size is skipped a block at a time.
+  const size_t piece = std::clamp<size_t>(lun.pool().grain(), bs, kChunk);
   for (uint64_t off = 0; off < src_size; off += kChunk) {
     if (IsCancelled(o)) return Cancelled("import of " + path);
     size_t want = static_cast<size_t>(std::min<uint64_t>(kChunk, src_size - off));
@@ -136,8 +139,8 @@ Status CopyIn(store::Lun& lun, int fd, const std::string& path, uint64_t src_siz
     }
     size_t padded = (want + bs - 1) / bs * bs;
     std::fill(buf.begin() + static_cast<long>(want), buf.begin() + static_cast<long>(padded), 0);
-    // Allocation-unit pieces of zeros are skipped (a new LUN reads zeros
-    // there already, unmapped); runs of other pieces become one write.
+    // Pieces of zeros are skipped (a new LUN reads zeros there already,
+    // unmapped); runs of other pieces become one write.
     size_t run_start = 0, run_len = 0;
     auto flush_run = [&]() -> Status {
       if (run_len == 0) return Status::Ok();

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's checkpoint index page (docs/design/store-v3.md 3.4): the pages
 // that name every checkpoint leaf page (ckpt_page.h) by its key range, its
-// address and the exact checkpoint sequence that wrote it. A standalone
-// codec, builder and reader: nothing writes or reads these pages yet (plan
-// step 5 wires them in with the v3 superblock and shadowing).
+// address and the exact checkpoint sequence that wrote it. The codec, builder
+// and reader; the checkpoint tree (ckpt_tree.h) writes and reads these pages
+// for FormatV3 (format_v3.h), whose superblock names the root.
 //
 // On disk, little-endian, exactly kIndexPageBytes:
 //   0  magic(8) "COWINDX3"     8  page format version(4)   12 crc32c(4)

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's checkpoint leaf page (docs/design/store-v3.md 3.4): one 4 KiB
 // page holding a sorted slice [first_lba, end_lba) of one LUN's map as packed
-// runs. A standalone codec: nothing writes or reads these pages yet (plan
-// step 5 wires them in with the index, the v3 superblock and shadowing).
+// runs. The checkpoint tree (ckpt_tree.h) writes and reads these pages for
+// FormatV3 (format_v3.h), under the index (ckpt_index.h).
 //
 // On disk, little-endian, exactly kLeafPageBytes:
 //   0  magic(8) "COWLEAF3"     8  page format version(4)   12 crc32c(4)

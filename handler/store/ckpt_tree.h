@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's incremental checkpoint of the LUNs' extent maps (docs/design/
 // store-v3.md 3.4): leaf pages (ckpt_page.h) under an index (ckpt_index.h),
-// written by shadowing, persistent-data's copy-on-write B+tree rule. A
-// standalone component: the engine does not call it yet (plan step 5/7).
+// written by shadowing, persistent-data's copy-on-write B+tree rule.
+// FormatV3 (format_v3.h) writes it at each checkpoint and reads it at open.
 //
 // Shape. A LUN with runs has leaves whose key ranges tile [0, 2^48) of that
 // LUN, in order, with no gap (a format rule ReadCkptTree enforces): every LBA

@@ -1,17 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
-// A LUN's map from logical allocation units to physical ones, kept as
-// non-overlapping runs (extents): lba_au -> {phys_au, len}. Adjacent runs
-// that are also physically contiguous are merged, so a sequentially written
-// or cloned range stays one extent and range operations cost O(extents).
+// A LUN's map from logical grains to physical ones (allocation units at
+// formats 1 and 2), kept as non-overlapping runs (extents): lba -> {phys,
+// len}, in grains. Adjacent runs that are also physically contiguous are
+// merged, so a sequentially written or cloned range stays one extent and
+// range operations cost O(extents).
 //
 // Held in a packed run tree (run_tree.h, ~16-24 bytes an extent). Every run
 // of a map obeys one rule (Valid), with the map's physical bound max_phys:
 //   1 <= len,  lba + len <= kMaxLba (2^48),  phys + len <= max_phys.
 // The bound is a parameter of the map, fixed when it is made: kMaxPhys
-// (2^32 AUs, v1/v2's kMaxPoolUnits) by default; a v3 pool's maps will count
-// grains, up to RunTree's limits (kMaxPhysLimit = 2^48, runs of at most
-// RunTree::kMaxLen = 2^32 units). Recovery checks the same rule before a
-// decoded run reaches a map, and Insert checks it again.
+// (2^32 AUs, v1/v2's kMaxPoolUnits) by default; a v3 pool's maps count
+// grains, and one read from its checkpoint is bounded by the pool's grains
+// (ckpt_tree_read.cc), up to RunTree's limits (kMaxPhysLimit = 2^48, runs of
+// at most RunTree::kMaxLen = 2^32 units). Recovery checks the same rule
+// before a decoded run reaches a map, and Insert checks it again.
 //
 // With max_phys <= 2^32 (every v1/v2 map) a valid run packs, and so does any
 // merge of two of them: a merged run covers one contiguous physical range

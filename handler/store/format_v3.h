@@ -3,9 +3,9 @@
 // 3.6, 3.7, plan step 5d): Create, the superblock choice, journal commits
 // over the ring, checkpoints (the LUN table and the maps' tree) and
 // LoadState of what they wrote and of the journal after it.
-// Core serves it at grain = AU (PoolOptions::format 3, for the store's
-// tests until plan step 7; a grain below the AU is refused until the space
-// map counts grains, sub-step 4), and calls the growing WriteCheckpoint.
+// Core serves it at any grain GrainRule allows (PoolOptions::format 3,
+// `cowctl pool create`'s default; below the AU its space map counts grains,
+// grain_space.h), and calls the growing WriteCheckpoint.
 //
 // Where a new pool's pieces go (Create), in AUs of the data area:
 //   bytes [0, 8 KiB)     both superblock slots (superblock_v3.h), one record

@@ -4,7 +4,7 @@
 // (runs of AUs in the data area, in journal order; superblock_v3.h). This
 // file maps ring bytes to the device, appends batches at the ring's tail,
 // gathers the ring for replay, and plans the journal's growth at a
-// checkpoint. Standalone, not wired into Core yet (plan step 7).
+// checkpoint, for FormatV3 (format_v3.h).
 //
 // Positions. Writers keep two *logical* positions that only grow: `start`
 // (where replay begins, the superblock's journal_start on the first lap) and

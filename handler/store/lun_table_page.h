@@ -2,7 +2,8 @@
 // Format v3's LUN table (docs/design/store-v3.md 3.4, "one more page chain";
 // plan step 5, wiring order a): the LUNs' names, sizes and identities,
 // without their maps (those are the checkpoint tree's leaves, keyed by LUN
-// id). A standalone codec: nothing writes or reads these pages yet.
+// id). FormatV3 (format_v3.h) writes the table at each checkpoint and reads
+// it at open.
 //
 // A chain of 4 KiB pages written whole by one checkpoint; the superblock's
 // LUN table root names the first page's address and the checkpoint's

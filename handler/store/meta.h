@@ -2,9 +2,11 @@
 // The store's metadata, its on-disk encodings and the one function that
 // changes it.
 //
-// On disk (see docs/design/store.md):
+// On disk, formats 1 and 2 (see docs/design/store.md; format 3's layout is
+// format_v3.h's):
 //   [0, 4K)      superblock copy 0      [4K, 8K)  superblock copy 1
-//   [64K, 64K+J) journal: records {crc32c, len, lsn, type, payload}
+//   [64K, 64K+J) journal: records {crc32c, len, lsn, proven, type, payload}
+//                (format 1: without proven; FrameRecord, ParseRecordV1)
 //   [data_offset + i*AU) allocation unit i (data, or a checkpoint chunk)
 //
 // ApplyRecord is used both at run time and by journal replay, so replay

@@ -3,7 +3,8 @@
 //
 // A Pool lives in one regular file (sparse, growable up to a declared size)
 // or block device and holds many named LUNs. A LUN maps its logical blocks,
-// in allocation units (AUs), onto reference-counted physical AUs of the pool.
+// in grains (the unit of sharing: the allocation unit, AU, at formats 1 and
+// 2), onto reference-counted physical grains of the pool.
 // Cloning, zeroing and unmapping are metadata operations whose cost grows
 // with the number of extents touched, not with the bytes.
 //
@@ -269,7 +270,7 @@ class Pool {
                                     uint32_t block_size) = 0;
   // kBusy while a Lun handle to it is open.
   virtual Status DeleteLun(const std::string& name) = 0;
-  // Growing exposes zeros; shrinking releases the AUs beyond the new end.
+  // Growing exposes zeros; shrinking releases the grains beyond the new end.
   // Size must be a positive multiple of the block size, with CreateLun's
   // bounds (a LUN an older build made above 2^48 blocks can only shrink
   // below them).
@@ -293,10 +294,10 @@ class Pool {
   virtual Result<std::shared_ptr<Lun>> OpenLun(const std::string& name) = 0;
 
   // Copies `count` blocks from src@src_lba to dst@dst_lba inside this pool.
-  // Whole AUs are shared by reference (metadata only); partial AUs at the
-  // edges (or misaligned source/destination) are copied as data. src and dst
-  // may be the same LUN; overlapping ranges behave like memmove. Both LUNs
-  // must have the same block size.
+  // Whole grains (AUs at formats 1 and 2) are shared by reference (metadata
+  // only); partial grains at the edges (or misaligned source/destination) are
+  // copied as data. src and dst may be the same LUN; overlapping ranges
+  // behave like memmove. Both LUNs must have the same block size.
   virtual Status CloneRange(Lun& src, uint64_t src_lba, Lun& dst, uint64_t dst_lba,
                             uint64_t count, Durability durability) = 0;
 
@@ -341,19 +342,20 @@ class Lun {
   // count * block_size bytes.
   virtual Status CompareAndWrite(uint64_t lba, uint64_t count, const void* compare,
                                  const void* write, Durability durability) = 0;
-  // Afterwards the range reads as zeros: whole AUs are deallocated, partial
-  // AUs at the edges get zeros written.
+  // Afterwards the range reads as zeros: whole grains (AUs at formats 1 and
+  // 2) are deallocated, partial grains at the edges get zeros written.
   virtual Status ZeroRange(uint64_t lba, uint64_t count, Durability durability) = 0;
-  // Deallocates the whole AUs inside the range (they then read as zeros);
-  // blocks of partially covered AUs are left as they are (SBC allows this).
+  // Deallocates the whole grains (AUs at formats 1 and 2) inside the range
+  // (they then read as zeros); blocks of partially covered grains are left as
+  // they are (SBC allows this).
   virtual Status Unmap(uint64_t lba, uint64_t count, Durability durability) = 0;
   virtual Status Flush() = 0;
   // Mapped/deallocated runs covering [lba, lba+count), in order, merged.
   virtual Result<std::vector<AllocationRun>> GetAllocationStatus(uint64_t lba,
                                                                  uint64_t count) = 0;
-  // Thick provisioning: backs every unmapped AU touching the range with a
-  // fresh (zero) AU, without changing what the range reads. kNoSpace if the
-  // pool cannot hold them (nothing changed).
+  // Thick provisioning: backs every unmapped grain (AU at formats 1 and 2)
+  // touching the range with a fresh (zero) one, without changing what the
+  // range reads. kNoSpace if the pool cannot hold them (nothing changed).
   virtual Status Allocate(uint64_t lba, uint64_t count, Durability durability) {
     (void)lba; (void)count; (void)durability;
     return Status(Code::kUnsupported, "Allocate not supported");

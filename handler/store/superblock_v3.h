@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Format v3's superblock (docs/design/store-v3.md 3.4, 3.6-3.8, plan step 5)
 // and the choice between its two copies. FormatV3 (format_v3.h) writes and
-// chooses with it; Core does not open v3 pools yet (plan step 7 wires it
-// into open, step 8 into upgrade).
+// chooses with it when Core creates and opens a v3 pool; no upgrade from
+// v1/v2 writes it yet (plan step 8).
 //
 // Each of the two 4 KiB slots at bytes 0 and 4096 holds one copy. Little-
 // endian; a record of 448 bytes, then zeros to the end of the slot:
@@ -276,7 +276,7 @@ struct SuperblockChoice {
 //    does not serve) or newer (ChooseMetaFormat, meta_format.cc); no valid
 //    copy at all is kCorruption naming both slots'
 //    faults.
-// Writer rule (plan step 7 keeps it; FormatV2::WriteSuperblock does today): a
+// Writer rule (FormatV3 keeps it, as FormatV2::WriteSuperblock does): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
 // any operation after it is acknowledged and before anything the previous
 // superblock names (pages, journal space) is reused; open rewrites a slot not

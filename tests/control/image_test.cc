@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Import and export as root (handler/control/image.h): what they refuse to
-// open, and what a failure or a cancellation leaves behind.
+// open, what an import maps, and what a failure or a cancellation leaves
+// behind.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -9,10 +10,43 @@
 #include <cstdlib>
 
 #include "handler/control/image.h"
+#include "handler/store/all_zero.h"
 #include "tests/control/served_pool.h"
 
 namespace cowstore::control_test {
 namespace {
+
+// An image of 36 pieces of 64 KiB (crossing import's 1 MiB chunks): piece i
+// holds one 4 KiB block of (i + 1)s, at block (5 * i) % 16 of it, and every
+// third piece nothing but zeros.
+constexpr uint32_t kPiece = 64 << 10, kBlock4k = 4 << 10;
+std::string ScatteredImage() {
+  std::string img(36 * kPiece, '\0');
+  for (uint32_t i = 0; i < 36; ++i) {
+    if (i % 3 == 2) continue;
+    img.replace(i * kPiece + (5 * i) % 16 * kBlock4k, kBlock4k, kBlock4k, static_cast<char>(i + 1));
+  }
+  return img;
+}
+
+// GetAllocationStatus's runs as text: "lba+count:m|u ".
+std::string RunsText(const std::vector<store::AllocationRun>& runs) {
+  std::string t;
+  for (const auto& r : runs) t += std::to_string(r.lba) + "+" + std::to_string(r.count) + (r.mapped ? ":m " : ":u ");
+  return t;
+}
+
+// The runs of a LUN of 512-byte blocks holding `img` whose `unit`-byte units
+// are mapped exactly where `img` has data.
+std::string RunsOfData(const std::string& img, uint32_t unit) {
+  std::vector<store::AllocationRun> runs;
+  for (size_t at = 0; at < img.size(); at += unit) {
+    bool mapped = !store::AllZero(img.data() + at, unit);
+    if (runs.empty() || runs.back().mapped != mapped) runs.push_back({at / 512, 0, mapped});
+    runs.back().count += unit / 512;
+  }
+  return RunsText(runs);
+}
 
 class Image : public ::testing::Test {
  protected:
@@ -39,6 +73,44 @@ class Image : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
   }
   std::string Leftovers() { return TemporaryFiles(dir.path()); }
+  // Imports ScatteredImage() into a new pool of 64 KiB AUs, of `format` and
+  // `grain`: the LUN maps exactly the grains (the AUs at format 2) that hold
+  // data, with every byte as imported.
+  void ImportScattered(uint32_t format, uint32_t grain) {
+    store::PoolOptions po;
+    po.size_bytes = 1ull << 30;
+    po.allocation_unit = kPiece;
+    po.format = format;
+    po.grain = grain;
+    auto c = store::Pool::Create(store::DefaultEnv(), dir.path() + "/f" + std::to_string(format), po);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    store::Pool& p = *c.value();
+    const uint32_t unit = grain ? grain : kPiece;
+    ASSERT_EQ(p.grain(), unit);
+    const std::string img = ScatteredImage();
+    const std::string path = dir.path() + "/scattered.img";
+    WriteText(path, img);
+    uint64_t data = 0;
+    for (size_t at = 0; at < img.size(); at += unit) data += store::AllZero(img.data() + at, unit) ? 0 : unit;
+    control::CopyStats st;
+    auto r = control::ImportImage(p, "x", path, 512, 0, opts, &st);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value().mapped_bytes, data);
+    EXPECT_EQ(p.Space().mapped_bytes, data);
+    EXPECT_EQ(st.written, data);
+    EXPECT_EQ(st.skipped, img.size() - data);
+    {
+      auto lun = p.OpenLun("x");
+      ASSERT_TRUE(lun.ok()) << lun.status().ToString();
+      auto runs = lun.value()->GetAllocationStatus(0, img.size() / 512);
+      ASSERT_TRUE(runs.ok()) << runs.status().ToString();
+      EXPECT_EQ(RunsText(runs.value()), RunsOfData(img, unit));
+      std::string back(img.size(), 'r');
+      ASSERT_TRUE(lun.value()->Read(0, img.size() / 512, back.data()).ok());
+      EXPECT_TRUE(back == img) << "the LUN does not read back as the image";
+    }
+    EXPECT_TRUE(p.Close().ok());
+  }
 };
 
 TEST_F(Image, ASymlinkedSourceIsRefused) {
@@ -142,6 +214,13 @@ TEST_F(Image, AnImportGetsItsNameOnlyWhenComplete) {
   EXPECT_EQ(r.value().mapped_bytes, 3u << 20);
   EXPECT_EQ(r.value().shared_bytes, 0u);
 }
+
+// Zeros are skipped per unit of sharing: at format 3 a 64 KiB piece with one
+// 4 KiB block of data maps that grain, not the 15 grains of zeros beside it.
+TEST_F(Image, AnImportMapsOnlyTheGrainsThatHoldData) { ImportScattered(3, kBlock4k); }
+
+// At format 2 the unit is the AU: a piece with any data maps whole, as before.
+TEST_F(Image, AFormat2ImportMapsWholeAllocationUnits) { ImportScattered(2, 0); }
 
 TEST_F(Image, ModesAreOctalPermissions) {
   EXPECT_EQ(control::ParseMode("600"), 0600u);
