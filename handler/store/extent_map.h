@@ -86,6 +86,12 @@ class ExtentMap {
     return Valid(lba, phys, len, max_phys_);
   }
   uint64_t max_phys() const { return max_phys_; }
+  // Raises the bound (never lowers it; clamped as the constructor's): a map
+  // read under a checkpoint's bound (the pool's grains then) maps whatever
+  // grains the pool grows to later.
+  void RaiseBound(uint64_t max_phys) {
+    max_phys_ = std::max(max_phys_, std::min(max_phys, kMaxPhysLimit));
+  }
 
   // The runs in lba order, as (lba, extent) values.
   class Runs {

@@ -180,9 +180,10 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
 
   MetaState loaded;
   loaded.au = st->au;
+  loaded.max_phys = sb.grains();  // the maps' bound, as the checkpoint's leaves were read under
   loaded.next_lun_id = table.next_lun_id;
   for (LunRecord& r : table.luns) {
-    auto l = std::make_shared<LunState>();
+    auto l = loaded.NewLun();
     l->id = r.id;
     l->name = std::move(r.name);
     l->uuid = r.uuid;
@@ -190,7 +191,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
     l->bs = r.bs;
     l->attrs = r.attrs;
     if (auto m = maps.find(r.id); m != maps.end()) {
-      l->map = std::move(m->second);
+      l->map = std::move(m->second);  // read under the same bound
       maps.erase(m);
     }
     loaded.AddLun(std::move(l));  // ids and names unique: ReadLunTable's rule

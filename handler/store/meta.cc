@@ -257,6 +257,17 @@ LunState* MetaState::FindName(const std::string& name) const {
   return it == by_name_.end() ? nullptr : Find(it->second);
 }
 
+std::shared_ptr<LunState> MetaState::NewLun() const {
+  auto l = std::make_shared<LunState>();
+  l->map.RaiseBound(max_phys);
+  return l;
+}
+
+void MetaState::RaiseMapBound(uint64_t bound) {
+  max_phys = std::max(max_phys, std::min(bound, ExtentMap::kMaxPhysLimit));
+  for (auto& [id, l] : luns) l->map.RaiseBound(max_phys);
+}
+
 void MetaState::AddLun(std::shared_ptr<LunState> l) {
   by_name_[l->name] = l->id;
   uint32_t id = l->id;
@@ -562,7 +573,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
     return Bad("clone to LUN " + std::to_string(r.lun2) + " at AU " + std::to_string(r.b) +
                " +" + std::to_string(r.n) + ": logical end beyond 2^48 units");
   for (const Run& x : r.runs) {
-    std::string why = ExtentMap::OutOfRange(x.lba, x.phys, x.len);
+    std::string why = ExtentMap::OutOfRange(x.lba, x.phys, x.len, st->max_phys);
     if (!why.empty())
       return Bad("LUN " + std::to_string(r.lun) + " extent at AU " + std::to_string(x.lba) +
                  " -> " + std::to_string(x.phys) + " +" + std::to_string(x.len) + ": " + why);
@@ -580,7 +591,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
       if (std::string why = LunRecordRule(r.lun, r.name, r.a, r.bs); !why.empty())
         return Bad("LUN " + std::to_string(r.lun) + " created with " + why);
       if (st->Find(r.lun) || st->FindName(r.name)) return Bad("LUN created twice");
-      auto l = std::make_shared<LunState>();
+      auto l = st->NewLun();
       l->id = r.lun;
       l->name = r.name;
       l->uuid = r.uuid;
@@ -599,7 +610,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
       // The copy's own id and name; its size and block size are the source's.
       if (std::string why = LunRecordRule(r.lun2, r.name, src->size, src->bs); !why.empty())
         return Bad("LUN " + std::to_string(r.lun2) + " copied with " + why);
-      auto l = std::make_shared<LunState>();
+      auto l = st->NewLun();
       l->id = r.lun2;
       l->name = r.name;
       l->uuid = r.uuid;
@@ -759,7 +770,7 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
   // the v3 LUN table page requires the same.
   if (st->next_lun_id == 0) return Status(Code::kCorruption, "checkpoint: next LUN id 0");
   for (uint32_t i = 0; i < nluns; i++) {
-    auto l = std::make_shared<LunState>();
+    auto l = st->NewLun();  // format 2's bound: DecodeState is its checkpoint
     uint64_t next;
     if (!d.U32(&l->id) || !d.Bytes(l->uuid.data(), 16) || !d.U64(&l->size) || !d.U32(&l->bs) ||
         !d.Str(&l->name, kMaxNameLength))

@@ -228,6 +228,17 @@ struct LunState {
 
 struct MetaState {
   uint32_t au = 0;
+  // The physical bound of every LUN's map, which replayed records are
+  // checked against too (ApplyRecord): 2^32 AUs at formats 1 and 2 (their
+  // counts are 32-bit, and no pool of theirs is larger); the pool's grains
+  // at format 3 (its LoadState sets it; Core::Grow raises it), so a damaged
+  // record naming grains past the pool is refused.
+  uint64_t max_phys = ExtentMap::kMaxPhys;
+  // A new LUN whose map has this state's bound.
+  std::shared_ptr<LunState> NewLun() const;
+  // Raises the bound of the state and of every LUN's map (never lowers it):
+  // a pool that grew maps its new units. Allocates nothing.
+  void RaiseMapBound(uint64_t max_phys);
   uint32_t next_lun_id = 1;
   uint64_t table_lsn = 0;  // run time: LSN of the last LUN-table change since open
   // Changed only by ApplyRecord and DecodeState (through AddLun/EraseLun),

@@ -264,5 +264,58 @@ TEST(LunRule, DecodeStateRefusesAnIdNotBelowTheNextLunId) {
   EXPECT_TRUE(DecodeState(PayloadWith({UINT32_MAX - 1, "b", 1 << 20, 512, ""}, UINT32_MAX), &st, kFormatVersion).ok());
 }
 
+// A state's map bound (MetaState::max_phys) is every LUN map's and every
+// record's: a format 3 pool's grains (here the largest, 2^48) take runs past
+// 2^32 in LUNs created and cloned by records (they had format 2's 2^32 bound,
+// so a format 3 pool past 16 TiB at 4 KiB grains refused the writes that
+// landed there); format 2's state still refuses them, changing nothing.
+TEST(MapBound, Format3StatesMapGrainsPast2To32InEveryLunTheyMake) {
+  const uint64_t high = (uint64_t{1} << 33) + 5;
+  for (bool v3 : {false, true}) {
+    SCOPED_TRACE(v3 ? "format 3 bound" : "format 2 bound");
+    MetaState st;
+    st.au = kAu;
+    if (v3) st.max_phys = ExtentMap::kMaxPhysLimit;
+    Record c;
+    c.type = RecType::kCreateLun;
+    c.lun = 1;
+    c.name = "a";
+    c.a = 1 << 20;
+    c.bs = 512;
+    ASSERT_TRUE(ApplyRecord(&st, c, nullptr, nullptr).ok());
+    Record m;
+    m.type = RecType::kMap;
+    m.lun = 1;
+    m.runs = {{0, high, 2}};
+    const std::string before = Encoded(st);
+    RecordingSink sink;
+    const Status s = ApplyRecord(&st, m, &sink, nullptr);
+    if (!v3) {
+      EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
+      EXPECT_EQ(Encoded(st), before);
+      EXPECT_TRUE(sink.calls.empty());
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    EXPECT_EQ(st.Find(1)->map.Find(1), high + 1);
+    Record k;  // a LUN copied by a record maps them too
+    k.type = RecType::kCloneLun;
+    k.lun = 1;
+    k.lun2 = 2;
+    k.name = "b";
+    ASSERT_TRUE(ApplyRecord(&st, k, &sink, nullptr).ok());
+    EXPECT_EQ(st.Find(2)->map.Find(0), high);
+    Record r;  // a range clone within the copy: an Insert under its bound
+    r.type = RecType::kClone;
+    r.lun = 2;
+    r.lun2 = 2;
+    r.a = 0;
+    r.b = 10;
+    r.n = 2;
+    ASSERT_TRUE(ApplyRecord(&st, r, &sink, nullptr).ok());
+    EXPECT_EQ(st.Find(2)->map.Find(11), high + 1);
+  }
+}
+
 }  // namespace
 }  // namespace cowstore::store

@@ -1008,6 +1008,42 @@ TEST_P(PoolSpace, Grow) {
   EXPECT_EQ((*q)->Space().total_units, TotalUnits(O(32)));
 }
 
+// Maps read from a checkpoint had the pool's size of then as their bound, so
+// after a reopen and a Grow, writes whose data landed in the new space were
+// refused at format 3. Data written past the old size after a reopen and a
+// Grow reads back, and again after another reopen.
+TEST_P(PoolSpace, AfterAReopenAndAGrowWritesLandInTheNewSpace) {
+  FaultInjectionEnv env;
+  {
+    auto p = Pool::Create(&env, "p", O(16));
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_TRUE((*p)->CreateLun("a", 8ull << 20, 512).ok());
+    auto a = (*p)->OpenLun("a").value();
+    auto first = Pattern(64 * 1024, 1);
+    ASSERT_TRUE(a->Write(0, 128, first.data(), D::kDurable).ok());  // a run, so a leaf
+  }
+  // The first open replays the journal into new LUNs and checkpoints; the
+  // second reads the maps from that checkpoint, under its bound.
+  ASSERT_TRUE(Pool::Open(&env, "p").ok());
+  auto q = Pool::Open(&env, "p");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  const uint64_t data_offset = GetParam().format == 3 ? kAu : kDataOffset;
+  ASSERT_TRUE((*q)->Grow(data_offset + 160 * kAu).ok());
+  auto a = (*q)->OpenLun("a").value();
+  // More than the 16 AUs of before: some of it lands past them.
+  auto data = Pattern(8 << 20, 2);
+  const Status w = a->Write(0, 16384, data.data(), D::kDurable);
+  ASSERT_TRUE(w.ok()) << w.ToString();
+  a.reset();
+  EXPECT_TRUE((*q)->Check().clean);
+  q->reset();
+  auto r = Pool::Open(&env, "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::vector<uint8_t> back(data.size());
+  ASSERT_TRUE((*r)->OpenLun("a").value()->Read(0, 16384, back.data()).ok());
+  EXPECT_EQ(back, data);
+}
+
 // Core::Grow holds a pool to its own format's bound (the format's UnitsRule),
 // not format 2's 2^32 AUs, which capped format 3 pools at 256 TiB (64 KiB
 // AUs) far below their 2^48 grains. A test cannot hold 256 TiB (the fault
