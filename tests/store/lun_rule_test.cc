@@ -103,10 +103,12 @@ TEST(LunRule, TheLunTablePageKeepsTheSameRule) {
   EXPECT_EQ(back.luns, page.luns);
 }
 
-// One LUN "a" (id 1, 1 MiB, 512-byte blocks) with one extent.
-MetaState OneLun() {
+// An empty state of map bound `max_phys` holding LUN "a" (id 1, 1 MiB,
+// 512-byte blocks) and nothing mapped.
+MetaState EmptyLunA(uint64_t max_phys = ExtentMap::kMaxPhys) {
   MetaState st;
   st.au = kAu;
+  st.max_phys = max_phys;
   Record c;
   c.type = RecType::kCreateLun;
   c.lun = 1;
@@ -114,6 +116,12 @@ MetaState OneLun() {
   c.a = 1 << 20;
   c.bs = 512;
   EXPECT_TRUE(ApplyRecord(&st, c, nullptr, nullptr).ok());
+  return st;
+}
+
+// LUN "a" with one extent.
+MetaState OneLun() {
+  MetaState st = EmptyLunA();
   Record m;
   m.type = RecType::kMap;
   m.lun = 1;
@@ -273,16 +281,7 @@ TEST(MapBound, Format3StatesMapGrainsPast2To32InEveryLunTheyMake) {
   const uint64_t high = (uint64_t{1} << 33) + 5;
   for (bool v3 : {false, true}) {
     SCOPED_TRACE(v3 ? "format 3 bound" : "format 2 bound");
-    MetaState st;
-    st.au = kAu;
-    if (v3) st.max_phys = ExtentMap::kMaxPhysLimit;
-    Record c;
-    c.type = RecType::kCreateLun;
-    c.lun = 1;
-    c.name = "a";
-    c.a = 1 << 20;
-    c.bs = 512;
-    ASSERT_TRUE(ApplyRecord(&st, c, nullptr, nullptr).ok());
+    MetaState st = EmptyLunA(v3 ? ExtentMap::kMaxPhysLimit : ExtentMap::kMaxPhys);
     Record m;
     m.type = RecType::kMap;
     m.lun = 1;
