@@ -89,8 +89,7 @@ Status EncodeLunTablePage(const LunTablePage& page, std::string* out) {
     if (s.size() > kLunPageBytes) return bad("records do not fit one page");
   }
   s.resize(kLunPageBytes, '\0');
-  uint32_t crc = Crc32cAroundField(s.data(), s.size(), kLunPageCrcOffset);
-  for (int i = 0; i < 4; i++) s[kLunPageCrcOffset + i] = static_cast<char>(crc >> (8 * i));
+  PutLittleEndian(s.data() + kLunPageCrcOffset, Crc32cAroundField(s.data(), s.size(), kLunPageCrcOffset), 4);
   *out = std::move(s);
   return Status::Ok();
 }

@@ -396,19 +396,15 @@ void FrameRecord(const Record& r, uint64_t lsn, uint64_t proven, std::string* ou
   out->append(kRecordHeader, '\0');
   r.EncodePayload(out);
   uint32_t plen = static_cast<uint32_t>(out->size() - start - kRecordHeader);
-  // The header in place (no string of its own: one allocation less per record).
+  // The header in place (no string of its own: one allocation less per
+  // record): crc(4, below) | plen(4) | lsn(8) | proven(8) | type(1).
   char* h = out->data() + start;
-  auto put = [&h](uint64_t v, int n) {
-    for (int i = 0; i < n; i++) *h++ = static_cast<char>(v >> (8 * i));
-  };
-  put(0, 4);  // the CRC, below
-  put(plen, 4);
-  put(lsn, 8);
-  put(proven, 8);
-  put(static_cast<uint8_t>(r.type), 1);
   static_assert(kRecordHeader == 4 + 4 + 8 + 8 + 1);
-  uint32_t crc = Crc32c(0, out->data() + start + 4, out->size() - start - 4);
-  for (int i = 0; i < 4; i++) (*out)[start + i] = static_cast<char>(crc >> (8 * i));
+  PutLittleEndian(h + 4, plen, 4);
+  PutLittleEndian(h + 8, lsn, 8);
+  PutLittleEndian(h + 16, proven, 8);
+  PutLittleEndian(h + 24, static_cast<uint8_t>(r.type), 1);
+  PutLittleEndian(h, Crc32c(0, h + 4, out->size() - start - 4), 4);
 }
 
 size_t ParseRecord(const uint8_t* p, size_t n, uint64_t expect_lsn, Record* r, RecordFrame* frame) {

@@ -101,6 +101,12 @@ constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;
 constexpr uint64_t kNone = ~uint64_t{0};
 
 // Little-endian encoder/decoder with bounds checks.
+// Stores v's low n bytes at p, little-endian (every integer the store
+// writes): for Encoder and for fields written in place (FrameRecord).
+inline void PutLittleEndian(char* p, uint64_t v, int n) {
+  for (int i = 0; i < n; i++) p[i] = static_cast<char>(v >> (8 * i));
+}
+
 class Encoder {
  public:
   explicit Encoder(std::string* out) : out_(out) {}
@@ -117,7 +123,7 @@ class Encoder {
   template <int N>
   void LittleEndian(uint64_t v) {
     char b[N];
-    for (int i = 0; i < N; i++) b[i] = static_cast<char>(v >> (8 * i));
+    PutLittleEndian(b, v, N);
     out_->append(b, N);
   }
   std::string* out_;
