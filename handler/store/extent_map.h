@@ -8,12 +8,13 @@
 // Held in a packed run tree (run_tree.h, ~16-24 bytes an extent). Every run
 // of a map obeys one rule (Valid), with the map's physical bound max_phys:
 //   1 <= len,  lba + len <= kMaxLba (2^48),  phys + len <= max_phys.
-// The bound is a parameter of the map, fixed when it is made: kMaxPhys
-// (2^32 AUs, v1/v2's kMaxPoolUnits) by default; a v3 pool's maps count
-// grains, and one read from its checkpoint is bounded by the pool's grains
-// (ckpt_tree_read.cc), up to RunTree's limits (kMaxPhysLimit = 2^48, runs of
-// at most RunTree::kMaxLen = 2^32 units). Recovery checks the same rule
-// before a decoded run reaches a map, and Insert checks it again.
+// The bound is a parameter of the map, set when it is made and only ever
+// raised (RaiseBound): kMaxPhys (2^32 AUs, v1/v2's kMaxPoolUnits) by
+// default; a v3 pool's maps count grains and are bounded by the pool's
+// grains (MetaState::max_phys, raised when the pool grows), up to RunTree's
+// limits (kMaxPhysLimit = 2^48, runs of at most RunTree::kMaxLen = 2^32
+// units). Recovery checks the same rule before a decoded run reaches a map,
+// and Insert checks it again.
 //
 // With max_phys <= 2^32 (every v1/v2 map) a valid run packs, and so does any
 // merge of two of them: a merged run covers one contiguous physical range
@@ -64,10 +65,12 @@ class ExtentMap {
   static_assert(kMaxPhys <= RunTree::kMaxLen && kMaxPhys <= RunTree::kMaxKey,
                 "a merge of valid v1/v2 runs must pack");
 
-  // A map whose runs end at or below max_phys physical units; a bound of 0
-  // or above kMaxPhysLimit is clamped into [1, kMaxPhysLimit].
-  explicit ExtentMap(uint64_t max_phys = kMaxPhys)
-      : max_phys_(max_phys == 0 ? 1 : max_phys > kMaxPhysLimit ? kMaxPhysLimit : max_phys) {}
+  // A bound as a map takes it: clamped into [1, kMaxPhysLimit].
+  static constexpr uint64_t ClampedBound(uint64_t max_phys) {
+    return max_phys == 0 ? 1 : max_phys > kMaxPhysLimit ? kMaxPhysLimit : max_phys;
+  }
+  // A map whose runs end at or below max_phys physical units (ClampedBound).
+  explicit ExtentMap(uint64_t max_phys = kMaxPhys) : max_phys_(ClampedBound(max_phys)) {}
 
   // The rule above, for a map of bound max_phys (default: v1/v2's). Empty if
   // [lba, lba+len) -> [phys, ...) obeys it, else which bound it breaks, for
@@ -86,12 +89,9 @@ class ExtentMap {
     return Valid(lba, phys, len, max_phys_);
   }
   uint64_t max_phys() const { return max_phys_; }
-  // Raises the bound (never lowers it; clamped as the constructor's): a map
-  // read under a checkpoint's bound (the pool's grains then) maps whatever
-  // grains the pool grows to later.
-  void RaiseBound(uint64_t max_phys) {
-    max_phys_ = std::max(max_phys_, std::min(max_phys, kMaxPhysLimit));
-  }
+  // Raises the bound (never lowers it; ClampedBound): a map made under the
+  // pool's grains of then maps whatever grains the pool grows to later.
+  void RaiseBound(uint64_t max_phys) { max_phys_ = std::max(max_phys_, ClampedBound(max_phys)); }
 
   // The runs in lba order, as (lba, extent) values.
   class Runs {

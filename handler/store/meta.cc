@@ -264,7 +264,7 @@ std::shared_ptr<LunState> MetaState::NewLun() const {
 }
 
 void MetaState::RaiseMapBound(uint64_t bound) {
-  max_phys = std::max(max_phys, std::min(bound, ExtentMap::kMaxPhysLimit));
+  max_phys = std::max(max_phys, ExtentMap::ClampedBound(bound));
   for (auto& [id, l] : luns) l->map.RaiseBound(max_phys);
 }
 

@@ -453,9 +453,6 @@ Status Core::Grow(uint64_t new_size) {
   MutexLock g(&meta_mu_);
   try {
     space_->Grow(space_units);  // within the reserved index, but may need a node
-    // The maps take the new units (format 3: the pool's grains were their
-    // bound); formats 1 and 2 keep 2^32 AUs, which no pool of theirs passes.
-    st_.RaiseMapBound(space_units);
   } catch (...) {
     // The superblock names the new size and the space map could not take
     // it: serving on would hand out the old units while every later
@@ -465,6 +462,10 @@ Status Core::Grow(uint64_t new_size) {
     queue_.Fail(MetaFailed());
     return MetaFailed();
   }
+  // The maps take the new units (format 3: the pool's grains were their
+  // bound; allocates nothing); formats 1 and 2 keep 2^32 AUs, which no pool
+  // of theirs passes.
+  st_.RaiseMapBound(space_units);
   size_bytes_ = new_size;
   return Status::Ok();
 }
