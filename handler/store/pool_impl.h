@@ -361,6 +361,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t AuOffset(uint64_t p) const { return data_offset_ + p * au_; }
   uint64_t GrainOffset(uint64_t p) const { return data_offset_ + p * grain_; }
   Status CheckRange(LunState* l, uint64_t lba, uint64_t count) EXCLUDES(meta_mu_);
+  Status CheckRangeLocked(LunState* l, uint64_t lba, uint64_t count) REQUIRES(meta_mu_);
   LunInfo InfoLocked(const LunState& l) const REQUIRES(meta_mu_);
   // Byte-range data paths; REQUIRE the caller's range lock (exclusive for
   // writes) covering the grains touched. Write returns a commit ticket.
@@ -378,8 +379,13 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
       EXCLUDES(queue_, meta_mu_);
   Status WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint8_t* src,
                          uint64_t* ticket) EXCLUDES(queue_, meta_mu_);
-  Status UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket)
-      EXCLUDES(queue_, meta_mu_);
+  // Blocks a caller asks to have checked (CheckRangeLocked) in the hold that
+  // changes the map, rather than in a hold of their own.
+  struct BlocksToCheck {
+    uint64_t lba, count;
+  };
+  Status UnmapGrains(LunState* l, uint64_t w0, uint64_t w1, uint64_t* ticket,
+                     const BlocksToCheck* check = nullptr) EXCLUDES(queue_, meta_mu_);
   Status ZeroBytes(LunState* l, uint64_t off, uint64_t len, uint64_t* ticket)
       EXCLUDES(queue_, meta_mu_);
   // Thin on thin, after an allocation: at most once per interval asks the

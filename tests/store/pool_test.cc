@@ -643,6 +643,36 @@ TEST_P(PoolTest, UnalignedAndPartialClonesCopyData) {
   ExpectClean();
 }
 
+// Whole-grain clones, zeroings and unmaps check their ranges in the hold of
+// the metadata lock that changes the map (data_path.cc): a range that ends
+// past the LUN is refused all the same, and nothing changes.
+TEST_P(PoolTest, WholeGrainRangesPastTheEndAreRefusedAndChangeNothing) {
+  const uint64_t bpg = Unit() / 512;  // blocks per grain
+  ASSERT_LE(2 * bpg, 2048u);
+  auto data = Pattern(1 << 20, 13);
+  ASSERT_TRUE(a_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  ASSERT_TRUE(b_->Write(0, 2048, data.data(), D::kBuffered).ok());
+  const uint64_t last = 2048 - bpg;  // the last grain; two grains from it end past the LUN
+  for (D d : {D::kBuffered, D::kDurable}) {
+    EXPECT_EQ(a_->ZeroRange(last, 2 * bpg, d).code(), Code::kOutOfRange);
+    EXPECT_EQ(a_->Unmap(last, 2 * bpg, d).code(), Code::kOutOfRange);
+    EXPECT_EQ(pool_->CloneRange(*a_, last, *b_, 0, 2 * bpg, d).code(), Code::kOutOfRange);
+    EXPECT_EQ(pool_->CloneRange(*a_, 0, *b_, last, 2 * bpg, d).code(), Code::kOutOfRange);
+    EXPECT_EQ(pool_->CloneRange(*a_, 0, *a_, last, 2 * bpg, d).code(), Code::kOutOfRange);
+  }
+  EXPECT_EQ(ReadA(*a_, 0, 2048), data);
+  EXPECT_EQ(ReadA(*b_, 0, 2048), data);
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, 1u << 20);
+  EXPECT_EQ(pool_->GetLun("b")->mapped_bytes, 1u << 20);
+  // The same ranges one grain shorter end at the LUN's end and are served.
+  ASSERT_TRUE(pool_->CloneRange(*a_, 0, *b_, last, bpg, D::kDurable).ok());
+  ASSERT_TRUE(a_->ZeroRange(last, bpg, D::kDurable).ok());
+  EXPECT_EQ(pool_->GetLun("a")->mapped_bytes, (1u << 20) - Unit());
+  auto v = ReadA(*b_, last, bpg);
+  EXPECT_TRUE(std::equal(v.begin(), v.end(), data.begin()));
+  ExpectClean();
+}
+
 TEST_P(PoolTest, SameLunOverlappingCloneIsMemmove) {
   auto data = Pattern(1 << 20, 11);
   for (uint64_t src : {0ull, 300ull}) {
