@@ -238,7 +238,11 @@ TEST_P(Concurrency, LunTableChangesRacingIo) {
 // Sequential readers (whose reads run read-ahead, read_ahead.h: the map is
 // looked up ahead of them without their range lock) racing writes, unmaps
 // and a resize of the clone they read, and a reader of its source. Every
-// 64 KiB they read is what one whole write or unmap left (uniform).
+// 64 KiB they read is what one whole write or unmap left (uniform). Each
+// reader finishes at least one whole pass, over a clone already split into
+// 64 KiB pieces (read-ahead asks only for pieces under 512 KiB), so that
+// read-ahead runs however slowly the threads get a CPU (a run that stopped
+// on the clock alone once found no read-ahead under TSan on a loaded machine).
 TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
   FaultInjectionEnv env;
   auto pool = MakePool(&env, GetParam(), 512);
@@ -254,8 +258,13 @@ TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
   }
   ASSERT_TRUE(pool->CloneLun("a", "c").ok());
   auto c = pool->OpenLun("c").value();
+  {
+    std::vector<uint8_t> buf(kAu, 200);
+    for (uint64_t lba = 0; lba < kBlocks; lba += 2 * kStep)
+      ASSERT_TRUE(c->Write(lba, kStep, buf.data(), D::kBuffered).ok());
+  }
   std::atomic<bool> stop{false};
-  std::atomic<int> bad{0};
+  std::atomic<int> bad{0}, readers_done_a_pass{0};
   std::mutex first_mu;
   std::string first;
   auto fail = [&](const std::string& what) {
@@ -265,7 +274,7 @@ TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
   };
   auto reader = [&](Lun* lun) {
     std::vector<uint8_t> v(kAu);
-    for (int pass = 0; !stop; pass++)
+    for (int pass = 0; !stop; pass++) {
       for (uint64_t lba = 0; lba < kBlocks && !stop; lba += kStep) {
         Status st = lun->Read(lba, kStep, v.data());
         if (!st.ok()) {
@@ -274,6 +283,8 @@ TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
           fail("read " + std::to_string(lba) + ": torn");
         }
       }
+      if (pass == 0) readers_done_a_pass++;  // stop is set only after every reader's first
+    }
   };
   std::vector<std::thread> th;
   th.emplace_back(reader, c.get());
@@ -294,6 +305,7 @@ TEST_P(Concurrency, SequentialReadersRacingWritesAndAResize) {
   Status st = pool->ResizeLun("c", kLun + (1 << 20));  // grows: the old blocks stay
   if (!st.ok()) fail("resize: " + st.ToString());
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (readers_done_a_pass.load() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   stop = true;
   for (auto& t : th) t.join();
   EXPECT_EQ(bad.load(), 0) << first;
