@@ -44,7 +44,13 @@
 //     per command 0.035 -> 0.045-0.05) and the CPU per command did not drop
 //     below this. Leaving leadership open for a caller already awake to
 //     take (no wake to start the next sync) split the batches the same way
-//     (0.035 -> 0.064 syncs per command). Where the time at queue depth 32
+//     (0.035 -> 0.064 syncs per command), and so did waking the next leader
+//     alone before the batch (0.045 -> 0.059, and 6-14 % slower a command,
+//     2026-12-06). A thread of the queue's own that leads while callers
+//     wait (so no batch waits for a woken waiter to be scheduled) gained
+//     ~5 % on 4 MiB clones and nothing on 1 MiB zeroes in eight alternating
+//     runs, at the cost of a second leader path: not kept (store-v3.md,
+//     step 12, session 33). Where the time at queue depth 32
 //     goes (perf sched/trace of clone4MiB/qd32, 2026-12-02): the futex
 //     waits on locks (meta_mu_, range locks) are ~0.015 per command, so
 //     there is no mutex convoy to remove (an adaptive mutex did not help:
