@@ -285,8 +285,11 @@ struct SuperblockChoice {
 // pages and journal are intact. Only a double fault (the second slot's write
 // silently lost, then the first slot damaged) leaves an older copy whose
 // pages may have been reused; ckpt_page.h refuses such pages by their exact
-// sequence, and the caller adds other_state to that message (step 7 must
-// prove by test that its open refuses every such case).
+// sequence, and the caller adds other_state to that message. Tested by
+// DoubleFault.AnOlderSuperblockLeftAloneIsRefusedOrReadsExactlyItsOwnState
+// (pool_test.cc): an old copy put back alone after 1-13 later checkpoints is
+// refused, or reads its own state or the newest (the journal after it
+// intact), in every case it builds; no test can build every case.
 Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
                           SuperblockChoice* out);
 

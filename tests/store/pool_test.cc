@@ -1491,5 +1491,87 @@ TEST_P(PosixEnvPool, PoolOnARealFileLocksAndPunches) {
   std::filesystem::remove(path);
 }
 
+// A double fault: a superblock write silently lost in one slot, the other
+// slot damaged later, leaves an older copy alone, whose checkpoint pages and
+// data later checkpoints may have reused (superblock_v3.h, "Writer rule").
+// The open must refuse it (a reused page's sequence is not the one the old
+// copy names, ckpt_page.h; the journal's later records prove commits the
+// old copy does not hold) or, where nothing it names was reused, read
+// exactly the old contents or, replaying the journal after them, the
+// newest; never open onto reused pages or data. Pools taken through 1-13
+// clean closes after the copy, with and without LUNs made and deleted on the
+// way; the old copy put back in either slot. Format 3 only: format 2 (a
+// compat format, whose superblocks name no page sequences) opened one such
+// image as an empty pool, check-clean (without LUNs made, one close; found
+// in session 33 and left: two faults are outside its contract).
+TEST(DoubleFault, AnOlderSuperblockLeftAloneIsRefusedOrReadsExactlyItsOwnState) {
+  const std::vector<uint8_t> first = Pattern(1 << 20, 1);
+  for (const SuiteFormat& f : {testing::kF3G4k, testing::kF3Au}) {
+    for (bool luns : {true, false}) {
+      int refused = 0;
+      for (int cycles : {1, 2, 5, 13}) {
+        SCOPED_TRACE(std::string(f.name) + (luns ? " with" : " without") + " LUNs made, " +
+                     std::to_string(cycles) + " closes");
+        FaultInjectionEnv env;
+        {
+          auto p = Pool::Create(&env, "pool", Opts(64, f, true));
+          ASSERT_TRUE(p.ok()) << p.status().ToString();
+          ASSERT_TRUE((*p)->CreateLun("a", 1 << 20, 512).ok());
+          auto a = (*p)->OpenLun("a").value();
+          ASSERT_TRUE(a->Write(0, 2048, first.data(), D::kDurable).ok());
+          a.reset();
+          ASSERT_TRUE((*p)->Close().ok());
+        }
+        const std::vector<uint8_t> old = env.DurableSnapshot("pool");
+        std::vector<uint8_t> last(1 << 20);  // LUN a's contents at the last close
+        std::mt19937 rng(static_cast<unsigned>(cycles));
+        for (int c = 0; c < cycles; c++) {
+          auto p = Pool::Open(&env, "pool");
+          ASSERT_TRUE(p.ok()) << p.status().ToString();
+          auto a = (*p)->OpenLun("a").value();
+          const std::vector<uint8_t> d = Pattern(64 << 10, static_cast<uint8_t>(10 + c));
+          for (int k = 0; k < 8; k++)
+            ASSERT_TRUE(a->Write((rng() % 16) * 128, 128, d.data(), D::kDurable).ok());
+          if (luns) {
+            ASSERT_TRUE((*p)->CreateLun("t" + std::to_string(c), 256 << 10, 512).ok());
+            if (c > 0) {
+              ASSERT_TRUE((*p)->DeleteLun("t" + std::to_string(c - 1)).ok());
+            }
+          }
+          ASSERT_TRUE(a->Read(0, 2048, last.data()).ok());
+          a.reset();
+          ASSERT_TRUE((*p)->Close().ok());
+        }
+        const std::vector<uint8_t> now = env.DurableSnapshot("pool");
+        for (uint64_t slot = 0; slot < 2; slot++) {
+          std::vector<uint8_t> image = now;
+          std::copy(old.begin() + static_cast<ptrdiff_t>(slot * kSuperblockSlot),
+                    old.begin() + static_cast<ptrdiff_t>((slot + 1) * kSuperblockSlot),
+                    image.begin() + static_cast<ptrdiff_t>(slot * kSuperblockSlot));
+          for (uint64_t i = 0; i < 64; i++) image[(1 - slot) * kSuperblockSlot + 40 + i] ^= 0x5a;
+          FaultInjectionEnv damaged;
+          damaged.Install("pool", image.data(), image.size());
+          auto p = Pool::Open(&damaged, "pool");
+          if (!p.ok()) {
+            EXPECT_EQ(p.status().code(), Code::kCorruption) << p.status().ToString();
+            refused++;
+            continue;
+          }
+          auto a = (*p)->OpenLun("a");
+          ASSERT_TRUE(a.ok()) << a.status().ToString();
+          std::vector<uint8_t> v(1 << 20);
+          ASSERT_TRUE((*a)->Read(0, 2048, v.data()).ok());
+          // Its checkpoint, or its checkpoint and the journal after it
+          // (intact from where the old copy starts it: the newest state).
+          EXPECT_TRUE(v == first || v == last) << "slot " << slot << ": the old copy opened onto other data";
+          CheckReport r = (*p)->Check();
+          EXPECT_TRUE(r.clean) << (r.problems.empty() ? "" : r.problems[0]);
+        }
+      }
+      std::printf("%s, LUNs %s: %d of 8 refused\n", f.name, luns ? "made" : "not made", refused);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cowstore::store
