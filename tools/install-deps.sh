@@ -9,7 +9,7 @@ what=${1:-all}
 build_pkgs=(
   cmake ninja-build g++ clang clang-14 libclang-rt-14-dev lld pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev libyaml-cpp-dev libcli11-dev
-  dpkg-dev xz-utils ca-certificates binutils
+  dpkg-dev xz-utils ca-certificates binutils ccache
 )
 # The real-kernel suite boots Debian's kernel under qemu and drives the stock
 # tcmu-runner daemon with our handler through LIO.
