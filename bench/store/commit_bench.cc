@@ -92,7 +92,7 @@ struct Fig {
   double sec_per_cmd = 0, syncs_per_cmd = 0;
   double cpu_per_cmd = 0;  // CPU time of the calling threads (user + system)
   // CPU time of the whole process: the callers and the store's own threads
-  // (the commit queue's relay, which leads batches at depth > 1).
+  // (the thinner's punches, the zeroing-ahead), which the callers' hides.
   double proc_cpu_per_cmd = 0;
   double sleeps_per_cmd = 0;   // voluntary context switches of the calling threads
   double preempts_per_cmd = 0;  // involuntary ones (runnable, descheduled)
@@ -765,10 +765,10 @@ void Summary() {
   }
   std::printf("(floor = the run's fdatasync sample (sync us: median of %d raw syncs before and %d "
               "after it) / QD + the operation's metadata work (CPU, buffered, QD1); cpu us = CPU "
-              "time of the calling threads per command; proc cpu = the whole process's (the callers, the "
-              "commit queue's relay and the store's other threads; the main thread only waits); sleeps, preempt = their voluntary and "
-              "involuntary context switches per command: a caller that must block until its "
-              "commit is durable sleeps at least once)\n", kSyncSample, kSyncSample);
+              "time of the calling threads per command; proc cpu = the whole process's (the "
+              "callers and the store's own threads; the main thread only waits); sleeps, preempt "
+              "= the callers' voluntary and involuntary context switches per command: a caller "
+              "that must block until its commit is durable sleeps at least once)\n", kSyncSample, kSyncSample);
   std::printf("(Each run "
               "stops after %.0f s (COWSTORE_BENCH_RUN_SECONDS): 20 GiB and 100 GiB figures are "
               "per-command cost x commands when a run did not finish; zero/unmap QD 1 and 8 "

@@ -100,13 +100,13 @@ uint64_t NewPoolJournalStartLsn();
 constexpr uint64_t kLsnGapAfterOpen = 1ull << 32;
 constexpr uint64_t kNone = ~uint64_t{0};
 
-// Little-endian encoder/decoder with bounds checks.
 // Stores v's low n bytes at p, little-endian (every integer the store
 // writes): for Encoder and for fields written in place (FrameRecord).
 inline void PutLittleEndian(char* p, uint64_t v, int n) {
   for (int i = 0; i < n; i++) p[i] = static_cast<char>(v >> (8 * i));
 }
 
+// Little-endian encoder/decoder with bounds checks.
 class Encoder {
  public:
   explicit Encoder(std::string* out) : out_(out) {}
