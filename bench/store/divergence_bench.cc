@@ -143,6 +143,7 @@ class CountingEnv : public Env {
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return env_->zero_ahead && f_->WritesAllocate(); }
+    bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
    private:
     CountingEnv* env_;

@@ -34,6 +34,7 @@ struct BorrowedFile final : File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f->Prefetch(off, n); }
   bool WritesAllocate() const override { return f->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f->DiscardZeroes(); }
 };
 
 struct LunCopy {

@@ -82,9 +82,21 @@ class File {
   // Sets the size of a regular file (grow sparse or shrink). kUnsupported on
   // block devices.
   virtual Status Truncate(uint64_t size) = 0;
-  // Deallocates [off, off+n); it reads as zeros afterwards and the file keeps
-  // its size. Falls back to writing zeros where the file system cannot punch.
+  // Deallocates [off, off+n) (the file keeps its size). If DiscardZeroes(),
+  // the range reads as zeros afterwards; else its bytes are undefined (the
+  // old ones, zeros, anything) until written. The store frees space with it;
+  // where it needs zeros it calls ZeroFill (zero_fill.h), which writes them
+  // on a File whose discard does not zero.
   virtual Status PunchHole(uint64_t off, uint64_t n) = 0;
+  // True if PunchHole leaves zeros (store-v3.md 3.8, the `discard_zeroes`
+  // trait). PosixFile: true, on any file or device (it falls back to
+  // FALLOC_FL_ZERO_RANGE, then to written zeros). False: a File that only
+  // frees, as an RBD image's discard of part of an object, or a device's
+  // plain BLKDISCARD; the store then trusts no freed grain to read as zeros
+  // (it writes the rest of a fresh grain it writes in part, and zeros into
+  // grains it maps without data). Pure, as DropCache, so that a File
+  // wrapping another cannot forget to forward it.
+  virtual bool DiscardZeroes() const = 0;
   virtual bool IsBlockDevice() const = 0;
   // True if the first write into a range never written, or punched, makes
   // the storage allocate there at a cost a writer's sync pays (a sparse file

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace cowstore::store {
 
@@ -106,9 +107,20 @@ class FaultFile final : public File {
     uint64_t size = im_->current.size();
     if (off >= size) return Status::Ok();
     n = std::min<uint64_t>(n, size - off);
+    constexpr uint64_t S = FaultInjectionEnv::kSector;
+    if (!env_->discard_zeroes()) {
+      // A discard that only frees: the range holds a pattern afterwards.
+      const std::vector<uint8_t> junk(S, FaultInjectionEnv::kDiscardedByte);
+      for (uint64_t pos = off; pos < off + n;) {
+        uint64_t e = std::min(off + n, (pos / S + 1) * S);
+        im_->current.Write(pos, e - pos, junk.data());
+        im_->dirty.insert(pos / S);
+        pos = e;
+      }
+      return Status::Ok();
+    }
     // Only sectors that change become unsynced: punching a hole over zeros
     // (a fresh pool) is free, as on a real file system.
-    constexpr uint64_t S = FaultInjectionEnv::kSector;
     for (uint64_t pos = off; pos < off + n;) {
       uint64_t e = std::min(off + n, (pos / S + 1) * S);
       if (!im_->current.IsZero(pos, e - pos)) {
@@ -122,6 +134,7 @@ class FaultFile final : public File {
 
   bool IsBlockDevice() const override { return false; }
   bool WritesAllocate() const override { return env_->writes_allocate(); }
+  bool DiscardZeroes() const override { return env_->discard_zeroes(); }
   Result<BackingSpace> Backing() override { return env_->backing(); }
 
  private:

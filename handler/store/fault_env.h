@@ -3,7 +3,7 @@
 //
 // Every file keeps two images: what the OS would return now (`current`) and
 // what is on stable storage (`durable`). Write/PunchHole change `current` and
-// mark the 512-byte sectors they touch as unsynced; Sync() makes them durable.
+// mark the 512-byte sectors they change as unsynced; Sync() makes them durable.
 // PowerLoss() then decides, per unsynced sector, whether it reached the media
 // (kept), did not (dropped), or was torn inside the sector. A file that
 // Truncate() extends keeps its old durable size until the next Sync() (on a
@@ -69,6 +69,15 @@ class FaultInjectionEnv final : public Env {
   // the crash test, turn it on). Set before the pool opens.
   void SetWritesAllocate(bool on) { writes_allocate_.store(on); }
   bool writes_allocate() const { return writes_allocate_.load(); }
+  // What its files answer to File::DiscardZeroes (default true). False
+  // models a discard that only frees (an RBD image's, a device's plain
+  // BLKDISCARD): PunchHole then fills the range with a nonzero pattern
+  // (kDiscardedByte, a write as any other for the power-cut model), so that
+  // any read of freed space the store trusted to be zeros shows. Set before
+  // the pool opens.
+  static constexpr uint8_t kDiscardedByte = 0xd5;
+  void SetDiscardZeroes(bool on) { discard_zeroes_.store(on); }
+  bool discard_zeroes() const { return discard_zeroes_.load(); }
 
   // After `n` more mutating calls (Write, Sync, PunchHole, Truncate) the disk
   // is dead: later calls fail with kIOError and have no effect. A negative n
@@ -135,6 +144,7 @@ class FaultInjectionEnv final : public Env {
 
   mutable std::mutex mu_;
   std::atomic<bool> writes_allocate_{false};
+  std::atomic<bool> discard_zeroes_{true};
   std::map<std::string, std::shared_ptr<Image>> files_;
   int64_t crash_countdown_ = -1;
   bool crashed_ = false;

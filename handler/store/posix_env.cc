@@ -212,6 +212,10 @@ class PosixFile final : public File {
   }
 
   bool IsBlockDevice() const override { return blockdev_; }
+  // PunchHole zeroes on a file and on a device alike: a device's
+  // FALLOC_FL_PUNCH_HOLE is a write-zeroes without fallback (it fails where
+  // the device cannot, and then FALLOC_FL_ZERO_RANGE or written zeros do it).
+  bool DiscardZeroes() const override { return true; }
   // A regular file: its free space is holes (PunchHole).
   bool WritesAllocate() const override { return !blockdev_; }
 

@@ -72,6 +72,7 @@ class PunchGateEnv final : public store::Env {
     store::Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
+    bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
     store::Result<store::BackingSpace> Backing() override { return f_->Backing(); }
 
    private:

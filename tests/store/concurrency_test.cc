@@ -480,6 +480,7 @@ class GateLargeWrites final : public Env {
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
+    bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
    private:
     GateLargeWrites* env_;
@@ -718,6 +719,7 @@ class GateSuperblockWrite final : public Env {
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
+    bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
    private:
     GateSuperblockWrite* env_;

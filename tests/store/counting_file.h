@@ -46,6 +46,7 @@ class CountingFile final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { inner_->Prefetch(off, n); }
   bool WritesAllocate() const override { return inner_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return inner_->DiscardZeroes(); }
 
   uint64_t reads() const { return reads_; }
   uint64_t writes() const { return writes_; }

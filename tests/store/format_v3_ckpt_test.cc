@@ -558,6 +558,7 @@ class TwoFacedFile final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
  private:
   File* f_;
@@ -896,6 +897,7 @@ class HookedFile final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
  private:
   File* f_;

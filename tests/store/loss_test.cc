@@ -302,6 +302,7 @@ class HugeFileEnv final : public Env {
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return false; }
+    bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
    private:
     std::unique_ptr<File> f_;

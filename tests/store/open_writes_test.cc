@@ -141,6 +141,7 @@ class DieAfterSlotWrite final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
  private:
   File* f_;
@@ -346,6 +347,7 @@ class TraceFile final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
 
   std::vector<Call> calls;
 

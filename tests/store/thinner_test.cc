@@ -330,6 +330,7 @@ class GatedFile final : public File {
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
   bool WritesAllocate() const override { return f_->WritesAllocate(); }
+  bool DiscardZeroes() const override { return f_->DiscardZeroes(); }
   std::atomic<uint64_t>* largest_punch = nullptr;
 
  private:
