@@ -18,6 +18,7 @@
 #include "handler/store/crc32c.h"
 #include "handler/store/iovec_slice.h"
 #include "handler/store/read_spans.h"
+#include "handler/store/zero_fill.h"
 
 namespace cowstore::store {
 namespace {
@@ -268,18 +269,30 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     run_zero[i] = (!continues || run_zero[i - 1]) && AllZero(d, n);
   };
 
-  // Data I/O, outside the metadata lock. Partial writes into a shared grain
-  // copy the rest of the old grain; a fresh grain already reads as zeros.
+  // Data I/O, outside the metadata lock. A write into part of a shared
+  // grain copies the rest of the old grain. Into part of a fresh grain it
+  // writes only its own bytes where a freed grain reads as zeros
+  // (File::DiscardZeroes); elsewhere it writes the whole grain, zeros around
+  // its bytes: a freed grain there may hold anything.
+  const bool fresh_reads_zero = file_->DiscardZeroes();
+  auto written_whole = [&](size_t k) {  // grain k's new contents built in `cow`
+    const uint64_t g0 = (a0 + k) * grain_;
+    const bool partial = std::min(off + len, g0 + grain_) - std::max(off, g0) != grain_;
+    return !plan[k].inplace && partial && (plan[k].old != kNone || !fresh_reads_zero);
+  };
   Status s;
   std::vector<uint8_t> cow;
   for (size_t i = 0; i < plan.size() && s.ok();) {
     uint64_t a = a0 + i;
     uint64_t ss = std::max(off, a * grain_), se = std::min(off + len, (a + 1) * grain_);
-    bool partial = se - ss != grain_;
-    if (!plan[i].inplace && plan[i].old != kNone && partial) {
+    if (written_whole(i)) {
       cow.resize(grain_);
-      s = file_->Read(GrainOffset(plan[i].old), grain_, cow.data());
-      if (!s.ok()) break;
+      if (plan[i].old != kNone) {
+        s = file_->Read(GrainOffset(plan[i].old), grain_, cow.data());
+        if (!s.ok()) break;
+      } else {
+        std::fill(cow.begin(), cow.end(), uint8_t{0});
+      }
       std::memcpy(cow.data() + (ss - a * grain_), src + (ss - off), se - ss);
       s = file_->Write(GrainOffset(plan[i].target), grain_, cow.data());
       if (checked) crc_grain(i, 0, cow.data(), grain_);
@@ -288,10 +301,7 @@ Status Core::WriteBytesChunk(LunState* l, uint64_t off, uint64_t len, const uint
     }
     // Merge a stretch of physically contiguous targets into one write.
     size_t j = i + 1;
-    while (j < plan.size() && plan[j].target == plan[j - 1].target + 1 &&
-           !(!plan[j].inplace && plan[j].old != kNone &&
-             std::min(off + len, (a0 + j + 1) * grain_) - (a0 + j) * grain_ != grain_))
-      j++;
+    while (j < plan.size() && plan[j].target == plan[j - 1].target + 1 && !written_whole(j)) j++;
     uint64_t we = std::min(off + len, (a0 + j) * grain_);
     s = file_->Write(GrainOffset(plan[i].target) + (ss - a * grain_), we - ss, src + (ss - off));
     for (size_t k = i; checked && k < j; k++) {
@@ -659,6 +669,24 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       g.Lock();
     }
     grew = !fresh.empty();
+    // A freed grain reads as zeros only where the File's discard zeroes
+    // (File::DiscardZeroes); elsewhere zeros are written into the fresh
+    // grains before the record maps them. Outside the metadata lock, as any
+    // data: the range lock keeps [a0, a1) of the map as it is, as for a write.
+    if (!fresh.empty() && !file_->DiscardZeroes()) {
+      g.Unlock();
+      for (size_t i = 0; i < fresh.size() && s.ok();) {
+        size_t j = i + 1;
+        while (j < fresh.size() && fresh[j] == fresh[j - 1] + 1) j++;
+        s = ZeroFill(file_.get(), GrainOffset(fresh[i]), (j - i) * grain_);
+        i = j;
+      }
+      if (!s.ok()) {
+        Unreserve(fresh, true);
+        return s;
+      }
+      g.Lock();
+    }
     Record rec;
     rec.type = RecType::kMap;
     rec.lun = l->id;
@@ -672,9 +700,10 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
         else
           rec.runs.push_back({h.lba + i, p, 1});
       }
-    // These grains read as zeros only because they were punched, and that punch
-    // may not be durable yet: like data, it must reach the disk before the
-    // record mapping them (else a surviving record could expose old data).
+    // These grains read as zeros only because they were punched (or zeros
+    // written, above), and that may not be durable yet: like data, it must
+    // reach the disk before the record mapping them (else a surviving record
+    // could expose old data).
     if (!rec.runs.empty()) jbuf_.NoteDataWritten();
     // A record names at most kMaxMapRuns runs (replay refuses longer ones):
     // a fragmented range takes several, each mapping the next grains of

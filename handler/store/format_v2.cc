@@ -8,6 +8,7 @@
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 #include "handler/store/journal_source.h"
+#include "handler/store/zero_fill.h"
 
 namespace cowstore::store {
 
@@ -29,7 +30,7 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
   sb.journal_start_lsn = NewPoolJournalStartLsn();  // never the LSNs of an older pool here
   Status s;
   if (!file->IsBlockDevice()) s = file->Truncate(size);
-  if (s.ok()) s = file->PunchHole(kJournalOffset, journal_bytes);
+  if (s.ok()) s = ZeroFill(file, kJournalOffset, journal_bytes);  // stale bytes may frame as records
   // The size before the superblocks that declare it (as Grow does).
   if (s.ok()) s = file->Sync();
   for (uint64_t seq = 0; seq < 2 && s.ok(); seq++) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "handler/store/replay.h"
+#include "handler/store/zero_fill.h"
 
 namespace cowstore::store {
 
@@ -80,7 +81,7 @@ void JournalWriter::Restart(File* file) {
   tail_ = 0;
   // The old journal is garbage; clear it so no stale record can ever be
   // mistaken for a new one (made durable by the next commit's sync).
-  (void)file->PunchHole(kJournalOffset, capacity_);
+  (void)ZeroFill(file, kJournalOffset, capacity_);
 }
 
 Status ReplayJournal(const uint8_t* j, size_t n, uint64_t start_lsn, MetaState* st,

@@ -131,7 +131,7 @@ class JournalWriter {
   Status WriteBatch(File* file, const JournalBatch& b);
 
   // After a checkpoint made every record obsolete: empties the journal
-  // (punches the region, so no stale record can pass for a new one).
+  // (zeroes the region, ZeroFill, so no stale record can pass for a new one).
   void Restart(File* file);
 
   // The highest LSN known durable: set only after a batch's sync returned,

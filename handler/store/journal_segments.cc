@@ -7,6 +7,7 @@
 
 #include "handler/store/meta.h"   // kMinJournalBytes, kMaxJournalBytes, kDefaultJournalBytes
 #include "handler/store/names.h"  // ValidAllocationUnit
+#include "handler/store/zero_fill.h"
 
 namespace cowstore::store {
 namespace {
@@ -122,7 +123,7 @@ Status JournalRingSource::Read(uint64_t offset, size_t n, uint8_t* buf) {
 
 Status ClearJournalRuns(File* file, uint32_t au, uint64_t data_offset, const std::vector<JournalExtent>& runs) {
   for (const JournalExtent& r : runs) {
-    Status s = file->PunchHole(data_offset + r.first_au * au, r.aus * au);
+    Status s = ZeroFill(file, data_offset + r.first_au * au, r.aus * au);
     if (!s.ok()) return s;
   }
   return Status::Ok();

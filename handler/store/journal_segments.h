@@ -179,7 +179,7 @@ class JournalRingSource : public JournalSource {
   uint64_t start_;
 };
 
-// Zeros (punches) `runs` of the layout's data area: segments new to the
+// Zeros (ZeroFill) `runs` of the layout's data area: segments new to the
 // journal, before the superblock that names them (see the header comment).
 // The caller syncs.
 Status ClearJournalRuns(File* file, uint32_t au, uint64_t data_offset,
