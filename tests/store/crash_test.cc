@@ -286,16 +286,19 @@ TEST(CrashTest, PowerLossAtRandomPointsFormat3) {
 // took 85 CPU s, 92-196 s wall, on a 2-core machine shared at load 8-9);
 // 300 in sanitizer builds, where a point costs ~17 times as much (49 CPU s
 // per 1,000 under ASan).
-TEST(CrashTest, PowerLossAtRandomPointsFormat3Grain4K) {
-  const uint64_t points = PointsV3(30000, 300);
+void PowerLossAtRandomPointsFormat3Grain4K(uint64_t points, bool discard_zeroes) {
   DriverOptions o;
   o.pool_units = 40;
   o.format = 3;
   o.grain = 4096;
   o.soft_threshold = 1;
   CheckedCensus c;
-  ASSERT_NO_FATAL_FAILURE(PowerLossAtRandomPoints(points, o, &c));
+  ASSERT_NO_FATAL_FAILURE(PowerLossAtRandomPoints(points, o, &c, discard_zeroes));
   ExpectOneSyncCovered(c, points);
+}
+
+TEST(CrashTest, PowerLossAtRandomPointsFormat3Grain4K) {
+  PowerLossAtRandomPointsFormat3Grain4K(PointsV3(30000, 300), true);
 }
 
 // The same on a File whose discard does not zero (store-v3.md 3.8 and plan
@@ -306,15 +309,7 @@ TEST(CrashTest, PowerLossAtRandomPointsFormat3Grain4K) {
 // (default 5,000, 150 in sanitizer builds) and a fifth of them the format 2
 // run's.
 TEST(CrashTest, PowerLossAtRandomPointsFormat3Grain4KWhereDiscardKeepsBytes) {
-  const uint64_t points = PointsV3(5000, 150);
-  DriverOptions o;
-  o.pool_units = 40;
-  o.format = 3;
-  o.grain = 4096;
-  o.soft_threshold = 1;
-  CheckedCensus c;
-  ASSERT_NO_FATAL_FAILURE(PowerLossAtRandomPoints(points, o, &c, false));
-  ExpectOneSyncCovered(c, points);
+  PowerLossAtRandomPointsFormat3Grain4K(PointsV3(5000, 150), false);
 }
 
 TEST(CrashTest, PowerLossAtRandomPointsFormat2WhereDiscardKeepsBytes) {
