@@ -25,14 +25,19 @@
 // keeps the neighbours apart (two runs where one would not pack), so Insert
 // of a valid run still cannot fail.
 //
-// Why every run is valid: at run time a LUN maps AUs below its size, which
-// the pool bounds (LUN units <= 1024 x pool units <= 2^42), onto AUs of the
-// pool (kMaxPoolUnits = 2^32, meta.h); a run built from other runs (clone,
-// snapshot, rollback) covers a subrange of them, shifted to a destination the
-// caller checked. Recovery refuses with kCorruption any decoded run that
-// breaks the rule, before it reaches a map (ApplyRecord, DecodeState). Insert
-// checks the rule anyway and refuses, changing nothing: the handler runs
-// inside tcmu-runner and must never abort on what it was given.
+// Why every run is valid: at run time a LUN maps units (AUs; grains at
+// format 3) below its size onto units of the pool below max_phys. CreateLun
+// and ResizeLun bound the size by the pool's (LUN units <= 1024 x pool
+// units, lun_table.cc): below 2^42 at formats 1 and 2, whose pools hold at
+// most kMaxPoolUnits = 2^32 (meta.h); format 3 also by LunBlocksRule (at
+// most 2^48 blocks, so no more grains), and its max_phys is the pool's
+// grains. A run built from other runs (clone, snapshot, rollback) covers a
+// subrange of them, shifted to a destination the caller checked. Recovery
+// refuses with kCorruption any decoded run that breaks the rule, before it
+// reaches a map (ApplyRecord, DecodeState; format 3's replay checks
+// LunBlocksRule first, RecordLunBlocksRule). Insert checks the rule anyway
+// and refuses, changing nothing: the handler runs inside tcmu-runner and
+// must never abort on what it was given.
 //
 // Not thread-safe: the pool guards it with its metadata lock.
 #pragma once
