@@ -169,42 +169,64 @@ std::pair<double, double> SleepWakeCost(int handoffs) {
   return {cpu.load() / handoffs, wall / handoffs};
 }
 
+// What one run costs: the threads that run commands (or commit them) each
+// count their CPU and context switches with ThreadDone, and Figures turns
+// the run's totals into per-command figures.
+class RunMeter {
+ public:
+  RunMeter() : s0_(DefaultEnv()->sync_calls()), p0_(CpuClock(CLOCK_PROCESS_CPUTIME_ID)), t0_(Now()) {}
+  double start() const { return t0_; }
+  // A thread's state when it starts, handed back to ThreadDone when it ends.
+  struct ThreadStart {
+    double cpu = ThreadCpu();
+    std::pair<long, long> switches = ThreadSwitches();
+  };
+  void ThreadDone(const ThreadStart& t0) {
+    cpu_ns_ += static_cast<uint64_t>((ThreadCpu() - t0.cpu) * 1e9);
+    auto [v1, i1] = ThreadSwitches();
+    vol_ += v1 - t0.switches.first;
+    invol_ += i1 - t0.switches.second;
+  }
+  Fig Figures(uint64_t cmds) const {
+    Fig f;
+    f.cmds = cmds;
+    const double n = static_cast<double>(cmds);
+    f.cpu_per_cmd = static_cast<double>(cpu_ns_.load()) * 1e-9 / n;
+    f.proc_cpu_per_cmd = (CpuClock(CLOCK_PROCESS_CPUTIME_ID) - p0_) / n;
+    f.sleeps_per_cmd = static_cast<double>(vol_.load()) / n;
+    f.preempts_per_cmd = static_cast<double>(invol_.load()) / n;
+    f.sec_per_cmd = (Now() - t0_) / n;
+    f.syncs_per_cmd = static_cast<double>(DefaultEnv()->sync_calls() - s0_) / n;
+    return f;
+  }
+
+ private:
+  const uint64_t s0_;
+  const double p0_, t0_;
+  std::atomic<uint64_t> cpu_ns_{0};
+  std::atomic<long> vol_{0}, invol_{0};
+};
+
 // Runs op(0..n-1) on `depth` threads, each taking the next index when its
 // previous call returns (stopping early after RunBudget()); returns the cost
 // per command and syncs per command.
 Fig RunAtDepth(int depth, uint64_t n, const std::function<void(uint64_t)>& op) {
   std::atomic<uint64_t> next{0}, done{0};
-  std::atomic<uint64_t> cpu_ns{0};
-  std::atomic<long> vol{0}, invol{0};
-  uint64_t s0 = DefaultEnv()->sync_calls();
-  const double p0 = CpuClock(CLOCK_PROCESS_CPUTIME_ID);
-  double t0 = Now(), stop = t0 + RunBudget();
+  RunMeter m;
+  const double stop = m.start() + RunBudget();
   std::vector<std::thread> th;
   for (int q = 0; q < depth; q++)
     th.emplace_back([&] {
-      double c0 = ThreadCpu();
-      auto [v0, i0] = ThreadSwitches();
+      const RunMeter::ThreadStart t0;
       for (uint64_t i; (i = next.fetch_add(1)) < n;) {
         op(i);
         done++;
         if (Now() > stop) break;
       }
-      cpu_ns += static_cast<uint64_t>((ThreadCpu() - c0) * 1e9);
-      auto [v1, i1] = ThreadSwitches();
-      vol += v1 - v0;
-      invol += i1 - i0;
+      m.ThreadDone(t0);
     });
   for (auto& t : th) t.join();
-  Fig f;
-  f.cmds = done.load();
-  f.cpu_per_cmd = static_cast<double>(cpu_ns.load()) * 1e-9 / static_cast<double>(f.cmds);
-  f.proc_cpu_per_cmd = (CpuClock(CLOCK_PROCESS_CPUTIME_ID) - p0) / static_cast<double>(f.cmds);
-  f.sleeps_per_cmd = static_cast<double>(vol.load()) / static_cast<double>(f.cmds);
-  f.preempts_per_cmd = static_cast<double>(invol.load()) / static_cast<double>(f.cmds);
-  f.sec_per_cmd = (Now() - t0) / static_cast<double>(f.cmds);
-  f.syncs_per_cmd =
-      static_cast<double>(DefaultEnv()->sync_calls() - s0) / static_cast<double>(f.cmds);
-  return f;
+  return m.Figures(done.load());
 }
 
 // The same commands completed asynchronously, as a handler that returns
@@ -222,22 +244,12 @@ Fig RunAsyncAtDepth(Pool* pool, int depth, int workers, uint64_t n,
   std::condition_variable room, work;
   uint64_t started = 0, finished = 0, completed = 0;  // under mu
   bool stopping = false;
-  std::atomic<uint64_t> cpu_ns{0};
-  std::atomic<long> vol{0}, invol{0};
-  uint64_t s0 = DefaultEnv()->sync_calls();
-  const double p0 = CpuClock(CLOCK_PROCESS_CPUTIME_ID);
-  double t0 = Now(), stop = t0 + RunBudget();
-  auto account = [&](double c0, std::pair<long, long> sw0) {
-    cpu_ns += static_cast<uint64_t>((ThreadCpu() - c0) * 1e9);
-    auto [v1, i1] = ThreadSwitches();
-    vol += v1 - sw0.first;
-    invol += i1 - sw0.second;
-  };
+  RunMeter m;
+  const double stop = m.start() + RunBudget();
   std::vector<std::thread> th;
   for (int w = 0; w < workers; w++)
     th.emplace_back([&] {
-      double c0 = ThreadCpu();
-      auto sw0 = ThreadSwitches();
+      const RunMeter::ThreadStart t0;
       for (;;) {
         uint64_t i;
         {
@@ -253,11 +265,10 @@ Fig RunAsyncAtDepth(Pool* pool, int depth, int workers, uint64_t n,
         }
         work.notify_one();
       }
-      account(c0, sw0);
+      m.ThreadDone(t0);
     });
   std::thread flusher([&] {
-    double c0 = ThreadCpu();
-    auto sw0 = ThreadSwitches();
+    const RunMeter::ThreadStart t0;
     for (;;) {
       uint64_t covered;
       {
@@ -273,7 +284,7 @@ Fig RunAsyncAtDepth(Pool* pool, int depth, int workers, uint64_t n,
       }
       room.notify_all();
     }
-    account(c0, sw0);
+    m.ThreadDone(t0);
   });
   for (auto& t : th) t.join();
   {
@@ -282,16 +293,7 @@ Fig RunAsyncAtDepth(Pool* pool, int depth, int workers, uint64_t n,
   }
   work.notify_one();
   flusher.join();
-  Fig f;
-  f.cmds = completed;
-  f.cpu_per_cmd = static_cast<double>(cpu_ns.load()) * 1e-9 / static_cast<double>(f.cmds);
-  f.proc_cpu_per_cmd = (CpuClock(CLOCK_PROCESS_CPUTIME_ID) - p0) / static_cast<double>(f.cmds);
-  f.sleeps_per_cmd = static_cast<double>(vol.load()) / static_cast<double>(f.cmds);
-  f.preempts_per_cmd = static_cast<double>(invol.load()) / static_cast<double>(f.cmds);
-  f.sec_per_cmd = (Now() - t0) / static_cast<double>(f.cmds);
-  f.syncs_per_cmd =
-      static_cast<double>(DefaultEnv()->sync_calls() - s0) / static_cast<double>(f.cmds);
-  return f;
+  return m.Figures(completed);
 }
 
 struct Bench {
