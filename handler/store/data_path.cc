@@ -669,24 +669,6 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
       g.Lock();
     }
     grew = !fresh.empty();
-    // A freed grain reads as zeros only where the File's discard zeroes
-    // (File::DiscardZeroes); elsewhere zeros are written into the fresh
-    // grains before the record maps them. Outside the metadata lock, as any
-    // data: the range lock keeps [a0, a1) of the map as it is, as for a write.
-    if (!fresh.empty() && !file_->DiscardZeroes()) {
-      g.Unlock();
-      for (size_t i = 0; i < fresh.size() && s.ok();) {
-        size_t j = i + 1;
-        while (j < fresh.size() && fresh[j] == fresh[j - 1] + 1) j++;
-        s = ZeroFill(file_.get(), GrainOffset(fresh[i]), (j - i) * grain_);
-        i = j;
-      }
-      if (!s.ok()) {
-        Unreserve(fresh, true);
-        return s;
-      }
-      g.Lock();
-    }
     Record rec;
     rec.type = RecType::kMap;
     rec.lun = l->id;
@@ -700,6 +682,22 @@ Status Core::Allocate(LunState* l, uint64_t lba, uint64_t count, Durability d) {
         else
           rec.runs.push_back({h.lba + i, p, 1});
       }
+    // A freed grain reads as zeros only where the File's discard zeroes
+    // (File::DiscardZeroes); elsewhere zeros are written into the runs the
+    // record maps before it is appended. Outside the metadata lock, as any
+    // data: the range lock keeps [a0, a1) of the map as it is, as for a write.
+    if (!rec.runs.empty() && !file_->DiscardZeroes()) {
+      g.Unlock();
+      for (const Run& r : rec.runs) {
+        s = ZeroFill(file_.get(), GrainOffset(r.phys), r.len * grain_);
+        if (!s.ok()) break;
+      }
+      if (!s.ok()) {
+        Unreserve(fresh, true);
+        return s;
+      }
+      g.Lock();
+    }
     // These grains read as zeros only because they were punched (or zeros
     // written, above), and that may not be durable yet: like data, it must
     // reach the disk before the record mapping them (else a surviving record
