@@ -469,6 +469,14 @@ void BM_Baselines(benchmark::State& st) {
 }
 BENCHMARK(BM_Baselines)->Iterations(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// A durable row's costs a command, as Google Benchmark counters.
+void ReportCosts(benchmark::State& st, const Fig& f) {
+  st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
+  st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
+  st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
+  st.counters["proc_cpu_us_per_cmd"] = f.proc_cpu_per_cmd * 1e6;
+}
+
 // ------------------------------------------------------------ clone (XCOPY)
 
 void Clone(benchmark::State& st, uint64_t seg, int depth, Durability d) {
@@ -483,10 +491,7 @@ void Clone(benchmark::State& st, uint64_t seg, int depth, Durability d) {
     std::string key = "clone" + std::to_string(seg / kMiB) + "_qd" + std::to_string(depth) +
                       (d == Durability::kBuffered ? "_buffered" : "");
     g_fig[key] = f;
-    st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
-    st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
-    st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
-    st.counters["proc_cpu_us_per_cmd"] = f.proc_cpu_per_cmd * 1e6;
+    ReportCosts(st, f);
     st.counters["sleeps_per_cmd"] = f.sleeps_per_cmd;
   }
 }
@@ -503,10 +508,7 @@ void CloneAsync(benchmark::State& st, uint64_t seg, int workers) {
     });
     b.Drop(dst, name);
     g_fig["clone" + std::to_string(seg / kMiB) + "_async" + std::to_string(workers)] = f;
-    st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
-    st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
-    st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
-    st.counters["proc_cpu_us_per_cmd"] = f.proc_cpu_per_cmd * 1e6;
+    ReportCosts(st, f);
     st.counters["sleeps_per_cmd"] = f.sleeps_per_cmd;
   }
 }
@@ -528,10 +530,7 @@ void ZeroOrUnmap(benchmark::State& st, bool unmap, int depth, Durability d) {
     std::string key = std::string(unmap ? "unmap" : "zero") + "_qd" + std::to_string(depth) +
                       (d == Durability::kBuffered ? "_buffered" : "");
     g_fig[key] = f;
-    st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
-    st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
-    st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
-    st.counters["proc_cpu_us_per_cmd"] = f.proc_cpu_per_cmd * 1e6;
+    ReportCosts(st, f);
   }
 }
 
@@ -548,10 +547,7 @@ void ZeroOrUnmapAsync(benchmark::State& st, bool unmap, int workers) {
     Die(b.pool->Flush(), "flush");
     Die(b.zero->Allocate(0, n * kMiB / kBs, Durability::kDurable), "re-allocate");
     g_fig[std::string(unmap ? "unmap" : "zero") + "_async" + std::to_string(workers)] = f;
-    st.counters["us_per_cmd"] = f.sec_per_cmd * 1e6;
-    st.counters["syncs_per_cmd"] = f.syncs_per_cmd;
-    st.counters["cpu_us_per_cmd"] = f.cpu_per_cmd * 1e6;
-    st.counters["proc_cpu_us_per_cmd"] = f.proc_cpu_per_cmd * 1e6;
+    ReportCosts(st, f);
     st.counters["sleeps_per_cmd"] = f.sleeps_per_cmd;
   }
 }
