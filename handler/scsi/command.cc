@@ -8,9 +8,23 @@
 
 namespace cowstore::scsi {
 
-Command::Command(LogicalUnit& l, std::span<const uint8_t> c, std::span<const iovec> v)
-    : lu(l), cdb(c), iov(v) {
+Command::Command(LogicalUnit& l, std::span<const uint8_t> c, std::span<const iovec> v,
+                 DeferredCommit* d)
+    : lu(l), cdb(c), iov(v), deferred(d) {
   for (const iovec& e : iov) data_length += e.iov_len;
+}
+
+store::Durability Command::WriteDurability(bool fua, LogicalUnit& target) {
+  const store::Durability d = target.write_durability(fua);
+  if (d != store::Durability::kDurable || !deferred) return d;
+  deferred->Need(target.lun_ptr());
+  return store::Durability::kBuffered;
+}
+
+store::Status Command::FlushBeforeStatus(LogicalUnit& target) {
+  if (!deferred) return target.lun().Flush();
+  deferred->Need(target.lun_ptr());
+  return store::Status::Ok();
 }
 
 size_t Command::Gather(uint64_t offset, void* dst, size_t len) const {

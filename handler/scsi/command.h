@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "handler/scsi/command_result.h"
+#include "handler/scsi/deferred_commit.h"
 #include "handler/scsi/logical_unit.h"
 #include "handler/scsi/sense.h"
 #include "handler/store/pool.h"
@@ -22,8 +23,21 @@ struct Command {
   std::span<const uint8_t> cdb;  // exactly the opcode's CDB length
   std::span<const iovec> iov;
   uint64_t data_length = 0;      // total bytes of iov
+  // Non-null: the caller commits (deferred_commit.h), so what must be
+  // durable before the status goes in buffered and is recorded here.
+  DeferredCommit* deferred = nullptr;
 
-  Command(LogicalUnit& l, std::span<const uint8_t> c, std::span<const iovec> v);
+  Command(LogicalUnit& l, std::span<const uint8_t> c, std::span<const iovec> v,
+          DeferredCommit* d = nullptr);
+
+  // The durability a write to `target` asks of the store: kDurable with its
+  // write cache off or FUA set (LogicalUnit::write_durability), unless the
+  // caller commits: then kBuffered, with `target` recorded for the commit.
+  store::Durability WriteDurability(bool fua, LogicalUnit& target);
+  store::Durability WriteDurability(bool fua) { return WriteDurability(fua, lu); }
+  // Makes `target`'s buffered writes durable before the status goes back:
+  // its Flush now, or recorded for the caller's commit.
+  store::Status FlushBeforeStatus(LogicalUnit& target);
 
   // Copies up to `len` data-out bytes starting at `offset`; returns the count.
   size_t Gather(uint64_t offset, void* dst, size_t len) const;

@@ -25,7 +25,7 @@ CommandResult CompareAndWrite(Command& cmd) {
   std::vector<uint8_t> buf = cmd.GatherAll(2 * half);
   const bool fua = c[1] & 0x08;
   store::Status s = cmd.lu.lun().CompareAndWrite(lba, nlb, buf.data(), buf.data() + half,
-                                                 cmd.lu.write_durability(fua));
+                                                 cmd.WriteDurability(fua));
   auto& counters = cmd.lu.mutable_counters();
   counters.compare_and_writes.fetch_add(1, std::memory_order_relaxed);
   if (s.code() == store::Code::kMiscompare) {

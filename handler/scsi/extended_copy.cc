@@ -69,14 +69,15 @@ store::Status DataCopy(LogicalUnit& src, uint64_t src_lba, LogicalUnit& dst, uin
 
 // Segments are cloned/copied buffered; before GOOD (or the failure that
 // reports how far the copy got) every destination with WCE=0 is flushed
-// once, so a command of many segments costs one commit, not one per segment.
-store::Status FlushDestinations(const std::vector<LogicalUnit*>& touched) {
+// once, so a command of many segments costs one commit, not one per segment
+// (or, when the caller commits, recorded for its commit).
+store::Status FlushDestinations(Command& cmd, const std::vector<LogicalUnit*>& touched) {
   store::Status first;
   for (size_t i = 0; i < touched.size(); ++i) {
     LogicalUnit* lu = touched[i];
     if (std::find(touched.begin(), touched.begin() + i, lu) != touched.begin() + i) continue;
     if (lu->write_durability(false) != store::Durability::kDurable) continue;
-    store::Status s = lu->lun().Flush();
+    store::Status s = cmd.FlushBeforeStatus(*lu);
     if (!s.ok() && first.ok()) first = s;
   }
   return first;
@@ -142,7 +143,7 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, HeldCopy& held) {
         st = DataCopy(*r.src, s.source_lba, *r.dst, s.destination_lba, s.blocks);
       }
       if (!st.ok()) {
-        (void)FlushDestinations(touched);  // what was done is reported, so make it durable
+        (void)FlushDestinations(cmd, touched);  // what was done is reported, so make it durable
         return SegmentFailure(cmd.lu, st, i, s.offset);
       }
       touched.push_back(r.dst);
@@ -152,7 +153,7 @@ CommandResult RunCopy(Command& cmd, const XcopyParameters& x, HeldCopy& held) {
     }
     held.Progress(static_cast<uint16_t>(i + 1), bytes);
   }
-  store::Status fs = FlushDestinations(touched);
+  store::Status fs = FlushDestinations(cmd, touched);
   if (!fs.ok()) return SegmentFailure(cmd.lu, fs, plan.size() - 1, plan.back().seg->offset);
   return Good();
 }

@@ -141,6 +141,11 @@ store::Status LogicalUnit::Rollback(const std::string& snapshot) {
 }
 
 CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const iovec> data) {
+  return Execute(cdb, data, nullptr);
+}
+
+CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const iovec> data,
+                                   DeferredCommit* deferred) {
   counters_.commands.fetch_add(1, std::memory_order_relaxed);
   CommandResult r;
   try {
@@ -172,7 +177,7 @@ CommandResult LogicalUnit::Execute(std::span<const uint8_t> cdb, std::span<const
       if ((info->flags & kWritesMedium) && read_only()) {
         return CheckCondition(SenseKey::kDataProtect, asc::kWriteProtected);
       }
-      Command cmd(*this, full, data);
+      Command cmd(*this, full, data, deferred);
       return info->handler(cmd);
     }();
   } catch (abi::__forced_unwind&) {

@@ -44,6 +44,7 @@ namespace cowstore::scsi {
 
 class LunDirectory;
 class CopyListTable;
+class DeferredCommit;
 
 // Per-LUN configuration the adapter gathers from configfs and the cfgstring.
 struct LunConfig {
@@ -149,6 +150,14 @@ class LogicalUnit : public std::enable_shared_from_this<LogicalUnit> {
   // was not changed unless the command's semantics say otherwise (a failed
   // EXTENDED COPY keeps the segments it completed, as SPC-4 allows).
   CommandResult Execute(std::span<const uint8_t> cdb, std::span<const iovec> data);
+  // The same for a caller that makes the command durable itself (non-null
+  // `deferred`, deferred_commit.h): what must be durable before GOOD goes
+  // in buffered and the LUNs whose pools must commit are added to
+  // *deferred. The caller commits them (DeferredCommit::Commit) before it
+  // returns the status, and answers CommitFailure() instead of GOOD if that
+  // fails.
+  CommandResult Execute(std::span<const uint8_t> cdb, std::span<const iovec> data,
+                        DeferredCommit* deferred);
 
   // Rolls the LUN back to `snapshot` (store::Pool::RollbackLun) while no
   // command runs on this LU: commands in flight finish first, new ones wait,

@@ -163,7 +163,7 @@ CommandResult ModeSelect(Command& cmd) {
   }
   if (!wce && cmd.lu.write_cache_enabled()) {
     // Turning the cache off: what earlier GOODs left buffered becomes durable now.
-    store::Status s = cmd.lu.lun().Flush();
+    store::Status s = cmd.FlushBeforeStatus(cmd.lu);
     if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   }
   cmd.lu.set_write_cache_enabled(wce);

@@ -54,7 +54,7 @@ CommandResult WriteBlocks(Command& cmd) {
   const bool fua = cmd.cdb.size() > 6 && (r.flags & 0x08);
   std::vector<iovec> iov = cmd.Slice(0, bytes);
   store::Status s = cmd.lu.lun().Write(r.lba, r.count, std::span<const iovec>(iov),
-                                       cmd.lu.write_durability(fua));
+                                       cmd.WriteDurability(fua));
   if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   cmd.lu.mutable_counters().written_blocks.fetch_add(r.count, std::memory_order_relaxed);
   return Good();

@@ -12,7 +12,7 @@ CommandResult SynchronizeCache(Command& cmd) {
   const uint64_t count = r.count == 0 ? (r.lba <= cmd.block_count() ? cmd.block_count() - r.lba : 0)
                                       : r.count;
   if (!cmd.InRange(r.lba, count)) return LbaOutOfRange();
-  store::Status s = cmd.lu.lun().Flush();
+  store::Status s = cmd.FlushBeforeStatus(cmd.lu);
   if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   return Good();
 }

@@ -42,7 +42,7 @@ CommandResult Unmap(Command& cmd) {
   }
   // With several descriptors, each range goes in buffered and one flush
   // makes them all durable (WCE=0): one commit per command, not per range.
-  const store::Durability want = cmd.lu.write_durability(false);
+  const store::Durability want = cmd.WriteDurability(false);
   const store::Durability dur = ranges.size() > 1 ? store::Durability::kBuffered : want;
   for (const Range& r : ranges) {
     store::Status s = cmd.lu.lun().ZeroRange(r.lba, r.count, dur);

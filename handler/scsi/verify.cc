@@ -80,7 +80,7 @@ CommandResult WriteAndVerify(Command& cmd) {
   if (cmd.data_length < bytes) return InvalidFieldInCdb(r.count_offset);
   std::vector<iovec> iov = cmd.Slice(0, bytes);
   store::Status s = cmd.lu.lun().Write(r.lba, r.count, std::span<const iovec>(iov),
-                                       store::Durability::kDurable);
+                                       cmd.WriteDurability(/*fua=*/true));
   if (!s.ok()) return FromStoreStatus(cmd.lu, s, true);
   cmd.lu.mutable_counters().written_blocks.fetch_add(r.count, std::memory_order_relaxed);
   if (bytchk == 0) return Good();

@@ -39,7 +39,7 @@ CommandResult WriteSame(Command& cmd) {
     cmd.Gather(0, pattern.data(), bs);
   }
   const bool zeros = std::all_of(pattern.begin(), pattern.end(), [](uint8_t b) { return b == 0; });
-  const store::Durability d = cmd.lu.write_durability(false);
+  const store::Durability d = cmd.WriteDurability(false);
   auto& counters = cmd.lu.mutable_counters();
   if (zeros) {
     store::Status s = cmd.lu.lun().ZeroRange(r.lba, r.count, d);

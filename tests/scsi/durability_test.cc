@@ -12,30 +12,17 @@ namespace {
 
 constexpr uint64_t kAuBlocks = (1u << 20) / 512;
 
-class DurabilityTest : public ScsiTest {
+// Every case runs three ways (Route): blocking, with a deferred commit
+// made right after the command, and through a CommandPipeline.
+class DurabilityTest : public ScsiTest, public ::testing::WithParamInterface<Route> {
  protected:
-  // Power loss now: nothing more reaches the disk, unsynced sectors are
-  // dropped; then the pool is reopened and lu_ wraps the reopened lun0.
-  void CrashAndReopen() {
-    env_.CrashAfter(0);
-    extra_.clear();
-    lu_.reset();
-    (void)pool_->Close();
-    pool_.reset();
-    env_.PowerLoss(store::FaultInjectionEnv::Loss::kDropAll, 1);
-    auto pool = store::Pool::Open(&env_, "/pool0");
-    ASSERT_TRUE(pool.ok()) << pool.status().message();
-    pool_ = std::move(pool.value());
-    auto lun = pool_->OpenLun("lun0");
-    ASSERT_TRUE(lun.ok());
-    auto lu = LogicalUnit::Create(Config("5f3b0c2a-41d2-4e8b-9a1c-000000000001"), lun.value(),
-                                  &directory_);
-    ASSERT_TRUE(lu.ok());
-    lu_ = lu.value();
+  void SetUp() override {
+    ScsiTest::SetUp();
+    route_ = GetParam();
   }
 };
 
-TEST_F(DurabilityTest, WriteSurvivesPowerLossWithCacheOff) {
+TEST_P(DurabilityTest, WriteSurvivesPowerLossWithCacheOff) {
   ASSERT_TRUE(IsGood(Write(5, Pattern(4 * kBlock, 1))));
   CrashAndReopen();
   EXPECT_EQ(Read(5, 4), Pattern(4 * kBlock, 1));
@@ -43,14 +30,14 @@ TEST_F(DurabilityTest, WriteSurvivesPowerLossWithCacheOff) {
 
 // The harness really drops what was not made durable (so the tests above
 // prove something).
-TEST_F(DurabilityTest, BufferedWriteWithoutSyncIsLost) {
+TEST_P(DurabilityTest, BufferedWriteWithoutSyncIsLost) {
   lu_->set_write_cache_enabled(true);
   ASSERT_TRUE(IsGood(Write(30, Pattern(kBlock, 9))));
   CrashAndReopen();
   EXPECT_EQ(Read(30, 1), Bytes(kBlock, 0));
 }
 
-TEST_F(DurabilityTest, FuaAndSynchronizeCacheWithCacheOn) {
+TEST_P(DurabilityTest, FuaAndSynchronizeCacheWithCacheOn) {
   lu_->set_write_cache_enabled(true);
   ASSERT_TRUE(IsGood(Exec(Write10(9, 1, 0x08), Pattern(kBlock, 2))));  // FUA
   ASSERT_TRUE(IsGood(Write(20, Pattern(kBlock, 3))));
@@ -60,7 +47,14 @@ TEST_F(DurabilityTest, FuaAndSynchronizeCacheWithCacheOn) {
   EXPECT_EQ(Read(20, 1), Pattern(kBlock, 3));
 }
 
-TEST_F(DurabilityTest, CompareAndWriteSurvives) {
+TEST_P(DurabilityTest, WriteAndVerifySurvivesEvenWithTheCacheOn) {
+  lu_->set_write_cache_enabled(true);  // WRITE AND VERIFY is durable regardless
+  ASSERT_TRUE(IsGood(Exec(cdb::WriteAndVerify16(40, 2), Pattern(2 * kBlock, 6))));
+  CrashAndReopen();
+  EXPECT_EQ(Read(40, 2), Pattern(2 * kBlock, 6));
+}
+
+TEST_P(DurabilityTest, CompareAndWriteSurvives) {
   Bytes d(2 * kBlock, 0);
   d[kBlock] = 7;
   ASSERT_TRUE(IsGood(Exec(CompareAndWrite(3, 1), d)));
@@ -68,7 +62,7 @@ TEST_F(DurabilityTest, CompareAndWriteSurvives) {
   EXPECT_EQ(Read(3, 1)[0], 7);
 }
 
-TEST_F(DurabilityTest, MultiDescriptorUnmapSurvives) {
+TEST_P(DurabilityTest, MultiDescriptorUnmapSurvives) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(4 * kAuBlocks * kBlock, 3))));
   Bytes p = UnmapParams({{0, kAuBlocks}, {2 * kAuBlocks, kAuBlocks}, {kAuBlocks + 1, 3}});
   ASSERT_TRUE(IsGood(Exec(Unmap(static_cast<uint16_t>(p.size())), p)));
@@ -79,14 +73,14 @@ TEST_F(DurabilityTest, MultiDescriptorUnmapSurvives) {
   EXPECT_EQ(pool_->GetLun("lun0")->mapped_bytes, 2u << 20);
 }
 
-TEST_F(DurabilityTest, LongPatternWriteSameSurvives) {
+TEST_P(DurabilityTest, LongPatternWriteSameSurvives) {
   ASSERT_TRUE(IsGood(Exec(WriteSame16(0, 3 * kAuBlocks + 5), Pattern(kBlock, 4))));
   CrashAndReopen();
   EXPECT_EQ(Read(3 * kAuBlocks + 4, 1), Pattern(kBlock, 4));
   EXPECT_EQ(Read(0, 1), Pattern(kBlock, 4));
 }
 
-TEST_F(DurabilityTest, MultiSegmentExtendedCopySurvives) {
+TEST_P(DurabilityTest, MultiSegmentExtendedCopySurvives) {
   ASSERT_TRUE(IsGood(Write(0, Pattern(2 * kAuBlocks * kBlock, 5))));
   XcopyList l;
   l.cscds.push_back(IdentCscd(lu_->naa()));
@@ -101,7 +95,7 @@ TEST_F(DurabilityTest, MultiSegmentExtendedCopySurvives) {
   EXPECT_EQ(Read(20 * kAuBlocks + 1, 7), Bytes(src.begin() + 3 * kBlock, src.begin() + 10 * kBlock));
 }
 
-TEST_F(DurabilityTest, TurningCacheOffMakesEarlierWritesDurable) {
+TEST_P(DurabilityTest, TurningCacheOffMakesEarlierWritesDurable) {
   lu_->set_write_cache_enabled(true);
   ASSERT_TRUE(IsGood(Write(5, Pattern(4 * kBlock, 1))));
   Bytes page;
@@ -113,6 +107,10 @@ TEST_F(DurabilityTest, TurningCacheOffMakesEarlierWritesDurable) {
   CrashAndReopen();
   EXPECT_EQ(Read(5, 4), Pattern(4 * kBlock, 1));
 }
+
+INSTANTIATE_TEST_SUITE_P(Routes, DurabilityTest,
+                         ::testing::Values(Route::kBlocking, Route::kDeferred, Route::kPipeline),
+                         [](const ::testing::TestParamInfo<Route>& i) { return RouteName(i.param); });
 
 }  // namespace
 }  // namespace cowstore::scsi::testing

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "tests/scsi/scsi_test_util.h"
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 
 #include "handler/scsi/cdb.h"
 
@@ -66,6 +68,24 @@ void ScsiTest::SetUp() {
   ASSERT_NE(lu_, nullptr);
 }
 
+void ScsiTest::CrashAndReopen() {
+  env_.CrashAfter(0);
+  pipeline_.reset();
+  extra_.clear();
+  lu_.reset();
+  (void)pool_->Close();
+  pool_.reset();
+  env_.PowerLoss(store::FaultInjectionEnv::Loss::kDropAll, 1);
+  auto pool = store::Pool::Open(&env_, "/pool0");
+  ASSERT_TRUE(pool.ok()) << pool.status().message();
+  pool_ = std::move(pool.value());
+  auto lun = pool_->OpenLun("lun0");
+  ASSERT_TRUE(lun.ok());
+  auto lu = LogicalUnit::Create(Config("5f3b0c2a-41d2-4e8b-9a1c-000000000001"), lun.value(), &directory_);
+  ASSERT_TRUE(lu.ok());
+  lu_ = lu.value();
+}
+
 std::unique_ptr<store::Pool> ScsiTest::CreateGrainPool(const std::string& path) {
   store::PoolOptions o;
   o.size_bytes = 32ull << 20;  // the 16 MiB journal's and 16 MiB of data
@@ -86,6 +106,7 @@ void ScsiTest::CloseExtraPool(std::unique_ptr<store::Pool>* pool) {
 }
 
 void ScsiTest::TearDown() {
+  pipeline_.reset();  // answers anything still queued, before the LUs go
   extra_.clear();
   lu_.reset();
   if (pool_) {
@@ -115,18 +136,88 @@ std::shared_ptr<LogicalUnit> ScsiTest::AddLu(store::Pool& pool, const std::strin
   return lu.value();
 }
 
+const char* RouteName(Route r) {
+  switch (r) {
+    case Route::kBlocking:
+      return "Blocking";
+    case Route::kDeferred:
+      return "DeferredCommit";
+    case Route::kPipeline:
+      return "Pipeline";
+  }
+  return "?";
+}
+
+namespace {
+
+// One command handed to the fixture's pipeline, and its answer.
+struct Submitted {
+  LogicalUnit* lu = nullptr;
+  const Bytes* cdb = nullptr;
+  std::span<const iovec> data;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  CommandResult result;
+};
+
+}  // namespace
+
+CommandResult ScsiTest::Run(LogicalUnit& lu, const Bytes& cdb, std::span<const iovec> data) {
+  switch (route_) {
+    case Route::kBlocking:
+      return lu.Execute(cdb, data);
+    case Route::kDeferred: {
+      DeferredCommit deferred;
+      CommandResult r = lu.Execute(cdb, data, &deferred);
+      store::Status s = deferred.Commit();
+      return r.good() && !s.ok() ? CommitFailure(lu, s) : r;
+    }
+    case Route::kPipeline:
+      break;
+  }
+  if (!pipeline_) {
+    CommandPipeline::Callbacks cb;
+    cb.execute = [](void* tag, DeferredCommit* deferred) {
+      auto* c = static_cast<Submitted*>(tag);
+      return c->lu->Execute(*c->cdb, c->data, deferred);
+    };
+    cb.complete = [](std::span<const CommandPipeline::Finished> done) {
+      for (const auto& f : done) {
+        auto* c = static_cast<Submitted*>(f.tag);
+        std::lock_guard<std::mutex> g(c->mu);
+        c->result = f.result;
+        c->done = true;
+        c->cv.notify_all();
+      }
+    };
+    // The commands of this fixture all run on lu_'s pool or pools beside
+    // it; a failed commit is answered as lu_'s (counters only).
+    cb.commit_failure = [this](const store::Status& s) { return CommitFailure(*lu_, s); };
+    pipeline_ = std::make_unique<CommandPipeline>(2, std::move(cb));
+  }
+  Submitted c;
+  c.lu = &lu;
+  c.cdb = &cdb;
+  c.data = data;
+  EXPECT_TRUE(pipeline_->Submit(&c));
+  std::unique_lock<std::mutex> lk(c.mu);
+  c.cv.wait(lk, [&] { return c.done; });
+  return c.result;
+}
+
 CommandResult ScsiTest::Exec(LogicalUnit& lu, const Bytes& cdb, const Bytes& data_out) {
   Bytes copy = data_out;
   iovec v{copy.data(), copy.size()};
   std::span<const iovec> iov;
   if (!copy.empty()) iov = std::span<const iovec>(&v, 1);
-  return lu.Execute(cdb, iov);
+  return Run(lu, cdb, iov);
 }
 
 CommandResult ScsiTest::ExecIn(LogicalUnit& lu, const Bytes& cdb, size_t len, Bytes* out) {
   out->assign(len, 0xEE);
   iovec v{out->data(), out->size()};
-  CommandResult r = lu.Execute(cdb, std::span<const iovec>(&v, len ? 1 : 0));
+  CommandResult r = Run(lu, cdb, std::span<const iovec>(&v, len ? 1 : 0));
   out->resize(r.data_in_length);
   return r;
 }

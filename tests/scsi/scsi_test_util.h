@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "handler/scsi/command_pipeline.h"
 #include "handler/scsi/command_result.h"
 #include "handler/scsi/logical_unit.h"
 #include "handler/scsi/lun_directory.h"
@@ -64,6 +65,14 @@ struct Expect {
 ::testing::AssertionResult HasFieldPointer(const CommandResult& r, bool in_cdb, uint16_t byte,
                                            int bit = -1);
 
+// How the fixture's Exec/ExecIn run a command.
+enum class Route {
+  kBlocking,  // LogicalUnit::Execute: the command waits for its own commit
+  kDeferred,  // Execute with a DeferredCommit, then its Commit (deferred_commit.h)
+  kPipeline,  // through a CommandPipeline, answered once committed
+};
+const char* RouteName(Route r);
+
 class ScsiTest : public ::testing::Test {
  protected:
   static constexpr uint64_t kLunBytes = 64ull << 20;
@@ -79,6 +88,11 @@ class ScsiTest : public ::testing::Test {
 
   void SetUp() override;
   void TearDown() override;
+
+  // Power loss now: nothing more reaches the disk, unsynced sectors are
+  // dropped; then /pool0 is reopened and lu_ wraps the reopened lun0 (the
+  // LUs AddLu made beside it are dropped).
+  void CrashAndReopen();
 
   // A second pool in env_, format 3: shared at a 4 KiB grain under a
   // 64 KiB AU (cowctl pool create --allocation-unit 64K --grain 4K).
@@ -106,6 +120,12 @@ class ScsiTest : public ::testing::Test {
   CommandResult Write(LogicalUnit& lu, uint64_t lba, const Bytes& data);
   Bytes Read(uint64_t lba, uint32_t blocks) { return Read(*lu_, lba, blocks); }
   Bytes Read(LogicalUnit& lu, uint64_t lba, uint32_t blocks);
+
+  // Runs `cdb` on `lu` by route_ (data: the command's buffers).
+  CommandResult Run(LogicalUnit& lu, const Bytes& cdb, std::span<const iovec> data);
+
+  Route route_ = Route::kBlocking;
+  std::unique_ptr<CommandPipeline> pipeline_;  // for Route::kPipeline, made on first use
 
   store::FaultInjectionEnv env_;
   std::unique_ptr<store::Pool> pool_;
