@@ -45,6 +45,17 @@ bool Fail(std::string* reason, std::string msg) {
 
 }  // namespace
 
+bool AsksRunnerCommandTimeout(std::string_view raw) {
+  for (size_t pos = raw.find(kRunnerTimeout); pos != std::string_view::npos;
+       pos = raw.find(kRunnerTimeout, pos + 1)) {
+    const size_t from = pos + kRunnerTimeout.size();
+    const size_t end = raw.find(';', from);
+    const std::string value(raw.substr(from, end == std::string_view::npos ? std::string_view::npos : end - from));
+    if (std::atoi(value.c_str()) != 0) return true;
+  }
+  return false;
+}
+
 bool ParseCfgstring(std::string_view raw, LunSpec* spec, std::string* reason) {
   if (raw.size() > kMaxCfgstringLength) {
     return Fail(reason, "cfgstring is " + std::to_string(raw.size()) +

@@ -57,6 +57,13 @@ struct LunSpec {
 // *reason to a sentence saying what is wrong and how to write it instead.
 bool ParseCfgstring(std::string_view cfgstring, LunSpec* spec, std::string* reason);
 
+// Whether `cfgstring`, as the user wrote it, turns on tcmu-runner's own
+// per-command timeout (";tcmur_cmd_time_out=N" with N != 0 as the runner's
+// atoi() reads it). ParseCfgstring accepts the option (the runner strips it
+// before open); a handler that completes commands itself must refuse it
+// (handler/plugin/device_server.h).
+bool AsksRunnerCommandTimeout(std::string_view cfgstring);
+
 // The pool directory in effect: $COWSTORE_POOL_DIR if set and non-empty,
 // else kDefaultPoolDir. Trailing slashes removed.
 std::string PoolDirectory();

@@ -35,6 +35,7 @@
 
 #include "handler/common/cfgstring.h"
 #include "handler/scsi/command_result.h"
+#include "handler/scsi/deferred_commit.h"
 #include "handler/scsi/logical_unit.h"
 
 namespace cowstore::plugin {
@@ -82,8 +83,18 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   scsi::CommandResult Execute(std::span<const uint8_t> cdb, std::span<const iovec> data) {
+    return Execute(cdb, data, nullptr);
+  }
+  // The same with what must be durable before GOOD deferred to *deferred
+  // (null: not deferred), for a caller that commits (scsi::CommandPipeline).
+  scsi::CommandResult Execute(std::span<const uint8_t> cdb, std::span<const iovec> data,
+                              scsi::DeferredCommit* deferred) {
     std::call_once(identity_confirmed_, [this] { ConfirmIdentity(); });
-    return lu_->Execute(cdb, data);  // lu_ no longer changes (call_once orders it)
+    return lu_->Execute(cdb, data, deferred);  // lu_ no longer changes (call_once orders it)
+  }
+  // What a GOOD command whose deferred commit failed with `status` answers.
+  scsi::CommandResult CommitFailure(const store::Status& status) {
+    return scsi::CommitFailure(*logical_unit(), status);
   }
   // reconfig: a new configfs dev_size. Queues CAPACITY DATA HAS CHANGED.
   bool Resize(uint64_t new_size_bytes, std::string* reason, int* err);

@@ -2,12 +2,16 @@
 // handler_cowstore.so's entry points: the tcmu::Handler the daemon calls.
 //
 // Mode (docs/design/plugin.md): handle_cmd only (no read/write/flush
-// callouts, so the runner emulates nothing) with nr_threads worker threads
-// per device. tcmu-runner 1.5.4 then runs handle_cmd on those threads, and
-// handle_cmd executes the command to completion and returns its status; the
-// runner completes it. Returning TCMU_STS_ASYNC_HANDLED is not an option in
-// this mode: the worker completes the command with whatever handle_cmd
-// returned, so a later tcmur_cmd_complete would complete it twice.
+// callouts, so the runner emulates nothing). Two ways to answer commands
+// (device_server.h), chosen once per daemon by COWSTORE_COMPLETION:
+//   - async (default): nr_threads = 0, so the runner calls handle_cmd on the
+//     device's command thread; handle_cmd queues the command and returns
+//     TCMU_STS_ASYNC_HANDLED, and DeviceServer completes it through libtcmu
+//     once it is executed and durable (many commands share one commit);
+//   - sync: nr_threads workers per device call handle_cmd, which executes
+//     the command to completion and returns its status; the runner
+//     completes it. TCMU_STS_ASYNC_HANDLED is not an option there: the
+//     worker completes the command with whatever handle_cmd returned.
 //
 // Every entry point: no exception escapes (catch-all; abi::__forced_unwind
 // is re-thrown, as unwinding must finish), and thread cancellation is
@@ -28,19 +32,29 @@
 
 #include "handler/common/cfgstring.h"
 #include "handler/plugin/device.h"
+#include "handler/plugin/device_server.h"
 #include "handler/plugin/log.h"
 #include "handler/plugin/tcmu.h"
+#include "handler/plugin/tcmu_status.h"
 #include "handler/store/env.h"
 
 namespace cowstore::plugin {
 namespace {
 
-// ESXi keeps up to 32 EXTENDED COPYs in flight per device, and a synchronous
-// handle_cmd holds its worker through the commit's fdatasync, so this is the
-// largest group commit one LUN can form (docs/design/plugin.md, "How many
-// worker threads"; measured with bench/e2e/side-by-side.sh --only qd).
+// Synchronous: ESXi keeps up to 32 EXTENDED COPYs in flight per device, and
+// a synchronous handle_cmd holds its worker through the commit's fdatasync,
+// so this is the largest group commit one LUN can form (docs/design/plugin.md,
+// "How many worker threads"; measured with bench/e2e/side-by-side.sh --only qd).
 constexpr int kDefaultThreadsPerLun = 32;
+// Asynchronous: no worker waits for a commit, so a few keep the CPUs busy;
+// more only let reads that miss the page cache wait on the disk side by side.
+constexpr int kDefaultAsyncWorkersPerLun = 8;
 constexpr const char* kThreadsEnv = "COWSTORE_THREADS_PER_LUN";
+constexpr const char* kCompletionEnv = "COWSTORE_COMPLETION";
+
+// Set by handler_init, before any device opens: pipeline workers per device
+// in asynchronous mode, 0 in synchronous mode.
+int g_async_workers = kDefaultAsyncWorkersPerLun;
 
 class NoCancel {
  public:
@@ -60,64 +74,6 @@ char* CString(const std::string& s) {
   return p;
 }
 
-// The CDB length the kernel copied into the ring (its scsi_command_size):
-// by group code, variable-length CDBs by their ADDITIONAL CDB LENGTH.
-size_t CdbLength(const uint8_t* cdb) {
-  static constexpr uint8_t kByGroup[8] = {6, 10, 10, 12, 16, 12, 10, 10};
-  if (cdb[0] == 0x7f) return size_t{8} + cdb[7];
-  return kByGroup[cdb[0] >> 5];
-}
-
-// CHECK CONDITION / HARDWARE ERROR / INTERNAL TARGET FAILURE, fixed format.
-void SetInternalFailure(uint8_t* sense) {
-  std::memset(sense, 0, tcmu::kSenseBufferSize);
-  sense[0] = 0x70;
-  sense[2] = 0x04;
-  sense[7] = 10;
-  sense[12] = 0x44;
-}
-
-// Zeroes data-in bytes the command did not fill: tcmu-runner 1.5.4 cannot
-// report a residual, so the kernel returns the whole buffer, and its pages
-// may hold another command's data.
-void ZeroTail(const iovec* iov, size_t cnt, size_t filled) {
-  for (size_t i = 0; i < cnt; ++i) {
-    const size_t len = iov[i].iov_len;
-    if (filled >= len) {
-      filled -= len;
-      continue;
-    }
-    std::memset(static_cast<uint8_t*>(iov[i].iov_base) + filled, 0, len - filled);
-    filled = 0;
-  }
-}
-
-int ToTcmuStatus(const scsi::CommandResult& r, tcmu::LibCmd* cmd) {
-  switch (r.status) {
-    case scsi::ScsiStatus::kGood: {
-      if (r.data_in_length > 0) ZeroTail(cmd->iovec, cmd->iov_cnt, r.data_in_length);
-      return tcmu::kStsOk;
-    }
-    case scsi::ScsiStatus::kCheckCondition: {
-      std::memset(cmd->sense_buf, 0, tcmu::kSenseBufferSize);
-      const size_t n = std::min<size_t>(r.sense_length, tcmu::kSenseBufferSize);
-      if (n == 0) {
-        SetInternalFailure(cmd->sense_buf);
-      } else {
-        std::memcpy(cmd->sense_buf, r.sense.data(), n);
-      }
-      return tcmu::kStsPassthroughErr;  // "the handler has set up the sense"
-    }
-    case scsi::ScsiStatus::kTaskSetFull:
-      return tcmu::kStsNoResource;  // libtcmu: TASK SET FULL
-    case scsi::ScsiStatus::kBusy:
-    case scsi::ScsiStatus::kReservationConflict:  // the kernel owns reservations
-      return tcmu::kStsBusy;
-  }
-  SetInternalFailure(cmd->sense_buf);
-  return tcmu::kStsPassthroughErr;
-}
-
 // configfs wwn/vpd_unit_serial; "" when unset or unreadable.
 std::string UnitSerial(tcmu_device* dev) {
   std::string serial;
@@ -128,7 +84,7 @@ std::string UnitSerial(tcmu_device* dev) {
   return serial;
 }
 
-Device* DeviceOf(tcmu_device* dev) { return static_cast<Device*>(tcmur_dev_get_private(dev)); }
+DeviceServer* ServerOf(tcmu_device* dev) { return static_cast<DeviceServer*>(tcmur_dev_get_private(dev)); }
 
 bool CheckConfig(const char* cfgstring, char** reason) {
   NoCancel no_cancel;
@@ -137,6 +93,11 @@ bool CheckConfig(const char* cfgstring, char** reason) {
     std::string why;
     if (!cfgstring) {
       why = "no cfgstring given";
+    } else if (g_async_workers > 0 && common::AsksRunnerCommandTimeout(cfgstring)) {
+      // The runner would link every command into a list inside the memory
+      // libtcmu frees when we complete it (device_server.h).
+      why = "tcmur_cmd_time_out is not supported while cowstore completes commands asynchronously "
+            "(the default): remove the option, or start tcmu-runner with COWSTORE_COMPLETION=sync";
     } else if (common::ParseCfgstring(cfgstring, &spec, &why)) {
       // Catch the commonest mistake now rather than at open: a pool that is
       // not there. (Whether it opens is up to open: it may be in use.)
@@ -181,7 +142,7 @@ int Open(tcmu_device* dev, bool reopen) {
                                std::to_string(p.num_lbas) + " blocks of " +
                                std::to_string(p.block_size) + " bytes, unit serial " +
                                (p.unit_serial.empty() ? "not set yet" : p.unit_serial) + ")");
-    tcmur_dev_set_private(dev, device.release());
+    tcmur_dev_set_private(dev, new DeviceServer(dev, std::move(device), g_async_workers));
     return 0;
   } catch (abi::__forced_unwind&) {
     throw;
@@ -197,10 +158,10 @@ int Open(tcmu_device* dev, bool reopen) {
 void Close(tcmu_device* dev) {
   NoCancel no_cancel;
   try {
-    std::unique_ptr<Device> device(DeviceOf(dev));
+    std::unique_ptr<DeviceServer> server(ServerOf(dev));
     tcmur_dev_set_private(dev, nullptr);
-    if (device) COWSTORE_LOG_INFO(dev, "closing " + common::FormatCfgstring(device->spec()));
-    device.reset();
+    if (server) COWSTORE_LOG_INFO(dev, "closing " + common::FormatCfgstring(server->device().spec()));
+    server.reset();  // completes every command still queued, then closes the LUN
   } catch (abi::__forced_unwind&) {
     throw;
   } catch (...) {
@@ -211,8 +172,9 @@ void Close(tcmu_device* dev) {
 int Reconfig(tcmu_device* dev, tcmu::CfgInfo* cfg) {
   NoCancel no_cancel;
   try {
-    Device* device = DeviceOf(dev);
-    if (!device || !cfg) return -EINVAL;
+    DeviceServer* server = ServerOf(dev);
+    if (!server || !cfg) return -EINVAL;
+    Device* device = &server->device();
     switch (cfg->type) {
       case tcmu::kCfgDevSize: {
         std::string reason;
@@ -251,25 +213,29 @@ int Reconfig(tcmu_device* dev, tcmu::CfgInfo* cfg) {
 int HandleCmd(tcmu_device* dev, tcmu::RunnerCmd* rcmd) {
   NoCancel no_cancel;
   tcmu::LibCmd* cmd = rcmd ? rcmd->lib_cmd : nullptr;
-  if (!cmd) return tcmu::kStsHwErr;  // nothing to put sense into
+  if (!cmd) return tcmu::kStsHwErr;  // nothing to put sense into (the runner never does this)
+  DeviceServer* server = ServerOf(dev);
+  if (server ? server->asynchronous() : g_async_workers > 0) {
+    // Never anything but ASYNC_HANDLED here: the runner would complete any
+    // other value itself, racing our completions (device_server.h).
+    if (server) {
+      server->Submit(cmd);  // noexcept; answers the command itself if it cannot queue it
+    } else {
+      // No device (never after a successful open): no completion of ours
+      // can race this one.
+      SetInternalFailure(cmd->sense_buf);
+      tcmulib_command_complete(dev, cmd, tcmu::kStsPassthroughErr);
+      tcmulib_processing_complete(dev);
+    }
+    return tcmu::kStsAsyncHandled;
+  }
   try {
-    Device* device = DeviceOf(dev);
-    if (!device || !cmd->cdb || (cmd->iov_cnt > 0 && !cmd->iovec)) {
-      COWSTORE_LOG_ERROR(dev, "command without device, CDB or buffers");
+    if (!server) {
+      COWSTORE_LOG_ERROR(dev, "command without device");
       SetInternalFailure(cmd->sense_buf);
       return tcmu::kStsPassthroughErr;
     }
-    const std::span<const uint8_t> cdb(cmd->cdb, CdbLength(cmd->cdb));
-    const std::span<const iovec> data(cmd->iovec, cmd->iov_cnt);
-    const scsi::CommandResult result = device->Execute(cdb, data);
-    if (!result.good() && tcmu_get_log_level() >= tcmu::kLogDebug) {
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "CDB 0x%02x: status 0x%02x sense %x/%02x/%02x", cdb[0],
-                    static_cast<unsigned>(result.status), result.sense[2] & 0x0f,
-                    result.sense[12], result.sense[13]);
-      COWSTORE_LOG_DEBUG(dev, buf);
-    }
-    return ToTcmuStatus(result, cmd);
+    return server->Run(cmd);
   } catch (abi::__forced_unwind&) {
     throw;
   } catch (...) {
@@ -278,18 +244,27 @@ int HandleCmd(tcmu_device* dev, tcmu::RunnerCmd* rcmd) {
   }
 }
 
-int ThreadsPerLun() {
+int ThreadsPerLun(int fallback) {
   const char* env = std::getenv(kThreadsEnv);
-  if (!env || !*env) return kDefaultThreadsPerLun;
+  if (!env || !*env) return fallback;
   char* end = nullptr;
   const long n = std::strtol(env, &end, 10);
   if (*end != '\0' || n < 1 || n > 256) {
     COWSTORE_LOG_WARN(nullptr, std::string(kThreadsEnv) + "='" + env +
-                                   "' is not a number from 1 to 256; using " +
-                                   std::to_string(kDefaultThreadsPerLun));
-    return kDefaultThreadsPerLun;
+                                   "' is not a number from 1 to 256; using " + std::to_string(fallback));
+    return fallback;
   }
   return static_cast<int>(n);
+}
+
+// COWSTORE_COMPLETION: "async" (or unset) or "sync".
+bool AsynchronousCompletion() {
+  const char* env = std::getenv(kCompletionEnv);
+  if (!env || !*env || std::strcmp(env, "async") == 0) return true;
+  if (std::strcmp(env, "sync") == 0) return false;
+  COWSTORE_LOG_WARN(nullptr, std::string(kCompletionEnv) + "='" + env +
+                                 "' is neither 'async' nor 'sync'; using async");
+  return true;
 }
 
 constexpr const char kCfgDesc[] =
@@ -308,7 +283,7 @@ tcmu::Handler g_handler = [] {
   h.reconfig = Reconfig;
   h.open = Open;
   h.close = Close;
-  h.nr_threads = kDefaultThreadsPerLun;
+  h.nr_threads = 0;  // asynchronous completion; handler_init decides
   h.handle_cmd = HandleCmd;
   // read/write/flush and the other callouts stay null: handle_cmd-only mode.
   return h;
@@ -321,7 +296,13 @@ extern "C" int handler_init(void) {
   using namespace cowstore::plugin;
   NoCancel no_cancel;
   try {
-    g_handler.nr_threads = ThreadsPerLun();
+    if (AsynchronousCompletion()) {
+      g_async_workers = ThreadsPerLun(kDefaultAsyncWorkersPerLun);
+      g_handler.nr_threads = 0;
+    } else {
+      g_async_workers = 0;
+      g_handler.nr_threads = ThreadsPerLun(kDefaultThreadsPerLun);
+    }
     return tcmur_register_handler(&g_handler);
   } catch (abi::__forced_unwind&) {
     throw;

@@ -37,9 +37,21 @@ TEST_F(CheckConfigTest, AcceptsOptionsInEitherSeparatorStyle) {
   ExpectAccepted("cowstore/tank/vm_1.a-b:wce=1");
 }
 
-TEST_F(CheckConfigTest, IgnoresTheRunnersOwnTimeoutOption) {
-  ExpectAccepted("cowstore/tank/vm1;tcmur_cmd_time_out=30");
-  ExpectAccepted("cowstore/tank/vm1:copy_group=esx;tcmur_cmd_time_out=30");
+// The runner's own per-command timeout: the runner strips it before open.
+// With asynchronous completion (nr_threads 0) it would link every command
+// into a list inside memory libtcmu frees when the handler completes the
+// command, so only a timeout of 0 (off) is accepted then.
+TEST_F(CheckConfigTest, TheRunnersOwnTimeoutOptionOnlyWhereItIsSafe) {
+  ExpectAccepted("cowstore/tank/vm1;tcmur_cmd_time_out=0");
+  if (handler().nr_threads > 0) {
+    ExpectAccepted("cowstore/tank/vm1;tcmur_cmd_time_out=30");
+    ExpectAccepted("cowstore/tank/vm1:copy_group=esx;tcmur_cmd_time_out=30");
+    return;
+  }
+  ExpectRejected("cowstore/tank/vm1;tcmur_cmd_time_out=30", "tcmur_cmd_time_out is not supported");
+  ExpectRejected("cowstore/tank/vm1:copy_group=esx;tcmur_cmd_time_out=30", "COWSTORE_COMPLETION=sync");
+  ExpectRejected("cowstore/tank/vm1;tcmur_cmd_time_out=-1;wce=1", "tcmur_cmd_time_out");  // atoi: -1, on
+  ExpectAccepted("cowstore/tank/vm1;tcmur_cmd_time_out=x");  // atoi: 0, off
 }
 
 TEST_F(CheckConfigTest, RejectsOtherSubtype) {

@@ -3,10 +3,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 namespace fake {
 
@@ -72,24 +75,16 @@ Outcome Runner::Execute(tcmu_device* dev, const std::vector<uint8_t>& cdb,
 
 Outcome Runner::ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, iovec* iov,
                            size_t iov_cnt) {
-  // libtcmu hands out a malloc()ed tcmulib_cmd whose CDB points into the
-  // ring; the sense buffer is not cleared.
-  std::vector<uint8_t> ring_cdb(cdb);
-  ring_cdb.resize(std::max<size_t>(cdb.size(), 16) + 256, 0xEE);
-  tcmu::LibCmd cmd{};
-  cmd.cmd_id = 1;
-  cmd.cdb = ring_cdb.data();
-  cmd.iovec = iov;
-  cmd.iov_cnt = iov_cnt;
-  std::memset(cmd.sense_buf, 0xCC, sizeof cmd.sense_buf);
-  tcmu::RunnerCmd rcmd{};
-  rcmd.lib_cmd = &cmd;
-  cmd.hm_private = &rcmd;
+  return Finish(Start(dev, cdb, iov, iov_cnt));
+}
 
+namespace {
+
+// libtcmu's tcmu_sts_to_scsi() for the codes a handler may return.
+Outcome Translate(int sts, const uint8_t* sense_buf) {
   Outcome out;
-  out.tcmu_status = handler_->handle_cmd(dev, &rcmd);
-  // libtcmu's tcmu_sts_to_scsi() for the codes a handler may return.
-  switch (out.tcmu_status) {
+  out.tcmu_status = sts;
+  switch (sts) {
     case tcmu::kStsOk:
       out.scsi_status = 0x00;
       return out;
@@ -101,22 +96,109 @@ Outcome Runner::ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, io
       out.scsi_status = 0x08;
       return out;
     case tcmu::kStsPassthroughErr:
+      std::memcpy(out.sense.data(), sense_buf, out.sense.size());
       break;
     case tcmu::kStsHwErr:
-      std::memset(cmd.sense_buf, 0, sizeof cmd.sense_buf);
-      cmd.sense_buf[0] = 0x70;
-      cmd.sense_buf[2] = 0x04;
-      cmd.sense_buf[7] = 0x0a;
-      cmd.sense_buf[12] = 0x44;
+      out.sense[0] = 0x70;
+      out.sense[2] = 0x04;
+      out.sense[7] = 0x0a;
+      out.sense[12] = 0x44;
       break;
     default:
-      // ASYNC_HANDLED and friends: not acceptable from this handler.
+      // ASYNC_HANDLED and friends: not acceptable as a final status.
       out.scsi_status = 0xFF;
       return out;
   }
   out.scsi_status = 0x02;
-  std::memcpy(out.sense.data(), cmd.sense_buf, sizeof cmd.sense_buf);
   return out;
+}
+
+}  // namespace
+
+std::shared_ptr<InFlight> Runner::Start(tcmu_device* dev, const std::vector<uint8_t>& cdb, iovec* iov,
+                                        size_t iov_cnt, const std::function<void(tcmu::LibCmd*)>& tweak) {
+  // libtcmu hands out one malloc()ed block: the tcmulib_cmd, then the
+  // runner's tcmur_cmd (hm_private); its CDB points into the ring; the
+  // sense buffer is not cleared. tcmulib_command_complete frees the block.
+  auto c = std::make_shared<InFlight>();
+  c->ring_cdb = cdb;
+  c->ring_cdb.resize(std::max<size_t>(cdb.size(), 16) + 256, 0xEE);
+  void* block = std::malloc(sizeof(tcmu::LibCmd) + sizeof(tcmu::RunnerCmd));
+  if (!block) std::abort();
+  auto* cmd = new (block) tcmu::LibCmd{};
+  auto* rcmd = new (static_cast<char*>(block) + sizeof(tcmu::LibCmd)) tcmu::RunnerCmd{};
+  cmd->cmd_id = 1;
+  cmd->cdb = c->ring_cdb.data();
+  cmd->iovec = iov;
+  cmd->iov_cnt = iov_cnt;
+  std::memset(cmd->sense_buf, 0xCC, sizeof cmd->sense_buf);
+  rcmd->lib_cmd = cmd;
+  cmd->hm_private = rcmd;
+  c->cmd = cmd;
+  if (tweak) tweak(cmd);
+  const bool async = handler_->nr_threads == 0;
+  if (async) {
+    std::lock_guard<std::mutex> g(done_mu_);
+    in_flight_[cmd] = c;
+  }
+  c->returned = handler_->handle_cmd(dev, rcmd);
+  if (!async) {
+    // The runner's worker completes the command with what handle_cmd returned.
+    c->outcome = Translate(c->returned, cmd->sense_buf);
+    c->done = true;
+    std::free(block);
+    c->cmd = nullptr;
+  } else if (c->returned != tcmu::kStsAsyncHandled) {
+    // tcmu-runner would complete it now, racing the handler's own completion.
+    std::lock_guard<std::mutex> g(done_mu_);
+    c->outcome.tcmu_status = c->returned;
+    c->outcome.scsi_status = 0xFF;
+    c->done = true;
+  }
+  return c;
+}
+
+bool Runner::Completed(const std::shared_ptr<InFlight>& c) {
+  std::lock_guard<std::mutex> g(done_mu_);
+  return c->done;
+}
+
+Outcome Runner::Finish(const std::shared_ptr<InFlight>& c) {
+  std::unique_lock<std::mutex> lk(done_mu_);
+  if (!done_cv_.wait_for(lk, std::chrono::seconds(120), [&] { return c->done; })) {
+    Outcome never;
+    never.tcmu_status = c->returned;
+    never.scsi_status = 0xFE;
+    return never;
+  }
+  return c->outcome;
+}
+
+void Runner::LibComplete(tcmu_device* dev, tcmu::LibCmd* cmd, int result) {
+  ++lib_completions;
+  if (dev->completing.fetch_add(1) != 0) ++overlapping_completions;
+  std::shared_ptr<InFlight> c;
+  {
+    std::lock_guard<std::mutex> g(done_mu_);
+    auto it = in_flight_.find(cmd);
+    if (it == in_flight_.end()) {
+      ++bad_completions;
+      dev->completing.fetch_sub(1);
+      return;  // not ours to free: freeing it again would be the double free libtcmu does
+    }
+    c = it->second;
+    in_flight_.erase(it);
+  }
+  Outcome out = Translate(result, cmd->sense_buf);
+  std::free(cmd);  // as libtcmu: the handler must not touch it any more
+  dev->completing.fetch_sub(1);
+  {
+    std::lock_guard<std::mutex> g(done_mu_);
+    c->cmd = nullptr;
+    c->outcome = out;
+    c->done = true;
+  }
+  done_cv_.notify_all();
 }
 
 void Runner::AddLog(int level, const tcmu_device* dev, std::string text) {
@@ -179,6 +261,11 @@ int tcmur_register_handler(tcmu::Handler* handler) {
 }
 
 void tcmur_cmd_complete(struct tcmu_device*, void*, int) { ++fake::Runner::Get().async_completions; }
+
+void tcmulib_command_complete(struct tcmu_device* dev, tcmu::LibCmd* cmd, int result) {
+  fake::Runner::Get().LibComplete(dev, cmd, result);
+}
+void tcmulib_processing_complete(struct tcmu_device*) { ++fake::Runner::Get().processing_completes; }
 
 void tcmur_dev_set_private(struct tcmu_device* dev, void* priv) { dev->tcmur_private = priv; }
 void* tcmur_dev_get_private(struct tcmu_device* dev) { return dev->tcmur_private; }

@@ -8,9 +8,13 @@
 // tcmu_cfgfs_dev_get_wwn, tcmu_*_message logging). It dlopen()s the built
 // plugin with RTLD_NOW|RTLD_LOCAL and calls handler_init exactly as
 // tcmu-runner 1.5.4's main.c does, then drives the registered handler the
-// way the runner drives a handle_cmd-only handler: handle_cmd on a worker
-// thread, the returned TCMU_STS turned into SAM status and sense the way
-// libtcmu's tcmulib_command_complete does.
+// way the runner drives a handle_cmd-only handler: with nr_threads > 0,
+// handle_cmd on a worker thread and the returned TCMU_STS turned into SAM
+// status and sense the way libtcmu's tcmulib_command_complete does; with
+// nr_threads == 0 (the plugin's asynchronous mode), handle_cmd must return
+// TCMU_STS_ASYNC_HANDLED and the command's outcome is what the plugin later
+// passes to tcmulib_command_complete, which frees the command as libtcmu's
+// does (so ASan sees any use after completion).
 //
 // The real libtcmu.so.2 is not used: its device getters work on its private
 // struct tcmu_device, which only the kernel netlink path fills in.
@@ -20,7 +24,11 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -40,6 +48,7 @@ struct tcmu_device {
   std::optional<std::string> wwn;    // vpd_unit_serial; nullopt: not readable
   void* tcmur_private = nullptr;     // tcmur_dev_set/get_private
   std::atomic<int> size_updates{0};  // tcmur_dev_update_size calls
+  std::atomic<int> completing{0};    // tcmulib_command_complete calls running for it
 };
 
 namespace fake {
@@ -53,12 +62,21 @@ struct LogLine {
 
 // What the initiator would see.
 struct Outcome {
-  int tcmu_status = 0;  // what handle_cmd returned
+  int tcmu_status = 0;  // what handle_cmd returned, or in asynchronous mode what it completed with
   uint8_t scsi_status = 0;
   std::array<uint8_t, tcmu::kSenseBufferSize> sense{};
   uint8_t sense_key() const { return sense[2] & 0x0f; }
   uint8_t asc() const { return sense[12]; }
   uint8_t ascq() const { return sense[13]; }
+};
+
+// A command handed to the handler and not yet seen completed.
+struct InFlight {
+  std::vector<uint8_t> ring_cdb;  // what cmd->cdb points into
+  tcmu::LibCmd* cmd = nullptr;    // malloc()ed with its RunnerCmd; freed at completion
+  int returned = 0;               // handle_cmd's return value
+  bool done = false;              // guarded by the runner's completion mutex
+  Outcome outcome;
 };
 
 class Runner {
@@ -82,6 +100,16 @@ class Runner {
   // (data-out or data-in); may be empty.
   Outcome Execute(tcmu_device* dev, const std::vector<uint8_t>& cdb, std::vector<uint8_t>* data);
   Outcome ExecuteIov(tcmu_device* dev, const std::vector<uint8_t>& cdb, iovec* iov, size_t iov_cnt);
+  // The same in two halves, so that several commands can be in flight from
+  // one thread: Start hands the command to handle_cmd, Finish waits for its
+  // completion (at most 120 s: scsi_status 0xFE if it never came).
+  // `tweak`, if given, may change the command before handle_cmd sees it.
+  std::shared_ptr<InFlight> Start(tcmu_device* dev, const std::vector<uint8_t>& cdb, iovec* iov,
+                                  size_t iov_cnt,
+                                  const std::function<void(tcmu::LibCmd*)>& tweak = nullptr);
+  Outcome Finish(const std::shared_ptr<InFlight>& c);
+  // Whether `c` has completed (without waiting).
+  bool Completed(const std::shared_ptr<InFlight>& c);
 
   std::vector<LogLine> logs() const;
   void ClearLogs();
@@ -91,6 +119,13 @@ class Runner {
   // causes (tests assert they stay zero).
   std::atomic<int> async_completions{0};  // tcmur_cmd_complete
   std::atomic<int> notifications{0};      // tcmu_notify_*
+  // libtcmu's completion calls (asynchronous mode).
+  std::atomic<int> lib_completions{0};       // tcmulib_command_complete
+  std::atomic<int> bad_completions{0};       // ... of a command not in flight (twice, or never given)
+  std::atomic<int> overlapping_completions{0};  // ... while another was running for the same device
+  std::atomic<int> processing_completes{0};  // tcmulib_processing_complete
+  // Internal: tcmulib_command_complete.
+  void LibComplete(tcmu_device* dev, tcmu::LibCmd* cmd, int result);
 
   // Internal (the exported C functions).
   void Register(tcmu::Handler* h);
@@ -103,6 +138,9 @@ class Runner {
   int registrations_ = 0;
   mutable std::mutex log_mu_;
   std::vector<LogLine> logs_;
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  std::map<tcmu::LibCmd*, std::shared_ptr<InFlight>> in_flight_;  // guarded by done_mu_
 };
 
 // Path of the plugin under test (compile definition from CMake).

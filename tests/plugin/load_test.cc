@@ -6,7 +6,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/plugin/plugin_test_util.h"
 
@@ -38,7 +41,7 @@ TEST_F(LoadTest, SubtypeIsCowstoreAndUsableAsDbusObjectName) {
   EXPECT_NE(std::string(handler().cfg_desc).find("cowstore/<pool>/<lun>"), std::string::npos);
 }
 
-TEST_F(LoadTest, HandleCmdOnlyModeWithWorkerThreads) {
+TEST_F(LoadTest, HandleCmdOnlyMode) {
   tcmu::Handler& h = handler();
   EXPECT_NE(h.handle_cmd, nullptr);
   EXPECT_NE(h.open, nullptr);
@@ -51,12 +54,43 @@ TEST_F(LoadTest, HandleCmdOnlyModeWithWorkerThreads) {
   ASSERT_GE(sizeof(h), 200u);
   const auto* bytes = reinterpret_cast<const unsigned char*>(&h);
   for (size_t i = 80; i < sizeof(h); ++i) EXPECT_EQ(bytes[i], 0) << "byte " << i;
-  // handle_cmd runs synchronously on the runner's per-device workers.
-  EXPECT_GE(h.nr_threads, 1);
+  // Asynchronous completion by default: handle_cmd runs on the device's
+  // command thread (nr_threads 0) and completes commands through libtcmu.
+  if (!std::getenv("COWSTORE_COMPLETION")) {
+    EXPECT_EQ(h.nr_threads, 0);
+  }
 }
 
-TEST_F(LoadTest, ThreadsPerLunFollowsTheEnvironmentWithinLimits) {
-  const int before = handler().nr_threads;
+// Restores COWSTORE_COMPLETION and COWSTORE_THREADS_PER_LUN as the test
+// found them, and the handler as handler_init then sets it up.
+class ModeEnvironment {
+ public:
+  ModeEnvironment() {
+    for (const char* name : {"COWSTORE_COMPLETION", "COWSTORE_THREADS_PER_LUN"}) {
+      const char* v = std::getenv(name);
+      saved_.emplace_back(name, v ? std::optional<std::string>(v) : std::nullopt);
+    }
+  }
+  ~ModeEnvironment() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        unsetenv(name.c_str());
+      }
+    }
+    EXPECT_EQ(fake::Runner::Get().InitAgain(), 0);
+  }
+  ModeEnvironment(const ModeEnvironment&) = delete;
+  ModeEnvironment& operator=(const ModeEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST_F(LoadTest, SyncModeThreadsPerLunFollowTheEnvironmentWithinLimits) {
+  ModeEnvironment restore;
+  setenv("COWSTORE_COMPLETION", "sync", 1);
   setenv("COWSTORE_THREADS_PER_LUN", "4", 1);
   ASSERT_EQ(runner().InitAgain(), 0);
   EXPECT_EQ(handler().nr_threads, 4);
@@ -69,7 +103,22 @@ TEST_F(LoadTest, ThreadsPerLunFollowsTheEnvironmentWithinLimits) {
   EXPECT_EQ(handler().nr_threads, 32);
   unsetenv("COWSTORE_THREADS_PER_LUN");
   ASSERT_EQ(runner().InitAgain(), 0);
-  EXPECT_EQ(handler().nr_threads, before);
+  EXPECT_EQ(handler().nr_threads, 32);
+}
+
+TEST_F(LoadTest, AsyncModeAsksTheRunnerForNoWorkers) {
+  ModeEnvironment restore;
+  for (const char* mode : {"async", ""}) {
+    setenv("COWSTORE_COMPLETION", mode, 1);
+    setenv("COWSTORE_THREADS_PER_LUN", "4", 1);  // our pipeline's workers, not the runner's
+    ASSERT_EQ(runner().InitAgain(), 0);
+    EXPECT_EQ(handler().nr_threads, 0) << "COWSTORE_COMPLETION='" << mode << "'";
+  }
+  runner().ClearLogs();
+  setenv("COWSTORE_COMPLETION", "fast", 1);
+  ASSERT_EQ(runner().InitAgain(), 0);
+  EXPECT_EQ(handler().nr_threads, 0);
+  EXPECT_TRUE(runner().LogContains("COWSTORE_COMPLETION='fast' is neither 'async' nor 'sync'"));
 }
 
 TEST_F(LoadTest, ExportsOnlyHandlerInit) {

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
@@ -54,23 +55,26 @@ TEST_F(RobustnessTest, RandomCdbsWithRandomBuffersNeverCrash) {
 }
 
 TEST_F(RobustnessTest, MissingPiecesOfACommandGiveCheckConditionNotACrash) {
-  tcmu::LibCmd cmd{};
-  tcmu::RunnerCmd rcmd{};
-  rcmd.lib_cmd = &cmd;
   // No CDB.
-  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);
-  EXPECT_EQ(cmd.sense_buf[2] & 0x0f, 0x4);
-  EXPECT_EQ(cmd.sense_buf[12], 0x44);
+  fake::Outcome o = runner().Finish(
+      runner().Start(dev_, Tur(), nullptr, 0, [](tcmu::LibCmd* cmd) { cmd->cdb = nullptr; }));
+  EXPECT_EQ(o.scsi_status, 0x02);
+  EXPECT_EQ(o.sense_key(), 0x4);
+  EXPECT_EQ(o.asc(), 0x44);
   // Buffers announced but absent, for a READ(10) of one block (a well-formed
   // CDB: only the buffers are missing).
-  Bytes cdb = Read10(0, 1);
-  cmd.cdb = cdb.data();
-  cmd.iov_cnt = 3;
-  cmd.iovec = nullptr;
-  EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsPassthroughErr);
-  // No tcmulib_cmd at all: nowhere to put sense.
+  o = runner().Finish(runner().Start(dev_, Read10(0, 1), nullptr, 0, [](tcmu::LibCmd* cmd) {
+    cmd->iov_cnt = 3;
+    cmd->iovec = nullptr;
+  }));
+  EXPECT_EQ(o.scsi_status, 0x02);
+  EXPECT_EQ(o.sense_key(), 0x4);
+  // No tcmulib_cmd at all: nowhere to put sense, nothing to complete (the
+  // runner never does this).
+  tcmu::RunnerCmd rcmd{};
   rcmd.lib_cmd = nullptr;
   EXPECT_EQ(handler().handle_cmd(dev_, &rcmd), tcmu::kStsHwErr);
+  EXPECT_EQ(runner().bad_completions.load(), 0);
 }
 
 TEST_F(RobustnessTest, CommandOnDeviceThatIsNotOpenGivesCheckCondition) {
@@ -93,15 +97,20 @@ struct CancelProbe {
   Bytes* data = nullptr;
   std::atomic<bool> started{false};
   std::atomic<bool> returned{false};
-  fake::Outcome outcome;
+  iovec iov{};
+  std::shared_ptr<fake::InFlight> command;
 };
 
-// A thread in the runner's worker role: cancellable (deferred), runs one
-// command, then reaches a cancellation point as the runner's loop does.
+// A thread in the runner's role that calls handle_cmd (a worker with
+// nr_threads > 0, the device's command thread with 0): cancellable
+// (deferred), hands one command to handle_cmd, then reaches a cancellation
+// point as the runner's loop does. Synchronously the command is done when
+// handle_cmd returns; asynchronously it completes later, from the plugin's
+// own threads, which the cancel does not touch.
 void* CancellableWorker(void* arg) {
   auto* p = static_cast<CancelProbe*>(arg);
   p->started = true;
-  p->outcome = fake::Runner::Get().Execute(p->dev, Write16(0, 16 * 2048), p->data);
+  p->command = fake::Runner::Get().Start(p->dev, Write16(0, 16 * 2048), &p->iov, 1);
   p->returned = true;
   for (;;) pthread_testcancel();
   return nullptr;
@@ -114,6 +123,7 @@ TEST_F(RobustnessTest, CancellationDuringACommandTakesEffectOnlyAfterItCompletes
   probe.test = this;
   probe.dev = dev_;
   probe.data = &data;
+  probe.iov = {data.data(), data.size()};
   pthread_t t;
   ASSERT_EQ(pthread_create(&t, nullptr, CancellableWorker, &probe), 0);
   while (!probe.started) std::this_thread::yield();
@@ -123,7 +133,8 @@ TEST_F(RobustnessTest, CancellationDuringACommandTakesEffectOnlyAfterItCompletes
   ASSERT_EQ(pthread_join(t, &ret), 0);
   EXPECT_EQ(ret, PTHREAD_CANCELED);
   EXPECT_TRUE(probe.returned.load());
-  EXPECT_EQ(probe.outcome.scsi_status, 0);
+  ASSERT_NE(probe.command, nullptr);
+  EXPECT_EQ(runner().Finish(probe.command).scsi_status, 0);
   // The whole write is there.
   Bytes back(16u << 20);
   ASSERT_EQ(Run(dev_, Read16(0, 16 * 2048), &back).scsi_status, 0);
