@@ -2,7 +2,6 @@
 #include "handler/scsi/command_pipeline.h"
 
 #include <algorithm>
-#include <cxxabi.h>
 #include <utility>
 
 #include "handler/scsi/sense.h"
@@ -102,9 +101,7 @@ void CommandPipeline::WorkerLoop() {
     p.tag = tag;
     try {
       p.result = cb_.execute(tag, &p.deferred);
-    } catch (abi::__forced_unwind&) {
-      throw;
-    } catch (...) {
+    } catch (...) {  // (these threads are never cancelled: no forced unwind to pass on)
       p.result = InternalFailure();
       // What it recorded may still have buffered work to commit: kept.
     }
@@ -166,7 +163,7 @@ void CommandPipeline::CommitAndComplete(std::vector<Pending>* batch) {
         store::Pool* pool = &lun->pool();
         if (std::any_of(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == pool; }))
           continue;
-        store::Status s = lun->Flush();
+        store::Status s = pool->Flush();  // as DeferredCommit::Commit
         failed = failed || !s.ok();
         outcomes.emplace_back(pool, std::move(s));
       }

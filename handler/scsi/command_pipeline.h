@@ -8,7 +8,7 @@
 // commands with their durability deferred (deferred_commit.h): what must be
 // durable before GOOD goes in buffered. One committer thread then commits
 // the pools those commands recorded, once each for every command that
-// finished meanwhile (store::Lun::Flush; the store's own group commit joins
+// finished meanwhile (store::Pool::Flush; the store's own group commit joins
 // committers of other devices on the same pool), and hands the batch's
 // results back together. A command with nothing to commit (a read, an
 // INQUIRY, a write with the cache on) is handed back by its worker at once.

@@ -18,7 +18,10 @@ void DeferredCommit::Need(const std::shared_ptr<store::Lun>& lun) {
 store::Status DeferredCommit::Commit() const {
   store::Status first;
   for (const auto& lun : luns_) {
-    store::Status s = lun->Flush();
+    // The pool's flush, not the LUN's: the same commit, and still possible
+    // if the LUN's own handle was closed meanwhile (the shared_ptr keeps
+    // the pool open).
+    store::Status s = lun->pool().Flush();
     if (!s.ok() && first.ok()) first = std::move(s);
   }
   return first;

@@ -8,7 +8,7 @@
 // asynchronously (CommandPipeline) passes a DeferredCommit instead: those
 // writes then go in buffered, and the command records here which LUNs'
 // pools must commit before its status may go back. The caller commits them,
-// once for many commands (store::Lun::Flush makes everything its pool
+// once for many commands (store::Pool::Flush makes everything the pool
 // buffered durable), and only then returns the status: so GOOD still means
 // durable, as the blocking form does.
 //
@@ -42,8 +42,8 @@ class DeferredCommit {
   bool empty() const { return luns_.empty(); }
   // One LUN of each pool to commit, in the order first recorded.
   const std::vector<std::shared_ptr<store::Lun>>& luns() const { return luns_; }
-  // Makes every recorded pool durable (Lun::Flush each); the first failure,
-  // after trying them all.
+  // Makes every recorded pool durable (Pool::Flush each); the first
+  // failure, after trying them all.
   store::Status Commit() const;
 
  private:
