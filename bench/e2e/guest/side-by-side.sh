@@ -148,14 +148,16 @@ run_backend() {
 # initiator. The pool lives on ext4 (E2E_BENCH_QD_POOL_FS=tmpfs: on tmpfs,
 # where fdatasync is free) because with the write cache off every XCOPY is a
 # durable commit, and how many commits share one fdatasync is the question.
-# Q = 1, 8, 16, 32 with the handler's default worker threads per LUN, then
-# Q = 32 with each count of E2E_BENCH_QD_THREADS (tcmu-runner restarted with
-# COWSTORE_THREADS_PER_LUN): whether the runner's workers bound the batch.
+# Q = 1, 8, 16, 32 with the handler's defaults (asynchronous completion, 8
+# pipeline workers per LUN), then Q = 32 with each entry of
+# E2E_BENCH_QD_THREADS (tcmu-runner restarted with COWSTORE_THREADS_PER_LUN):
+# N = N pipeline workers; syncN = COWSTORE_COMPLETION=sync with N runner
+# workers, each sleeping through its own command's commit.
 # Each XCOPY run is repeated untimed under strace to count tcmu-runner's
 # fdatasyncs per command (E2E_BENCH_QD_STRACE=0 skips that); the handler's
 # own counters are read too, and any whose name has "sync" is reported.
 QD_LIST=${E2E_BENCH_QDS:-"1 8 16 32"}
-QD_THREADS=${E2E_BENCH_QD_THREADS:-"8 32 64 16 32"}
+QD_THREADS=${E2E_BENCH_QD_THREADS:-"8 32 sync32 sync16 8"}
 QD_TURS=${E2E_BENCH_QD_TURS:-1000}              # TEST UNIT READYs per depth
 QD_FS=${E2E_BENCH_QD_POOL_FS:-ext4}
 # qd_counters POOL/LUN : that LUN's handler counters (cowctl --json top),
@@ -179,12 +181,17 @@ qd_delta() {
     awk -v re="$3" 'NR == FNR { if ($1 ~ re) b[$1] = $2; next } $1 ~ re { d += $2 - b[$1]; n++ } END { if (n) print d }' \
         <(printf '%s\n' "$1") <(printf '%s\n' "$2")
 }
-# qd_restart THREADS|default : tcmu-runner again with that many workers per LUN
+# qd_restart N|syncN|default : tcmu-runner again with N pipeline workers per
+# LUN, or synchronous completion with N runner workers per LUN
 qd_restart() {
     stop_runner
-    if [ "$1" = default ]; then unset COWSTORE_THREADS_PER_LUN; else export COWSTORE_THREADS_PER_LUN=$1; fi
+    case $1 in
+        default) unset COWSTORE_THREADS_PER_LUN COWSTORE_COMPLETION ;;
+        sync*) export COWSTORE_COMPLETION=sync COWSTORE_THREADS_PER_LUN=${1#sync} ;;
+        *) unset COWSTORE_COMPLETION; export COWSTORE_THREADS_PER_LUN=$1 ;;
+    esac
     start_runner --handler-path $W/handlers || return 1
-    unset COWSTORE_THREADS_PER_LUN
+    unset COWSTORE_THREADS_PER_LUN COWSTORE_COMPLETION
     # the runner reopens both backstores; wait until the destination answers
     wait_for 30 $SGIO cmd $QD_DSG 000000000000 --expect GOOD > /dev/null || return 1
     sleep 1
@@ -265,7 +272,7 @@ run_qd() {
         qd_run qd-xcopy-qd$q $q
     done
     step qd-xcopy-equal $SGIO same $QD_SRC 0 0 $SB --dev2 $QD_DST --sample $SAMPLE
-    # a count may come twice (e.g. "8 32 64 16 32"): repeats show the noise
+    # an entry may come twice (e.g. "8 32 sync32 sync16 8"): repeats show the noise
     local i=0
     for t in $QD_THREADS; do
         i=$((i + 1))
@@ -289,7 +296,7 @@ run_qd() {
     i=0
     for t in $QD_THREADS; do
         i=$((i + 1))
-        printf '  %-34s %9s %9s %9s %12s %12s\n' "Q=32, $t worker threads per LUN" "${QDMS[s$i]:-?}" \
+        printf '  %-34s %9s %9s %9s %12s %12s\n' "Q=32, $t workers per LUN" "${QDMS[s$i]:-?}" \
             "${QDMS[s$i-tur-qd32]:-?}" "$(r s$i)" "${QDFS[s$i]:-?}" "${QDSY[s$i]:-?}"
     done
     echo "  (ms/cmd: sgio.py's loop time / commands. fdatasync/cmd: tcmu-runner's fdatasync+fsync"
