@@ -21,24 +21,14 @@ CommandPipeline::CommandPipeline(int workers, Callbacks callbacks) : cb_(std::mo
     committer_ = std::thread([this] { CommitterLoop(); });
     for (int i = 0; i < std::max(1, workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
   } catch (...) {
-    // A thread could not start: end those that did, then fail the caller.
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stopping_ = true;
-    }
-    work_cv_.notify_all();
-    for (auto& t : workers_) t.join();
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      workers_done_ = true;
-    }
-    commit_cv_.notify_all();
-    if (committer_.joinable()) committer_.join();
+    StopThreads();  // a thread could not start: end those that did, then fail the caller
     throw;
   }
 }
 
-CommandPipeline::~CommandPipeline() {
+CommandPipeline::~CommandPipeline() { StopThreads(); }
+
+void CommandPipeline::StopThreads() {
   // Workers take every command still queued before they end; the committer
   // then commits and hands back what they left it.
   {
@@ -52,7 +42,7 @@ CommandPipeline::~CommandPipeline() {
     workers_done_ = true;
   }
   commit_cv_.notify_all();
-  committer_.join();
+  if (committer_.joinable()) committer_.join();
 }
 
 bool CommandPipeline::Submit(void* tag) noexcept {

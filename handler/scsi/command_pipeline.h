@@ -92,6 +92,9 @@ class CommandPipeline {
     DeferredCommit deferred;
   };
 
+  // Stops taking commands, lets the workers run what is queued, then the
+  // committer commit and hand back what they left; joins every thread.
+  void StopThreads();
   void WorkerLoop();
   void CommitterLoop();
   // Commits every pool `batch` recorded (once each) and sets each command's
