@@ -118,3 +118,6 @@ using LogFn = void (*)(tcmu_device*, const char*, int, const char*, ...);
 // valid C++ (a parameter named `private`); their prototypes are documented
 // in docs/design/plugin.md and the symbols checked by check_undefined_symbols.sh.
 [[maybe_unused]] constexpr int (*kRegister)(tcmur_handler*) = &tcmur_register_handler;
+// Asynchronous completion (handler/plugin/device_server.h).
+[[maybe_unused]] constexpr void (*kComplete)(tcmu_device*, tcmulib_cmd*, int) = &tcmulib_command_complete;
+[[maybe_unused]] constexpr void (*kProcessingComplete)(tcmu_device*) = &tcmulib_processing_complete;
