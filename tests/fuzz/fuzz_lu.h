@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 
+#include "handler/scsi/deferred_commit.h"
 #include "handler/scsi/logical_unit.h"
 #include "handler/scsi/lun_directory.h"
 #include "handler/store/fault_env.h"
@@ -63,9 +64,21 @@ inline void CheckResult(const CommandResult& r, size_t buffer_len) {
   }
 }
 
-inline CommandResult Run(LogicalUnit& lu, std::span<const uint8_t> cdb, uint8_t* data, size_t len) {
+// Runs one command; `deferred`: as the plugin's asynchronous mode does
+// (deferred_commit.h), executed with its commit deferred, then committed.
+inline CommandResult Run(LogicalUnit& lu, std::span<const uint8_t> cdb, uint8_t* data, size_t len,
+                         bool deferred = false) {
   iovec v{data, len};
-  CommandResult r = lu.Execute(cdb, std::span<const iovec>(&v, len ? 1 : 0));
+  const std::span<const iovec> iov(&v, len ? 1 : 0);
+  CommandResult r;
+  if (deferred) {
+    DeferredCommit commit;
+    r = lu.Execute(cdb, iov, &commit);
+    const store::Status s = commit.Commit();
+    if (r.good() && !s.ok()) r = CommitFailure(lu, s);
+  } else {
+    r = lu.Execute(cdb, iov);
+  }
   CheckResult(r, len);
   return r;
 }
