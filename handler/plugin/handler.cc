@@ -29,6 +29,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <system_error>
 
 #include "handler/common/cfgstring.h"
 #include "handler/plugin/device.h"
@@ -137,12 +138,26 @@ int Open(tcmu_device* dev, bool reopen) {
       COWSTORE_LOG_ERROR(dev, "open failed: " + reason);
       return err ? err : -EIO;
     }
-    COWSTORE_LOG_INFO(dev, std::string(reopen ? "reopened " : "opened ") + common::FormatCfgstring(device->spec()) +
-                               " (pool " + device->pool_path() + ", " +
-                               std::to_string(p.num_lbas) + " blocks of " +
-                               std::to_string(p.block_size) + " bytes, unit serial " +
-                               (p.unit_serial.empty() ? "not set yet" : p.unit_serial) + ")");
-    tcmur_dev_set_private(dev, new DeviceServer(dev, std::move(device), g_async_workers));
+    const std::string opened = std::string(reopen ? "reopened " : "opened ") + common::FormatCfgstring(device->spec()) +
+                               " (pool " + device->pool_path() + ", " + std::to_string(p.num_lbas) +
+                               " blocks of " + std::to_string(p.block_size) + " bytes, unit serial " +
+                               (p.unit_serial.empty() ? "not set yet" : p.unit_serial) + ", " +
+                               (g_async_workers > 0
+                                    ? "commands completed asynchronously by " + std::to_string(g_async_workers) +
+                                          " workers"
+                                    : std::string("commands completed by the runner's workers")) +
+                               ")";
+    std::unique_ptr<DeviceServer> server;
+    try {
+      server = std::make_unique<DeviceServer>(dev, std::move(device), g_async_workers);
+    } catch (const std::system_error& e) {
+      // Threads are tasks: a systemd TasksMax or kernel.threads-max reached.
+      COWSTORE_LOG_ERROR(dev, std::string("open failed: cannot start the LUN's worker threads (") + e.what() +
+                                  "); raise TasksMax of tcmu-runner.service or lower COWSTORE_THREADS_PER_LUN");
+      return -EAGAIN;
+    }
+    COWSTORE_LOG_INFO(dev, opened);
+    tcmur_dev_set_private(dev, server.release());
     return 0;
   } catch (abi::__forced_unwind&) {
     throw;
