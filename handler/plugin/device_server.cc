@@ -2,7 +2,6 @@
 #include "handler/plugin/device_server.h"
 
 #include <cstdio>
-#include <cxxabi.h>
 #include <utility>
 
 #include "handler/plugin/log.h"

@@ -145,19 +145,13 @@ void CommandPipeline::CommitterLoop() {
 void CommandPipeline::CommitAndComplete(std::vector<Pending>* batch) {
   // One commit per pool for the whole batch: every command in it finished
   // its buffered work before this began, so the commit covers it.
-  std::vector<std::pair<store::Pool*, store::Status>> outcomes;
+  DeferredCommit all;
+  std::vector<store::Status> outcomes;  // all.luns()'s, in order
   bool failed = false;
   try {
-    for (const Pending& p : *batch) {
-      for (const auto& lun : p.deferred.luns()) {
-        store::Pool* pool = &lun->pool();
-        if (std::any_of(outcomes.begin(), outcomes.end(), [&](const auto& o) { return o.first == pool; }))
-          continue;
-        store::Status s = pool->Flush();  // as DeferredCommit::Commit
-        failed = failed || !s.ok();
-        outcomes.emplace_back(pool, std::move(s));
-      }
-    }
+    for (const Pending& p : *batch) all.Merge(p.deferred);
+    outcomes = all.CommitEach();
+    failed = std::any_of(outcomes.begin(), outcomes.end(), [](const store::Status& s) { return !s.ok(); });
   } catch (...) {
     // Out of memory while committing: nothing of the batch is known durable.
     failed = true;
@@ -170,14 +164,13 @@ void CommandPipeline::CommitAndComplete(std::vector<Pending>* batch) {
       CommandResult r = p.result;
       if (r.good()) {
         for (const auto& lun : p.deferred.luns()) {
-          auto it = std::find_if(outcomes.begin(), outcomes.end(),
-                                 [&](const auto& o) { return o.first == &lun->pool(); });
-          if (it == outcomes.end()) {
+          const int i = all.IndexOfPool(*lun);
+          if (i < 0 || static_cast<size_t>(i) >= outcomes.size()) {
             r = InternalFailure();  // its commit never ran (no memory above)
             break;
           }
-          if (!it->second.ok()) {
-            r = cb_.commit_failure(it->second);
+          if (!outcomes[static_cast<size_t>(i)].ok()) {
+            r = cb_.commit_failure(outcomes[static_cast<size_t>(i)]);
             break;
           }
         }

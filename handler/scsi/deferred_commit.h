@@ -42,9 +42,16 @@ class DeferredCommit {
   bool empty() const { return luns_.empty(); }
   // One LUN of each pool to commit, in the order first recorded.
   const std::vector<std::shared_ptr<store::Lun>>& luns() const { return luns_; }
+  // Records every pool `other` recorded (each pool still once): many
+  // commands' needs, for one commit of the lot.
+  void Merge(const DeferredCommit& other);
   // Makes every recorded pool durable (Pool::Flush each); the first
   // failure, after trying them all.
   store::Status Commit() const;
+  // The same, with each pool's own outcome, in luns() order.
+  std::vector<store::Status> CommitEach() const;
+  // The entry of luns() that holds `lun`'s pool, or -1 if none does.
+  int IndexOfPool(store::Lun& lun) const;
 
  private:
   std::vector<std::shared_ptr<store::Lun>> luns_;
