@@ -160,16 +160,19 @@ QD_LIST=${E2E_BENCH_QDS:-"1 8 16 32"}
 QD_THREADS=${E2E_BENCH_QD_THREADS:-"8 32 sync32 sync16 8"}
 QD_TURS=${E2E_BENCH_QD_TURS:-1000}              # TEST UNIT READYs per depth
 QD_FS=${E2E_BENCH_QD_POOL_FS:-ext4}
-# qd_counters POOL/LUN : that LUN's handler counters (cowctl --json top),
-# one "key value" a line; nothing if the control socket does not answer
+# qd_counters POOL/LUN : that LUN's handler counters (cowctl --json top: JSON
+# Lines, one sample a line, its LUNs under "luns"), one "key value" a line;
+# nothing if the control socket does not answer
 qd_counters() {
     local tool; tool=$(cow_tool) || return 0
     timeout 20 "$tool" --json top --count 1 --interval 0.1 2>/dev/null | python3 -c '
 import json, sys
-try:
-    rows = json.loads(sys.stdin.read() or "[]")
-except ValueError:
-    rows = []
+rows = []
+for line in sys.stdin:
+    try:
+        rows = json.loads(line).get("luns") or []
+    except (ValueError, AttributeError):
+        pass
 for r in rows:
     if r.get("lun") == sys.argv[1]:
         for k, v in sorted((r.get("counters") or {}).items()):
