@@ -19,7 +19,8 @@ CommandResult InternalFailure() {
 CommandPipeline::CommandPipeline(int workers, Callbacks callbacks) : cb_(std::move(callbacks)) {
   try {
     committer_ = std::thread([this] { CommitterLoop(); });
-    for (int i = 0; i < std::max(1, workers); ++i) workers_.emplace_back([this] { WorkerLoop(); });
+    for (int i = 0; i < std::max(1, workers); ++i) workers_.emplace_back([this] { WorkerLoop(&queue_, &work_cv_); });
+    if (cb_.serial) workers_.emplace_back([this] { WorkerLoop(&serial_queue_, &serial_cv_); });
   } catch (...) {
     StopThreads();  // a thread could not start: end those that did, then fail the caller
     throw;
@@ -36,6 +37,7 @@ void CommandPipeline::StopThreads() {
     stopping_ = true;
   }
   work_cv_.notify_all();
+  serial_cv_.notify_all();
   for (auto& t : workers_) t.join();
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -46,14 +48,21 @@ void CommandPipeline::StopThreads() {
 }
 
 bool CommandPipeline::Submit(void* tag) noexcept {
+  bool serial = false;
+  try {
+    serial = cb_.serial && cb_.serial(tag);
+  } catch (...) {
+    serial = false;  // the caller promised not to throw: the other lane is always right
+  }
   try {
     {
       std::lock_guard<std::mutex> g(mu_);
       if (stopping_) return false;
-      queue_.push_back(tag);
+      (serial ? serial_queue_ : queue_).push_back(tag);
       stats_.submitted++;
+      if (serial) stats_.serial++;
     }
-    work_cv_.notify_one();
+    (serial ? serial_cv_ : work_cv_).notify_one();
     return true;
   } catch (...) {
     return false;  // push_back found no memory: nothing was queued
@@ -63,7 +72,7 @@ bool CommandPipeline::Submit(void* tag) noexcept {
 CommandPipeline::Stats CommandPipeline::stats() const {
   std::lock_guard<std::mutex> g(mu_);
   Stats s = stats_;
-  s.queued = queue_.size();
+  s.queued = queue_.size() + serial_queue_.size();
   s.awaiting_commit = to_commit_.size();
   return s;
 }
@@ -77,15 +86,15 @@ void CommandPipeline::Complete(std::span<const Finished> done) noexcept {
   }
 }
 
-void CommandPipeline::WorkerLoop() {
+void CommandPipeline::WorkerLoop(std::deque<void*>* lane, std::condition_variable* cv) {
   for (;;) {
     void* tag = nullptr;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      work_cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and nothing left to run
-      tag = queue_.front();
-      queue_.pop_front();
+      cv->wait(lk, [&] { return stopping_ || !lane->empty(); });
+      if (lane->empty()) return;  // stopping, and nothing left to run
+      tag = lane->front();
+      lane->pop_front();
     }
     Pending p;
     p.tag = tag;

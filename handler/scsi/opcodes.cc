@@ -33,14 +33,14 @@ constexpr OpcodeInfo kTable[] = {
     {0x2F, false, 0, 10, 0, "VERIFY(10)", Verify, {0x2F, 0x16, F, F, F, F, 0, F, F, 0}, 30},
     {0x35, false, 0, 10, 0, "SYNCHRONIZE CACHE(10)", SynchronizeCache,
      {0x35, 0x02, F, F, F, F, 0, F, F, 0}, 60},
-    {0x41, false, 0, 10, kWritesMedium, "WRITE SAME(10)", WriteSame,
+    {0x41, false, 0, 10, kWritesMedium | kPoolMetadataWork, "WRITE SAME(10)", WriteSame,
      {0x41, 0x08, F, F, F, F, 0, F, F, 0}, 60},
-    {0x42, false, 0, 10, kWritesMedium, "UNMAP", Unmap, {0x42, 0, 0, 0, 0, 0, 0, F, F, 0}, 60},
+    {0x42, false, 0, 10, kWritesMedium | kPoolMetadataWork, "UNMAP", Unmap, {0x42, 0, 0, 0, 0, 0, 0, F, F, 0}, 60},
     {0x55, false, 0, 10, 0, "MODE SELECT(10)", ModeSelect,
      {0x55, 0x10, 0, 0, 0, 0, 0, F, F, 0}, 10},
     {0x5A, false, 0, 10, 0, "MODE SENSE(10)", ModeSense,
      {0x5A, 0x18, F, F, 0, 0, 0, F, F, 0}, 10},
-    {0x83, true, 0x00, 16, 0, "EXTENDED COPY(LID1)", ExtendedCopy,
+    {0x83, true, 0x00, 16, kPoolMetadataWork, "EXTENDED COPY(LID1)", ExtendedCopy,
      {0x83, 0x00, 0, 0, 0, 0, 0, 0, 0, 0, F, F, F, F, 0, 0}, 120},
     {0x84, true, 0x00, 16, 0, "RECEIVE COPY RESULTS(COPY STATUS)", ReceiveCopyResults,
      {0x84, 0x00, F, 0, 0, 0, 0, 0, 0, 0, F, F, F, F, 0, 0}, 10},
@@ -60,7 +60,7 @@ constexpr OpcodeInfo kTable[] = {
      {0x8F, 0x16, F, F, F, F, F, F, F, F, F, F, F, F, 0, 0}, 30},
     {0x91, false, 0, 16, 0, "SYNCHRONIZE CACHE(16)", SynchronizeCache,
      {0x91, 0x02, F, F, F, F, F, F, F, F, F, F, F, F, 0, 0}, 60},
-    {0x93, false, 0, 16, kWritesMedium, "WRITE SAME(16)", WriteSame,
+    {0x93, false, 0, 16, kWritesMedium | kPoolMetadataWork, "WRITE SAME(16)", WriteSame,
      {0x93, 0x09, F, F, F, F, F, F, F, F, F, F, F, F, 0, 0}, 60},
     {0x9E, true, 0x10, 16, 0, "READ CAPACITY(16)", ReadCapacity16,
      {0x9E, 0x10, 0, 0, 0, 0, 0, 0, 0, 0, F, F, F, F, 0, 0}, 10},
@@ -90,6 +90,12 @@ const OpcodeInfo* FindOpcode(uint8_t opcode, uint16_t service_action, bool* opco
   }
   if (opcode_known) *opcode_known = known;
   return found;
+}
+
+bool IsPoolMetadataWork(std::span<const uint8_t> cdb) {
+  if (cdb.empty()) return false;
+  const OpcodeInfo* e = FindOpcode(cdb[0], OpcodeHasServiceActions(cdb[0]) ? ServiceActionOf(cdb) : 0, nullptr);
+  return e != nullptr && (e->flags & kPoolMetadataWork) != 0;
 }
 
 bool OpcodeHasServiceActions(uint8_t opcode) {

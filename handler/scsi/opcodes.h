@@ -19,6 +19,11 @@ enum OpcodeFlags : uint8_t {
   // PROTECTED before looking at the rest of the CDB (as the kernel target
   // does for a read-only LUN mapping). EXTENDED COPY checks its destinations.
   kWritesMedium = 1 << 2,
+  // Its work is mostly the pool's metadata, done under the pool's lock:
+  // a clone (EXTENDED COPY inside a pool), a zeroing, an unmap. Two such
+  // commands at once only wait for each other (CommandPipeline's serial
+  // lane runs them one at a time, command_pipeline.h).
+  kPoolMetadataWork = 1 << 3,
 };
 
 struct OpcodeInfo {
@@ -42,6 +47,9 @@ std::span<const OpcodeInfo> OpcodeTable();
 // the opcode exists at all (for INVALID FIELD IN CDB vs INVALID OPERATION).
 const OpcodeInfo* FindOpcode(uint8_t opcode, uint16_t service_action, bool* opcode_known);
 bool OpcodeHasServiceActions(uint8_t opcode);
+// Whether `cdb` is a command of the table flagged kPoolMetadataWork (false
+// for anything else, an empty or unknown CDB too).
+bool IsPoolMetadataWork(std::span<const uint8_t> cdb);
 // Service action of a CDB for an opcode that has them (byte 1 bits 4-0).
 inline uint16_t ServiceActionOf(std::span<const uint8_t> cdb) {
   return cdb.size() > 1 ? (cdb[1] & 0x1F) : 0;

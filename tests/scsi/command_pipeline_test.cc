@@ -3,7 +3,9 @@
 // commands that finish while a commit runs share the next one; GOOD only
 // once durable (a power cut right after an answer keeps what it answered);
 // a failed commit turns GOOD into the write error; the destructor answers
-// everything queued. Labelled `concurrency` too, so the TSan stage runs it.
+// everything queued; clones, unmaps and zeroings run one at a time in the
+// serial lane, beside the rest. Labelled `concurrency` too, so the TSan
+// stage runs it.
 // (Every command kind's durability through the pipeline: durability_test.cc.)
 #include <gtest/gtest.h>
 
@@ -12,10 +14,12 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "handler/scsi/opcodes.h"
 #include "handler/scsi/sense.h"
 #include "tests/scsi/scsi_test_util.h"
 
@@ -33,16 +37,44 @@ struct Job {
   // Set by a test that wants execute to answer this instead (and still
   // record `lu` for the commit).
   std::optional<CommandResult> forced;
+  // Set by a test that wants execute to wait, before running this, until
+  // Harness::Release.
+  bool held = false;
 };
 
 // Drives a pipeline: owns the jobs, collects the answers.
 class Harness {
  public:
-  explicit Harness(int workers = 2, std::function<void(const CommandPipeline::Finished&)> on_answer = nullptr)
+  // serial_lane: the plugin's rule (IsPoolMetadataWork) picks the serial
+  // lane's commands.
+  explicit Harness(int workers = 2, std::function<void(const CommandPipeline::Finished&)> on_answer = nullptr,
+                   bool serial_lane = false)
       : on_answer_(std::move(on_answer)) {
     CommandPipeline::Callbacks cb;
     cb.execute = [this](void* tag, DeferredCommit* deferred) {
       auto* j = static_cast<Job*>(tag);
+      if (j->held) {
+        std::unique_lock<std::mutex> lk(mu_);
+        held_waiting_++;
+        cv_.notify_all();
+        cv_.wait(lk, [&] { return released_; });
+      }
+      // How many serial-lane commands run at once, and on which threads.
+      const bool serial = IsPoolMetadataWork(j->cdb);
+      if (serial) {
+        const int now = ++serial_running_;
+        for (int m = max_serial_running_.load(); now > m && !max_serial_running_.compare_exchange_weak(m, now);) {
+        }
+        std::lock_guard<std::mutex> g(mu_);
+        serial_threads_.insert(std::this_thread::get_id());
+      }
+      struct Leave {
+        std::atomic<int>* n;
+        ~Leave() {
+          if (n) --*n;
+        }
+      } leave{serial ? &serial_running_ : nullptr};
+      if (serial) std::this_thread::sleep_for(std::chrono::microseconds(300));  // room for an overlap
       executed_++;
       if (j->forced) {
         deferred->Need(j->lu->lun_ptr());
@@ -73,8 +105,18 @@ class Harness {
                             s.code() == store::Code::kIOError ? asc::kWriteError
                                                               : asc::kInternalTargetFailure);
     };
+    if (serial_lane) cb.serial = [](void* tag) { return IsPoolMetadataWork(static_cast<Job*>(tag)->cdb); };
     pipeline_ = std::make_unique<CommandPipeline>(workers, std::move(cb));
   }
+
+  // A held job is let go first: a test that failed before its Release()
+  // ends instead of waiting for it for ever.
+  ~Harness() {
+    Release();
+    pipeline_.reset();
+  }
+  Harness(const Harness&) = delete;
+  Harness& operator=(const Harness&) = delete;
 
   Job* Add(LogicalUnit& lu, Bytes cdb, Bytes data = {}) {
     std::lock_guard<std::mutex> g(mu_);
@@ -114,6 +156,22 @@ class Harness {
     cv_.notify_all();
   }
 
+  // Held jobs: wait until `n` have reached execute; let them all run.
+  bool WaitHeld(int n) {
+    std::unique_lock<std::mutex> lk(mu_);
+    return cv_.wait_for(lk, std::chrono::seconds(60), [&] { return held_waiting_ >= n; });
+  }
+  void Release() {
+    std::lock_guard<std::mutex> g(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+  int max_serial_running() const { return max_serial_running_.load(); }
+  size_t serial_threads() {
+    std::lock_guard<std::mutex> g(mu_);
+    return serial_threads_.size();
+  }
+
   CommandPipeline& pipeline() { return *pipeline_; }
   void Stop() { pipeline_.reset(); }
   int executed() const { return executed_.load(); }
@@ -134,6 +192,10 @@ class Harness {
   bool in_gate_ = false;
   bool gate_open_ = false;
   std::atomic<int> executed_{0};
+  int held_waiting_ = 0;
+  bool released_ = false;
+  std::atomic<int> serial_running_{0}, max_serial_running_{0};
+  std::set<std::thread::id> serial_threads_;
   std::unique_ptr<CommandPipeline> pipeline_;
 };
 
@@ -282,6 +344,84 @@ TEST_F(CommandPipelineTest, ManySubmittersOverTwoPoolsEachCommitted) {
   h.Stop();
   other.reset();
   CloseExtraPool(&other_pool);
+}
+
+// The serial lane (command_pipeline.h): UNMAP and WRITE SAME (as EXTENDED
+// COPY, IsPoolMetadataWork) run one at a time, all on one thread, while
+// writes run on the workers beside them; each is answered once, with its
+// effect on the LUN.
+TEST_F(CommandPipelineTest, ClonesUnmapsAndZeroingsRunOneAtATimeBesideTheRest) {
+  Harness h(4, nullptr, /*serial_lane=*/true);
+  constexpr int kEach = 24;
+  std::vector<Job*> writes, unmaps, zeroes;
+  for (int i = 0; i < kEach; ++i) {
+    // Blocks [0, 96 x 8) written, then every other 4 KiB of the first half
+    // unmapped or zeroed; the second half is the writes'.
+    writes.push_back(h.Add(*lu_, Write16(uint64_t(kEach * 2 + i) * kBlocks, kBlocks), Block4K(i + 1)));
+    const Bytes params = UnmapParams({{uint64_t(i) * 2 * kBlocks, kBlocks}});
+    unmaps.push_back(h.Add(*lu_, Unmap(static_cast<uint16_t>(params.size())), params));
+    zeroes.push_back(h.Add(*lu_, WriteSame16(uint64_t(i * 2 + 1) * kBlocks, kBlocks), Bytes(kBlock, 0)));
+  }
+  for (int i = 0; i < kEach * 2; ++i) ASSERT_TRUE(IsGood(Write(uint64_t(i) * kBlocks, Block4K(0x80))));
+  for (int i = 0; i < kEach; ++i) {
+    h.Submit(unmaps[i]);
+    h.Submit(writes[i]);
+    h.Submit(zeroes[i]);
+  }
+  ASSERT_TRUE(h.WaitForAnswers(3 * kEach));
+  EXPECT_EQ(h.max_serial_running(), 1);
+  EXPECT_EQ(h.serial_threads(), 1u);
+  const CommandPipeline::Stats s = h.pipeline().stats();
+  EXPECT_EQ(s.submitted, uint64_t{3 * kEach});
+  EXPECT_EQ(s.serial, uint64_t{2 * kEach});
+  for (auto* list : {&writes, &unmaps, &zeroes})
+    for (Job* j : *list) {
+      auto a = h.AnswersOf(j);
+      ASSERT_EQ(a.size(), 1u);
+      EXPECT_TRUE(IsGood(a[0]));
+    }
+  const Bytes zero(kBlocks * kBlock, 0);
+  for (int i = 0; i < kEach; ++i) {
+    EXPECT_EQ(Read(uint64_t(i) * 2 * kBlocks, kBlocks), zero) << "unmapped " << i;
+    EXPECT_EQ(Read(uint64_t(i * 2 + 1) * kBlocks, kBlocks), zero) << "zeroed " << i;
+    EXPECT_EQ(Read(uint64_t(kEach * 2 + i) * kBlocks, kBlocks), Block4K(i + 1)) << "written " << i;
+  }
+}
+
+// A serial command that waits (here, held before it runs) holds up only the
+// serial lane: a read and a write of the other lane are answered meanwhile,
+// the next serial command does not start, and destroying the pipeline
+// answers everything.
+TEST_F(CommandPipelineTest, ACommandOfTheOtherLaneIsNotHeldBehindASerialOne) {
+  auto h = std::make_unique<Harness>(2, nullptr, /*serial_lane=*/true);
+  const Bytes params = UnmapParams({{0, kBlocks}});
+  Job* held = h->Add(*lu_, Unmap(static_cast<uint16_t>(params.size())), params);
+  held->held = true;
+  Job* next = h->Add(*lu_, WriteSame16(kBlocks, kBlocks), Bytes(kBlock, 0));
+  Job* write = h->Add(*lu_, Write16(4 * kBlocks, kBlocks), Block4K(7));
+  Job* read = h->Add(*lu_, Read16(4 * kBlocks, kBlocks), Bytes(kBlocks * kBlock));
+  h->Submit(held);
+  ASSERT_TRUE(h->WaitHeld(1));
+  h->Submit(next);
+  h->Submit(write);
+  ASSERT_TRUE(h->WaitForAnswers(1));  // the write, committed with the serial lane held
+  ASSERT_EQ(h->AnswersOf(write).size(), 1u);
+  h->Submit(read);
+  ASSERT_TRUE(h->WaitForAnswers(2));
+  ASSERT_EQ(h->AnswersOf(read).size(), 1u);
+  EXPECT_TRUE(IsGood(h->AnswersOf(read)[0]));
+  EXPECT_EQ(read->data, Block4K(7));
+  EXPECT_EQ(h->executed(), 2);  // the held UNMAP has not run, nor the WRITE SAME behind it
+  EXPECT_EQ(h->pipeline().stats().queued, 1u);
+  h->Release();
+  h->Stop();  // answers the held command and the one queued behind it
+  EXPECT_EQ(h->answers(), 4u);
+  EXPECT_EQ(h->executed(), 4);
+  for (Job* j : {held, next}) {
+    auto a = h->AnswersOf(j);
+    ASSERT_EQ(a.size(), 1u);
+    EXPECT_TRUE(IsGood(a[0]));
+  }
 }
 
 }  // namespace

@@ -26,6 +26,25 @@ class ReportOpcodesTest : public ScsiTest {
   }
 };
 
+// The table's kPoolMetadataWork flag (what CommandPipeline's serial lane
+// takes in the plugin): EXTENDED COPY(LID1), WRITE SAME(10/16) and UNMAP,
+// and nothing else, whatever the other bytes; an empty CDB, an unknown
+// opcode or service action is not.
+TEST(PoolMetadataWork, ExactlyExtendedCopyWriteSameAndUnmap) {
+  const std::set<uint8_t> metadata = {0x41, 0x42, 0x83, 0x93};
+  for (const OpcodeInfo& e : OpcodeTable()) {
+    Bytes cdb(e.cdb_length, 0xFF);
+    cdb[0] = e.opcode;
+    if (e.has_service_action) cdb[1] = static_cast<uint8_t>(0xE0 | e.service_action);
+    EXPECT_EQ(IsPoolMetadataWork(cdb), metadata.count(e.opcode) == 1) << e.name;
+  }
+  EXPECT_TRUE(IsPoolMetadataWork(Bytes{0x83, 0x00}));   // LID1
+  EXPECT_FALSE(IsPoolMetadataWork(Bytes{0x83, 0x01}));  // LID4: not served
+  EXPECT_FALSE(IsPoolMetadataWork(Bytes{0x84, 0x00}));  // RECEIVE COPY RESULTS
+  EXPECT_FALSE(IsPoolMetadataWork(Bytes{0xC7, 0x00}));  // no such command
+  EXPECT_FALSE(IsPoolMetadataWork(Bytes{}));
+}
+
 TEST_F(ReportOpcodesTest, AllCommandsListsExactlyTheTable) {
   Bytes d;
   ASSERT_TRUE(IsGood(ExecIn(Rsoc(0, 0, 0), 8192, &d)));
