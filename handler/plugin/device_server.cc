@@ -7,6 +7,7 @@
 #include "handler/plugin/log.h"
 #include "handler/plugin/tcmu.h"
 #include "handler/plugin/tcmu_status.h"
+#include "handler/scsi/opcodes.h"
 #include "handler/scsi/sense.h"
 
 namespace cowstore::plugin {
@@ -20,6 +21,10 @@ DeviceServer::DeviceServer(tcmu_device* dev, std::unique_ptr<Device> device, int
   };
   cb.complete = [this](std::span<const scsi::CommandPipeline::Finished> done) { Complete(done); };
   cb.commit_failure = [this](const store::Status& s) { return device_->CommitFailure(s); };
+  cb.serial = [](void* tag) {
+    const auto* cmd = static_cast<const tcmu::LibCmd*>(tag);
+    return cmd->cdb != nullptr && scsi::IsPoolMetadataWork({cmd->cdb, CdbLength(cmd->cdb)});
+  };
   pipeline_ = std::make_unique<scsi::CommandPipeline>(workers, std::move(cb));
 }
 

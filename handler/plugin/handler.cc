@@ -49,6 +49,8 @@ namespace {
 constexpr int kDefaultThreadsPerLun = 32;
 // Asynchronous: no worker waits for a commit, so a few keep the CPUs busy;
 // more only let reads that miss the page cache wait on the disk side by side.
+// Clones, unmaps and zeroings have a worker of their own besides (the
+// pipeline's serial lane, command_pipeline.h).
 constexpr int kDefaultAsyncWorkersPerLun = 8;
 constexpr const char* kThreadsEnv = "COWSTORE_THREADS_PER_LUN";
 constexpr const char* kCompletionEnv = "COWSTORE_COMPLETION";
@@ -144,7 +146,7 @@ int Open(tcmu_device* dev, bool reopen) {
                                (p.unit_serial.empty() ? "not set yet" : p.unit_serial) + ", " +
                                (g_async_workers > 0
                                     ? "commands completed asynchronously by " + std::to_string(g_async_workers) +
-                                          " workers"
+                                          " workers and one for clones, unmaps and zeroings"
                                     : std::string("commands completed by the runner's workers")) +
                                ")";
     std::unique_ptr<DeviceServer> server;
