@@ -45,6 +45,7 @@
 #include "handler/scsi/deferred_commit.h"
 #include "handler/scsi/logical_unit.h"
 #include "handler/scsi/lun_directory.h"
+#include "handler/scsi/opcodes.h"
 #include "handler/store/env.h"
 #include "handler/store/pool.h"
 
@@ -265,10 +266,16 @@ BENCHMARK(BM_XcopyClone20GiB)
 // a commit shared with the others made it durable, instead of `queue`
 // threads each sleeping through its own command's commit (above).
 // handler.cc's kDefaultAsyncWorkersPerLun; COWSTORE_BENCH_PIPELINE_WORKERS
-// to try another count.
+// to try another count. As the plugin's, the pipeline runs commands
+// IsPoolMetadataWork calls so (these clones) in its serial lane;
+// COWSTORE_BENCH_PIPELINE_SERIAL=0 runs them on the workers instead.
 int PipelineWorkers() {
   const char* s = std::getenv("COWSTORE_BENCH_PIPELINE_WORKERS");
   return s && std::atoi(s) > 0 ? std::atoi(s) : 8;
+}
+bool PipelineSerialLane() {
+  const char* s = std::getenv("COWSTORE_BENCH_PIPELINE_SERIAL");
+  return !(s && std::string(s) == "0");
 }
 void BM_XcopyClone20GiBPipeline(benchmark::State& state) {
   SetupCopySource();
@@ -303,6 +310,8 @@ void BM_XcopyClone20GiBPipeline(benchmark::State& state) {
       cv.notify_one();
     };
     cb.commit_failure = [](const store::Status& st) { return CommitFailure(*g_src, st); };
+    if (PipelineSerialLane())
+      cb.serial = [](void* tag) { return IsPoolMetadataWork(static_cast<Slot*>(tag)->cdb); };
     const uint64_t s0 = store::DefaultEnv()->sync_calls();
     const double c0 = ProcessCpu();
     const double t0 = Now(), stop = t0 + RunBudget();
