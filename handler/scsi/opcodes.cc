@@ -94,7 +94,8 @@ const OpcodeInfo* FindOpcode(uint8_t opcode, uint16_t service_action, bool* opco
 
 bool IsPoolMetadataWork(std::span<const uint8_t> cdb) {
   if (cdb.empty()) return false;
-  const OpcodeInfo* e = FindOpcode(cdb[0], OpcodeHasServiceActions(cdb[0]) ? ServiceActionOf(cdb) : 0, nullptr);
+  // Dispatch's lookup (LogicalUnit::Execute): the entry that would run it.
+  const OpcodeInfo* e = FindOpcode(cdb[0], ServiceActionOf(cdb), nullptr);
   return e != nullptr && (e->flags & kPoolMetadataWork) != 0;
 }
 
