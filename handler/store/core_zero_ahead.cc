@@ -65,9 +65,9 @@ bool Core::ZeroAheadRound() {
   // Synced, so that the file system's allocation is committed here and not
   // in some writer's sync. A failed sync fails the pool, as a failed commit
   // does (CommitBatch): it may have been some writer's buffered data the OS
-  // could not write, and marked clean, so that writer's own sync would
-  // report success.
-  if (ok && !file_->Sync().ok()) {
+  // could not write and marked clean. Through a handle of its own, so that
+  // the writer's sync still sees that error (recovery.cc, NewSpaceLocked).
+  if (ok && !zero_ahead_sync_->Sync().ok()) {
     FailPool();
     ok = false;
   }

@@ -68,6 +68,23 @@ class File {
   virtual Status Write(uint64_t off, size_t n, const void* buf) = 0;
   // fdatasync: every completed Write is on stable storage when it returns.
   virtual Status Sync() = 0;
+  // A second way to Sync this file, through an open of its own, or
+  // kUnsupported. Why: Linux reports a failed write-back once per open file
+  // (errseq): of two fdatasyncs running at once on one descriptor, one may
+  // take the error and the other return success for pages it needed. Two
+  // journal commits whose syncs overlap (Core::CommitBatch) therefore sync
+  // through different handles, each of which sees every error that happened
+  // since its own last sync. Without one, the store keeps one sync in
+  // flight.
+  class SyncHandle {
+   public:
+    virtual ~SyncHandle() = default;
+    // As File::Sync: every Write completed before the call is durable.
+    virtual Status Sync() = 0;
+  };
+  virtual Result<std::unique_ptr<SyncHandle>> NewSyncHandle() {
+    return Status(Code::kUnsupported, "no second sync handle");
+  }
   // Makes later reads come from the device rather than from the OS's cache:
   // flushes what is dirty (as Sync), then drops the file's cached pages.
   // Why: when fdatasync fails (EIO), Linux marks the pages it could not

@@ -23,6 +23,9 @@
 // write it, and a power cut takes it back to its durable bytes. Only
 // File::DropCache (or PowerLoss) makes `current` equal `durable` again for
 // forgotten sectors; a new write to one makes it unsynced as any other.
+// Such a failure is then reported once more through every other open of the
+// file (each File and File::SyncHandle), by its next Sync, as Linux reports
+// a write-back error to each open file description (errseq).
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -135,6 +138,7 @@ class FaultInjectionEnv final : public Env {
     std::set<uint64_t> dirty;  // sector indexes written since the last sync
     std::set<uint64_t> forgotten;  // clean in the "cache", not durable (kForget)
     uint64_t durable_size = 0;  // the size a power cut leaves (<= current.size())
+    uint64_t sync_errors = 0;   // failed syncs that forgot sectors (FaultFile::SyncAs)
     int shared_locks = 0;
     bool exclusive = false;
   };

@@ -534,6 +534,9 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t warm_goal_ GUARDED_BY(meta_mu_) = AllocHint::kNoGoal;  // where the last round ended
   uint32_t zero_ahead_backoff_ GUARDED_BY(meta_mu_) = 0;  // kZeroAheadBackoff
   uint64_t zeroing_grains_ GUARDED_BY(meta_mu_) = 0;  // reserved by the round in flight
+  // What a round syncs through (NewSpaceLocked says why not file_->Sync):
+  // set with zero_ahead_on_ before the Core is shared, then only read.
+  std::unique_ptr<File::SyncHandle> zero_ahead_sync_;
   // Last: destroyed first, so their workers stop before what they touch goes.
   ZeroAhead zero_ahead_;
   Thinner thinner_;

@@ -130,6 +130,32 @@ class PosixFile final : public File {
     return Status::Ok();
   }
 
+  // A new open of the same file (through the descriptor, as the aside one:
+  // the same file even if the path was replaced, and no blocking open),
+  // read-only: fdatasync needs no write access, and its errors are its own.
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override {
+    struct Handle final : SyncHandle {
+      Handle(PosixEnv* e, int f, const std::string& p) : env(e), fd(f), path(p) {}
+      ~Handle() override { ::close(fd); }
+      Status Sync() override {
+        CountSyncOf(env);
+        if (::fdatasync(fd) != 0) return Errno("fdatasync", path, errno);
+        return Status::Ok();
+      }
+      PosixEnv* env;
+      int fd;
+      const std::string& path;  // the File's, which outlives its handles
+    };
+    const int fd = ::open(("/proc/self/fd/" + std::to_string(fd_)).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Errno("open a sync handle of", path_, errno);
+    try {
+      return std::unique_ptr<SyncHandle>(new Handle(env_, fd, path_));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+  }
+
   // fdatasync, then POSIX_FADV_DONTNEED over the whole file: the kernel
   // drops every clean cached page, so the next read of any of them comes
   // from the device. That includes pages a failed fdatasync (of any process

@@ -97,6 +97,16 @@ void Core::NewSpaceLocked() {
     // Its chunks open on zeroed-ahead runs (zero_ahead.h), where a write
     // into free space costs an allocation.
     zero_ahead_on_ = !read_only_ && file_->WritesAllocate();
+    // Its syncs go through a handle of their own (env.h, SyncHandle): a
+    // round's sync that met a write-back error of a commit's journal page
+    // would otherwise take the error from the commit's sync on the same
+    // descriptor, which would then report success for a record that never
+    // reached the disk. Without one, no zeroing ahead (it only saves time).
+    if (zero_ahead_on_ && !zero_ahead_sync_) {
+      Result<std::unique_ptr<File::SyncHandle>> h = file_->NewSyncHandle();
+      if (h.ok()) zero_ahead_sync_ = std::move(h).value();
+      zero_ahead_on_ = zero_ahead_sync_ != nullptr;
+    }
     return;
   }
   auto flat = std::make_unique<SpaceMap>();

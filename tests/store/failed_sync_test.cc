@@ -135,6 +135,48 @@ TEST(FailedSyncEnv, AForgottenSectorWrittenAgainIsSyncedAgain) {
   EXPECT_EQ(env.forgotten_sectors("f"), 0u);
 }
 
+// Linux reports a write-back error once to each open of the file (errseq):
+// the sync that failed, then the next sync through every other open, though
+// that one wrote all it had. So two syncs that may overlap go through
+// different opens (File::NewSyncHandle), or one could return success for a
+// page the other's failure forgot.
+TEST(FailedSyncEnv, InForgetModeEveryOtherOpenReportsTheFailureOnceAtItsNextSync) {
+  FaultInjectionEnv env;
+  env.SetFailedSync(FailedSync::kForget);
+  auto f = Prepared(&env);
+  auto a = f->NewSyncHandle();
+  auto b = f->NewSyncHandle();
+  ASSERT_TRUE(a.ok() && b.ok());
+  env.FailAt(Op::kSync, 0, Code::kIOError);
+  EXPECT_EQ(a.value()->Sync().code(), Code::kIOError) << "the failing sync itself";
+  EXPECT_TRUE(a.value()->Sync().ok()) << "reported once to that open";
+  EXPECT_EQ(f->Sync().code(), Code::kIOError) << "the file's own open, which wrote the page";
+  EXPECT_TRUE(f->Sync().ok());
+  EXPECT_EQ(b.value()->Sync().code(), Code::kIOError) << "and every other open";
+  EXPECT_TRUE(b.value()->Sync().ok());
+  EXPECT_EQ(env.DurableSnapshot("f"), Bytes(1024, 'a')) << "the forgotten sector stays lost";
+  // An open made after the failure has nothing to report.
+  auto c = f->NewSyncHandle();
+  ASSERT_TRUE(c.ok());
+  EXPECT_TRUE(c.value()->Sync().ok());
+  // A failure through the file is reported through a handle just the same.
+  ASSERT_TRUE(f->Write(0, 512, Bytes(512, 'e').data()).ok());
+  env.FailAt(Op::kSync, 0, Code::kIOError);
+  EXPECT_FALSE(f->Sync().ok());
+  EXPECT_EQ(c.value()->Sync().code(), Code::kIOError);
+}
+
+TEST(FailedSyncEnv, ByDefaultAFailedSyncIsNotReportedThroughOtherOpens) {
+  FaultInjectionEnv env;  // kRetain: the failure forgot nothing
+  auto f = Prepared(&env);
+  auto a = f->NewSyncHandle();
+  ASSERT_TRUE(a.ok());
+  env.FailAt(Op::kSync, 0, Code::kIOError);
+  EXPECT_FALSE(a.value()->Sync().ok());
+  EXPECT_TRUE(f->Sync().ok());
+  EXPECT_EQ(env.DurableSnapshot("f"), AB()) << "the next sync wrote the sector the failure kept";
+}
+
 // -------------------------------------------------- PosixEnv on a real file
 
 // Pages of [0, n) of `fd` in the page cache.
@@ -375,6 +417,36 @@ uint64_t WorkloadSyncs() {
   if (!rep.ok()) return ::testing::AssertionFailure() << rep.status().ToString();
   if (!rep->clean) return ::testing::AssertionFailure() << "offline check: " << rep->problems[0];
   return ::testing::AssertionSuccess();
+}
+
+// PosixEnv's sync handle is an open of its own of the same file: it makes
+// what the file wrote durable, and is counted as the file's syncs are.
+TEST(FailedSyncPosix, ASyncHandleSyncsTheSameFileThroughAnOpenOfItsOwn) {
+  std::string path = ::testing::TempDir() + "/cowstore-synchandle-" + std::to_string(::getpid());
+  std::filesystem::remove(path);
+  auto f = DefaultEnv()->OpenLocked(path, Env::Mode::kCreate);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const std::filesystem::path real = std::filesystem::canonical(path);
+  auto h = f.value()->NewSyncHandle();
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(f.value()->Write(0, 4096, Bytes(4096, 'x').data()).ok());
+  const uint64_t before = DefaultEnv()->sync_calls();
+  ASSERT_TRUE(h.value()->Sync().ok());
+  EXPECT_EQ(DefaultEnv()->sync_calls(), before + 1);
+  // Not the file's descriptor: its own, which closing the handle closes.
+  int fds_with = 0, fds_without = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec) == real) fds_with++;
+  }
+  h.value().reset();
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    if (std::filesystem::read_symlink(e.path(), ec) == real) fds_without++;
+  }
+  EXPECT_EQ(fds_with, fds_without + 1);
+  f.value().reset();
+  std::filesystem::remove(path);
 }
 
 TEST(FailedSyncStore, APoolWhoseSyncFailedReopensFromTheDiskNotTheCache) {
