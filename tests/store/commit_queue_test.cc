@@ -841,6 +841,282 @@ TEST(CommitQueue, ManyThreadsShareSyncsAndKeepOrder) {
   EXPECT_EQ(st.queue.durable(), uint64_t{kThreads} * kOps);
 }
 
+// ------------------------------------------- two batches in flight
+
+// A store whose batches may overlap (SetMaxBatches(2)): each batch seals
+// what was appended (and says so, Sealed), then waits until the test
+// releases it by its number (batches numbered in start order); a batch the
+// test marked is refused (RefuseBatch). What it returns is its seal.
+struct TwoBatchStore {
+  std::atomic<uint64_t> appended{0};
+  std::mutex mu;
+  std::condition_variable cv;
+  int started = 0;                     // guarded by mu
+  std::vector<bool> released = std::vector<bool>(64, false);
+  std::vector<uint64_t> seals = std::vector<uint64_t>(64, 0);
+  std::vector<bool> refuse = std::vector<bool>(64, false);
+  bool seal_after_release = false;     // seal only once released (a slow take)
+  CommitQueue queue;
+
+  TwoBatchStore() : queue([this] { return Batch(); }) { queue.SetMaxBatches(2); }
+  ~TwoBatchStore() { ReleaseAll(); }  // a failed test never strands a leader
+
+  uint64_t Append() { return appended.fetch_add(1) + 1; }
+
+  Result<uint64_t> Batch() {
+    queue.AssertLeader();
+    int i = 0;
+    {
+      std::lock_guard<std::mutex> g(mu);
+      i = started++;
+    }
+    uint64_t seal = 0;
+    if (!seal_after_release) {
+      seal = appended.load();
+      queue.Sealed(seal);
+    }
+    {
+      std::unique_lock<std::mutex> g(mu);
+      cv.notify_all();
+      cv.wait(g, [&] { return released[i]; });
+    }
+    if (seal_after_release) {
+      seal = appended.load();
+      queue.Sealed(seal);
+    }
+    {
+      std::lock_guard<std::mutex> g(mu);
+      seals[i] = seal;
+    }
+    if (refuse[i]) {
+      queue.RefuseBatch();
+      return Status(Code::kNotDurable, "refused");
+    }
+    return seal;
+  }
+  void AwaitStarted(int n) {
+    std::unique_lock<std::mutex> g(mu);
+    ASSERT_TRUE(cv.wait_for(g, 10s, [&] { return started >= n; })) << "batch " << n << " never started";
+  }
+  int Started() {
+    std::lock_guard<std::mutex> g(mu);
+    return started;
+  }
+  void Release(int i) {
+    std::lock_guard<std::mutex> g(mu);
+    released[i] = true;
+    cv.notify_all();
+  }
+  void ReleaseAll() {
+    std::lock_guard<std::mutex> g(mu);
+    std::fill(released.begin(), released.end(), true);
+    cv.notify_all();
+  }
+  int Slept() const { return static_cast<int>(queue.stats().slept); }
+};
+
+// While the first batch syncs, a caller whose ticket it did not take leads
+// a second one at once, instead of waiting for the first to end.
+TEST(CommitQueueTwoBatches, ASecondLeaderStartsWhileTheFirstBatchSyncs) {
+  TwoBatchStore st;
+  Finishing a("first leader", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(1);
+  Finishing b("second leader", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(2);
+  EXPECT_EQ(st.Slept(), 0);
+  EXPECT_EQ(st.queue.stats().overlapped, 1u);
+  st.Release(0);
+  st.Release(1);
+  a.Join(&st.queue);
+  b.Join(&st.queue);
+  EXPECT_EQ(st.seals[0], 1u);
+  EXPECT_EQ(st.seals[1], 2u);
+  EXPECT_EQ(st.queue.durable(), 2u);
+}
+
+// A caller whose ticket the batch in flight took sleeps until that batch
+// ends: a second batch would only sync nothing new.
+TEST(CommitQueueTwoBatches, ACallerWhoseTicketABatchTookWaitsForIt) {
+  TwoBatchStore st;
+  const uint64_t t1 = st.Append(), t2 = st.Append();
+  Finishing a("leader", [&] { EXPECT_TRUE(st.queue.Wait(t1).ok()); });
+  st.AwaitStarted(1);  // sealed 2
+  Finishing b("covered caller", [&] { EXPECT_TRUE(st.queue.Wait(t2).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  EXPECT_EQ(st.Started(), 1);
+  st.Release(0);
+  a.Join(&st.queue);
+  b.Join(&st.queue);
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+  EXPECT_EQ(st.queue.stats().overlapped, 0u);
+}
+
+// Until the batch in flight has said what it took, it may take any record
+// appended so far: a caller then waits rather than leading a batch that
+// may hold nothing.
+TEST(CommitQueueTwoBatches, ABatchThatHasNotSealedYetHoldsNewcomersBack) {
+  TwoBatchStore st;
+  st.seal_after_release = true;
+  Finishing a("leader", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(1);  // not sealed
+  Finishing b("newcomer", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  EXPECT_EQ(st.Started(), 1);
+  st.Release(0);  // seals 2: both durable
+  a.Join(&st.queue);
+  b.Join(&st.queue);
+  EXPECT_EQ(st.seals[0], 2u);
+  EXPECT_EQ(st.queue.stats().batches, 1u);
+}
+
+// Never a third: with two batches in flight a newcomer sleeps, and the
+// first batch to end hands it leadership.
+TEST(CommitQueueTwoBatches, AThirdCallerWaitsForAPlaceAndLeadsWhenOneFrees) {
+  TwoBatchStore st;
+  Finishing a("first", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(1);
+  Finishing b("second", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(2);
+  Finishing c("third", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(st.Started(), 2);
+  st.Release(1);  // the second ends first: its place goes to the third
+  b.Join(&st.queue);
+  st.AwaitStarted(3);
+  st.Release(2);
+  c.Join(&st.queue);
+  EXPECT_EQ(st.seals[2], 3u);
+  st.Release(0);
+  a.Join(&st.queue);
+  EXPECT_EQ(st.queue.durable(), 3u);
+}
+
+// A refused batch answers the waiters no other batch in flight took, and
+// only those: one whose ticket the other batch holds waits for it.
+TEST(CommitQueueTwoBatches, ARefusedBatchAnswersOnlyTheWaitersNoOtherBatchTook) {
+  TwoBatchStore st;
+  st.refuse[1] = true;
+  const uint64_t t1 = st.Append(), t2 = st.Append();
+  Finishing a("first leader", [&] { EXPECT_TRUE(st.queue.Wait(t1).ok()); });
+  st.AwaitStarted(1);  // took 1 and 2
+  Finishing b("covered by the first", [&] { EXPECT_TRUE(st.queue.Wait(t2).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  const uint64_t t3 = st.Append();
+  Finishing c("refused leader", [&] { EXPECT_EQ(st.queue.Wait(t3).code(), Code::kNotDurable); });
+  st.AwaitStarted(2);  // took 3
+  const uint64_t t4 = st.Append();
+  Finishing d("refused waiter", [&] { EXPECT_EQ(st.queue.Wait(t4).code(), Code::kNotDurable); });
+  Eventually([&] { return st.Slept() == 2; });
+  st.Release(1);
+  c.Join(&st.queue);
+  d.Join(&st.queue);
+  EXPECT_EQ(st.Started(), 2) << "the refusal handed no place to a waiter the first batch took";
+  st.Release(0);
+  a.Join(&st.queue);
+  b.Join(&st.queue);
+  EXPECT_EQ(st.queue.durable(), 2u);
+  EXPECT_TRUE(st.queue.failed().ok()) << "a refusal is not sticky";
+}
+
+// An Exclusive() section waits for both batches, and no batch starts while
+// it waits or runs.
+TEST(CommitQueueTwoBatches, ExclusiveWaitsForBothBatchesAndHoldsOffNewOnes) {
+  TwoBatchStore st;
+  Finishing a("first", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(1);
+  Finishing b("second", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  st.AwaitStarted(2);
+  std::atomic<bool> in_exclusive{false}, ran{false};
+  std::atomic<int> started_inside{-1};
+  Finishing ex("exclusive", [&] {
+    EXPECT_TRUE(st.queue.Exclusive([&] {
+                         in_exclusive = true;
+                         std::this_thread::sleep_for(20ms);
+                         started_inside = st.Started();
+                         ran = true;
+                         in_exclusive = false;
+                         return Status::Ok();
+                       }).ok());
+  });
+  Finishing c("newcomer", [&] { EXPECT_TRUE(st.queue.Wait(st.Append()).ok()); });
+  Eventually([&] { return st.Slept() == 1; });  // the newcomer sleeps: an Exclusive() waits
+  st.Release(0);
+  a.Join(&st.queue);
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(ran.load()) << "ran with the second batch in flight";
+  st.Release(1);
+  b.Join(&st.queue);
+  ex.Join(&st.queue);
+  EXPECT_TRUE(ran.load());
+  EXPECT_EQ(started_inside.load(), 2) << "a batch started inside the section";
+  st.AwaitStarted(3);  // the newcomer leads after it
+  st.Release(2);
+  c.Join(&st.queue);
+}
+
+// A failure with two batches in flight wakes every waiter, also those a
+// batch in flight took; the leaders still return what their commits say
+// (as with one batch: a batch publishes what its commit function returns).
+TEST(CommitQueueTwoBatches, AFailureWithTwoBatchesInFlightWakesEveryWaiter) {
+  TwoBatchStore st;
+  const uint64_t t1 = st.Append(), t2 = st.Append();
+  Finishing a("first leader", [&] { (void)st.queue.Wait(t1); });
+  st.AwaitStarted(1);
+  Finishing b("covered", [&] { EXPECT_FALSE(st.queue.Wait(t2).ok()); });
+  Eventually([&] { return st.Slept() == 1; });
+  Finishing c("second leader", [&] { (void)st.queue.Wait(st.Append()); });
+  st.AwaitStarted(2);
+  st.queue.Fail(Status(Code::kIOError, "injected"));
+  b.Join(&st.queue);
+  st.ReleaseAll();
+  a.Join(&st.queue);
+  c.Join(&st.queue);
+  EXPECT_FALSE(st.queue.Wait(st.Append()).ok());
+}
+
+// Many threads, two batches at a time: every Wait returns with its ticket
+// durable, never more than two batches run, and some overlap.
+TEST(CommitQueueTwoBatches, ManyThreadsNeverRunMoreThanTwoBatches) {
+  std::atomic<int> in_flight{0}, most{0};
+  std::atomic<uint64_t> appended{0}, done{0};
+  std::mutex order_mu;
+  CommitQueue* qp = nullptr;
+  CommitQueue q([&]() -> Result<uint64_t> {
+    qp->AssertLeader();
+    const int n = in_flight.fetch_add(1) + 1;
+    for (int m = most.load(); n > m && !most.compare_exchange_weak(m, n);) {
+    }
+    const uint64_t seal = appended.load();
+    qp->Sealed(seal);
+    std::this_thread::sleep_for(100us);
+    in_flight.fetch_sub(1);
+    // In order, as a store's commit function must: the queue publishes the
+    // newest ticket any batch returns.
+    std::lock_guard<std::mutex> g(order_mu);
+    const uint64_t d = std::max(done.load(), seal);
+    done = d;
+    return d;
+  });
+  qp = &q;
+  q.SetMaxBatches(2);
+  std::atomic<int> bad{0};
+  std::vector<std::thread> th;
+  for (int i = 0; i < 16; i++)
+    th.emplace_back([&] {
+      for (int k = 0; k < 200; k++) {
+        const uint64_t t = appended.fetch_add(1) + 1;
+        if (!q.Wait(t).ok() || q.durable() < t) bad++;
+      }
+    });
+  for (auto& t : th) t.join();
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_LE(most.load(), 2);
+  EXPECT_EQ(most.load(), 2);
+  EXPECT_GT(q.stats().overlapped, 0u);
+  EXPECT_EQ(q.durable(), 16u * 200u);
+}
+
 TEST(EnvSyncCounter, CountsEverySyncOfEveryFile) {
   FaultInjectionEnv env;
   auto f = env.OpenLocked("x", Env::Mode::kCreate).value();
