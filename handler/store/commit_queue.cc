@@ -86,92 +86,23 @@ void CommitQueue::CollectSatisfiedLocked(Wakeups* w, bool all) {
   w->done_tail = last;
 }
 
-void CommitQueue::SetMaxBatches(int n) {
-  std::lock_guard<std::mutex> g(mu_);
-  max_batches_ = std::max(1, n);
-}
-
-thread_local CommitQueue::Waiter* CommitQueue::current_leader_ = nullptr;
-
-void CommitQueue::RefuseBatch() {
-  if (current_leader_) current_leader_->refused = true;
-}
-
-void CommitQueue::Sealed(uint64_t ticket) {
-  if (current_leader_) current_leader_->sealed.store(ticket, std::memory_order_release);
-}
-
-uint64_t CommitQueue::CoveredLocked() const {
-  uint64_t c = durable_.load(std::memory_order_relaxed);
-  for (const Waiter* l = leaders_; l; l = l->next) c = std::max(c, l->sealed.load(std::memory_order_acquire));
-  return c;
-}
-
-bool CommitQueue::CanLeadLocked(uint64_t ticket) const {
-  // Exclusive() requests go first: no new batch while one waits.
-  return !exclusive_ && !ex_head_ && batches_ < max_batches_ && ticket > CoveredLocked();
-}
-
-void CommitQueue::StartLeadingLocked(Waiter* w) {
-  if (batches_ > 0) stats_.overlapped++;
-  batches_++;
-  w->sealed.store(kUnsealed, std::memory_order_relaxed);
-  w->prev = nullptr;
-  w->next = leaders_;
-  if (leaders_) leaders_->prev = w;
-  leaders_ = w;
-}
-
-void CommitQueue::UnlinkLeaderLocked(Waiter* w) {
-  (w->prev ? w->prev->next : leaders_) = w->next;
-  if (w->next) w->next->prev = w->prev;
-  w->prev = w->next = nullptr;
-  batches_--;
-}
-
-void CommitQueue::EndLeadingLocked(Waiter* w, Wakeups* wk) {
-  UnlinkLeaderLocked(w);
-  HandOnLocked(wk);
-}
-
-void CommitQueue::HandOnLocked(Wakeups* w) {
-  if (exclusive_ || w->lead) return;
-  if (ex_head_) {  // the oldest Exclusive() request, once no batch is in flight
-    if (batches_ > 0) return;
-    Waiter* next = ex_head_;
+void CommitQueue::PassLeadershipLocked(Wakeups* w) {
+  Waiter* next = nullptr;
+  if (ex_head_) {  // the oldest Exclusive() request first
+    next = ex_head_;
     ex_head_ = next->next;
     (ex_head_ ? ex_head_->prev : ex_tail_) = nullptr;
-    next->next = nullptr;
-    exclusive_ = true;
-    w->lead = next;
+  } else if (head_ && failed_.ok()) {
+    next = head_;
+    head_ = next->next;
+    (head_ ? head_->prev : tail_) = nullptr;
+  }
+  if (!next) {
+    leading_ = false;
     return;
   }
-  if (!failed_.ok() || batches_ >= max_batches_) return;
-  // The oldest waiter no batch in flight covers (with none in flight, the
-  // oldest: every waiter's ticket is newer than durable).
-  const uint64_t covered = CoveredLocked();
-  Waiter* p = head_;
-  while (p && p->ticket <= covered) p = p->next;
-  if (!p) return;
-  (p->prev ? p->prev->next : head_) = p->next;
-  (p->next ? p->next->prev : tail_) = p->prev;
-  StartLeadingLocked(p);
-  w->lead = p;
-}
-
-void CommitQueue::CollectRefusedLocked(Wakeups* w) {
-  // Waiters are ordered by ticket: those no other batch covers are a
-  // suffix of the list, detached whole as a chain.
-  const uint64_t covered = CoveredLocked();
-  Waiter* first = tail_;
-  if (!first || first->ticket <= covered) return;
-  while (first->prev && first->prev->ticket > covered) first = first->prev;
-  Waiter* last = tail_;
-  tail_ = first->prev;
-  (tail_ ? tail_->next : head_) = nullptr;
-  first->prev = nullptr;
-  (w->done_tail ? w->done_tail->next : w->done) = first;
-  w->done_tail = last;
+  next->next = nullptr;
+  w->lead = next;
 }
 
 uint32_t CommitQueue::Release(Waiter* w, Waiter::State st) {
@@ -216,16 +147,11 @@ CommitQueue::Waiter::State CommitQueue::Sleep(Waiter* w) {
   }
 }
 
-Result<uint64_t> CommitQueue::RunCommit(Waiter* leader) noexcept {
+Result<uint64_t> CommitQueue::RunCommit() noexcept {
   // An exception (std::bad_alloc while a large checkpoint is encoded) is a
   // failed commit like any other: the queue fails, every waiter is told,
   // leadership is handed on. What reached the disk is unknown, so the
   // failure is sticky, as for an I/O error.
-  struct Current {
-    Waiter* saved;
-    explicit Current(Waiter* w) : saved(current_leader_) { current_leader_ = w; }
-    ~Current() { current_leader_ = saved; }
-  } current(leader);
   try {
     return commit_();
   } catch (...) {
@@ -254,11 +180,9 @@ Status CommitQueue::Wait(uint64_t ticket) {
   std::unique_lock<std::mutex> lk(mu_);
   if (durable_.load(std::memory_order_relaxed) >= ticket) return Status::Ok();
   if (!failed_.ok()) return CopyStatus(failed_);
-  Waiter w;
-  w.ticket = ticket;
-  if (CanLeadLocked(ticket)) {
-    StartLeadingLocked(&w);
-  } else {
+  if (leading_) {
+    Waiter w;
+    w.ticket = ticket;
     EnqueueLocked(&w);
     stats_.slept++;
     lk.unlock();
@@ -271,9 +195,11 @@ Status CommitQueue::Wait(uint64_t ticket) {
       return NotDurableLocked();
     }
     lk.lock();
-    // kLead: the hander made us a leader (HandOnLocked: linked, counted).
+    // kLead: the previous leader handed us the queue (leading_ stays true).
+  } else {
+    leading_ = true;
   }
-  // A leader: run batches until our own ticket is durable. Each batch takes
+  // The leader: run batches until our own ticket is durable. Each batch takes
   // everything appended so far, so one is enough unless the commit function
   // returns early (which it may, e.g. after a checkpoint).
   // Nothing from here to the return allocates (Status copies would: their
@@ -286,36 +212,33 @@ Status CommitQueue::Wait(uint64_t ticket) {
   for (;;) {
     Wakeups wk;
     if (!failed_.ok()) {  // Fail() was called while we waited for our turn
-      EndLeadingLocked(&w, &wk);
+      PassLeadershipLocked(&wk);
       lk.unlock();
       Deliver(&wk);
       return FailedCopy();
     }
     stats_.batches++;
-    w.sealed.store(kUnsealed, std::memory_order_relaxed);  // a new batch: it may take anyone's
-    w.refused = false;
     lk.unlock();
-    Result<uint64_t> r = RunCommit(&w);
+    Result<uint64_t> r = RunCommit();
     lk.lock();
-    if (!r.ok() && w.refused && failed_.ok()) {
-      // Refused: nothing written, nothing changed. Every waiter no other
-      // batch in flight has taken is told (this batch took everything
-      // appended, so none of them is durable), the queue stays usable, and
-      // the next Wait() leads a new batch. Moved, never copied, as a
-      // failure is (nothing on this path allocates).
+    if (!r.ok() && std::exchange(refused_, false) && failed_.ok()) {
+      // Refused: nothing written, nothing changed. Every waiter is told (the
+      // batch took everything appended, so none of them is durable), the
+      // queue stays usable, and the next Wait() leads a new batch. Moved,
+      // never copied, as a failure is (nothing on this path allocates).
       refusal_ = std::move(r).TakeStatus();
-      UnlinkLeaderLocked(&w);  // first: it covers nobody now
-      CollectRefusedLocked(&wk);
-      HandOnLocked(&wk);
+      CollectSatisfiedLocked(&wk, /*all=*/true);
+      PassLeadershipLocked(&wk);
       lk.unlock();
       Deliver(&wk);
       lk.lock();
       return NotDurableLocked();
     }
+    refused_ = false;  // set by a function that then succeeded: not a refusal
     if (!r.ok()) {
       if (failed_.ok()) failed_ = std::move(r).TakeStatus();
       CollectSatisfiedLocked(&wk);
-      EndLeadingLocked(&w, &wk);
+      PassLeadershipLocked(&wk);
       lk.unlock();
       Deliver(&wk);
       return FailedCopy();
@@ -343,7 +266,7 @@ Status CommitQueue::Wait(uint64_t ticket) {
     Deliver(&wk);
     wk = Wakeups{};
     lk.lock();
-    if (mine) EndLeadingLocked(&w, &wk);
+    if (mine) PassLeadershipLocked(&wk);
     lk.unlock();
     Deliver(&wk);  // the next leader, if any
     if (after_) {
@@ -390,14 +313,14 @@ void CommitQueue::DrainHooks() {
 
 void CommitQueue::BeginExclusive() {
   std::unique_lock<std::mutex> lk(mu_);
-  if (!exclusive_ && batches_ == 0 && !ex_head_) {
-    exclusive_ = true;
+  if (!leading_) {
+    leading_ = true;
   } else {
     Waiter w;
     w.ticket = kExclusive;
     EnqueueLocked(&w);
     lk.unlock();
-    Sleep(&w);  // only ever signalled kLead, with exclusive_ set (HandOnLocked)
+    Sleep(&w);  // only ever signalled kLead
     lk.lock();
   }
   // We lead, so no batch and no new hook can start: wait out the hooks of
@@ -410,8 +333,7 @@ void CommitQueue::EndExclusive() {
   {
     std::lock_guard<std::mutex> g(mu_);
     CollectSatisfiedLocked(&wk);  // the exclusive part may have published tickets
-    exclusive_ = false;
-    HandOnLocked(&wk);
+    PassLeadershipLocked(&wk);
   }
   Deliver(&wk);
 }

@@ -66,17 +66,8 @@
 //     command (2026-12-06, 4-6 alternating runs each on a shared, loaded
 //     2-CPU VM; perf had put ~28% of their CPU in the per-waiter wakes and
 //     the preemptions they caused);
-//   * at most max_batches() batches are in flight (SetMaxBatches: 1, or 2
-//     where the store has a second sync handle; Core::CommitBatch). With 2, a
-//     second leader may start while the first's batch syncs: the commit
-//     function serialises what must not overlap (its journal writes) and
-//     makes its batches durable in order; the queue only decides who leads.
-//     A caller leads a new batch only if its ticket is newer than every
-//     batch in flight has taken (Sealed: the commit function says so as it
-//     takes its records; until it has, it may take anyone's), else it
-//     sleeps until a batch makes it durable or hands it leadership. A batch
-//     refused (RefuseBatch) answers only the waiters no other batch in
-//     flight has taken.
+//   * at most one batch is in flight, so the commit function needs no lock of
+//     its own against itself.
 //
 // A failed commit is sticky: every waiter, and every later Wait() for a ticket
 // that is not durable, gets the error (the pool must be reopened). A commit
@@ -172,19 +163,7 @@ class CAPABILITY("commit leadership") CommitQueue {
   // waiter (none of their tickets is durable) gets the batch's error, no
   // hook runs, and a later Wait() leads a new batch, which may succeed. A
   // leader that returns Ok after calling it is not refused.
-  void RefuseBatch() REQUIRES(this);
-
-  // For the commit function, from the leader, as soon as it has taken its
-  // batch's records: the newest ticket the batch holds (or, for a commit
-  // that covers everything appended so far, the newest ticket appended). A
-  // caller whose ticket is no newer waits for this batch instead of
-  // leading another. Only a hint for who leads: a batch always publishes
-  // what its commit function returns.
-  void Sealed(uint64_t ticket) REQUIRES(this);
-
-  // How many batches may be in flight at once (default 1). Set before the
-  // first Wait (Core: at open, 2 when it has two sync handles).
-  void SetMaxBatches(int n);
+  void RefuseBatch() REQUIRES(this) { refused_ = true; }
 
   // For an Exclusive() fn that made tickets durable by itself (a checkpoint
   // written outside a batch): raises the durable ticket to `durable`.
@@ -205,7 +184,6 @@ class CAPABILITY("commit leadership") CommitQueue {
     uint64_t fast_returns = 0;  // ... that returned without any lock
     uint64_t slept = 0;         // ... that slept at least once
     uint64_t wake_calls = 0;    // FUTEX_WAKE system calls made (one per delivery)
-    uint64_t overlapped = 0;    // batches whose leader started while another batch was in flight
   };
   Stats stats() const;
 
@@ -217,8 +195,6 @@ class CAPABILITY("commit leadership") CommitQueue {
   // no other (commit_queue.cc, Deliver). The signaller reads what it needs
   // of the waiter before the store that releases it (the waiter may
   // return, and its frame be reused, right after).
-  // A leader is a Waiter too (its own, or the one it slept as), linked in
-  // the leaders' list instead of the waiters'.
   struct Waiter {
     enum State : uint32_t { kWaiting, kLead, kDone };
     uint64_t ticket = 0;  // kExclusive for Exclusive()
@@ -226,14 +202,7 @@ class CAPABILITY("commit leadership") CommitQueue {
     Waiter* next = nullptr;  // links a detached chain of waiters to wake
     uint32_t bit = 0;        // its bit of the wake mask, set under mu_ when queued
     std::atomic<uint32_t> state{kWaiting};
-    // While it leads: the newest ticket its batch took (Sealed), kUnsealed
-    // until the commit function says; and whether it refused the batch
-    // (RefuseBatch). Both set on the leader's thread, `sealed` read by
-    // others under mu_.
-    std::atomic<uint64_t> sealed{kUnsealed};
-    bool refused = false;
   };
-  static constexpr uint64_t kUnsealed = ~uint64_t{0};
   // Signals decided under mu_ and delivered after releasing it.
   struct Wakeups {
     Waiter* lead = nullptr;  // the next leader (signalled first)
@@ -258,23 +227,9 @@ class CAPABILITY("commit leadership") CommitQueue {
   // REQUIRES mu_. Takes every waiter the durable ticket (or the failure)
   // satisfies; every waiter if `all` (a refused batch).
   void CollectSatisfiedLocked(Wakeups* w, bool all = false);
-  // REQUIRES mu_. Whether a caller with `ticket` may lead a new batch now.
-  bool CanLeadLocked(uint64_t ticket) const;
-  // REQUIRES mu_. The newest ticket the batches in flight have taken, or
-  // durable if none; kUnsealed if one has not said yet (it may take any).
-  uint64_t CoveredLocked() const;
-  // REQUIRES mu_. Links w as a batch leader / unlinks it and hands its
-  // place on (HandOnLocked).
-  void StartLeadingLocked(Waiter* w);
-  void UnlinkLeaderLocked(Waiter* w);
-  void EndLeadingLocked(Waiter* w, Wakeups* wk);
-  // REQUIRES mu_. Gives a free place to the oldest Exclusive() request once
-  // no batch is in flight, else to the oldest waiter no batch in flight
-  // covers (at most one per call).
-  void HandOnLocked(Wakeups* w);
-  // REQUIRES mu_. For a refused batch (its leader unlinked): takes every
-  // waiter that no other batch in flight covers.
-  void CollectRefusedLocked(Wakeups* w);
+  // REQUIRES mu_, called by the leader. Hands leadership to the oldest
+  // Exclusive() request, else the waiter with the oldest ticket, else ends it.
+  void PassLeadershipLocked(Wakeups* w);
   // Without mu_: signals the new leader and the satisfied waiters, all
   // with one wake.
   void Deliver(Wakeups* w);
@@ -296,10 +251,7 @@ class CAPABILITY("commit leadership") CommitQueue {
   // commit_ and after_, with any exception caught: a leader that unwound
   // out of Wait() would leave the queue led by nobody, and every waiter,
   // later caller and Exclusive() section asleep for ever.
-  Result<uint64_t> RunCommit(Waiter* leader) noexcept;
-  // The batch whose commit function runs on this thread (RefuseBatch,
-  // Sealed): set by RunCommit around the call.
-  static thread_local Waiter* current_leader_;
+  Result<uint64_t> RunCommit() noexcept;
   void RunAfter(uint64_t durable) noexcept;
 
   const CommitFn commit_;
@@ -307,14 +259,14 @@ class CAPABILITY("commit leadership") CommitQueue {
   std::atomic<uint64_t> durable_;
 
   mutable std::mutex mu_;
-  int max_batches_ = 1;                      // SetMaxBatches
-  int batches_ = 0;                          // batch leaders now (each in leaders_)
-  bool exclusive_ = false;                   // an Exclusive() section leads (no batch then)
-  Waiter* leaders_ = nullptr;                // the batch leaders, linked by prev/next
+  bool leading_ = false;                     // a leader exists (batch or exclusive)
   Status failed_;                            // sticky
   // The last refused batch's error (RefuseBatch), for its waiters: replaced
   // by each refusal, read under mu_ by the waiters it woke.
   Status refusal_;
+  // Set by the commit function (RefuseBatch) on the leader's thread, read
+  // and cleared by the same leader once the function returns.
+  bool refused_ = false;
   Waiter* head_ = nullptr;                   // sleeping Wait() callers, oldest ticket first
   Waiter* tail_ = nullptr;
   Waiter* ex_head_ = nullptr;                // Exclusive() requests, oldest first

@@ -193,8 +193,8 @@ Status FormatV2::PrepareWrites(File* file) {
   return Status::Ok();
 }
 
-Status FormatV2::AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) {
-  return journal_.AppendBatch(file, b, sync);
+Status FormatV2::CommitBatch(File* file, const JournalBatch& b) {
+  return journal_.WriteBatch(file, b);
 }
 
 FrozenCheckpoint FormatV2::Freeze(const MetaState& st, const DirtyRanges&) const {

@@ -37,8 +37,7 @@ class FormatV2 final : public MetaFormat {
   // synced (format_v2.cc says why).
   Status PrepareWrites(File* file) override;
   bool Fits(size_t bytes) const override { return journal_.Fits(bytes); }
-  Status AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) override;
-  void BatchDurable(const JournalBatch& b) override { journal_.BatchDurable(b); }
+  Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return journal_.tail() == 0; }
   uint64_t durable_lsn() const override { return journal_.durable_lsn(); }
   uint64_t superblock_seq() const override { return sb_.seq; }

@@ -320,8 +320,8 @@ Status FormatV3::SettleSlots(File* file) {
   return Status::Ok();
 }
 
-Status FormatV3::AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) {
-  if (!ring_) return Status(Code::kInvalidArgument, "format 3: AppendBatch before LoadState");
+Status FormatV3::CommitBatch(File* file, const JournalBatch& b) {
+  if (!ring_) return Status(Code::kInvalidArgument, "format 3: CommitBatch before LoadState");
   if (needs_open_ckpt_)
     return Status(Code::kInvalidArgument,
                   "format 3: no batch before the open's checkpoint (the replayed ring may hold stale records "
@@ -333,11 +333,7 @@ Status FormatV3::AppendBatch(File* file, const JournalBatch& b, const std::funct
   // (slots_settled_).
   if (!ring_->Fits(b.bytes.size()))
     return Status(Code::kNoSpace, "journal full: " + N(b.bytes.size()) + " bytes do not fit");
-  return ring_->AppendBatch(file, b, sync);
-}
-
-void FormatV3::BatchDurable(const JournalBatch& b) {
-  if (ring_) ring_->BatchDurable(b);  // only after an AppendBatch, which needs the ring
+  return ring_->WriteBatch(file, b);
 }
 
 namespace {

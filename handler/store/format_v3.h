@@ -77,7 +77,7 @@
 // SettleSlots in format_v3.cc); so does a WriteCheckpoint or Grow not preceded by PrepareWrites.
 // Then the open's checkpoint (CommitBatch refuses until one succeeded: the
 // replayed ring may hold stale records past its tail); CommitBatch then
-// appends to the journal ring (JournalRing, in WriteJournalBatch's order).
+// appends to the journal ring (JournalRing, in CommitJournalBatch's order).
 //
 // Load: the LUN table (records and next LUN id) and the tree the index root
 // names (ReadCkptTree), each LUN's map the tree's, then the journal's
@@ -174,8 +174,7 @@ class FormatV3 final : public MetaFormat {
   // written, after a failed checkpoint too (WriteCheckpoint); kNoSpace,
   // nothing written, when the batch does not fit; on any failure the ring's
   // tail and durable LSN stay.
-  Status AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) override;
-  void BatchDurable(const JournalBatch& b) override;
+  Status CommitBatch(File* file, const JournalBatch& b) override;
   bool journal_empty() const override { return !ring_ || ring_->tail() == ring_->start(); }
   // 0 until a batch or a checkpoint is committed (LoadState vouches for
   // none of the records it replayed: 0 vouches for nothing, which

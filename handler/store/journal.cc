@@ -54,23 +54,26 @@ uint64_t JournalBuffer::DropForCheckpoint() {
   return next_lsn_;
 }
 
-Status WriteJournalBatch(const JournalBatch& b, const std::function<Status()>& sync,
-                         const std::function<Status()>& append) {
+Status CommitJournalBatch(File* file, const JournalBatch& b, const std::function<Status()>& append) {
   // Data first: everything the records rest on is on disk before the
   // records themselves. Metadata-only batches (clone, unmap) skip it, and so
   // do in-place overwrites written after the batch's last record: the one
   // sync after the journal write covers them.
   Status s;
-  if (b.data_dirty) s = sync();
+  if (b.data_dirty) s = file->Sync();
   if (s.ok() && !b.bytes.empty()) s = append();
+  if (s.ok() && (!b.bytes.empty() || b.inplace_dirty)) s = file->Sync();
   return s;
 }
 
-Status JournalWriter::AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) {
-  Status s = WriteJournalBatch(b, sync, [&] {
+Status JournalWriter::WriteBatch(File* file, const JournalBatch& b) {
+  Status s = CommitJournalBatch(file, b, [&] {
     return file->Write(kJournalOffset + tail_, b.bytes.size(), b.bytes.data());
   });
   if (s.ok()) tail_ += b.bytes.size();
+  // Only now, after the sync: a record framed from here on vouches for this
+  // batch (its `proven`), so replay can tell damage to it from a tear.
+  if (s.ok()) durable_lsn_.store(b.last_lsn);
   return s;
 }
 

@@ -109,30 +109,11 @@ class JournalBuffer {
 inline thread_local int fail_after_apply_for_test = 0;
 
 // The commit step's order, written once for v1/v2's fixed region
-// (JournalWriter) and v3's ring (JournalRing), in two halves so that the
-// next batch may write while this one's sync runs (Core::CommitBatch):
-//   WriteJournalBatch: `sync` the data the batch's records rest on (if
-//     any), then `append` the records (only when there are any). The caller
-//     then moves its tail past them.
-//   the sync that makes them durable, if JournalBatchNeedsSync (also for
-//     in-place data alone), started after the append returned;
-//   then, and only once every earlier batch is durable too, the caller's
-//     durable LSN (the format's BatchDurable).
-// CommitWholeBatch is all three in a row, with the file's own Sync, for a
-// journal (JournalWriter, JournalRing, MetaFormat) whose batches do not
-// overlap.
-Status WriteJournalBatch(const JournalBatch& b, const std::function<Status()>& sync,
-                         const std::function<Status()>& append);
-inline bool JournalBatchNeedsSync(const JournalBatch& b) { return !b.bytes.empty() || b.inplace_dirty; }
-template <typename Journal>
-Status CommitWholeBatch(Journal* j, File* file, const JournalBatch& b) {
-  Status s = j->AppendBatch(file, b, [file] { return file->Sync(); });
-  if (s.ok() && JournalBatchNeedsSync(b)) s = file->Sync();
-  // Only now, after the sync: a record framed from here on vouches for
-  // this batch (its `proven`), so replay can tell damage to it from a tear.
-  if (s.ok()) j->BatchDurable(b);
-  return s;
-}
+// (JournalWriter) and v3's ring (JournalRing): sync the data the batch's
+// records rest on (if any), `append` the records (only when there are any),
+// sync again (also for in-place data alone). The caller moves its tail and
+// durable LSN only when this succeeds.
+Status CommitJournalBatch(File* file, const JournalBatch& b, const std::function<Status()>& append);
 
 class JournalWriter {
  public:
@@ -144,17 +125,10 @@ class JournalWriter {
   bool Fits(size_t bytes) const { return tail_ + bytes <= capacity_; }
 
   // The commit step: sync the data the batch's records rest on (if any),
-  // append the batch at the tail, sync again (also for in-place data
-  // alone). The tail moves past the batch once it is written; on success
-  // it is durable and durable_lsn() reaches it. On failure the pool must be
+  // append the batch at the tail, sync again (also for in-place data alone). On success the batch is durable and the
+  // tail moves past it; on failure the tail stays and the pool must be
   // reopened (what reached the disk is only a torn, unreplayable tail).
-  Status WriteBatch(File* file, const JournalBatch& b) { return CommitWholeBatch(this, file, b); }
-  // Its two halves (WriteJournalBatch's order): AppendBatch syncs the data
-  // (through `sync`) and writes the records, and moves the tail past them;
-  // once they are durable (a sync after it, every earlier batch durable
-  // too), BatchDurable raises durable_lsn().
-  Status AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync);
-  void BatchDurable(const JournalBatch& b) { durable_lsn_.store(b.last_lsn); }
+  Status WriteBatch(File* file, const JournalBatch& b);
 
   // After a checkpoint made every record obsolete: empties the journal
   // (zeroes the region, ZeroFill, so no stale record can pass for a new one).

@@ -93,11 +93,12 @@ Status JournalRing::WriteAtTail(File* file, const std::string& bytes) const {
   return s;
 }
 
-Status JournalRing::AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) {
+Status JournalRing::WriteBatch(File* file, const JournalBatch& b) {
   // Refused before the data sync: nothing about the batch changes on disk.
   if (!Fits(b.bytes.size())) return WriteAtTail(file, b.bytes);
-  Status s = WriteJournalBatch(b, sync, [&] { return WriteAtTail(file, b.bytes); });
+  Status s = CommitJournalBatch(file, b, [&] { return WriteAtTail(file, b.bytes); });
   if (s.ok()) tail_ += b.bytes.size();
+  if (s.ok()) durable_lsn_.store(b.last_lsn, std::memory_order_release);  // as JournalWriter: only after the sync
   return s;
 }
 

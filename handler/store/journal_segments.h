@@ -95,7 +95,7 @@ class JournalLayout {
 };
 
 // The ring's tail on disk and the commit step that appends to it: the v3
-// counterpart of JournalWriter, with the same order of syncs (WriteJournalBatch).
+// counterpart of JournalWriter, with the same order of syncs (CommitJournalBatch).
 class JournalRing {
  public:
   // A ring whose replay starts at logical position `start` (the superblock's
@@ -114,17 +114,10 @@ class JournalRing {
   // Writes `bytes` at the tail, one Env write per piece, without a sync and
   // without moving the tail. kNoSpace (nothing written) unless Fits.
   Status WriteAtTail(File* file, const std::string& bytes) const;
-  // The commit step (WriteJournalBatch's order around WriteAtTail): the
-  // tail moves past the batch once it is written; on success it is durable
-  // and durable_lsn() reaches it. On failure the pool must be reopened
-  // (what reached the disk is a torn tail).
-  Status WriteBatch(File* file, const JournalBatch& b) { return CommitWholeBatch(this, file, b); }
-  // Its two halves, as JournalWriter's: AppendBatch (data sync through
-  // `sync`, records, tail moved; kNoSpace, nothing written, unless Fits),
-  // then BatchDurable once the records are durable and every earlier
-  // batch is too.
-  Status AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync);
-  void BatchDurable(const JournalBatch& b) { RaiseDurableLsn(b.last_lsn); }
+  // The commit step (CommitJournalBatch around WriteAtTail): on success the batch
+  // is durable and the tail moves past it; on failure the tail stays and
+  // the pool must be reopened (what reached the disk is a torn tail).
+  Status WriteBatch(File* file, const JournalBatch& b);
 
   // After a checkpoint made every record obsolete: the journal is empty and
   // replay starts at the tail rounded up to `write_unit` (the superblock's

@@ -150,19 +150,10 @@ class MetaFormat {
   // False if a batch of `bytes` more record bytes does not fit the journal:
   // Core checkpoints instead.
   virtual bool Fits(size_t bytes) const = 0;
-  // The commit step's first half (WriteJournalBatch's order): syncs the
-  // data b's records rest on (through `sync`, if b carries any) and writes
-  // the records; the journal's tail moves past them, so the next batch may
-  // append behind them while they sync. On failure the pool must be
-  // reopened.
-  virtual Status AppendBatch(File* file, const JournalBatch& b, const std::function<Status()>& sync) = 0;
-  // The second half, once b's records are durable (a sync that started
-  // after AppendBatch returned; JournalBatchNeedsSync) and every batch
-  // appended before it is durable too: durable_lsn() reaches b.last_lsn.
-  virtual void BatchDurable(const JournalBatch& b) = 0;
-  // Both halves with the file's own sync between them: on success every
-  // record of `b` is durable and durable_lsn() has reached b.last_lsn.
-  Status CommitBatch(File* file, const JournalBatch& b) { return CommitWholeBatch(this, file, b); }
+  // Appends `b` durably, in CommitJournalBatch's order (data sync, records,
+  // sync). On success every record of `b` is durable and durable_lsn() has
+  // reached b.last_lsn.
+  virtual Status CommitBatch(File* file, const JournalBatch& b) = 0;
   // Nothing in the journal since the last checkpoint (a clean close then
   // needs no seal).
   virtual bool journal_empty() const = 0;
