@@ -109,10 +109,11 @@ class Harness {
     pipeline_ = std::make_unique<CommandPipeline>(workers, std::move(cb));
   }
 
-  // A held job is let go first: a test that failed before its Release()
-  // ends instead of waiting for it for ever.
+  // A held job and a closed gate are let go first: a test that failed
+  // before its Release() or OpenGate() ends instead of waiting for ever.
   ~Harness() {
     Release();
+    OpenGate();
     pipeline_.reset();
   }
   Harness(const Harness&) = delete;
