@@ -112,17 +112,23 @@ uint64_t PhysOf(Core* core, const std::string& name, uint64_t lba) {
   return phys;
 }
 
+// A format 3 pool of `size` at a 4 KiB grain below a 64 KiB AU, with no
+// soft line: where zeroing ahead runs (on a File whose writes allocate).
+PoolOptions ZeroAheadOptions(uint64_t size) {
+  PoolOptions o;
+  o.size_bytes = size;
+  o.allocation_unit = kAu;
+  o.format = 3;
+  o.grain = kBlock;
+  o.soft_threshold_percent = 0;
+  return o;
+}
+
 class ZeroAheadPool : public ::testing::Test {
  protected:
   void Make(uint64_t size, bool writes_allocate = true) {
     env_.SetWritesAllocate(writes_allocate);
-    PoolOptions o;
-    o.size_bytes = size;
-    o.allocation_unit = kAu;
-    o.format = 3;
-    o.grain = kBlock;
-    o.soft_threshold_percent = 0;
-    auto p = Pool::Create(&env_, "pool", o);
+    auto p = Pool::Create(&env_, "pool", ZeroAheadOptions(size));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     pool_ = std::move(p.value());
     core_ = CoreOfForTest(pool_.get());
@@ -207,13 +213,7 @@ TEST_F(ZeroAheadPool, NothingIsZeroedAheadWithoutTheEnvsSay) {
 // warm runs seen on the way in *warm_seen.
 uint64_t BlocksUntilFull(FaultInjectionEnv* env, uint64_t size, bool writes_allocate, size_t* warm_seen) {
   env->SetWritesAllocate(writes_allocate);
-  PoolOptions o;
-  o.size_bytes = size;
-  o.allocation_unit = kAu;
-  o.format = 3;
-  o.grain = kBlock;
-  o.soft_threshold_percent = 0;
-  auto p = Pool::Create(env, "pool", o);
+  auto p = Pool::Create(env, "pool", ZeroAheadOptions(size));
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   if (!p.ok()) return 0;
   constexpr uint64_t kLun = 4ull << 30;
@@ -360,13 +360,7 @@ TEST(ZeroAheadRace, NoWriteIsAnsweredDurableThatARoundsFailedSyncForgot) {
     FaultInjectionEnv env;
     env.SetWritesAllocate(true);
     env.SetFailedSync(FaultInjectionEnv::FailedSync::kForget);
-    PoolOptions o;
-    o.size_bytes = kPool;
-    o.allocation_unit = kAu;
-    o.format = 3;
-    o.grain = kBlock;
-    o.soft_threshold_percent = 0;
-    auto p = Pool::Create(&env, "pool", o);
+    auto p = Pool::Create(&env, "pool", ZeroAheadOptions(kPool));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     std::unique_ptr<Pool> pool = std::move(p.value());
     ASSERT_TRUE(pool->CreateLun("a", kLunBytes, kBlock).ok());
