@@ -18,6 +18,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/env.h"
@@ -135,7 +136,7 @@ class PosixFile final : public File {
   // read-only: fdatasync needs no write access, and its errors are its own.
   Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override {
     struct Handle final : SyncHandle {
-      Handle(PosixEnv* e, int f, const std::string& p) : env(e), fd(f), path(p) {}
+      Handle(PosixEnv* e, int f, std::string p) : env(e), fd(f), path(std::move(p)) {}
       ~Handle() override { ::close(fd); }
       Status Sync() override {
         CountSyncOf(env);
@@ -144,7 +145,7 @@ class PosixFile final : public File {
       }
       PosixEnv* env;
       int fd;
-      const std::string& path;  // the File's, which outlives its handles
+      const std::string path;  // a copy: a handle needs nothing of its File to sync
     };
     const int fd = ::open(("/proc/self/fd/" + std::to_string(fd_)).c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Errno("open a sync handle of", path_, errno);
