@@ -71,11 +71,11 @@ class File {
   // A second way to Sync this file, through an open of its own, or
   // kUnsupported. Why: Linux reports a failed write-back once per open file
   // (errseq): of two fdatasyncs running at once on one descriptor, one may
-  // take the error and the other return success for pages it needed. Two
-  // journal commits whose syncs overlap (Core::CommitBatch) therefore sync
-  // through different handles, each of which sees every error that happened
-  // since its own last sync. Without one, the store keeps one sync in
-  // flight.
+  // take the error and the other return success for pages it needed. So a
+  // sync that runs beside the commits' (zeroing ahead's: Core's
+  // NewSpaceLocked) goes through a handle, and the commits' own sync still
+  // sees every error since its last. Without one, the store does without
+  // what would need it (zeroing ahead).
   class SyncHandle {
    public:
     virtual ~SyncHandle() = default;
