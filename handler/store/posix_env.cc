@@ -50,6 +50,20 @@ BackingSpace OfDevice(uint64_t size) {
 class PosixEnv;
 void CountSyncOf(PosixEnv* env);
 
+// fdatasync of `fd`, counted as every sync of `env` is.
+Status DataSync(PosixEnv* env, int fd, const std::string& path) {
+  CountSyncOf(env);
+  if (::fdatasync(fd) != 0) return Errno("fdatasync", path, errno);
+  return Status::Ok();
+}
+
+// A second open, read-only, of the file behind `fd` (-1 and errno if it
+// fails). Through the descriptor, not the path: it is the same file even if
+// the path was replaced since, and reopening a regular file or a block
+// device already open does not block. Its read-ahead state and its record
+// of write-back errors are its own.
+int ReopenReadOnly(int fd) { return ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC); }
+
 // Whether fd's file system reports holes exactly through SEEK_DATA: data
 // wherever a read could return anything but zeros, dirty cached pages
 // included. The ones the store is run on and whose SEEK_DATA is built on
@@ -125,29 +139,20 @@ class PosixFile final : public File {
     (void)::posix_fadvise(aside_fd_, static_cast<off_t>(off), static_cast<off_t>(n), POSIX_FADV_WILLNEED);
   }
 
-  Status Sync() override {
-    CountSyncOf(env_);
-    if (::fdatasync(fd_) != 0) return Errno("fdatasync", path_, errno);
-    return Status::Ok();
-  }
+  Status Sync() override { return DataSync(env_, fd_, path_); }
 
-  // A new open of the same file (through the descriptor, as the aside one:
-  // the same file even if the path was replaced, and no blocking open),
-  // read-only: fdatasync needs no write access, and its errors are its own.
+  // A new open of the same file (ReopenReadOnly, as the aside one):
+  // fdatasync needs no write access, and its errors are its own.
   Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override {
     struct Handle final : SyncHandle {
       Handle(PosixEnv* e, int f, std::string p) : env(e), fd(f), path(std::move(p)) {}
       ~Handle() override { ::close(fd); }
-      Status Sync() override {
-        CountSyncOf(env);
-        if (::fdatasync(fd) != 0) return Errno("fdatasync", path, errno);
-        return Status::Ok();
-      }
+      Status Sync() override { return DataSync(env, fd, path); }
       PosixEnv* env;
       int fd;
       const std::string path;  // a copy: a handle needs nothing of its File to sync
     };
-    const int fd = ::open(("/proc/self/fd/" + std::to_string(fd_)).c_str(), O_RDONLY | O_CLOEXEC);
+    const int fd = ReopenReadOnly(fd_);
     if (fd < 0) return Errno("open a sync handle of", path_, errno);
     try {
       return std::unique_ptr<SyncHandle>(new Handle(env_, fd, path_));
@@ -314,14 +319,11 @@ class PosixEnv final : public Env {
       ::close(fd);
       return Errno("fstat", path, err);
     }
-    // The second open (File::ReadAside) goes through the descriptor, not
-    // the path: it is the same file even if the path was replaced since,
-    // and reopening a regular file or a block device already open does not
-    // block. Without /proc (or for any other kind of file) the one
-    // descriptor serves both: only slower.
+    // The second open (File::ReadAside): ReopenReadOnly. Without /proc (or
+    // for any other kind of file) the one descriptor serves both: only
+    // slower.
     int aside = -1;
-    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode))
-      aside = ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC);
+    if (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode)) aside = ReopenReadOnly(fd);
     if (aside < 0) aside = fd;
     return std::unique_ptr<File>(new PosixFile(this, fd, aside, path, S_ISBLK(st.st_mode)));
   }

@@ -434,17 +434,17 @@ TEST(FailedSyncPosix, ASyncHandleSyncsTheSameFileThroughAnOpenOfItsOwn) {
   ASSERT_TRUE(h.value()->Sync().ok());
   EXPECT_EQ(DefaultEnv()->sync_calls(), before + 1);
   // Not the file's descriptor: its own, which closing the handle closes.
-  int fds_with = 0, fds_without = 0;
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    if (std::filesystem::read_symlink(e.path(), ec) == real) fds_with++;
-  }
+  auto opens = [&] {
+    int n = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      if (std::filesystem::read_symlink(e.path(), ec) == real) n++;
+    }
+    return n;
+  };
+  const int with_handle = opens();
   h.value().reset();
-  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
-    std::error_code ec;
-    if (std::filesystem::read_symlink(e.path(), ec) == real) fds_without++;
-  }
-  EXPECT_EQ(fds_with, fds_without + 1);
+  EXPECT_EQ(with_handle, opens() + 1);
   f.value().reset();
   std::filesystem::remove(path);
 }
