@@ -52,6 +52,10 @@ class FormatV2 final : public MetaFormat {
   // The current chain, in chain order (LoadState's, then each successful
   // checkpoint's `units`).
   std::vector<uint64_t> meta_units() const override { return chain_; }
+  // The newest durable superblock (ChooseSuperblock's choice, then each
+  // checkpoint's and Grow's): the upgrade to format 3 (upgrade.h) builds
+  // the new superblock from it.
+  const Superblock& superblock() const { return sb_; }
 
  private:
   // The writer rule for both slots (WriteSuperblock in format_v2.cc).

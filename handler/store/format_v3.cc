@@ -506,6 +506,71 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   return out;
 }
 
+uint32_t FormatV3::NewPoolWriteUnit() { return kCreateWriteUnit; }
+
+uint64_t FormatV3::UpgradePageAus(uint32_t au, uint64_t luns, uint64_t extents) {
+  return ShadowTreeCost(au / kLeafPageBytes, 0, {}).UnitsBound(luns, extents);
+}
+
+Status FormatV3::WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, const std::vector<uint64_t>& page_aus,
+                              uint64_t* pages_written) {
+  *pages_written = 0;
+  // The codec's rules first (the roots are placeholders here, in the data
+  // area): nothing is written for a superblock no open would take.
+  sb.lun_table = {sb.data_offset, sb.seq};
+  sb.index = kNoIndex;
+  std::string img;
+  if (Status s = EncodeSuperblockV3(sb, &img); !s.ok()) return s;
+  for (uint64_t au : page_aus)
+    if (au >= sb.units)
+      return Status(Code::kInvalidArgument, "format 3 upgrade: page AU " + N(au) + " lies past the pool");
+
+  std::vector<uint64_t> pages;
+  const uint64_t per_au = sb.au / kLeafPageBytes;
+  for (uint64_t au : page_aus)
+    for (uint64_t i = 0; i < per_au; i++) pages.push_back(sb.data_offset + au * sb.au + i * kLeafPageBytes);
+  ChunkPages alloc(std::move(pages));
+  std::vector<LunRecord> luns;
+  std::map<uint32_t, const ExtentMap*> maps;
+  DirtyRanges all;
+  for (const auto& [id, l] : st.luns) {
+    LunRecord r;
+    r.id = id;
+    r.name = l->name;
+    r.uuid = l->uuid;
+    r.size = l->size;
+    r.bs = l->bs;
+    r.attrs = l->attrs;
+    luns.push_back(std::move(r));
+    if (l->map.extents() > 0) maps.emplace(id, &l->map);
+    all.MarkLun(id);
+  }
+
+  // The journal's runs zeroed (they held data, which may frame as
+  // records), the LUN table and the tree, one sync over all of them; then
+  // the superblock naming them, slot by slot (the writer rule).
+  Status s = ClearJournalRuns(file, sb.au, sb.data_offset, sb.journal);
+  uint64_t lun_root = 0;
+  std::vector<uint64_t> lun_pages;
+  if (s.ok())
+    s = WriteLunTable(file, sb.uuid, sb.seq, st.next_lun_id, luns, [&alloc] { return alloc.Allocate(); }, &lun_root,
+                      &lun_pages);
+  CkptWrite w;
+  if (s.ok()) s = WriteCkptTree(PoolOf(sb), sb.seq, maps, all, CkptTree(), alloc, *file, &w);
+  if (s.ok()) s = file->Sync();
+  if (!s.ok()) return s;
+  *pages_written = lun_pages.size() + w.written.size();
+  sb.index = w.tree.root;
+  sb.lun_table = {lun_root, sb.seq};
+  if (s = EncodeSuperblockV3(sb, &img); !s.ok()) return s;
+  const uint64_t first = sb.seq % 2;
+  s = file->Write(first * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
+  if (s.ok()) s = file->Sync();
+  return s;
+}
+
 std::shared_ptr<const CheckpointCost> FormatV3::NextCheckpointCost() const {
   // Before LoadState there is no AU size to count pages by; nothing asks.
   const uint64_t per_au = ring_ ? choice_.sb.au / kLeafPageBytes : 1;

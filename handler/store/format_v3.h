@@ -142,6 +142,27 @@ class FormatV3 final : public MetaFormat {
   // AU, the metadata chunk, the journal and kMinPoolUnits AUs of data.
   static uint64_t MinPoolBytes(uint32_t au, uint64_t journal_bytes);
 
+  // The write of an upgrade from format 1 or 2 (store-v3.md 3.7; upgrade.h
+  // plans it, Pool::Upgrade runs it): `st`'s LUN table and maps (in grains
+  // of sb.grain) as a full checkpoint whose pages go into `page_aus` (AUs
+  // the old state leaves free, in that order), sb.journal's runs cleared,
+  // all synced; then `sb`, its index and LUN table roots set here, into
+  // slot sb.seq % 2, synced, and the same bytes into the other slot,
+  // synced. The first durable slot write is the upgrade's commit point:
+  // before it every slot holds the old format (the pages and the journal
+  // lie in AUs that format calls free), after it the v3 chooser takes the
+  // new copy and its open rewrites the other slot. kInvalidArgument,
+  // nothing written, for what the superblock codec refuses; kNoSpace,
+  // nothing written past the cleared journal and pages in `page_aus`,
+  // when the pages do not fit. *pages: how many pages were written.
+  static Status WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, const std::vector<uint64_t>& page_aus,
+                             uint64_t* pages);
+  // The AUs WriteUpgrade may need for the pages of `luns` LUNs holding
+  // `extents` runs (the checkpoint bound's rule over an empty tree).
+  static uint64_t UpgradePageAus(uint32_t au, uint64_t luns, uint64_t extents);
+  // The write unit a new format 3 pool lays its journal out in.
+  static uint32_t NewPoolWriteUnit();
+
   // ChooseSuperblockV3 over the slots; the choice is kept (which slot, and
   // what the other holds, for the open that must rewrite it).
   Status ChooseSuperblock(const SuperblockSlots& slots, PoolGeometry* g) override;

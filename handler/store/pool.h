@@ -213,6 +213,18 @@ struct CheckReport {
   uint64_t longest_lock_hold_us = 0;
 };
 
+// What Pool::Upgrade did.
+struct UpgradeReport {
+  uint32_t from_format = 0;  // the pool's format before: 1, 2 (or 3: nothing to do)
+  bool already = false;      // it was format 3 already; nothing was written
+  uint32_t allocation_unit = 0;
+  uint32_t grain = 0;        // the pool's grain afterwards
+  uint64_t luns = 0;         // LUNs carried over (the check after the upgrade)
+  uint64_t extents = 0;      // their runs at the new grain
+  uint64_t journal_bytes = 0;  // the format 3 journal (AUs of the data area)
+  uint64_t metadata_pages = 0;  // 4 KiB pages of the format 3 checkpoint written
+};
+
 // Progress callback for long operations (check, grow): done/total in units.
 using ProgressFn = void (*)(void* ctx, uint64_t done, uint64_t total);
 
@@ -244,6 +256,25 @@ class Pool {
   // Full offline invariant check of a pool that is not open anywhere.
   static Result<CheckReport> CheckOffline(Env* env, const std::string& path,
                                           ProgressFn progress = nullptr, void* ctx = nullptr);
+  // Converts a format 1 or 2 pool, not open anywhere, to format 3 in place
+  // (docs/design/store-v3.md 3.7): clones then share at `grain` bytes (4 KiB
+  // by default) instead of the allocation unit. No data moves: the pool is
+  // opened (its journal replayed), checked (any problem refuses, kCorruption,
+  // nothing written), closed; then the format 3 checkpoint and journal are
+  // written into AUs free in the old state and a format 3 superblock
+  // replaces the old one in each slot in turn. A power cut at any instant
+  // leaves the old pool exactly (run it again) or the upgraded one (the
+  // next open finishes the second slot); an older cowstore refuses the
+  // upgraded pool (kUnsupported) and never writes to it. kBusy when another
+  // process holds the pool; kNoSpace, nothing written, when the free AUs
+  // cannot hold the journal and the checkpoint; kInvalidArgument for a
+  // grain off GrainRule at the pool's AU. A format 3 pool is only opened
+  // and closed, which completes an upgrade a power cut stopped between its
+  // two superblock writes (report.already). The upgraded pool is opened and
+  // checked before success is reported. Progress, if given, counts the
+  // three steps (check the old pool, write, check the new one).
+  static Result<UpgradeReport> Upgrade(Env* env, const std::string& path, uint32_t grain = 4096,
+                                       ProgressFn progress = nullptr, void* ctx = nullptr);
   // The documented recovery for committed journal records that are damaged:
   // with apply = false only reports what opening with accept_journal_loss
   // would give up (nothing written); with apply = true does it: the pool is

@@ -146,6 +146,24 @@ TEST(FormatV1, WritableOpenUpgradesToVersion2AndKeepsEverything) {
   EXPECT_TRUE(rep.clean) << rep.problems[0];
 }
 
+// Pool::Upgrade takes a version 1 pool to format 3 in one run (its open
+// makes it version 2 first), keeping everything, and says where it began.
+TEST(FormatV1, PoolUpgradeTakesItToFormat3KeepingEverything) {
+  FaultInjectionEnv env;
+  Install(&env, ImageBytes());
+  auto r = Pool::Upgrade(&env, "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->from_format, 1u);
+  EXPECT_FALSE(r->already);
+  EXPECT_EQ(r->grain, 4096u);
+  auto p = Pool::Open(&env, "p");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ((*p)->grain(), 4096u);
+  ExpectV1Contents(**p);
+  CheckReport rep = (*p)->Check();
+  EXPECT_TRUE(rep.clean) << rep.problems[0];
+}
+
 TEST(FormatV1, PowerCutAtEveryWriteOfTheUpgradeLeavesVersion1OrVersion2WithEverything) {
   const std::vector<uint8_t> img = ImageBytes();
   uint64_t calls;
