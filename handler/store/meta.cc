@@ -6,6 +6,7 @@
 #include <random>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/names.h"
 
 namespace cowstore::store {
 namespace {
@@ -143,6 +144,19 @@ std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uin
   if (!ValidStoredName(name, "LUN name", &why)) return why;
   if (!ValidBlockSize(bs)) return "block size " + std::to_string(bs);
   if (size == 0 || size % bs != 0) return "size " + std::to_string(size) + " not a positive multiple of the block size";
+  return "";
+}
+
+std::string LunGeometryRule(const LunState& l, uint32_t grain, uint64_t units) {
+  std::string why = LunRecordRule(l.id, l.name, l.size, l.bs);
+  if (!why.empty()) return "LUN " + std::to_string(l.id) + " (" + Quoted(l.name) + ") has a bad geometry: " + why;
+  if (l.bs > grain)
+    return "LUN " + std::to_string(l.id) + " (" + Quoted(l.name) + ") has a bad geometry: block size " +
+           std::to_string(l.bs) + " above the grain (" + std::to_string(grain) + ")";
+  const uint64_t lun_units = (l.size + grain - 1) / grain;
+  for (const auto& [lba, e] : l.map.runs())
+    if (e.phys > units || e.len > units - e.phys || lba > lun_units || e.len > lun_units - lba)
+      return "LUN " + l.name + " maps outside its bounds";
   return "";
 }
 

@@ -88,6 +88,14 @@ std::string LunBlocksRule(uint64_t size, uint32_t bs);
 // and the LUN table page codec. The Pool API refuses all of it first (ids:
 // CreateLun and CopyLun refuse with kNoSpace once next_lun_id is UINT32_MAX).
 std::string LunRecordRule(uint32_t id, std::string_view name, uint64_t size, uint32_t bs);
+// Why LUN `l` cannot be served from a pool of `grain`-byte grains, `units`
+// of them ("" if it can): LunRecordRule, a block within one grain (as
+// CreateLun requires), and every run of its map inside the LUN (its size in
+// grains, rounded up) and inside the pool. Core's load applies it to every
+// LUN (kCorruption); the upgrade to format 3 to every map it translates,
+// before anything is written (upgrade.h).
+struct LunState;
+std::string LunGeometryRule(const LunState& l, uint32_t grain, uint64_t units);
 // The LSN a new pool's journal starts at: random, so that no record an
 // older pool left on the same file or device can pass for one of this
 // pool's (every format's Create).

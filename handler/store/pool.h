@@ -265,10 +265,13 @@ class Pool {
   // replaces the old one in each slot in turn. A power cut at any instant
   // leaves the old pool exactly (run it again) or the upgraded one (the
   // next open finishes the second slot); an older cowstore refuses the
-  // upgraded pool (kUnsupported) and never writes to it. kBusy when another
-  // process holds the pool; kNoSpace, nothing written, when the free AUs
-  // cannot hold the journal and the checkpoint; kInvalidArgument for a
-  // grain off GrainRule at the pool's AU. A format 3 pool is only opened
+  // upgraded pool (kUnsupported) and never writes to it. Refused with the
+  // pool still in its old format (its own open may have checkpointed it,
+  // as any writable open does, but nothing of format 3 is written): kBusy
+  // when another process holds the pool; kNoSpace when the free AUs cannot
+  // hold the journal and the checkpoint; kInvalidArgument for a grain off
+  // GrainRule at the pool's AU, or one a LUN's blocks do not fit (a
+  // LunGeometryRule the translated maps break). A format 3 pool is only opened
   // and closed, which completes an upgrade a power cut stopped between its
   // two superblock writes (report.already). The upgraded pool is opened and
   // checked before success is reported. Progress, if given, counts the

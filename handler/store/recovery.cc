@@ -185,15 +185,8 @@ Status Core::LoadLocked() {
     // second line of defence, should a loader ever miss it. A block must
     // also lie within one grain, as CreateLun requires: that check is this
     // one's own (the loaders do not know the grain).
-    std::string why = LunRecordRule(l->id, l->name, l->size, l->bs);
-    if (why.empty() && l->bs > grain_) why = "block size above the grain";
-    if (!why.empty())
-      return Status(Code::kCorruption,
-                    "LUN " + std::to_string(l->id) + " (" + Quoted(l->name) + ") has a bad geometry: " + why);
-    uint64_t units = DivUp(l->size, grain_);
-    for (const auto& [lba, e] : l->map.runs())
-      if (e.phys + e.len > total_units || lba + e.len > units)
-        return Status(Code::kCorruption, "LUN " + l->name + " maps outside its bounds");
+    if (std::string why = LunGeometryRule(*l, grain_, total_units); !why.empty())
+      return Status(Code::kCorruption, why);
   }
   s = space_->Rebuild(total_units, st_, std::move(loaded.meta_units));
   if (!s.ok()) return s;

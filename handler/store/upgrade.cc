@@ -2,13 +2,16 @@
 #include "handler/store/upgrade.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <utility>
 
 #include "handler/store/format_v2.h"
 #include "handler/store/format_v3.h"
+#include "handler/store/grain_space.h"
 #include "handler/store/journal.h"
 #include "handler/store/run_tree.h"
+#include "handler/store/space_map.h"
 
 namespace cowstore::store {
 namespace {
@@ -20,7 +23,7 @@ struct FreeRun {
 };
 
 // The maximal runs of [0, units) outside the sorted `used`.
-std::vector<FreeRun> FreeRuns(uint64_t units, const std::vector<uint64_t>& used) {
+std::vector<FreeRun> RunsOutside(uint64_t units, const std::vector<uint64_t>& used) {
   std::vector<FreeRun> runs;
   uint64_t at = 0;
   for (uint64_t u : used) {
@@ -39,7 +42,7 @@ Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, const std::vector<uint64
   std::vector<uint64_t> sorted = used;
   std::sort(sorted.begin(), sorted.end());
   sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  std::vector<FreeRun> free = FreeRuns(units, sorted);
+  std::vector<FreeRun> free = RunsOutside(units, sorted);
   uint64_t free_aus = 0;
   for (const FreeRun& r : free) free_aus += r.len;
   auto short_of = [&] {
@@ -99,10 +102,15 @@ Status TranslateMaps(const MetaState& from, uint32_t grain, uint64_t max_phys, M
     n->size = l->size;
     n->bs = l->bs;
     n->attrs = l->attrs;
+    // The LUN's grains: a format 1 or 2 map covers its last AU whole even
+    // where the LUN ends inside it, and format 3 maps no grain past the end
+    // (LunGeometryRule), so each run is cut there.
+    const uint64_t lun_grains = (l->size + grain - 1) / grain;
     for (const auto& [lba, e] : l->map.runs()) {
       // A run of AUs is k times as many grains; a run tree holds at most
       // RunTree::kMaxLen units a run.
-      for (uint64_t done = 0, len = e.len * k; done < len;) {
+      if (lba * k >= lun_grains) continue;
+      for (uint64_t done = 0, len = std::min(e.len * k, lun_grains - lba * k); done < len;) {
         const uint64_t piece = std::min(len - done, RunTree::kMaxLen);
         if (Status s = n->map.Insert(lba * k + done, e.phys * k + done, piece); !s.ok())
           return Status(Code::kCorruption, "LUN " + l->name + ": run at AU " + N(lba) + " does not fit format 3: " +
@@ -110,6 +118,8 @@ Status TranslateMaps(const MetaState& from, uint32_t grain, uint64_t max_phys, M
         done += piece;
       }
     }
+    if (std::string why = LunGeometryRule(*n, grain, max_phys); !why.empty())
+      return Status(Code::kInvalidArgument, "the pool cannot be format 3 at a grain of " + N(grain) + " bytes: " + why);
     out.AddLun(std::move(n));
   }
   *to = std::move(out);
@@ -181,6 +191,23 @@ Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
   auto layout = PlanUpgradeLayout(sb.units, used, FormatV3::UpgradePageAus(sb.au, st3.luns.size(), st3.extents()),
                                   journal_aus);
   if (!layout.ok()) return layout.status();
+  // The rebuild of counts and free space the format 3 open makes (Core's
+  // NewSpaceLocked chooses the same kind), made now over the new maps and
+  // metadata AUs: what it would refuse (a count past the bound, a run over
+  // a metadata AU) is refused before a byte is written, not after the
+  // commit point, where it would leave a pool no open takes.
+  {
+    std::vector<uint64_t> meta = layout->page_aus;
+    for (const JournalExtent& x : layout->journal)
+      for (uint64_t u = x.first_au; u - x.first_au < x.aus; u++) meta.push_back(u);
+    std::unique_ptr<PoolSpace> probe;
+    if (grain < sb.au)
+      probe = std::make_unique<GrainSpace>(grain, sb.au);
+    else
+      probe = std::make_unique<SpaceMap>();
+    if (Status s = probe->Rebuild(sb.grains(), st3, std::move(meta)); !s.ok())
+      return Status(Code::kInvalidArgument, "the pool cannot be format 3: " + s.message());
+  }
   sb.journal = layout->journal;
   sb.journal_start = 0;
   sb.journal_start_lsn = NewPoolJournalStartLsn();

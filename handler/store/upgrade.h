@@ -41,8 +41,11 @@ Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, const std::vector<uint64
 
 // `from` (maps in units of from.au bytes) with every map in units of
 // `grain` bytes, bounded by `max_phys` grains; the LUN table as it was.
-// kInvalidArgument unless from.au is a multiple of grain; a run the new
-// bound refuses is kCorruption (no pool of the old format holds one).
+// Runs are cut at each LUN's end (an old map covers the LUN's last AU
+// whole). kInvalidArgument unless from.au is a multiple of grain, or when a
+// LUN breaks LunGeometryRule at the new grain (a block larger than it); a
+// run the new bound refuses is kCorruption (no pool of the old format
+// holds one).
 Status TranslateMaps(const MetaState& from, uint32_t grain, uint64_t max_phys, MetaState* to);
 
 // The format of the pool in `file` as an open would choose its superblock:

@@ -122,6 +122,10 @@ std::vector<uint8_t> Format2Image(uint64_t journal_bytes = 64 * kKiB) {
   }
   EXPECT_TRUE(pool.DeleteLun("scratch").ok());
   write("big-blocks", 768 * kKiB, 64 * kKiB, 6);
+  // A LUN ending inside an AU and inside a 4 KiB grain: the old map covers
+  // its last AU whole, the new one must end with the LUN.
+  EXPECT_TRUE(pool.CreateLun("odd", kLunBytes + 4608, 512).ok());
+  write("odd", 0, kLunBytes + 4608, 7);
   return env.Snapshot("p");
 }
 
@@ -154,7 +158,7 @@ class Upgrade : public ::testing::Test {
     img_ = Format2Image();
     ASSERT_FALSE(img_.empty());
     want_ = ModelOfImage(img_);
-    ASSERT_EQ(want_.size(), 4u);
+    ASSERT_EQ(want_.size(), 5u);
     env_.Install("p", img_.data(), img_.size());
   }
   std::vector<uint8_t> img_;
@@ -169,7 +173,7 @@ TEST_F(Upgrade, AFormat2PoolBecomesFormat3KeepingEveryByteAndSharesAt4KiB) {
   EXPECT_EQ(r->from_format, 2u);
   EXPECT_EQ(r->allocation_unit, kAu);
   EXPECT_EQ(r->grain, 4096u);
-  EXPECT_EQ(r->luns, 4u);
+  EXPECT_EQ(r->luns, 5u);
   EXPECT_GT(r->extents, 0u);
   EXPECT_EQ(r->journal_bytes, 64 * kKiB);
   EXPECT_GT(r->metadata_pages, 0u);
@@ -248,6 +252,17 @@ TEST(UpgradeFull, APoolTooFullForTheNewMetadataIsRefusedAndStaysFormat2) {
   EXPECT_NE(r.status().message().find("free"), std::string::npos) << r.status().message();
   uint32_t grain = 0;
   ASSERT_NO_FATAL_FAILURE(ExpectPool(&env, want, &grain));
+  EXPECT_EQ(grain, kAu);
+}
+
+// A grain GrainRule allows but a LUN's blocks do not fit (512 bytes
+// against 4096-byte blocks): refused before anything is written.
+TEST_F(Upgrade, AGrainBelowALunsBlockSizeIsRefusedAndThePoolStaysFormat2) {
+  auto r = Pool::Upgrade(&env_, "p", 512);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("big-blocks"), std::string::npos) << r.status().message();
+  uint32_t grain = 0;
+  ASSERT_NO_FATAL_FAILURE(ExpectPool(&env_, want_, &grain));
   EXPECT_EQ(grain, kAu);
 }
 
