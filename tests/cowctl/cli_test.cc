@@ -132,8 +132,8 @@ class Cli : public ::testing::Test {
 
 TEST_F(Cli, HelpOnEverySubcommand) {
   for (const char* sub : {"", "pool", "pool create", "pool list", "pool show", "pool check", "pool grow",
-                          "pool delete", "lun", "lun create", "lun list", "lun show", "lun resize", "lun delete",
-                          "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
+                          "pool delete", "pool upgrade", "lun", "lun create", "lun list", "lun show", "lun resize",
+                          "lun delete", "lun clone", "lun snapshot", "lun import", "lun export", "backstore create",
                           "backstore list", "backstore delete", "export iscsi", "export loop", "export list",
                           "unexport", "vaai status", "top", "metrics", "save", "restore", "ls"}) {
     CmdResult r = Cowctl(std::string(sub) + " --help");
@@ -153,8 +153,8 @@ TEST_F(Cli, AnUnknownCommandIsNamedAsUnknown) {
   Err("frobnicate", "unknown command 'frobnicate' (one of: pool, lun, backstore, export, unexport, vaai, top, metrics, "
                     "save, restore, ls; see 'cowctl --help')", 2);
   Err("--json --pool-dir " + pools + " pool frob tank",
-      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete; see 'cowctl pool "
-      "--help')", 2);
+      "unknown subcommand 'frob' of 'cowctl pool' (one of: create, list, show, check, scrub, grow, delete, upgrade; "
+      "see 'cowctl pool --help')", 2);
   Err("lun resiz tank/vm1 --size 2G", "unknown subcommand 'resiz' of 'cowctl lun'", 2);
   Err("export nfs tank/vm1", "unknown subcommand 'nfs' of 'cowctl export' (one of: iscsi, loop, list;", 2);
   // A missing subcommand and extra arguments keep CLI11's words.
@@ -177,7 +177,7 @@ TEST_F(Cli, PermissionDeniedSaysRunAsRoot) {
     return std::make_pair(WEXITSTATUS(st), ReadText(e));
   };
   for (const char* args : {"pool show tank", "lun create tank/vm2 --size 8M", "pool create other --size 1G",
-                           "lun show tank/vm1", "save " }) {
+                           "lun show tank/vm1", "pool upgrade tank --yes", "save " }) {
     std::string a = args;
     if (a == "save ") a += host.dir.path() + "/c.yaml";
     auto [rc, err] = as_nobody(a);
@@ -235,7 +235,10 @@ TEST_F(Cli, FailedPoolCreateLeavesNothing) {
 // The format a pool's first superblock slot says it has (0: none), read
 // through the envelope every format shares.
 uint32_t FormatOf(const std::string& path) {
-  std::string slot = ReadText(path).substr(0, store::kSuperblockSlot);
+  std::string slot(store::kSuperblockSlot, '\0');  // only it: a pool file is large
+  std::ifstream in(path, std::ios::binary);
+  in.read(slot.data(), static_cast<std::streamsize>(slot.size()));
+  slot.resize(static_cast<size_t>(in.gcount()));
   return store::SuperblockEnvelopeVersion(slot.data(), slot.size());
 }
 
@@ -246,6 +249,7 @@ TEST_F(Cli, AGrainBelowTheAllocationUnitMakesAFormat3Pool) {
   EXPECT_EQ(FormatOf(pools + "/g"), 3u);
   std::string j = Ok("pool show g --json");
   EXPECT_NE(j.find("\"allocation_unit\": 65536,\n  \"grain\": 4096,\n"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"format\": 3,"), std::string::npos) << j;
   EXPECT_NE(Ok("pool show g").find("\nsharing unit:    4.00 KiB (format 3)\n"), std::string::npos);
   EXPECT_NE(Ok("pool list --json").find("\"grain\": 4096,"), std::string::npos);
   EXPECT_NE(Ok("pool create g2 --size 256M --allocation-unit 64K --grain 4K --json").find("\"grain\": 4096"),
@@ -289,8 +293,10 @@ TEST_F(Cli, AGrainEqualToTheAllocationUnitMakesAFormat2Pool) {
     EXPECT_NE(Ok("pool show p --json")
                   .find(std::string("\"allocation_unit\": ") + bytes + ",\n  \"grain\": " + bytes + ",\n"),
               std::string::npos);
-    EXPECT_NE(Ok("pool show p").find(std::string("\nsharing unit:    ") + text + " (the allocation unit)\n"),
+    EXPECT_NE(Ok("pool show p").find(std::string("\nsharing unit:    ") + text +
+                                     " (the allocation unit, format 2: 'cowctl pool upgrade p' shares at 4.00 KiB)\n"),
               std::string::npos);
+    EXPECT_NE(Ok("pool show p --json").find("\"format\": 2,"), std::string::npos);
     Ok("pool delete p");
   }
 }
@@ -458,6 +464,230 @@ TEST_F(Cli, PoolCheckRepairDropsOnlyWhatItListsAndOnlyWhenTold) {
   std::string again = Ok("pool check tank --repair");  // clean: nothing to repair
   EXPECT_NE(again.find("clean"), std::string::npos) << again;
   EXPECT_EQ(again.find("repaired"), std::string::npos) << again;
+}
+
+// ---------------------------------------------------------------- pool upgrade
+
+// Writes `data` into LUN `lun` of the pool at `path` at block `lba` through
+// the store (cowctl writes into no LUN), as a guest would.
+void WriteLun(const std::string& path, const std::string& lun, uint64_t lba, const std::string& data) {
+  auto p = store::Pool::Open(store::DefaultEnv(), path);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  auto l = (*p)->OpenLun(lun);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  ASSERT_TRUE((*l)->Write(lba, data.size() / 512, data.data(), store::Durability::kDurable).ok());
+  l.value().reset();
+  ASSERT_TRUE((*p)->Close().ok());
+}
+
+// A format 2 pool at 1 MiB, as every cowctl made before format 3, with
+// data, a clone that diverged and a snapshot: `pool upgrade` makes it
+// format 3 sharing at 4 KiB, every LUN reads back as it did, and the pool
+// then shares as format 3 does (a new clone owns the 4 KiB written into it,
+// not 1 MiB).
+TEST_F(Cli, PoolUpgradeMakesAFormat2PoolFormat3AndKeepsEveryLunsData) {
+  Ok("pool create tank --size 128M --allocation-unit 1M --grain 1M");
+  std::string img = host.dir.path() + "/disk.img", data;
+  for (int i = 0; i < 4; ++i) data += std::string(1 << 20, static_cast<char>('a' + i));
+  data += std::string(1 << 20, '\0');  // stays unmapped
+  WriteText(img, data);
+  Ok("lun import tank/vm1 --from " + img);
+  Ok("lun clone tank/vm1 vm2");
+  Ok("lun snapshot tank/vm1 snap");
+  WriteLun(pools + "/tank", "vm2", 8, std::string(4096, 'B'));
+  WriteLun(pools + "/tank", "vm1", 4096, std::string(8192, 'C'));  // into the 3rd MiB, after the snapshot
+  const std::vector<std::string> luns = {"vm1", "vm2", "snap"};
+  auto contents = [&] {
+    std::vector<std::string> out;
+    for (const auto& l : luns) {
+      std::string f = host.dir.path() + "/" + l + ".img";
+      Ok("lun export tank/" + l + " --to " + f + " --force");
+      out.push_back(ReadText(f));
+    }
+    return out;
+  };
+  const std::vector<std::string> before = contents();
+  ASSERT_EQ(before[0].substr(4096 * 512, 8192), std::string(8192, 'C'));
+  ASSERT_EQ(before[2], data);
+
+  CmdResult r = Cowctl("pool upgrade tank --yes");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out.rfind("pool tank: upgraded from format 2 (1.00 MiB sharing) to format 3 (4.00 KiB sharing): 3 LUNs, ",
+                        0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.out.find(" extents; journal 16.0 MiB, checkpoint "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\n  cowstore versions older than format 3 no longer open it\n"), std::string::npos) << r.out;
+  EXPECT_EQ(FormatOf(pools + "/tank"), 3u);
+
+  std::string show = Ok("pool show tank");
+  EXPECT_NE(show.find("\nallocation unit: 1.00 MiB\nsharing unit:    4.00 KiB (format 3)\n"), std::string::npos)
+      << show;
+  std::string j = Ok("pool show tank --json");
+  EXPECT_NE(j.find("\"format\": 3,"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"allocation_unit\": 1048576,\n  \"grain\": 4096,\n"), std::string::npos) << j;
+  EXPECT_EQ(contents(), before);
+  EXPECT_NE(Ok("lun show tank/snap --json").find("\"read_only\": true"), std::string::npos);
+  EXPECT_NE(Ok("pool check tank").find("metadata clean"), std::string::npos);
+  // Read through the store as well: the LUN cowctl exported is the LUN.
+  {
+    auto p = store::Pool::Open(store::DefaultEnv(), pools + "/tank", store::OpenOptions{.read_only = true});
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto l = (*p)->OpenLun("vm2");
+    ASSERT_TRUE(l.ok());
+    std::string got(before[1].size(), '\0');
+    ASSERT_TRUE((*l)->Read(0, got.size() / 512, got.data()).ok());
+    EXPECT_TRUE(got == before[1]);
+  }
+
+  // Format 3 from now on: a new clone owns the 4 KiB written into it.
+  Ok("lun clone tank/vm1 vm3");
+  WriteLun(pools + "/tank", "vm3", 16, std::string(4096, 'D'));
+  std::string c = Ok("lun show tank/vm3 --json");
+  EXPECT_NE(c.find("\"exclusive\": 4096,\n"), std::string::npos) << c;
+  EXPECT_NE(Ok("pool check tank").find("metadata clean"), std::string::npos);
+}
+
+// A LUN's size need not be a multiple of the allocation unit (here an
+// imported image of 1 MiB and 4 KiB, in a pool of 1 MiB units): its last
+// unit is mapped whole at format 2, and the upgrade keeps the LUN, its data
+// and the pool.
+TEST_F(Cli, PoolUpgradeKeepsALunWhoseSizeIsNoMultipleOfTheAllocationUnit) {
+  Ok("pool create tank --size 64M --allocation-unit 1M --grain 1M");
+  std::string img = host.dir.path() + "/disk.img";
+  const std::string data = std::string(1 << 20, 'a') + std::string(4096, 'z');
+  WriteText(img, data);
+  Ok("lun import tank/vm1 --from " + img);
+  Ok("lun clone tank/vm1 vm2");
+  CmdResult r = Cowctl("pool upgrade tank --yes");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(FormatOf(pools + "/tank"), 3u);
+  EXPECT_NE(Ok("pool check tank").find("metadata clean"), std::string::npos);
+  for (const char* l : {"vm1", "vm2"}) {
+    std::string back = host.dir.path() + "/" + l + ".img";
+    Ok("lun export tank/" + std::string(l) + " --to " + back);
+    EXPECT_TRUE(ReadText(back) == data) << l;
+  }
+}
+
+// --json says the report's figures; without --yes (no terminal, or --json)
+// nothing is asked or done; a second run, or a pool made format 3, has
+// nothing to do and says so with status 0.
+TEST_F(Cli, PoolUpgradeSaysItsFiguresAndASecondRunHasNothingToDo) {
+  Format2Pool();  // a 64 KiB AU
+  Ok("lun create tank/vm1 --size 8M");
+  Err("--json pool upgrade tank", "confirm with --yes");
+  EXPECT_EQ(FormatOf(pools + "/tank"), 2u);
+  std::string j = Ok("--json pool upgrade tank --yes");
+  EXPECT_NE(j.find("{\n  \"pool\": \"tank\",\n  \"upgraded\": true,\n  \"already\": false,\n  \"format\": 3,\n"
+                   "  \"allocation_unit\": 65536,\n  \"grain\": 4096,\n  \"from_format\": 2,\n"
+                   "  \"from_grain\": 65536,\n  \"luns\": 1,\n  \"extents\": 0,\n  \"journal_bytes\": 16777216,\n"
+                   "  \"metadata_pages\": "),
+            std::string::npos)
+      << j;
+  EXPECT_EQ(Ok("pool upgrade tank"), "pool tank is format 3 already (sharing unit 4.00 KiB); nothing to do\n");
+  EXPECT_EQ(Ok("--json pool upgrade tank --yes"),
+            "{\n  \"pool\": \"tank\",\n  \"upgraded\": false,\n  \"already\": true,\n  \"format\": 3,\n"
+            "  \"allocation_unit\": 65536,\n  \"grain\": 4096\n}\n");
+  Ok("pool create fine --size 256M --grain 8K");
+  EXPECT_EQ(Ok("pool upgrade fine --grain 16K"),
+            "pool fine is format 3 already (sharing unit 8.00 KiB); nothing to do (--grain 16K not applied: a format 3 "
+            "pool keeps its grain)\n");
+  EXPECT_EQ(Ok("pool upgrade fine"), "pool fine is format 3 already (sharing unit 8.00 KiB); nothing to do\n");
+}
+
+// Whatever cowctl refuses before the store runs leaves the pool file as it
+// was, byte for byte: no --yes, a grain the pool cannot take (or its AU,
+// which gains nothing), a name that is no pool.
+TEST_F(Cli, ARefusedPoolUpgradeChangesNothing) {
+  Ok("pool create tank --size 64M --allocation-unit 1M --grain 1M");
+  Ok("lun create tank/vm1 --size 8M");
+  const std::string file = pools + "/tank", bytes = ReadText(file);
+  Err("pool upgrade tank",
+      "pool 'tank': the upgrade to format 3 cannot be undone (cowstore versions older than format 3 will no longer "
+      "open the pool); confirm with --yes (nothing changed)");
+  Err("pool upgrade tank --grain 3K --yes",
+      "invalid --grain 3K for pool 'tank' (allocation unit 1.00 MiB): grain of 3072 bytes is not a power of two; "
+      "nothing changed");
+  Err("pool upgrade tank --grain 256 --yes", "grain of 256 bytes is below the smallest LUN block size (512)");
+  Err("pool upgrade tank --grain 2M --yes", "grain of 2097152 bytes is larger than the allocation unit");
+  Err("pool upgrade tank --grain 1M --yes",
+      "--grain 1M is the allocation unit of pool 'tank', which format 2 shares at already: give a grain below it "
+      "(default 4K); nothing changed");
+  Err("pool upgrade tank --grain fine --yes", "invalid grain 'fine'");
+  Err("pool upgrade nope --yes", "pool 'nope' not found");
+  Err("pool upgrade .x --yes", "invalid pool name");
+  EXPECT_TRUE(ReadText(file) == bytes);
+  EXPECT_EQ(FormatOf(file), 2u);
+  EXPECT_NE(Ok("pool show tank").find("(the allocation unit, format 2: 'cowctl pool upgrade tank' shares at 4.00 KiB)"),
+            std::string::npos);
+}
+
+// The format 3 journal and checkpoint go into AUs the pool has free: a pool
+// without room for them is refused, says what is short and stays format 2;
+// grown, it upgrades.
+TEST_F(Cli, APoolWithoutRoomForTheNewMetadataIsRefusedAndStaysFormat2) {
+  Ok("pool create tank --size 26214400 --allocation-unit 1M --grain 1M");  // the minimum: 8 AUs of data
+  Ok("lun create tank/vm1 --size 8M");
+  Err("pool upgrade tank --yes", "upgrading pool 'tank': not enough free space in the pool");
+  EXPECT_EQ(FormatOf(pools + "/tank"), 2u);
+  EXPECT_NE(Ok("pool check tank").find("metadata clean"), std::string::npos);
+  Ok("pool grow tank --size 64M");
+  EXPECT_NE(Ok("pool upgrade tank --yes").find("upgraded from format 2"), std::string::npos);
+  EXPECT_EQ(FormatOf(pools + "/tank"), 3u);
+  EXPECT_NE(Ok("lun list tank").find("vm1"), std::string::npos);
+}
+
+// A format 1 pool (tests/store/data/v1_pool.img, made by an early store)
+// is upgraded too, and says it was format 1.
+TEST_F(Cli, PoolUpgradeTakesAFormat1PoolToFormat3) {
+  std::filesystem::create_directories(pools);
+  std::filesystem::copy_file(COWSTORE_V1_IMAGE, pools + "/old");
+  EXPECT_NE(Ok("pool show old").find("(the allocation unit, format 1: 'cowctl pool upgrade old' shares at 4.00 KiB)"),
+            std::string::npos);
+  std::string a = host.dir.path() + "/a.img";
+  Ok("lun export old/a --to " + a);
+  std::string out = Ok("pool upgrade old --yes");
+  EXPECT_EQ(out.rfind("pool old: upgraded from format 1 (64.0 KiB sharing) to format 3 (4.00 KiB sharing): 2 LUNs, ",
+                      0),
+            0u)
+      << out;
+  EXPECT_EQ(FormatOf(pools + "/old"), 3u);
+  std::string a2 = host.dir.path() + "/a2.img";
+  Ok("lun export old/a --to " + a2);
+  EXPECT_TRUE(ReadText(a) == ReadText(a2));
+  EXPECT_NE(Ok("pool check old").find("metadata clean"), std::string::npos);
+}
+
+// On a terminal: what the upgrade does and that older cowstore versions
+// will not open the pool, then a typed 'upgrade' (anything else cancels,
+// nothing changed); the progress bar on stderr as other long commands.
+TEST_F(Cli, OnATerminalPoolUpgradeAsksAndDrawsItsBar) {
+  if (std::system("script --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no script(1) for a terminal";
+  Format2Pool();
+  std::string log = host.dir.path() + "/tty.log";
+  auto on_tty = [&](const std::string& answer) {
+    std::string cmd = "echo " + answer + " | script -qec 'COWSTORE_POOL_DIR=" + pools + " COWSTORE_RUN_DIR=" + run +
+                      " " + COWCTL_BINARY + " pool upgrade tank' " + log + " >/dev/null 2>&1";
+    int st = std::system(cmd.c_str());
+    (void)st;
+    return ReadText(log);
+  };
+  std::string t = on_tty("yes");
+  EXPECT_NE(t.find("pool tank: format 2, allocation unit 64.0 KiB, sharing unit 64.0 KiB, 0 LUNs."), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("It cannot be undone: cowstore versions older than format 3 will no longer open"), std::string::npos)
+      << t;
+  EXPECT_NE(t.find("Type 'upgrade' to convert the pool: "), std::string::npos) << t;
+  EXPECT_NE(t.find("upgrade of pool 'tank' cancelled: nothing changed"), std::string::npos) << t;
+  EXPECT_EQ(FormatOf(pools + "/tank"), 2u);
+  t = on_tty("upgrade");
+  EXPECT_NE(t.find("upgrading tank [########################################] 100.0%"), std::string::npos) << t;
+  EXPECT_NE(t.find("pool tank: upgraded from format 2 (64.0 KiB sharing) to format 3 (4.00 KiB sharing)"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(FormatOf(pools + "/tank"), 3u);
 }
 
 TEST_F(Cli, PoolGrowThenReopen) {
@@ -1620,7 +1850,7 @@ TEST_F(Cli, EveryJsonOutputParses) {
   std::string file = host.dir.path() + "/c.yaml";
   for (const std::string& cmd : std::vector<std::string>{"pool list", "pool show tank", "pool check tank", "pool scrub tank", "lun list", "lun show tank/vm1",
                           "backstore list", "export list", "vaai status", "top -n 1 -d 0.1",
-                          "save " + file, "restore " + file, "lun snapshot tank/vm1 s1",
+                          "save " + file, "restore " + file, "lun snapshot tank/vm1 s1", "pool upgrade tank",
                           "lun resize tank/vm1 --size 16M"}) {
     std::string out = Ok("--json " + cmd);
     testing::WriteText(host.dir.path() + "/j.json", out);
@@ -1928,6 +2158,28 @@ TEST_F(Boot, APoolWithAnotherUuidIsLeftAlone) {
 // unit or grain: that pool is refused with both values, in the pool
 // directory and where a lost link would point, and nothing of it changes;
 // the other pool comes back. The file as saved restores.
+// The file's format 2 pool upgraded since the save (`pool upgrade`, which
+// its superblock records): restore, at boot too, uses it as it is now and
+// says so; once 'cowctl save' has recorded it, nothing is said.
+TEST_F(Boot, APoolUpgradedSinceTheSaveIsRestoredAndSaidSo) {
+  Ok("pool upgrade nas --yes");
+  Reboot();
+  CmdResult r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("cowctl: warning: " + file + ": pool nas was upgraded from format 2 to format 3 (grain 4.00 "
+                       "KiB) since the file was saved: restored as it is now (run 'cowctl save' to record it)\n"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
+  EXPECT_NE(Backstores().find("tank-vm1"), std::string::npos);
+  Ok("save " + file);
+  Reboot();
+  r = Cowctl("restore " + file);
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(r.err.find("upgraded"), std::string::npos) << r.err;
+  EXPECT_NE(Backstores().find("nas-esxds"), std::string::npos);
+}
+
 TEST_F(Boot, ThisPoolMadeOtherwiseThanTheFileSaysIsLeftAlone) {
   Reboot();
   const std::string yaml = ReadText(file), nas = Uuid(mnt + "/nas.pool");
@@ -2307,6 +2559,10 @@ class Served : public Cli {
   std::unique_ptr<control::Server> server;
   void Serve(bool with_server = true) {
     Pool();
+    ServeMade(with_server);
+  }
+  // Serves the pool tank the test made (e.g. a format 2 one).
+  void ServeMade(bool with_server = true) {
     auto r = store::Pool::Open(store::DefaultEnv(), pools + "/tank");
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     pool = std::move(r.value());
@@ -2319,6 +2575,26 @@ class Served : public Cli {
     if (pool) (void)pool->Close();
   }
 };
+
+// pool upgrade is offline: refused while tcmu-runner serves the pool (it
+// says to stop serving it) or another process holds it, the pool left as
+// it was; a served pool that is format 3 already has nothing to do.
+TEST_F(Served, PoolUpgradeIsRefusedWhileThePoolIsServedOrHeld) {
+  Format2Pool();
+  ServeMade();
+  Err("pool upgrade tank --yes",
+      "pool 'tank' is in use by tcmu-runner: stop serving it first (remove its LUNs' backstores: 'cowctl unexport "
+      "tank/LUN --backstore' for each, or stop tcmu-runner), then upgrade it; 'cowctl restore' brings saved exports "
+      "back");
+  server.reset();
+  Err("--wait 0 pool upgrade tank --yes", "held by another process and nothing answers");
+  ASSERT_TRUE(pool->Close().ok());
+  pool.reset();
+  EXPECT_EQ(FormatOf(pools + "/tank"), 2u);
+  Ok("pool upgrade tank --yes");
+  ServeMade();
+  EXPECT_EQ(Ok("pool upgrade tank"), "pool tank is format 3 already (sharing unit 4.00 KiB); nothing to do\n");
+}
 
 TEST_F(Served, LockedPoolWithoutSocketSaysSo) {
   Serve(false);

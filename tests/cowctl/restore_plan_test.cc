@@ -21,6 +21,7 @@ PoolProbe Pool(const store::Uuid& id, uint32_t au = 1u << 20, uint32_t grain = 1
   p.format = grain < au ? 3 : 2;
   p.au = au;
   p.grain = grain;
+  p.origin_format = p.format;  // made so, not upgraded
   return p;
 }
 PoolProbe Probe(PoolProbe::Kind kind, const std::string& detail) {
@@ -116,6 +117,46 @@ TEST(RestorePlan, ThisPoolWithAnotherAllocationUnitOrGrainIsLeftAlone) {
   // An older file (no UUID) keeps its rule: the pool under the name is used.
   p.uuid.clear();
   EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved, 64u << 10, 64u << 10)), true).action, PoolStep::kUse);
+}
+
+// A pool `cowctl pool upgrade` converted since the file was saved (format
+// 2 then): its superblock says it was made at format 1 or 2, with the
+// file's UUID and allocation unit. The same pool: used, or relinked, as it
+// is now, and said. One made at format 3, or whose allocation unit or
+// grain the file does not give as its old ones, is still left alone.
+TEST(RestorePlan, APoolUpgradedSinceTheFileWasSavedIsUsedAndSaidSo) {
+  PoolConfig p = FilePool();  // format 2 at 1 MiB
+  PoolProbe up = Pool(kSaved, 1u << 20, 4096);
+  up.origin_format = 2;
+  PoolStep s = PlanPool(p, Entry(up), false);
+  EXPECT_EQ(s.action, PoolStep::kUse) << s.problem;
+  EXPECT_EQ(s.note, "pool nas was upgraded from format 2 to format 3 (grain 4.00 KiB) since the file was saved: "
+                    "restored as it is now (run 'cowctl save' to record it)");
+  s = PlanPool(p, NoEntry(up), false);
+  EXPECT_EQ(s.action, PoolStep::kRelink) << s.problem;
+  EXPECT_NE(s.note.find("upgraded from format 2"), std::string::npos);
+  up.origin_format = 1;
+  EXPECT_NE(PlanPool(p, Entry(up), false).note.find("upgraded from format 1 to format 3"), std::string::npos);
+  // As saved: nothing to say.
+  EXPECT_EQ(PlanPool(p, Entry(Pool(kSaved)), false).note, "");
+  // Made at format 3: not the pool the file describes.
+  up.origin_format = 3;
+  s = PlanPool(p, Entry(up), false);
+  EXPECT_EQ(s.action, PoolStep::kSkip);
+  EXPECT_NE(s.problem.find("with grain 4096 (4.00 KiB, format 3), the file saved grain 1048576"), std::string::npos)
+      << s.problem;
+  // Upgraded, but from another allocation unit than the file's.
+  up.origin_format = 2;
+  up.au = 64u << 10;
+  EXPECT_EQ(PlanPool(p, Entry(up), false).action, PoolStep::kSkip);
+  // The file saved format 3 (another grain): not the format it was upgraded from.
+  up.au = 1u << 20;
+  p.grain = 8192;
+  EXPECT_EQ(PlanPool(p, Entry(up), false).action, PoolStep::kSkip);
+  // Another pool's UUID: another pool.
+  p.grain = 0;
+  up.uuid = kOther;
+  EXPECT_NE(PlanPool(p, Entry(up), false).problem.find("another pool, left alone"), std::string::npos);
 }
 
 // The disk not mounted at boot: reported, nothing created, even though the

@@ -46,7 +46,7 @@ class CommandLine {
   std::vector<std::shared_ptr<void>> kept_;
 };
 
-void AddPoolCommands(CommandLine& cl);       // cmd_pool.cc: pool create/list/show/check/scrub/grow/delete
+void AddPoolCommands(CommandLine& cl);       // cmd_pool.cc: pool create/list/show/check/scrub/grow/delete/upgrade
 void AddLunCommands(CommandLine& cl);        // cmd_lun.cc: lun create/list/show/resize/delete/clone/snapshot/import/export
 void AddBackstoreCommands(CommandLine& cl);  // cmd_backstore.cc: backstore create/list/delete
 void AddExportCommands(CommandLine& cl);     // cmd_export.cc: export iscsi/loop/list, unexport

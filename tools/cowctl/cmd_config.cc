@@ -178,6 +178,7 @@ PoolsPlan PlanPools(const Context& ctx, const Config& c, bool create_missing) {
     }
     LunPlan lp;
     PlanLuns(s, create_missing, &lp);
+    if (!s.note.empty()) pp.warnings.push_back(s.note);
     pp.warnings.insert(pp.warnings.end(), lp.warnings.begin(), lp.warnings.end());
     pp.problems.insert(pp.problems.end(), lp.problems.begin(), lp.problems.end());
     AddRestoreLuns(s, i, lp, &pp.luns);

@@ -1,16 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// cowctl pool: create, list, show, check, scrub, grow, delete.
+// cowctl pool: create, list, show, check, scrub, grow, delete, upgrade.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include "handler/store/env.h"
 #include "handler/store/meta.h"
 #include "handler/store/names.h"
+#include "handler/store/superblock_v3.h"
 #include "tools/cowctl/capacity.h"
 #include "tools/cowctl/cmd_common.h"
 #include "tools/cowctl/interrupt.h"
@@ -38,8 +42,21 @@ void SetSharingUnit(const std::string& text, store::PoolOptions* po) {
 // Only format 3 shares below the AU.
 bool IsFormat3(const store::SpaceInfo& s) { return SharingUnit(s) < s.allocation_unit; }
 
-std::string SharingUnitText(const store::SpaceInfo& s) {
-  return FormatSize(SharingUnit(s)) + (IsFormat3(s) ? " (format 3)" : " (the allocation unit)");
+// What pool upgrade shares at when not told (pool create's default grain).
+uint64_t DefaultGrainBytes() { return ParseSize(kDefaultGrain, "grain"); }
+
+// pool show's sharing unit, with the format the pool's superblock names
+// (`probe`; nothing is said of one it could not read): a format 1 or 2 pool
+// is told the way to 4 KiB sharing.
+std::string SharingUnitText(const store::SpaceInfo& s, const PoolProbe& probe, const std::string& name) {
+  std::string text = FormatSize(SharingUnit(s)) + (IsFormat3(s) ? " (format 3" : " (the allocation unit");
+  if (probe.kind == PoolProbe::kPool && probe.format < store::kFormatVersionV3) {
+    text += ", format " + std::to_string(probe.format) + ": 'cowctl pool upgrade " + name + "' shares at " +
+            FormatSize(DefaultGrainBytes());
+  } else if (probe.kind == PoolProbe::kPool && !IsFormat3(s)) {
+    text += ", format " + std::to_string(probe.format);
+  }
+  return text + ")";
 }
 
 // A pool of `have` bytes too small for the format asked: refused before
@@ -169,10 +186,13 @@ void PoolCreate(const Context& ctx, const PoolCreateArgs& a) {
 
 namespace {
 
-Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote) {
+// `probe`: the pool's superblock, for its format (left out when it could
+// not be read).
+Json SpaceJson(const std::string& name, const store::SpaceInfo& s, bool remote, const PoolProbe& probe) {
   Json j = Json::object();
   j["pool"] = name;
   j["served_by_handler"] = remote;
+  if (probe.kind == PoolProbe::kPool) j["format"] = probe.format;
   j["size"] = s.pool_size_bytes;
   j["allocation_unit"] = s.allocation_unit;
   j["grain"] = SharingUnit(s);
@@ -211,7 +231,7 @@ void PoolList(const Context& ctx) {
     try {
       auto h = OpenPool(ctx, name, true);
       auto s = h->Space();
-      arr.push_back(SpaceJson(name, s, h->remote()));
+      arr.push_back(SpaceJson(name, s, h->remote(), ProbePool(PoolPath(ctx, name))));
       std::string backing = !s.backing_known ? "?" : s.backing_grows ? FormatSize(s.backing_free_bytes) : "device";
       if (OutgrowWarning(s)) backing += " (!)";
       t.Row({name, FormatSize(s.pool_size_bytes), FormatSize(SharingUnit(s)), FormatSize(s.Bytes(s.allocated_units)),
@@ -234,7 +254,8 @@ void PoolList(const Context& ctx) {
 void PoolShow(const Context& ctx, const std::string& name) {
   auto h = OpenPool(ctx, name, true);
   auto s = h->Space();
-  Json j = SpaceJson(name, s, h->remote());
+  const PoolProbe probe = ProbePool(PoolPath(ctx, name));
+  Json j = SpaceJson(name, s, h->remote(), probe);
   auto pct = [&](uint64_t units) {
     return s.total_units ? " (" + std::to_string(units * 100 / s.total_units) + "%)" : std::string();
   };
@@ -244,7 +265,7 @@ void PoolShow(const Context& ctx, const std::string& name) {
       {"open by", h->remote() ? "tcmu-runner (through its control socket)" : "nobody"},
       {"size", FormatSize(s.pool_size_bytes)},
       {"allocation unit", FormatSize(s.allocation_unit)},
-      {"sharing unit", SharingUnitText(s)},
+      {"sharing unit", SharingUnitText(s, probe, name)},
       {"allocated", FormatSize(s.Bytes(s.allocated_units)) + pct(s.allocated_units)},
       {"metadata", FormatSize(s.Bytes(s.metadata_units))},
       {"shared", FormatSize(s.Bytes(s.shared_units))},
@@ -420,6 +441,180 @@ void PoolGrow(const Context& ctx, const std::string& name, const std::string& si
                    FormatSize(s.pool_size_bytes) + "\n");
 }
 
+// "1 LUN", "2 LUNs".
+std::string Count(uint64_t n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
+
+// pool upgrade's options: `grain_given` when --grain was on the line.
+struct PoolUpgradeArgs {
+  std::string name, grain = kDefaultGrain;
+  bool yes = false, grain_given = false;
+};
+
+// The upgrade is offline: tcmu-runner holds a pool while a backstore of
+// one of its LUNs is there.
+std::string ServedRefusal(const std::string& name) {
+  return "pool '" + name + "' is in use by tcmu-runner: stop serving it first (remove its LUNs' backstores: " +
+         "'cowctl unexport " + name + "/LUN --backstore' for each, or stop tcmu-runner), then upgrade it; " +
+         "'cowctl restore' brings saved exports back";
+}
+
+// The store's Upgrade, again while another process holds the pool (another
+// cowctl lets go when its command ends: waited for as OpenPool does), but
+// never while tcmu-runner serves it: that is said at once.
+store::UpgradeReport RunUpgrade(const Context& ctx, const std::string& name, uint32_t grain) {
+  const std::string path = PoolPath(ctx, name);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(ctx.wait_seconds);
+  for (bool said = false;; said = true) {
+    store::Result<store::UpgradeReport> r = [&] {
+      Progress progress("upgrading " + name);
+      auto got = store::Pool::Upgrade(
+          store::DefaultEnv(), path, grain,
+          [](void* c, uint64_t d, uint64_t t) { static_cast<Progress*>(c)->Update(d, t); }, &progress);
+      progress.Done();
+      return got;
+    }();
+    if (r.ok()) return r.value();
+    // kBusy: another process has the pool (the store says at which step;
+    // an upgrade run again finishes or finds format 3).
+    if (r.status().code() == Code::kBusy) {
+      const std::string why = r.status().message().empty() ? "" : " (" + r.status().message() + ")";
+      if (ConnectPool(ctx, name)) {
+        throw UserError(ServedRefusal(name) + why);
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        throw UserError("pool '" + name + "' is held by another process" +
+                        (ctx.wait_seconds > 0 ? " (waited " + std::to_string(ctx.wait_seconds) + " s)" : "") +
+                        ": wait for the other cowctl (--wait SECONDS), or stop tcmu-runner serving it" + why);
+      }
+      if (!said) {
+        std::fprintf(stderr, "cowctl: pool '%s' is held by another process; waiting up to %d s\n", name.c_str(),
+                     ctx.wait_seconds);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    // No room for the new metadata, or a check that found problems: the
+    // store's message says what and where. Anything else may have stopped
+    // part way, which leaves the pool as it was or upgraded (pool.h).
+    const Code code = r.status().code();
+    if (code == Code::kNoSpace || code == Code::kCorruption) Fail(r.status(), "upgrading pool '" + name + "'");
+    Fail(r.status(), "upgrading pool '" + name +
+                         "' (an upgrade that stops part way leaves the pool as it was or upgraded: run 'cowctl pool "
+                         "upgrade " + name + "' again once the cause is fixed)");
+  }
+}
+
+// A format 3 pool: nothing to do (exit 0). A --grain given that is not its
+// grain is said not to apply (the grain of a format 3 pool is fixed).
+void EmitAlready(const Context& ctx, const PoolUpgradeArgs& a, uint64_t grain_asked, uint32_t au, uint32_t grain) {
+  Json j = Json::object();
+  j["pool"] = a.name;
+  j["upgraded"] = false;
+  j["already"] = true;
+  j["format"] = store::kFormatVersionV3;
+  j["allocation_unit"] = au;
+  j["grain"] = grain;
+  std::string note;
+  if (a.grain_given && grain_asked != grain) {
+    note = " (--grain " + a.grain + " not applied: a format 3 pool keeps its grain)";
+  }
+  Emit(ctx, j,
+       "pool " + a.name + " is format 3 already (sharing unit " + FormatSize(grain) + "); nothing to do" + note + "\n");
+}
+
+// Converts a format 1 or 2 pool in place to format 3 (store-v3.md 3.7):
+// says what it will do, asks (or takes --yes), then runs the store's
+// Upgrade, which moves no data and is safe to interrupt, but which an
+// older cowstore cannot follow: it refuses the upgraded pool.
+void PoolUpgrade(const Context& ctx, const PoolUpgradeArgs& a) {
+  const std::string& name = a.name;
+  const uint64_t grain = ParseSize(a.grain, "grain");
+  const std::string path = PoolPath(ctx, name);
+  // What the pool is, read-only (nothing written before the answer): a
+  // missing pool, a damaged one, one served by tcmu-runner or held by
+  // another cowctl are said here as every pool command says them.
+  store::SpaceInfo space;
+  bool served = false;
+  {
+    auto h = OpenPool(ctx, name, true);
+    space = h->Space();
+    served = h->remote();
+  }
+  const PoolProbe probe = ProbePool(path);
+  if (probe.kind != PoolProbe::kPool) throw UserError("pool '" + name + "': " + probe.detail);
+  const bool format3 = probe.format >= store::kFormatVersionV3;
+  if (served && !format3) {
+    throw UserError(ServedRefusal(name));
+  }
+  if (!format3) {
+    if (::access(path.c_str(), R_OK | W_OK) != 0) {
+      const int err = errno;
+      if (!ErrnoAdvice(err, "").empty()) {
+        throw UserError("pool '" + name + "': " + path + ": " + std::strerror(err) + " (run cowctl as root)");
+      }
+    }
+    if (std::string why = store::GrainRule(grain, probe.au); !why.empty()) {
+      throw UserError("invalid --grain " + a.grain + " for pool '" + name + "' (allocation unit " +
+                      FormatSize(probe.au) + "): " + why + "; nothing changed");
+    }
+    if (grain == probe.au) {
+      throw UserError("--grain " + a.grain + " is the allocation unit of pool '" + name + "', which format " +
+                      std::to_string(probe.format) + " shares at already: give a grain below it (default " +
+                      kDefaultGrain + "); nothing changed");
+    }
+    if (!a.yes) {
+      if (ctx.json || ::isatty(0) != 1) {
+        throw UserError("pool '" + name + "': the upgrade to format 3 cannot be undone (cowstore versions older " +
+                        "than format 3 will no longer open the pool); confirm with --yes (nothing changed)");
+      }
+      std::cerr << "pool " << name << ": format " << probe.format << ", allocation unit " << FormatSize(probe.au)
+                << ", sharing unit " << FormatSize(probe.grain) << ", " << Count(space.luns.size(), "LUN") << ".\n"
+                << "The upgrade converts it in place to format 3, sharing at " << FormatSize(grain)
+                << ": a clone then\nowns only the " << FormatSize(grain)
+                << " grains written after it. No data moves; the new journal and\n"
+                << "checkpoint take space the pool has free. It is safe to interrupt (the pool is\n"
+                << "then as it was or upgraded: run it again).\n"
+                << "It cannot be undone: cowstore versions older than format 3 will no longer open\n"
+                << "the pool.\n"
+                << "Type 'upgrade' to convert the pool: " << std::flush;
+      std::string answer;
+      std::getline(std::cin, answer);
+      if (answer != "upgrade") throw UserError("upgrade of pool '" + name + "' cancelled: nothing changed");
+    }
+  }
+  if (served) {
+    // Format 3 already (its superblock says so): nothing to do, and nothing
+    // to stop serving it for.
+    EmitAlready(ctx, a, grain, probe.au, probe.grain);
+    return;
+  }
+  const store::UpgradeReport rep = RunUpgrade(ctx, name, static_cast<uint32_t>(grain));
+  if (rep.already) {
+    EmitAlready(ctx, a, grain, rep.allocation_unit, rep.grain);
+    return;
+  }
+  Json j = Json::object();
+  j["pool"] = name;
+  j["upgraded"] = true;
+  j["already"] = false;
+  j["format"] = store::kFormatVersionV3;
+  j["allocation_unit"] = rep.allocation_unit;
+  j["grain"] = rep.grain;
+  // Formats 1 and 2 share at the allocation unit.
+  j["from_format"] = rep.from_format;
+  j["from_grain"] = rep.allocation_unit;
+  j["luns"] = rep.luns;
+  j["extents"] = rep.extents;
+  j["journal_bytes"] = rep.journal_bytes;
+  j["metadata_pages"] = rep.metadata_pages;
+  Emit(ctx, j,
+       "pool " + name + ": upgraded from format " + std::to_string(rep.from_format) + " (" +
+           FormatSize(rep.allocation_unit) + " sharing) to format 3 (" + FormatSize(rep.grain) +
+           " sharing): " + Count(rep.luns, "LUN") + ", " + Count(rep.extents, "extent") + "; journal " +
+           FormatSize(rep.journal_bytes) + ", checkpoint " + Count(rep.metadata_pages, "page") + "\n" +
+           "  cowstore versions older than format 3 no longer open it\n");
+}
+
 void PoolDelete(const Context& ctx, const std::string& name, bool force) {
   std::string entry = PoolPath(ctx, name);
   Lio lio = MakeLio(ctx);
@@ -511,6 +706,20 @@ void AddPoolCommands(CommandLine& cl) {
   pd->add_option("name", pname, "Pool name")->required();
   pd->add_flag("--force", pforce, "Delete even if it still holds LUNs");
   pd->callback([&] { PoolDelete(ctx, pname, pforce); });
+  auto& pua = cl.Keep(PoolUpgradeArgs{});
+  auto* pu = pool->add_subcommand(
+      "upgrade", "Convert a format 1 or 2 pool in place to format 3, which shares at 4 KiB (offline; no data moves; "
+                 "an older cowstore no longer opens it)");
+  pu->add_option("name", pua.name, "Pool name")->required();
+  auto* pug = pu->add_option("--grain", pua.grain,
+                             "Sharing unit of the upgraded pool: a power of two from 512 bytes, below the pool's "
+                             "allocation unit")
+                  ->capture_default_str();
+  pu->add_flag("--yes", pua.yes, "Do not ask (required without a terminal, and with --json)");
+  pu->callback([&, pug] {
+    pua.grain_given = pug->count() > 0;
+    PoolUpgrade(ctx, pua);
+  });
 }
 
 }  // namespace cowstore::cowctl

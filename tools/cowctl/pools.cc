@@ -251,8 +251,8 @@ PoolProbe UnknownFormat(const std::string& path, uint32_t format) {
 }
 
 // One superblock copy of a format up to 3 (kSuperblockSlot bytes at `at`):
-// true, with p's kind, uuid, format, au and grain set, if it names a pool;
-// else *fault says why when it bears cowstore's magic.
+// true, with p's kind, uuid, format, au, grain and origin_format set, if it
+// names a pool; else *fault says why when it bears cowstore's magic.
 bool ReadCopy(const char* at, PoolProbe* p, std::string* fault) {
   // Format 3 lays out its superblock otherwise (superblock_v3.h): the
   // older codec would take its incompat flags for a quarter of the UUID.
@@ -270,6 +270,7 @@ bool ReadCopy(const char* at, PoolProbe* p, std::string* fault) {
           .format = store::kFormatVersionV3,
           .au = sb.au,
           .grain = sb.grain,
+          .origin_format = sb.origin_format,
           .detail = {}};
     return true;
   }
@@ -277,7 +278,13 @@ bool ReadCopy(const char* at, PoolProbe* p, std::string* fault) {
   store::Status s = store::Superblock::Decode(at, store::kSuperblockSlot, &sb);
   if (s.ok()) {
     // Formats 1 and 2 share at the AU.
-    *p = {.kind = PoolProbe::kPool, .uuid = sb.uuid, .format = sb.version, .au = sb.au, .grain = sb.au, .detail = {}};
+    *p = {.kind = PoolProbe::kPool,
+          .uuid = sb.uuid,
+          .format = sb.version,
+          .au = sb.au,
+          .grain = sb.au,
+          .origin_format = sb.version,
+          .detail = {}};
     return true;
   }
   // Damaged (kCorruption), or of version 0, which no cowstore writes

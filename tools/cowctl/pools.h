@@ -112,6 +112,9 @@ struct PoolProbe {
   uint32_t format = 0;  // 1, 2 or 3
   uint32_t au = 0;      // allocation unit, bytes
   uint32_t grain = 0;   // sharing unit, bytes: the AU at formats 1 and 2
+  // The format it was made at: `format`, or at format 3 1 or 2 for a pool
+  // `cowctl pool upgrade` converted (its superblock says which).
+  uint32_t origin_format = 0;
   std::string detail;  // why, for kNotAPool/kDamaged/kUnknownFormat, or an open/read error
 };
 PoolProbe ProbePool(const std::string& path);

@@ -8,6 +8,8 @@
 #include <cctype>
 #include <map>
 
+#include "handler/store/superblock_v3.h"
+
 namespace cowstore::cowctl {
 
 PoolFacts ReadPoolFacts(const Context& ctx, const PoolConfig& p) {
@@ -55,6 +57,20 @@ std::string GeometryMismatch(const PoolConfig& p, const PoolProbe& pr) {
   return "";
 }
 
+// The pool the file saved at format 1 or 2 (its grain the allocation unit),
+// converted to format 3 since by `cowctl pool upgrade` at the same
+// allocation unit: its superblock records the format it was made at. The
+// same pool, not one made otherwise: used, and said ("" when not so).
+std::string UpgradedSince(const PoolConfig& p, const PoolProbe& pr) {
+  if (p.uuid.empty() || pr.format != store::kFormatVersionV3 || pr.origin_format >= store::kFormatVersionV3 ||
+      pr.origin_format == 0 || p.sharing_unit() != p.allocation_unit || pr.au != p.allocation_unit) {
+    return "";
+  }
+  return "pool " + p.name + " was upgraded from format " + std::to_string(pr.origin_format) +
+         " to format 3 (grain " + FormatSize(pr.grain) + ") since the file was saved: restored as it is now (run " +
+         "'cowctl save' to record it)";
+}
+
 }  // namespace
 
 PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) {
@@ -86,7 +102,8 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     }
     if (pr.kind != PoolProbe::kPool) return skip(pr.detail + ": not restored");
     if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, entry);
-    if (std::string m = GeometryMismatch(p, pr); !m.empty()) return unlike(entry, m);
+    s.note = UpgradedSince(p, pr);
+    if (std::string m = GeometryMismatch(p, pr); !m.empty() && s.note.empty()) return unlike(entry, m);
     s.action = PoolStep::kUse;
     return s;
   }
@@ -97,7 +114,8 @@ PoolStep PlanPool(const PoolConfig& p, const PoolFacts& f, bool create_missing) 
     const PoolProbe& pr = f.at_saved;
     if (pr.kind == PoolProbe::kPool) {
       if (!p.uuid.empty() && UuidString(pr.uuid) != p.uuid) return other(pr, saved);
-      if (std::string m = GeometryMismatch(p, pr); !m.empty()) return unlike(saved, m);
+      s.note = UpgradedSince(p, pr);
+      if (std::string m = GeometryMismatch(p, pr); !m.empty() && s.note.empty()) return unlike(saved, m);
       if (p.uuid.empty() && !p.device.empty()) {
         return skip("the file records no pool UUID (written by an older cowctl), so restore cannot tell that " +
                     p.device + " holds this pool (device names change between boots): if it does, run 'ln -s " +

@@ -33,11 +33,15 @@ struct PoolStep {
   enum Action { kUse, kRelink, kCreate, kSkip } action = kSkip;
   std::string target;                 // kRelink: the device or file the entry will point at
   std::string problem;                // kSkip: why, one line
+  std::string note;                   // kUse, kRelink: said as a warning (e.g. upgraded since saved)
   std::vector<store::LunInfo> luns;   // kUse, kRelink: what the pool holds now (filled by the caller)
 };
 
 // Restore uses a pool only if it is the one the file saved (same UUID, when
-// the file has it, and then made with the file's allocation unit and grain);
+// the file has it, and then made with the file's allocation unit and grain,
+// or upgraded since from the file's format 1 or 2 to format 3 at that
+// allocation unit by `cowctl pool upgrade`, which its superblock records:
+// used, and said in `note`);
 // relinks a lost entry only to a device or file holding
 // that pool; creates one only when asked (and never on a device). Reads
 // nothing but its arguments.
