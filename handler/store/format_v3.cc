@@ -41,6 +41,18 @@ uint64_t JournalAus(uint32_t au, uint64_t journal_bytes) { return (journal_bytes
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
 
+// LUN `id`'s entry in the LUN table's pages (its map goes to the tree).
+LunRecord RecordOf(uint32_t id, const LunState& l) {
+  LunRecord r;
+  r.id = id;
+  r.name = l.name;
+  r.uuid = l.uuid;
+  r.size = l.size;
+  r.bs = l.bs;
+  r.attrs = l.attrs;
+  return r;
+}
+
 }  // namespace
 
 uint64_t FormatV3::MinPoolBytes(uint32_t au, uint64_t journal_bytes) {
@@ -477,14 +489,7 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   f->checkpoint = checkpoints_;
   f->next_lun_id = st.next_lun_id;
   for (const auto& [id, l] : st.luns) {
-    LunRecord r;
-    r.id = id;
-    r.name = l->name;
-    r.uuid = l->uuid;
-    r.size = l->size;
-    r.bs = l->bs;
-    r.attrs = l->attrs;
-    f->luns.push_back(std::move(r));
+    f->luns.push_back(RecordOf(id, *l));
     if (l->map.extents() > 0) f->maps.emplace(id, l->map);
   }
   f->dirty.Merge(dirty);
@@ -534,14 +539,7 @@ Status FormatV3::WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, 
   std::map<uint32_t, const ExtentMap*> maps;
   DirtyRanges all;
   for (const auto& [id, l] : st.luns) {
-    LunRecord r;
-    r.id = id;
-    r.name = l->name;
-    r.uuid = l->uuid;
-    r.size = l->size;
-    r.bs = l->bs;
-    r.attrs = l->attrs;
-    luns.push_back(std::move(r));
+    luns.push_back(RecordOf(id, *l));
     if (l->map.extents() > 0) maps.emplace(id, &l->map);
     all.MarkLun(id);
   }

@@ -220,6 +220,25 @@ Result<JournalLoss> Pool::RepairJournal(Env* env, const std::string& path, bool 
   });
 }
 
+namespace {
+
+// The full check of an open pool, then its close: kCorruption saying
+// `problem` and every problem the check found, else the close's status.
+// *report (if given) gets the check's report.
+Status CheckAndClose(Core* c, const std::string& problem, CheckReport* report) {
+  CheckReport r = c->Check(nullptr, nullptr, true);
+  Status closed = c->Close();
+  if (!r.clean) {
+    std::string why;
+    for (const std::string& p : r.problems) why += (why.empty() ? "" : "; ") + p;
+    return Status(Code::kCorruption, problem + ": " + why);
+  }
+  if (report) *report = std::move(r);
+  return closed;
+}
+
+}  // namespace
+
 Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t grain, ProgressFn progress,
                                     void* ctx) {
   return Guard([&]() -> Result<UpgradeReport> {
@@ -252,14 +271,9 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
         if (Status s = c.value()->Close(); !s.ok()) return s;
         return r;
       }
-      CheckReport before = c.value()->Check(nullptr, nullptr, true);
-      Status closed = c.value()->Close();
-      if (!before.clean) {
-        std::string why;
-        for (const std::string& p : before.problems) why += (why.empty() ? "" : "; ") + p;
-        return Status(Code::kCorruption, "the pool's check found problems, so nothing was upgraded: " + why);
-      }
-      if (!closed.ok()) return closed;
+      if (Status s = CheckAndClose(c.value().get(), "the pool's check found problems, so nothing was upgraded", nullptr);
+          !s.ok())
+        return s;
     }
     step(1);
     // 2. The upgrade itself, under the pool's lock (another process may have
@@ -275,14 +289,8 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
     // checked before success is reported.
     auto c = Core::Open(env, path, false);
     if (!c.ok()) return Status(c.status().code(), "the upgraded pool does not open: " + c.status().message());
-    CheckReport after = c.value()->Check(nullptr, nullptr, true);
-    Status closed = c.value()->Close();
-    if (!after.clean) {
-      std::string why;
-      for (const std::string& p : after.problems) why += (why.empty() ? "" : "; ") + p;
-      return Status(Code::kCorruption, "the upgraded pool's check found problems: " + why);
-    }
-    if (!closed.ok()) return closed;
+    CheckReport after;
+    if (Status s = CheckAndClose(c.value().get(), "the upgraded pool's check found problems", &after); !s.ok()) return s;
     r.from_format = from_format;
     r.luns = after.luns;
     r.extents = after.extents;
