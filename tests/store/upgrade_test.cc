@@ -334,6 +334,71 @@ TEST_F(Upgrade, APowerCutAtAnyCallLeavesTheOldPoolOrTheNewOneExactly) {
   EXPECT_LT(uncut * 10, old_pools + new_pools) << uncut << " runs were not cut";
 }
 
+// Free space in single AUs (two LUNs' first writes interleaved, one of them
+// deleted): no free run holds the 1 MiB journal (16 AUs), which goes into
+// several runs; the format 3 open takes that list, and the pool serves and
+// reopens after more writes.
+TEST(UpgradeFragmented, AJournalInManyFreeRunsOpensAndServes) {
+  FaultInjectionEnv env;
+  PoolOptions o;
+  o.format = 2;
+  o.allocation_unit = kAu;
+  o.grain = kAu;
+  o.size_bytes = 16 * kMiB;
+  o.journal_bytes = 1 * kMiB;
+  PoolModel want;
+  {
+    auto p = Pool::Create(&env, "p", o);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    const uint64_t aus = 112;  // of the 239 AUs of data: 224, and the tail left holds no 16
+    ASSERT_TRUE((*p)->CreateLun("keep", aus * kAu, 512).ok());
+    ASSERT_TRUE((*p)->CreateLun("gone", aus * kAu, 512).ok());
+    auto keep = (*p)->OpenLun("keep").value();
+    auto gone = (*p)->OpenLun("gone").value();
+    for (uint64_t i = 0; i < aus; i++) {
+      auto a = Pattern(kAu, static_cast<uint8_t>(i));
+      ASSERT_TRUE(keep->Write(i * kAu / 512, kAu / 512, a.data(), D::kBuffered).ok());
+      ASSERT_TRUE(gone->Write(i * kAu / 512, kAu / 512, a.data(), D::kBuffered).ok());
+    }
+    ASSERT_TRUE((*p)->Flush().ok());
+    keep.reset();
+    gone.reset();
+    ASSERT_TRUE((*p)->DeleteLun("gone").ok());
+    want = ModelOf(**p);
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  auto r = Pool::Upgrade(&env, "p");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->journal_bytes, 1 * kMiB);
+  {
+    auto f = env.OpenLocked("p", Env::Mode::kReadOnly);
+    ASSERT_TRUE(f.ok());
+    std::vector<char> slot(kSuperblockSlot);
+    ASSERT_TRUE((*f)->Read(0, slot.size(), slot.data()).ok());
+    SuperblockV3 sb;
+    ASSERT_TRUE(DecodeSuperblockV3(slot.data(), slot.size(), 16 * kMiB, &sb).ok());
+    EXPECT_GT(sb.journal.size(), 1u) << "the journal found one free run: the test no longer fragments";
+  }
+  uint32_t grain = 0;
+  ASSERT_NO_FATAL_FAILURE(ExpectPool(&env, want, &grain));
+  EXPECT_EQ(grain, 4096u);
+  // It serves: writes into the upgraded LUN and a clone of it, then a reopen.
+  {
+    auto p = Pool::Open(&env, "p");
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE((*p)->CloneLun("keep", "copy").ok());
+    auto l = (*p)->OpenLun("copy").value();
+    for (uint64_t i = 0; i < 200; i++) {
+      auto a = Pattern(4 * kKiB, static_cast<uint8_t>(200 + i));
+      ASSERT_TRUE(l->Write((i * 37 % 1280) * 8, 8, a.data(), D::kDurable).ok());
+    }
+    l.reset();
+    want = ModelOf(**p);
+    ASSERT_TRUE((*p)->Close().ok());
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectPool(&env, want, &grain));
+}
+
 // On a real file (PosixEnv): the lock another open holds refuses the
 // upgrade (kBusy); closed, the pool upgrades and reads the same.
 TEST(UpgradePosix, AnOpenPoolIsBusyAndAClosedOneUpgrades) {
