@@ -222,11 +222,28 @@ Result<JournalLoss> Pool::RepairJournal(Env* env, const std::string& path, bool 
 
 namespace {
 
+// Pool::Upgrade's progress, in thousandths of its three steps: each check
+// reports the LUNs it has done (a large pool's check is most of the time),
+// the write its end.
+struct UpgradeProgress {
+  ProgressFn fn = nullptr;
+  void* ctx = nullptr;
+  uint64_t step = 0;  // 0, 1, 2
+  static constexpr uint64_t kPerStep = 1000;
+  void Report(uint64_t done, uint64_t total) const {
+    if (fn) fn(ctx, step * kPerStep + (total ? done * kPerStep / total : kPerStep), 3 * kPerStep);
+  }
+  static void OfCheck(void* self, uint64_t done, uint64_t total) {
+    static_cast<UpgradeProgress*>(self)->Report(done, total);
+  }
+};
+
 // The full check of an open pool, then its close: kCorruption saying
 // `problem` and every problem the check found, else the close's status.
 // *report (if given) gets the check's report.
-Status CheckAndClose(Core* c, const std::string& problem, CheckReport* report) {
-  CheckReport r = c->Check(nullptr, nullptr, true);
+Status CheckAndClose(Core* c, const std::string& problem, CheckReport* report, ProgressFn progress = nullptr,
+                     void* ctx = nullptr) {
+  CheckReport r = c->Check(progress, ctx, true);
   Status closed = c->Close();
   if (!r.clean) {
     std::string why;
@@ -243,10 +260,7 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
                                     void* ctx) {
   return Guard([&]() -> Result<UpgradeReport> {
     // Steps: open and check the pool as it is, write format 3, open and check that.
-    constexpr uint64_t kSteps = 3;
-    auto step = [&](uint64_t done) {
-      if (progress) progress(ctx, done, kSteps);
-    };
+    UpgradeProgress steps{progress, ctx, 0};
     // 0. The format it has now (a format 1 pool becomes 2 at the open below).
     uint32_t from_format = 0;
     {
@@ -271,11 +285,13 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
         if (Status s = c.value()->Close(); !s.ok()) return s;
         return r;
       }
-      if (Status s = CheckAndClose(c.value().get(), "the pool's check found problems, so nothing was upgraded", nullptr);
+      if (Status s = CheckAndClose(c.value().get(), "the pool's check found problems, so nothing was upgraded", nullptr,
+                                   UpgradeProgress::OfCheck, &steps);
           !s.ok())
         return s;
     }
-    step(1);
+    steps.Report(1, 1);
+    steps.step = 1;
     // 2. The upgrade itself, under the pool's lock (another process may have
     // opened it since: UpgradeFile loads the state it finds).
     UpgradeReport r;
@@ -284,17 +300,21 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
       if (!f.ok()) return f.status();
       if (Status s = UpgradeFile(f.value().get(), grain, &r); !s.ok()) return s;
     }
-    step(2);
+    steps.Report(1, 1);
+    steps.step = 2;
     // 3. Opened as format 3 (the open's checkpoint, free space punched) and
     // checked before success is reported.
     auto c = Core::Open(env, path, false);
     if (!c.ok()) return Status(c.status().code(), "the upgraded pool does not open: " + c.status().message());
     CheckReport after;
-    if (Status s = CheckAndClose(c.value().get(), "the upgraded pool's check found problems", &after); !s.ok()) return s;
+    if (Status s = CheckAndClose(c.value().get(), "the upgraded pool's check found problems", &after,
+                                 UpgradeProgress::OfCheck, &steps);
+        !s.ok())
+      return s;
     r.from_format = from_format;
     r.luns = after.luns;
     r.extents = after.extents;
-    step(3);
+    steps.Report(1, 1);
     return r;
   });
 }

@@ -274,8 +274,9 @@ class Pool {
   // LunGeometryRule the translated maps break). A format 3 pool is only opened
   // and closed, which completes an upgrade a power cut stopped between its
   // two superblock writes (report.already). The upgraded pool is opened and
-  // checked before success is reported. Progress, if given, counts the
-  // three steps (check the old pool, write, check the new one).
+  // checked before success is reported. Progress, if given, in
+  // thousandths of three steps (check the old pool, by its LUNs; write;
+  // check the new one), out of 3000.
   static Result<UpgradeReport> Upgrade(Env* env, const std::string& path, uint32_t grain = 4096,
                                        ProgressFn progress = nullptr, void* ctx = nullptr);
   // The documented recovery for committed journal records that are damaged:

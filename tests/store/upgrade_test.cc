@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "handler/store/env.h"
@@ -200,6 +201,27 @@ TEST_F(Upgrade, AFormat2PoolBecomesFormat3KeepingEveryByteAndSharesAt4KiB) {
   SuperblockSlots slots;
   auto older = ChooseMetaFormat(f->get(), &slots, ServedFormats::kV1V2);
   EXPECT_EQ(older.status().code(), Code::kUnsupported) << older.status().ToString();
+}
+
+// Progress: never backwards, each check by its LUNs (five here, so more
+// than the three steps' ends), and whole at the end.
+TEST_F(Upgrade, ProgressMovesForwardThroughBothChecksToTheEnd) {
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  auto r = Pool::Upgrade(
+      &env_, "p", 4096,
+      [](void* c, uint64_t done, uint64_t total) {
+        static_cast<std::vector<std::pair<uint64_t, uint64_t>>*>(c)->push_back({done, total});
+      },
+      &seen);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_GT(seen.size(), 2 * want_.size());
+  for (size_t i = 0; i < seen.size(); i++) {
+    EXPECT_EQ(seen[i].second, 3000u);
+    if (i > 0) {
+      EXPECT_GE(seen[i].first, seen[i - 1].first) << "at report " << i;
+    }
+  }
+  EXPECT_EQ(seen.back().first, 3000u);
 }
 
 TEST_F(Upgrade, ASecondUpgradeFindsFormat3AndChangesNothing) {
