@@ -14,7 +14,10 @@
 # tcmu-runner restarted; cowctl restore brings everything back and the data
 # reads back; a second restore changes nothing; a read-only snapshot and an
 # online rollback (same device, data back, MEDIUM MAY HAVE CHANGED); targetcli's saveconfig /
-# clearconfig / restoreconfig keeps cowctl's objects; unexport and delete.
+# clearconfig / restoreconfig keeps cowctl's objects; a format 2 pool upgraded
+# in place to format 3 (refused while served, its export saved, unexported,
+# upgraded, restored, data and clone read back, a 4 KiB write parts from the
+# clone by 4 KiB; a second upgrade is "already"); unexport and delete.
 . "$(dirname "$0")/../../e2e/guest/lib.sh"
 . "$E2E_DIR/guest/cowstore.sh"
 
@@ -103,6 +106,50 @@ step tcli-clear       targetcli clearconfig confirm=True
 step tcli-restore     targetcli restoreconfig $W/tcli.json
 step tcli-kept        shows "$TGT" cowctl export list
 step tcli-nothing     shows "nothing to do" cowctl restore $CONF
+
+# ------------------------------------------------------------ pool upgrade, format 2 to 3
+# A format 2 pool (1M allocation unit = sharing unit) with data written through
+# the kernel and a clone. pool upgrade is refused while tcmu-runner serves it
+# (the upgrade below then starts from format 2: nothing changed); with the LUN's
+# backstore removed, as the refusal says, it converts the pool in place;
+# restore brings the export saved before back (the pool is used as it is now,
+# with a note). The LUN and its clone read as before, and a 4 KiB write parts
+# from the clone by one 4 KiB grain (format 2: a whole 1 MiB unit). p1 is gone
+# after, so the steps below see the suite's own objects only.
+loop_target() { # loop_target POOL/LUN : its tcm_loop target's WWN
+    cowctl --json export list | python3 -c 'import json, sys
+print(" ".join(e["target"] for e in json.load(sys.stdin) if e["lun"] == sys.argv[1] and e["fabric"] == "loopback"))' "$1"
+}
+lun_field() { # lun_field POOL LUN FIELD : a LUN's figure from pool show --json
+    cowctl --json pool show "$1" | python3 -c 'import json, sys
+print(next(l[sys.argv[2]] for l in json.load(sys.stdin)["luns"] if l["name"] == sys.argv[1]))' "$2" "$3"
+}
+pattern_file $W/upat 252 $((2 * MIB))
+pattern_file $W/upat4k 063 4096
+step up-pool          cowctl pool create p1 --size 64M --allocation-unit 1M --grain 1M
+step up-format2       shows "sharing unit: *1.00 MiB \(the allocation unit, format 2" cowctl pool show p1
+step up-lun           cowctl lun create p1/d1 --size 8M
+step up-export        cowctl export loop p1/d1
+UW=$(loop_target p1/d1)
+step up-disk          wait_for 20 loop_dev "$UW" 0
+UD=$(loop_dev "$UW" 0)
+step up-write         dd if=$W/upat of="$UD" bs=1M seek=2 oflag=direct status=none
+step up-clone         cowctl lun clone p1/d1 d1-copy
+step up-save          cowctl save $W/up.yaml
+step up-refused       fails_with "in use by tcmu-runner: stop serving it first" cowctl pool upgrade p1 --yes
+step up-unexport      cowctl unexport p1/d1 --backstore
+step up-upgrade       shows "upgraded from format 2 \(1.00 MiB sharing\) to format 3 \(4.00 KiB sharing\)" \
+                      cowctl pool upgrade p1 --yes
+step up-format3       shows "sharing unit: *4.00 KiB \(format 3\)" cowctl pool show p1
+step up-restore       shows "pool p1 was upgraded from format 2 to format 3" cowctl restore $W/up.yaml
+step up-disk-again    wait_for 20 loop_dev "$UW" 0
+UD=$(loop_dev "$UW" 0)
+step up-read          same_as "$UD" $((2 * 2048)) $((2 * 2048)) $W/upat
+step up-write-4k      eval "dd if=$W/upat4k of=$UD bs=4k seek=768 oflag=direct status=none && same_as $UD $((3 * 2048)) 8 $W/upat4k"
+step up-clone-data    eval "cowctl lun export p1/d1-copy --to $W/upc.img && cmp <(dd if=$W/upc.img bs=1M skip=2 count=2 status=none) $W/upat"
+step up-grain-owned   shows "^4096$" lun_field p1 d1 exclusive
+step up-already       shows "pool p1 is format 3 already" cowctl pool upgrade p1 --yes
+step up-delete        eval "cowctl unexport p1/d1 --backstore && cowctl pool delete p1 --force"
 
 # ------------------------------------------------------------ take it down
 step unexport         cowctl unexport p0/vm1 --backstore
