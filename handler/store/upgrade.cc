@@ -22,14 +22,16 @@ struct FreeRun {
   uint64_t first = 0, len = 0;
 };
 
-// The maximal runs of [0, units) outside the sorted `used`.
-std::vector<FreeRun> RunsOutside(uint64_t units, const std::vector<uint64_t>& used) {
+// The maximal runs of [0, units) outside `used` (runs, in any order, which
+// may overlap: shared AUs are listed once per map that holds them).
+std::vector<FreeRun> RunsOutside(uint64_t units, std::vector<UsedRun> used) {
+  std::sort(used.begin(), used.end(), [](const UsedRun& a, const UsedRun& b) { return a.first < b.first; });
   std::vector<FreeRun> runs;
   uint64_t at = 0;
-  for (uint64_t u : used) {
-    if (u >= units) break;
-    if (u > at) runs.push_back({at, u - at});
-    at = std::max(at, u + 1);
+  for (const UsedRun& u : used) {
+    if (u.first >= units) break;
+    if (u.first > at) runs.push_back({at, u.first - at});
+    at = std::max(at, u.first + u.len);
   }
   if (at < units) runs.push_back({at, units - at});
   return runs;
@@ -37,12 +39,9 @@ std::vector<FreeRun> RunsOutside(uint64_t units, const std::vector<uint64_t>& us
 
 }  // namespace
 
-Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, const std::vector<uint64_t>& used, uint64_t page_aus,
+Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, std::vector<UsedRun> used, uint64_t page_aus,
                                         uint64_t journal_aus) {
-  std::vector<uint64_t> sorted = used;
-  std::sort(sorted.begin(), sorted.end());
-  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
-  std::vector<FreeRun> free = RunsOutside(units, sorted);
+  std::vector<FreeRun> free = RunsOutside(units, std::move(used));
   uint64_t free_aus = 0;
   for (const FreeRun& r : free) free_aus += r.len;
   auto short_of = [&] {
@@ -183,12 +182,13 @@ Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
 
   MetaState st3;
   if (Status s = TranslateMaps(st, grain, sb.grains(), &st3); !s.ok()) return s;
-  std::vector<uint64_t> used = loaded.meta_units;
+  // Runs, not AUs: a full 16 TiB pool of 64 KiB AUs maps 2^28 of them.
+  std::vector<UsedRun> used;
+  for (uint64_t u : loaded.meta_units) used.push_back({u, 1});
   for (const auto& [id, l] : st.luns)
-    for (const auto& [lba, e] : l->map.runs())
-      for (uint64_t p = e.phys; p - e.phys < e.len; p++) used.push_back(p);
+    for (const auto& [lba, e] : l->map.runs()) used.push_back({e.phys, e.len});
   const uint64_t journal_aus = (v2.journal_bytes + v2.au - 1) / v2.au;
-  auto layout = PlanUpgradeLayout(sb.units, used, FormatV3::UpgradePageAus(sb.au, st3.luns.size(), st3.extents()),
+  auto layout = PlanUpgradeLayout(sb.units, std::move(used), FormatV3::UpgradePageAus(sb.au, st3.luns.size(), st3.extents()),
                                   journal_aus);
   if (!layout.ok()) return layout.status();
   // The rebuild of counts and free space the format 3 open makes (Core's

@@ -26,17 +26,21 @@
 namespace cowstore::store {
 
 // Where the format 3 metadata goes: the checkpoint's page AUs, then the
-// journal's runs, all outside `used` (sorted AUs of the old state: mapped,
-// or its checkpoint's) and below `units`. The pages take the lowest free AUs
+// journal's runs, all outside `used` (the old state's runs of AUs: mapped,
+// or its checkpoint's; in any order, overlapping where maps share) and
+// below `units`. The pages take the lowest free AUs
 // (next to the superblocks, where an open reads first, as FormatV3::Create
 // lays a pool out); the journal the first free run that holds it whole,
 // else the free runs in address order, at most kMaxJournalExtents of them.
 // kNoSpace naming what is short when the free AUs cannot hold both.
+struct UsedRun {
+  uint64_t first = 0, len = 0;  // AUs
+};
 struct UpgradeLayout {
   std::vector<uint64_t> page_aus;
   std::vector<JournalExtent> journal;
 };
-Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, const std::vector<uint64_t>& used, uint64_t page_aus,
+Result<UpgradeLayout> PlanUpgradeLayout(uint64_t units, std::vector<UsedRun> used, uint64_t page_aus,
                                         uint64_t journal_aus);
 
 // `from` (maps in units of from.au bytes) with every map in units of

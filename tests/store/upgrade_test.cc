@@ -462,8 +462,9 @@ TEST(UpgradePosix, AnOpenPoolIsBusyAndAClosedOneUpgrades) {
 // ------------------------------------------------------- the layout's rule
 
 TEST(UpgradeLayout, PagesTakeTheLowestFreeAusAndTheJournalTheFirstRunThatHoldsIt) {
-  // Used: 0-1, 5, 7-9. Free: 2-4, 6, 10-19.
-  auto l = PlanUpgradeLayout(20, {9, 0, 1, 5, 7, 8}, 2, 4);
+  // Used: 0-1, 5, 7-9 (as maps list them: out of order, overlapping).
+  // Free: 2-4, 6, 10-19.
+  auto l = PlanUpgradeLayout(20, {{9, 1}, {0, 2}, {5, 1}, {7, 2}, {0, 1}, {8, 2}}, 2, 4);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->page_aus, (std::vector<uint64_t>{2, 3}));
   ASSERT_EQ(l->journal.size(), 1u);
@@ -472,17 +473,17 @@ TEST(UpgradeLayout, PagesTakeTheLowestFreeAusAndTheJournalTheFirstRunThatHoldsIt
 
 TEST(UpgradeLayout, AJournalNoFreeRunHoldsTakesSeveralRunsInOrder) {
   // Free: 1, 3-4, 6-7, 9.
-  auto l = PlanUpgradeLayout(10, {0, 2, 5, 8}, 1, 5);
+  auto l = PlanUpgradeLayout(10, {{0, 1}, {2, 1}, {5, 1}, {8, 1}}, 1, 5);
   ASSERT_TRUE(l.ok()) << l.status().ToString();
   EXPECT_EQ(l->page_aus, (std::vector<uint64_t>{1}));
   EXPECT_EQ(l->journal, (std::vector<JournalExtent>{{3, 2}, {6, 2}, {9, 1}}));
 }
 
 TEST(UpgradeLayout, TooLittleOrTooFragmentedFreeSpaceIsNoSpace) {
-  auto l = PlanUpgradeLayout(10, {0, 2, 5, 8}, 2, 5);  // 6 free, 7 needed
+  auto l = PlanUpgradeLayout(10, {{0, 1}, {2, 1}, {5, 1}, {8, 1}}, 2, 5);  // 6 free, 7 needed
   EXPECT_EQ(l.status().code(), Code::kNoSpace);
-  std::vector<uint64_t> every_other;
-  for (uint64_t u = 0; u < 200; u += 2) every_other.push_back(u);
+  std::vector<UsedRun> every_other;
+  for (uint64_t u = 0; u < 200; u += 2) every_other.push_back({u, 1});
   l = PlanUpgradeLayout(200, every_other, 1, kMaxJournalExtents + 1);  // 100 free AUs, none adjacent
   EXPECT_EQ(l.status().code(), Code::kNoSpace);
   EXPECT_NE(l.status().message().find("fragmented"), std::string::npos) << l.status().message();
