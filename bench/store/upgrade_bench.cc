@@ -72,7 +72,8 @@ struct Steps {
 int main(int argc, char** argv) {
   uint64_t extents = 1000000;
   uint32_t au = 1 << 20;
-  std::string dir = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/var/tmp";
+  const char* tmpdir = std::getenv("TMPDIR");
+  std::string dir = tmpdir ? tmpdir : "/var/tmp";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--extents") extents = std::strtoull(argv[i + 1], nullptr, 10);
