@@ -273,11 +273,14 @@ Result<UpgradeReport> Pool::Upgrade(Env* env, const std::string& path, uint32_t 
     }
     // 1. Opened writable as it is: its journal replayed and checkpointed (a
     // format 1 pool becomes format 2 here), then checked; anything amiss
-    // refuses before a byte of format 3 is written.
+    // refuses before a byte of format 3 is written. A format 3 pool is only
+    // opened (which settles an upgrade cut between its slot writes) and
+    // closed. (Should another process upgrade it between step 0 and here,
+    // UpgradeFile finds format 3 and reports `already` itself.)
     {
       auto c = Core::Open(env, path, false);
       if (!c.ok()) return c.status();
-      if (c.value()->IsFormat3()) {
+      if (from_format == kFormatVersionV3) {
         UpgradeReport r;
         r.already = true;
         r.from_format = kFormatVersionV3;

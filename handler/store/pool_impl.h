@@ -139,9 +139,6 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t BlockCount(LunState* l);
   uint32_t au() const { return au_; }
   uint32_t grain() const { return grain_; }
-  // Whether the pool is format 3 (Load sets the format once, before the
-  // Core is shared).
-  bool IsFormat3() const NO_THREAD_SAFETY_ANALYSIS;
   Uuid uuid() const { return sb_uuid_; }
 
   Pool* owner = nullptr;

@@ -83,10 +83,6 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
   return core;
 }
 
-bool Core::IsFormat3() const {
-  return dynamic_cast<const FormatV3*>(format_.get()) != nullptr;
-}
-
 void Core::NewSpaceLocked() {
   // Formats 1 and 2 (and format 3 at grain == AU) count their maps per AU:
   // the flat SpaceMap, which the check reads per AU. Below the AU, grains

@@ -125,12 +125,23 @@ Status TranslateMaps(const MetaState& from, uint32_t grain, uint64_t max_phys, M
   return Status::Ok();
 }
 
-Result<uint32_t> PoolFormatOf(File* file) {
+namespace {
+
+// The format an open would read `file` with, its superblock chosen (*geo).
+Result<std::unique_ptr<MetaFormat>> ChosenFormat(File* file, PoolGeometry* geo) {
   SuperblockSlots slots;
   auto chosen = ChooseMetaFormat(file, &slots, ServedFormats::kV1ToV3);
   if (!chosen.ok()) return chosen.status();
+  if (Status s = chosen.value()->ChooseSuperblock(slots, geo); !s.ok()) return s;
+  return chosen;
+}
+
+}  // namespace
+
+Result<uint32_t> PoolFormatOf(File* file) {
   PoolGeometry geo;
-  if (Status s = chosen.value()->ChooseSuperblock(slots, &geo); !s.ok()) return s;
+  auto chosen = ChosenFormat(file, &geo);
+  if (!chosen.ok()) return chosen.status();
   if (const auto* old = dynamic_cast<const FormatV2*>(chosen.value().get())) return old->superblock().version;
   return kFormatVersionV3;
 }
@@ -138,12 +149,10 @@ Result<uint32_t> PoolFormatOf(File* file) {
 Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
   // The disk's bytes, not a cache a failed sync may have left (as Open).
   if (Status s = file->DropCache(); !s.ok()) return s;
-  SuperblockSlots slots;
-  auto chosen = ChooseMetaFormat(file, &slots, ServedFormats::kV1ToV3);
+  PoolGeometry geo;
+  auto chosen = ChosenFormat(file, &geo);
   if (!chosen.ok()) return chosen.status();
   std::unique_ptr<MetaFormat> format = std::move(chosen).value();
-  PoolGeometry geo;
-  if (Status s = format->ChooseSuperblock(slots, &geo); !s.ok()) return s;
   report->allocation_unit = geo.au;
   auto* old = dynamic_cast<FormatV2*>(format.get());
   if (old == nullptr) {  // format 3 (an upgrade done, or cut after its first slot)
