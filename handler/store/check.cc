@@ -30,7 +30,8 @@ struct BorrowedFile final : File {
   Result<uint64_t> Size() override { return f->Size(); }
   Status Truncate(uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
   Status PunchHole(uint64_t, uint64_t) override { return Status(Code::kInvalidArgument, "read-only"); }
-  bool IsBlockDevice() const override { return f->IsBlockDevice(); }
+  bool CanTruncate() const override { return f->CanTruncate(); }
+  uint32_t AtomicWriteBytes() const override { return f->AtomicWriteBytes(); }
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f->ReadAside(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { f->Prefetch(off, n); }
   bool WritesAllocate() const override { return f->WritesAllocate(); }

@@ -96,8 +96,8 @@ class File {
   // Pure, so that a File wrapping another cannot forget to forward it.
   virtual Status DropCache() = 0;
   virtual Result<uint64_t> Size() = 0;
-  // Sets the size of a regular file (grow sparse or shrink). kUnsupported on
-  // block devices.
+  // Sets the size of a File that CanTruncate() (grow sparse or shrink).
+  // kUnsupported on any other (a block device).
   virtual Status Truncate(uint64_t size) = 0;
   // Deallocates [off, off+n) (the file keeps its size). If DiscardZeroes(),
   // the range reads as zeros afterwards; else its bytes are undefined (the
@@ -114,7 +114,25 @@ class File {
   // grains it maps without data). Pure, as DropCache, so that a File
   // wrapping another cannot forget to forward it.
   virtual bool DiscardZeroes() const = 0;
-  virtual bool IsBlockDevice() const = 0;
+  // True if the store sizes this File itself (store-v3.md 3.8, the
+  // `can_truncate` trait): a regular file, which Truncate grows and which a
+  // pool's Create and Grow extend (and sync) before any superblock declares
+  // the size, and which must be empty before a Create. False where the size
+  // is the medium's own (a block device; later an RBD image): Create takes
+  // the medium's size or less, Grow takes what its administrator added
+  // (lvextend, a larger LUN), Truncate answers kUnsupported, and a medium
+  // that holds no superblock may hold anything else. Pure, as DropCache.
+  virtual bool CanTruncate() const = 0;
+  // The largest aligned write the medium never tears into anything but old
+  // and new whole units, and so never damages bytes outside the unit it
+  // writes (store-v3.md 3.8, the `atomic_write_bytes` trait): a power of
+  // two. PosixFile: a device's physical block size (a 512e disk's 4096,
+  // whose 512-byte writes are read-modify-writes of 4096); 4096 on a
+  // regular file (its pages). The store writes each superblock slot alone
+  // in its 4096 bytes and lays journal restarts out in this unit, so a
+  // medium above 4096 is refused for writing (WriteUnitRule, names.h).
+  // Pure, as DropCache.
+  virtual uint32_t AtomicWriteBytes() const = 0;
   // True if the first write into a range never written, or punched, makes
   // the storage allocate there at a cost a writer's sync pays (a sparse file
   // on a file system that journals its extents: ext4, XFS). The store then

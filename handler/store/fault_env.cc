@@ -91,6 +91,7 @@ class FaultFile final : public File {
   }
 
   Status Truncate(uint64_t size) override {
+    if (!env_->can_truncate()) return Status(Code::kUnsupported, "cannot resize a medium of fixed size");
     std::lock_guard<std::mutex> g(env_->mu_);
     Status s = env_->Gate(FaultInjectionEnv::Op::kTruncate);
     if (!s.ok()) return s;
@@ -130,7 +131,8 @@ class FaultFile final : public File {
     return Status::Ok();
   }
 
-  bool IsBlockDevice() const override { return false; }
+  bool CanTruncate() const override { return env_->can_truncate(); }
+  uint32_t AtomicWriteBytes() const override { return env_->atomic_write_bytes(); }
   bool WritesAllocate() const override { return env_->writes_allocate(); }
   bool DiscardZeroes() const override { return env_->discard_zeroes(); }
   Result<BackingSpace> Backing() override { return env_->backing(); }
@@ -376,6 +378,15 @@ void FaultInjectionEnv::Install(const std::string& path, const uint8_t* data, si
   im->durable_size = n;
   im->dirty.clear();
   im->forgotten.clear();
+}
+
+void FaultInjectionEnv::ResizeMedium(const std::string& path, uint64_t size) {
+  std::lock_guard<std::mutex> g(mu_);
+  std::shared_ptr<Image>& im = files_[path];
+  if (!im) im = std::make_shared<Image>();
+  if (size <= im->current.size()) return;
+  Resize(*im, size);
+  im->durable_size = size;
 }
 
 uint64_t FaultInjectionEnv::forgotten_sectors(const std::string& path) const {

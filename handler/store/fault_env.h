@@ -81,6 +81,20 @@ class FaultInjectionEnv final : public Env {
   static constexpr uint8_t kDiscardedByte = 0xd5;
   void SetDiscardZeroes(bool on) { discard_zeroes_.store(on); }
   bool discard_zeroes() const { return discard_zeroes_.load(); }
+  // What its files answer to File::CanTruncate (default true: a pool file
+  // the store sizes). False models a medium of fixed size, as a block
+  // device: Truncate is refused (kUnsupported, changing nothing, no call
+  // counted), and only ResizeMedium changes a file's size.
+  void SetCanTruncate(bool on) { can_truncate_.store(on); }
+  bool can_truncate() const { return can_truncate_.load(); }
+  // What its files answer to File::AtomicWriteBytes (default 4096). Power
+  // loss still tears at kSector, whatever this says: more than any medium.
+  void SetAtomicWriteBytes(uint32_t bytes) { atomic_write_bytes_.store(bytes); }
+  uint32_t atomic_write_bytes() const { return atomic_write_bytes_.load(); }
+  // The administrator grows the medium at `path` (made if absent) to `size`
+  // bytes, open or not (lvextend, a larger LUN): the new bytes read as
+  // zeros and the size is durable at once. Never shrinks it.
+  void ResizeMedium(const std::string& path, uint64_t size);
 
   // After `n` more mutating calls (Write, Sync, PunchHole, Truncate) the disk
   // is dead: later calls fail with kIOError and have no effect. A negative n
@@ -149,6 +163,8 @@ class FaultInjectionEnv final : public Env {
   mutable std::mutex mu_;
   std::atomic<bool> writes_allocate_{false};
   std::atomic<bool> discard_zeroes_{true};
+  std::atomic<bool> can_truncate_{true};
+  std::atomic<uint32_t> atomic_write_bytes_{4096};
   std::map<std::string, std::shared_ptr<Image>> files_;
   int64_t crash_countdown_ = -1;
   bool crashed_ = false;

@@ -29,7 +29,7 @@ Status FormatV2::Create(File* file, const Uuid& uuid, uint32_t au, uint64_t size
     return Status(Code::kInvalidArgument, "pool too large: " + why + " of " + std::to_string(au) + " bytes");
   sb.journal_start_lsn = NewPoolJournalStartLsn();  // never the LSNs of an older pool here
   Status s;
-  if (!file->IsBlockDevice()) s = file->Truncate(size);
+  if (file->CanTruncate()) s = file->Truncate(size);
   if (s.ok()) s = ZeroFill(file, kJournalOffset, journal_bytes);  // stale bytes may frame as records
   // The size before the superblocks that declare it (as Grow does).
   if (s.ok()) s = file->Sync();

@@ -23,11 +23,6 @@ namespace {
 // A new pool's first (and only) superblock sequence, and the checkpoint
 // sequence of its LUN table page: pages need 1 .. the superblock's.
 constexpr uint64_t kCreateSeq = 1;
-// The pool's write unit (superblock_v3.h): Env does not declare its atomic
-// write size yet (3.8, plan step 11), so the largest the codec allows,
-// which is a multiple of every smaller one: a journal start aligned to it
-// is aligned to the device's.
-constexpr uint32_t kCreateWriteUnit = 4096;
 // Create's layout (format_v3.h): AU 0 the metadata chunk, the journal after.
 constexpr uint64_t kCreateMetaAu = 0;
 constexpr uint64_t kCreateJournalAu = 1;
@@ -76,7 +71,7 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   sb.grain = grain;
   sb.data_offset = CreateDataOffset(au);
   sb.soft_threshold_percent = soft_threshold_percent;
-  sb.write_unit = kCreateWriteUnit;
+  sb.write_unit = file->AtomicWriteBytes();  // the medium's (3.8); the codec holds it to 512..4096
   sb.origin_format = kFormatVersionV3;
   // From its creation: every format 3 pool may hold kMapChecked records
   // (writes_checked_maps), so a v3 build from before them must not open it
@@ -102,7 +97,7 @@ Status FormatV3::Create(File* file, const Uuid& uuid, uint32_t au, uint32_t grai
   if (Status s = EncodeSuperblockV3(sb, &img); !s.ok()) return s;
 
   Status s;
-  if (!file->IsBlockDevice()) s = file->Truncate(size);
+  if (file->CanTruncate()) s = file->Truncate(size);
   // Journal AUs read as zeros: on a reused device they may hold bytes that
   // frame as records (journal_segments.h, ClearJournalRuns).
   if (s.ok()) s = ClearJournalRuns(file, au, sb.data_offset, sb.journal);
@@ -511,8 +506,6 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   return out;
 }
 
-uint32_t FormatV3::NewPoolWriteUnit() { return kCreateWriteUnit; }
-
 uint64_t FormatV3::UpgradePageAus(uint32_t au, uint64_t luns, uint64_t extents) {
   return ShadowTreeCost(au / kLeafPageBytes, 0, {}).UnitsBound(luns, extents);
 }
@@ -693,7 +686,11 @@ Status FormatV3::CheckpointBody(File* file, const FrozenCheckpoint& frozen, cons
   // (all but the roots, which the writers give).
   SuperblockV3 nsb = cur;
   nsb.journal = plan->extents;
-  nsb.journal_start = new_ring ? 0 : ring_->RestartOffset(cur.write_unit);
+  // A pool copied onto a medium of a larger atomic unit (3.8) lays its
+  // journal out in that unit from now on; a multiple of it is one of every
+  // smaller unit, so the unit only grows.
+  nsb.write_unit = std::max(cur.write_unit, file->AtomicWriteBytes());
+  nsb.journal_start = new_ring ? 0 : ring_->RestartOffset(nsb.write_unit);
   nsb.journal_start_lsn = start_lsn;
   std::string img;
   if (Status s = EncodeSuperblockV3(nsb, &img); !s.ok()) return s;

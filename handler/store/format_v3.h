@@ -160,8 +160,6 @@ class FormatV3 final : public MetaFormat {
   // The AUs WriteUpgrade may need for the pages of `luns` LUNs holding
   // `extents` runs (the checkpoint bound's rule over an empty tree).
   static uint64_t UpgradePageAus(uint32_t au, uint64_t luns, uint64_t extents);
-  // The write unit a new format 3 pool lays its journal out in.
-  static uint32_t NewPoolWriteUnit();
 
   // ChooseSuperblockV3 over the slots; the choice is kept (which slot, and
   // what the other holds, for the open that must rewrite it).

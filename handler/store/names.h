@@ -57,6 +57,15 @@ inline constexpr std::string_view kAllocationUnitRule = "a power of two from 64 
 // at open; format v3's superblock codec (superblock_v3.h) when decoding.
 std::string GrainRule(uint64_t grain, uint64_t au);
 
+// Whether a medium whose File::AtomicWriteBytes() is `bytes` can hold a pool
+// this build writes (formats 2 and 3 alike): a power of two from 512 to
+// 4096. Each superblock slot is 4096 bytes of its own, written alone while
+// the other holds the pool (the writer rule, docs/design/store.md): a larger
+// unit holds both slots, and a cut inside one slot's write could tear the
+// other. Empty if so, else why not. Create refuses such a medium, and a
+// writable open does; a read-only open writes nothing and is allowed.
+std::string WriteUnitRule(uint64_t bytes);
+
 // A LUN's identity as text: 8-4-4-4-12 lowercase hex digits, the form
 // written to configfs wwn/vpd_unit_serial (from which the SCSI layer derives
 // the NAA designator).

@@ -338,7 +338,10 @@ class Pool {
 
   // Makes every buffered operation durable.
   virtual Status Flush() = 0;
-  // Grows the declared size (regular files; block devices to the device size).
+  // Grows the declared size. A medium the store sizes (File::CanTruncate: a
+  // regular file) is extended first; any other (a block device) only up to
+  // its own size, which 0 means. kInvalidArgument below the current size or
+  // above the medium's.
   virtual Status Grow(uint64_t new_size_bytes) = 0;
   virtual SpaceInfo Space() const = 0;
   // Increments each time allocation rises across soft_threshold_percent; a

@@ -392,7 +392,7 @@ Status Core::Grow(uint64_t new_size) {
   if (read_only_) return ReadOnly();
   CommitQueue::ExclusiveGuard leader(&queue_);  // the superblock: no batch meanwhile
   if (Status f = queue_.failed(); !f.ok()) return f;
-  if (file_->IsBlockDevice()) {
+  if (!file_->CanTruncate()) {  // the medium's size: what its administrator gave it (env.h)
     auto dsz = file_->Size();
     if (!dsz.ok()) return dsz.status();
     if (new_size == 0) new_size = *dsz;
@@ -423,7 +423,7 @@ Status Core::Grow(uint64_t new_size) {
     return Status(Code::kNoSpace, "not enough memory to index " + std::to_string(units) +
                                       " allocation units: the pool keeps its size");
   if (!s.ok()) return Status(s.code(), s.message() + ": the pool keeps its size");
-  if (!file_->IsBlockDevice()) {
+  if (file_->CanTruncate()) {
     // The new size must be durable before a superblock declares it: a cut
     // between the two would leave a pool that declares more than its file
     // holds, which open refuses (a short file is data loss).

@@ -64,6 +64,20 @@ Status DataSync(PosixEnv* env, int fd, const std::string& path) {
 // of write-back errors are its own.
 int ReopenReadOnly(int fd) { return ::open(("/proc/self/fd/" + std::to_string(fd)).c_str(), O_RDONLY | O_CLOEXEC); }
 
+// A block device's unit of atomic writes (File::AtomicWriteBytes): its
+// physical block size, below which a write is the drive's read-modify-write
+// of the whole block (a 512e disk reports 512 logical, 4096 physical). The
+// logical size if the kernel does not say, and the store's layout unit
+// (4096) if neither ioctl answers, which no device of Linux 2.6.32 or later
+// does.
+uint32_t DeviceAtomicBytes(int fd) {
+  unsigned int physical = 0;
+  if (::ioctl(fd, BLKPBSZGET, &physical) == 0 && physical != 0) return physical;
+  int logical = 0;
+  if (::ioctl(fd, BLKSSZGET, &logical) == 0 && logical > 0) return static_cast<uint32_t>(logical);
+  return 4096;
+}
+
 // Whether fd's file system reports holes exactly through SEEK_DATA: data
 // wherever a read could return anything but zeros, dirty cached pages
 // included. The ones the store is run on and whose SEEK_DATA is built on
@@ -88,7 +102,7 @@ class PosixFile final : public File {
   // (its own readahead state), or `fd` itself.
   PosixFile(PosixEnv* env, int fd, int aside_fd, std::string path, bool blockdev)
       : env_(env), fd_(fd), aside_fd_(aside_fd), path_(std::move(path)), blockdev_(blockdev),
-        holes_exact_(!blockdev && HolesExact(fd)) {}
+        holes_exact_(!blockdev && HolesExact(fd)), atomic_bytes_(blockdev ? DeviceAtomicBytes(fd) : 4096) {}
   ~PosixFile() override {
     if (aside_fd_ != fd_) ::close(aside_fd_);  // holds no lock: flock's is fd_'s open file
     ::close(fd_);                              // also drops the flock
@@ -243,7 +257,9 @@ class PosixFile final : public File {
     return static_cast<uint64_t>(data) >= off + n;
   }
 
-  bool IsBlockDevice() const override { return blockdev_; }
+  // A regular file: the store sizes it (env.h). A device: its own size.
+  bool CanTruncate() const override { return !blockdev_; }
+  uint32_t AtomicWriteBytes() const override { return atomic_bytes_; }
   // PunchHole zeroes on a file and on a device alike: a device's
   // FALLOC_FL_PUNCH_HOLE is a write-zeroes without fallback (it fails where
   // the device cannot, and then FALLOC_FL_ZERO_RANGE or written zeros do it).
@@ -294,6 +310,7 @@ class PosixFile final : public File {
   std::string path_;
   bool blockdev_;
   bool holes_exact_;  // HoldsNoData may trust SEEK_DATA here (HolesExact)
+  uint32_t atomic_bytes_;  // AtomicWriteBytes: a file's page, a device's physical block
 };
 
 class PosixEnv final : public Env {

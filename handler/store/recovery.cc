@@ -39,6 +39,8 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
   auto f = env->OpenLocked(path, existed ? Env::Mode::kReadWrite : Env::Mode::kCreate);
   if (!f.ok()) return f.status();
   std::unique_ptr<File> file = std::move(f.value());
+  if (std::string why = WriteUnitRule(file->AtomicWriteBytes()); !why.empty())
+    return Status(Code::kUnsupported, why);
   auto fsize = file->Size();
   if (!fsize.ok()) return fsize.status();
   if (existed) {
@@ -49,11 +51,11 @@ Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
       if (std::memcmp(buf, kSuperblockMagic, sizeof kSuperblockMagic) == 0)
         return Status(Code::kAlreadyExists, "a pool already exists at " + path);
     }
-    if (!file->IsBlockDevice() && *fsize > 0)
+    if (file->CanTruncate() && *fsize > 0)
       return Status(Code::kAlreadyExists, path + " exists and is not an empty file");
   }
   uint64_t size = o.size_bytes;
-  if (file->IsBlockDevice()) {
+  if (!file->CanTruncate()) {  // the medium's size (env.h)
     if (size == 0) size = *fsize;
     if (size > *fsize) return Status(Code::kInvalidArgument, "size exceeds the device");
   }
@@ -71,6 +73,8 @@ Result<std::shared_ptr<Core>> Core::Open(Env* env, const std::string& path, bool
                                          bool accept_journal_loss) {
   auto f = env->OpenLocked(path, read_only ? Env::Mode::kReadOnly : Env::Mode::kReadWrite);
   if (!f.ok()) return f.status();
+  if (std::string why = WriteUnitRule(f.value()->AtomicWriteBytes()); !why.empty() && !read_only)
+    return Status(Code::kUnsupported, why + ": the pool can only be opened read-only here");
   // Before the first read: after a failed sync (this process's or one that
   // ran earlier since boot) the OS cache may hold metadata that never
   // reached the disk; the open must read, and build on, the disk's bytes
@@ -145,12 +149,12 @@ Status Core::LoadLocked() {
   soft_percent_ = geo.soft_threshold_percent;
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
-  if (file_->IsBlockDevice() && *fsize < geo.size_bytes)
+  if (!file_->CanTruncate() && *fsize < geo.size_bytes)
     return Status(Code::kCorruption, "device is smaller than the pool's declared size");
   // Create and Grow extend a pool file (and sync) before any superblock names
   // the size, and a pool never shrinks: a shorter file was cut or copied
   // incompletely, and what lay past its end would read as zeros.
-  if (!file_->IsBlockDevice() && *fsize < geo.size_bytes)
+  if (file_->CanTruncate() && *fsize < geo.size_bytes)
     return Status(Code::kCorruption,
                   "pool file is " + std::to_string(*fsize) + " bytes, shorter than the " +
                       std::to_string(geo.size_bytes) +

@@ -145,7 +145,7 @@ struct SuperblockV3 {
   uint64_t data_offset = 0;  // byte of AU 0: AU-aligned, past both slots
   uint64_t units = 0;        // pool size in AUs
   uint32_t soft_threshold_percent = 0;
-  uint32_t write_unit = 4096;  // Env's atomic_write_bytes at creation: 512..4096, power of two
+  uint32_t write_unit = 4096;  // File::AtomicWriteBytes at creation (512..4096, power of two); only grows
   uint32_t origin_format = kFormatVersionV3;  // 1, 2 (upgraded) or 3
   // Root of the checkpoint index as BuildIndex gives it and ReadIndex takes
   // it. kNoIndex (address kNoPage, all else zero) when there is none.

@@ -162,6 +162,8 @@ Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
     return Status::Ok();
   }
   if (std::string why = GrainRule(grain, geo.au); !why.empty()) return Status(Code::kInvalidArgument, why);
+  if (std::string why = WriteUnitRule(file->AtomicWriteBytes()); !why.empty())
+    return Status(Code::kUnsupported, why);
 
   MetaState st;
   st.au = geo.au;  // formats 1 and 2 count AUs
@@ -184,7 +186,7 @@ Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
   sb.data_offset = v2.data_offset;  // AU-aligned in every format (DataOffsetV2)
   sb.units = v2.total_units();
   sb.soft_threshold_percent = v2.soft_threshold_percent;
-  sb.write_unit = FormatV3::NewPoolWriteUnit();
+  sb.write_unit = file->AtomicWriteBytes();  // the medium's (3.8)
   sb.origin_format = v2.version;
   if (std::string why = PoolUnitsRuleV3(sb.units, sb.au, grain); !why.empty())
     return Status(Code::kInvalidArgument, "the pool cannot be format 3 at a grain of " + N(grain) + " bytes: " + why);

@@ -68,7 +68,8 @@ class PunchGateEnv final : public store::Env {
       env_->gate_.Pass();
       return f_->PunchHole(o, n);
     }
-    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool CanTruncate() const override { return f_->CanTruncate(); }
+    uint32_t AtomicWriteBytes() const override { return f_->AtomicWriteBytes(); }
     store::Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }

@@ -560,7 +560,8 @@ class GateLargeWrites final : public Env {
     Result<uint64_t> Size() override { return f_->Size(); }
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
-    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool CanTruncate() const override { return f_->CanTruncate(); }
+    uint32_t AtomicWriteBytes() const override { return f_->AtomicWriteBytes(); }
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }
@@ -799,7 +800,8 @@ class GateSuperblockWrite final : public Env {
     Result<uint64_t> Size() override { return f_->Size(); }
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
     Status PunchHole(uint64_t off, uint64_t n) override { return f_->PunchHole(off, n); }
-    bool IsBlockDevice() const override { return f_->IsBlockDevice(); }
+    bool CanTruncate() const override { return f_->CanTruncate(); }
+    uint32_t AtomicWriteBytes() const override { return f_->AtomicWriteBytes(); }
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return f_->WritesAllocate(); }

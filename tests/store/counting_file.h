@@ -41,7 +41,8 @@ class CountingFile final : public File {
   Result<uint64_t> Size() override { return inner_->Size(); }
   Status Truncate(uint64_t size) override { return inner_->Truncate(size); }
   Status PunchHole(uint64_t off, uint64_t n) override { return inner_->PunchHole(off, n); }
-  bool IsBlockDevice() const override { return inner_->IsBlockDevice(); }
+  bool CanTruncate() const override { return inner_->CanTruncate(); }
+  uint32_t AtomicWriteBytes() const override { return inner_->AtomicWriteBytes(); }
   // As this file's own reads (counted, gated, changed as they are).
   Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return ReadV(off, iov, n); }
   void Prefetch(uint64_t off, uint64_t n) override { inner_->Prefetch(off, n); }

@@ -27,6 +27,10 @@ struct DriverOptions {
   uint32_t format = 2;          // PoolOptions::format (3: the store's tests only)
   uint32_t grain = 0;           // PoolOptions::grain (0 = the AU)
   uint32_t soft_threshold = 80;  // PoolOptions::soft_threshold_percent
+  // The medium's atomic write unit (FaultInjectionEnv::SetAtomicWriteBytes),
+  // which a format 3 pool lays its journal restarts out in; power loss still
+  // tears at 512 bytes whatever it says.
+  uint32_t atomic_write_bytes = 4096;
 };
 
 // A LUN-table operation interrupted by a crash: after recovery it either

@@ -298,7 +298,8 @@ class HugeFileEnv final : public Env {
       return f_->Truncate(size);
     }
     Status PunchHole(uint64_t o, uint64_t n) override { return f_->PunchHole(o, n); }
-    bool IsBlockDevice() const override { return false; }
+    bool CanTruncate() const override { return true; }
+    uint32_t AtomicWriteBytes() const override { return f_->AtomicWriteBytes(); }
     Status ReadAside(uint64_t off, const iovec* iov, size_t n) override { return f_->ReadAside(off, iov, n); }
     void Prefetch(uint64_t off, uint64_t n) override { f_->Prefetch(off, n); }
     bool WritesAllocate() const override { return false; }
