@@ -47,16 +47,28 @@ std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
   return v;
 }
 
+// A pool of `size` bytes (0: the whole medium) at 64 KiB AUs.
+PoolOptions SmallPool(uint32_t format, uint32_t grain, uint64_t size) {
+  PoolOptions o;
+  o.format = format;
+  o.grain = grain;
+  o.allocation_unit = kAu;
+  o.size_bytes = size;
+  o.journal_bytes = 64 * kKiB;  // small: checkpoints come often
+  return o;
+}
+
+// A closed pool at "p" holding an empty LUN "a".
+void CreateWithLun(FaultInjectionEnv& env, const PoolOptions& o) {
+  auto p = Pool::Create(&env, "p", o);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_TRUE((*p)->CreateLun("a", kLunBytes, 512).ok());
+  ASSERT_TRUE((*p)->Close().ok());
+}
+
 class EnvTraits : public ::testing::TestWithParam<SuiteFormat> {
  protected:
-  PoolOptions Options(uint64_t size) const {
-    PoolOptions o;
-    GetParam().Apply(&o);
-    o.allocation_unit = kAu;
-    o.size_bytes = size;
-    o.journal_bytes = 64 * kKiB;  // small: checkpoints come often
-    return o;
-  }
+  PoolOptions Options(uint64_t size) const { return SmallPool(GetParam().format, GetParam().grain, size); }
   // A LUN "a" written whole with Pattern(kLunBytes, seed), durably.
   static void Fill(Pool& pool, uint8_t seed) {
     if (!pool.GetLun("a").ok()) {
@@ -266,18 +278,7 @@ std::vector<uint64_t> JournalStarts(FaultInjectionEnv& env, int rounds, uint32_t
 TEST(EnvTraitsV3, TheWriteUnitIsTheMediumsAndOnlyGrows) {
   FaultInjectionEnv env;
   env.SetAtomicWriteBytes(512);
-  PoolOptions o;
-  o.format = 3;
-  o.allocation_unit = kAu;
-  o.grain = 4096;
-  o.size_bytes = kMedium;
-  o.journal_bytes = 64 * kKiB;
-  {
-    auto p = Pool::Create(&env, "p", o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->CreateLun("a", kLunBytes, 512).ok());
-    ASSERT_TRUE((*p)->Close().ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateWithLun(env, SmallPool(3, 4096, kMedium)));
   EXPECT_EQ(DurableSuperblock(env).write_unit, 512u);
   uint32_t unit = 0;
   std::vector<uint64_t> starts = JournalStarts(env, 8, &unit);
@@ -331,17 +332,7 @@ TEST_P(EnvTraits, AMediumAboveASuperblockSlotIsRefusedForWriting) {
 // that unit, as a Create there would.
 TEST(EnvTraitsUpgrade, AnUpgradedPoolTakesTheMediumsWriteUnit) {
   FaultInjectionEnv env;
-  PoolOptions o;
-  o.format = 2;
-  o.allocation_unit = kAu;
-  o.size_bytes = kMedium;
-  o.journal_bytes = 64 * kKiB;
-  {
-    auto p = Pool::Create(&env, "p", o);
-    ASSERT_TRUE(p.ok()) << p.status().ToString();
-    ASSERT_TRUE((*p)->CreateLun("a", kLunBytes, 512).ok());
-    ASSERT_TRUE((*p)->Close().ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(CreateWithLun(env, SmallPool(2, 0, kMedium)));
   env.SetAtomicWriteBytes(512);
   auto u = Pool::Upgrade(&env, "p");
   ASSERT_TRUE(u.ok()) << u.status().ToString();
