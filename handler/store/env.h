@@ -126,12 +126,12 @@ class File {
   // The largest aligned write the medium never tears into anything but old
   // and new whole units, and so never damages bytes outside the unit it
   // writes (store-v3.md 3.8, the `atomic_write_bytes` trait): a power of
-  // two. PosixFile: a device's physical block size (a 512e disk's 4096,
-  // whose 512-byte writes are read-modify-writes of 4096); 4096 on a
-  // regular file (its pages). The store writes each superblock slot alone
-  // in its 4096 bytes and lays journal restarts out in this unit, so a
-  // medium above 4096 is refused for writing (WriteUnitRule, names.h).
-  // Pure, as DropCache.
+  // two. PosixFile: a device's physical block size up to 4096 (a 512e
+  // disk's 4096, whose 512-byte writes are read-modify-writes of 4096;
+  // DeviceAtomicWriteBytes); 4096 on a regular file (its pages). The store
+  // writes each superblock slot alone in its 4096 bytes and lays journal
+  // restarts out in this unit, so a medium declaring more is refused for
+  // writing (WriteUnitRule, names.h). Pure, as DropCache.
   virtual uint32_t AtomicWriteBytes() const = 0;
   // True if the first write into a range never written, or punched, makes
   // the storage allocate there at a cost a writer's sync pays (a sparse file
@@ -184,5 +184,14 @@ class Env {
 
 // The process-wide POSIX Env (pread/pwrite/fdatasync/fallocate/flock).
 Env* DefaultEnv();
+
+// What DefaultEnv's File::AtomicWriteBytes answers for a block device whose
+// kernel reports these physical and logical block sizes (0: the ioctl did
+// not answer): the physical size, else the logical one, else 4096, and at
+// most 4096. The devices that report more are virtual ones whose
+// read-modify-write is transactional, not a disk's that a cut can tear: a
+// ZFS zvol reports its volblocksize (8 or 16 KiB), and refusing it would
+// refuse the home NAS's usual place for a pool.
+uint32_t DeviceAtomicWriteBytes(uint32_t physical, uint32_t logical);
 
 }  // namespace cowstore::store

@@ -66,16 +66,14 @@ int ReopenReadOnly(int fd) { return ::open(("/proc/self/fd/" + std::to_string(fd
 
 // A block device's unit of atomic writes (File::AtomicWriteBytes): its
 // physical block size, below which a write is the drive's read-modify-write
-// of the whole block (a 512e disk reports 512 logical, 4096 physical). The
-// logical size if the kernel does not say, and the store's layout unit
-// (4096) if neither ioctl answers, which no device of Linux 2.6.32 or later
-// does.
+// of the whole block (a 512e disk reports 512 logical, 4096 physical), as
+// DeviceAtomicWriteBytes (env.h) bounds it.
 uint32_t DeviceAtomicBytes(int fd) {
   unsigned int physical = 0;
-  if (::ioctl(fd, BLKPBSZGET, &physical) == 0 && physical != 0) return physical;
+  if (::ioctl(fd, BLKPBSZGET, &physical) != 0) physical = 0;
   int logical = 0;
-  if (::ioctl(fd, BLKSSZGET, &logical) == 0 && logical > 0) return static_cast<uint32_t>(logical);
-  return 4096;
+  if (::ioctl(fd, BLKSSZGET, &logical) != 0 || logical < 0) logical = 0;
+  return DeviceAtomicWriteBytes(physical, static_cast<uint32_t>(logical));
 }
 
 // Whether fd's file system reports holes exactly through SEEK_DATA: data
@@ -378,6 +376,11 @@ class PosixEnv final : public Env {
 void CountSyncOf(PosixEnv* env) { env->CountSync(); }
 
 }  // namespace
+
+uint32_t DeviceAtomicWriteBytes(uint32_t physical, uint32_t logical) {
+  const uint32_t said = physical != 0 ? physical : logical;
+  return said == 0 ? 4096 : std::min<uint32_t>(said, 4096);
+}
 
 Env* DefaultEnv() {
   static PosixEnv env;

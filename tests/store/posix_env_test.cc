@@ -104,6 +104,16 @@ TEST_F(PosixPunch, ARegularFileCanTruncateAndWritesPages) {
   EXPECT_EQ(file_->Size().value(), 9 * kMiB);
 }
 
+// A device's physical block, up to 4096: a zvol's 16 KiB volblocksize (its
+// read-modify-write transactional) must not refuse the pool.
+TEST(PosixDevice, TheAtomicUnitIsThePhysicalBlockUpTo4096) {
+  EXPECT_EQ(DeviceAtomicWriteBytes(512, 512), 512u);
+  EXPECT_EQ(DeviceAtomicWriteBytes(4096, 512), 4096u) << "512e";
+  EXPECT_EQ(DeviceAtomicWriteBytes(16384, 512), 4096u) << "a zvol";
+  EXPECT_EQ(DeviceAtomicWriteBytes(0, 2048), 2048u) << "only the logical size known";
+  EXPECT_EQ(DeviceAtomicWriteBytes(0, 0), 4096u) << "neither known";
+}
+
 // A loop device of `sector` bytes over a sparse file of `bytes`; its path,
 // empty (and why in *why) if none can be made here.
 std::string AttachLoop(const std::string& backing, uint64_t bytes, uint32_t sector, std::string* why) {
