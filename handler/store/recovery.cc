@@ -149,17 +149,18 @@ Status Core::LoadLocked() {
   soft_percent_ = geo.soft_threshold_percent;
   auto fsize = file_->Size();
   if (!fsize.ok()) return fsize.status();
-  if (!file_->CanTruncate() && *fsize < geo.size_bytes)
-    return Status(Code::kCorruption, "device is smaller than the pool's declared size");
   // Create and Grow extend a pool file (and sync) before any superblock names
   // the size, and a pool never shrinks: a shorter file was cut or copied
   // incompletely, and what lay past its end would read as zeros.
-  if (file_->CanTruncate() && *fsize < geo.size_bytes)
+  if (*fsize < geo.size_bytes) {
+    if (!file_->CanTruncate())
+      return Status(Code::kCorruption, "device is smaller than the pool's declared size");
     return Status(Code::kCorruption,
                   "pool file is " + std::to_string(*fsize) + " bytes, shorter than the " +
                       std::to_string(geo.size_bytes) +
                       " bytes its superblock declares: it was truncated or copied incompletely "
                       "(docs/design/store.md, \"Recovery procedures\")");
+  }
   st_ = MetaState();
   st_.au = grain_;  // MetaState's unit is the map's: the grain
 
