@@ -26,6 +26,7 @@ void Core::MaybeZeroAheadLocked() {
 bool Core::ZeroAheadRound() {
   std::vector<uint64_t> grains;
   uint64_t piece = 0;
+  std::function<void()> hook;
   {
     MutexLock g(&meta_mu_);
     if (closed_.load() || meta_failed_.load() || !zero_ahead_on_) return false;
@@ -40,16 +41,17 @@ bool Core::ZeroAheadRound() {
     // with twice the round's AUs taken.
     const uint64_t ckpt = CkptReserveLocked(0);
     const uint64_t spare = 2 * ckpt + GrainSpace::kChunkSlackAus + 2 * DivUp(n, per_au);
-    // Nor near the soft threshold: the round's grains are out of free
-    // space while it runs, and a crossing it caused would tell initiators.
+    // The soft threshold is no bar: the round's grains count as free for
+    // it while the round holds them (ReserveLocked), as Space() shows them.
     if (grain_space_->free_whole_aus(spare) < spare ||
-        space_->free_units() < space_->soft_threshold_units() + 2 * n ||
         !space_->ReserveKeepingAus(n, ckpt, &grains, AllocHint{AllocHint::kNoLun, warm_goal_, 0})) {
       zero_ahead_backoff_ = kZeroAheadBackoff;
       return false;
     }
     zeroing_grains_ = grains.size();
+    hook = zero_ahead_hook_;
   }
+  if (hook) hook();
   // The grains are reserved: nothing else writes them until they are given
   // back. Zeros over free space change nothing a reader or a recovery sees.
   static const std::vector<uint8_t> kZeros(1 << 20);

@@ -229,8 +229,9 @@ class GrainSpace final : public PoolSpace {
   // SpaceMap's: the rule is soft_threshold.h's.
   void set_soft_percent(uint32_t percent) override { soft_percent_ = percent; }
   uint64_t soft_threshold_units() const override { return SoftThresholdUnits(total_, soft_percent_); }
-  bool CrossedSoftThreshold(uint64_t free_before) const override {
-    return SoftThresholdCrossed(total_, soft_percent_, free_before, free_.free_grains(), free_.releasing_grains());
+  bool CrossedSoftThreshold(uint64_t free_before, uint64_t lent) const override {
+    return SoftThresholdCrossed(total_, soft_percent_, free_before, free_.free_grains(),
+                                free_.releasing_grains() + lent);
   }
 
   uint64_t units_per_au() const override { return grains_per_au_; }

@@ -131,7 +131,7 @@ Status Core::ReserveLocked(uint64_t need, uint64_t extra_extents, std::vector<ui
   if (need > 0 &&
       !space_->ReserveKeepingAus(need, CkptReserveLocked(extra_extents), out, hint))
     return PoolFullLocked(need);  // what AffordableLocked checked: unreachable
-  if (space_->CrossedSoftThreshold(free_before)) soft_gen_++;
+  if (space_->CrossedSoftThreshold(free_before, zeroing_grains_)) soft_gen_++;
   if (hint.lun != AllocHint::kNoLun) MaybeZeroAheadLocked();
   return Status::Ok();
 }

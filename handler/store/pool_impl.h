@@ -30,6 +30,7 @@
 
 #include <atomic>
 #include <map>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -192,6 +193,12 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   void DrainZeroAheadForTest() { zero_ahead_.Drain(); }
   // Tests: one round on the caller's thread (whatever the stock).
   void ZeroAheadRoundForTest() { (void)ZeroAheadRound(); }
+  // Tests: what each round calls once it holds its grains, before it
+  // writes them, on its own thread with no lock held (to act in that span).
+  void SetZeroAheadHookForTest(std::function<void()> hook) EXCLUDES(meta_mu_) {
+    MutexLock g(&meta_mu_);
+    zero_ahead_hook_ = std::move(hook);
+  }
   // The LUN table and maps, read under the lock (where data landed).
   template <typename F>
   void WithStateForTest(F f) EXCLUDES(meta_mu_) {
@@ -534,6 +541,7 @@ class Core final : public RefSink, public std::enable_shared_from_this<Core> {
   uint64_t warm_goal_ GUARDED_BY(meta_mu_) = AllocHint::kNoGoal;  // where the last round ended
   uint32_t zero_ahead_backoff_ GUARDED_BY(meta_mu_) = 0;  // kZeroAheadBackoff
   uint64_t zeroing_grains_ GUARDED_BY(meta_mu_) = 0;  // reserved by the round in flight
+  std::function<void()> zero_ahead_hook_ GUARDED_BY(meta_mu_);  // SetZeroAheadHookForTest
   // What a round syncs through (NewSpaceLocked says why not file_->Sync):
   // set with zero_ahead_on_ before the Core is shared, then only read.
   std::unique_ptr<File::SyncHandle> zero_ahead_sync_;

@@ -164,10 +164,11 @@ class PoolSpace {
   // Soft threshold (a percentage of the pool's units; 0: none; the rule is
   // soft_threshold.h's). CrossedSoftThreshold: taking units brought the
   // used count from below the threshold (with `free_before` free) to at or
-  // above it; units being punched (releasing) are not used.
+  // above it; units being punched (releasing) are not used, nor the `lent`
+  // ones out of free space for a while (zeroing ahead's round).
   virtual void set_soft_percent(uint32_t percent) = 0;
   virtual uint64_t soft_threshold_units() const = 0;
-  virtual bool CrossedSoftThreshold(uint64_t free_before) const = 0;
+  virtual bool CrossedSoftThreshold(uint64_t free_before, uint64_t lent) const = 0;
 
   // Units per AU: 1 when the unit is the AU (formats 1 and 2).
   virtual uint64_t units_per_au() const = 0;

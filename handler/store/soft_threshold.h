@@ -13,16 +13,17 @@ namespace cowstore::store {
 constexpr uint64_t SoftThresholdUnits(uint64_t total, uint32_t percent) { return total * percent / 100; }
 
 // True if taking units brought the used count from below the threshold (with
-// `free_before` free) to at or above it (with `free_now` free). Units being
-// punched (`releasing`) are not used: they are free by every durable record,
-// and Space() shows them as free, so a large delete must not make a later
-// small write look like a crossing of the threshold.
+// `free_before` free) to at or above it (with `free_now` free). Units out of
+// free space but not used (`not_used`) count as free: those being punched
+// (free by every durable record) and those zeroing ahead holds for a while.
+// Space() shows both as free, so a large delete must not make a later small
+// write look like a crossing, nor a round of zeroing ahead an earlier one.
 constexpr bool SoftThresholdCrossed(uint64_t total, uint32_t percent, uint64_t free_before, uint64_t free_now,
-                                    uint64_t releasing) {
+                                    uint64_t not_used) {
   if (percent == 0) return false;
   const uint64_t limit = SoftThresholdUnits(total, percent);
-  const uint64_t used_before = total - free_before - releasing;
-  const uint64_t used_now = total - free_now - releasing;
+  const uint64_t used_before = total - free_before - not_used;
+  const uint64_t used_now = total - free_now - not_used;
   return used_before < limit && used_now >= limit;
 }
 

@@ -401,8 +401,8 @@ Status SpaceMap::InstallMeta(std::vector<uint64_t> new_set, uint64_t tag) {
   return Status::Ok();
 }
 
-bool SpaceMap::CrossedSoftThreshold(uint64_t free_before) const {
-  return SoftThresholdCrossed(total_units_, soft_percent_, free_before, free_.count(), releasing_);
+bool SpaceMap::CrossedSoftThreshold(uint64_t free_before, uint64_t lent) const {
+  return SoftThresholdCrossed(total_units_, soft_percent_, free_before, free_.count(), releasing_ + lent);
 }
 
 uint64_t SpaceMap::shared_units() const {

@@ -139,7 +139,7 @@ class SpaceMap final : public PoolSpace {
 
   void set_soft_percent(uint32_t percent) override { soft_percent_ = percent; }
   uint64_t soft_threshold_units() const override { return SoftThresholdUnits(total_units_, soft_percent_); }
-  bool CrossedSoftThreshold(uint64_t free_before) const override;
+  bool CrossedSoftThreshold(uint64_t free_before, uint64_t lent) const override;
 
   uint64_t units_per_au() const override { return 1; }
   uint64_t total_units() const override { return total_units_; }

@@ -318,8 +318,8 @@ class Differential {
     const bool gs_ok = gs_.Reserve(n, &b);
     ASSERT_EQ(gs_ok, sm_ok) << n << " of " << sm_before;
     EXPECT_EQ(sm_ok, n <= sm_before);
-    EXPECT_EQ(gs_.CrossedSoftThreshold(gs_before), sm_.CrossedSoftThreshold(sm_before));
-    seen_.crossings += sm_.CrossedSoftThreshold(sm_before);
+    EXPECT_EQ(gs_.CrossedSoftThreshold(gs_before, 0), sm_.CrossedSoftThreshold(sm_before, 0));
+    seen_.crossings += sm_.CrossedSoftThreshold(sm_before, 0);
     seen_.reserve_refused += !sm_ok;
     if (!sm_ok) {
       EXPECT_TRUE(b.empty());

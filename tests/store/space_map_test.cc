@@ -487,15 +487,15 @@ TEST_F(SpaceMapTest, SoftThresholdIsCrossedOnce) {
   V got;
   uint64_t before = m_.free_units();  // 5 used
   ASSERT_TRUE(m_.Reserve(2, &got));   // 7 used
-  EXPECT_FALSE(m_.CrossedSoftThreshold(before));
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before, 0));
   before = m_.free_units();
   ASSERT_TRUE(m_.Reserve(1, &got));  // 8 used
-  EXPECT_TRUE(m_.CrossedSoftThreshold(before));
+  EXPECT_TRUE(m_.CrossedSoftThreshold(before, 0));
   before = m_.free_units();
   ASSERT_TRUE(m_.Reserve(1, &got));  // already above
-  EXPECT_FALSE(m_.CrossedSoftThreshold(before));
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before, 0));
   m_.set_soft_percent(0);
-  EXPECT_FALSE(m_.CrossedSoftThreshold(16));
+  EXPECT_FALSE(m_.CrossedSoftThreshold(16, 0));
 }
 
 // AUs freed durably but still being punched are free by every record and
@@ -510,10 +510,25 @@ TEST_F(SpaceMapTest, AusBeingPunchedDoNotCountTowardTheSoftThreshold) {
   ASSERT_EQ(m_.releasing_units(), 2u);  // ... and being punched: 5 used
   uint64_t before = m_.free_units();
   ASSERT_TRUE(m_.Reserve(2, &got));  // 7 used, 9 by free_units() alone
-  EXPECT_FALSE(m_.CrossedSoftThreshold(before));
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before, 0));
   before = m_.free_units();
   ASSERT_TRUE(m_.Reserve(1, &got));  // 8 used: this one crosses
-  EXPECT_TRUE(m_.CrossedSoftThreshold(before));
+  EXPECT_TRUE(m_.CrossedSoftThreshold(before, 0));
+}
+
+// Units zeroing ahead holds for a round are out of free space but not used
+// (Space() shows them free): a write is no crossing by their count.
+TEST_F(SpaceMapTest, UnitsLentDoNotCountTowardTheSoftThreshold) {
+  m_.set_soft_percent(50);  // 8 of 16 AUs; 5 used
+  V lent, got;
+  ASSERT_TRUE(m_.Reserve(2, &lent));  // held by a round: still 5 used
+  uint64_t before = m_.free_units();
+  ASSERT_TRUE(m_.Reserve(2, &got));  // 7 used, 9 counting the lent ones
+  EXPECT_FALSE(m_.CrossedSoftThreshold(before, 2));
+  EXPECT_TRUE(m_.CrossedSoftThreshold(before, 0));
+  before = m_.free_units();
+  ASSERT_TRUE(m_.Reserve(1, &got));  // 8 used: this one crosses
+  EXPECT_TRUE(m_.CrossedSoftThreshold(before, 2));
 }
 
 TEST_F(SpaceMapTest, GrowAddsFreeAus) {

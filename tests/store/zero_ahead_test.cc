@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -114,21 +115,21 @@ uint64_t PhysOf(Core* core, const std::string& name, uint64_t lba) {
 
 // A format 3 pool of `size` at a 4 KiB grain below a 64 KiB AU, with no
 // soft line: where zeroing ahead runs (on a File whose writes allocate).
-PoolOptions ZeroAheadOptions(uint64_t size) {
+PoolOptions ZeroAheadOptions(uint64_t size, uint32_t soft_percent = 0) {
   PoolOptions o;
   o.size_bytes = size;
   o.allocation_unit = kAu;
   o.format = 3;
   o.grain = kBlock;
-  o.soft_threshold_percent = 0;
+  o.soft_threshold_percent = soft_percent;
   return o;
 }
 
 class ZeroAheadPool : public ::testing::Test {
  protected:
-  void Make(uint64_t size, bool writes_allocate = true) {
+  void Make(uint64_t size, bool writes_allocate = true, uint32_t soft_percent = 0) {
     env_.SetWritesAllocate(writes_allocate);
-    auto p = Pool::Create(&env_, "pool", ZeroAheadOptions(size));
+    auto p = Pool::Create(&env_, "pool", ZeroAheadOptions(size, soft_percent));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     pool_ = std::move(p.value());
     core_ = CoreOfForTest(pool_.get());
@@ -199,6 +200,96 @@ TEST_F(ZeroAheadPool, TheStockIsRefilledOnceBelowHalf) {
   EXPECT_EQ(s.opened, kUsed);
   EXPECT_EQ(s.warm.size(), kWarmRuns);  // refilled
   for (uint64_t r = 1; r <= kUsed; r++) EXPECT_EQ(ReadFirstByte(Region(r)), 3);
+  EXPECT_TRUE(pool_->Check().clean);
+}
+
+// The soft line (a share of the pool's grains used, its metadata's AUs
+// included: a fifth of this small pool) is no bar to zeroing ahead: the pool
+// filled to 54 % used, a block a region after that, each write followed by
+// the rounds it asked for: the stock never stays below half (a round holds
+// up to 5 % of the pool). So under the default line (80 %), under one the
+// rounds bring within reach (57 %), and past one the fill crossed (40 %);
+// the signal counts the fill's crossing and nothing of theirs.
+struct SoftLineCase {
+  uint32_t percent;
+  uint64_t crossings;
+};
+
+void PrintTo(const SoftLineCase& c, std::ostream* os) { *os << c.percent << " %, " << c.crossings << " crossings"; }
+
+class ZeroAheadSoftLine : public ZeroAheadPool, public ::testing::WithParamInterface<SoftLineCase> {};
+
+TEST_P(ZeroAheadSoftLine, RoundsRunWhereverTheLineIs) {
+  const SoftLineCase c = GetParam();
+  Make(kPool, true, c.percent);
+  constexpr uint64_t kFirstFilled = 34, kEndFilled = 61;  // 27 MiB of 80
+  static_assert(kFirstFilled > kUsed);
+  std::vector<uint8_t> mib(1 << 20, 7);
+  iovec v{mib.data(), mib.size()};
+  size_t lowest = kWarmRuns;
+  for (uint64_t r = kFirstFilled; r < kEndFilled; r++) {
+    ASSERT_TRUE(lun_->Write(Region(r), (1 << 20) / kBlock, {&v, 1}, Durability::kBuffered).ok());
+    core_->DrainZeroAheadForTest();
+    lowest = std::min(lowest, StockOf(core_).warm.size());
+  }
+  ASSERT_TRUE(lun_->Flush().ok());
+  for (uint64_t r = 0; r <= kUsed; r++) {
+    ASSERT_TRUE(WriteBlock(Region(r), 3).ok());
+    core_->DrainZeroAheadForTest();
+    lowest = std::min(lowest, StockOf(core_).warm.size());
+  }
+
+  const SpaceInfo si = pool_->Space();
+  const uint64_t used = si.total_units - si.free_units;
+  EXPECT_GT(used * 100, si.total_units * 53);
+  EXPECT_LT(used * 100, si.total_units * 56);
+  const Stock s = StockOf(core_);
+  EXPECT_GE(s.opened, kUsed);
+  EXPECT_GE(lowest, kWarmRuns / 2);
+  EXPECT_EQ(s.reserved, 0u);
+  EXPECT_EQ(pool_->soft_threshold_generation(), c.crossings);
+  EXPECT_EQ(ReadFirstByte(Region(kUsed)), 3);
+  EXPECT_EQ(ReadFirstByte(Region(kFirstFilled)), 7);
+  EXPECT_TRUE(pool_->Check().clean);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lines, ZeroAheadSoftLine,
+                         ::testing::Values(SoftLineCase{PoolOptions{}.soft_threshold_percent, 0}, SoftLineCase{57, 0},
+                                           SoftLineCase{40, 1}),
+                         [](const ::testing::TestParamInfo<SoftLineCase>& i) {
+                           return "At" + std::to_string(i.param.percent) + "Percent";
+                         });
+
+// While a round holds its grains, writers take the pool to just short of
+// the line: no crossing, though with the round's grains it would be one
+// (Space() shows them free). The write that reaches the line is the one.
+TEST_F(ZeroAheadPool, ARoundsGrainsAreNotUsedForTheSoftLine) {
+  constexpr uint32_t kPercent = 35;
+  Make(kPool, true, kPercent);
+  const uint64_t line = pool_->Space().total_units * kPercent / 100;
+  auto used = [&] {
+    const SpaceInfo si = pool_->Space();
+    return si.total_units - si.free_units;
+  };
+  ASSERT_LT(used() + 2 * kWarmRuns * kWarmGrains, line);  // the round's grains would reach it
+  uint64_t next = Region(40), round_grains = 0;
+  std::atomic<int> rounds{0};
+  core_->SetZeroAheadHookForTest([&] {
+    if (rounds++ > 0) return;
+    round_grains = StockOf(core_).reserved;
+    while (used() + 1 < line) ASSERT_TRUE(WriteBlock(next++, 4, Durability::kBuffered).ok());
+  });
+  ASSERT_TRUE(WriteBlock(Region(0), 1).ok());
+  core_->DrainZeroAheadForTest();
+  ASSERT_GE(rounds.load(), 1);
+  EXPECT_EQ(round_grains, kWarmRuns * kWarmGrains);
+  EXPECT_EQ(used() + 1, line);
+  EXPECT_EQ(pool_->soft_threshold_generation(), 0u);
+  EXPECT_EQ(StockOf(core_).warm.size(), kWarmRuns);
+  core_->SetZeroAheadHookForTest(nullptr);
+  ASSERT_TRUE(WriteBlock(next++, 5).ok());
+  EXPECT_EQ(pool_->soft_threshold_generation(), 1u);
+  EXPECT_EQ(ReadFirstByte(next - 2), 4);
   EXPECT_TRUE(pool_->Check().clean);
 }
 
