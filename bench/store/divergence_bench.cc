@@ -135,9 +135,8 @@ class CountingEnv : public Env {
       env_->Counted();
       return f_->Sync();
     }
-    // Without it the pool zeroes nothing ahead (File::NewSyncHandle's
-    // default refuses, and Core then does without), and the "zeroed ahead"
-    // rows measured holes.
+    // Forwarded: without a handle the pool zeroes nothing ahead, and the
+    // "zeroed ahead" rows would measure holes (as they did until session 39).
     Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
     Status DropCache() override { return f_->DropCache(); }
     Result<uint64_t> Size() override { return f_->Size(); }

@@ -25,6 +25,8 @@ struct BorrowedFile final : File {
   Status Read(uint64_t o, size_t n, void* b) override { return f->Read(o, n, b); }
   Status Write(uint64_t, size_t, const void*) override { return Status(Code::kInvalidArgument, "read-only"); }
   Status Sync() override { return Status::Ok(); }
+  // It writes nothing, so zeroes nothing ahead.
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return NoSyncHandle(); }
   // Reads what the live Core reads: its open dropped the cache already.
   Status DropCache() override { return Status::Ok(); }
   Result<uint64_t> Size() override { return f->Size(); }

@@ -75,16 +75,17 @@ class File {
   // sync that runs beside the commits' (zeroing ahead's: Core's
   // NewSpaceLocked) goes through a handle, and the commits' own sync still
   // sees every error since its last. Without one, the store does without
-  // what would need it (zeroing ahead).
+  // what would need it (zeroing ahead). Pure, so that a File wrapping
+  // another decides: forward it, or answer NoSyncHandle() (its pool then
+  // zeroes nothing ahead).
   class SyncHandle {
    public:
     virtual ~SyncHandle() = default;
     // As File::Sync: every Write completed before the call is durable.
     virtual Status Sync() = 0;
   };
-  virtual Result<std::unique_ptr<SyncHandle>> NewSyncHandle() {
-    return Status(Code::kUnsupported, "no second sync handle");
-  }
+  virtual Result<std::unique_ptr<SyncHandle>> NewSyncHandle() = 0;
+  static Status NoSyncHandle() { return Status(Code::kUnsupported, "no second sync handle"); }
   // Makes later reads come from the device rather than from the OS's cache:
   // flushes what is dirty (as Sync), then drops the file's cached pages.
   // Why: when fdatasync fails (EIO), Linux marks the pages it could not

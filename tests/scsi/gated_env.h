@@ -52,6 +52,7 @@ class GatedEnv final : public store::Env {
       return f_->Write(off, n, buf);
     }
     store::Status Sync() override { return f_->Sync(); }
+    store::Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
     store::Status DropCache() override { return f_->DropCache(); }
     store::Result<uint64_t> Size() override { return f_->Size(); }
     store::Status Truncate(uint64_t size) override { return f_->Truncate(size); }

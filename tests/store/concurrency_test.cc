@@ -556,6 +556,7 @@ class GateLargeWrites final : public Env {
       return f_->Write(off, n, buf);
     }
     Status Sync() override { return f_->Sync(); }
+    Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
     Status DropCache() override { return f_->DropCache(); }
     Result<uint64_t> Size() override { return f_->Size(); }
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }
@@ -796,6 +797,7 @@ class GateSuperblockWrite final : public Env {
       return f_->Write(off, n, buf);
     }
     Status Sync() override { return f_->Sync(); }
+    Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
     Status DropCache() override { return f_->DropCache(); }
     Result<uint64_t> Size() override { return f_->Size(); }
     Status Truncate(uint64_t size) override { return f_->Truncate(size); }

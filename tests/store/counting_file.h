@@ -37,6 +37,9 @@ class CountingFile final : public File {
     syncs_++;
     return inner_->Sync();
   }
+  // None: a handle's syncs (and zeroing ahead's writes) would not be the
+  // counted ones of the store's own work.
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return NoSyncHandle(); }
   Status DropCache() override { return inner_->DropCache(); }
   Result<uint64_t> Size() override { return inner_->Size(); }
   Status Truncate(uint64_t size) override { return inner_->Truncate(size); }

@@ -549,6 +549,7 @@ class TwoFacedFile final : public File {
   }
   Status Write(uint64_t off, size_t n, const void* buf) override { return f_->Write(off, n, buf); }
   Status Sync() override { return f_->Sync(); }
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
   Status DropCache() override { return f_->DropCache(); }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
@@ -890,6 +891,7 @@ class HookedFile final : public File {
     return Status(Code::kIOError, "injected");
   }
   Status Sync() override { return f_->Sync(); }
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
   Status DropCache() override { return f_->DropCache(); }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }

@@ -133,6 +133,7 @@ class DieAfterSlotWrite final : public File {
     return s;
   }
   Status Sync() override { return f_->Sync(); }
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
   Status DropCache() override { return f_->DropCache(); }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t size) override { return f_->Truncate(size); }
@@ -334,6 +335,9 @@ class TraceFile final : public File {
     calls.push_back({FaultInjectionEnv::Op::kSync, 0});
     return f_->Sync();
   }
+  // None: the trace is of every mutating call, and a handle's syncs would
+  // not pass through it.
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return NoSyncHandle(); }
   Status DropCache() override {
     calls.push_back({FaultInjectionEnv::Op::kDropCache, 0});
     return f_->DropCache();

@@ -317,6 +317,7 @@ class GatedFile final : public File {
   Status Read(uint64_t o, size_t n, void* b) override { return f_->Read(o, n, b); }
   Status Write(uint64_t o, size_t n, const void* b) override { return f_->Write(o, n, b); }
   Status Sync() override { return f_->Sync(); }
+  Result<std::unique_ptr<SyncHandle>> NewSyncHandle() override { return f_->NewSyncHandle(); }
   Status DropCache() override { return f_->DropCache(); }
   Result<uint64_t> Size() override { return f_->Size(); }
   Status Truncate(uint64_t s) override { return f_->Truncate(s); }
