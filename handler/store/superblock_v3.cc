@@ -33,6 +33,14 @@ std::string ExtentName(size_t i, const JournalExtent& x) {
   return "journal extent " + N(i) + " (AUs [" + N(x.first_au) + ", +" + N(x.aus) + "))";
 }
 
+// The pool's area, as the superblock says it, inside a medium of
+// `device_bytes`. REQUIRES: units and AU already checked (their product is
+// at most 2^62).
+bool InsideDevice(const SuperblockV3& sb, uint64_t device_bytes) {
+  const uint64_t area = sb.units * sb.au;
+  return sb.data_offset <= device_bytes && area <= device_bytes - sb.data_offset;
+}
+
 // The rules a superblock obeys, written once for both sides: the encoder
 // refuses with kInvalidArgument, the decoder with kCorruption. The encoder
 // knows no device, so it passes ~0 as device_bytes.
@@ -54,11 +62,10 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   if (sb.data_offset < 2 * kSuperblockSlot || sb.data_offset % sb.au)
     return bad("data offset " + N(sb.data_offset) + " is inside the superblock slots or not a multiple of the AU");
   if (std::string why = PoolUnitsRuleV3(sb.units, sb.au, sb.grain); !why.empty()) return bad(why);
-  const uint64_t area = sb.units * sb.au;  // <= 2^62: no overflow
-  if (sb.data_offset > device_bytes || area > device_bytes - sb.data_offset)
+  if (!InsideDevice(sb, device_bytes))
     return bad("pool size of " + N(sb.units) + " AUs from byte " + N(sb.data_offset) +
                " ends beyond the device's " + N(device_bytes) + " bytes");
-  const uint64_t end = sb.data_offset + area;
+  const uint64_t end = sb.data_offset + sb.units * sb.au;  // inside the device: no overflow
 
   auto page = [&](const char* name, const PageRef& r) -> Status {
     if (r.addr == kNoPage) {
@@ -271,7 +278,11 @@ Status DecodeSuperblockV3(const void* p, size_t n, uint64_t device_bytes, Superb
   return Status::Ok();
 }
 
-Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes, SuperblockChoice* out) {
+namespace {
+
+// The choice between the slots, by their own bytes (no medium's size).
+Status ChooseBySlots(const void* s0, const void* s1, SuperblockChoice* out) {
+  constexpr uint64_t device_bytes = ~uint64_t{0};
   const void* slots[2] = {s0, s1};
   SuperblockV3 v3[2];
   Status st[2];       // slot i as a v3 copy
@@ -407,6 +418,28 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
                                           "): not a format 3 pool; the v1/v2 open reads it");
   }
   return Status(Code::kCorruption, "no valid superblock: slot 0: " + st[0].message() + "; slot 1: " + st[1].message());
+}
+
+}  // namespace
+
+// The medium's size is judged after the choice, not in it: a medium made
+// smaller (a file cut, a volume shrunk) leaves both copies beyond it, and
+// the fallback rule's message (a copy refused, the other not opened in its
+// place) would hide that. The answer names the size the pool needs.
+Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes, SuperblockChoice* out) {
+  SuperblockChoice c;
+  if (Status s = ChooseBySlots(s0, s1, &c); !s.ok()) return s;
+  if (!InsideDevice(c.sb, device_bytes)) {
+    const uint64_t end = c.sb.data_offset + c.sb.units * c.sb.au;
+    return Status(Code::kCorruption,
+                  "the pool ends at byte " + N(end) + " (superblock slot " + N(c.slot) + ", sequence " +
+                      N(c.sb.seq) + ") but its device or file holds " + N(device_bytes) +
+                      " bytes: it was made smaller (a file cut or copied short, a volume shrunk), or the "
+                      "superblock is damaged. Nothing was changed; give it back at least " +
+                      N(end) + " bytes and open the pool again");
+  }
+  *out = std::move(c);
+  return Status::Ok();
 }
 
 }  // namespace cowstore::store

@@ -754,6 +754,31 @@ TEST_F(SuperblockV3Choice, ACrcValidOlderCopyRefusedByAFieldStandsAside) {
   }
 }
 
+// A medium smaller than the pool (a file cut, a volume shrunk) leaves every
+// copy beyond it: the answer says so and names the size the pool needs,
+// whichever copy the slots chose; it is not put as one copy refused and the
+// other not opened in its place.
+TEST_F(SuperblockV3Choice, AMediumSmallerThanThePoolIsNamedWhicheverCopyWins) {
+  const SuperblockV3 base = Base();
+  const uint64_t end = base.data_offset + base.units * base.au;
+  const std::string need = std::to_string(end);
+  SuperblockChoice c;
+  ASSERT_TRUE(ChooseSuperblockV3(At(42).data(), At(41).data(), end, &c).ok());
+  Status s = ChooseSuperblockV3(At(42).data(), At(41).data(), end - 1, &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_EQ(s.message(), "the pool ends at byte " + need +
+                             " (superblock slot 0, sequence 42) but its device or file holds " + std::to_string(end - 1) +
+                             " bytes: it was made smaller (a file cut or copied short, a volume shrunk), or the "
+                             "superblock is damaged. Nothing was changed; give it back at least " +
+                             need + " bytes and open the pool again");
+  // The newest copy torn: the older one is chosen, and is beyond it too.
+  s = ChooseSuperblockV3(At(41).data(), Damaged(At(42)).data(), 0, &c);
+  EXPECT_EQ(s.code(), Code::kCorruption);
+  EXPECT_NE(s.message().find("(superblock slot 0, sequence 41) but its device or file holds 0 bytes"),
+            std::string::npos)
+      << s.message();
+}
+
 TEST_F(SuperblockV3Choice, BothDamagedNamesBoth) {
   SuperblockChoice c;
   Status s = Choose(Damaged(At(41)), std::string(kSuperblockSlot, '\0'), &c);
