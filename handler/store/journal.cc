@@ -79,8 +79,11 @@ Status JournalWriter::WriteBatch(File* file, const JournalBatch& b) {
 
 void JournalWriter::Restart(File* file) {
   tail_ = 0;
-  // The old journal is garbage; clear it so no stale record can ever be
-  // mistaken for a new one (made durable by the next commit's sync).
+  // The old journal is garbage. What keeps a stale record from being taken
+  // for a new one is the LSN rule (a record of the lap before has a lower
+  // LSN and ends replay), so a failed clear is harmless; clearing spares
+  // replay reading past the new tail into old records, and inspection
+  // tools a journal of two laps (made durable by the next commit's sync).
   (void)ZeroFill(file, kJournalOffset, capacity_);
 }
 
