@@ -276,6 +276,11 @@ struct SuperblockChoice {
 //    does not serve) or newer (ChooseMetaFormat, meta_format.cc); no valid
 //    copy at all is kCorruption naming both slots'
 //    faults.
+//  * the medium's size (`device_bytes`) is held against the chosen copy
+//    only, after the choice: a pool beyond it is kCorruption saying the
+//    medium was made smaller (or the superblock is damaged) and the size
+//    the pool needs. A medium cut short leaves both copies beyond it, so
+//    this is no reason to choose the other copy.
 // Writer rule (FormatV3 keeps it, as FormatV2::WriteSuperblock does): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
 // any operation after it is acknowledged and before anything the previous
