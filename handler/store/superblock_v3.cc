@@ -41,6 +41,10 @@ bool InsideDevice(const SuperblockV3& sb, uint64_t device_bytes) {
   return sb.data_offset <= device_bytes && area <= device_bytes - sb.data_offset;
 }
 
+// The byte after the pool's area. REQUIRES: InsideDevice for some size (so
+// the sum cannot overflow).
+uint64_t DataAreaEnd(const SuperblockV3& sb) { return sb.data_offset + sb.units * sb.au; }
+
 // The rules a superblock obeys, written once for both sides: the encoder
 // refuses with kInvalidArgument, the decoder with kCorruption. The encoder
 // knows no device, so it passes ~0 as device_bytes.
@@ -65,7 +69,7 @@ Status Check(Code code, const SuperblockV3& sb, uint64_t device_bytes) {
   if (!InsideDevice(sb, device_bytes))
     return bad("pool size of " + N(sb.units) + " AUs from byte " + N(sb.data_offset) +
                " ends beyond the device's " + N(device_bytes) + " bytes");
-  const uint64_t end = sb.data_offset + sb.units * sb.au;  // inside the device: no overflow
+  const uint64_t end = DataAreaEnd(sb);
 
   auto page = [&](const char* name, const PageRef& r) -> Status {
     if (r.addr == kNoPage) {
@@ -430,7 +434,7 @@ Status ChooseSuperblockV3(const void* s0, const void* s1, uint64_t device_bytes,
   SuperblockChoice c;
   if (Status s = ChooseBySlots(s0, s1, &c); !s.ok()) return s;
   if (!InsideDevice(c.sb, device_bytes)) {
-    const uint64_t end = c.sb.data_offset + c.sb.units * c.sb.au;
+    const uint64_t end = DataAreaEnd(c.sb);  // inside ~0 bytes (ChooseBySlots)
     return Status(Code::kCorruption,
                   "the pool ends at byte " + N(end) + " (superblock slot " + N(c.slot) + ", sequence " +
                       N(c.sb.seq) + ") but its device or file holds " + N(device_bytes) +
