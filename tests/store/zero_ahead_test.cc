@@ -114,8 +114,9 @@ uint64_t PhysOf(Core* core, const std::string& name, uint64_t lba) {
   return phys;
 }
 
-// A format 3 pool of `size` at a 4 KiB grain below a 64 KiB AU, with no
-// soft line: where zeroing ahead runs (on a File whose writes allocate).
+// A format 3 pool of `size` at a 4 KiB grain below a 64 KiB AU (where
+// zeroing ahead runs, on a File whose writes allocate), with no soft line
+// unless told one.
 PoolOptions ZeroAheadOptions(uint64_t size, uint32_t soft_percent = 0) {
   PoolOptions o;
   o.size_bytes = size;
@@ -302,11 +303,7 @@ TEST_F(ZeroAheadPool, ARoundsGrainsAreNotUsedForTheSoftLine) {
 TEST(ZeroAheadOnAFile, APoolAsCowctlMakesItKeepsItsStockAThirdUsed) {
   const std::string path = ::testing::TempDir() + "/cowstore-zero-ahead-" + std::to_string(::getpid());
   ::unlink(path.c_str());
-  PoolOptions o;
-  o.size_bytes = 128 << 20;
-  o.allocation_unit = kAu;
-  o.format = 3;
-  o.grain = kBlock;
+  const PoolOptions o = ZeroAheadOptions(128 << 20, PoolOptions{}.soft_threshold_percent);
   ASSERT_EQ(o.soft_threshold_percent, 80u);
   {
     auto p = Pool::Create(DefaultEnv(), path, o);
