@@ -18,6 +18,7 @@
 #include "handler/store/meta.h"              // kJournalOffset
 #include "handler/store/pool.h"
 #include "handler/store/zero_fill.h"
+#include "tests/store/pattern.h"
 #include "suite_formats.h"
 
 namespace cowstore::store {
@@ -31,11 +32,7 @@ using testing::SuiteFormat;
 constexpr uint32_t kAu = 64 * 1024;
 constexpr uint8_t kJunk = FaultInjectionEnv::kDiscardedByte;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9) + 1) | 1;
-  return v;
-}
+using testing::Pattern;
 
 bool AllAre(const uint8_t* p, size_t n, uint8_t b) {
   return std::all_of(p, p + n, [b](uint8_t x) { return x == b; });

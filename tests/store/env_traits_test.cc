@@ -23,6 +23,7 @@
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"
 #include "tests/common/sanitizers.h"
+#include "tests/store/pattern.h"
 #include "tests/store/suite_formats.h"
 
 namespace cowstore::store {
@@ -41,11 +42,7 @@ constexpr uint64_t kMedium = 16 * kMiB;
 constexpr uint64_t kGrownMedium = 24 * kMiB;
 constexpr uint64_t kLunBytes = 2 * kMiB;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 12));
-  return v;
-}
+using testing::Pattern;
 
 // A pool of `size` bytes (0: the whole medium) at 64 KiB AUs.
 PoolOptions SmallPool(uint32_t format, uint32_t grain, uint64_t size) {

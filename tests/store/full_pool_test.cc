@@ -19,6 +19,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
 #include "handler/store/pool_impl.h"
+#include "tests/store/pattern.h"
 
 namespace cowstore::store {
 namespace {
@@ -32,11 +33,7 @@ constexpr int kLuns = 96;
 
 using D = Durability;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed * 31 + i * 7 + (i >> 9));
-  return v;
-}
+using testing::Pattern;
 
 PoolOptions Options() {
   PoolOptions o;

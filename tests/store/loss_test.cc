@@ -20,6 +20,7 @@
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"
 #include "tests/store/corrupt_image.h"
+#include "tests/store/pattern.h"
 
 namespace cowstore::store {
 namespace {
@@ -27,11 +28,7 @@ namespace {
 using D = Durability;
 constexpr uint64_t kMiB = 1ull << 20;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
-  return v;
-}
+using testing::Pattern;
 
 // A new env holding `img` as file "p" (durable), as if copied elsewhere.
 void Install(FaultInjectionEnv* env, const std::vector<uint8_t>& img) {

@@ -16,6 +16,7 @@
 #include "handler/store/fault_env.h"
 #include "handler/store/pool.h"
 #include "handler/store/pool_impl.h"
+#include "tests/store/pattern.h"
 
 namespace cowstore::store {
 namespace {
@@ -24,11 +25,7 @@ constexpr uint32_t kAu = 64 << 10;
 constexpr uint32_t kBs = 512;
 constexpr uint64_t kLunBytes = 1 << 20;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(i * 7 + seed + i / 509);
-  return v;
-}
+using testing::Pattern;
 
 // A pool of `format` (grain `grain`, 0: the AU) holding LUN "a" (1 MiB of
 // Pattern(.., 1), durable) and "b", its clone: b's first writes go into

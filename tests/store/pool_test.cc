@@ -14,6 +14,8 @@
 #include <chrono>
 #include <ctime>
 #include <functional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -24,6 +26,7 @@
 #include "handler/store/pool.h"
 #include "handler/store/superblock_v3.h"  // kFormatVersionV3: the newest format this build knows
 #include "tests/store/format_v3_pool.h"  // v3pool::Open: where a format 3 checkpoint's leaves lie
+#include "tests/store/pattern.h"
 #include "tests/store/suite_formats.h"
 
 namespace cowstore::store {
@@ -63,11 +66,7 @@ uint64_t TotalUnits(const PoolOptions& o) {
   return (o.size_bytes - data_offset) / o.allocation_unit * (o.allocation_unit / unit);
 }
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
-  return v;
-}
+using testing::Pattern;
 
 class PoolTest : public ::testing::TestWithParam<SuiteFormat> {
  protected:
@@ -139,6 +138,28 @@ COWSTORE_FORMAT_SUITE(PoolSpace);
 COWSTORE_FORMAT_SUITE(PosixEnvPool);
 
 // ------------------------------------------------------------ create/open
+
+// The test data itself (pattern.h): in a MiB of each of four seeds, no two
+// 4 KiB blocks alike and none all zeros, so data read back from the wrong
+// place, at any distance, or from another seed's write, never passes for
+// the right bytes (the formulas it replaced repeated every 128 KiB).
+TEST(TestPattern, NoTwoBlocksAlikeAtAnyDistanceOrSeed) {
+  constexpr size_t kBlock = 4096, kBytes = 1 << 20;
+  std::set<std::string> blocks;
+  const std::string zeros(kBlock, '\0');
+  for (uint64_t seed = 0; seed < 4; seed++) {
+    const std::vector<uint8_t> v = Pattern(kBytes, seed);
+    for (size_t off = 0; off < kBytes; off += kBlock) {
+      std::string b(reinterpret_cast<const char*>(v.data() + off), kBlock);
+      EXPECT_NE(b, zeros);
+      EXPECT_TRUE(blocks.insert(std::move(b)).second) << "seed " << seed << " block at " << off;
+    }
+  }
+  EXPECT_EQ(blocks.size(), 4 * kBytes / kBlock);
+  // A prefix of a longer pattern is the shorter one (tests compare a part).
+  const std::vector<uint8_t> longer = Pattern(kBlock + 5, 9), shorter = Pattern(kBlock + 3, 9);
+  EXPECT_TRUE(std::equal(shorter.begin(), shorter.end(), longer.begin()));
+}
 
 TEST_P(PoolCreateAll, RejectsBadOptions) {
   FaultInjectionEnv env;

@@ -17,6 +17,7 @@
 #include "handler/store/pool.h"
 #include "handler/store/thinner.h"
 #include "tests/common/gate.h"
+#include "tests/store/pattern.h"
 
 namespace cowstore::store {
 namespace {
@@ -363,11 +364,7 @@ PoolOptions Opts(uint64_t units) {
   o.size_bytes = 128 * 1024 + units * kAu;
   return o;
 }
-std::vector<uint8_t> Pattern(size_t n) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(0xA5 ^ (i * 13) ^ (i >> 8));
-  return v;
-}
+using testing::Pattern;
 bool AllZero(const std::vector<uint8_t>& v) {
   return std::all_of(v.begin(), v.end(), [](uint8_t x) { return x == 0; });
 }
@@ -380,7 +377,7 @@ TEST(PoolThinning, FreedSpaceShowsAsThinningAndAllocationsWaitForIt) {
   ASSERT_TRUE(pool.CreateLun("a", 2 << 20, 512).ok());
   auto a = pool.OpenLun("a").value();
   const uint64_t bpa = kAu / 512;
-  auto data = Pattern(kAu);
+  auto data = Pattern(kAu, 0xA5);
   uint64_t written = 0;
   while (a->Write(written * bpa, bpa, data.data(), D::kDurable).ok()) written++;
   ASSERT_GT(written, 8u);
@@ -428,11 +425,11 @@ TEST(PoolThinning, RollbackFreesThroughThePunchLikeAnUnmap) {
   ASSERT_TRUE(pool.CreateLun("a", 2 << 20, 512).ok());
   auto a = pool.OpenLun("a").value();
   const uint64_t bpa = kAu / 512;
-  const auto data = Pattern(kAu);
+  const auto data = Pattern(kAu, 0xA5);
   ASSERT_TRUE(a->Write(0, bpa, data.data(), D::kDurable).ok());
   ASSERT_TRUE(pool.SnapshotLun("a", "a.snap").ok());
   // The snapshot shares AU 0; everything written from here on is a's alone.
-  const auto other = Pattern(2 * kAu);
+  const auto other = Pattern(2 * kAu, 0xA5);
   std::vector<uint8_t> second(other.begin() + kAu, other.end());
   uint64_t written = 0;
   while (written < 8 && a->Write(written * bpa, bpa, second.data(), D::kDurable).ok()) written++;
@@ -481,7 +478,7 @@ TEST(PoolThinning, RollbackFreesThroughThePunchLikeAnUnmap) {
 TEST(PoolThinning, PowerCutBeforeThePunchExposesNothing) {
   GatedEnv env;
   const uint64_t bpa = kAu / 512;
-  const auto data = Pattern(4 * kAu);
+  const auto data = Pattern(4 * kAu, 0xA5);
   {
     auto p = Pool::Create(&env, "p", Opts(16));
     ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -530,7 +527,7 @@ TEST(PoolThinning, NoPunchIsLargerThanASlice) {
   ASSERT_TRUE(pool.CreateLun("a", 200 * kAu, 512).ok());
   auto a = pool.OpenLun("a").value();
   const uint64_t bpa = kAu / 512;
-  const auto data = Pattern(200 * kAu);
+  const auto data = Pattern(200 * kAu, 0xA5);
   ASSERT_TRUE(a->Write(0, 200 * bpa, data.data(), D::kDurable).ok());
   env.largest_punch = 0;  // open punched the free space whole: not a thinning punch
   ASSERT_TRUE(a->Unmap(0, 200 * bpa, D::kDurable).ok());  // one record frees 200 contiguous AUs
@@ -553,7 +550,7 @@ TEST_P(PoolThinningLunTable, WaitsForThePunchesInsteadOfRefusing) {
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   Pool& pool = **p;
   const uint64_t bpa = kAu / 512;
-  const auto data = Pattern(kAu);
+  const auto data = Pattern(kAu, 0xA5);
   ASSERT_TRUE(pool.CreateLun("a", 2 << 20, 512).ok());
   ASSERT_TRUE(pool.OpenLun("a").value()->Write(0, bpa, data.data(), D::kDurable).ok());
   ASSERT_TRUE(pool.SnapshotLun("a", "a.snap").ok());
@@ -615,7 +612,7 @@ TEST(PoolFull, UnmapsThatSplitSharedExtentsStillFit) {
   // Enough splits (19 x 24 bytes of checkpoint) to pass any slack the fill
   // leaves (each filler LUN takes 160 bytes of it).
   const uint64_t grains = 40;
-  const auto data = Pattern(grains * kAu);
+  const auto data = Pattern(grains * kAu, 0xA5);
   ASSERT_TRUE(pool.CreateLun("a", grains * kAu, 512).ok());
   auto a = pool.OpenLun("a").value();
   ASSERT_TRUE(a->Write(0, grains * bpa, data.data(), D::kDurable).ok());
@@ -637,7 +634,7 @@ TEST(PoolFull, UnmapsThatSplitSharedExtentsStillFit) {
     ASSERT_TRUE(a->Unmap(g * bpa, bpa, D::kDurable).ok()) << "grain " << g;
   EXPECT_EQ(pool.Space().thinning_units, 0u);  // shared: nothing was freed
   // Inside the reserve, data the pool already holds is still writable in place.
-  const auto other = Pattern(2 * kAu);
+  const auto other = Pattern(2 * kAu, 0xA5);
   ASSERT_TRUE(big->Write(0, bpa, other.data() + 17, D::kDurable).ok());
   std::vector<uint8_t> w(kAu);
   ASSERT_TRUE(big->Read(0, bpa, w.data()).ok());

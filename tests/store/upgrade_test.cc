@@ -23,6 +23,7 @@
 #include "handler/store/superblock_v3.h"
 #include "handler/store/upgrade.h"
 #include "tests/common/sanitizers.h"
+#include "tests/store/pattern.h"
 
 namespace cowstore::store {
 namespace {
@@ -34,11 +35,7 @@ constexpr uint64_t kMiB = 1024 * kKiB;
 constexpr uint32_t kAu = 64 * kKiB;
 constexpr uint64_t kLunBytes = 1 * kMiB;
 
-std::vector<uint8_t> Pattern(size_t n, uint8_t seed) {
-  std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; i++) v[i] = static_cast<uint8_t>(seed + i * 13 + (i >> 10));
-  return v;
-}
+using testing::Pattern;
 
 std::vector<uint8_t> ReadLun(Pool& p, const std::string& name) {
   auto l = p.OpenLun(name);
