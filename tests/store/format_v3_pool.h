@@ -26,6 +26,7 @@
 #include "handler/store/journal.h"
 #include "handler/store/journal_segments.h"
 #include "handler/store/meta_format.h"
+#include "tests/store/slot_tear.h"
 
 namespace cowstore::store::v3pool {
 
@@ -233,18 +234,8 @@ inline std::vector<uint64_t> AusOf(const std::vector<JournalExtent>& list) {
   return out;
 }
 
-// A power cut at its worst for the superblock: every slot whose bytes are
-// in the cache only is torn (which kTear does to one slot for about one
-// seed in eight), every other unsynced sector dropped.
-inline constexpr int kTearSlotsInFlight = 4;
-inline void CutTearingSlotsInFlight(FaultInjectionEnv* env) {
-  const std::vector<uint8_t> cached = env->Snapshot("p");
-  env->PowerLoss(FaultInjectionEnv::Loss::kDropAll, 0);
-  const std::vector<uint8_t> durable = env->Snapshot("p");
-  for (uint64_t at = 0; at < 2 * kSuperblockSlot; at += kSuperblockSlot)
-    if (!std::equal(cached.begin() + at, cached.begin() + at + kSuperblockSlot, durable.begin() + at))
-      env->Corrupt("p", at + 64, 16);
-}
+using testing::CutTearingSlotsInFlight;  // slot_tear.h
+using testing::kTearSlotsInFlight;
 
 // Cuts power at each mutating Env call of `attempt` (run on an open of the
 // pool `setup` lays out in an empty env, after `before` on the same open),
