@@ -2,6 +2,7 @@
 #include "handler/store/format_v3.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +36,23 @@ uint64_t CreateDataOffset(uint32_t au) { return au; }
 uint64_t JournalAus(uint32_t au, uint64_t journal_bytes) { return (journal_bytes + au - 1) / au; }
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
+
+// The writer rule (superblock_v3.h) for a superblock replacing a copy an
+// open may still choose: slot seq % 2 first, synced, then the other,
+// synced, so that no cut finds both slots in flight. `before(slot)` runs
+// before each slot's write. (Create writes both with no sync between: no
+// older copy exists there to protect.)
+template <typename Before>
+Status WriteSlotsInOrder(File* file, const std::string& img, uint64_t seq, Before before) {
+  const uint64_t first = seq % 2;
+  for (const uint64_t slot : {first, 1 - first}) {
+    before(slot);
+    Status s = file->Write(slot * kSuperblockSlot, img.size(), img.data());
+    if (s.ok()) s = file->Sync();
+    if (!s.ok()) return s;
+  }
+  return Status::Ok();
+}
 
 // LUN `id`'s entry in the LUN table's pages (its map goes to the tree).
 LunRecord RecordOf(uint32_t id, const LunState& l) {
@@ -554,12 +572,7 @@ Status FormatV3::WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, 
   sb.index = w.tree.root;
   sb.lun_table = {lun_root, sb.seq};
   if (s = EncodeSuperblockV3(sb, &img); !s.ok()) return s;
-  const uint64_t first = sb.seq % 2;
-  s = file->Write(first * kSuperblockSlot, img.size(), img.data());
-  if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
-  if (s.ok()) s = file->Sync();
-  return s;
+  return WriteSlotsInOrder(file, img, sb.seq, [](uint64_t) {});
 }
 
 std::shared_ptr<const CheckpointCost> FormatV3::NextCheckpointCost() const {
@@ -581,7 +594,6 @@ uint64_t FormatV3::FreshLeaves(const FrozenCheckpoint& frozen) {
 Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   std::string img;
   Status s = EncodeSuperblockV3(sb, &img);
-  const uint64_t first = sb.seq % 2;
   if (s.ok()) highest_seq_used_ = std::max(highest_seq_used_, sb.seq);
   // Before each slot write, that slot is marked for the next superblock
   // write (a retry's, Grow's) to rewrite with the chosen copy, synced,
@@ -590,18 +602,14 @@ Status FormatV3::WriteSuperblock(File* file, SuperblockV3 sb) {
   // the other slot then could leave both in flight. `slot` names the other
   // one, which holds the chosen copy or, once the first slot was synced,
   // this copy.
-  auto write_slot = [&](uint64_t slot) {
-    slots_settled_ = false;
-    choice_.redundant = false;
-    choice_.other = static_cast<int>(slot);
-    choice_.slot = static_cast<int>(1 - slot);
-    choice_.other_state.clear();  // no chooser's verdict (and no allocation)
-    return file->Write(slot * kSuperblockSlot, img.size(), img.data());
-  };
-  if (s.ok()) s = write_slot(first);
-  if (s.ok()) s = file->Sync();
-  if (s.ok()) s = write_slot(1 - first);
-  if (s.ok()) s = file->Sync();
+  if (s.ok())
+    s = WriteSlotsInOrder(file, img, sb.seq, [&](uint64_t slot) {
+      slots_settled_ = false;
+      choice_.redundant = false;
+      choice_.other = static_cast<int>(slot);
+      choice_.slot = static_cast<int>(1 - slot);
+      choice_.other_state.clear();  // no chooser's verdict (and no allocation)
+    });
   if (!s.ok()) return s;
   choice_.sb = std::move(sb);  // a move: nothing after the durable writes may throw
   choice_.slot = 0;
