@@ -350,6 +350,11 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     sb_seq = format_->superblock_seq();
     format_meta = format_->meta_units();
     units = space_->total_units();
+    // The count the checkpoint's room is sized by (MetaState::extents),
+    // against the maps it counts.
+    if (const uint64_t kept = st_.extents(), walked = st_.ExtentsWalked(); kept != walked)
+      problem("the pool counts " + std::to_string(kept) + " extents, but its LUNs' maps hold " +
+              std::to_string(walked) + " (the room kept for the next checkpoint is sized by the count)");
     luns.reserve(st_.luns.size());
     for (const auto& [id, l] : st_.luns) {
       LunCopy c{l->id, l->bs, l->name, l->uuid, l->size, l->mod_lsn, {}};

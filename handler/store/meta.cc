@@ -285,17 +285,19 @@ void MetaState::RaiseMapBound(uint64_t bound) {
 void MetaState::AddLun(std::shared_ptr<LunState> l) {
   by_name_[l->name] = l->id;
   uint32_t id = l->id;
-  luns.emplace(id, std::move(l));
+  const uint64_t n = l->map.extents();
+  if (luns.emplace(id, std::move(l)).second) extents_ += n;
 }
 
 void MetaState::EraseLun(uint32_t id) {
   auto it = luns.find(id);
   if (it == luns.end()) return;
   by_name_.erase(it->second->name);
+  extents_ -= it->second->map.extents();
   luns.erase(it);
 }
 
-uint64_t MetaState::extents() const {
+uint64_t MetaState::ExtentsWalked() const {
   uint64_t n = 0;
   for (const auto& [id, l] : luns) n += l->map.extents();
   return n;
@@ -596,6 +598,17 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
     Status s = sink->CanInc(Increments(*st, r, given, &found));
     if (!s.ok()) return s;
   }
+  // A change to one LUN's map, told to the state's count however the case
+  // returns (a refused run may leave part of the change made).
+  struct MapChange {
+    MetaState* st;
+    const LunState* l;
+    uint64_t before;
+    MapChange(MetaState* s, const LunState* lun) : st(s), l(lun), before(lun->map.extents()) {}
+    MapChange(const MapChange&) = delete;
+    MapChange& operator=(const MapChange&) = delete;
+    ~MapChange() { st->MapResized(before, l->map.extents()); }
+  };
   switch (r.type) {
     case RecType::kCreateLun: {
       if (std::string why = LunRecordRule(r.lun, r.name, r.a, r.bs); !why.empty())
@@ -640,6 +653,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
       LunState* t = st->Find(r.lun);
       LunState* snap = st->Find(r.lun2);
       if (!t || !snap || t == snap || t->bs != snap->bs) return Bad("bad LUN rollback");
+      const MapChange change(st, t);
       if (sink)  // increments first: AUs the two share never hit zero
         for (const auto& [lba, e] : snap->map.runs()) {
           Status s = sink->Inc(e.phys, e.len);
@@ -670,6 +684,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
       if (!l) return Bad("resize of unknown LUN");
       if (std::string why = LunRecordRule(l->id, l->name, r.a, l->bs); !why.empty())
         return Bad("LUN " + std::to_string(l->id) + " resized to " + why);
+      const MapChange change(st, l);
       uint64_t keep = Units(r.a, st->au);
       std::vector<Run> removed;
       l->map.Remove(keep, kNone - keep, &removed);
@@ -682,6 +697,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
     case RecType::kMapChecked: {  // its CRCs are replay's (replay.h), not the state's
       LunState* l = st->Find(r.lun);
       if (!l) return Bad("map on unknown LUN");
+      const MapChange change(st, l);
       std::vector<Run> removed;
       for (const Run& x : r.runs) {
         if (sink) {
@@ -700,6 +716,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
     case RecType::kUnmap: {
       LunState* l = st->Find(r.lun);
       if (!l) return Bad("unmap on unknown LUN");
+      const MapChange change(st, l);
       std::vector<Run> removed;
       l->map.Remove(r.a, r.n, &removed);
       if (sink)
@@ -710,6 +727,7 @@ Status ApplyUnmarked(MetaState* st, const Record& r, RefSink* sink,
       LunState* src = st->Find(r.lun);
       LunState* dst = st->Find(r.lun2);
       if (!src || !dst) return Bad("clone between unknown LUNs");
+      const MapChange change(st, dst);
       if (!sink && !given) src->map.Lookup(r.a, r.n, &found);  // else Increments' lookup
       const std::span<const Run> pieces = given ? std::span<const Run>(*given) : found;
       std::vector<Run> removed;

@@ -62,7 +62,7 @@ TEST(CheckpointCost, BothEncodingsOfALunKeepToTheBound) {
   l->size = r.size;
   l->bs = r.bs;
   l->attrs = r.attrs;
-  st.luns.emplace(r.id, std::move(l));
+  st.AddLun(std::move(l));
   std::string enc;
   EncodeState(st, &enc);
   EXPECT_LE(enc.size() - 12, kLunCheckpointBytesBound);

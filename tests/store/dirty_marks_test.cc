@@ -156,6 +156,29 @@ TEST(DirtyMarks, EveryRecordKindMarksExactlyWhatItRemaps) {
   EXPECT_EQ(kinds.size(), size_t{kLastRecType});
 }
 
+// The state's extent count (MetaState::extents, which sizes the room kept
+// for the next checkpoint on every allocation) stays what walking the maps
+// finds, after every record kind, and after a record refused (a run past
+// the maps' bound: refused before anything changes).
+TEST(ExtentCount, EveryRecordKindKeepsTheCountInStepWithTheMaps) {
+  int changed = 0;
+  for (const KindCase& c : KindCases()) {
+    SCOPED_TRACE(c.what);
+    MetaState st = Base();
+    ASSERT_EQ(st.extents(), st.ExtentsWalked());
+    const uint64_t before = st.extents();
+    ASSERT_TRUE(ApplyRecord(&st, c.record, nullptr, nullptr).ok());
+    EXPECT_EQ(st.extents(), st.ExtentsWalked());
+    changed += st.extents() != before;
+  }
+  EXPECT_GE(changed, 8);  // the cases move the count, so a stale one would show
+  MetaState st = Base();
+  const uint64_t before = st.extents();
+  EXPECT_FALSE(ApplyRecord(&st, Map(1, {{40, 500, 1}, {60, ExtentMap::kMaxPhys, 1}}), nullptr, nullptr).ok());
+  EXPECT_EQ(st.extents(), before);
+  EXPECT_EQ(st.extents(), st.ExtentsWalked());
+}
+
 // Marks add to what the set holds (the engine's set spans many records)
 // and are made with or without a sink.
 TEST(DirtyMarks, MarksAccumulateOverRecords) {

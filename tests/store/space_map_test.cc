@@ -130,7 +130,7 @@ MetaState OneLun() {
   l->name = "a";
   l->size = 16 * st.au;
   if (!l->map.Insert(0, 2, 3).ok()) std::abort();
-  st.luns.emplace(1, l);
+  st.AddLun(l);
   return st;
 }
 
@@ -250,7 +250,7 @@ TEST_F(SpaceMapTest, ARecordThatWouldOverflowACountChangesNothing) {
   b->id = 2;
   b->name = "b";
   b->size = 16 * st.au;
-  st.luns.emplace(2, b);
+  st.AddLun(b);
   st.next_lun_id = 3;
   MapSink sink(&m_);
   m_.set_max_refs(2);
