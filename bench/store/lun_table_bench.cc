@@ -10,11 +10,11 @@
 // journal, shows as a ratio below 10). The check figure is the longest a
 // 4 KiB read (page-cached, so it waits only for the store's metadata lock)
 // took while Check ran, beside the longest one without a check: that is the
-// longest the check stalls I/O. The first-write figure is a buffered 4 KiB
-// write into an unmapped block of one LUN (each allocates a grain) in both
-// pools: equal if nothing an allocation does walks the LUNs (until session
-// 41 the checkpoint room's extent count did, 12.2 us against 3.9 at 40,000). A durable write adds the disk's sync time,
-// noisy here, on top.
+// longest the check stalls I/O. A durable write adds the disk's sync time,
+// noisy here, on top. The first-write figure is a buffered 4 KiB write into
+// an unmapped block of one LUN (each allocates a grain) in both pools: equal
+// if nothing an allocation does walks the LUNs (until session 41 the
+// checkpoint room's extent count did, 12.2 us against 3.9 at 40,000).
 #include <unistd.h>
 
 #include <algorithm>

@@ -297,12 +297,6 @@ void MetaState::EraseLun(uint32_t id) {
   luns.erase(it);
 }
 
-uint64_t MetaState::ExtentsWalked() const {
-  uint64_t n = 0;
-  for (const auto& [id, l] : luns) n += l->map.extents();
-  return n;
-}
-
 void Record::EncodePayload(std::string* out) const {
   Encoder e(out);
   switch (type) {

@@ -4,7 +4,8 @@
 // every other unsynced sector dropped. kTear does that to one slot for
 // about one seed in eight, and to both at once rarely enough that a
 // writer which let both slots be in flight together (no sync between
-// them) passed sweeps of a few seeds: this cut finds it at every call.
+// them) passed sweeps of a few seeds: this cut tears both whenever both
+// are in flight.
 #pragma once
 
 #include <algorithm>
