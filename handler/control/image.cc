@@ -10,11 +10,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "handler/store/all_zero.h"
 #include "handler/store/names.h"
+#include "handler/store/random.h"
 
 namespace cowstore::control {
 namespace {
@@ -240,9 +240,10 @@ Status ExportToDevice(store::Lun& lun, const std::string& path, const ImageOptio
 
 std::string RandomSuffix() {
   static const char* kChars = "abcdefghijklmnopqrstuvwxyz0123456789";
-  std::random_device rd;
+  uint8_t bytes[8];
+  store::RandomBytes(bytes, sizeof bytes);
   std::string s;
-  for (int i = 0; i < 8; ++i) s += kChars[rd() % 36];
+  for (uint8_t b : bytes) s += kChars[b % 36];
   return s;
 }
 

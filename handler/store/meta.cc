@@ -3,10 +3,10 @@
 
 #include <cassert>
 #include <cstring>
-#include <random>
 
 #include "handler/store/crc32c.h"
 #include "handler/store/names.h"
+#include "handler/store/random.h"
 
 namespace cowstore::store {
 namespace {
@@ -182,8 +182,7 @@ std::string RecordLunBlocksRule(const MetaState& st, const Record& r) {
 }
 
 uint64_t NewPoolJournalStartLsn() {
-  std::mt19937_64 rng(std::random_device{}());
-  return (rng() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)
+  return (RandomU64() >> 24) + 1;  // never 0, and far below 2^62 (the decoders' bound)
 }
 
 std::string PoolUnitsRule(uint64_t units) {

@@ -7,16 +7,15 @@
 #include <algorithm>
 #include <chrono>
 #include <new>
-#include <random>
 
 #include "handler/store/crc32c.h"
+#include "handler/store/random.h"
 
 namespace cowstore::store {
 
 Uuid NewUuid() {
-  std::random_device rd;
   Uuid u;
-  for (auto& b : u) b = static_cast<uint8_t>(rd());
+  RandomBytes(u.data(), u.size());
   u[6] = (u[6] & 0x0f) | 0x40;  // RFC 4122 version 4
   u[8] = (u[8] & 0x3f) | 0x80;
   return u;

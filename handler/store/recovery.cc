@@ -8,11 +8,11 @@
 
 #include <cstring>
 #include <map>
-#include <random>
 
 #include "handler/store/format_v2.h"
 #include "handler/store/format_v3.h"
 #include "handler/store/names.h"
+#include "handler/store/random.h"
 
 namespace cowstore::store {
 Result<std::shared_ptr<Core>> Core::Create(Env* env, const std::string& path,
@@ -208,7 +208,7 @@ Status Core::LoadLocked() {
   // range so a torn journal tail can never be mistaken for new records.
   // Jump LSNs by 2^32 plus a random amount, so neither a torn tail nor the
   // records of a generation we fell back from can pass for new records.
-  jbuf_.SkipLsns(kLsnGapAfterOpen + (std::random_device{}() & 0xffffff));
+  jbuf_.SkipLsns(kLsnGapAfterOpen + (RandomU64() & 0xffffff));
   // Free grains of replayed one-sync writes keep their bytes until a vouch:
   // a cut before it replays their records again and checks them (freed
   // later in the journal, they are free in the replayed state). So they are
