@@ -8,6 +8,7 @@
 #include "handler/store/checkpoint.h"
 #include "handler/store/crc32c.h"
 #include "handler/store/journal_source.h"
+#include "handler/store/superblock_slots.h"
 #include "handler/store/zero_fill.h"
 
 namespace cowstore::store {
@@ -232,7 +233,6 @@ Status FormatV2::WriteCheckpoint(File* file, const FrozenCheckpoint& f,
   Status s = WriteCheckpointChain(file, sb_.data_offset, sb_.au, units, f.payload, nsb.seq, sb_.uuid);
   if (s.ok()) s = file->Sync();  // data and checkpoint before the superblock
   if (s.ok()) s = WriteSuperblock(file, nsb);
-  if (s.ok()) s = file->Sync();
   if (!s.ok()) return s;  // Core fails the pool (CheckpointLocked); reopening recovers
   sb_ = nsb;
   chain_ = std::move(chain);
@@ -246,24 +246,15 @@ Status FormatV2::Grow(File* file, uint64_t new_size) {
   Superblock nsb = sb_;
   nsb.seq++;
   nsb.size_bytes = new_size;
-  Status s = WriteSuperblock(file, nsb);
-  if (s.ok()) s = file->Sync();
-  if (!s.ok()) return s;
+  if (Status s = WriteSuperblock(file, nsb); !s.ok()) return s;
   sb_ = nsb;
   return Status::Ok();
 }
 
-// Writes `sb` into both slots: first slot seq % 2, synced, then the other.
-// A torn write leaves an intact newest copy in the other slot, and once both
-// are written either copy alone opens the pool exactly (an older copy would
-// name a checkpoint that has since been freed). The caller syncs after.
+// Writes `sb` into both slots by the writer rule (superblock_slots.h):
+// synced when it returns.
 Status FormatV2::WriteSuperblock(File* file, const Superblock& sb) {
-  std::string img = sb.Encode();
-  uint64_t first = sb.seq % 2;
-  Status s = file->Write(first * kSuperblockSlot, img.size(), img.data());
-  if (s.ok()) s = file->Sync();
-  if (s.ok()) s = file->Write((1 - first) * kSuperblockSlot, img.size(), img.data());
-  return s;
+  return WriteSlotsInOrder(file, sb.Encode(), sb.seq);
 }
 
 }  // namespace cowstore::store

@@ -58,7 +58,8 @@ class FormatV2 final : public MetaFormat {
   const Superblock& superblock() const { return sb_; }
 
  private:
-  // The writer rule for both slots (WriteSuperblock in format_v2.cc).
+  // The writer rule for both slots (superblock_slots.h): synced when it
+  // returns.
   static Status WriteSuperblock(File* file, const Superblock& sb);
   // Names the damaged slot beside an error from what the surviving copy
   // names (ok passes through).

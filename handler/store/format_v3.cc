@@ -17,6 +17,7 @@
 #include "handler/store/names.h"
 #include "handler/store/journal.h"  // ReplayJournal
 #include "handler/store/replay.h"
+#include "handler/store/superblock_slots.h"
 
 namespace cowstore::store {
 namespace {
@@ -36,23 +37,6 @@ uint64_t CreateDataOffset(uint32_t au) { return au; }
 uint64_t JournalAus(uint32_t au, uint64_t journal_bytes) { return (journal_bytes + au - 1) / au; }
 // What the tree codec needs of the pool (ckpt_tree.h).
 CkptPool PoolOf(const SuperblockV3& sb) { return CkptPool{IndexReadBound(sb), sb.grains()}; }
-
-// The writer rule (superblock_v3.h) for a superblock replacing a copy an
-// open may still choose: slot seq % 2 first, synced, then the other,
-// synced, so that no cut finds both slots in flight. `before(slot)` runs
-// before each slot's write. (Create writes both with no sync between: no
-// older copy exists there to protect.)
-template <typename Before>
-Status WriteSlotsInOrder(File* file, const std::string& img, uint64_t seq, Before before) {
-  const uint64_t first = seq % 2;
-  for (const uint64_t slot : {first, 1 - first}) {
-    before(slot);
-    Status s = file->Write(slot * kSuperblockSlot, img.size(), img.data());
-    if (s.ok()) s = file->Sync();
-    if (!s.ok()) return s;
-  }
-  return Status::Ok();
-}
 
 // LUN `id`'s entry in the LUN table's pages (its map goes to the tree).
 LunRecord RecordOf(uint32_t id, const LunState& l) {
@@ -572,7 +556,7 @@ Status FormatV3::WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, 
   sb.index = w.tree.root;
   sb.lun_table = {lun_root, sb.seq};
   if (s = EncodeSuperblockV3(sb, &img); !s.ok()) return s;
-  return WriteSlotsInOrder(file, img, sb.seq, [](uint64_t) {});
+  return WriteSlotsInOrder(file, img, sb.seq);
 }
 
 std::shared_ptr<const CheckpointCost> FormatV3::NextCheckpointCost() const {

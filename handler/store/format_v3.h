@@ -330,8 +330,8 @@ class FormatV3 final : public MetaFormat {
   // which WriteCheckpoint gives back when this fails.
   Status CheckpointBody(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                         uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth);
-  // The writer rule (superblock_v3.h): slot sb.seq % 2, sync, the other
-  // slot, sync. On success both slots hold `sb` and it is the choice (moved
+  // The writer rule (superblock_slots.h): slot sb.seq % 2, sync, the
+  // other slot, sync. On success both slots hold `sb` and it is the choice (moved
   // in: nothing allocates once the writes are durable); on a failure once a
   // slot was written, that slot is the choice's `other`, not redundant.
   Status WriteSuperblock(File* file, SuperblockV3 sb);

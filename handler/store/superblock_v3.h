@@ -281,7 +281,7 @@ struct SuperblockChoice {
 //    medium was made smaller (or the superblock is damaged) and the size
 //    the pool needs. A medium cut short leaves both copies beyond it, so
 //    this is no reason to choose the other copy.
-// Writer rule (FormatV3 keeps it, as FormatV2::WriteSuperblock does): a
+// Writer rule (superblock_slots.h, for formats 2 and 3): a
 // superblock goes to slot seq % 2, sync, then to the other slot, sync, before
 // any operation after it is acknowledged and before anything the previous
 // superblock names (pages, journal space) is reused; open rewrites a slot not
