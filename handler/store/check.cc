@@ -350,9 +350,9 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
     sb_seq = format_->superblock_seq();
     format_meta = format_->meta_units();
     units = space_->total_units();
-    luns.reserve(st_.luns.size());
+    luns.reserve(st_.luns().size());
     uint64_t copied = 0;  // extents
-    for (const auto& [id, l] : st_.luns) {
+    for (const auto& [id, l] : st_.luns()) {
       LunCopy c{l->id, l->bs, l->name, l->uuid, l->size, l->mod_lsn, {}};
       c.runs.reserve(l->map.extents());
       for (const auto& [lba, e] : l->map.runs()) c.runs.push_back({lba, e.phys, e.len});
@@ -484,7 +484,7 @@ CheckReport Core::Check(ProgressFn progress, void* ctx, bool compare_disk) {
       same = it->first == l.runs[k].lba && it->second.phys == l.runs[k].phys && it->second.len == l.runs[k].len;
     if (!same) problem("LUN " + l.name + ": on-disk extent map differs from memory");
   }
-  if (table_lsn < end && disk->st_.luns.size() != luns.size())
+  if (table_lsn < end && disk->st_.luns().size() != luns.size())
     problem("on-disk LUN table differs from memory");
   if (disk->format_->superblock_seq() == sb_seq && disk->space_->meta_aus() != ckpt_now)
     problem("on-disk checkpoint chain differs from memory");

@@ -153,7 +153,7 @@ bool Core::CkptBoundMissedLocked(const FrozenCheckpoint& f) const {
   // ones, and the bound rounds up to whole AUs: a bound short by fewer
   // pages than an AU passes the check above (meta_format.h, PagesBound).
   const uint64_t pages = FormatV3::PagesBound(f);
-  const std::optional<uint64_t> bound = ckpt_cost_->PagesBound(st_.luns.size(), extents);
+  const std::optional<uint64_t> bound = ckpt_cost_->PagesBound(st_.luns().size(), extents);
   return bound && pages > *bound;
 }
 

@@ -252,7 +252,7 @@ Status FormatV3::LoadState(File* file, MetaState* st, LoadedMeta* out) {
   // range names them: the next checkpoint rewrites every LUN's leaves.
   DirtyRanges replayed;
   if (end.next_lsn != sb.journal_start_lsn) {
-    for (const auto& [id, l] : loaded.luns) replayed.MarkLun(id);
+    for (const auto& [id, l] : loaded.luns()) replayed.MarkLun(id);
     for (const IndexEntry& e : tree.leaves) replayed.MarkLun(e.first.lun);
   }
 
@@ -471,7 +471,7 @@ class ChunkPages final : public PageAllocator {
 
 FrozenCheckpoint FormatV3::Freeze(const MetaState& st) const {
   DirtyRanges all;
-  for (const auto& [id, l] : st.luns) all.MarkLun(id);
+  for (const auto& [id, l] : st.luns()) all.MarkLun(id);
   for (const IndexEntry& e : tree_.leaves) all.MarkLun(e.first.lun);  // deleted LUNs' leaves go
   return Freeze(st, all);
 }
@@ -485,7 +485,7 @@ FrozenCheckpoint FormatV3::Freeze(const MetaState& st, const DirtyRanges& dirty)
   f->format = this;
   f->checkpoint = checkpoints_;
   f->next_lun_id = st.next_lun_id;
-  for (const auto& [id, l] : st.luns) {
+  for (const auto& [id, l] : st.luns()) {
     f->luns.push_back(RecordOf(id, *l));
     if (l->map.extents() > 0) f->maps.emplace(id, l->map);
   }
@@ -533,7 +533,7 @@ Status FormatV3::WriteUpgrade(File* file, SuperblockV3 sb, const MetaState& st, 
   std::vector<LunRecord> luns;
   std::map<uint32_t, const ExtentMap*> maps;
   DirtyRanges all;
-  for (const auto& [id, l] : st.luns) {
+  for (const auto& [id, l] : st.luns()) {
     luns.push_back(RecordOf(id, *l));
     if (l->map.extents() > 0) maps.emplace(id, &l->map);
     all.MarkLun(id);

@@ -24,7 +24,7 @@ Status GrainSpace::Rebuild(uint64_t grains, const MetaState& st, std::vector<uin
   const uint64_t g = grains_per_au_;
   // Every LUN's runs, read in place where they ascend in phys (MappedRuns).
   MappedRuns runs;
-  for (const auto& [id, l] : st.luns)
+  for (const auto& [id, l] : st.luns())
     if (!runs.AddLun(l->map, grains))
       return Status(Code::kCorruption, "LUN " + l->name + " maps grains outside the pool");
   // One sweep gives SharedRefs and the union of the maps, what is mapped (a

@@ -130,7 +130,7 @@ Status Core::ResizeLun(const std::string& name, uint64_t size) {
     MutexLock g(&meta_mu_);
     LunState* p = st_.FindName(name);
     if (!p) return Status(Code::kNotFound, "no LUN " + name);
-    l = st_.luns[p->id];
+    l = st_.FindShared(p->id);
   }
   if (size == 0 || size % l->bs)
     return Status(Code::kInvalidArgument, "size must be a positive multiple of the block size");
@@ -281,7 +281,7 @@ Status Core::RollbackLun(const std::string& target, const std::string& snapshot)
 std::vector<LunInfo> Core::ListLuns() {
   MutexLock g(&meta_mu_);
   std::vector<LunInfo> v;
-  for (const auto& [id, l] : st_.luns) v.push_back(InfoLocked(*l));
+  for (const auto& [id, l] : st_.luns()) v.push_back(InfoLocked(*l));
   std::sort(v.begin(), v.end(), [](const LunInfo& a, const LunInfo& b) { return a.name < b.name; });
   return v;
 }
@@ -300,7 +300,7 @@ Result<std::shared_ptr<LunState>> Core::Acquire(const std::string& name) {
   LunState* l = st_.FindName(name);
   if (!l) return Status(Code::kNotFound, "no LUN " + name);
   l->open_handles++;
-  return st_.luns[l->id];
+  return st_.FindShared(l->id);
 }
 
 void Core::ReleaseHandle(LunState* l) {

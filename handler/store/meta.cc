@@ -278,22 +278,22 @@ std::shared_ptr<LunState> MetaState::NewLun() const {
 
 void MetaState::RaiseMapBound(uint64_t bound) {
   max_phys = std::max(max_phys, ExtentMap::ClampedBound(bound));
-  for (auto& [id, l] : luns) l->map.RaiseBound(max_phys);
+  for (auto& [id, l] : luns_) l->map.RaiseBound(max_phys);
 }
 
 void MetaState::AddLun(std::shared_ptr<LunState> l) {
   by_name_[l->name] = l->id;
   uint32_t id = l->id;
   const uint64_t n = l->map.extents();
-  if (luns.emplace(id, std::move(l)).second) extents_ += n;
+  if (luns_.emplace(id, std::move(l)).second) extents_ += n;
 }
 
 void MetaState::EraseLun(uint32_t id) {
-  auto it = luns.find(id);
-  if (it == luns.end()) return;
+  auto it = luns_.find(id);
+  if (it == luns_.end()) return;
   by_name_.erase(it->second->name);
   extents_ -= it->second->map.extents();
-  luns.erase(it);
+  luns_.erase(it);
 }
 
 void Record::EncodePayload(std::string* out) const {
@@ -764,8 +764,8 @@ void EncodeState(const MetaState& st, std::string* out) {
   Encoder e(out);
   e.U32(kStateMagic);
   e.U32(st.next_lun_id);
-  e.U32(static_cast<uint32_t>(st.luns.size()));
-  for (const auto& [id, l] : st.luns) {
+  e.U32(static_cast<uint32_t>(st.luns().size()));
+  for (const auto& [id, l] : st.luns()) {
     e.U32(l->id);
     e.Bytes(l->uuid.data(), 16);
     e.U64(l->size);
@@ -821,7 +821,7 @@ Status DecodeState(const std::string& in, MetaState* st, uint32_t version) {
       Status s = l->map.Insert(lba, phys, len);
       if (!s.ok()) return Status(Code::kCorruption, "checkpoint: " + s.message());
     }
-    if (st->luns.count(l->id) || st->FindName(l->name))
+    if (st->luns().count(l->id) || st->FindName(l->name))
       return Status(Code::kCorruption, "checkpoint: duplicate LUN");
     st->AddLun(std::move(l));
   }

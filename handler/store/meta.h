@@ -255,12 +255,19 @@ struct MetaState {
   void RaiseMapBound(uint64_t max_phys);
   uint32_t next_lun_id = 1;
   uint64_t table_lsn = 0;  // run time: LSN of the last LUN-table change since open
-  // Changed only by ApplyRecord and DecodeState (through AddLun/EraseLun),
-  // which keep the name index in step.
-  std::map<uint32_t, std::shared_ptr<LunState>> luns;
+  // The LUNs by id. Added and removed only through AddLun and EraseLun
+  // (ApplyRecord's and DecodeState's), which keep the name index and the
+  // extent count in step; a LUN's own fields change in place.
+  const std::map<uint32_t, std::shared_ptr<LunState>>& luns() const { return luns_; }
   LunState* Find(uint32_t id) const {
-    auto it = luns.find(id);
-    return it == luns.end() ? nullptr : it->second.get();
+    auto it = luns_.find(id);
+    return it == luns_.end() ? nullptr : it->second.get();
+  }
+  // The same LUN for a holder that outlives the state's lock (a handle);
+  // null if there is none.
+  std::shared_ptr<LunState> FindShared(uint32_t id) const {
+    auto it = luns_.find(id);
+    return it == luns_.end() ? nullptr : it->second;
   }
   LunState* FindName(const std::string& name) const;  // O(1): opening 40,000 LUNs is linear
   // The extents of every LUN's map, kept in step as they change (AddLun,
@@ -276,6 +283,7 @@ struct MetaState {
   void EraseLun(uint32_t id);
 
  private:
+  std::map<uint32_t, std::shared_ptr<LunState>> luns_;
   std::unordered_map<std::string, uint32_t> by_name_;
   uint64_t extents_ = 0;
 };

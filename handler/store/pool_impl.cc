@@ -77,7 +77,7 @@ Status Core::MetaFailed() {
 }
 
 uint64_t Core::CkptUnits(uint64_t extents) const {
-  return ckpt_cost_->UnitsBound(st_.luns.size(), extents);
+  return ckpt_cost_->UnitsBound(st_.luns().size(), extents);
 }
 
 bool Core::ShortOfRefusedCheckpointLocked() const {
@@ -516,7 +516,7 @@ SpaceInfo Core::Space() {
   // So are a zeroing-ahead round's (reserved only while their zeros are
   // written): the figure does not dip while one runs.
   si.free_units = space_->free_units() + si.thinning_units + zeroing_grains_;
-  for (const auto& [id, l] : st_.luns) {
+  for (const auto& [id, l] : st_.luns()) {
     si.luns.push_back(InfoLocked(*l));
     si.mapped_bytes += si.luns.back().mapped_bytes;
     si.provisioned_bytes += si.luns.back().size_bytes;

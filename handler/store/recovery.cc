@@ -181,7 +181,7 @@ Status Core::LoadLocked() {
 
   // 3. Rebuild reference counts, unit states and free space from the maps
   // (grains, as total_units; the checkpoint's AUs stay AUs).
-  for (const auto& [id, l] : st_.luns) {
+  for (const auto& [id, l] : st_.luns()) {
     // Every loader has applied the one LUN rule (meta.h) already: this is a
     // second line of defence, should a loader ever miss it. A block must
     // also lie within one grain, as CreateLun requires: that check is this

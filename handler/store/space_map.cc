@@ -137,7 +137,7 @@ Status SpaceMap::Rebuild(uint64_t units, const MetaState& st, std::vector<uint64
   meta_aus_ = std::move(ckpt_aus);
   handed_over_.clear();
   for (uint64_t p : meta_aus_) state_[p] = AuState::kMeta;
-  for (const auto& [id, l] : st.luns) {
+  for (const auto& [id, l] : st.luns()) {
     for (const auto& [lba, e] : l->map.runs()) {
       for (uint64_t q = e.phys; q < e.phys + e.len; q++) {
         if (state_[q] == AuState::kMeta)

@@ -93,7 +93,7 @@ Status TranslateMaps(const MetaState& from, uint32_t grain, uint64_t max_phys, M
   out.au = grain;  // MetaState's unit is the map's
   out.max_phys = max_phys;
   out.next_lun_id = from.next_lun_id;
-  for (const auto& [id, l] : from.luns) {
+  for (const auto& [id, l] : from.luns()) {
     auto n = out.NewLun();
     n->id = l->id;
     n->name = l->name;
@@ -196,10 +196,10 @@ Status UpgradeFile(File* file, uint32_t grain, UpgradeReport* report) {
   // Runs, not AUs: a full 16 TiB pool of 64 KiB AUs maps 2^28 of them.
   std::vector<UsedRun> used;
   for (uint64_t u : loaded.meta_units) used.push_back({u, 1});
-  for (const auto& [id, l] : st.luns)
+  for (const auto& [id, l] : st.luns())
     for (const auto& [lba, e] : l->map.runs()) used.push_back({e.phys, e.len});
   const uint64_t journal_aus = (v2.journal_bytes + v2.au - 1) / v2.au;
-  auto layout = PlanUpgradeLayout(sb.units, std::move(used), FormatV3::UpgradePageAus(sb.au, st3.luns.size(), st3.extents()),
+  auto layout = PlanUpgradeLayout(sb.units, std::move(used), FormatV3::UpgradePageAus(sb.au, st3.luns().size(), st3.extents()),
                                   journal_aus);
   if (!layout.ok()) return layout.status();
   // The rebuild of counts and free space the format 3 open makes (Core's

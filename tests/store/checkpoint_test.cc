@@ -319,7 +319,7 @@ TEST(FormatV2Replay, ReadsItsJournalThroughTheWindowNotWhole) {
   // there are damage to report), but each byte about once.
   EXPECT_LT(counted.bytes_read(), kJournal + 2 * kJournalWindowBytes);
   EXPECT_EQ(loaded.end.tail, j.size());
-  ASSERT_EQ(st.luns.size(), 1u);
+  ASSERT_EQ(st.luns().size(), 1u);
   const LunState* kept = st.FindName("kept");
   ASSERT_TRUE(kept);
   EXPECT_EQ(kept->map.Find(4), 41u);

@@ -518,8 +518,8 @@ TEST(Corruption, ACheckpointWithAnExtentTheMapCannotHoldIsRefused) {
   std::string payload(reinterpret_cast<const char*>(img.data() + at + kChunkHeader), h.len);
   MetaState st;
   ASSERT_TRUE(DecodeState(payload, &st, sb.version).ok());
-  ASSERT_EQ(st.luns.size(), 1u);
-  const auto& [lba, e] = *st.luns.begin()->second->map.runs().begin();
+  ASSERT_EQ(st.luns().size(), 1u);
+  const auto& [lba, e] = *st.luns().begin()->second->map.runs().begin();
   // The extent's bytes in the payload: lba | phys | len, little-endian.
   std::string triple;
   Encoder enc(&triple);

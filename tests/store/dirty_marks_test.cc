@@ -162,7 +162,7 @@ TEST(DirtyMarks, EveryRecordKindMarksExactlyWhatItRemaps) {
 // the maps' bound: refused before anything changes).
 uint64_t ExtentsWalked(const MetaState& st) {
   uint64_t n = 0;
-  for (const auto& [id, l] : st.luns) n += l->map.extents();
+  for (const auto& [id, l] : st.luns()) n += l->map.extents();
   return n;
 }
 
@@ -304,7 +304,7 @@ class GrainCounts final : public RefSink {
   // The counts the maps of `st` imply (the model's own check).
   void ExpectCountsOf(const MetaState& st) const {
     std::vector<uint32_t> want(kPhysGrains, 0);
-    for (const auto& [id, l] : st.luns)
+    for (const auto& [id, l] : st.luns())
       for (const auto& [lba, e] : l->map.runs())
         for (uint64_t i = 0; i < e.len; i++) want.at(e.phys + i)++;
     EXPECT_EQ(refs_, want);
@@ -331,9 +331,9 @@ class RecordSource {
   Record Next(const MetaState& st) {
     for (;;) {
       const uint64_t pick = Below(100);
-      const bool have = !st.luns.empty();
+      const bool have = !st.luns().empty();
       if (pick < 5 || !have) {
-        if (st.luns.size() < 6) return Create(st.next_lun_id, Name(st), 256 + Below(1800));
+        if (st.luns().size() < 6) return Create(st.next_lun_id, Name(st), 256 + Below(1800));
         continue;
       }
       const uint32_t a = Any(st);
@@ -341,7 +341,7 @@ class RecordSource {
       const uint64_t units = (l.size + kUnit - 1) / kUnit;
       if (pick < 8) return Of(RecType::kDeleteLun, a);
       if (pick < 12) return Of(RecType::kResizeLun, a, 0, (64 + Below(2000)) * kUnit + 512 * Below(8));
-      if (pick < 14 && st.luns.size() < 6)
+      if (pick < 14 && st.luns().size() < 6)
         return CopyOf(Below(2) ? RecType::kCloneLun : RecType::kSnapshotLun, a, st.next_lun_id, Name(st));
       if (pick < 16) {
         const uint32_t b = Any(st);
@@ -392,8 +392,8 @@ class RecordSource {
 
  private:
   uint32_t Any(const MetaState& st) {
-    auto it = st.luns.begin();
-    std::advance(it, Below(st.luns.size()));
+    auto it = st.luns().begin();
+    std::advance(it, Below(st.luns().size()));
     return it->first;
   }
   static std::string Name(const MetaState& st) { return "lun" + std::to_string(st.next_lun_id); }

@@ -430,7 +430,7 @@ TEST_F(FormatV3Ckpt, AMapOfALunTheTableDoesNotHoldIsCorruption) {
   Status s = Open(&env_, &o);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find("maps LUN 2, which the LUN table does not hold"), std::string::npos) << s.ToString();
-  EXPECT_TRUE(o.st.luns.empty());
+  EXPECT_TRUE(o.st.luns().empty());
   EXPECT_EQ(o.st.next_lun_id, 99u);
 }
 
@@ -461,7 +461,7 @@ void WriteTreeNamingPage(FaultInjectionEnv* env, const SuperblockV3& sb, const s
   ListedPages alloc(std::move(pages));
   std::map<uint32_t, const ExtentMap*> maps;
   DirtyRanges dirty;
-  for (const auto& [id, l] : st.luns) {
+  for (const auto& [id, l] : st.luns()) {
     maps.emplace(id, &l->map);
     dirty.MarkLun(id);
   }
@@ -504,7 +504,7 @@ void ExpectLoadRefused(FaultInjectionEnv* env, const std::function<std::unique_p
   s = v3->LoadState(through ? through.get() : own->get(), &st, &meta);
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find(what), std::string::npos) << s.ToString();
-  EXPECT_TRUE(st.luns.empty());
+  EXPECT_TRUE(st.luns().empty());
   EXPECT_EQ(st.next_lun_id, 99u);
   EXPECT_TRUE(meta.meta_units.empty());
   EXPECT_EQ(v3->meta_units(), units);
@@ -1326,7 +1326,7 @@ TEST_F(FormatV3Ckpt, ABadAllocAnywhereInLoadStateLeavesTheStateAsItWas) {
       EXPECT_EQ(s.code(), Code::kNoSpace) << s.ToString();
     }
     thrown++;
-    EXPECT_TRUE(st.luns.empty());
+    EXPECT_TRUE(st.luns().empty());
     EXPECT_EQ(st.next_lun_id, 77u);
     EXPECT_EQ(v3->meta_units(), units_before);
     EXPECT_TRUE(v3->tree().leaves.empty());

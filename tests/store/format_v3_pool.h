@@ -67,8 +67,8 @@ inline RunList RunsOf(const ExtentMap& m) {
 // The whole persistent state, compared field by field.
 inline void ExpectSameState(const MetaState& want, const MetaState& got) {
   EXPECT_EQ(got.next_lun_id, want.next_lun_id);
-  ASSERT_EQ(got.luns.size(), want.luns.size());
-  for (const auto& [id, w] : want.luns) {
+  ASSERT_EQ(got.luns().size(), want.luns().size());
+  for (const auto& [id, w] : want.luns()) {
     SCOPED_TRACE("LUN " + std::to_string(id));
     const LunState* g = got.Find(id);
     ASSERT_NE(g, nullptr);
@@ -88,7 +88,7 @@ inline MetaState Copy(const MetaState& st) {
   MetaState c;
   c.au = st.au;
   c.next_lun_id = st.next_lun_id;
-  for (const auto& [id, l] : st.luns) {
+  for (const auto& [id, l] : st.luns()) {
     auto n = std::make_shared<LunState>();
     n->id = l->id;
     n->name = l->name;

@@ -115,7 +115,7 @@ void ExpectNewPool(const Opened& o, const Params& p, uint64_t start_lsn) {
   EXPECT_EQ(o.geo.size_bytes, p.au + units * p.au);
   EXPECT_EQ(o.geo.soft_threshold_percent, p.soft);
   // Empty: no LUN, the first LUN id still to give.
-  EXPECT_TRUE(o.st.luns.empty());
+  EXPECT_TRUE(o.st.luns().empty());
   EXPECT_EQ(o.st.next_lun_id, 1u);
   // Metadata: AU 0 (the LUN table's chunk) and the journal's AUs after it.
   const uint64_t journal_aus = (p.journal + p.au - 1) / p.au;
@@ -451,7 +451,7 @@ class FormatV3LoadState : public ::testing::Test {
     ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoad) << why.ToString();
     EXPECT_EQ(why.code(), code) << why.ToString();
     EXPECT_NE(why.message().find(what), std::string::npos) << why.ToString();
-    EXPECT_TRUE(o.st.luns.empty());
+    EXPECT_TRUE(o.st.luns().empty());
     EXPECT_EQ(o.st.next_lun_id, 99u);
     EXPECT_TRUE(o.meta.meta_units.empty());
   }
@@ -495,7 +495,7 @@ TEST_F(FormatV3LoadState, LunRecordsLoad) {
   Status why;
   ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
   EXPECT_EQ(o.st.next_lun_id, 2u);
-  ASSERT_EQ(o.st.luns.size(), 1u);
+  ASSERT_EQ(o.st.luns().size(), 1u);
   const LunState* l = o.st.Find(1);
   ASSERT_NE(l, nullptr);
   EXPECT_EQ(l->name, "a");
@@ -535,7 +535,7 @@ TEST_F(FormatV3LoadState, ANewerGenerationIsReportedNotReplayed) {
   ASSERT_EQ(OpenPool(&env_, &o, &why), Step::kLoaded) << why.ToString();
   EXPECT_EQ(o.meta.end.tail, 0u);
   EXPECT_TRUE(o.meta.end.newer_record_follows);
-  EXPECT_TRUE(o.st.luns.empty());
+  EXPECT_TRUE(o.st.luns().empty());
 }
 
 // ----------------------------------------------------------- journal ring

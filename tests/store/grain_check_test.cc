@@ -297,7 +297,7 @@ MetaState StateOf(const std::vector<std::vector<MapRun>>& luns) {
 
 std::vector<MapRun> RunsOf(const MetaState& st) {
   std::vector<MapRun> v;
-  for (const auto& [id, l] : st.luns)
+  for (const auto& [id, l] : st.luns())
     for (const auto& [lba, e] : l->map.runs()) v.push_back({lba, e.phys, e.len});
   return v;
 }

@@ -338,7 +338,7 @@ TEST_F(JournalRingTest, ReplayAcrossSegmentsAndTheWrapMatchesContiguousReplay) {
   st.au = kAu;
   ReplayEnd end;
   ASSERT_TRUE(ReplayJournal(&src, kStart, &st, &end).ok());
-  EXPECT_EQ(st.luns.size(), id - 1);
+  EXPECT_EQ(st.luns().size(), id - 1);
   ASSERT_NE(st.FindName(CreateLun(id - 1).name), nullptr);
   EXPECT_EQ(end.tail, all.size());
   EXPECT_EQ(end.next_lsn, kStart + id - 1);

@@ -243,7 +243,7 @@ TEST(JournalReplay, EmptyJournalReplaysNothing) {
   EXPECT_EQ(end.tail, 0u);
   EXPECT_EQ(end.next_lsn, kStart);
   EXPECT_FALSE(end.newer_record_follows);
-  EXPECT_TRUE(st.luns.empty());
+  EXPECT_TRUE(st.luns().empty());
   // A zero-length region too.
   ASSERT_TRUE(ReplayJournal(j.data(), 0, kStart, &st, &end).ok());
   EXPECT_EQ(end.tail, 0u);
@@ -339,7 +339,7 @@ TEST(JournalReplay, WrongLsnEndsReplayAndANewerOneIsReported) {
   st = Fresh();
   ASSERT_TRUE(ReplayJournal(j.data(), j.size(), kStart + 1, &st, &end).ok());
   EXPECT_EQ(end.tail, 0u);
-  EXPECT_TRUE(st.luns.empty());
+  EXPECT_TRUE(st.luns().empty());
 }
 
 TEST(JournalReplay, ValidRecordThatDoesNotFitTheStateIsCorruption) {
@@ -439,7 +439,7 @@ TEST_F(JournalWriterTest, BatchesAppendAtTheTailUntilFull) {
   MetaState st = Fresh();
   ReplayEnd end;
   ASSERT_TRUE(ReplayJournal(j.data(), j.size(), kStart, &st, &end).ok());
-  EXPECT_EQ(st.luns.size(), 3u);
+  EXPECT_EQ(st.luns().size(), 3u);
   EXPECT_EQ(end.tail, total);
 
   EXPECT_TRUE(w_.Fits(kCapacity - total));

@@ -162,7 +162,7 @@ void ExpectRefusedUnchanged(const Record& r, const char* why) {
   EXPECT_EQ(s.code(), Code::kCorruption) << s.ToString();
   EXPECT_NE(s.message().find(why), std::string::npos) << s.ToString();
   EXPECT_EQ(Encoded(st), before);
-  EXPECT_EQ(st.luns.size(), 1u);
+  EXPECT_EQ(st.luns().size(), 1u);
   EXPECT_TRUE(sink.calls.empty()) << sink.calls.front();
 }
 
