@@ -25,7 +25,7 @@
 
 #include "handler/store/dirty_ranges.h"
 #include "handler/store/extent_map.h"
-#include "handler/store/names.h"  // kMaxNameLength, ValidStoredName
+#include "handler/store/names.h"  // kMaxNameLength, ValidStoredName, kSuperblockSlot
 #include "handler/store/pool.h"
 #include "handler/store/range_lock.h"
 #include "handler/store/read_ahead.h"
@@ -41,7 +41,6 @@ namespace cowstore::store {
 // only one that says version 2 (docs/design/store.md, "Format versions").
 constexpr uint32_t kFormatVersion = 2;
 constexpr uint32_t kOldestFormatVersion = 1;
-constexpr uint64_t kSuperblockSlot = 4096;
 // The envelope every superblock format shares (superblock_v3.h): the magic
 // at 0, the format version at 8, and a CRC32C of [0, kSuperblockEnvelopeCrc)
 // stored at kSuperblockEnvelopeCrc. v1/v2 superblocks end their fields there,

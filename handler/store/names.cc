@@ -78,8 +78,9 @@ std::string WriteUnitRule(uint64_t bytes) {
   const std::string w = "the medium's atomic write unit of " + std::to_string(bytes) + " bytes ";
   if (bytes == 0 || (bytes & (bytes - 1)) != 0) return w + "is not a power of two";
   if (bytes < 512) return w + "is below a sector (512)";
-  if (bytes > 4096)
-    return w + "is above a superblock slot (4096): writing one slot could tear the other";
+  if (bytes > kSuperblockSlot)
+    return w + "is above a superblock slot (" + std::to_string(kSuperblockSlot) +
+           "): writing one slot could tear the other";
   return "";
 }
 

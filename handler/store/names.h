@@ -57,6 +57,11 @@ inline constexpr std::string_view kAllocationUnitRule = "a power of two from 64 
 // at open; format v3's superblock codec (superblock_v3.h) when decoding.
 std::string GrainRule(uint64_t grain, uint64_t au);
 
+// The bytes of each of a pool's two superblock slots, at the start of the
+// medium (formats 1 to 3): the largest write unit a medium may have
+// (WriteUnitRule).
+inline constexpr uint64_t kSuperblockSlot = 4096;
+
 // Whether a medium whose File::AtomicWriteBytes() is `bytes` can hold a pool
 // this build writes (formats 2 and 3 alike): a power of two from 512 to
 // 4096. Each superblock slot is 4096 bytes of its own, written alone while

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "handler/store/env.h"
+#include "handler/store/names.h"  // kSuperblockSlot
 
 namespace cowstore::store {
 namespace {
@@ -379,7 +380,8 @@ void CountSyncOf(PosixEnv* env) { env->CountSync(); }
 
 uint32_t DeviceAtomicWriteBytes(uint32_t physical, uint32_t logical) {
   const uint32_t said = physical != 0 ? physical : logical;
-  return said == 0 ? 4096 : std::min<uint32_t>(said, 4096);
+  constexpr uint32_t kCap = kSuperblockSlot;  // what WriteUnitRule accepts
+  return said == 0 ? 4096 : std::min<uint32_t>(said, kCap);
 }
 
 Env* DefaultEnv() {
