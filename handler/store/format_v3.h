@@ -331,9 +331,10 @@ class FormatV3 final : public MetaFormat {
   Status CheckpointBody(File* file, const FrozenCheckpoint& f, const std::vector<uint64_t>& units,
                         uint64_t start_lsn, JournalSpace* space, JournalPlan* plan, JournalGrowth* growth);
   // The writer rule (superblock_slots.h): slot sb.seq % 2, sync, the
-  // other slot, sync. On success both slots hold `sb` and it is the choice (moved
-  // in: nothing allocates once the writes are durable); on a failure once a
-  // slot was written, that slot is the choice's `other`, not redundant.
+  // other slot, sync. On success both slots hold `sb` and it is the choice
+  // (moved in: nothing allocates once the writes are durable); on a failure
+  // once a slot was written, that slot is the choice's `other`, not
+  // redundant.
   Status WriteSuperblock(File* file, SuperblockV3 sb);
   // The pages a checkpoint names (its tree and LUN table chain), sorted.
   static std::vector<uint64_t> PagesOf(const CkptTree& tree, const std::vector<uint64_t>& lun_pages);

@@ -14,14 +14,14 @@
 namespace cowstore::store {
 namespace {
 
-// More than getrandom(2) promises in one uninterruptible call (256 bytes),
-// so the loop that takes partial reads is on the path.
+// More than the 256 bytes getrandom(2) returns whole even when a signal
+// arrives: a read cut short above that is finished by RandomBytes' loop.
 constexpr size_t kLarge = 1 << 20;
 
 TEST(RandomBytes, FillsEveryByteOfALargeBuffer) {
   // Every byte starts at 0 in one buffer and 0xff in another: a byte left
-  // unwritten keeps its value in both, and the chance that a written byte
-  // equals that value in both is zero (it cannot be 0 and 0xff at once).
+  // unwritten in both calls reads 0 and 0xff, which written bytes match
+  // only by chance.
   std::vector<uint8_t> a(kLarge, 0), b(kLarge, 0xff);
   RandomBytes(a.data(), a.size());
   RandomBytes(b.data(), b.size());
